@@ -1,0 +1,1 @@
+"""exactlearn: exact learning of multi-head attention from value queries."""

@@ -1,0 +1,210 @@
+"""The field protocol every algorithm in exactlearn is written against (SPEC §4).
+
+A *field* object is a small, immutable, hashable value that
+
+* builds its elements (``K(3)``, ``K("1/2")``, ``K.zero``, ``K.one``);
+* decides equality and zero (``K.eq``, ``K.is_zero``) -- exactly for the exact
+  fields, with tolerances *taken from the field object* for the real field;
+* realises the exponential of an exact score, ``K.exp(s)``, and its inverse on
+  exact exponentials, ``K.log(a)``;
+* finds the roots of a polynomial that splits into distinct linear factors,
+  ``K.roots(coeffs)``;
+* converts elements back to the *parameter domain* ``K.param`` in which the
+  model's weights live (``K.to_param``): exact rationals for the exact fields,
+  mpmath reals for the real field.
+
+Elements are plain numbers that support ``+ - * /`` with each other and with
+Python ints (gmpy2 ``mpq``, python-flint ``fmpz_mod``, sympy ``FracElement``,
+mpmath ``mpf``), in the style of sympy's ``Domain`` objects.  Algorithms take
+the field as an argument and never inspect element types.
+
+Scale ``D``
+-----------
+Every score that appears in a run is a rational whose denominator divides some
+``D``; then ``e^s = T^(D*s)`` with ``T = e^(1/D)`` transcendental, and exact
+outputs live in ``Q(T)``.  Each exact field is a specialisation of ``Q(T)``:
+``T -> b`` (rational field), ``T -> omega`` in ``F_p`` (modular field) or ``T``
+itself (symbolic field).  ``scale`` is that ``D``; ``scale=None`` means *auto*:
+an :class:`~exactlearn.oracle.Oracle` built on a model fills it in from the
+lcm of the model's W denominators (:meth:`Field.with_scale`).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import gmpy2
+from gmpy2 import mpq, mpz
+
+
+class FieldError(ArithmeticError):
+    """Base class of the field-level errors below."""
+
+
+class ExactnessError(FieldError):
+    """exp(s) cannot be realised exactly in this field (e.g. D*s not an integer)."""
+
+
+class NotExponential(FieldError):
+    """log(a) was asked of an element that is not an exact exponential."""
+
+
+class NotSplit(FieldError):
+    """A polynomial does not split into distinct linear factors over the field."""
+
+
+def as_mpq(x) -> mpq:
+    """Exact rational from int, Fraction, mpq, mpz or a ``"p/q"``/decimal string.
+
+    Decimal strings are read exactly: ``"0.1"`` is ``1/10``.  Floats, NaN and
+    anything else raise ``ValueError`` naming the offending value.
+
+    >>> as_mpq("0.1"), as_mpq("-3/6"), as_mpq(7)
+    (mpq(1,10), mpq(-1,2), mpq(7,1))
+    """
+    if isinstance(x, bool):
+        raise ValueError(f"not a rational number: {x!r}")
+    if isinstance(x, (int, type(mpz(0)))):
+        return mpq(x)
+    if isinstance(x, type(mpq(0))):
+        return x
+    if isinstance(x, Fraction):
+        return mpq(x.numerator, x.denominator)
+    if isinstance(x, str):
+        s = x.strip()
+        try:
+            if "/" in s:
+                num, den = s.split("/")
+                num, den = int(num), int(den)
+                if den == 0:
+                    raise ValueError(f"division by zero in {x!r}")
+                return mpq(num, den)
+            if s.lower() in {"nan", "inf", "-inf", "+inf", "infinity", "-infinity"}:
+                raise ValueError(f"not a finite rational number: {x!r}")
+            return mpq(Fraction(s))
+        except ValueError as exc:
+            if "division by zero" in str(exc) or "finite" in str(exc):
+                raise
+            raise ValueError(f"not a rational number: {x!r}") from None
+        except ZeroDivisionError:
+            raise ValueError(f"division by zero in {x!r}") from None
+    if hasattr(x, "numerator") and hasattr(x, "denominator") and not isinstance(x, float):
+        return mpq(int(x.numerator), int(x.denominator))
+    raise ValueError(f"not an exact rational number: {x!r}")
+
+
+def format_rational(q) -> str:
+    """``"p/q"`` (or ``"p"`` when q = 1) for an exact rational.
+
+    >>> format_rational(mpq(-6, 4)), format_rational(mpq(5))
+    ('-3/2', '5')
+    """
+    q = as_mpq(q)
+    if q.denominator == 1:
+        return str(q.numerator)
+    return f"{q.numerator}/{q.denominator}"
+
+
+class Field:
+    """Abstract field (see the module docstring for the protocol).
+
+    Subclasses set ``name``, ``is_exact`` and implement the element methods.
+    Equality of field objects is equality of their ``_key()``.
+    """
+
+    name = "abstract"
+    is_exact = True
+
+    def __init__(self, scale: int | None = None):
+        if scale is not None:
+            scale = int(scale)
+            if scale <= 0:
+                raise ValueError(f"scale D must be a positive integer, got {scale}")
+        self.scale = scale
+
+    # -- identity ---------------------------------------------------------
+    def _key(self) -> tuple:
+        return (type(self).__name__, self.scale)
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        return f"{type(self).__name__}(scale={self.scale})"
+
+    def with_scale(self, scale: int) -> "Field":
+        """The same field with ``D = scale`` (see module docstring)."""
+        raise NotImplementedError
+
+    @property
+    def D(self) -> int:
+        """The scale D, defaulting to 1 when it was left on *auto*."""
+        return 1 if self.scale is None else self.scale
+
+    def describe(self) -> dict:
+        """JSON-able description of the field (used in CLI/JSON output)."""
+        return {"field": self.name, "scale": self.D}
+
+    # -- elements -----------------------------------------------------------
+    @property
+    def zero(self):
+        return self(0)
+
+    @property
+    def one(self):
+        return self(1)
+
+    def __call__(self, x):
+        """Embed an exact rational (or a param-domain value) into the field."""
+        raise NotImplementedError
+
+    def is_zero(self, a) -> bool:
+        return a == 0
+
+    def eq(self, a, b) -> bool:
+        return self.is_zero(a - b)
+
+    # -- exp / log ------------------------------------------------------------
+    def exp(self, s):
+        """The field's image of e^s for a param-domain score s."""
+        raise NotImplementedError
+
+    def log(self, a):
+        """The param-domain s with exp(s) == a, or raise :class:`NotExponential`."""
+        raise NotImplementedError
+
+    # -- polynomials --------------------------------------------------------
+    def roots(self, coeffs):
+        """Distinct roots of sum(coeffs[i] * k**i) when it splits into distinct
+        linear factors over the field; otherwise raise :class:`NotSplit`."""
+        raise NotImplementedError
+
+    # -- back to parameters ------------------------------------------------------
+    @property
+    def param(self) -> "Field":
+        """The field in which weights (W, v) and scores live."""
+        raise NotImplementedError
+
+    def to_param(self, a):
+        """Convert an element to the parameter domain (exact rational for the
+        exact fields; may raise :class:`FieldError` if no such value exists)."""
+        raise NotImplementedError
+
+    def format(self, a) -> str:
+        """String form of a param-domain value, for JSON output."""
+        return format_rational(a)
+
+
+def lcm_of_denominators(values) -> int:
+    """lcm of the denominators of some exact rationals (1 for none).
+
+    >>> lcm_of_denominators([mpq(1, 4), mpq(5, 6), 3])
+    12
+    """
+    out = mpz(1)
+    for v in values:
+        out = gmpy2.lcm(out, as_mpq(v).denominator)
+    return int(out)

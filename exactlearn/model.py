@@ -1,0 +1,253 @@
+"""Multi-head attention with exact weights, its canonical form and evaluation (SPEC §1).
+
+Convention (that of arXiv:2601.16873): head h has a merged query-key matrix
+W_h (d x d) and a merged value-readout vector v_h (d).  For a query
+X = (x_1, ..., x_n) the final token x_n attends to every token, itself
+included; the score of token i is ``s_{h,i} = x_i^T W_h x_n`` -- **key on the
+left, query on the right** -- and the output is
+
+    f(X) = sum_h sum_i softmax_i(s_{h,.}) * v_h . x_i .
+
+The canonical form groups heads with equal W, sums their v, and drops groups
+whose sum is zero; f depends only on it.
+
+>>> m = MultiHeadAttention([([[1, 0], [0, 1]], [1, 2]), ([[1, 0], [0, 1]], [-1, 0]),
+...                         ([[0, 1], [0, 0]], [3, "1/2"])])
+>>> [(h.W, h.v) for h in m.canonical_heads()]     # doctest: +NORMALIZE_WHITESPACE
+[(((mpq(0,1), mpq(1,1)), (mpq(0,1), mpq(0,1))), (mpq(3,1), mpq(1,2))),
+ (((mpq(1,1), mpq(0,1)), (mpq(0,1), mpq(1,1))), (mpq(0,1), mpq(2,1)))]
+>>> from exactlearn.fields import Rational
+>>> m.evaluate([[1, 0], [0, 1]], Rational())
+mpq(7,2)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from gmpy2 import mpq
+
+from .fields.base import Field, as_mpq, format_rational, lcm_of_denominators
+
+FORMAT = "exactlearn.mha/1"
+
+
+class ModelError(ValueError):
+    """A malformed model (wrong shapes, non-numbers, bad file)."""
+
+
+@dataclass(frozen=True, order=True)
+class Head:
+    """One (canonical or raw) head: W as a tuple of row tuples, v as a tuple."""
+
+    W: tuple
+    v: tuple
+
+    @property
+    def d(self) -> int:
+        return len(self.v)
+
+    def to_json(self, fmt=format_rational) -> dict:
+        return {"W": [[fmt(x) for x in row] for row in self.W], "v": [fmt(x) for x in self.v]}
+
+
+def _matrix(W, d, what) -> tuple:
+    if not isinstance(W, (list, tuple)) or len(W) != d:
+        raise ModelError(f"{what}: W must be a {d}x{d} matrix")
+    rows = []
+    for r in W:
+        if not isinstance(r, (list, tuple)) or len(r) != d:
+            raise ModelError(f"{what}: W must be a {d}x{d} matrix")
+        try:
+            rows.append(tuple(as_mpq(x) for x in r))
+        except ValueError as exc:
+            raise ModelError(f"{what}: W entry: {exc}") from None
+    return tuple(rows)
+
+
+def _vector(v, d, what) -> tuple:
+    if not isinstance(v, (list, tuple)) or len(v) != d:
+        raise ModelError(f"{what}: v must be a vector of length {d}")
+    try:
+        return tuple(as_mpq(x) for x in v)
+    except ValueError as exc:
+        raise ModelError(f"{what}: v entry: {exc}") from None
+
+
+def canonicalize(heads: Iterable[Head]) -> tuple:
+    """Canonical form (SPEC §1): merge equal W, sum v, drop zero sums; sorted.
+
+    Sorting makes the result a *value*: two canonical forms are equal as sets
+    exactly when the tuples are equal.
+    """
+    groups: dict = {}
+    for h in heads:
+        acc = groups.get(h.W)
+        groups[h.W] = h.v if acc is None else tuple(a + b for a, b in zip(acc, h.v))
+    return tuple(sorted(Head(W, v) for W, v in groups.items() if any(x != 0 for x in v)))
+
+
+class MultiHeadAttention:
+    """A multi-head attention model with exact rational weights.
+
+    ``MultiHeadAttention([(W, v), ...], d=None)``: W a d x d nested list, v a
+    list; entries are ints, Fractions, mpq, or ``"p/q"``/decimal strings.
+    """
+
+    def __init__(self, heads: Sequence, d: int | None = None):
+        heads = list(heads)
+        if d is None:
+            if not heads:
+                raise ModelError("a model without heads needs an explicit d")
+            first = heads[0]
+            v = first.v if isinstance(first, Head) else first[1]
+            d = len(v)
+        if isinstance(d, bool) or not isinstance(d, int) or d <= 0:
+            raise ModelError(f"d must be a positive integer, got {d!r}")
+        self.d = d
+        parsed = []
+        for idx, h in enumerate(heads):
+            if isinstance(h, Head):
+                W, v = h.W, h.v
+            elif isinstance(h, dict):
+                if "W" not in h or "v" not in h:
+                    raise ModelError(f"head {idx}: missing key 'W' or 'v'")
+                W, v = h["W"], h["v"]
+            else:
+                try:
+                    W, v = h
+                except (TypeError, ValueError):
+                    raise ModelError(f"head {idx}: expected a pair (W, v)") from None
+            parsed.append(Head(_matrix(W, d, f"head {idx}"), _vector(v, d, f"head {idx}")))
+        self.heads = tuple(parsed)
+
+    # ---- structure ----------------------------------------------------------------
+    @property
+    def H(self) -> int:
+        return len(self.heads)
+
+    def canonical_heads(self) -> tuple:
+        """The canonical heads (SPEC §1) as a sorted tuple of :class:`Head`."""
+        return canonicalize(self.heads)
+
+    def scale(self) -> int:
+        """lcm of the denominators of all W entries: the D of SPEC §4."""
+        return lcm_of_denominators(x for h in self.heads for row in h.W for x in row)
+
+    def __eq__(self, other):
+        return isinstance(other, MultiHeadAttention) and self.d == other.d and self.heads == other.heads
+
+    def __repr__(self):
+        return f"MultiHeadAttention(d={self.d}, H={self.H})"
+
+    # ---- evaluation -----------------------------------------------------------------
+    def evaluate(self, tokens, field: Field):
+        """f(X) in ``field`` for a token sequence (SPEC §1).
+
+        Work is in the number of *distinct* tokens: repeated tokens are
+        weighted by their multiplicity.
+        """
+        return evaluate_heads(self.heads, self.d, tokens, field)
+
+    # ---- files -----------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "d": self.d, "heads": [h.to_json() for h in self.heads]}
+
+    def dump(self, path) -> None:
+        with open(path, "w") as fh:
+            json.dump(self.to_json(), fh, indent=1)
+            fh.write("\n")
+
+    @classmethod
+    def from_json(cls, obj) -> "MultiHeadAttention":
+        if not isinstance(obj, dict):
+            raise ModelError("model file: top level must be a JSON object")
+        fmt = obj.get("format", FORMAT)
+        if fmt != FORMAT:
+            raise ModelError(f"model file: unknown format {fmt!r} (expected {FORMAT!r})")
+        for key in ("d", "heads"):
+            if key not in obj:
+                raise ModelError(f"model file: missing key {key!r}")
+        d = obj["d"]
+        if isinstance(d, bool) or not isinstance(d, int) or d <= 0:
+            raise ModelError(f"model file: d must be a positive integer, got {d!r}")
+        if not isinstance(obj["heads"], list):
+            raise ModelError("model file: 'heads' must be a list")
+        return cls(obj["heads"], d=d)
+
+    @classmethod
+    def from_file(cls, path) -> "MultiHeadAttention":
+        return cls.from_json(load_json(path))
+
+
+def load_json(path):
+    """Read a JSON file, turning every failure into a one-line ModelError."""
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise ModelError(f"model file not found: {path}") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as exc:
+        raise ModelError(f"cannot read model file {path}: {exc.__class__.__name__}") from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"model file {path} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+
+
+def _reject_constant(name):
+    raise ModelError(f"model file: {name} is not an exact number")
+
+
+# ---------------------------------------------------------------------------------
+def distinct_tokens(tokens):
+    """Group a token sequence into (token, multiplicity) pairs, final token last.
+
+    Returns ``(pairs, final)`` where ``pairs`` lists each distinct token once.
+    """
+    if len(tokens) == 0:
+        raise ValueError("a query needs at least one token")
+    counts: dict = {}
+    for t in tokens:
+        key = tuple(t)
+        counts[key] = counts.get(key, 0) + 1
+    final = tuple(tokens[-1])
+    return list(counts.items()), final
+
+
+def head_terms(W, v, pairs, final, K: Field):
+    """(numerator, denominator) of one head's softmax average in K.
+
+    Scores are shifted by the final token's score, so ``exp`` is taken of
+    ``(x_i - x_n)^T W x_n``; this keeps exponents small and is exact.
+    """
+    P = K.param
+    wx = [sum((P(a) * P(b) for a, b in zip(row, final)), P.zero) for row in W]
+    s_final = sum((P(a) * b for a, b in zip(final, wx)), P.zero)
+    num = K.zero
+    den = K.zero
+    for tok, mult in pairs:
+        s = sum((P(a) * b for a, b in zip(tok, wx)), P.zero) - s_final
+        w = K.exp(s) * mult
+        val = sum((P(a) * P(b) for a, b in zip(v, tok)), P.zero)
+        num = num + w * K(val)
+        den = den + w
+    return num, den
+
+
+def evaluate_heads(heads, d, tokens, K: Field):
+    """f(X) for raw heads; see :meth:`MultiHeadAttention.evaluate`."""
+    pairs, final = distinct_tokens(tokens)
+    for t, _ in pairs:
+        if len(t) != d:
+            raise ValueError(f"token of length {len(t)} in a model with d={d}")
+    P = K.param
+    pairs = [(tuple(P(x) for x in t), m) for t, m in pairs]
+    final = tuple(P(x) for x in final)
+    total = K.zero
+    for h in heads:
+        num, den = head_terms(h.W, h.v, pairs, final, K)
+        total = total + num / den
+    return total
