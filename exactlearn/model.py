@@ -149,7 +149,7 @@ class MultiHeadAttention:
         Work is in the number of *distinct* tokens: repeated tokens are
         weighted by their multiplicity.
         """
-        return evaluate_heads(self.heads, self.d, tokens, field)
+        return HeadEvaluator(self.heads, self.d, field)(tokens)
 
     # ---- files -----------------------------------------------------------------------
     def to_json(self) -> dict:
@@ -217,37 +217,46 @@ def distinct_tokens(tokens):
     return list(counts.items()), final
 
 
-def head_terms(W, v, pairs, final, K: Field):
-    """(numerator, denominator) of one head's softmax average in K.
+class HeadEvaluator:
+    """Evaluates raw or recovered heads through a field, caching W_h x_n per final token."""
 
-    Scores are shifted by the final token's score, so ``exp`` is taken of
-    ``(x_i - x_n)^T W x_n``; this keeps exponents small and is exact.
-    """
-    P = K.param
-    wx = [sum((P(a) * P(b) for a, b in zip(row, final)), P.zero) for row in W]
-    s_final = sum((P(a) * b for a, b in zip(final, wx)), P.zero)
-    num = K.zero
-    den = K.zero
-    for tok, mult in pairs:
-        s = sum((P(a) * b for a, b in zip(tok, wx)), P.zero) - s_final
-        w = K.exp(s) * mult
-        val = sum((P(a) * P(b) for a, b in zip(v, tok)), P.zero)
-        num = num + w * K(val)
-        den = den + w
-    return num, den
+    def __init__(self, heads, d: int, field: Field):
+        self.d = d
+        self.K = field
+        P = field.param
+        self.heads = [([[P(a) for a in row] for row in h.W], [P(a) for a in h.v]) for h in heads]
+        self._cache: dict = {}
 
+    def _final(self, final):
+        got = self._cache.get(final)
+        if got is None:
+            P = self.K.param
+            got = []
+            for W, v in self.heads:
+                wx = [sum((a * b for a, b in zip(row, final)), P.zero) for row in W]
+                s_final = sum((a * b for a, b in zip(final, wx)), P.zero)
+                got.append((wx, s_final, v))
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[final] = got
+        return got
 
-def evaluate_heads(heads, d, tokens, K: Field):
-    """f(X) for raw heads; see :meth:`MultiHeadAttention.evaluate`."""
-    pairs, final = distinct_tokens(tokens)
-    for t, _ in pairs:
-        if len(t) != d:
-            raise ValueError(f"token of length {len(t)} in a model with d={d}")
-    P = K.param
-    pairs = [(tuple(P(x) for x in t), m) for t, m in pairs]
-    final = tuple(P(x) for x in final)
-    total = K.zero
-    for h in heads:
-        num, den = head_terms(h.W, h.v, pairs, final, K)
-        total = total + num / den
-    return total
+    def __call__(self, tokens):
+        K = self.K
+        P = K.param
+        pairs, final = distinct_tokens(tokens)
+        for t, _ in pairs:
+            if len(t) != self.d:
+                raise ValueError(f"token of length {len(t)} in a model with d={self.d}")
+        pairs = [(tuple(P(a) for a in t), m) for t, m in pairs]
+        total = K.zero
+        for wx, s_final, v in self._final(tuple(P(a) for a in final)):
+            num = K.zero
+            den = K.zero
+            for tok, mult in pairs:
+                s = sum((a * b for a, b in zip(tok, wx)), P.zero) - s_final
+                w = K.exp(s) * mult
+                num = num + w * K(sum((a * b for a, b in zip(v, tok)), P.zero))
+                den = den + w
+            total = total + num / den
+        return total

@@ -1,0 +1,117 @@
+"""Cauchy (rational) interpolation and the poles of f(q_k) (SPEC §2).
+
+Along the query family q_k = (a, ..., a [k times], x), a = x + e,
+
+    f(q_k) = V.a + sum_h c_h / (1 + k rho_h),  rho_h = exp(e^T W_h x),  c_h = -v_h.e ,
+
+a rational function of k of type (H, H).  :func:`cauchy_interpolate` finds the
+minimal-degree P/Q through 2H+1 samples with the extended Euclidean algorithm
+applied to the interpolating polynomial L and prod(k - k_i), stopped at the
+first remainder of degree <= H; :func:`poles` then reads off each canonical
+head's ``rho_h = -1/p_h`` and ``c_h = rho_h * P(p_h) / Q'(p_h)``.
+
+>>> from exactlearn.fields import QQ
+>>> ks = [QQ(k) for k in range(5)]                        # H = 2: k = 0..4
+>>> f = lambda k: QQ(7) + QQ(3) / (1 + 2 * k) + QQ(-1) / (1 + QQ("1/4") * k)
+>>> rf = cauchy_interpolate(ks, [f(k) for k in ks], 2, QQ)
+>>> sorted(poles(rf, QQ))
+[(mpq(1,4), mpq(-1,1)), (mpq(2,1), mpq(3,1))]
+>>> rf.limit(QQ)
+mpq(7,1)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import polys
+from .fields.base import FieldError
+
+
+class InterpolationError(FieldError):
+    """The samples are not those of a rational function of the expected type."""
+
+
+@dataclass
+class RationalFunction:
+    """P/Q in lowest terms with Q(0) = 1."""
+
+    P: list
+    Q: list
+
+    @property
+    def n_poles(self) -> int:
+        return polys.degree(self.Q)
+
+    def __call__(self, k, K):
+        return polys.evaluate(self.P, k, K) / polys.evaluate(self.Q, k, K)
+
+    def limit(self, K):
+        """lim_{k->oo} P/Q (the V.a of SPEC §2); 0 when deg P < deg Q."""
+        if polys.degree(self.P) > polys.degree(self.Q):
+            raise InterpolationError("deg P > deg Q: not a bounded rational function of k")
+        if polys.degree(self.P) < polys.degree(self.Q):
+            return K.zero
+        return self.P[-1] / self.Q[-1]
+
+
+def cauchy_interpolate(ks, ys, H, K) -> RationalFunction:
+    """Minimal P/Q with deg P, deg Q <= H through the 2H+1 points (ks, ys).
+
+    Uses only field operations (SPEC §2).  Raises :class:`InterpolationError`
+    when no P/Q of that type in lowest terms interpolates the data, or when
+    Q(0) = 0 (a pole at k = 0 is impossible for attention).
+    """
+    hook = getattr(K, "rational_interpolate", None)
+    if hook is not None:
+        P, Q = hook(ks, ys, H)
+        return _normalise(P, Q, K)
+    if len(ks) != 2 * H + 1 or len(ys) != len(ks):
+        raise ValueError(f"need 2H+1 = {2 * H + 1} samples, got {len(ks)}")
+    L = polys.newton_interpolate(ks, ys, K)
+    r0, r1 = polys.from_roots(ks, K), L
+    t0, t1 = [], [K.one]
+    while polys.degree(r1) > H:
+        q, r = polys.divmod_(r0, r1, K)
+        r0, r1 = r1, r
+        t0, t1 = t1, polys.sub(t0, polys.mul(q, t1, K), K)
+    P, Q = r1, t1
+    if polys.degree(Q) > H:
+        raise InterpolationError(f"no rational function of type ({H},{H}) fits the samples")
+    # the EEA solution solves P = Q*L mod prod(k - k_i); it interpolates iff Q(k_i) != 0
+    for k in ks:
+        if K.is_zero(polys.evaluate(Q, k, K)):
+            raise InterpolationError("samples are not those of a rational function of type "
+                                     f"({H},{H}) (unattainable point at k = {k})")
+    return _normalise(P, Q, K)
+
+
+def _normalise(P, Q, K) -> RationalFunction:
+    P, Q = polys.trim(P, K), polys.trim(Q, K)
+    if not Q or K.is_zero(Q[0]):
+        raise InterpolationError("Q(0) = 0: a pole at k = 0 cannot come from attention")
+    inv = K.one / Q[0]
+    return RationalFunction(polys.scale(P, inv, K), polys.scale(Q, inv, K))
+
+
+def poles(rf: RationalFunction, K):
+    """[(rho_h, c_h)] for the poles p_h = -1/rho_h of P/Q (SPEC §2).
+
+    Raises :class:`~exactlearn.fields.base.NotSplit` when Q does not split into
+    distinct linear factors over K, and :class:`InterpolationError` when a
+    coefficient vanishes (P and Q not coprime).
+    """
+    if rf.n_poles <= 0:
+        return []
+    roots = K.roots(rf.Q)
+    dQ = polys.derivative(rf.Q, K)
+    out = []
+    for p in roots:
+        if K.is_zero(p):
+            raise InterpolationError("pole at k = 0")
+        rho = -K.one / p
+        c = rho * polys.evaluate(rf.P, p, K) / polys.evaluate(dQ, p, K)
+        if K.is_zero(c):
+            raise InterpolationError("a pole with zero coefficient: P and Q share a root")
+        out.append((rho, c))
+    return out

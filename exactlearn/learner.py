@@ -1,0 +1,293 @@
+"""The learner: plan -> queries -> interpolate -> poles -> match -> solve -> certify.
+
+:func:`learn` recovers the canonical heads of any black box that is a
+multi-head attention over the given field (SPEC §2-§5, arXiv:2608.03294,
+main theorem): with H (or a bound H0) it asks exactly ``4 H d^2 - 2H + 1``
+queries, the longest of ``2H + 1`` tokens, and returns either *certified*
+heads -- they reproduce every observed value exactly -- or an explicit failure
+with a reason.  It never returns an uncertified answer as a result.
+
+>>> from exactlearn import MultiHeadAttention, Oracle, learn
+>>> from exactlearn.fields import Rational
+>>> model = MultiHeadAttention([([[1, 0], [0, -1]], [1, 2]), ([[0, 1], [1, 0]], [-1, 1])])
+>>> res = learn(Oracle(model, Rational()), d=2, heads=2, seed=1)
+>>> res.status, res.heads == model.canonical_heads(), res.queries, res.max_length
+('certified', True, 29, 5)
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field as dc_field
+
+from . import linalg
+from .certify import CertificateError, certify
+from .fields.base import Field, FieldError, as_mpq
+from .interpolate import cauchy_interpolate, poles
+from .linalg import SingularMatrix
+from .match import MatchError, match
+from .model import Head, canonicalize
+from .plan import draw_paper_plan, paper_count
+
+#: Default half-width R of the random integer query entries, per field name.
+#: Rational: bit sizes grow like |D e^T W x| (see README, "Choosing the range").
+DEFAULT_RANGES = {"rational": 20, "modular": 2 ** 32, "symbolic": 4, "real": 1}
+
+
+class Degenerate(Exception):
+    """A detected degenerate draw (or a black box outside the model class)."""
+
+
+@dataclass
+class LearnResult:
+    """What :func:`learn` returns; ``status`` is ``"certified"`` or ``"failed"``."""
+
+    status: str
+    heads: tuple
+    error: str | None
+    d: int
+    heads_bound: int
+    field: Field
+    queries: int
+    max_length: int
+    plan: str = "paper"
+    plan_queries: int = 0
+    attempts: int = 1
+    learner_seconds: float = 0.0
+    oracle_seconds: float = 0.0
+    certified_observations: int = 0
+    trace: list = dc_field(default_factory=list)
+
+    @property
+    def certified(self) -> bool:
+        return self.status == "certified"
+
+    @property
+    def extra_queries(self) -> int:
+        """Queries beyond one plan's count (spent on retries)."""
+        return self.queries - self.plan_queries if self.attempts > 1 else 0
+
+    def to_json(self) -> dict:
+        K = self.field.param
+        return {
+            "status": self.status,
+            "field": self.field.name,
+            "d": self.d,
+            "heads_bound": self.heads_bound,
+            "canonical_heads": len(self.heads),
+            "queries": self.queries,
+            "max_length": self.max_length,
+            "heads": [h.to_json(K.format) for h in self.heads],
+            "error": self.error,
+            "learner_seconds": round(self.learner_seconds, 6),
+            "oracle_seconds": round(self.oracle_seconds, 6),
+            "plan": self.plan,
+            "plan_queries": self.plan_queries,
+            "attempts": self.attempts,
+            "extra_queries": self.extra_queries,
+            "field_info": self.field.describe(),
+        }
+
+
+class _Recorder:
+    """Wraps the black box: counts, times and records every observation."""
+
+    def __init__(self, oracle, K: Field, convert: bool):
+        self.oracle = oracle
+        self.K = K
+        self.convert = convert
+        self.observations = []
+        self.queries = 0
+        self.max_length = 0
+        self.seconds = 0.0
+
+    def __call__(self, tokens):
+        t0 = time.perf_counter()
+        y = self.oracle(tokens)
+        self.seconds += time.perf_counter() - t0
+        if self.convert:
+            try:
+                y = self.K(y)
+            except (ValueError, TypeError, FieldError) as exc:
+                raise Degenerate(f"the black box returned a value that is not in the "
+                                 f"{self.K.name} field: {exc}") from None
+        self.queries += 1
+        self.max_length = max(self.max_length, len(tokens))
+        self.observations.append((tokens, y))
+        return y
+
+
+def resolve_field(oracle, field: Field | None) -> tuple:
+    """The learner's field (scale filled in) and whether outputs need converting."""
+    ofield = getattr(oracle, "field", None)
+    if field is None:
+        if ofield is None:
+            raise ValueError("learn() needs field= for a black box without a .field")
+        field = ofield
+    if field.scale is None:
+        field = field.with_scale(ofield.scale if isinstance(ofield, Field) and ofield.scale else 1)
+    return field, not (isinstance(ofield, Field) and ofield == field)
+
+
+def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None,
+          field: Field | None = None, seed=None, query_range: int | None = None,
+          retries: int = 0, e_range: int | None = None, trace: bool = False) -> LearnResult:
+    """Learn the canonical heads of ``oracle`` (SPEC §3, §5).
+
+    ``heads`` (H) or ``max_heads`` (a bound H0) sets the plan.  Query entries
+    are random integers in ``[-query_range, query_range]`` (the directions E
+    in ``[-e_range, e_range]`` when given).  A detected degenerate draw fails
+    with a reason, or with ``retries=N`` is redrawn up to N times (the extra
+    queries are counted in ``queries`` and reported as ``extra_queries``).
+    """
+    t_start = time.perf_counter()
+    H = heads if heads is not None else max_heads
+    if heads is not None and max_heads is not None:
+        raise ValueError("give heads= or max_heads=, not both")
+    if H is None or isinstance(H, bool) or not isinstance(H, int) or H < 1:
+        raise ValueError(f"the head count/bound must be a positive integer, got {H!r}")
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise ValueError(f"d must be a positive integer, got {d!r}")
+    if retries < 0:
+        raise ValueError("retries must be >= 0")
+    K, convert = resolve_field(oracle, field)
+    R = query_range if query_range is not None else DEFAULT_RANGES.get(K.name, 20)
+    if R < 1:
+        raise ValueError("the query range must be >= 1")
+    rng = random.Random(seed)
+    rec = _Recorder(oracle, K, convert)
+    error = None
+    recovered: tuple = ()
+    attempts = 0
+    plan = None
+    tr: list = []
+    n_cert = 0
+    while attempts <= retries:
+        attempts += 1
+        plan = draw_paper_plan(d, H, rng, R, e_range)
+        tr = []
+        start = len(rec.observations)
+        try:
+            recovered = _run(plan, rec, K, tr if trace else None)
+            n_cert = certify(recovered, d, rec.observations[start:], K)
+            error = None
+            break
+        except (Degenerate, FieldError, CertificateError, SingularMatrix) as exc:
+            error = f"{_kind(exc)}: {exc}"
+            recovered = ()
+    total = time.perf_counter() - t_start
+    return LearnResult(
+        status="certified" if error is None else "failed",
+        heads=recovered if error is None else (),
+        error=error, d=d, heads_bound=H, field=K,
+        queries=rec.queries, max_length=rec.max_length,
+        plan=plan.name if plan else "paper", plan_queries=paper_count(d, H),
+        attempts=attempts, learner_seconds=max(0.0, total - rec.seconds),
+        oracle_seconds=rec.seconds, certified_observations=n_cert, trace=tr)
+
+
+def _kind(exc) -> str:
+    if isinstance(exc, CertificateError):
+        return "certificate failed"
+    if isinstance(exc, MatchError):
+        return "matching failed"
+    return "degenerate draw or black box outside the model class"
+
+
+def _run(plan, ask, K: Field, trace) -> tuple:
+    """Query the plan, analyse it, return the recovered canonical heads (uncertified)."""
+    d, H = plan.d, plan.H
+    # 1. ask every query of the plan (the plan is data: its length is the count)
+    values: dict = {}
+    y_shared = None
+    for q in plan.queries:
+        y = ask(plan.tokens(q))
+        if q.k == 0:
+            y_shared = y
+        else:
+            values.setdefault(q.config, []).append(y)
+    ks = [K(k) for k in range(2 * H + 1)]
+
+    def fit(n, y0):
+        rf = cauchy_interpolate(ks, [y0] + values[n], H, K)
+        return rf, poles(rf, K)
+
+    configs = plan.configs
+    fits: dict = {}
+    # 2. the group of x_1 shares the k = 0 query; it gives V (SPEC §3)
+    for n, c in enumerate(configs):
+        if c.shares_k0:
+            fits[n] = fit(n, y_shared)
+    Et = [[K(plan.E[j][r]) for r in range(d)] for j in range(d)]      # rows e_j^T
+    sums = [-_sum((c for _, c in fits[plan.index("basis", 0, j)][1]), K) for j in range(d)]
+    V = linalg.matvec(linalg.inverse(Et, K), sums, K)               # E^T V = (V.e_j)_j
+
+    def dot(u, x):
+        return _sum((a * K(b) for a, b in zip(u, x)), K)
+
+    # 3. every other configuration takes its k = 0 value V.x by computation
+    for n, c in enumerate(configs):
+        if n not in fits:
+            fits[n] = fit(n, dot(V, c.x))
+    for n, c in enumerate(configs):
+        rf = fits[n][0]
+        if not K.eq(rf.limit(K), dot(V, c.a)):
+            raise Degenerate(f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) "
+                             f"is not V.a (an additive constant or a bias is present)")
+    m = fits[plan.index("basis", 0, 0)][0].n_poles
+    for n, c in enumerate(configs):
+        if fits[n][0].n_poles != m:
+            raise Degenerate(f"pole counts differ between configurations ({m} at (x_1, e_1), "
+                             f"{fits[n][0].n_poles} at {c.kind}{(c.i + 1, c.j + 1)})")
+    # 4. label every basis configuration by head (products in the field)
+    labelled: dict = {}
+    for i in range(d):
+        if i == 0:
+            labelled[(0, 0)] = fits[plan.index("basis", 0, 0)][1]
+        else:
+            other = fits[plan.index("basis", i, 0)][1]
+            perm = match(labelled[(0, 0)], other, fits[plan.index("across", i, 0)][1], "equal", K)
+            labelled[(i, 0)] = [other[r] for r in perm]
+        for j in range(1, d):
+            other = fits[plan.index("basis", i, j)][1]
+            perm = match(labelled[(i, 0)], other, fits[plan.index("within", i, j)][1], "add", K)
+            labelled[(i, j)] = [other[r] for r in perm]
+    # c_h(x, e_j) = -v_h.e_j does not depend on x: a free consistency check
+    for (i, j), lab in labelled.items():
+        for h, (_, c) in enumerate(lab):
+            if not K.eq(c, labelled[(0, j)][h][1]):
+                raise Degenerate(f"head {h}: its c-value at e_{j + 1} depends on the final token")
+    # 5. solve W_h = E^{-T} M_h X^{-1} (param domain) and v_h = -E^{-T} c_h (field)
+    P = K.param
+    Xm = [[P(plan.X[i][r]) for i in range(d)] for r in range(d)]
+    EtP = [[P(plan.E[j][r]) for r in range(d)] for j in range(d)]
+    Xinv, EtinvP = linalg.inverse(Xm, P), linalg.inverse(EtP, P)
+    Etinv = linalg.inverse(Et, K)
+    out = []
+    for h in range(m):
+        M = [[K.log(labelled[(i, j)][h][0]) for i in range(d)] for j in range(d)]
+        W = linalg.matmul(linalg.matmul(EtinvP, M, P), Xinv, P)
+        v = linalg.matvec(Etinv, [-labelled[(0, j)][h][1] for j in range(d)], K)
+        out.append(Head(tuple(tuple(row) for row in W), tuple(K.to_param(x) for x in v)))
+    if trace is not None:
+        trace.extend(_trace(plan, fits, labelled, V, y_shared, values, K))
+    return canonicalize(out)
+
+
+def _sum(it, K):
+    acc = K.zero
+    for x in it:
+        acc = acc + x
+    return acc
+
+
+def _trace(plan, fits, labelled, V, y_shared, values, K) -> list:
+    rows = []
+    for n, c in enumerate(plan.configs):
+        rf, pl = fits[n]
+        rows.append({"config": c, "y0": y_shared if c.shares_k0 else None,
+                     "values": values[n], "P": rf.P, "Q": rf.Q, "poles": pl,
+                     "labelled": labelled.get((c.i, c.j)) if c.kind == "basis" else None})
+    rows.append({"V": V})
+    return rows

@@ -1,0 +1,83 @@
+"""Matching heads across configurations by products in the field (SPEC §3).
+
+Poles come unlabelled.  A labelled configuration ``base`` (one (rho_h, c_h) per
+head h) labels another configuration ``other`` through a *matching*
+configuration ``joint`` whose rho-values are the products
+``rho_base * rho_other``; its c-values either add (``mode="add"``: within a
+final-token group, direction e_1 + e_j) or are equal (``mode="equal"``: across
+groups, final token x_1 + x_i).  No logarithms are needed.
+
+>>> from exactlearn.fields import QQ
+>>> base  = [(QQ(2), QQ(1)), (QQ(8), QQ(5))]
+>>> other = [(QQ(3), QQ(7)), (QQ("1/2"), QQ(-1))]
+>>> joint = [(QQ(4), QQ(4)), (QQ(6), QQ(8))]               # 8*(1/2), 2*3 ; c adds
+>>> match(base, other, joint, "add", QQ)
+[0, 1]
+"""
+
+from __future__ import annotations
+
+from .fields.base import FieldError
+
+
+class MatchError(FieldError):
+    """The pairing of heads across configurations is missing or not unique."""
+
+
+class _Finder:
+    """Find an element equal (in the field) to a target among a list."""
+
+    def __init__(self, items, K):
+        self.items = items
+        self.K = K
+        self.table = None
+        if K.is_exact:
+            try:
+                table: dict = {}
+                for idx, x in enumerate(items):
+                    table.setdefault(x, []).append(idx)
+                self.table = table
+            except TypeError:  # unhashable elements: fall back to a scan
+                self.table = None
+
+    def find(self, target) -> list:
+        if self.table is not None:
+            return self.table.get(target, [])
+        return [idx for idx, x in enumerate(self.items) if self.K.eq(x, target)]
+
+
+def match(base, other, joint, mode: str, K) -> list:
+    """Permutation ``perm`` with ``other[perm[h]]`` the same head as ``base[h]``.
+
+    Every head of ``base`` needs exactly one partner r in ``other`` and one
+    s in ``joint`` with rho_s == rho_h * rho_r and the c-relation of ``mode``;
+    the pairing must be a bijection.  Otherwise :class:`MatchError`.
+    """
+    if not (len(base) == len(other) == len(joint)):
+        raise MatchError(f"pole counts differ between configurations "
+                         f"({len(base)}, {len(other)}, {len(joint)})")
+    finder = _Finder([rho for rho, _ in joint], K)
+    perm = []
+    used_r, used_s = set(), set()
+    for h, (rho_h, c_h) in enumerate(base):
+        cands = []
+        for r, (rho_r, c_r) in enumerate(other):
+            for s in finder.find(rho_h * rho_r):
+                c_s = joint[s][1]
+                if mode == "add":
+                    ok = K.eq(c_s, c_h + c_r)
+                else:
+                    ok = K.eq(c_r, c_h) and K.eq(c_s, c_h)
+                if ok:
+                    cands.append((r, s))
+        if len(cands) != 1:
+            what = "no" if not cands else "more than one"
+            raise MatchError(f"head {h}: {what} consistent partner in the matching "
+                             f"configuration (products of rho{' and sums' if mode == 'add' else ''} of c)")
+        r, s = cands[0]
+        if r in used_r or s in used_s:
+            raise MatchError("the pairing of heads across configurations is not one-to-one")
+        used_r.add(r)
+        used_s.add(s)
+        perm.append(r)
+    return perm
