@@ -23,7 +23,7 @@ from dataclasses import dataclass, field as dc_field
 
 from . import linalg
 from .certify import CertificateError, certify
-from .fields.base import Field, FieldError, as_mpq
+from .fields.base import ExactnessError, Field, FieldError
 from .interpolate import cauchy_interpolate, poles
 from .linalg import SingularMatrix
 from .match import MatchError, match
@@ -58,6 +58,8 @@ class LearnResult:
     oracle_seconds: float = 0.0
     certified_observations: int = 0
     trace: list = dc_field(default_factory=list)
+    verify_queries: int = 0
+    verified: bool | None = None
 
     @property
     def certified(self) -> bool:
@@ -87,6 +89,8 @@ class LearnResult:
             "attempts": self.attempts,
             "extra_queries": self.extra_queries,
             "field_info": self.field.describe(),
+            "verify_queries": self.verify_queries,
+            "verified": self.verified,
         }
 
 
@@ -132,7 +136,8 @@ def resolve_field(oracle, field: Field | None) -> tuple:
 
 def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None,
           field: Field | None = None, seed=None, query_range: int | None = None,
-          retries: int = 0, e_range: int | None = None, trace: bool = False) -> LearnResult:
+          retries: int = 0, e_range: int | None = None, trace: bool = False,
+          verify: int = 0) -> LearnResult:
     """Learn the canonical heads of ``oracle`` (SPEC §3, §5).
 
     ``heads`` (H) or ``max_heads`` (a bound H0) sets the plan.  Query entries
@@ -140,6 +145,9 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     in ``[-e_range, e_range]`` when given).  A detected degenerate draw fails
     with a reason, or with ``retries=N`` is redrawn up to N times (the extra
     queries are counted in ``queries`` and reported as ``extra_queries``).
+    ``verify=N`` spends N fresh random queries after certification comparing
+    the learned heads with the black box; they are reported separately
+    (``verify_queries``) and never counted in ``queries``.
     """
     t_start = time.perf_counter()
     H = heads if heads is not None else max_heads
@@ -169,6 +177,9 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         tr = []
         start = len(rec.observations)
         try:
+            check = getattr(oracle, "check_plan", None)
+            if check is not None:
+                check(plan)          # fail fast, before any query of this plan
             recovered = _run(plan, rec, K, tr if trace else None)
             n_cert = certify(recovered, d, rec.observations[start:], K)
             error = None
@@ -176,8 +187,14 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         except (Degenerate, FieldError, CertificateError, SingularMatrix) as exc:
             error = f"{_kind(exc)}: {exc}"
             recovered = ()
+    verified = None
+    if error is None and verify:
+        verified, error = _verify(oracle, recovered, d, H, K, convert, rng, R, verify)
+        if error is not None:
+            recovered = ()
     total = time.perf_counter() - t_start
     return LearnResult(
+        verify_queries=verify if verified is not None else 0, verified=verified,
         status="certified" if error is None else "failed",
         heads=recovered if error is None else (),
         error=error, d=d, heads_bound=H, field=K,
@@ -187,11 +204,28 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         oracle_seconds=rec.seconds, certified_observations=n_cert, trace=tr)
 
 
+def _verify(oracle, heads, d, H, K, convert, rng, R, n) -> tuple:
+    """n fresh random queries (length 1..2H+1) comparing heads and black box."""
+    from .model import HeadEvaluator
+    ev = HeadEvaluator(heads, d, K)
+    for _ in range(n):
+        length = rng.randint(1, 2 * H + 1)
+        tokens = [tuple(rng.randint(-R, R) for _ in range(d)) for _ in range(length)]
+        y = oracle(tokens)
+        if convert:
+            y = K(y)
+        if not K.eq(ev(tokens), y):
+            return False, "verification failed: a fresh random query disagrees with the certified heads"
+    return True, None
+
+
 def _kind(exc) -> str:
     if isinstance(exc, CertificateError):
         return "certificate failed"
     if isinstance(exc, MatchError):
         return "matching failed"
+    if isinstance(exc, ExactnessError):
+        return "the field cannot realise this run"
     return "degenerate draw or black box outside the model class"
 
 

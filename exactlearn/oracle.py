@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 
-from .fields.base import Field
+from .fields.base import ExactnessError, Field
 from .model import HeadEvaluator, MultiHeadAttention
 
 
@@ -48,6 +48,24 @@ class Oracle:
         self.queries += 1
         self.max_length = max(self.max_length, len(tokens))
         return out
+
+    def check_plan(self, plan) -> int:
+        """Largest |D e^T W_h x| over the plan; raise ExactnessError past the field's limit.
+
+        Called by the learner before any query is asked (fail fast)."""
+        D = self.field.D
+        worst = 0
+        for c in plan.configs:
+            for h in self.model.heads:
+                wx = [sum(a * b for a, b in zip(row, c.x)) for row in h.W]
+                worst = max(worst, abs(D * sum(a * b for a, b in zip(c.e, wx))))
+        limit = self.field.max_exponent()
+        if limit is not None and worst > limit:
+            raise ExactnessError(
+                f"the plan needs exp of exponents up to {int(worst)} but the {self.field.name} field "
+                f"realises at most {limit}" + (" (numbers past the size limit): use --field modular "
+                                               "or a smaller --range" if self.field.name == "rational" else ""))
+        return int(worst)
 
     def reset(self):
         self.queries = 0

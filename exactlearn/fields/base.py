@@ -144,6 +144,12 @@ class Field:
         """The scale D, defaulting to 1 when it was left on *auto*."""
         return 1 if self.scale is None else self.scale
 
+    def max_exponent(self):
+        """Largest |D*s| that exp() realises faithfully (None: no limit).
+
+        The oracle checks a plan against it before any query is asked."""
+        return None
+
     def describe(self) -> dict:
         """JSON-able description of the field (used in CLI/JSON output)."""
         return {"field": self.name, "scale": self.D}

@@ -79,6 +79,9 @@ class Rational(Field):
     def eq(self, a, b):
         return a == b
 
+    def max_exponent(self):
+        return int(self.max_bits / self._log2b)
+
     # exp / log
     def exponent(self, s) -> int:
         """The integer D*s, or raise ExactnessError."""

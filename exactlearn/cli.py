@@ -1,0 +1,217 @@
+"""Command line: ``exactlearn learn | random-model | demo``.
+
+Exit status: 0 certified (or success), 1 a flagged failure, 2 bad input (one
+line on stderr, no traceback, nothing on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+
+from .fields.base import FieldError
+from .model import ModelError, MultiHeadAttention, load_json
+
+FIELD_NAMES = ("rational", "modular", "real", "symbolic")
+
+
+class BadInput(Exception):
+    """Bad command-line input: reported in one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse would print usage too)
+        raise BadInput(message)
+
+
+def make_field(name: str, args=None, scale: int | None = None):
+    """The field named on the command line, with its options."""
+    from . import fields
+    opts = vars(args) if args is not None else {}
+    if name == "rational":
+        return fields.Rational(scale=scale)
+    if name == "modular":
+        Modular = getattr(fields, "Modular", None)
+        if Modular is None:
+            raise BadInput("the modular field is not available in this installation")
+        prime = opts.get("prime")
+        return Modular(scale=scale) if prime is None else Modular(p=prime, omega=None, scale=scale)
+    if name == "real":
+        Real = getattr(fields, "Real", None)
+        if Real is None:
+            raise BadInput("the real field is not available in this installation")
+        return Real(dps=opts.get("dps") or 50, scale=scale)
+    if name == "symbolic":
+        Symbolic = getattr(fields, "Symbolic", None)
+        if Symbolic is None:
+            raise BadInput("the symbolic field is not available in this installation")
+        return Symbolic(scale=scale)
+    raise BadInput(f"unknown field {name!r} (choose from {', '.join(FIELD_NAMES)})")
+
+
+def _positive(what):
+    def conv(text):
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{what} must be >= 1, got {n}")
+        return n
+    return conv
+
+
+def _nonneg(what):
+    def conv(text):
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
+        if n < 0:
+            raise argparse.ArgumentTypeError(f"{what} must be >= 0, got {n}")
+        return n
+    return conv
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="exactlearn", description="Learn multi-head attention exactly from value queries.")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    sub.required = True
+
+    lp = sub.add_parser("learn", help="learn the canonical heads of a model file through a black box")
+    lp.add_argument("--model", required=True, help="model file (exactlearn.mha/1 JSON)")
+    lp.add_argument("--field", default="rational", help=f"one of {', '.join(FIELD_NAMES)}")
+    g = lp.add_mutually_exclusive_group(required=True)
+    g.add_argument("--heads", type=_positive("--heads"), help="number of heads H")
+    g.add_argument("--max-heads", type=_positive("--max-heads"), help="upper bound H0 on the heads")
+    lp.add_argument("--seed", type=int, default=None, help="random seed of the query draw")
+    lp.add_argument("--range", type=_positive("--range"), default=None, dest="range",
+                    help="query entries are random integers in [-R, R]")
+    lp.add_argument("--e-range", type=_positive("--e-range"), default=None,
+                    help="separate range for the directions e (default: --range)")
+    lp.add_argument("--retries", type=_nonneg("--retries"), default=0,
+                    help="redraw up to N times after a detected degenerate draw")
+    lp.add_argument("--verify", type=_nonneg("--verify"), default=0,
+                    help="N extra fresh random queries comparing the result with the oracle")
+    lp.add_argument("--dps", type=_positive("--dps"), default=None, help="digits (real field)")
+    lp.add_argument("--prime", type=_positive("--prime"), default=None, help="prime p (modular field)")
+    lp.add_argument("--json", action="store_true", help="print one JSON object")
+
+    rp = sub.add_parser("random-model", help="write a random model file")
+    rp.add_argument("--d", type=_positive("--d"), required=True)
+    rp.add_argument("--heads", type=_positive("--heads"), required=True)
+    rp.add_argument("--seed", type=int, default=None)
+    rp.add_argument("--merge", action="store_true", help="some heads share W (merged in canonical form)")
+    rp.add_argument("--cancel", action="store_true", help="a pair of heads cancels (dropped)")
+    rp.add_argument("--entries", type=_positive("--entries"), default=3, help="W, v numerators in [-N, N]")
+    rp.add_argument("--den", type=_positive("--den"), default=2, help="largest denominator of W entries")
+    rp.add_argument("--out", default=None, help="output file (default: stdout)")
+
+    dp = sub.add_parser("demo", help="step-by-step walk-through on a small model")
+    dp.add_argument("--model", default=None, help="model file (default: a built-in d=2, H=2 model)")
+    dp.add_argument("--heads", type=_positive("--heads"), default=None)
+    dp.add_argument("--seed", type=int, default=1)
+    dp.add_argument("--range", type=_positive("--range"), default=4, dest="range")
+    return p
+
+
+def random_model(d: int, H: int, seed=None, merge=False, cancel=False, entries=3, den=2):
+    """A random model; ``merge`` makes heads share W, ``cancel`` adds a cancelling pair."""
+    from fractions import Fraction
+    rng = random.Random(seed)
+
+    def q(n, dmax):
+        return Fraction(rng.randint(-n, n), rng.randint(1, dmax))
+
+    heads = []
+    for _ in range(H):
+        W = [[q(entries, den) for _ in range(d)] for _ in range(d)]
+        v = [q(entries, 3) for _ in range(d)]
+        heads.append((W, v))
+    if merge and H >= 2:
+        heads[1] = (heads[0][0], heads[1][1])
+    if cancel and H >= 2:
+        src = H - 2 if not (merge and H == 2) else 0
+        heads[-1] = (heads[src][0], [-x for x in heads[src][1]])
+    return MultiHeadAttention(heads, d=d)
+
+
+def _cmd_learn(args) -> int:
+    from .learner import learn
+    from .oracle import Oracle
+    model = MultiHeadAttention.from_json(load_json(args.model))
+    if args.field not in FIELD_NAMES:
+        raise BadInput(f"unknown field {args.field!r} (choose from {', '.join(FIELD_NAMES)})")
+    field = make_field(args.field, args, scale=None)
+    oracle = Oracle(model, field)
+    res = learn(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads, field=oracle.field,
+                seed=args.seed, query_range=args.range, e_range=args.e_range,
+                retries=args.retries, verify=args.verify)
+    if args.json:
+        print(json.dumps(res.to_json()))
+    else:
+        print(summary(res, model))
+    return 0 if res.certified else 1
+
+
+def summary(res, model=None) -> str:
+    """Readable summary of a learning run."""
+    K = res.field.param
+    lines = [f"status: {res.status}" + (f" ({res.error})" if res.error else ""),
+             f"field: {res.field.name}  d: {res.d}  head bound: {res.heads_bound}",
+             f"queries: {res.queries} (paper count {res.plan_queries})  longest: {res.max_length}"
+             + (f"  attempts: {res.attempts}" if res.attempts > 1 else "")]
+    if res.certified:
+        lines.append(f"canonical heads: {len(res.heads)}")
+        for n, h in enumerate(res.heads, 1):
+            lines.append(f"  head {n}: W = {[[K.format(x) for x in r] for r in h.W]}")
+            lines.append(f"          v = {[K.format(x) for x in h.v]}")
+        if model is not None and res.field.is_exact:
+            same = res.heads == model.canonical_heads()
+            lines.append(f"equal to the model's canonical heads: {same}")
+    if res.verified is not None:
+        lines.append(f"verification: {res.verify_queries} fresh queries, agreed: {res.verified}")
+    lines.append(f"time: learner {res.learner_seconds:.3f} s, oracle {res.oracle_seconds:.3f} s")
+    return "\n".join(lines)
+
+
+def _cmd_random_model(args) -> int:
+    m = random_model(args.d, args.heads, args.seed, args.merge, args.cancel, args.entries, args.den)
+    text = json.dumps(m.to_json(), indent=1)
+    if args.out:
+        try:
+            with open(args.out, "w") as fh:
+                fh.write(text + "\n")
+        except OSError as exc:
+            raise BadInput(f"cannot write {args.out}: {exc.strerror}") from None
+    else:
+        print(text)
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    from .demo import run_demo
+    model = MultiHeadAttention.from_json(load_json(args.model)) if args.model else None
+    return run_demo(model, heads=args.heads, seed=args.seed, query_range=args.range)
+
+
+def main(argv=None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "learn":
+            return _cmd_learn(args)
+        if args.command == "random-model":
+            return _cmd_random_model(args)
+        return _cmd_demo(args)
+    except (BadInput, ModelError) as exc:
+        print(f"exactlearn: error: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, FieldError) as exc:
+        print(f"exactlearn: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
