@@ -1,0 +1,1 @@
+"""One module per claim of the paper; each registers itself with ``@claim``."""
