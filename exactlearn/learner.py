@@ -26,9 +26,10 @@ from .certify import CertificateError, certify
 from .fields.base import ExactnessError, Field, FieldError
 from .interpolate import cauchy_interpolate, poles
 from .linalg import SingularMatrix
-from .match import MatchError, match
-from .model import Head, canonicalize
+from .match import MatchError, label_basis
+from .model import canonicalize
 from .plan import draw_paper_plan, paper_count
+from .solve import solve_heads
 
 #: Default half-width R of the random integer query entries, per field name.
 #: Rational: bit sizes grow like |D e^T W x| (see README, "Choosing the range").
@@ -269,41 +270,10 @@ def _run(plan, ask, K: Field, trace) -> tuple:
         if not K.eq(rf.limit(K), dot(V, c.a)):
             raise Degenerate(f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) "
                              f"is not V.a (an additive constant or a bias is present)")
-    m = fits[plan.index("basis", 0, 0)][0].n_poles
-    for n, c in enumerate(configs):
-        if fits[n][0].n_poles != m:
-            raise Degenerate(f"pole counts differ between configurations ({m} at (x_1, e_1), "
-                             f"{fits[n][0].n_poles} at {c.kind}{(c.i + 1, c.j + 1)})")
     # 4. label every basis configuration by head (products in the field)
-    labelled: dict = {}
-    for i in range(d):
-        if i == 0:
-            labelled[(0, 0)] = fits[plan.index("basis", 0, 0)][1]
-        else:
-            other = fits[plan.index("basis", i, 0)][1]
-            perm = match(labelled[(0, 0)], other, fits[plan.index("across", i, 0)][1], "equal", K)
-            labelled[(i, 0)] = [other[r] for r in perm]
-        for j in range(1, d):
-            other = fits[plan.index("basis", i, j)][1]
-            perm = match(labelled[(i, 0)], other, fits[plan.index("within", i, j)][1], "add", K)
-            labelled[(i, j)] = [other[r] for r in perm]
-    # c_h(x, e_j) = -v_h.e_j does not depend on x: a free consistency check
-    for (i, j), lab in labelled.items():
-        for h, (_, c) in enumerate(lab):
-            if not K.eq(c, labelled[(0, j)][h][1]):
-                raise Degenerate(f"head {h}: its c-value at e_{j + 1} depends on the final token")
-    # 5. solve W_h = E^{-T} M_h X^{-1} (param domain) and v_h = -E^{-T} c_h (field)
-    P = K.param
-    Xm = [[P(plan.X[i][r]) for i in range(d)] for r in range(d)]
-    EtP = [[P(plan.E[j][r]) for r in range(d)] for j in range(d)]
-    Xinv, EtinvP = linalg.inverse(Xm, P), linalg.inverse(EtP, P)
-    Etinv = linalg.inverse(Et, K)
-    out = []
-    for h in range(m):
-        M = [[K.log(labelled[(i, j)][h][0]) for i in range(d)] for j in range(d)]
-        W = linalg.matmul(linalg.matmul(EtinvP, M, P), Xinv, P)
-        v = linalg.matvec(Etinv, [-labelled[(0, j)][h][1] for j in range(d)], K)
-        out.append(Head(tuple(tuple(row) for row in W), tuple(K.to_param(x) for x in v)))
+    labelled = label_basis(plan, {n: f[1] for n, f in fits.items()}, K)
+    # 5. solve for W_h (param domain) and v_h (field, then to_param)
+    out = solve_heads(plan, labelled, K)
     if trace is not None:
         trace.extend(_trace(plan, fits, labelled, V, y_shared, values, K))
     return canonicalize(out)

@@ -81,3 +81,37 @@ def match(base, other, joint, mode: str, K) -> list:
         used_s.add(s)
         perm.append(r)
     return perm
+
+
+def label_basis(plan, poles_of, K) -> dict:
+    """Label the poles of every basis configuration (x_i, e_j) by head (SPEC §3).
+
+    ``poles_of[n]`` is the list of (rho, c) of configuration ``plan.configs[n]``.
+    Head h is the h-th pole of (x_1, e_1).  Group i >= 2 is tied to it through
+    (x_1 + x_i, e_1) (equal c), and (x_i, e_j) to (x_i, e_1) through
+    (x_i, e_1 + e_j) (c adds).  Returns ``{(i, j): [(rho_h, c_h) for h]}``.
+    Raises :class:`MatchError` on differing pole counts, a missing or
+    ambiguous partner, or c-values that depend on the final token.
+    """
+    d = plan.d
+    m = len(poles_of[plan.index("basis", 0, 0)])
+    for n, c in enumerate(plan.configs):
+        if n in poles_of and len(poles_of[n]) != m:
+            raise MatchError(f"pole counts differ between configurations ({m} at (x_1, e_1), "
+                             f"{len(poles_of[n])} at {c.kind}{(c.i + 1, c.j + 1)})")
+    labelled: dict = {(0, 0): list(poles_of[plan.index("basis", 0, 0)])}
+    for i in range(d):
+        if i > 0:
+            other = poles_of[plan.index("basis", i, 0)]
+            perm = match(labelled[(0, 0)], other, poles_of[plan.index("across", i, 0)], "equal", K)
+            labelled[(i, 0)] = [other[r] for r in perm]
+        for j in range(1, d):
+            other = poles_of[plan.index("basis", i, j)]
+            perm = match(labelled[(i, 0)], other, poles_of[plan.index("within", i, j)], "add", K)
+            labelled[(i, j)] = [other[r] for r in perm]
+    # c_h(x, e_j) = -v_h.e_j does not depend on x: a free consistency check
+    for (i, j), lab in labelled.items():
+        for h, (_, c) in enumerate(lab):
+            if not K.eq(c, labelled[(0, j)][h][1]):
+                raise MatchError(f"head {h}: its c-value at e_{j + 1} depends on the final token")
+    return labelled

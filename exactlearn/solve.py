@@ -1,0 +1,43 @@
+"""Solve for the heads from labelled configurations (SPEC §3).
+
+For head h, ``M_h[j][i] = log rho_h(x_i, e_j) = e_j^T W_h x_i``, so
+``M_h = E^T W_h X`` and ``W_h = E^{-T} M_h X^{-1}`` (in the parameter domain:
+exact rationals for the exact fields).  Its c-values give
+``c_h(x_1, e_j) = -v_h . e_j``, so ``v_h = -E^{-T} c_h`` (solved in the field,
+then converted with ``K.to_param``: rational reconstruction in F_p).
+"""
+
+from __future__ import annotations
+
+from . import linalg
+from .model import Head
+
+
+def solve_W(plan, logs, P):
+    """W = E^{-T} M X^{-1} for ``logs[(i, j)] = e_j^T W x_i`` in the param field P."""
+    d = plan.d
+    Xm = [[P(plan.X[i][r]) for i in range(d)] for r in range(d)]
+    Et = [[P(plan.E[j][r]) for r in range(d)] for j in range(d)]
+    M = [[logs[(i, j)] for i in range(d)] for j in range(d)]
+    W = linalg.matmul(linalg.matmul(linalg.inverse(Et, P), M, P), linalg.inverse(Xm, P), P)
+    return tuple(tuple(row) for row in W)
+
+
+def solve_v(plan, cs, K):
+    """v = -E^{-T} c for ``cs[j] = -v . e_j`` (field K); returns field elements."""
+    d = plan.d
+    Et = [[K(plan.E[j][r]) for r in range(d)] for j in range(d)]
+    return linalg.matvec(linalg.inverse(Et, K), [-c for c in cs], K)
+
+
+def solve_heads(plan, labelled, K) -> list:
+    """Raw recovered heads (param domain) from ``labelled[(i, j)] = [(rho_h, c_h)]``."""
+    d = plan.d
+    m = len(labelled[(0, 0)])
+    out = []
+    for h in range(m):
+        logs = {(i, j): K.log(labelled[(i, j)][h][0]) for i in range(d) for j in range(d)}
+        W = solve_W(plan, logs, K.param)
+        v = solve_v(plan, [labelled[(0, j)][h][1] for j in range(d)], K)
+        out.append(Head(W, tuple(K.to_param(x) for x in v)))
+    return out
