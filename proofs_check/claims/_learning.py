@@ -1,0 +1,241 @@
+"""Shared learning trials for the exact-recovery, query-count and query-length claims.
+
+A trial is :func:`learning_trial` applied to one tuple (picklable, top level, so
+any executor gives the same rows for the same seed).  It draws a random model
+(:mod:`proofs_check.models`), wraps it in an :class:`~exactlearn.oracle.Oracle`
+over a field, runs :func:`exactlearn.learn` and returns a plain-dict *row*:
+status, whether the certified heads equal the canonical form, the learner's and
+the oracle's own query counts and longest queries, and the failure reason.
+
+:func:`recovery_summary` turns rows into structured evidence; the claims decide
+their status from it.  Statuses follow one rule: ``refuted`` needs a
+counterexample (a certified wrong answer, a wrong count); ``verified`` needs
+every check to pass *and* enough certified runs; everything else is
+``inconclusive``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from fractions import Fraction
+
+from exactlearn import Oracle, learn
+from exactlearn.fields import Rational
+from exactlearn.plan import paper_count
+
+from ..models import heads_json, random_model, trial_rng
+
+#: The rational field's query half-width in the campaigns (SPEC §5: degenerate
+#: draws are common over small ranges, rare over large ones; bit sizes grow with R).
+RATIONAL_RANGE = 20
+
+
+def modular_field():
+    """``exactlearn.fields.Modular()`` when that field is installed, else None."""
+    try:
+        from exactlearn.fields import Modular
+    except ImportError:
+        return None
+    return Modular()
+
+
+def make_field(name: str):
+    if name == "rational":
+        return Rational()
+    if name == "modular":
+        K = modular_field()
+        if K is None:
+            raise ValueError("the modular field is not available")
+        return K
+    raise ValueError(f"unknown field {name!r}")
+
+
+def reason_of(error: str | None) -> str:
+    """A failure message reduced to its kind and first words (numbers dropped),
+    so that failures can be counted by reason."""
+    if not error:
+        return ""
+    kind, _, rest = error.partition(":")
+    rest = re.sub(r"[\d/\-]+", "#", rest)
+    rest = re.split(r"[(;,]", rest)[0].strip()
+    words = rest.split()[:7]
+    return f"{kind.strip()}: {' '.join(words)}" if words else kind.strip()
+
+
+def learning_trial(args) -> dict:
+    """One seeded learning run.
+
+    ``args = (seed, claim_id, index, field_name, d, H, H0, kind, R[, retries])``:
+    H raw heads of the given kind; the learner gets ``heads=H`` when ``H0`` is
+    None, else ``max_heads=H0``; R is the query range (None: the field's
+    default); ``retries`` (default 0) is passed on to :func:`exactlearn.learn`.
+    """
+    seed, claim_id, index, field_name, d, H, H0, kind, R = args[:9]
+    retries = args[9] if len(args) > 9 else 0
+    rng = trial_rng(seed, claim_id, index)
+    model = random_model(rng, d, H, kind)
+    canonical = model.canonical_heads()
+    bound = H if H0 is None else H0
+    row = {"trial": [seed, claim_id, index], "field": field_name, "d": d, "H": H, "bound": bound,
+           "upper_bound": H0 is not None, "kind": kind, "range": R,
+           "canonical_heads": len(canonical), "expected_queries": paper_count(d, bound),
+           "expected_length": 2 * bound + 1, "retries": retries}
+    t0 = time.perf_counter()
+    try:
+        K = make_field(field_name)
+        oracle = Oracle(model, K)
+        res = learn(oracle, d=d, heads=None if H0 is not None else H, max_heads=H0,
+                    seed=rng.randrange(2 ** 32), query_range=R, retries=retries)
+    except Exception as exc:   # learn() must return flagged failures, never raise
+        row.update(status="crash", error=f"{type(exc).__name__}: {exc}", reason="crash",
+                   seconds=round(time.perf_counter() - t0, 4), model=model.to_json())
+        return row
+    row.update(status=res.status, error=res.error, reason=reason_of(res.error),
+               queries=res.queries, max_length=res.max_length,
+               oracle_queries=oracle.queries, oracle_max_length=oracle.max_length,
+               attempts=res.attempts, plan_queries=res.plan_queries,
+               extra_queries=res.extra_queries, learned_heads=len(res.heads),
+               seconds=round(time.perf_counter() - t0, 4))
+    row["equal"] = res.certified and res.heads == canonical
+    if res.certified and not row["equal"]:
+        row["model"] = model.to_json()
+        row["canonical"] = heads_json(canonical)
+        row["learned"] = heads_json(res.heads)
+    elif not res.certified:
+        row["model"] = model.to_json()
+    return row
+
+
+def judge_recovery(row) -> bool | None:
+    """For one row: True (certified and equal to the canonical form), False
+    (certified but *different*: a counterexample), None (not certified)."""
+    if row.get("status") != "certified":
+        return None
+    return bool(row.get("equal"))
+
+
+def _compact(row) -> dict:
+    keep = ("trial", "field", "d", "H", "bound", "kind", "range", "status", "error",
+            "queries", "expected_queries", "max_length", "expected_length", "model",
+            "canonical", "learned")
+    return {k: row[k] for k in keep if k in row}
+
+
+def recovery_summary(rows, threshold=Fraction(2, 3), min_certified=1) -> tuple:
+    """(status, evidence) for "learn(oracle(model)) == canonical(model)".
+
+    refuted: some certified answer differs from the canonical form.
+    verified: none does, nothing crashed, and in every field the certified
+    fraction is >= ``threshold`` with at least ``min_certified`` certified runs.
+    inconclusive: otherwise.
+    """
+    rows = list(rows)
+    by_field: dict = {}
+    wrong, crashes, failures = [], [], []
+    reasons = Counter()
+    grid = Counter()
+    kinds = Counter()
+    for r in rows:
+        f = by_field.setdefault(r["field"], {"runs": 0, "certified": 0, "wrong": 0, "failed": 0,
+                                             "range": r["range"], "d_max": 0, "H_max": 0})
+        f["runs"] += 1
+        f["d_max"] = max(f["d_max"], r["d"])
+        f["H_max"] = max(f["H_max"], r["H"])
+        grid[f"{r['field']} d={r['d']} H={r['H']}" + (f" H0={r['bound']}" if r["upper_bound"] else "")] += 1
+        kinds[r["kind"]] += 1
+        verdict = judge_recovery(r)
+        if verdict is True:
+            f["certified"] += 1
+        elif verdict is False:
+            f["certified"] += 1
+            f["wrong"] += 1
+            wrong.append(_compact(r))
+        else:
+            f["failed"] += 1
+            reasons[r.get("reason") or r["status"]] += 1
+            (crashes if r["status"] == "crash" else failures).append(_compact(r))
+    for f in by_field.values():
+        f["certified_fraction"] = round(f["certified"] / f["runs"], 4) if f["runs"] else 0.0
+    n_cert = sum(f["certified"] for f in by_field.values())
+    evidence = {
+        "runs": len(rows),
+        "certified": n_cert,
+        "wrong": len(wrong),
+        "failed": len(rows) - n_cert,
+        "crashed": len(crashes),
+        "threshold": f"certified fraction >= {threshold} in every field, >= {min_certified} certified",
+        "fields": by_field,
+        "failed_by_reason": dict(reasons.most_common()),
+        "grid": dict(sorted(grid.items())),
+        "kinds": dict(sorted(kinds.items())),
+        "wrong_examples": wrong[:3],
+        "crash_examples": crashes[:3],
+        "failure_examples": [{k: v for k, v in r.items() if k != "model"} for r in failures[:3]],
+    }
+    if wrong:
+        return "refuted", evidence
+    problems = []
+    if crashes:
+        problems.append(f"{len(crashes)} run(s) raised instead of returning a flagged failure")
+    if not rows:
+        problems.append("no runs")
+    for name, f in by_field.items():
+        if Fraction(f["certified"], max(f["runs"], 1)) < threshold:
+            problems.append(f"{name}: certified fraction {f['certified']}/{f['runs']} below {threshold}")
+    if n_cert < min_certified:
+        problems.append(f"only {n_cert} certified runs (need {min_certified})")
+    if problems:
+        evidence["why_not_verified"] = problems
+        return "inconclusive", evidence
+    return "verified", evidence
+
+
+def size(ctx, tiny: int, quick: int, full: int) -> int:
+    """``ctx.size`` with a third, smaller level for the test suite (``ctx.tiny = True``)."""
+    return tiny if getattr(ctx, "tiny", False) else ctx.size(quick, full)
+
+
+def level(ctx) -> str:
+    """"tiny" (test suite), "quick" (--quick) or "full"."""
+    return "tiny" if getattr(ctx, "tiny", False) else ("quick" if ctx.quick else "full")
+
+
+def recovery_grid(ctx, claim_id: str, upper_bound: bool) -> list:
+    """The trial tuples of an exact-recovery campaign (fields x d x H x kind).
+
+    Rational field always: d <= 3, H <= 3, every model kind, query range
+    RATIONAL_RANGE; under --quick the costliest combinations are left out
+    (bits grow like D |e^T W x|, times 2H samples).  The modular field, when
+    installed: d <= 5, H <= 4 under --quick, d <= 7, H <= 5 without.  Under
+    ``upper_bound`` the learner gets max_heads = H + 1 and H + 2 in turn.
+    """
+    from ..models import kinds_for
+    lv = level(ctx)
+    items = []
+
+    def add(field, d, H, kind, R):
+        n = len(items)
+        H0 = (H + 1 + n % 2) if upper_bound else None
+        items.append((ctx.seed, claim_id, n, field, d, H, H0, kind, R))
+
+    reps = {"tiny": 1, "quick": 1, "full": 3}[lv]
+    H_max = 2 if lv == "tiny" else 3
+    for d in (1, 2, 3):
+        for H in range(1, H_max + 1):
+            for kind in kinds_for(H):
+                if lv == "quick" and d == 3 and H == 3 and kind == "den":
+                    continue
+                if lv == "quick" and upper_bound and d == 3 and H >= 2 and kind in ("den", "merged"):
+                    continue
+                for _ in range(reps):
+                    add("rational", d, H, kind, RATIONAL_RANGE)
+    if modular_field() is not None:
+        d_max, H_max, reps = {"tiny": (3, 3, 1), "quick": (5, 4, 2), "full": (7, 5, 4)}[lv]
+        for d in range(1, d_max + 1):
+            for H in range(1, H_max + 1):
+                kinds = kinds_for(H)
+                for r in range(reps):
+                    add("modular", d, H, kinds[(d + r) % len(kinds)], None)
+    return items

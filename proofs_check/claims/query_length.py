@@ -1,0 +1,76 @@
+"""Claim ``query-length``: the longest query has exactly 2H + 1 tokens.
+
+arXiv:2608.03294 (abstract); SPEC §2-§3: each configuration is sampled at
+k = 0..2H on q_k = (a^k, x).  Checked on the plan for a grid of (d, H) without
+running anything (``plan.max_length``), and on every certified run of a
+seeded campaign: the learner's ``max_length`` and the oracle's own
+``oracle.max_length`` both equal 2H + 1 (2H0 + 1 with a bound).  Refuted on
+any mismatch; verified when there is none over enough certified runs.
+"""
+
+from __future__ import annotations
+
+import random
+
+from exactlearn.plan import draw_paper_plan
+
+from ..claim import ClaimResult, claim
+from ._learning import learning_trial, level
+from .query_count import count_grid
+
+ID = "query-length"
+
+
+def plan_length_trial(args) -> dict:
+    """The plan's longest query for (d, H) with random X, E (nothing is run)."""
+    seed, d, H = args
+    plan = draw_paper_plan(d, H, random.Random(f"{seed}:{ID}:plan:{d}:{H}"), 5)
+    return {"d": d, "H": H, "max_length": plan.max_length}
+
+
+def length_problems(row) -> list:
+    if row.get("status") != "certified":
+        return []
+    out = []
+    want = row["expected_length"]
+    if row["max_length"] != want:
+        out.append(f"learner's longest query {row['max_length']}, 2H+1 = {want}")
+    if row["oracle_max_length"] != want:
+        out.append(f"oracle's longest query {row['oracle_max_length']}, 2H+1 = {want}")
+    return out
+
+
+def length_summary(plan_rows, rows, min_certified: int) -> tuple:
+    bad_plans = [r for r in plan_rows if r["max_length"] != 2 * r["H"] + 1]
+    cert = [r for r in rows if r["status"] == "certified"]
+    mismatches = [{"trial": r["trial"], "field": r["field"], "d": r["d"], "bound": r["bound"],
+                   "problem": p} for r in cert for p in length_problems(r)]
+    evidence = {
+        "plan_grid": {"cells": len(plan_rows), "d": sorted({r["d"] for r in plan_rows}),
+                      "H": sorted({r["H"] for r in plan_rows}), "mismatches": bad_plans[:5]},
+        "runs": len(rows),
+        "certified": len(cert),
+        "wrong_lengths": len(mismatches),
+        "failed": len(rows) - len(cert),
+        "lengths_seen": sorted({(r["bound"], r["max_length"]) for r in cert}),
+        "fields": sorted({r["field"] for r in rows}),
+        "mismatch_examples": mismatches[:5],
+    }
+    if bad_plans or mismatches:
+        return "refuted", evidence
+    if len(cert) < min_certified:
+        evidence["why_not_verified"] = f"only {len(cert)} certified runs (need {min_certified})"
+        return "inconclusive", evidence
+    return "verified", evidence
+
+
+@claim(ID, "The longest query has exactly 2H + 1 tokens (2H0 + 1 with a bound), "
+           "as read from the plan and measured by the oracle.", order=40)
+def check(ctx):
+    lv = level(ctx)
+    d_max, H_max = {"tiny": (4, 3), "quick": (8, 6), "full": (12, 8)}[lv]
+    plan_rows = ctx.map(plan_length_trial, [(ctx.seed, d, H) for d in range(1, d_max + 1)
+                                            for H in range(1, H_max + 1)])
+    rows = ctx.map(learning_trial, count_grid(ctx, ID))
+    status, evidence = length_summary(plan_rows, rows, min_certified=max(3, len(rows) // 2))
+    return ClaimResult(status, evidence)

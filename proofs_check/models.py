@@ -1,0 +1,118 @@
+"""Random models and random queries for the proofs-check campaigns.
+
+Every generator takes a ``random.Random`` so that a trial is a pure function of
+its seed (the claims derive one ``Random`` per trial from the base seed, the
+claim id and the trial index: :func:`trial_rng`).  Models are
+:class:`~exactlearn.model.MultiHeadAttention` with exact rational weights.
+
+Model *kinds* (the structures the paper's canonical form has to handle):
+
+``plain``        H heads, integer W entries, distinct W (almost surely)
+``den``          W entries with denominators (2 or 3): the field's scale D > 1
+``merged``       two heads share W (one canonical head for the pair), W with denominators
+``cancel``       two heads share W and their v sum to 0 (the pair drops out);
+                 for H = 2 the canonical form is empty: the zero function
+``merged+cancel`` both of the above (needs H >= 3; otherwise falls back to ``merged``)
+
+>>> m = random_model(trial_rng(0, "doc", 0), d=2, H=3, kind="merged")
+>>> m.H, len(m.canonical_heads())
+(3, 2)
+>>> len(random_model(trial_rng(0, "doc", 1), d=2, H=2, kind="cancel").canonical_heads())
+0
+"""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+from gmpy2 import mpq
+
+from exactlearn.model import Head, MultiHeadAttention
+
+KINDS = ("plain", "den", "merged", "cancel", "merged+cancel")
+
+
+def trial_rng(seed: int, claim_id: str, index: int) -> random.Random:
+    """The Random of one trial: a deterministic function of (seed, claim, index)."""
+    return random.Random(f"{seed}:{claim_id}:{index}")
+
+
+def _q(rng: random.Random, n: int, den: int) -> Fraction:
+    return Fraction(rng.randint(-n, n), rng.randint(1, den))
+
+
+def random_W(rng: random.Random, d: int, den: int = 1, entries: int = 3) -> list:
+    """d x d matrix with entries in [-entries, entries] / {1..den}."""
+    return [[_q(rng, entries, den) for _ in range(d)] for _ in range(d)]
+
+
+def random_v(rng: random.Random, d: int, entries: int = 4, den: int = 3) -> list:
+    """Nonzero vector with entries in [-entries, entries] / {1..den}."""
+    while True:
+        v = [_q(rng, entries, den) for _ in range(d)]
+        if any(v):
+            return v
+
+
+def kinds_for(H: int) -> tuple:
+    """The kinds that make sense for H raw heads."""
+    if H == 1:
+        return ("plain", "den")
+    if H == 2:
+        return ("plain", "den", "merged", "cancel")
+    return KINDS
+
+
+def random_model(rng: random.Random, d: int, H: int, kind: str = "plain") -> MultiHeadAttention:
+    """A random model with H raw heads of the given kind (see the module docstring)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown model kind {kind!r}")
+    den = 1 if kind == "plain" else 3
+    heads = [(random_W(rng, d, den), random_v(rng, d)) for _ in range(H)]
+    merge = kind in ("merged", "merged+cancel") and H >= 2
+    cancel = kind == "cancel" and H >= 2 or kind == "merged+cancel" and H >= 3
+    if merge:                        # heads 0 and 1 share W: their v add up
+        heads[1] = (heads[0][0], heads[1][1])
+    if cancel:                       # the last two heads share W and their v sum to 0
+        W = random_W(rng, d, den)
+        v = random_v(rng, d)
+        heads[-2] = (W, v)
+        heads[-1] = ([row[:] for row in W], [-x for x in v])
+    rng.shuffle(heads)
+    return MultiHeadAttention(heads, d=d)
+
+
+def canonical_model(model: MultiHeadAttention) -> MultiHeadAttention:
+    """The model made of the canonical heads of ``model`` (same d)."""
+    return MultiHeadAttention(list(model.canonical_heads()), d=model.d)
+
+
+def random_query(rng: random.Random, d: int, max_length: int, R: int) -> list:
+    """A random token sequence of length 1..max_length, entries in [-R, R].
+
+    Tokens are drawn from a small pool so that repeated tokens (the case the
+    oracle treats by multiplicity) occur."""
+    n = rng.randint(1, max_length)
+    pool = [tuple(rng.randint(-R, R) for _ in range(d)) for _ in range(rng.randint(1, n))]
+    return [rng.choice(pool) for _ in range(n)]
+
+
+def heads_json(heads) -> list:
+    """Heads as JSON (exact rationals as ``"p/q"`` strings), for evidence."""
+    return [h.to_json() for h in heads]
+
+
+def model_json(model: MultiHeadAttention) -> dict:
+    return model.to_json()
+
+
+def split_head(rng: random.Random, model: MultiHeadAttention, index: int = 0) -> MultiHeadAttention:
+    """Split head ``index``'s v into two random parts carried by two heads with the same W."""
+    heads = list(model.heads)
+    h = heads[index]
+    part = tuple(mpq(rng.randint(-5, 5), rng.randint(1, 4)) for _ in h.v)
+    rest = tuple(a - b for a, b in zip(h.v, part))
+    heads[index] = Head(h.W, part)
+    heads.insert(rng.randint(0, len(heads)), Head(h.W, rest))
+    return MultiHeadAttention(heads, d=model.d)
