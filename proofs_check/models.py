@@ -12,7 +12,9 @@ Model *kinds* (the structures the paper's canonical form has to handle):
 ``merged``       two heads share W (one canonical head for the pair), W with denominators
 ``cancel``       two heads share W and their v sum to 0 (the pair drops out);
                  for H = 2 the canonical form is empty: the zero function
-``merged+cancel`` both of the above (needs H >= 3; otherwise falls back to ``merged``)
+``merged+cancel`` both of the above (H >= 4); for H = 3 three heads share W and
+                 their v sum to 0.  Canonical heads: H, H, H-1, H-2, H-3 by kind
+                 (almost surely: random W may collide, and d = 1 collides often)
 
 >>> m = random_model(trial_rng(0, "doc", 0), d=2, H=3, kind="merged")
 >>> m.H, len(m.canonical_heads())
@@ -70,15 +72,27 @@ def random_model(rng: random.Random, d: int, H: int, kind: str = "plain") -> Mul
         raise ValueError(f"unknown model kind {kind!r}")
     den = 1 if kind == "plain" else 3
     heads = [(random_W(rng, d, den), random_v(rng, d)) for _ in range(H)]
-    merge = kind in ("merged", "merged+cancel") and H >= 2
-    cancel = kind == "cancel" and H >= 2 or kind == "merged+cancel" and H >= 3
-    if merge:                        # heads 0 and 1 share W: their v add up
-        heads[1] = (heads[0][0], heads[1][1])
-    if cancel:                       # the last two heads share W and their v sum to 0
-        W = random_W(rng, d, den)
-        v = random_v(rng, d)
-        heads[-2] = (W, v)
-        heads[-1] = ([row[:] for row in W], [-x for x in v])
+    if kind == "merged+cancel" and H == 3:
+        # three heads share W and their v sum to 0: merged, then dropped
+        W = heads[0][0]
+        v0, v1 = heads[0][1], heads[1][1]
+        heads[1] = (W, v1)
+        heads[2] = (W, [-(a + b) for a, b in zip(v0, v1)])
+        if not any(heads[2][1]):
+            heads[1] = (W, [2 * x for x in v0])
+            heads[2] = (W, [-3 * x for x in v0])
+    else:
+        merge = kind in ("merged", "merged+cancel") and H >= 2
+        cancel = kind == "cancel" and H >= 2 or kind == "merged+cancel" and H >= 4
+        if merge:                        # heads 0 and 1 share W: their v add up
+            heads[1] = (heads[0][0], heads[1][1])
+            if not any(a + b for a, b in zip(heads[0][1], heads[1][1])):
+                heads[1] = (heads[0][0], [2 * x for x in heads[1][1]])
+        if cancel:                       # the last two heads share W and their v sum to 0
+            W = random_W(rng, d, den)
+            v = random_v(rng, d)
+            heads[-2] = (W, v)
+            heads[-1] = ([row[:] for row in W], [-x for x in v])
     rng.shuffle(heads)
     return MultiHeadAttention(heads, d=d)
 

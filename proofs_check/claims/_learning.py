@@ -92,20 +92,27 @@ def learning_trial(args) -> dict:
         row.update(status="crash", error=f"{type(exc).__name__}: {exc}", reason="crash",
                    seconds=round(time.perf_counter() - t0, 4), model=model.to_json())
         return row
-    row.update(status=res.status, error=res.error, reason=reason_of(res.error),
-               queries=res.queries, max_length=res.max_length,
-               oracle_queries=oracle.queries, oracle_max_length=oracle.max_length,
-               attempts=res.attempts, plan_queries=res.plan_queries,
-               extra_queries=res.extra_queries, learned_heads=len(res.heads),
+    row.update(oracle_queries=oracle.queries, oracle_max_length=oracle.max_length,
                seconds=round(time.perf_counter() - t0, 4))
-    row["equal"] = res.certified and res.heads == canonical
-    if res.certified and not row["equal"]:
-        row["model"] = model.to_json()
-        row["canonical"] = heads_json(canonical)
-        row["learned"] = heads_json(res.heads)
-    elif not res.certified:
-        row["model"] = model.to_json()
+    row.update(compare_with_canonical(res, model))
     return row
+
+
+def compare_with_canonical(res, model) -> dict:
+    """The row fields that judge one learner result against the model's canonical form:
+    status, ``equal`` (certified heads == canonical heads, exact rationals), counts,
+    and the heads themselves when a certified answer is wrong."""
+    canonical = model.canonical_heads()
+    out = {"status": res.status, "error": res.error, "reason": reason_of(res.error),
+           "queries": res.queries, "max_length": res.max_length, "attempts": res.attempts,
+           "plan_queries": res.plan_queries, "extra_queries": res.extra_queries,
+           "learned_heads": len(res.heads),
+           "equal": res.certified and res.heads == canonical}
+    if res.certified and not out["equal"]:
+        out.update(model=model.to_json(), canonical=heads_json(canonical), learned=heads_json(res.heads))
+    elif not res.certified:
+        out["model"] = model.to_json()
+    return out
 
 
 def judge_recovery(row) -> bool | None:
