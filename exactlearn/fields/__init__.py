@@ -7,12 +7,11 @@ from .rational import QQ, Rational
 __all__ = ["Field", "FieldError", "ExactnessError", "NotExponential", "NotSplit",
            "Rational", "QQ", "as_mpq", "format_rational"]
 
+from .modular import BadReduction, Modular, ReconstructionError  # noqa: E402
+
+__all__ += ["Modular", "ReconstructionError", "BadReduction"]
+
 try:  # fields added by later modules register here
-    from .modular import Modular  # noqa: F401
-    __all__.append("Modular")
-except ImportError:  # pragma: no cover - module not present yet
-    pass
-try:
     from .real import Real  # noqa: F401
     __all__.append("Real")
 except ImportError:  # pragma: no cover
