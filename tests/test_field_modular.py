@@ -7,7 +7,9 @@ polynomials multiplied out here with plain field arithmetic.
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 import random
 from fractions import Fraction
 
@@ -69,6 +71,12 @@ def test_equality_and_hash():
     assert a != K and K != Modular(97) and Modular(97) != Modular(97, 10)
     assert K != Rational() and Modular(97, scale=3) == Modular(97, 5, 3)
     assert b.scale == 2 and b.D == 2 and K.D == 1
+
+
+def test_pickle_and_copy():
+    F = Modular(97, scale=6)
+    for G in (pickle.loads(pickle.dumps(F)), copy.deepcopy(F), copy.copy(F)):
+        assert G == F and G.exp(mpq(5, 6)) == F.exp(mpq(5, 6)) == 5**5 % 97
 
 
 def test_describe_is_json():

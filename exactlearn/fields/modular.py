@@ -22,7 +22,11 @@ whatever the size of the scores.
   one of height far below ``sqrt(p/2)`` exists, so a value whose true height is
   too large for ``p`` raises :class:`ReconstructionError` rather than
   returning a wrong small rational.  :func:`crt_reconstruct` recovers it from
-  its residues modulo several primes.
+  its residues modulo several primes.  The guarantee is exact for true heights
+  up to ``sqrt((p-1)/2)`` (uniqueness) and probabilistic beyond: a *structured*
+  value can collide, e.g. ``1/(2**78 - 1)`` is congruent modulo ``7*2**120+1``
+  to ``-7*2**42/(7*2**42 + 1)``.  Certify a reconstructed answer outside F_p
+  (over Q, or modulo a second prime).
 * A rational whose denominator is divisible by ``p`` has no image in F_p
   (a bad reduction): embedding it raises :class:`BadReduction`.
 
@@ -407,6 +411,10 @@ class Modular(Field):
 
     def with_scale(self, scale):
         return Modular(self.p, self.omega, scale)
+
+    def __reduce__(self):
+        # flint contexts do not pickle; rebuild from (p, omega, scale) (cached setup)
+        return (Modular, (self.p, self.omega, self.scale))
 
     def describe(self):
         return {"field": self.name, "p": str(self.p), "omega": self.omega, "scale": self.D}
