@@ -24,6 +24,7 @@ from dataclasses import dataclass, field as dc_field
 from . import linalg
 from .certify import CertificateError, certify
 from .fields.base import ExactnessError, Field, FieldError
+from .fields.modular import BadReduction, ReconstructionError
 from .interpolate import cauchy_interpolate, poles
 from .linalg import SingularMatrix
 from .match import MatchError, label_basis
@@ -33,7 +34,7 @@ from .solve import solve_heads
 
 #: Default half-width R of the random integer query entries, per field name.
 #: Rational: bit sizes grow like |D e^T W x| (see README, "Choosing the range").
-DEFAULT_RANGES = {"rational": 20, "modular": 2 ** 32, "symbolic": 4, "real": 1}
+DEFAULT_RANGES = {"rational": 30, "modular": 2 ** 32, "symbolic": 4, "real": 1}
 
 
 class Degenerate(Exception):
@@ -181,8 +182,9 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
             check = getattr(oracle, "check_plan", None)
             if check is not None:
                 check(plan)          # fail fast, before any query of this plan
-            recovered = _run(plan, rec, K, tr if trace else None)
-            n_cert = certify(recovered, d, rec.observations[start:], K)
+            y_shared, values = _ask_plan(plan, rec)
+            recovered, n_cert = _analyse_and_certify(plan, y_shared, values, K,
+                                                     rec.observations[start:], tr if trace else None)
             error = None
             break
         except (Degenerate, FieldError, CertificateError, SingularMatrix) as exc:
@@ -203,6 +205,34 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         plan=plan.name if plan else "paper", plan_queries=paper_count(d, H),
         attempts=attempts, learner_seconds=max(0.0, total - rec.seconds),
         oracle_seconds=rec.seconds, certified_observations=n_cert, trace=tr)
+
+
+def _analyse_and_certify(plan, y_shared, values, K, observations, trace) -> tuple:
+    """Analyse in ``K`` -- or, for a field with ``analysis_fields()`` (the rational
+    field: its reductions modulo large primes, the multi-modular method) in each
+    of those in turn -- and certify the result over ``K`` itself.
+
+    Only a bad reduction (a denominator divisible by p, a rational past the
+    reconstruction bound, a certificate that fails after reconstruction) moves
+    on to the next prime; no further queries are asked.
+    """
+    fields = K.analysis_fields() if hasattr(K, "analysis_fields") else [K]
+    for n, A in enumerate(fields):
+        last = n == len(fields) - 1
+        try:
+            if A is K:
+                ys, vals = y_shared, values
+            else:
+                ys = A(y_shared)
+                vals = {c: [A(y) for y in vs] for c, vs in values.items()}
+            recovered = _analyse(plan, ys, vals, A, trace)
+            return recovered, certify(recovered, plan.d, observations, K)
+        except (BadReduction, ReconstructionError, CertificateError):
+            if last:
+                raise
+            if trace is not None:
+                trace.clear()
+    raise AssertionError("unreachable")
 
 
 def _verify(oracle, heads, d, H, K, convert, rng, R, n) -> tuple:
@@ -230,10 +260,10 @@ def _kind(exc) -> str:
     return "degenerate draw or black box outside the model class"
 
 
-def _run(plan, ask, K: Field, trace) -> tuple:
-    """Query the plan, analyse it, return the recovered canonical heads (uncertified)."""
-    d, H = plan.d, plan.H
-    # 1. ask every query of the plan (the plan is data: its length is the count)
+def _ask_plan(plan, ask) -> tuple:
+    """Ask every query of the plan (the plan is data: its length is the count).
+
+    Returns the shared k = 0 value and ``{config index: [f(q_1), ..., f(q_2H)]}``."""
     values: dict = {}
     y_shared = None
     for q in plan.queries:
@@ -242,6 +272,18 @@ def _run(plan, ask, K: Field, trace) -> tuple:
             y_shared = y
         else:
             values.setdefault(q.config, []).append(y)
+    return y_shared, values
+
+
+def _run(plan, ask, K: Field, trace) -> tuple:
+    """Ask the plan, then analyse it in K (no certificate): the recovered heads."""
+    y_shared, values = _ask_plan(plan, ask)
+    return _analyse(plan, y_shared, values, K, trace)
+
+
+def _analyse(plan, y_shared, values, K: Field, trace) -> tuple:
+    """Interpolate, read poles, get V, match and solve: the recovered canonical heads."""
+    d, H = plan.d, plan.H
     ks = [K(k) for k in range(2 * H + 1)]
 
     def fit(n, y0):

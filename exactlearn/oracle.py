@@ -59,7 +59,7 @@ class Oracle:
             for h in self.model.heads:
                 wx = [sum(a * b for a, b in zip(row, c.x)) for row in h.W]
                 worst = max(worst, abs(D * sum(a * b for a, b in zip(c.e, wx))))
-        limit = self.field.max_exponent()
+        limit = self.field.max_exponent
         if limit is not None and worst > limit:
             raise ExactnessError(
                 f"the plan needs exp of exponents up to {int(worst)} but the {self.field.name} field "

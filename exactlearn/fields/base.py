@@ -144,6 +144,7 @@ class Field:
         """The scale D, defaulting to 1 when it was left on *auto*."""
         return 1 if self.scale is None else self.scale
 
+    @property
     def max_exponent(self):
         """Largest |D*s| that exp() realises faithfully (None: no limit).
 

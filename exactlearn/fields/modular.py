@@ -547,3 +547,85 @@ class Modular(Field):
         :class:`ReconstructionError` (see :func:`rational_reconstruct`)."""
         return rational_reconstruct(int(self(a)), self.p)
 
+
+
+#: Primes c*2^k + 1 used, in order, when a reduction modulo the previous one is bad.
+ANALYSIS_PRIMES = (DEFAULT_P, 81 * 2 ** 121 + 1)
+
+
+class ModularImage(Modular):
+    """The reduction modulo p of :class:`~exactlearn.fields.rational.Rational` (base b).
+
+    ``exp(s) = b^(D*s) mod p`` and ``log`` is the logarithm to base b inside the
+    subgroup <b> of order ``ord(b) = (p-1)/g``, g = gcd(log_omega b, p-1),
+    lifted to ``(-ord(b)/2, ord(b)/2]``.  The learner over the rational field
+    analyses its exact values here (the multi-modular method) and certifies the
+    result back over Q, so a bad reduction can only cause a failure, never a
+    wrong certified answer.
+
+    >>> F = ModularImage(base=2)
+    >>> F.log(F(mpq(1, 2 ** 40))), F.exp(mpq(5)) == F(32)
+    (mpq(-40,1), True)
+    """
+
+    def __init__(self, base: int = 2, p: int = DEFAULT_P, scale: int | None = None):
+        super().__init__(p, None, scale)
+        self.base = int(base)
+        L = _dlog(self.p, self.omega)(self.base % self.p)
+        g = int(gmpy2.gcd(L, self.p - 1))
+        self._g = g
+        self._border = (self.p - 1) // g
+        self._Lg_inv = int(gmpy2.invert(L // g, self._border))
+        self._b_el = self._ctx(self.base)
+        self._b_inv = self._b_el.inverse()
+
+    def _key(self):
+        return ("ModularImage", self.p, self.base, self.scale)
+
+    def __repr__(self):
+        return f"ModularImage(base={self.base}, p={_pretty_prime(self.p)}, scale={self.scale})"
+
+    def __reduce__(self):
+        return (ModularImage, (self.base, self.p, self.scale))
+
+    def with_scale(self, scale):
+        return ModularImage(self.base, self.p, scale)
+
+    def describe(self):
+        return {"field": self.name, "p": str(self.p), "base": self.base, "scale": self.D}
+
+    @property
+    def order(self) -> int:
+        """ord(b), the order of the base in F_p^*."""
+        return self._border
+
+    @property
+    def max_exponent(self) -> int:
+        return self._border // 2
+
+    def exponent(self, s) -> int:
+        n = as_mpq(s) * self.D
+        if n.denominator != 1:
+            raise ExactnessError(f"exp({s}): D*s = {n} is not an integer")
+        n = int(n.numerator)
+        if abs(n) > self.max_exponent:
+            raise ExactnessError(f"exp({s}): |D*s| exceeds ord(b)/2 modulo p")
+        return n
+
+    def exp(self, s):
+        n = self.exponent(s)
+        return self._b_el ** n if n >= 0 else self._b_inv ** (-n)
+
+    def log(self, a, max_exponent: int | None = None):
+        x = int(self(a))
+        if x == 0:
+            raise NotExponential("0 is not an exponential in F_p")
+        t = _dlog(self.p, self.omega)(x)
+        if t % self._g:
+            raise NotExponential(f"{x} is not a power of {self.base} modulo p")
+        n = (t // self._g) * self._Lg_inv % self._border
+        if n > self._border // 2:
+            n -= self._border
+        if max_exponent is not None and abs(n) > max_exponent:
+            raise NotExponential(f"log_{self.base} is {n}: beyond the bound {max_exponent}")
+        return mpq(n, self.D)

@@ -40,8 +40,10 @@ class Rational(Field):
     name = "rational"
     is_exact = True
 
-    def __init__(self, base: int = 2, scale: int | None = None, max_bits: int = DEFAULT_MAX_BITS):
+    def __init__(self, base: int = 2, scale: int | None = None, max_bits: int = DEFAULT_MAX_BITS,
+                 via_modular: bool = True):
         super().__init__(scale)
+        self.via_modular = bool(via_modular)
         base = int(base)
         if base < 2:
             raise ValueError(f"the base must be an integer >= 2, got {base}")
@@ -50,13 +52,27 @@ class Rational(Field):
         self._log2b = gmpy2.log2(base)
 
     def _key(self):
-        return ("Rational", self.base, self.scale, self.max_bits)
+        return ("Rational", self.base, self.scale, self.max_bits, self.via_modular)
 
     def __repr__(self):
-        return f"Rational(base={self.base}, scale={self.scale})"
+        return (f"Rational(base={self.base}, scale={self.scale}"
+                + (")" if self.via_modular else ", via_modular=False)"))
 
     def with_scale(self, scale):
-        return Rational(self.base, scale, self.max_bits)
+        return Rational(self.base, scale, self.max_bits, self.via_modular)
+
+    def analysis_fields(self) -> list:
+        """Where the learner analyses this field's values (the multi-modular method).
+
+        With ``via_modular`` (the default): the reductions of Q (T -> b) modulo
+        the primes of :data:`~exactlearn.fields.modular.ANALYSIS_PRIMES`, tried
+        in turn; the result is always certified back over Q exactly.  Without:
+        Q itself (Cauchy interpolation on flint ``fmpq_poly``; much slower once
+        numbers reach 10^4 bits)."""
+        if not self.via_modular:
+            return [self]
+        from .modular import ANALYSIS_PRIMES, ModularImage
+        return [ModularImage(self.base, p, self.D) for p in ANALYSIS_PRIMES]
 
     def describe(self):
         return {"field": self.name, "base": self.base, "scale": self.D}
@@ -79,7 +95,9 @@ class Rational(Field):
     def eq(self, a, b):
         return a == b
 
+    @property
     def max_exponent(self):
+        """|D*s| beyond which exp() would build numbers of more than max_bits bits."""
         return int(self.max_bits / self._log2b)
 
     # exp / log
