@@ -1,23 +1,24 @@
-"""Number systems for exact (and real) softmax: see :mod:`exactlearn.fields.base`."""
+"""Number systems for exact (and real) softmax: see :mod:`exactlearn.fields.base`.
+
+``Rational`` and ``Modular`` load eagerly; ``Real`` (mpmath) and ``Symbolic``
+(sympy) load on first use, which keeps the command line's start-up short.
+"""
 
 from .base import (ExactnessError, Field, FieldError, NotExponential, NotSplit, as_mpq,
                    format_rational)
+from .modular import BadReduction, Modular, ModularImage, ReconstructionError
 from .rational import QQ, Rational
 
 __all__ = ["Field", "FieldError", "ExactnessError", "NotExponential", "NotSplit",
-           "Rational", "QQ", "as_mpq", "format_rational"]
+           "Rational", "QQ", "Modular", "ModularImage", "ReconstructionError", "BadReduction",
+           "Real", "Symbolic", "as_mpq", "format_rational"]
 
-from .modular import BadReduction, Modular, ReconstructionError  # noqa: E402
 
-__all__ += ["Modular", "ReconstructionError", "BadReduction"]
-
-try:  # fields added by later modules register here
-    from .real import Real  # noqa: F401
-    __all__.append("Real")
-except ImportError:  # pragma: no cover
-    pass
-try:
-    from .symbolic import Symbolic  # noqa: F401
-    __all__.append("Symbolic")
-except ImportError:  # pragma: no cover
-    pass
+def __getattr__(name):
+    if name == "Real":
+        from .real import Real
+        return Real
+    if name == "Symbolic":
+        from .symbolic import Symbolic
+        return Symbolic
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

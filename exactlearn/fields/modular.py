@@ -60,7 +60,6 @@ import math
 
 import flint
 import gmpy2
-import sympy
 from gmpy2 import mpq, mpz
 
 from .base import ExactnessError, Field, FieldError, NotExponential, NotSplit, as_mpq
@@ -325,6 +324,7 @@ def _factor_smooth(n: int) -> dict:
         if gmpy2.is_prime(f):
             parts = {f: 1}
         elif f <= 2**64:
+            import sympy  # only for a composite leftover of p - 1 (rare, non-default primes)
             parts = sympy.factorint(f)
         else:
             parts = None
