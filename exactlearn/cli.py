@@ -199,6 +199,15 @@ def _cmd_demo(args) -> int:
 
 def main(argv=None) -> int:
     try:
+        return _main(argv)
+    except BrokenPipeError:  # e.g. piped into `head`: stop quietly
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv=None) -> int:
+    try:
         args = build_parser().parse_args(argv)
         if args.command == "learn":
             return _cmd_learn(args)
