@@ -150,7 +150,7 @@ def test_rational_function_form_detects_a_wrong_identity():
 
 
 def test_nonidentifiability_refuted_by_a_counterexample():
-    rows = [nonidentifiability.nonident_trial((0, i, 2, 2, "plain", 0, 2)) for i in range(3)]
+    rows = [nonidentifiability.nonident_trial((0, i, 2, 2, "plain", 0, 2, "rational")) for i in range(3)]
     assert nonidentifiability.nonident_summary(rows)[0] == "verified"
     for bad in (dict(rows[0], output_mismatches=[{"field": "rational"}]),
                 dict(rows[0], same_canonical=False),

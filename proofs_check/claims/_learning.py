@@ -30,6 +30,10 @@ from ..models import heads_json, random_model, trial_rng
 #: The rational field's query half-width in the campaigns (SPEC §5: degenerate
 #: draws are common over small ranges, rare over large ones; bit sizes grow with R).
 RATIONAL_RANGE = 20
+RATIONAL_RANGES = (20, 30)
+#: A small range where degenerate draws are common: those runs test "never
+#: silently wrong" (no certified wrong answer) and are exempt from the threshold.
+STRESS_RANGE = 2
 
 
 def modular_field():
@@ -130,6 +134,16 @@ def _compact(row) -> dict:
     return {k: row[k] for k in keep if k in row}
 
 
+def time_points(rows) -> list:
+    """Mean wall time of the certified runs per (field, d, H): figure data."""
+    cells: dict = {}
+    for r in rows:
+        if r.get("status") == "certified" and "seconds" in r:
+            cells.setdefault((r["field"], r["d"], r["bound"]), []).append(r["seconds"])
+    return [{"field": f, "d": d, "H": H, "seconds": round(sum(v) / len(v), 4)}
+            for (f, d, H), v in sorted(cells.items())]
+
+
 def recovery_summary(rows, threshold=Fraction(2, 3), min_certified=1) -> tuple:
     """(status, evidence) for "learn(oracle(model)) == canonical(model)".
 
@@ -145,8 +159,11 @@ def recovery_summary(rows, threshold=Fraction(2, 3), min_certified=1) -> tuple:
     grid = Counter()
     kinds = Counter()
     for r in rows:
-        f = by_field.setdefault(r["field"], {"runs": 0, "certified": 0, "wrong": 0, "failed": 0,
-                                             "range": r["range"], "d_max": 0, "H_max": 0})
+        group = r["field"] if r["range"] is None else f"{r['field']} R={r['range']}"
+        if r["range"] == STRESS_RANGE:
+            group += " (stress)"
+        f = by_field.setdefault(group, {"runs": 0, "certified": 0, "wrong": 0, "failed": 0,
+                                        "range": r["range"] or "field default", "d_max": 0, "H_max": 0})
         f["runs"] += 1
         f["d_max"] = max(f["d_max"], r["d"])
         f["H_max"] = max(f["H_max"], r["H"])
@@ -172,14 +189,17 @@ def recovery_summary(rows, threshold=Fraction(2, 3), min_certified=1) -> tuple:
         "wrong": len(wrong),
         "failed": len(rows) - n_cert,
         "crashed": len(crashes),
-        "threshold": f"certified fraction >= {threshold} in every field, >= {min_certified} certified",
+        "threshold": f"certified fraction >= {threshold} in every field and range "
+                     f"(stress range R={STRESS_RANGE} exempt: only wrong answers count there), "
+                     f">= {min_certified} certified",
         "fields": by_field,
         "failed_by_reason": dict(reasons.most_common()),
         "grid": dict(sorted(grid.items())),
         "kinds": dict(sorted(kinds.items())),
         "wrong_examples": wrong[:3],
+        "series": {"time_vs_d": {"points": time_points(rows)}},
         "crash_examples": crashes[:3],
-        "failure_examples": [{k: v for k, v in r.items() if k != "model"} for r in failures[:3]],
+        "failure_examples": [{k: v for k, v in _compact(r).items() if k != "model"} for r in failures[:3]],
     }
     if wrong:
         return "refuted", evidence
@@ -189,7 +209,7 @@ def recovery_summary(rows, threshold=Fraction(2, 3), min_certified=1) -> tuple:
     if not rows:
         problems.append("no runs")
     for name, f in by_field.items():
-        if Fraction(f["certified"], max(f["runs"], 1)) < threshold:
+        if "(stress)" not in name and Fraction(f["certified"], max(f["runs"], 1)) < threshold:
             problems.append(f"{name}: certified fraction {f['certified']}/{f['runs']} below {threshold}")
     if n_cert < min_certified:
         problems.append(f"only {n_cert} certified runs (need {min_certified})")
@@ -210,13 +230,14 @@ def level(ctx) -> str:
 
 
 def recovery_grid(ctx, claim_id: str, upper_bound: bool) -> list:
-    """The trial tuples of an exact-recovery campaign (fields x d x H x kind).
+    """The trial tuples of an exact-recovery campaign (fields x ranges x d x H x kind).
 
-    Rational field always: d <= 3, H <= 3, every model kind, query range
-    RATIONAL_RANGE; under --quick the costliest combinations are left out
-    (bits grow like D |e^T W x|, times 2H samples).  The modular field, when
-    installed: d <= 5, H <= 4 under --quick, d <= 7, H <= 5 without.  Under
-    ``upper_bound`` the learner gets max_heads = H + 1 and H + 2 in turn.
+    Rational field always: d <= 3, H <= 3, every model kind, at query ranges
+    20 and 30 (the learner's default), plus "stress" runs at range 3 where
+    degenerate draws are common (only certified wrong answers count there).  The modular field, when installed, at
+    its default range (2^32): d <= 5, H <= 4 under --quick, d <= 7, H <= 5
+    without.  Under ``upper_bound`` the learner gets max_heads = H + 1 and
+    H + 2 in turn.
     """
     from ..models import kinds_for
     lv = level(ctx)
@@ -227,19 +248,22 @@ def recovery_grid(ctx, claim_id: str, upper_bound: bool) -> list:
         H0 = (H + 1 + n % 2) if upper_bound else None
         items.append((ctx.seed, claim_id, n, field, d, H, H0, kind, R))
 
-    reps = {"tiny": 1, "quick": 1, "full": 3}[lv]
+    reps = size(ctx, 1, 2, 3)
     H_max = 2 if lv == "tiny" else 3
-    for d in (1, 2, 3):
-        for H in range(1, H_max + 1):
-            for kind in kinds_for(H):
-                if lv == "quick" and d == 3 and H == 3 and kind == "den":
-                    continue
-                if lv == "quick" and upper_bound and d == 3 and H >= 2 and kind in ("den", "merged"):
-                    continue
-                for _ in range(reps):
-                    add("rational", d, H, kind, RATIONAL_RANGE)
+    for R in ((RATIONAL_RANGE,) if lv == "tiny" else RATIONAL_RANGES):
+        for d in (1, 2, 3):
+            for H in range(1, H_max + 1):
+                for kind in kinds_for(H):
+                    for _ in range(reps):
+                        add("rational", d, H, kind, R)
+    stress = size(ctx, 6, 40, 100)           # never silently wrong: small range, many failures
+    for n in range(stress):
+        H = 1 + n % 3
+        kinds = kinds_for(H)
+        add("rational", 1 + (n // 3) % 3, H, kinds[n % len(kinds)], STRESS_RANGE)
     if modular_field() is not None:
-        d_max, H_max, reps = {"tiny": (3, 3, 1), "quick": (5, 4, 2), "full": (7, 5, 4)}[lv]
+        d_max, H_max = {"tiny": (3, 3), "quick": (5, 4), "full": (7, 5)}[lv]
+        reps = size(ctx, 1, 4, 4)
         for d in range(1, d_max + 1):
             for H in range(1, H_max + 1):
                 kinds = kinds_for(H)

@@ -33,7 +33,7 @@ from exactlearn.model import Head, MultiHeadAttention
 
 from ..claim import ClaimResult, claim
 from ..models import canonical_model, random_model, random_query, random_W, split_head, trial_rng
-from ._learning import RATIONAL_RANGE, level, reason_of
+from ._learning import RATIONAL_RANGE, level, make_field, modular_field, reason_of, size
 from .canonical_form import PERTURBATIONS, perturb
 
 ID = "nonidentifiability-resolved"
@@ -72,31 +72,35 @@ class Recording:
 
 
 def nonident_trial(args) -> dict:
-    """``args = (seed, index, d, H, kind, n_symbolic, n_rational)``."""
-    seed, index, d, H, kind, n_sym, n_rat = args
+    """``args = (seed, index, d, H, kind, n_symbolic, n_rational, field_name)``: the
+    learner runs over ``field_name`` ("rational" at range 20, or "modular" at its
+    default range); outputs are compared in Q(T) and over Q."""
+    seed, index, d, H, kind, n_sym, n_rat, field_name = args
+    R = RATIONAL_RANGE if field_name == "rational" else None
     rng = trial_rng(seed, ID, index)
     A = canonical_model(random_model(rng, d, H, kind))
     while A.H == 0:                  # d = 1 draws can cancel out entirely: redraw
         A = canonical_model(random_model(rng, d, H, kind))
     variant = VARIANTS[index % len(VARIANTS)]
     A2 = reparameterise(rng, A, variant)
-    row = {"trial": [seed, ID, index], "d": d, "H": A.H, "kind": kind, "variant": variant,
+    row = {"trial": [seed, ID, index], "field": field_name, "d": d, "H": A.H, "kind": kind,
+           "variant": variant,
            "raw_heads": [A.H, A2.H], "raw_distinct": A.heads != A2.heads,
            "same_canonical": A.canonical_heads() == A2.canonical_heads(), "output_mismatches": []}
     # 1. same outputs, exactly (Q(T) and base 2), on random queries
     D = A2.scale()                   # a multiple of A's scale
-    for K, n, R in ((Symbolic(scale=D), n_sym, 2), (Rational(scale=D), n_rat, 6)):
+    for K, n, entries in ((Symbolic(scale=D), n_sym, 2), (Rational(scale=D), n_rat, 6)):
         for _ in range(n):
-            q = random_query(rng, d, 2 * A2.H + 1, R)
+            q = random_query(rng, d, 2 * A2.H + 1, entries)
             if not K.eq(A.evaluate(q, K), A2.evaluate(q, K)):
                 row["output_mismatches"].append({"field": K.name, "query": [[str(x) for x in t] for t in q]})
     row["queries_compared"] = n_sym + n_rat
     # 2. the learner resolves it: same canonical heads from both parameterisations
-    rec = Recording(Oracle(A, Rational()))
+    rec = Recording(Oracle(A, make_field(field_name)))
     s_a = rng.randrange(2 ** 32)
-    ra = learn(rec, d=d, heads=A.H, field=rec.oracle.field, seed=s_a, query_range=RATIONAL_RANGE)
-    rb = learn(Oracle(A2, Rational()), d=d, heads=A2.H, seed=rng.randrange(2 ** 32),
-               query_range=RATIONAL_RANGE)
+    ra = learn(rec, d=d, heads=A.H, field=rec.oracle.field, seed=s_a, query_range=R)
+    rb = learn(Oracle(A2, make_field(field_name)), d=d, heads=A2.H, seed=rng.randrange(2 ** 32),
+               query_range=R)
     row["learner"] = [ra.status, rb.status]
     row["learner_reasons"] = [reason_of(ra.error), reason_of(rb.error)]
     canon = A.canonical_heads()
@@ -112,12 +116,15 @@ def nonident_trial(args) -> dict:
     row["B_distinct"] = B.canonical_heads() != canon
     row["A_queries"] = len(rec.asked)
     if ra.certified and row["B_distinct"]:
-        K = Rational(scale=int(gmpy2.lcm(A.scale(), B.scale())))
+        # compared over the learner's field at a common scale D; a difference in
+        # Q or in F_p (both specialisations of Q(T)) is a difference in Q(T)
+        K = make_field(field_name).with_scale(int(gmpy2.lcm(A.scale(), B.scale())))
         diff = [n for n, q in enumerate(rec.asked) if not K.eq(A.evaluate(q, K), B.evaluate(q, K))]
         row["differing_queries"] = len(diff)
         row["first_differing"] = diff[0] if diff else None
         # the learner on B, with A's seed, asks the same plan: it must not return A's heads
-        rB = learn(Oracle(B, Rational()), d=d, heads=max(A.H, B.H, 1), seed=s_a, query_range=RATIONAL_RANGE)
+        rB = learn(Oracle(B, make_field(field_name)), d=d, heads=max(A.H, B.H, 1), seed=s_a,
+                   query_range=R)
         row["B_learner"] = rB.status
         row["B_learned_A"] = rB.certified and rB.heads == canon
         row["B_learner_wrong"] = rB.certified and rB.heads != B.canonical_heads()
@@ -153,7 +160,7 @@ def nonident_summary(rows, threshold=2 / 3) -> tuple:
         "learner_on_B_certified": sum(1 for r in checked_b if r["B_learner"] == "certified"),
         "variants": sorted({r["variant"] for r in rows}),
         "perturbations": sorted({r["perturbation"] for r in rows}),
-        "grid": sorted({f"d={r['d']} H={r['H']}" for r in rows}),
+        "grid": sorted({f"{r['field']} d={r['d']} H={r['H']}" for r in rows}),
         "example": {k: rows[0][k] for k in ("variant", "raw_heads", "learner", "perturbation")} if rows else None,
         "counterexamples": [{k: r.get(k) for k in ("trial", "d", "H", "variant", "perturbation",
                                                    "output_mismatches", "learner_equal")}
@@ -182,16 +189,23 @@ def nonident_summary(rows, threshold=2 / 3) -> tuple:
            "learner's queries.", order=70)
 def check(ctx):
     lv = level(ctx)
-    reps, n_sym, n_rat = {"tiny": (1, 1, 3), "quick": (2, 2, 6), "full": (6, 3, 20)}[lv]
+    n_sym, n_rat = {"tiny": (1, 3), "quick": (2, 6), "full": (3, 20)}[lv]
+    reps = size(ctx, 1, 2, 6)
     items = []
     for d in (1, 2, 3):
         for H in (1, 2, 3):
-            if lv != "full" and d * H > 6:
-                continue         # d = 3, H = 3 over Q costs seconds per learner run
+            if lv == "tiny" and d * H > 6:
+                continue
             for r in range(reps):
-                # W with denominators where the rational field stays fast (bits ~ D |e^T W x|)
-                kind = "den" if r % 2 and d * H <= 4 else "plain"
-                items.append((ctx.seed, len(items), d, H, kind, n_sym if d * H <= 4 else 0, n_rat))
+                kind = "den" if r % 2 else "plain"
+                items.append((ctx.seed, len(items), d, H, kind, n_sym if d * H <= 4 else 0, n_rat,
+                              "rational"))
+    if modular_field() is not None:
+        cells = {"tiny": [(4, 2)], "quick": [(4, 2), (4, 3), (5, 3)],
+                 "full": [(d, H) for d in (4, 5, 6) for H in (2, 3, 4)]}[lv]
+        for d, H in cells:
+            for r in range(reps):
+                items.append((ctx.seed, len(items), d, H, "den", 0, n_rat, "modular"))
     rows = ctx.map(nonident_trial, items)
     status, evidence = nonident_summary(rows)
     return ClaimResult(status, evidence)

@@ -63,13 +63,13 @@ def count_summary(plan_rows, rows, min_certified: int) -> tuple:
     cert = [r for r in rows if r["status"] == "certified"]
     retried = [r for r in rows if r.get("attempts", 1) > 1]
     evidence = {
-        "plan_grid": {"cells": len(plan_rows), "d": sorted({r["d"] for r in plan_rows}),
-                      "H": sorted({r["H"] for r in plan_rows}), "mismatches": bad_plans[:5]},
         "runs": len(rows),
         "certified": len(cert),
         "certified_count_matches": sum(1 for r in cert if not count_problems(r)),
         "wrong_counts": len(mismatches),
         "failed": len(rows) - len(cert),
+        "plan_grid": {"cells": len(plan_rows), "d": sorted({r["d"] for r in plan_rows}),
+                      "H": sorted({r["H"] for r in plan_rows}), "mismatches": bad_plans[:5]},
         "runs_with_retries": len(retried),
         "extra_queries_reported": sum(r.get("extra_queries", 0) for r in rows),
         "fields": sorted({r["field"] for r in rows}),
@@ -79,7 +79,12 @@ def count_summary(plan_rows, rows, min_certified: int) -> tuple:
                       "formula": r["expected_queries"]}
                      for r in sorted(cert, key=lambda r: -r["expected_queries"])[:3]],
         "mismatch_examples": mismatches[:5],
+        "series": {"queries_vs_d": {"points": sorted(
+            {(r["d"], r["bound"], r["queries"]) for r in cert if r.get("attempts", 1) == 1})}},
     }
+    evidence["series"]["queries_vs_d"]["points"] = [
+        {"plan": "paper", "d": d, "H": H, "queries": q, "limit": paper_count(d, H)}
+        for d, H, q in evidence["series"]["queries_vs_d"]["points"]]
     if bad_plans or mismatches:
         return "refuted", evidence
     if len(cert) < min_certified:

@@ -46,12 +46,12 @@ def length_summary(plan_rows, rows, min_certified: int) -> tuple:
     mismatches = [{"trial": r["trial"], "field": r["field"], "d": r["d"], "bound": r["bound"],
                    "problem": p} for r in cert for p in length_problems(r)]
     evidence = {
-        "plan_grid": {"cells": len(plan_rows), "d": sorted({r["d"] for r in plan_rows}),
-                      "H": sorted({r["H"] for r in plan_rows}), "mismatches": bad_plans[:5]},
         "runs": len(rows),
         "certified": len(cert),
         "wrong_lengths": len(mismatches),
         "failed": len(rows) - len(cert),
+        "plan_grid": {"cells": len(plan_rows), "d": sorted({r["d"] for r in plan_rows}),
+                      "H": sorted({r["H"] for r in plan_rows}), "mismatches": bad_plans[:5]},
         "lengths_seen": sorted({(r["bound"], r["max_length"]) for r in cert}),
         "fields": sorted({r["field"] for r in rows}),
         "mismatch_examples": mismatches[:5],
