@@ -218,7 +218,14 @@ def distinct_tokens(tokens):
 
 
 class HeadEvaluator:
-    """Evaluates raw or recovered heads through a field, caching W_h x_n per final token."""
+    """Evaluates raw or recovered heads through a field (SPEC §1).
+
+    Work is in the number of *distinct* tokens (multiplicities weight them) and
+    each head's ``W_h x_n`` is computed once per final token.  For an exact
+    field and integer tokens it takes an integer fast path: with D clearing
+    every W denominator, ``D * (x_i - x_n)^T W_h x_n`` is an integer n and the
+    weight is ``K.power(n) = T^n`` -- the same value as ``K.exp(s)``.
+    """
 
     def __init__(self, heads, d: int, field: Field):
         self.d = d
@@ -226,6 +233,18 @@ class HeadEvaluator:
         P = field.param
         self.heads = [([[P(a) for a in row] for row in h.W], [P(a) for a in h.v]) for h in heads]
         self._cache: dict = {}
+        self._int = None
+        if field.is_exact and P.is_exact:
+            D = field.D
+            ok = all((x * D).denominator == 1 for h in heads for row in h.W for x in row)
+            if ok:
+                ints = []
+                for h in heads:
+                    Wn = [[int((x * D).numerator) for x in row] for row in h.W]
+                    dv = lcm_of_denominators(h.v)
+                    vn = [int((x * dv).numerator) for x in h.v]
+                    ints.append((Wn, vn, field.one / field(dv)))
+                self._int = ints
 
     def _final(self, final):
         got = self._cache.get(final)
@@ -236,18 +255,34 @@ class HeadEvaluator:
                 wx = [sum((a * b for a, b in zip(row, final)), P.zero) for row in W]
                 s_final = sum((a * b for a, b in zip(final, wx)), P.zero)
                 got.append((wx, s_final, v))
-            if len(self._cache) > 4096:
-                self._cache.clear()
-            self._cache[final] = got
+            self._remember(final, got)
         return got
+
+    def _final_int(self, final):
+        key = ("int", final)
+        got = self._cache.get(key)
+        if got is None:
+            got = []
+            for Wn, vn, inv_dv in self._int:
+                wx = [sum(a * b for a, b in zip(row, final)) for row in Wn]
+                got.append((wx, sum(a * b for a, b in zip(final, wx)), vn, inv_dv))
+            self._remember(key, got)
+        return got
+
+    def _remember(self, key, value):
+        if len(self._cache) > 4096:
+            self._cache.clear()
+        self._cache[key] = value
 
     def __call__(self, tokens):
         K = self.K
-        P = K.param
         pairs, final = distinct_tokens(tokens)
         for t, _ in pairs:
             if len(t) != self.d:
                 raise ValueError(f"token of length {len(t)} in a model with d={self.d}")
+        if self._int is not None and all(type(a) is int for t, _ in pairs for a in t):
+            return self._call_int(pairs, final)
+        P = K.param
         pairs = [(tuple(P(a) for a in t), m) for t, m in pairs]
         total = K.zero
         for wx, s_final, v in self._final(tuple(P(a) for a in final)):
@@ -260,3 +295,30 @@ class HeadEvaluator:
                 den = den + w
             total = total + num / den
         return total
+
+    def _call_int(self, pairs, final):
+        K = self.K
+        power = K.power
+        heads = self._final_int(final)
+        terms = [self._token_int(tok, final, heads) for tok, _ in pairs]
+        total = K.zero
+        for h, (_, _, _, inv_dv) in enumerate(heads):
+            num = K.zero
+            den = K.zero
+            for (tok, mult), tt in zip(pairs, terms):
+                n, vdot = tt[h]
+                w = power(n) * mult
+                num = num + w * vdot
+                den = den + w
+            total = total + num * inv_dv / den
+        return total
+
+    def _token_int(self, tok, final, heads):
+        """Per head (D * (x_i - x_n)^T W_h x_n, dv * v_h . x_i) for one token (cached)."""
+        key = (tok, final)
+        got = self._cache.get(key)
+        if got is None:
+            got = [(sum(a * b for a, b in zip(tok, wx)) - s_final, sum(a * b for a, b in zip(vn, tok)))
+                   for wx, s_final, vn, _ in heads]
+            self._remember(key, got)
+        return got

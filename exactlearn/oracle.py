@@ -54,11 +54,14 @@ class Oracle:
 
         Called by the learner before any query is asked (fail fast)."""
         D = self.field.D
+        Ws = [[[D * x for x in row] for row in h.W] for h in self.model.heads]
+        if all(x.denominator == 1 for W in Ws for row in W for x in row):
+            Ws = [[[int(x.numerator) for x in row] for row in W] for W in Ws]   # fast ints
         worst = 0
         for c in plan.configs:
-            for h in self.model.heads:
-                wx = [sum(a * b for a, b in zip(row, c.x)) for row in h.W]
-                worst = max(worst, abs(D * sum(a * b for a, b in zip(c.e, wx))))
+            for W in Ws:
+                wx = [sum(a * b for a, b in zip(row, c.x)) for row in W]
+                worst = max(worst, abs(sum(a * b for a, b in zip(c.e, wx))))
         limit = self.field.max_exponent
         if limit is not None and worst > limit:
             raise ExactnessError(

@@ -13,31 +13,44 @@ from . import linalg
 from .model import Head
 
 
-def solve_W(plan, logs, P):
-    """W = E^{-T} M X^{-1} for ``logs[(i, j)] = e_j^T W x_i`` in the param field P."""
+def _inverses(plan, P):
+    """(E^{-T}, X^{-1}) over P, with X, E the plan's columns."""
     d = plan.d
     Xm = [[P(plan.X[i][r]) for i in range(d)] for r in range(d)]
     Et = [[P(plan.E[j][r]) for r in range(d)] for j in range(d)]
+    return linalg.inverse(Et, P), linalg.inverse(Xm, P)
+
+
+def solve_W(plan, logs, P, inverses=None):
+    """W = E^{-T} M X^{-1} for ``logs[(i, j)] = e_j^T W x_i`` in the param field P."""
+    d = plan.d
+    Etinv, Xinv = inverses or _inverses(plan, P)
     M = [[logs[(i, j)] for i in range(d)] for j in range(d)]
-    W = linalg.matmul(linalg.matmul(linalg.inverse(Et, P), M, P), linalg.inverse(Xm, P), P)
+    W = linalg.matmul(linalg.matmul(Etinv, M, P), Xinv, P)
     return tuple(tuple(row) for row in W)
 
 
-def solve_v(plan, cs, K):
+def solve_v(plan, cs, K, Etinv=None):
     """v = -E^{-T} c for ``cs[j] = -v . e_j`` (field K); returns field elements."""
     d = plan.d
-    Et = [[K(plan.E[j][r]) for r in range(d)] for j in range(d)]
-    return linalg.matvec(linalg.inverse(Et, K), [-c for c in cs], K)
+    if Etinv is None:
+        Et = [[K(plan.E[j][r]) for r in range(d)] for j in range(d)]
+        Etinv = linalg.inverse(Et, K)
+    return linalg.matvec(Etinv, [-c for c in cs], K)
 
 
 def solve_heads(plan, labelled, K) -> list:
     """Raw recovered heads (param domain) from ``labelled[(i, j)] = [(rho_h, c_h)]``."""
     d = plan.d
     m = len(labelled[(0, 0)])
+    if m == 0:
+        return []
+    inv_P = _inverses(plan, K.param)
+    Etinv_K = linalg.inverse([[K(plan.E[j][r]) for r in range(d)] for j in range(d)], K)
     out = []
     for h in range(m):
         logs = {(i, j): K.log(labelled[(i, j)][h][0]) for i in range(d) for j in range(d)}
-        W = solve_W(plan, logs, K.param)
-        v = solve_v(plan, [labelled[(0, j)][h][1] for j in range(d)], K)
+        W = solve_W(plan, logs, K.param, inv_P)
+        v = solve_v(plan, [labelled[(0, j)][h][1] for j in range(d)], K, Etinv_K)
         out.append(Head(W, tuple(K.to_param(x) for x in v)))
     return out

@@ -179,6 +179,12 @@ class Field:
         """The field's image of e^s for a param-domain score s."""
         raise NotImplementedError
 
+    def power(self, n: int):
+        """T^n for an integer n, T = e^(1/D): the same as ``exp(n / D)``.
+
+        Fields override it with a direct power (the oracle's hot path)."""
+        return self.exp(mpq(n, self.D))
+
     def log(self, a):
         """The param-domain s with exp(s) == a, or raise :class:`NotExponential`."""
         raise NotImplementedError

@@ -488,10 +488,18 @@ class Modular(Field):
 
     def exp(self, s):
         """``omega^(D*s)`` (cached per exponent)."""
-        n = self.exponent(s)
+        return self.power(self.exponent(s))
+
+    def power(self, n):
+        """``omega^n`` for an integer n in (-(p-1)/2, (p-1)/2] (cached)."""
         cache = self._exp_cache
         v = cache.get(n)
         if v is None:
+            if not -self._half < n <= self._half:
+                raise ExactnessError(
+                    f"exponent {n} is outside (-(p-1)/2, (p-1)/2] for p = "
+                    f"{_pretty_prime(self.p)}, so log could not recover it; use a smaller query "
+                    f"range or a larger prime")
             v = self._omega_el ** n if n >= 0 else self._omega_inv ** (-n)
             if len(cache) >= 1 << 16:
                 cache.clear()
@@ -612,8 +620,9 @@ class ModularImage(Modular):
             raise ExactnessError(f"exp({s}): |D*s| exceeds ord(b)/2 modulo p")
         return n
 
-    def exp(self, s):
-        n = self.exponent(s)
+    def power(self, n):
+        if abs(n) > self.max_exponent:
+            raise ExactnessError(f"exponent {n}: |n| exceeds ord(b)/2 modulo p")
         return self._b_el ** n if n >= 0 else self._b_inv ** (-n)
 
     def log(self, a, max_exponent: int | None = None):

@@ -111,10 +111,13 @@ class Rational(Field):
         return int(n.numerator)
 
     def exp(self, s):
-        n = self.exponent(s)
+        return self.power(self.exponent(s))
+
+    def power(self, n):
+        """``base^n`` for an integer n (T^n under T -> base)."""
         if abs(n) * self._log2b > self.max_bits:
             raise ExactnessError(
-                f"exp({s}) = {self.base}^{n} would exceed {self.max_bits} bits; "
+                f"exp = {self.base}^{n} would exceed {self.max_bits} bits; "
                 f"use a smaller query range or the modular field (--field modular)")
         if n >= 0:
             return mpq(mpz(self.base) ** n)
