@@ -1,0 +1,137 @@
+"""Hypothesis strategies (and a seeded twin) for random attention models.
+
+Every strategy is keyword-parameterised, in the style of hypothesis' own
+``st.integers(min_value=..., max_value=...)``:
+
+* :func:`rationals`          -- exact rationals p/q with |p| <= num, 1 <= q <= den;
+* :func:`models`             -- random :class:`~exactlearn.model.MultiHeadAttention`
+  with rational W (denominators up to ``w_den``) and v, optionally with
+  ``merged`` heads (two heads share W, so canonical form sums their v) and
+  ``cancelling`` heads (heads that share W and whose v sum to zero, so the
+  group is dropped);
+* :func:`nonzero_models`     -- :func:`models` filtered to a non-empty canonical form;
+* :func:`bounded_models`     -- ``(model, H0)`` with a head bound ``H0 > H``;
+* :func:`token_sequences`    -- queries: integer tokens drawn from a small pool,
+  so that tokens repeat (the oracle groups repeated tokens);
+* :func:`seeded_model`       -- the same family of models from ``random.Random``,
+  for fixed seeded batches (the certified-rate measurement).
+
+:func:`scaled` turns a ``ci``-profile example count into the count for the
+loaded profile (see ``conftest.py``).
+"""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from exactlearn import MultiHeadAttention
+
+#: ``max_examples`` of the ``ci`` profile (conftest.py); :func:`scaled` is relative to it.
+CI_MAX_EXAMPLES = 10
+
+#: any seed the learner accepts
+seeds = st.integers(min_value=0, max_value=2 ** 32 - 1)
+
+
+def scaled(n: int) -> int:
+    """``n`` under the ``ci`` profile, proportionally more under a bigger profile."""
+    return max(1, n * settings().max_examples // CI_MAX_EXAMPLES)
+
+
+def rationals(num: int = 3, den: int = 2):
+    """Fractions p/q, |p| <= num, 1 <= q <= den (not necessarily in lowest terms)."""
+    return st.builds(Fraction, st.integers(-num, num), st.integers(1, den))
+
+
+# ---------------------------------------------------------------------------------
+def min_heads_for(merged: bool, cancelling: bool) -> int:
+    """Fewest heads a model with these options has (merged pair + cancelling group)."""
+    return max(1, 2 * merged + 2 * cancelling)
+
+
+def build_model(randint, d: int, H: int, *, merged: bool = False, cancelling: bool = False,
+                w_num: int = 3, w_den: int = 2, v_num: int = 3, v_den: int = 3):
+    """A model from an integer source ``randint(lo, hi)`` (hypothesis draw or random.Random).
+
+    ``merged``: two heads get the same W (needs H >= 2).  ``cancelling``: a group
+    of two or three heads (as H allows) gets one W and v's that sum to zero (needs
+    H >= 2, and H >= 4 together with ``merged``: the groups are disjoint).  The
+    heads are then shuffled, so the special heads are anywhere.
+    """
+    if H < min_heads_for(merged, cancelling):
+        raise ValueError(f"merged={merged}, cancelling={cancelling} need H >= "
+                         f"{min_heads_for(merged, cancelling)}, got {H}")
+
+    def q(num, den):
+        return Fraction(randint(-num, num), randint(1, den))
+
+    heads = [([[q(w_num, w_den) for _ in range(d)] for _ in range(d)],
+              [q(v_num, v_den) for _ in range(d)]) for _ in range(H)]
+    first = 2 if merged else 0              # heads 0, 1: the merged pair
+    if cancelling:
+        size = 2 if H - first == 2 else randint(2, 3)
+        group = list(range(H - size, H))
+        W = heads[group[0]][0]
+        vs = [heads[g][1] for g in group[:-1]]
+        last = [-sum(col) for col in zip(*vs)]
+        for g, v in zip(group, vs + [last]):
+            heads[g] = (W, v)
+    if merged:
+        heads[0] = (heads[1][0], heads[0][1])
+    for i in range(H - 1, 0, -1):            # Fisher-Yates with the same source
+        j = randint(0, i)
+        heads[i], heads[j] = heads[j], heads[i]
+    return MultiHeadAttention(heads, d=d)
+
+
+@st.composite
+def models(draw, *, d: int | None = None, heads: int | None = None, min_d: int = 1, max_d: int = 3,
+           min_heads: int = 1, max_heads: int = 3, merged: bool = False, cancelling: bool = False,
+           w_num: int = 3, w_den: int = 2, v_num: int = 3, v_den: int = 3):
+    """Random models; ``d``/``heads`` fix the sizes, otherwise drawn from the ranges.
+
+    The head count is at least :func:`min_heads_for` the options."""
+    if d is None:
+        d = draw(st.integers(min_d, max_d))
+    if heads is None:
+        lo = max(min_heads, min_heads_for(merged, cancelling))
+        heads = draw(st.integers(lo, max(lo, max_heads)))
+
+    def randint(lo, hi):
+        return draw(st.integers(lo, hi))
+
+    return build_model(randint, d, heads, merged=merged, cancelling=cancelling,
+                       w_num=w_num, w_den=w_den, v_num=v_num, v_den=v_den)
+
+
+def nonzero_models(**kw):
+    """:func:`models` whose canonical form has at least one head (filtered)."""
+    return models(**kw).filter(lambda m: len(m.canonical_heads()) > 0)
+
+
+@st.composite
+def bounded_models(draw, *, min_extra: int = 1, max_extra: int = 2, **model_kw):
+    """``(model, H0)`` with ``model.H < H0 <= model.H + max_extra``."""
+    model = draw(models(**model_kw))
+    return model, model.H + draw(st.integers(min_extra, max_extra))
+
+
+@st.composite
+def token_sequences(draw, d: int, *, min_len: int = 1, max_len: int = 7, entries: int = 4,
+                    pool: int = 3):
+    """A query: ``min_len..max_len`` integer tokens in [-entries, entries]^d, drawn
+    from a pool of at most ``pool`` distinct tokens so that repeats are common."""
+    token = st.tuples(*[st.integers(-entries, entries)] * d)
+    tokens = draw(st.lists(token, min_size=1, max_size=pool, unique=True))
+    idx = draw(st.lists(st.integers(0, len(tokens) - 1), min_size=min_len, max_size=max_len))
+    return [tokens[i] for i in idx]
+
+
+def seeded_model(seed, d: int, H: int, **kw):
+    """:func:`build_model` driven by ``random.Random(seed)`` (fixed batches)."""
+    rng = random.Random(seed)
+    return build_model(rng.randint, d, H, **kw)

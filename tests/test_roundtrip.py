@@ -1,0 +1,144 @@
+"""Round trip (SPEC §3, §5): learn(Oracle(model)) is the model's canonical form.
+
+Whenever the learner certifies, its heads must *equal* ``model.canonical_heads()``
+(exact rationals), with exactly ``4Hd^2 - 2H + 1`` queries, the longest of
+``2H + 1`` tokens (H the head count given, or the bound H0).  A failure must
+be explicit: status "failed", a reason, no heads.  A certified wrong answer
+fails every test here.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from exactlearn import Oracle, learn
+from exactlearn.fields import Rational
+from exactlearn.plan import paper_count
+
+from strategies import bounded_models, models, scaled, seeded_model, seeds
+
+
+def check_round_trip(res, model, H):
+    """The round-trip contract for one run with head count or bound H."""
+    event(res.status)
+    if res.certified:
+        assert res.heads == model.canonical_heads(), "certified a wrong answer"
+        assert res.error is None
+        assert res.queries == 4 * H * model.d ** 2 - 2 * H + 1 == paper_count(model.d, H)
+        assert res.max_length == 2 * H + 1
+        assert res.heads_bound == H
+    else:
+        assert res.status == "failed"
+        assert isinstance(res.error, str) and res.error
+        assert res.heads == ()
+
+
+# -- properties ---------------------------------------------------------------------
+MODELS = st.one_of(
+    models(),                                   # d <= 3, H <= 3
+    models(merged=True),                        # two heads share W
+    models(cancelling=True),                    # a group whose v sum to zero
+    models(merged=True, cancelling=True, max_d=2, max_heads=4),
+)
+
+
+@settings(max_examples=scaled(12))
+@given(model=MODELS, seed=seeds)
+def test_round_trip_known_heads(model, seed):
+    """heads=H (the raw head count): certified => canonical heads, paper count."""
+    res = learn(Oracle(model, Rational()), d=model.d, heads=model.H, seed=seed)
+    check_round_trip(res, model, model.H)
+
+
+@settings(max_examples=scaled(10))
+@given(problem=st.one_of(bounded_models(max_d=3, max_heads=2),
+                         bounded_models(max_d=2, max_heads=3, merged=True),
+                         bounded_models(max_d=2, cancelling=True, max_extra=1)),
+       seed=seeds)
+def test_round_trip_head_bound(problem, seed):
+    """max_heads=H0 > H: the interpolation finds the true count; H0 sets the count."""
+    model, H0 = problem
+    res = learn(Oracle(model, Rational()), d=model.d, max_heads=H0, seed=seed)
+    check_round_trip(res, model, H0)
+
+
+@settings(max_examples=scaled(10))
+@given(model=models(max_d=2), seed=seeds, retries=st.integers(1, 3))
+def test_round_trip_with_retries(model, seed, retries):
+    """retries=N: every attempt costs one plan, all of it reported in queries."""
+    res = learn(Oracle(model, Rational()), d=model.d, heads=model.H, seed=seed, retries=retries)
+    count = paper_count(model.d, model.H)
+    assert 1 <= res.attempts <= retries + 1
+    assert res.queries == res.attempts * count
+    assert res.extra_queries == (res.attempts - 1) * count
+    if res.certified:
+        assert res.heads == model.canonical_heads()
+        assert res.max_length == 2 * model.H + 1
+    else:
+        assert res.attempts == retries + 1 and res.error and res.heads == ()
+
+
+# -- the certified rate over a fixed seeded batch ----------------------------------------
+def batch(per_cell, bound_extra):
+    """d = 1..3, H = 1..3, plain / merged / cancelling models, ``per_cell`` seeds each."""
+    for d in (1, 2, 3):
+        for H in (1, 2, 3):
+            for kind in ("plain", "merged", "cancelling"):
+                if kind != "plain" and H < 2:
+                    continue
+                for s in range(per_cell):
+                    model = seeded_model(1000 * d + 100 * H + s, d, H, **({kind: True} if kind != "plain" else {}))
+                    yield model, H + bound_extra, s
+
+
+#: Measured on this batch at the default range (R = 20): 82 of 84 runs certified
+#: (0.976) with heads=H, and 82 of 84 with max_heads=H+1, 4 seeds per cell.  The
+#: issue's acceptance bound is 2/3; we assert 0.9, the measured rate less a margin
+#: for changes in the learner's draws (at p = 0.976, n = 56, a rate below 0.9 has
+#: probability < 1%).
+MIN_CERTIFIED_RATE = 0.9
+
+
+@pytest.mark.parametrize("bound_extra,per_cell", [(0, 2), (1, 1)], ids=["heads=H", "max_heads=H+1"])
+def test_certified_rate_default_range(bound_extra, per_cell):
+    runs = certified = 0
+    for model, H0, s in batch(per_cell, bound_extra):
+        kw = {"heads": H0} if bound_extra == 0 else {"max_heads": H0}
+        res = learn(Oracle(model, Rational()), d=model.d, seed=s, **kw)
+        runs += 1
+        if res.certified:
+            certified += 1
+            assert res.heads == model.canonical_heads(), f"certified a wrong answer (seed {s})"
+            assert res.queries == paper_count(model.d, H0) and res.max_length == 2 * H0 + 1
+        else:
+            assert res.status == "failed" and res.error
+    rate = certified / runs
+    assert rate >= 2 / 3, f"certified rate {certified}/{runs} below the acceptance bound 2/3"
+    assert rate >= MIN_CERTIFIED_RATE, f"certified rate {certified}/{runs} = {rate:.3f} < {MIN_CERTIFIED_RATE}"
+
+
+def test_never_silently_wrong_small_range():
+    """Acceptance: at --range 2 degenerate draws are common, yet no certified answer is wrong.
+
+    Measured on this batch (200 models, d <= 3, H <= 3, H0 = H or H + 1): 147
+    certified, 53 failed; we require both kinds to occur so the test exercises
+    detection and is not vacuous."""
+    import random
+    certified = failed = 0
+    for s in range(200):
+        rng = random.Random(s)
+        d, H = rng.randint(1, 3), rng.randint(1, 3)
+        kind = rng.choice(["plain", "merged", "cancelling"]) if H >= 2 else "plain"
+        model = seeded_model(s, d, H, **({kind: True} if kind != "plain" else {}))
+        H0 = H + rng.randint(0, 1)
+        res = learn(Oracle(model, Rational()), d=d, max_heads=H0, seed=s, query_range=2)
+        if res.certified:
+            certified += 1
+            assert res.heads == model.canonical_heads(), f"certified a wrong answer (seed {s})"
+            assert res.queries == paper_count(d, H0)
+        else:
+            failed += 1
+            assert res.status == "failed" and res.error and res.heads == ()
+    assert certified >= 100 and failed >= 10, (certified, failed)
