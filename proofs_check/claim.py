@@ -9,8 +9,51 @@ A claim module registers itself with the :func:`claim` decorator::
         return ClaimResult(VERIFIED, {"runs": len(rows), ...})
 
 Trials passed to ``ctx.map`` must be top-level (picklable) functions of one
-argument so that every executor (in-process, local processes, Dask) gives the
-same verdicts for the same seed.
+argument, pure functions of their item, so that every executor (in-process,
+local processes, Dask: :mod:`proofs_check.executors`) gives the same verdicts
+and the same evidence for the same seed.  ``ctx.trials`` counts the items
+mapped; :func:`run_claims` reports it as ``evidence["trials"]``.
+
+Campaign size
+-------------
+``ctx.quick`` (``--quick``) and ``ctx.tiny`` (``--tiny``, the test suite's
+size) select the level; ``ctx.size(quick, full)`` returns the repetitions for
+it, with the full size multiplied by ``ctx.scale`` (``--scale K``, for
+clusters).  Claims that size their campaigns through ``ctx.size`` honour
+``--scale``; :func:`run_claims` records which did (``row["scaled"]``).
+
+Figure data in the evidence (``evidence["series"]``)
+-----------------------------------------------------
+A claim that measures something worth plotting puts it under
+``evidence["series"][NAME] = {"points": [...], ...}``, where each point is a
+flat dict of JSON numbers or strings (decimal strings are read with
+``float``).  ``proofs-check --plots DIR`` (:mod:`proofs_check.figures`) draws
+these names, from every claim that reports them:
+
+``"queries_vs_d"``
+    points ``{"plan": str, "d": int, "H": int, "queries": int}``, one per
+    certified run (or per cell); optional ``"rank"`` (int) and ``"limit"``
+    (the query limit the claim checks that run against).  ``plan`` is
+    ``"paper"``, ``"efficient"``, ``"efficient rank=1"``, ...: one marker
+    style per plan, one colour per H, drawn over the paper's formula
+    4Hd^2 - 2H + 1 and the prior work's d^2 + d.
+``"failure_vs_range"``
+    points ``{"field": str, "range": int, "runs": int, "failures": int,
+    "wrong": int, "bound": float}``: at sampling half-width R = ``range``
+    (entries in [-R, R]), ``failures`` of ``runs`` learner runs were not
+    certified, ``wrong`` were certified but wrong (must be 0), and ``bound``
+    is the claim's upper bound on the failure probability at that R.
+    Optional extra key ``"bound_formula"`` (str) beside ``"points"``.
+``"error_vs_noise"``
+    points ``{"eta": float, "error": float}`` (largest parameter error at
+    output noise eta), optional ``"error_bound"`` (the learner's a-posteriori
+    bound) and ``"model"`` (str, one line per model).  Extra keys beside
+    ``"points"``: ``"slope"`` (the claim's fitted log-log slope) and
+    ``"constant"`` (C in error <= C eta).
+``"time_vs_d"``
+    points ``{"field": str, "d": int, "H": int, "seconds": float}``.
+    (Timings differ from run to run; every ``"seconds"`` key is left out when
+    evidence is compared across executors.)
 """
 
 from __future__ import annotations
@@ -20,6 +63,8 @@ import pkgutil
 import time
 import traceback
 from dataclasses import dataclass, field
+
+from .executors import DaskExecutor, ExecutorError, LocalExecutor  # noqa: F401 (public here too)
 
 VERIFIED = "verified"
 REFUTED = "refuted"
@@ -59,38 +104,22 @@ def claim(id: str, statement: str, order: int = 100):
     return deco
 
 
-class LocalExecutor:
-    """Runs trials in this process (workers=1) or in a local process pool."""
-
-    name = "local"
-
-    def __init__(self, workers: int = 1):
-        self.workers = max(1, int(workers))
-        self._pool = None
-
-    def map(self, fn, items):
-        items = list(items)
-        if self.workers == 1 or len(items) < 2:
-            return [fn(x) for x in items]
-        if self._pool is None:
-            from concurrent.futures import ProcessPoolExecutor
-            self._pool = ProcessPoolExecutor(self.workers)
-        return list(self._pool.map(fn, items))
-
-    def close(self):
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
-
-
 @dataclass
 class Context:
-    """What a claim needs: campaign size, base seed and an executor."""
+    """What a claim needs: campaign size, base seed and an executor.
+
+    ``progress`` (optional) is told about trials: ``progress.trials_added(n)``
+    when a map of n trials starts, ``progress.trials_done(k)`` as k finish.
+    """
 
     quick: bool = True
     seed: int = 0
     executor: object = None
     trials: int = 0            # counted by map(), reported per claim
+    tiny: bool = False         # the test suite's size (below --quick)
+    scale: int = 1             # multiplies full-run sizes given through size()
+    progress: object = None
+    scaled: bool = False       # set when size() was asked for a full-run size
 
     def __post_init__(self):
         if self.executor is None:
@@ -99,10 +128,25 @@ class Context:
     def map(self, fn, items):
         items = list(items)
         self.trials += len(items)
-        return self.executor.map(fn, items)
+        p = self.progress
+        if p is None or not _accepts_progress(self.executor):
+            return self.executor.map(fn, items)
+        p.trials_added(len(items))
+        return self.executor.map(fn, items, progress=p.trials_done)
 
     def size(self, quick: int, full: int) -> int:
-        return quick if self.quick else full
+        if self.quick:
+            return quick
+        self.scaled = True
+        return full * max(1, int(self.scale))
+
+
+def _accepts_progress(executor) -> bool:
+    import inspect
+    try:
+        return "progress" in inspect.signature(executor.map).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def discover() -> dict:
@@ -113,17 +157,26 @@ def discover() -> dict:
     return dict(sorted(CLAIMS.items(), key=lambda kv: (kv[1].order, kv[0])))
 
 
-def run_claims(ids=None, quick=True, seed=0, executor=None, progress=None) -> list:
-    """Run the selected claims; returns a list of JSON-able dicts."""
+def run_claims(ids=None, quick=True, seed=0, executor=None, progress=None, *,
+               tiny=False, scale=1, reporter=None) -> list:
+    """Run the selected claims; returns a list of JSON-able dicts.
+
+    ``progress(row)`` is called after each claim.  ``reporter`` (optional) gets
+    ``claim_started(id, index, total)``, ``claim_finished(row)`` and the trial
+    hooks of :class:`Context`.
+    """
     registry = discover()
     selected = list(registry) if not ids else list(ids)
     unknown = [i for i in selected if i not in registry]
     if unknown:
         raise KeyError(f"unknown claim id(s): {', '.join(unknown)}")
     out = []
-    for cid in selected:
+    for n, cid in enumerate(selected):
         c = registry[cid]
-        ctx = Context(quick=quick, seed=seed, executor=executor)
+        if reporter is not None:
+            reporter.claim_started(cid, n, len(selected))
+        ctx = Context(quick=quick, seed=seed, executor=executor, tiny=tiny, scale=scale,
+                      progress=reporter)
         t0 = time.perf_counter()
         try:
             res = c.run(ctx)
@@ -132,8 +185,13 @@ def run_claims(ids=None, quick=True, seed=0, executor=None, progress=None) -> li
                                              "traceback": traceback.format_exc(limit=4)})
         res.evidence.setdefault("trials", ctx.trials)
         res.evidence["seconds"] = round(time.perf_counter() - t0, 3)
-        out.append({"id": cid, "statement": c.statement, "status": res.status,
-                    "evidence": res.evidence})
+        row = {"id": cid, "statement": c.statement, "status": res.status,
+               "evidence": res.evidence}
+        if scale != 1 and not quick:
+            row["scaled"] = ctx.scaled
+        out.append(row)
+        if reporter is not None:
+            reporter.claim_finished(row)
         if progress is not None:
-            progress(out[-1])
+            progress(row)
     return out
