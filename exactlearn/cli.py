@@ -97,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="N extra fresh random queries comparing the result with the oracle")
     lp.add_argument("--dps", type=_positive("--dps"), default=None, help="digits (real field)")
     lp.add_argument("--prime", type=_positive("--prime"), default=None, help="prime p (modular field)")
+    lp.add_argument("--plan", choices=("paper", "efficient"), default="paper",
+                    help="query plan: the paper's (4Hd^2-2H+1 queries) or the efficient one")
+    lp.add_argument("--rank", type=_positive("--rank"), default=None,
+                    help="promise that every head has rank <= r (needs --plan efficient)")
     lp.add_argument("--json", action="store_true", help="print one JSON object")
 
     rp = sub.add_parser("random-model", help="write a random model file")
@@ -144,11 +148,13 @@ def _cmd_learn(args) -> int:
     model = MultiHeadAttention.from_json(load_json(args.model))
     if args.field not in FIELD_NAMES:
         raise BadInput(f"unknown field {args.field!r} (choose from {', '.join(FIELD_NAMES)})")
+    if args.rank is not None and args.plan != "efficient":
+        raise BadInput("--rank needs --plan efficient")
     field = make_field(args.field, args, scale=None)
     oracle = Oracle(model, field)
     res = learn(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads, field=oracle.field,
                 seed=args.seed, query_range=args.range, e_range=args.e_range,
-                retries=args.retries, verify=args.verify)
+                retries=args.retries, verify=args.verify, plan=args.plan, rank=args.rank)
     if args.json:
         print(json.dumps(res.to_json()))
     else:
@@ -156,12 +162,22 @@ def _cmd_learn(args) -> int:
     return 0 if res.certified else 1
 
 
+def _plan_counts(res) -> str:
+    """The efficient plan's counts, with its fallbacks, for :func:`summary`."""
+    out = f"plan {res.plan}: {res.plan_queries} planned, paper count {res.plan_detail['paper_queries']}"
+    for fb in res.plan_fallbacks:
+        out += f"; {fb['kind']} fallback +{fb['queries']}"
+    return out
+
+
 def summary(res, model=None) -> str:
     """Readable summary of a learning run."""
     K = res.field.param
     lines = [f"status: {res.status}" + (f" ({res.error})" if res.error else ""),
              f"field: {res.field.name}  d: {res.d}  head bound: {res.heads_bound}",
-             f"queries: {res.queries} (paper count {res.plan_queries})  longest: {res.max_length}"
+             f"queries: {res.queries} (" + (f"paper count {res.plan_queries}" if res.plan_detail is None
+                                            else _plan_counts(res))
+             + f")  longest: {res.max_length}"
              + (f"  attempts: {res.attempts}" if res.attempts > 1 else "")]
     if res.certified:
         lines.append(f"canonical heads: {len(res.heads)}")

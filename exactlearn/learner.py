@@ -62,6 +62,8 @@ class LearnResult:
     trace: list = dc_field(default_factory=list)
     verify_queries: int = 0
     verified: bool | None = None
+    plan_fallbacks: list = dc_field(default_factory=list)
+    plan_detail: dict | None = None
 
     @property
     def certified(self) -> bool:
@@ -93,6 +95,8 @@ class LearnResult:
             "field_info": self.field.describe(),
             "verify_queries": self.verify_queries,
             "verified": self.verified,
+            "plan_fallbacks": self.plan_fallbacks,
+            "plan_detail": self.plan_detail,
         }
 
 
@@ -139,7 +143,7 @@ def resolve_field(oracle, field: Field | None) -> tuple:
 def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None,
           field: Field | None = None, seed=None, query_range: int | None = None,
           retries: int = 0, e_range: int | None = None, trace: bool = False,
-          verify: int = 0) -> LearnResult:
+          verify: int = 0, plan: str = "paper", rank: int | None = None) -> LearnResult:
     """Learn the canonical heads of ``oracle`` (SPEC §3, §5).
 
     ``heads`` (H) or ``max_heads`` (a bound H0) sets the plan.  Query entries
@@ -150,6 +154,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     ``verify=N`` spends N fresh random queries after certification comparing
     the learned heads with the black box; they are reported separately
     (``verify_queries``) and never counted in ``queries``.
+    ``plan="efficient"`` (optionally with ``rank=r``, a promise that every head
+    has rank <= r) uses the efficient plan of :mod:`exactlearn.plan_efficient`
+    (analysed by :mod:`exactlearn.learn_efficient`); ``plan_queries`` is then
+    that plan's count, and ``plan_fallbacks`` lists any fallback with its queries.
     """
     t_start = time.perf_counter()
     H = heads if heads is not None else max_heads
@@ -161,6 +169,11 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         raise ValueError(f"d must be a positive integer, got {d!r}")
     if retries < 0:
         raise ValueError("retries must be >= 0")
+    if plan not in ("paper", "efficient"):
+        raise ValueError(f"plan must be 'paper' or 'efficient', got {plan!r}")
+    if rank is not None and plan != "efficient":
+        raise ValueError("rank= is a promise for the efficient plan (plan='efficient')")
+    plan_kind = plan
     K, convert = resolve_field(oracle, field)
     R = query_range if query_range is not None else DEFAULT_RANGES.get(K.name, 20)
     if R < 1:
@@ -175,16 +188,25 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     n_cert = 0
     while attempts <= retries:
         attempts += 1
-        plan = draw_paper_plan(d, H, rng, R, e_range)
+        if plan_kind == "paper":
+            plan = draw_paper_plan(d, H, rng, R, e_range)
+        else:
+            from .plan_efficient import draw_efficient_plan
+            plan = draw_efficient_plan(d, H, rng, R, e_range, rank)
         tr = []
         start = len(rec.observations)
         try:
             check = getattr(oracle, "check_plan", None)
             if check is not None:
                 check(plan)          # fail fast, before any query of this plan
-            y_shared, values = _ask_plan(plan, rec)
-            recovered, n_cert = _analyse_and_certify(plan, y_shared, values, K,
-                                                     rec.observations[start:], tr if trace else None)
+            if plan_kind == "efficient":
+                from .learn_efficient import run_efficient
+                recovered, n_cert = run_efficient(plan, rec, K, lambda: rec.observations[start:],
+                                                  tr if trace else None)
+            else:
+                y_shared, values = _ask_plan(plan, rec)
+                recovered, n_cert = _analyse_and_certify(plan, y_shared, values, K,
+                                                         rec.observations[start:], tr if trace else None)
             error = None
             break
         except (Degenerate, FieldError, CertificateError, SingularMatrix) as exc:
@@ -202,7 +224,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         heads=recovered if error is None else (),
         error=error, d=d, heads_bound=H, field=K,
         queries=rec.queries, max_length=rec.max_length,
-        plan=plan.name if plan else "paper", plan_queries=paper_count(d, H),
+        plan=plan.name if plan else "paper",
+        plan_queries=plan.count if plan_kind == "efficient" else paper_count(d, H),
+        plan_fallbacks=list(getattr(plan, "fallbacks", [])),
+        plan_detail=plan.describe() if plan_kind == "efficient" else None,
         attempts=attempts, learner_seconds=max(0.0, total - rec.seconds),
         oracle_seconds=rec.seconds, certified_observations=n_cert, trace=tr)
 

@@ -1,0 +1,290 @@
+"""Analysis of the efficient plan (issue 6; SPEC §8): V first, labels from v, CUR for low rank.
+
+:func:`run_efficient` asks an :class:`~exactlearn.plan_efficient.EfficientPlan`,
+analyses it and certifies the result (SPEC §5); :func:`exactlearn.learn` calls
+it for ``plan="efficient"``.  The steps, reusing the paper learner's parts:
+
+1. **V** from the d single-token queries: V·x_i = f((x_i)), V = X^{-T} (f((x_i)))_i.
+2. **Fit each family** from k = 0 (V·x), k = 1..2H−1 and the limit V·a
+   (:func:`fit_family`: :func:`~exactlearn.interpolate.cauchy_interpolate` and
+   :func:`~exactlearn.interpolate.poles` after a change of variable that puts
+   k = ∞ at a finite point).
+3. **Label the group of x_1** by the paper's matching (:func:`~exactlearn.match.match`,
+   configurations (x_1, e_1 + e_j)); that gives v_h (:func:`~exactlearn.solve.solve_v`).
+4. **Label every other configuration by its c-values** c_h = −v_h·e_j.  When two
+   heads' c-values at e_j coincide, fall back to the paper's matching for that
+   configuration ((x_1 + x_i, e_1) and (x_i, e_1 + e_j)), reported in
+   ``plan.fallbacks``.  Either way each c-value must be the head's (c depends on
+   e only): a failed check is a detected degenerate draw.
+5. **Rank r**: complete each M_h = Eᵀ W_h X from its skeleton as C U⁻¹ R.  A
+   singular r × r core U falls back to the full plan (asked then).
+6. **Solve** W_h (:func:`~exactlearn.solve.solve_W`), canonicalise, and **certify**
+   over every observed value (:func:`~exactlearn.certify.certify`), including the
+   check configurations.  A rank reconstruction the certificate rejects -- a
+   false rank promise, caught by the check configurations -- falls back to the
+   full plan as well; so does one whose W is not exact in the field.
+
+Under its promise (at most H heads; rank ≤ r) every step is forced by the
+observations: the fits are unique, labels are unique or the learner fails, and
+with an invertible core the CUR completion is the only rank-≤ r completion.
+The check configurations guard the promise itself (see
+:func:`~exactlearn.plan_efficient.check_miss_bound`).
+
+>>> from exactlearn import MultiHeadAttention, Oracle, learn
+>>> from exactlearn.fields import Modular
+>>> model = MultiHeadAttention([([[1, 0, 2], [0, -1, 1], [1, 1, 0]], [1, 2, 0]),
+...                             ([[0, 1, 0], [1, 0, -2], [2, 0, 1]], [-1, 1, 3])])
+>>> res = learn(Oracle(model, Modular()), d=3, heads=2, seed=1, plan="efficient")
+>>> res.status, res.heads == model.canonical_heads(), res.queries, res.plan, res.plan_fallbacks
+('certified', True, 39, 'efficient', [])
+"""
+
+from __future__ import annotations
+
+from . import linalg, polys
+from .certify import CertificateError, certify
+from .fields.base import ExactnessError
+from .fields.modular import BadReduction, ReconstructionError
+from .interpolate import InterpolationError, cauchy_interpolate, poles
+from .learner import Degenerate
+from .match import MatchError, match
+from .model import Head, canonicalize
+from .plan_efficient import skeleton
+from .solve import solve_v, solve_W
+
+
+def fit_family(y0, samples, limit, H, K) -> list:
+    """[(rho_h, c_h)] of f(q_k) = V·a + Σ_h c_h / (1 + k rho_h) (SPEC §2) from its
+    value y0 at k = 0, ``samples`` at k = 1..n (n = 2H − 1) and its limit V·a.
+
+    In t = 1/(k* − k), k* = n + 1 (not sampled), k = ∞ becomes t = 0, so the
+    n + 2 = 2H + 1 known values are samples of a rational function of t of type
+    (H, H): :func:`cauchy_interpolate` finds it and :func:`poles` writes it as
+    const + Σ c'/(1 + t rho').  Since c/(1 + k rho) = ct/((1 + k* rho) t − rho),
+    rho = −1/(rho' + k*) and c = −c' (1 + k* rho).  A pole at k* itself would
+    leave deg P > deg Q and is reported (InterpolationError).
+
+    >>> from exactlearn.fields import QQ
+    >>> f = lambda k: QQ(7) + QQ(3) / (1 + 2 * k) + QQ(-1) / (1 + QQ("1/4") * k)
+    >>> sorted(fit_family(f(0), [f(k) for k in (1, 2, 3)], QQ(7), 2, QQ))
+    [(mpq(1,4), mpq(-1,1)), (mpq(2,1), mpq(3,1))]
+    """
+    n = len(samples)
+    kstar = K(n + 1)
+    ts = [K.one / (kstar - K(k)) for k in range(n + 1)] + [K.zero]
+    rf = cauchy_interpolate(ts, [y0] + list(samples) + [limit], H, K)
+    if polys.degree(rf.P) > polys.degree(rf.Q):
+        raise InterpolationError(f"k = {n + 1} is a pole of f(q_k): not a rational function of "
+                                 f"the attention form")
+    out = []
+    for rho_t, c_t in poles(rf, K):
+        s = rho_t + kstar
+        if K.is_zero(s):
+            raise InterpolationError("a pole at k = 0 cannot come from attention")
+        rho = -K.one / s
+        out.append((rho, -c_t * (K.one + kstar * rho)))
+    return out
+
+
+class _CoreSingular(Exception):
+    """The r x r core of some head's skeleton is singular (rank plan)."""
+
+
+class _Values:
+    """Asks the black box once per distinct query and remembers the value."""
+
+    def __init__(self, ask):
+        self.ask = ask
+        self.got: dict = {}
+        self.asked = 0
+
+    def __call__(self, c, k):
+        key = (c.x,) if k == 0 else (c.a, k, c.x)
+        if key not in self.got:
+            self.got[key] = self.ask(c.tokens(k))
+            self.asked += 1
+        return self.got[key]
+
+
+def run_efficient(plan, ask, K, observations, trace=None) -> tuple:
+    """Ask ``plan`` through ``ask``, analyse it in ``K`` and certify.
+
+    ``observations()`` returns every (tokens, value) observed so far in this
+    attempt (the certificate covers all of them).  Returns (canonical heads,
+    number of certified observations) and leaves the fallbacks in
+    ``plan.fallbacks`` (and ``plan.name = "efficient"`` after a rank fallback).
+    Raises what the paper learner raises on a detected degenerate draw.
+    """
+    values = _Values(ask)
+    for q in plan.queries:              # the plan is a value: ask all of it first
+        values(plan.configs[q.config], q.k)
+    full = plan.rank is None
+    rank_fallback = None
+    while True:
+        try:
+            heads, matching, n_cert = _analyse_and_certify(plan, values, K, full, observations, trace)
+        except _CoreSingular as exc:
+            reason = str(exc)
+        except (CertificateError, ExactnessError) as exc:
+            if full:
+                raise
+            why = ("the certificate rejects it on the check configurations"
+                   if isinstance(exc, CertificateError) else
+                   "its scores are not exact in the field (denominators the scale D does not clear), "
+                   "so it cannot reproduce the check configurations")
+            reason = f"the rank-{plan.rank} reconstruction is refuted: {why}; not every head has rank <= {plan.rank}"
+        else:
+            plan.fallbacks = ([rank_fallback] if rank_fallback else []) + matching
+            return heads, n_cert
+        full = True
+        off = plan.d * plan.d - len(skeleton(plan.d, plan.rank))
+        rank_fallback = {"kind": "rank", "reason": reason + "; asked the configurations off the "
+                         "skeleton (the full efficient plan)", "configs": off,
+                         "queries": off * plan.samples}
+        plan.name = "efficient"
+
+
+def _analyse_and_certify(plan, values, K, full, observations, trace) -> tuple:
+    """Analyse in K, or in each of K.analysis_fields() in turn (the rational
+    field's multi-modular method, as the paper learner does), certify over K."""
+    fields = K.analysis_fields() if hasattr(K, "analysis_fields") else [K]
+    for n, A in enumerate(fields):
+        last = n == len(fields) - 1
+        try:
+            heads, matching = _analyse(plan, values, A, K, full, trace)
+            return heads, matching, certify(heads, plan.d, observations(), K)
+        except (BadReduction, ReconstructionError, CertificateError):
+            if last:
+                raise
+            if trace is not None:
+                trace.clear()
+    raise AssertionError("unreachable")
+
+
+def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
+    """Steps 1-5 of the module docstring in the field A: (canonical heads, matching fallbacks)."""
+    d, H, ns = plan.d, plan.H, plan.samples
+    P = A.param
+    conv = (lambda y: y) if A is K else A
+
+    def obs(c, k):
+        return conv(values(c, k))
+
+    def dot(u, x):
+        acc = A.zero
+        for a, b in zip(u, x):
+            acc = acc + a * A(b)
+        return acc
+
+    # 1. V from the single tokens (x_i)
+    singles = [plan.configs[plan.index("basis", i, 0)] for i in range(d)]
+    Xt = [[A(x[r]) for r in range(d)] for x in plan.X]                 # rows x_i^T
+    V = linalg.matvec(linalg.inverse(Xt, A), [obs(c, 0) for c in singles], A)
+
+    # 2. fit a family (k = 0 observed for final tokens x_i, else V.x)
+    fits: dict = {}
+
+    def fit(n):
+        if n not in fits:
+            c = plan.configs[n]
+            y0 = obs(c, 0) if c.x in plan.X else dot(V, c.x)
+            fits[n] = fit_family(y0, [obs(c, k) for k in range(1, ns + 1)], dot(V, c.a), H, A)
+        return fits[n]
+
+    lab: dict = {(0, 0): fit(plan.index("basis", 0, 0))}
+    m = len(lab[(0, 0)])
+
+    def counted(n):
+        pl = fit(n)
+        if len(pl) != m:
+            c = plan.configs[n]
+            raise Degenerate(f"pole counts differ between configurations ({m} at (x_1, e_1), "
+                             f"{len(pl)} at {c.kind}{(c.i + 1, c.j + 1)})")
+        return pl
+
+    # 3. the group of x_1: the paper's matching through (x_1, e_1 + e_j); then v_h
+    for j in range(1, d):
+        other = counted(plan.index("basis", 0, j))
+        if H >= 2:
+            joint = counted(plan.index("within", 0, j))
+            lab[(0, j)] = [other[r] for r in match(lab[(0, 0)], other, joint, "add", A)]
+        else:
+            lab[(0, j)] = list(other)
+    cs = [[c for _, c in lab[(0, j)]] for j in range(d)]
+    distinct = [all(not A.eq(cs[j][a], cs[j][b]) for a in range(m) for b in range(a)) for j in range(d)]
+    used, coincide = [], set()
+
+    # 4. other configurations: labelled by c = -v_h.e_j, or by the paper's matching
+    def label(i, j):
+        if (i, j) in lab:
+            return lab[(i, j)]
+        pl = counted(plan.index("basis", i, j))
+        if distinct[j]:
+            out = []
+            for h in range(m):
+                rs = [r for r, (_, c) in enumerate(pl) if A.eq(c, cs[j][h])]
+                if len(rs) != 1:
+                    raise Degenerate(f"configuration (x_{i + 1}, e_{j + 1}): the c-values are not "
+                                     f"those of the heads at e_{j + 1} (c must not depend on the final token)")
+                out.append(pl[rs[0]])
+        else:
+            coincide.add(j)
+            if j == 0:
+                n = plan.index("across", i, 0)
+                perm = match(lab[(0, 0)], pl, counted(n), "equal", A)
+            else:
+                base = label(i, 0)
+                n = plan.index("within", i, j)
+                perm = match(base, pl, counted(n), "add", A)
+            used.append(n)
+            out = [pl[r] for r in perm]
+            if any(not A.eq(out[h][1], cs[j][h]) for h in range(m)):
+                raise MatchError(f"configuration (x_{i + 1}, e_{j + 1}): a head's c-value depends "
+                                 f"on the final token")
+        lab[(i, j)] = out
+        return out
+
+    cells = skeleton(d, None if full else plan.rank)
+    for i, j in cells:
+        label(i, j)
+
+    # 5. scores (param domain); complete them from the skeleton for a rank plan
+    logs = [{(i, j): A.log(lab[(i, j)][h][0]) for i, j in cells} for h in range(m)]
+    if not full:
+        logs = [_cur(plan, L, P, h) for h, L in enumerate(logs)]
+    heads = []
+    for h in range(m):
+        v = solve_v(plan, [cs[j][h] for j in range(d)], A)
+        heads.append(Head(solve_W(plan, logs[h], P), tuple(A.to_param(x) for x in v)))
+    if trace is not None:
+        trace.clear()
+        for n, pl in fits.items():
+            c = plan.configs[n]
+            trace.append({"config": c, "poles": pl,
+                          "labelled": lab.get((c.i, c.j)) if c.kind == "basis" else None})
+        trace.append({"V": V})
+    matching = []
+    if used:
+        matching.append({
+            "kind": "matching",
+            "reason": (f"the heads' c-values coincide at e_j for j in {sorted(j + 1 for j in coincide)} "
+                       f"(equal v_h.e_j, e.g. equal v): those configurations are labelled by the "
+                       f"paper's matching (products of rho in the field)"),
+            "configs": len(used), "queries": len(used) * ns})
+    return canonicalize(heads), matching
+
+
+def _cur(plan, L, P, h) -> dict:
+    """All d² scores M[j][i] = L[(i, j)] of a rank-≤ r head from its skeleton:
+    M = C U⁻¹ R with C = M[:, :r], U = M[:r, :r], R = M[:r, :]."""
+    d, r = plan.d, plan.rank
+    C = [[L[(a, j)] for a in range(r)] for j in range(d)]
+    U = [[L[(a, b)] for a in range(r)] for b in range(r)]
+    R = [[L[(i, b)] for i in range(d)] for b in range(r)]
+    try:
+        Uinv = linalg.inverse(U, P)
+    except linalg.SingularMatrix:
+        raise _CoreSingular(f"head {h + 1}: the {r} x {r} core of its skeleton is singular "
+                            f"(rank below {r}, or an unlucky draw)") from None
+    M = linalg.matmul(linalg.matmul(C, Uinv, P), R, P)
+    return {(i, j): M[j][i] for i in range(d) for j in range(d)}
