@@ -233,10 +233,11 @@ def recovery_grid(ctx, claim_id: str, upper_bound: bool) -> list:
     """The trial tuples of an exact-recovery campaign (fields x ranges x d x H x kind).
 
     Rational field always: d <= 3, H <= 3, every model kind, at query ranges
-    20 and 30 (the learner's default), plus "stress" runs at range 3 where
-    degenerate draws are common (only certified wrong answers count there).  The modular field, when installed, at
-    its default range (2^32): d <= 5, H <= 4 under --quick, d <= 7, H <= 5
-    without.  Under ``upper_bound`` the learner gets max_heads = H + 1 and
+    20 and 30 (the learner's default), plus "stress" runs at range
+    STRESS_RANGE where degenerate draws are common (only certified wrong
+    answers count there).  The modular field, when installed, at its default
+    range (2^32): d <= 5, H <= 4 under --quick, d <= 8, H <= 6 without, plus
+    its own stress runs at range STRESS_RANGE.  Under ``upper_bound`` the learner gets max_heads = H + 1 and
     H + 2 in turn.
     """
     from ..models import kinds_for
@@ -262,7 +263,11 @@ def recovery_grid(ctx, claim_id: str, upper_bound: bool) -> list:
         kinds = kinds_for(H)
         add("rational", 1 + (n // 3) % 3, H, kinds[n % len(kinds)], STRESS_RANGE)
     if modular_field() is not None:
-        d_max, H_max = {"tiny": (3, 3), "quick": (5, 4), "full": (7, 5)}[lv]
+        for n in range(stress):
+            H = 1 + n % 3
+            kinds = kinds_for(H)
+            add("modular", 1 + (n // 3) % 3, H, kinds[(n + 1) % len(kinds)], STRESS_RANGE)
+        d_max, H_max = {"tiny": (3, 3), "quick": (5, 4), "full": (8, 6)}[lv]
         reps = size(ctx, 1, 4, 4)
         for d in range(1, d_max + 1):
             for H in range(1, H_max + 1):
