@@ -27,7 +27,7 @@ from .fields.base import ExactnessError, Field, FieldError
 from .fields.modular import BadReduction, ReconstructionError
 from .interpolate import cauchy_interpolate, poles
 from .linalg import SingularMatrix
-from .match import MatchError, label_basis
+from .match import MatchError, PoleCountMismatch, label_basis
 from .model import canonicalize
 from .plan import draw_paper_plan, paper_count
 from .solve import solve_heads
@@ -278,7 +278,7 @@ def _verify(oracle, heads, d, H, K, convert, rng, R, n) -> tuple:
 def _kind(exc) -> str:
     if isinstance(exc, CertificateError):
         return "certificate failed"
-    if isinstance(exc, MatchError):
+    if isinstance(exc, MatchError) and not isinstance(exc, PoleCountMismatch):
         return "matching failed"
     if isinstance(exc, ExactnessError):
         return "the field cannot realise this run"

@@ -24,6 +24,12 @@ class MatchError(FieldError):
     """The pairing of heads across configurations is missing or not unique."""
 
 
+class PoleCountMismatch(MatchError):
+    """Configurations show different numbers of poles: a vanishing c_h = -v_h.e or
+    two coinciding rho hide a pole (a degenerate draw), or the black box is not
+    attention with the given head bound."""
+
+
 class _Finder:
     """Find an element equal (in the field) to a target among a list."""
 
@@ -54,7 +60,7 @@ def match(base, other, joint, mode: str, K) -> list:
     the pairing must be a bijection.  Otherwise :class:`MatchError`.
     """
     if not (len(base) == len(other) == len(joint)):
-        raise MatchError(f"pole counts differ between configurations "
+        raise PoleCountMismatch(f"pole counts differ between configurations "
                          f"({len(base)}, {len(other)}, {len(joint)})")
     finder = _Finder([rho for rho, _ in joint], K)
     perm = []
@@ -97,7 +103,7 @@ def label_basis(plan, poles_of, K) -> dict:
     m = len(poles_of[plan.index("basis", 0, 0)])
     for n, c in enumerate(plan.configs):
         if n in poles_of and len(poles_of[n]) != m:
-            raise MatchError(f"pole counts differ between configurations ({m} at (x_1, e_1), "
+            raise PoleCountMismatch(f"pole counts differ between configurations ({m} at (x_1, e_1), "
                              f"{len(poles_of[n])} at {c.kind}{(c.i + 1, c.j + 1)})")
     labelled: dict = {(0, 0): list(poles_of[plan.index("basis", 0, 0)])}
     for i in range(d):
