@@ -37,7 +37,8 @@ def _poly(cs) -> str:
 def run_demo(model=None, heads=None, seed=1, query_range=4, retries=5, out=print) -> int:
     model = model or DEFAULT_MODEL
     H = heads or model.H
-    oracle = Oracle(model, Rational())
+    # analyse over Q itself (not modulo p) so that every intermediate value is readable
+    oracle = Oracle(model, Rational(via_modular=False))
     K = oracle.field
     out(f"Model: d = {model.d}, {model.H} heads; score x_i^T W_h x_n (key left, query right).")
     out(f"Field: rational, exp(s) = 2^(D*s) with D = {K.D} (softmax at base 2).")
