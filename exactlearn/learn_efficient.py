@@ -134,7 +134,9 @@ def run_efficient(plan, ask, K, observations, trace=None) -> tuple:
                    "so it cannot reproduce the check configurations")
             reason = f"the rank-{plan.rank} reconstruction is refuted: {why}; not every head has rank <= {plan.rank}"
         else:
-            plan.fallbacks = ([rank_fallback] if rank_fallback else []) + matching
+            dropped = ([{"kind": "rank", "reason": f"rank promise not used: {plan.rank_dropped}",
+                         "configs": 0, "queries": 0}] if plan.rank_dropped else [])
+            plan.fallbacks = dropped + ([rank_fallback] if rank_fallback else []) + matching
             return heads, n_cert
         full = True
         off = plan.d * plan.d - len(skeleton(plan.d, plan.rank))

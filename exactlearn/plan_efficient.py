@@ -107,8 +107,8 @@ def rank_checks(H: int, x_range: int, e_range: int | None = None,
     rank plan below 2^-target_bits; ValueError when the ranges are too small."""
     b = check_miss_bound(H, x_range, e_range)
     if b >= 0.5:
-        raise ValueError(f"query range too small to check a rank promise (one check misses a wrong "
-                         f"model with probability up to {b:.3g}); use a larger --range")
+        raise ValueError(f"the query range is too small to check a rank promise (one check "
+                         f"misses a wrong model with probability up to {b:.3g}): use a larger --range")
     return max(1, math.ceil(target_bits / -math.log2(b)))
 
 
@@ -130,6 +130,7 @@ class EfficientPlan(Plan):
     checks: tuple = ()         # indices of the check configurations
     miss_bound: float = 1.0    # check_miss_bound ** len(checks)
     fallbacks: list = field(default_factory=list)
+    rank_dropped: str | None = None    # why a rank promise was not used (see draw_efficient_plan)
 
     @property
     def samples(self) -> int:
@@ -141,7 +142,7 @@ class EfficientPlan(Plan):
 
     def describe(self) -> dict:
         """JSON-able summary (the learner reports it as ``plan_detail``)."""
-        return {"rank": self.rank, "samples_per_config": self.samples,
+        return {"rank": self.rank, "rank_dropped": self.rank_dropped, "samples_per_config": self.samples,
                 "single_token_queries": self.d, "asked_configs": self.n_asked,
                 "check_configs": len(self.checks), "check_miss_bound": float(f"{self.miss_bound:.3g}"),
                 "planned_queries": self.count, "paper_queries": paper_count(self.d, self.H)}
@@ -185,13 +186,29 @@ def draw_efficient_plan(d: int, H: int, rng: random.Random, x_range: int, e_rang
                         rank: int | None = None) -> EfficientPlan:
     """Random X, E (as :func:`~exactlearn.plan.draw_paper_plan`) and random check
     configurations with entries in the same ranges: one for the full plan, and
-    :func:`rank_checks` of them for a rank plan."""
+    :func:`rank_checks` of them for a rank plan.
+
+    A rank promise is not used (``rank_dropped`` says why, and the learner
+    reports it as a fallback) when the ranges are too small to check it, or
+    when its checks would make it no cheaper than the full plan."""
     R_e = e_range if e_range is not None else x_range
     X = draw_matrix(d, rng, x_range)
     E = draw_matrix(d, rng, R_e)
-    rank_on = rank is not None and rank < d
-    n = rank_checks(H, x_range, R_e) if rank_on else 1
+    dropped = None
+    n = 1
+    if rank is not None and rank < d:
+        try:
+            n = rank_checks(H, x_range, R_e)
+            if efficient_count(d, H, rank, n) >= efficient_count(d, H):
+                dropped = (f"the rank-{rank} plan needs {n} check configurations at this query range, "
+                           f"so it would not be cheaper than the full plan")
+        except ValueError as exc:
+            dropped = str(exc)
+        if dropped is not None:
+            rank, n = None, 1
     checks = [(tuple(rng.randint(-x_range, x_range) for _ in range(d)),
                tuple(rng.randint(-R_e, R_e) for _ in range(d))) for _ in range(n)]
     bound = check_miss_bound(H, x_range, R_e) ** n
-    return efficient_plan(X, E, H, rank, checks, bound)
+    plan = efficient_plan(X, E, H, rank, checks, bound)
+    plan.rank_dropped = dropped
+    return plan

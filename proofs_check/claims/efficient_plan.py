@@ -45,7 +45,7 @@ from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.fields import Modular
 from exactlearn.plan import paper_count
 from exactlearn.plan_efficient import (check_miss_bound, draw_efficient_plan, efficient_count,
-                                       efficient_plan, prior_count)
+                                       efficient_plan, prior_count, rank_checks)
 
 from ..claim import ClaimResult, claim
 from ..models import heads_json, random_v, random_W, trial_rng
@@ -150,12 +150,14 @@ def plan_grid() -> list:
                     continue
                 p = draw_efficient_plan(d, H, rng, 2 ** 32, rank=rank)
                 n = len(p.checks)
-                ok = p.count == efficient_count(d, H, rank, n)
+                ok = p.count == efficient_count(d, H, p.rank, n) <= efficient_count(d, H)
+                if rank is not None and p.rank is None:     # dropped: it would not have been cheaper
+                    ok = ok and efficient_count(d, H, rank, rank_checks(H, 2 ** 32)) >= p.count
                 if rank is None and H == 1:
                     ok = ok and p.count == d * d + d + 1
                 if rank is None and H >= 2:
                     ok = ok and p.count == 2 * H * d * d + 2 * H * d - d * d <= 2 * H * d * d + 2 * H * d + 1
-                rows.append({"d": d, "H": H, "rank": rank, "count": p.count, "checks": n,
+                rows.append({"d": d, "H": H, "rank": rank, "rank_used": p.rank, "count": p.count, "checks": n,
                              "paper": paper_count(d, H), "ok": ok})
     return rows
 
