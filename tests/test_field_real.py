@@ -13,7 +13,10 @@ from hypothesis import strategies as st
 
 from exactlearn.fields.base import NotExponential, NotSplit
 from exactlearn.fields.real import Real, Undecided
+from exactlearn.interpolate import InterpolationError, cauchy_interpolate, poles
+from exactlearn.learner import learn
 from exactlearn.model import MultiHeadAttention
+from exactlearn.oracle import Oracle
 
 K50 = Real(dps=50)
 K100 = Real(dps=100)
@@ -105,6 +108,7 @@ def test_defaults_are_documented_and_reported():
     assert K50.tol == K50(10) ** -25
     assert abs(K50.sep ** 2 - K50.tol) <= K50.tol * K50(10) ** -40      # sep = sqrt(tol)
     assert Real(dps=31).tol == Real(dps=31)(10) ** -15
+    assert K50.noise == K50(10) ** -45 and K50.describe()["noise"] == "1.0e-45"
 
 
 def test_two_precisions_decide_differently():
@@ -312,3 +316,111 @@ def test_model_evaluation_matches_spec_formula():
             vx = sum(vi * xi for vi, xi in zip(h.v, x))
             want += (k * rho * K(va) + K(vx)) / (k * rho + 1)
         assert K.eq(got, want)
+
+
+# -- rational interpolation (the hook of exactlearn.interpolate) ------------------------------
+def family(K, rhos, cs, const, ks):
+    """f(q_k) = const + sum_h c_h / (1 + k rho_h) (SPEC §2) at the points ks."""
+    return [K(const) + sum((K(c) / (1 + k * r) for c, r in zip(cs, rhos)), K.zero) for k in ks]
+
+
+@st.composite
+def families(draw, max_heads=6):
+    """Distinct scores s_h (gaps >= 1/16), rho_h = e^(s_h), |c_h| >= 1/4."""
+    m = draw(st.integers(1, max_heads))
+    scores = draw(st.lists(st.integers(-32, 32), min_size=m, max_size=m, unique=True))
+    cs = draw(st.lists(st.integers(1, 12).map(lambda n: mpq(n, 4)) | st.integers(-12, -1).map(
+        lambda n: mpq(n, 4)), min_size=m, max_size=m))
+    const = draw(rationals(bound=3))
+    extra = draw(st.integers(0, 2))
+    return [mpq(sc, 16) for sc in scores], cs, const, m + extra
+
+
+@settings(max_examples=15, deadline=None)
+@given(families())
+def test_interpolation_recovers_poles_and_residues(fam):
+    scores, cs, const, H = fam
+    K = K100
+    rhos = [K.exp(sc) for sc in scores]
+    ks = [K(k) for k in range(2 * H + 1)]
+    rf = cauchy_interpolate(ks, family(K, rhos, cs, const, ks), H, K)
+    assert rf.n_poles == len(scores)                   # fewer heads than H come out naturally
+    assert K.eq(rf.limit(K), const + 0)
+    got = sorted(poles(rf, K))
+    for (rho, c), (rho0, c0) in zip(got, sorted(zip(rhos, cs))):
+        assert abs(rho - rho0) <= K.tol * rho0 and abs(c - c0) <= K.tol * abs(c0)
+
+
+def test_interpolation_at_non_integer_points():
+    """The efficient plan samples in t = 1/(k* - k), with t = 0 for the limit."""
+    K, H = K100, 3
+    ts = [K.one / (2 * H - k) for k in range(2 * H)] + [K.zero]
+    rhos, cs = [K("1/3"), K(2), K(5)], [1, -2, "1/2"]
+    rf = cauchy_interpolate(ts, family(K, rhos, cs, 7, ts), H, K)
+    got = sorted(poles(rf, K))
+    assert len(got) == 3 and all(abs(r - r0) <= K.tol * r0 for (r, _), r0 in zip(got, rhos))
+
+
+def test_interpolation_of_twelve_heads_at_dps_100():
+    """The generic Euclidean algorithm fails here (undecided degree tests)."""
+    K, H = K100, 12
+    rhos = [K.exp(mpq(2 * h - 11, 8)) for h in range(H)]
+    cs = [mpq((-1) ** h * (h + 2), 3) for h in range(H)]
+    ks = [K(k) for k in range(2 * H + 1)]
+    rf = cauchy_interpolate(ks, family(K, rhos, cs, 1, ks), H, K)
+    got = sorted(poles(rf, K))
+    assert len(got) == H
+    assert max(abs(r - r0) / r0 for (r, _), r0 in zip(got, rhos)) < K("1e-40")
+
+
+def test_interpolation_small_cases():
+    K = K50
+    ks = [K(k) for k in range(5)]
+    rf = cauchy_interpolate(ks, [K(3)] * 5, 2, K)
+    assert (rf.P, rf.Q) == ([3], [1])
+    rf = cauchy_interpolate(ks, [K.zero] * 5, 2, K)
+    assert (rf.P, rf.Q) == ([], [1])
+    rf = cauchy_interpolate(ks, family(K, [K(2)], [1], 0, ks), 2, K)   # V.a = 0: deg P < deg Q
+    assert len(rf.P) == 1 and len(rf.Q) == 2 and K.eq(rf.Q[1], 2)
+    with pytest.raises(ValueError):
+        K.rational_interpolate(ks[:4], [K(1)] * 4, 2)
+
+
+def test_interpolation_refuses_what_attention_cannot_produce():
+    K = K50
+    ks = [K(k) for k in range(1, 4)]
+    with pytest.raises(InterpolationError, match="k = 0"):          # 1 + 1/k: a pole at 0
+        cauchy_interpolate(ks, [1 + 1 / k for k in ks], 1, K)
+    ks = [K(k) for k in range(3)]
+    with pytest.raises(InterpolationError, match="infinity"):       # f = k: deg P > deg Q
+        cauchy_interpolate(ks, list(ks), 1, K)
+
+
+def test_pole_count_is_decided_by_the_fields_noise():
+    """Two poles 1e-30 apart: Loewner singular value 2 is about 1e-62."""
+    def fit(**kw):
+        K = Real(dps=100, **kw)
+        ks = [K(k) for k in range(7)]
+        return K, cauchy_interpolate(ks, family(K, [K(1), K(1) + K("1e-30")], [1, 2], 2, ks), 3, K)
+
+    K, rf = fit()                                  # noise 1e-90: two poles, ...
+    assert rf.n_poles == 2
+    with pytest.raises(NotSplit, match="undecided"):
+        poles(rf, K)                               # ... too close for tol to separate
+    K, rf = fit(noise="1e-50")                     # invisible at this noise: one pole
+    assert rf.n_poles == 1 and K.eq(poles(rf, K)[0][1], 3)
+    with pytest.raises(Undecided, match="singular value 2"):
+        fit(noise="1e-66")                         # within the margin above the bound
+
+
+def test_learner_over_the_real_field_matches_the_exact_heads():
+    m = MultiHeadAttention([([["1/3", "-1/5"], ["1/7", "1/2"]], [1, -2]),
+                            ([["-1/4", "1/3"], ["1/6", "-1/9"]], ["3/2", 1])])
+    K = Real(dps=60)
+    res = learn(Oracle(m, K), d=2, heads=2, seed=3, query_range=3)
+    assert res.certified, res.error
+    assert res.queries == 4 * 2 * 4 - 2 * 2 + 1
+    for got, want in zip(sorted(res.heads, key=lambda h: h.v), sorted(m.canonical_heads(), key=lambda h: h.v)):
+        for a, b in zip([x for r in got.W for x in r] + list(got.v),
+                        [x for r in want.W for x in r] + list(want.v)):
+            assert abs(a - K(b)) < K("1e-40")
