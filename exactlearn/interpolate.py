@@ -64,8 +64,8 @@ def cauchy_interpolate(ks, ys, H, K) -> RationalFunction:
     """
     hook = getattr(K, "rational_interpolate", None)
     if hook is not None:
-        P, Q = hook(ks, ys, H)
-        return _normalise(P, Q, K)
+        P, Q = hook(ks, ys, H)          # exact degrees: the hook decides them itself
+        return _normalise(P, Q, K, trimmed=True)
     if len(ks) != 2 * H + 1 or len(ys) != len(ks):
         raise ValueError(f"need 2H+1 = {2 * H + 1} samples, got {len(ks)}")
     L = polys.newton_interpolate(ks, ys, K)
@@ -86,8 +86,9 @@ def cauchy_interpolate(ks, ys, H, K) -> RationalFunction:
     return _normalise(P, Q, K)
 
 
-def _normalise(P, Q, K) -> RationalFunction:
-    P, Q = polys.trim(P, K), polys.trim(Q, K)
+def _normalise(P, Q, K, trimmed=False) -> RationalFunction:
+    if not trimmed:
+        P, Q = polys.trim(P, K), polys.trim(Q, K)
     if not Q or K.is_zero(Q[0]):
         raise InterpolationError("Q(0) = 0: a pole at k = 0 cannot come from attention")
     inv = K.one / Q[0]
