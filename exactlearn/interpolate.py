@@ -92,6 +92,8 @@ def _normalise(P, Q, K, trimmed=False) -> RationalFunction:
     if not Q or K.is_zero(Q[0]):
         raise InterpolationError("Q(0) = 0: a pole at k = 0 cannot come from attention")
     inv = K.one / Q[0]
+    if trimmed:
+        return RationalFunction([c * inv for c in P], [c * inv for c in Q])
     return RationalFunction(polys.scale(P, inv, K), polys.scale(Q, inv, K))
 
 
