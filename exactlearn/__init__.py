@@ -9,6 +9,7 @@ from .learner import LearnResult, learn
 from .model import Head, ModelError, MultiHeadAttention
 from .oracle import Oracle
 from .plan import paper_count, paper_plan
+from .transformer import OneLayerTransformer
 
 __all__ = ["MultiHeadAttention", "Head", "ModelError", "Oracle", "learn", "LearnResult",
            "Field", "Rational", "paper_plan", "paper_count"]

@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     lp = sub.add_parser("learn", help="learn the canonical heads of a model file through a black box")
-    lp.add_argument("--model", required=True, help="model file (exactlearn.mha/1 JSON)")
+    lp.add_argument("--model", required=True,
+                    help="model file (exactlearn.mha/1 or exactlearn.transformer/1 JSON)")
     lp.add_argument("--field", default="rational", help=f"one of {', '.join(FIELD_NAMES)}")
     g = lp.add_mutually_exclusive_group(required=True)
     g.add_argument("--heads", type=_positive("--heads"), help="number of heads H")
@@ -145,7 +146,11 @@ def random_model(d: int, H: int, seed=None, merge=False, cancel=False, entries=3
 def _cmd_learn(args) -> int:
     from .learner import learn
     from .oracle import Oracle
-    model = MultiHeadAttention.from_json(load_json(args.model))
+    obj = load_json(args.model)
+    if isinstance(obj, dict) and obj.get("format") == "exactlearn.transformer/1":
+        from .transformer_learn import run_cli
+        return run_cli(args, obj, make_field)
+    model = MultiHeadAttention.from_json(obj)
     if args.field not in FIELD_NAMES:
         raise BadInput(f"unknown field {args.field!r} (choose from {', '.join(FIELD_NAMES)})")
     if args.rank is not None and args.plan != "efficient":

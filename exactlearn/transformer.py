@@ -1,0 +1,340 @@
+"""One-layer Transformer: multi-head attention, then a bias-free ReLU FFN (SPEC §7).
+
+Model (file format ``exactlearn.transformer/1``)::
+
+    T(X) = sum_j u_j ReLU(b_j . z(X)),
+    z(X) = sum_h sum_i softmax_i(x_i^T W_h x_n) O_h x_i          (key left, query right)
+
+with W_h (d x d), O_h (m x d), B = [b_1 ... b_r]^T (r x m), u (r).  Writing
+``y_h(X) = sum_i softmax_i(x_i^T W_h x_n) x_i`` for head h's average token and
+``gamma_{jh} = O_h^T b_j`` for what neuron j reads from head h,
+
+    T(X) = sum_j u_j ReLU(sum_h gamma_{jh} . y_h(X)) .
+
+Functional equivalence allows: merging heads with equal W (their O add),
+dropping heads no neuron reads, positive scaling of a neuron
+(``u ReLU(b.z) = (u/c) ReLU(c b.z)``, c > 0), merging neurons whose
+``(gamma_{j1}, ..., gamma_{jH})`` are positively parallel, dropping null
+neurons, and any factorisation ``gamma_{jh} = O_h^T b_j`` (so m is free).
+:mod:`exactlearn.transformer_learn` recovers T up to exactly these freedoms.
+
+ReLU needs a sign.  Evaluation is therefore defined over *ordered* fields
+only: the rational field (exact sign) and the real field (a pre-activation
+within the field's own ``tol`` of 0 counts as 0).  The modular and symbolic
+fields have no order compatible with the model and are refused with
+:class:`NotOrdered`.
+
+>>> from exactlearn.fields import Rational
+>>> T = OneLayerTransformer([([[1, 0], [0, 1]], [[1, 0], [0, 1]])], B=[[1, 0], [0, -1]], u=[1, "1/2"])
+>>> T.evaluate([[1, 2]], Rational()), T.evaluate([[1, -2]], Rational())
+(mpq(1,1), mpq(2,1))
+>>> T.evaluate([[2, 0], [0, 1]], Rational())        # softmax weights 2^0, 2^1 over base 2
+mpq(2,3)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from fractions import Fraction
+
+from .fields.base import Field, FieldError, as_mpq, format_rational, lcm_of_denominators
+from .model import ModelError, distinct_tokens, load_json
+
+FORMAT = "exactlearn.transformer/1"
+
+__all__ = ["OneLayerTransformer", "TransformerEvaluator", "TransformerOracle", "NotOrdered",
+           "FORMAT", "relu", "sign", "random_transformer"]
+
+
+class NotOrdered(FieldError):
+    """ReLU (a sign decision) was asked of a field without a usable order."""
+
+
+# ------------------------------------------------------------------ sign and ReLU
+def _require_ordered(K: Field) -> None:
+    if K.name not in ("rational", "real"):
+        raise NotOrdered(f"the one-layer Transformer needs ReLU, i.e. a sign decision, which the "
+                         f"{K.name} field cannot make; use --field rational or --field real")
+
+
+def sign(K: Field, z, scale=None):
+    """Sign of a field element: -1, 0 or 1; None when the real field cannot decide.
+
+    Rational: exact.  Real: 0 when ``|z| <= tol * scale`` (the field's own
+    tolerance), None in the undecided band, else the sign of z.
+    """
+    _require_ordered(K)
+    if K.name == "rational":
+        return (z > 0) - (z < 0)
+    zero = K.decide_zero(z, scale)
+    if zero is True:
+        return 0
+    if zero is None:
+        return None
+    return 1 if z > 0 else -1
+
+
+def relu(K: Field, z):
+    """max(z, 0) in an ordered field (real field: |z| <= tol counts as 0, error <= tol)."""
+    if K.name == "rational":
+        return z if z > 0 else K.zero
+    if K.name == "real":
+        return z if z > K.tol else K.zero
+    _require_ordered(K)
+    raise AssertionError("unreachable")
+
+
+# ------------------------------------------------------------------ parsing helpers
+def _vector(v, n, what):
+    if not isinstance(v, (list, tuple)) or len(v) != n:
+        raise ModelError(f"{what} must be a vector of length {n}")
+    try:
+        return tuple(as_mpq(x) for x in v)
+    except ValueError as exc:
+        raise ModelError(f"{what} entry: {exc}") from None
+
+
+def _matrix(A, rows, cols, what):
+    if (not isinstance(A, (list, tuple)) or len(A) != rows
+            or any(not isinstance(r, (list, tuple)) or len(r) != cols for r in A)):
+        raise ModelError(f"{what} must be a {rows}x{cols} matrix")
+    return tuple(_vector(r, cols, what) for r in A)
+
+
+def _posint(x, what):
+    if isinstance(x, bool) or not isinstance(x, int) or x <= 0:
+        raise ModelError(f"{what} must be a positive integer, got {x!r}")
+    return x
+
+
+# ------------------------------------------------------------------ the model
+class OneLayerTransformer:
+    """Attention heads ``(W_h, O_h)`` and a bias-free ReLU FFN ``(B, u)``, exact rationals.
+
+    ``OneLayerTransformer(heads, B, u, d=None, m=None)``: ``heads`` a list of
+    ``(W, O)`` pairs or ``{"W": ..., "O": ...}`` dicts; entries are ints,
+    Fractions, mpq or ``"p/q"``/decimal strings.  ``d`` and ``m`` are read
+    off the first head (and B) when not given.
+    """
+
+    def __init__(self, heads, B, u, d: int | None = None, m: int | None = None):
+        heads = list(heads)
+        pairs = []
+        for idx, h in enumerate(heads):
+            if isinstance(h, dict):
+                if "W" not in h or "O" not in h:
+                    raise ModelError(f"head {idx}: missing key 'W' or 'O'")
+                pairs.append((h["W"], h["O"]))
+            else:
+                try:
+                    W, O = h
+                except (TypeError, ValueError):
+                    raise ModelError(f"head {idx}: expected a pair (W, O)") from None
+                pairs.append((W, O))
+        if d is None:
+            if not pairs or not isinstance(pairs[0][0], (list, tuple)):
+                raise ModelError("a model without heads needs an explicit d")
+            d = len(pairs[0][0])
+        if m is None:
+            if pairs and isinstance(pairs[0][1], (list, tuple)):
+                m = len(pairs[0][1])
+            elif isinstance(B, (list, tuple)) and B and isinstance(B[0], (list, tuple)):
+                m = len(B[0])
+            else:
+                raise ModelError("a model without heads or neurons needs an explicit m")
+        self.d = _posint(d, "d")
+        self.m = _posint(m, "m")
+        self.heads = tuple((_matrix(W, self.d, self.d, f"head {i}: W"),
+                            _matrix(O, self.m, self.d, f"head {i}: O"))
+                           for i, (W, O) in enumerate(pairs))
+        if not isinstance(B, (list, tuple)):
+            raise ModelError("ffn: B must be a list of rows")
+        if not isinstance(u, (list, tuple)):
+            raise ModelError("ffn: u must be a list")
+        if len(u) != len(B):
+            raise ModelError(f"ffn: B has {len(B)} rows but u has {len(u)} entries")
+        self.B = tuple(_vector(b, self.m, f"ffn: B row {j}") for j, b in enumerate(B))
+        self.u = _vector(u, len(B), "ffn: u")
+
+    # ---- structure --------------------------------------------------------------
+    @property
+    def H(self) -> int:
+        return len(self.heads)
+
+    @property
+    def r(self) -> int:
+        """Number of FFN neurons."""
+        return len(self.B)
+
+    def gammas(self) -> tuple:
+        """``gamma[j][h] = O_h^T b_j`` (a d-vector): what neuron j reads from head h."""
+        return tuple(tuple(tuple(sum((O[k][c] * b[k] for k in range(self.m)), as_mpq(0))
+                                 for c in range(self.d)) for _, O in self.heads) for b in self.B)
+
+    def scale(self) -> int:
+        """lcm of the W denominators: the D of SPEC §4."""
+        return lcm_of_denominators(x for W, _ in self.heads for row in W for x in row)
+
+    def __eq__(self, other):
+        return (isinstance(other, OneLayerTransformer) and self.d == other.d and self.m == other.m
+                and self.heads == other.heads and self.B == other.B and self.u == other.u)
+
+    def __repr__(self):
+        return f"OneLayerTransformer(d={self.d}, m={self.m}, H={self.H}, r={self.r})"
+
+    # ---- evaluation -------------------------------------------------------------
+    def evaluate(self, tokens, field: Field):
+        """T(X) in an ordered ``field`` (rational or real)."""
+        return TransformerEvaluator(self, field)(tokens)
+
+    # ---- files ------------------------------------------------------------------
+    def to_json(self, fmt=format_rational) -> dict:
+        return {"format": FORMAT, "d": self.d, "m": self.m,
+                "heads": [{"W": [[fmt(x) for x in row] for row in W],
+                           "O": [[fmt(x) for x in row] for row in O]} for W, O in self.heads],
+                "ffn": {"B": [[fmt(x) for x in b] for b in self.B], "u": [fmt(x) for x in self.u]}}
+
+    def dump(self, path) -> None:
+        with open(path, "w") as fh:
+            json.dump(self.to_json(), fh, indent=1)
+            fh.write("\n")
+
+    @classmethod
+    def from_json(cls, obj) -> "OneLayerTransformer":
+        """Parse the file format; every problem is a one-line :class:`ModelError`."""
+        if not isinstance(obj, dict):
+            raise ModelError("model file: top level must be a JSON object")
+        fmt = obj.get("format")
+        if fmt != FORMAT:
+            raise ModelError(f"model file: unknown format {fmt!r} (expected {FORMAT!r})")
+        for key in ("d", "m", "heads", "ffn"):
+            if key not in obj:
+                raise ModelError(f"model file: missing key {key!r}")
+        d = _posint(obj["d"], "model file: d")
+        m = _posint(obj["m"], "model file: m")
+        if not isinstance(obj["heads"], list):
+            raise ModelError("model file: 'heads' must be a list")
+        ffn = obj["ffn"]
+        if not isinstance(ffn, dict):
+            raise ModelError("model file: 'ffn' must be an object with keys 'B' and 'u'")
+        for key in ("B", "u"):
+            if key not in ffn:
+                raise ModelError(f"model file: ffn: missing key {key!r}")
+        return cls(obj["heads"], ffn["B"], ffn["u"], d=d, m=m)
+
+    @classmethod
+    def from_file(cls, path) -> "OneLayerTransformer":
+        return cls.from_json(load_json(path))
+
+
+class TransformerEvaluator:
+    """Evaluates a :class:`OneLayerTransformer` through an ordered field.
+
+    Work is in the number of distinct tokens; ``W_h x_n`` is cached per final
+    token.  ``averages(tokens)`` returns the head averages ``y_h(X)``.
+    """
+
+    def __init__(self, model: OneLayerTransformer, field: Field):
+        _require_ordered(field)
+        self.model = model
+        self.K = field
+        P = field.param
+        self.d = model.d
+        self.W = [[[P(a) for a in row] for row in W] for W, _ in model.heads]
+        self.gamma = [[[field(c) for c in g] for g in row] for row in model.gammas()]
+        self.u = [field(x) for x in model.u]
+        self._cache: dict = {}
+
+    def _final(self, final):
+        got = self._cache.get(final)
+        if got is None:
+            P = self.K.param
+            got = []
+            for W in self.W:
+                wx = [sum((a * b for a, b in zip(row, final)), P.zero) for row in W]
+                got.append((wx, sum((a * b for a, b in zip(final, wx)), P.zero)))
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[final] = got
+        return got
+
+    def averages(self, tokens) -> list:
+        """``[y_h(X)]``: each head's softmax average of the tokens (field d-vectors)."""
+        K = self.K
+        P = K.param
+        pairs, final = distinct_tokens(tokens)
+        for t, _ in pairs:
+            if len(t) != self.d:
+                raise ValueError(f"token of length {len(t)} in a model with d={self.d}")
+        pairs = [(tuple(P(a) for a in t), m) for t, m in pairs]
+        out = []
+        for wx, s_final in self._final(tuple(P(a) for a in final)):
+            num = [K.zero] * self.d
+            den = K.zero
+            for tok, mult in pairs:
+                s = sum((a * b for a, b in zip(tok, wx)), P.zero) - s_final
+                w = K.exp(s) * mult
+                num = [n + w * K(a) for n, a in zip(num, tok)]
+                den = den + w
+            out.append([n / den for n in num])
+        return out
+
+    def __call__(self, tokens):
+        K = self.K
+        ys = self.averages(tokens)
+        total = K.zero
+        for gam, u in zip(self.gamma, self.u):
+            pre = K.zero
+            for g, y in zip(gam, ys):
+                for a, b in zip(g, y):
+                    pre = pre + a * b
+            total = total + u * relu(K, pre)
+        return total
+
+
+class TransformerOracle:
+    """Counting black box over a :class:`OneLayerTransformer` and an ordered field.
+
+    Like :class:`exactlearn.oracle.Oracle`: ``.queries``, ``.max_length``,
+    ``.seconds``; a field left on auto scale gets D = lcm of the W denominators.
+    """
+
+    def __init__(self, model: OneLayerTransformer, field: Field):
+        _require_ordered(field)
+        if field.scale is None:
+            field = field.with_scale(model.scale())
+        self.model = model
+        self.field = field
+        self.d = model.d
+        self._eval = TransformerEvaluator(model, field)
+        self.queries = 0
+        self.max_length = 0
+        self.seconds = 0.0
+
+    def __call__(self, tokens):
+        t0 = time.perf_counter()
+        try:
+            out = self._eval(tokens)
+        finally:
+            self.seconds += time.perf_counter() - t0
+        self.queries += 1
+        self.max_length = max(self.max_length, len(tokens))
+        return out
+
+
+def random_transformer(d: int, H: int, r: int, seed=None, w_range: int = 2,
+                       num: int = 3, den: int = 3) -> OneLayerTransformer:
+    """A random model of the acceptance distribution: m = d, integer W in
+    [-w_range, w_range], O, B, u with entries p/q, |p| <= num, 1 <= q <= den."""
+    rng = random.Random(seed)
+
+    def q():
+        return Fraction(rng.randint(-num, num), rng.randint(1, den))
+
+    heads = [([[rng.randint(-w_range, w_range) for _ in range(d)] for _ in range(d)],
+              [[q() for _ in range(d)] for _ in range(d)]) for _ in range(H)]
+    B = [[q() for _ in range(d)] for _ in range(r)]
+    u = [q() for _ in range(r)]
+    return OneLayerTransformer(heads, B, u, d=d, m=d)
