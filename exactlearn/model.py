@@ -192,7 +192,8 @@ def load_json(path):
     except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as exc:
         raise ModelError(f"cannot read model file {path}: {exc.__class__.__name__}") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        # JSON number literals are decimals: keep their text so they are read exactly
+        return json.loads(text, parse_constant=_reject_constant, parse_float=str)
     except json.JSONDecodeError as exc:
         raise ModelError(f"model file {path} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
 
