@@ -267,10 +267,14 @@ def _verify(oracle, heads, d, H, K, convert, rng, R, n) -> tuple:
     for _ in range(n):
         length = rng.randint(1, 2 * H + 1)
         tokens = [tuple(rng.randint(-R, R) for _ in range(d)) for _ in range(length)]
-        y = oracle(tokens)
-        if convert:
-            y = K(y)
-        if not K.eq(ev(tokens), y):
+        try:
+            y = oracle(tokens)
+            if convert:
+                y = K(y)
+            agrees = K.eq(ev(tokens), y)
+        except (FieldError, ValueError, TypeError) as exc:
+            return False, f"verification failed: a fresh random query could not be compared ({exc})"
+        if not agrees:
             return False, "verification failed: a fresh random query disagrees with the certified heads"
     return True, None
 

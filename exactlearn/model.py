@@ -133,8 +133,12 @@ class MultiHeadAttention:
         return canonicalize(self.heads)
 
     def scale(self) -> int:
-        """lcm of the denominators of all W entries: the D of SPEC §4."""
-        return lcm_of_denominators(x for h in self.heads for row in h.W for x in row)
+        """lcm of the denominators of the *canonical* heads' W entries: the D of SPEC §4.
+
+        Taken from the canonical form, on which f depends alone (SPEC §1), so
+        that merging, splitting or cancelling heads never changes the realised
+        function of an exact field (T = e^(1/D))."""
+        return lcm_of_denominators(x for h in self.canonical_heads() for row in h.W for x in row)
 
     def __eq__(self, other):
         return isinstance(other, MultiHeadAttention) and self.d == other.d and self.heads == other.heads
@@ -147,9 +151,23 @@ class MultiHeadAttention:
         """f(X) in ``field`` for a token sequence (SPEC §1).
 
         Work is in the number of *distinct* tokens: repeated tokens are
-        weighted by their multiplicity.
+        weighted by their multiplicity.  A field left on auto scale takes
+        D = :meth:`scale`.  The raw heads are evaluated when D clears all their
+        denominators; otherwise (a cancelling group with finer denominators)
+        the canonical heads, which give exactly the same value wherever both
+        are defined.
         """
-        return HeadEvaluator(self.heads, self.d, field)(tokens)
+        if field.scale is None:
+            field = field.with_scale(self.scale())
+        return HeadEvaluator(self.heads_for(field), self.d, field)(tokens)
+
+    def heads_for(self, field: Field) -> tuple:
+        """The raw heads if ``field``'s D realises all of them, else the canonical heads."""
+        if field.is_exact:
+            D = field.D
+            if any((x * D).denominator != 1 for h in self.heads for row in h.W for x in row):
+                return self.canonical_heads()
+        return self.heads
 
     # ---- files -----------------------------------------------------------------------
     def to_json(self) -> dict:
@@ -196,6 +214,8 @@ def load_json(path):
         return json.loads(text, parse_constant=_reject_constant, parse_float=str)
     except json.JSONDecodeError as exc:
         raise ModelError(f"model file {path} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    except RecursionError:
+        raise ModelError(f"model file {path} is nested too deeply to be a model") from None
 
 
 def _reject_constant(name):

@@ -7,8 +7,8 @@ copies of one token costs work in the number of *distinct* tokens, not in k,
 and each head's ``W_h x_n`` is computed once per final token.
 
 When the field's scale D is left on auto (``scale=None``) the oracle fixes it to
-the lcm of the model's W denominators (SPEC §4); ``oracle.field`` is the
-resolved field, which the learner uses by default.
+the lcm of the W denominators of the model's *canonical* heads (SPEC §1, §4);
+``oracle.field`` is the resolved field, which the learner uses by default.
 
 >>> from exactlearn.model import MultiHeadAttention
 >>> from exactlearn.fields import Rational
@@ -34,7 +34,7 @@ class Oracle:
         self.model = model
         self.field = field
         self.d = model.d
-        self._eval = HeadEvaluator(model.heads, model.d, field)
+        self._eval = HeadEvaluator(model.heads_for(field), model.d, field)
         self.queries = 0
         self.max_length = 0
         self.seconds = 0.0
