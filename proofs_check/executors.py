@@ -229,7 +229,7 @@ class DaskExecutor:
             self.close()
             raise ExecutorError(f"{len(bad)} Dask worker(s) run different exactlearn/proofs_check code "
                                 f"than this process (e.g. {w}: {fp}, here {mine}); install the same "
-                                f"version on every worker")
+                                f"version on every worker and restart the workers")
 
     def slots(self) -> int:
         info = self.client.scheduler_info()

@@ -88,7 +88,8 @@ def timing_trial(args) -> dict:
     seed, index, field_name, d, H = args
     rng = trial_rng(seed, "figure:time", index)
     model = canonical_model(random_model(rng, d, H, "plain"))
-    row = {"field": field_name, "d": d, "H": H, "heads": model.H}
+    # H is the number of canonical heads learned (random W may collide at small d)
+    row = {"field": field_name, "d": d, "H": model.H, "raw_heads": H}
     if model.H == 0:
         row.update(status="skipped", queries=0)
         return row
@@ -131,34 +132,38 @@ def timing_grid(seed: int, level: str, scale: int = 1) -> list:
 def sz_bound(d: int, H: int, R: int) -> float:
     """Schwartz-Zippel union bound on the failure probability of one paper-plan run.
 
-    Entries of X and E are uniform in S = {-R..R} (|S| = 2R + 1), conditioned
-    on X and E invertible (the plan redraws singular ones).  For a model with H
-    canonical heads (distinct W_h, nonzero v_h) a run can only fail when one of
-    these nonzero polynomials in the entries vanishes:
+    The bound of the ``probability-one-rate`` claim (its module docstring
+    derives it), restated so this module's own campaign does not depend on
+    that claim.  Entries of X and E are uniform in S = {-R..R}
+    (N = |S| = 2R + 1), conditioned on X and E invertible (the plan redraws
+    singular ones).  For a model with H canonical heads (distinct W_h, nonzero
+    v_h) a run can only fail when one of these nonzero polynomials in the
+    entries vanishes:
 
+    * a head has c = -v_h.e = 0 for one of the 2d - 1 directions e_j,
+      e_1 + e_j: degree 1, H(2d - 1) of them;
     * two heads share rho in one of the 2d^2 - 1 configurations:
       e^T (W_g - W_h) x = 0, degree 2, C(H, 2) pairs per configuration;
-    * a head has c = -v_h.e = 0 in a configuration: degree 1, H per configuration;
     * a matching configuration (d^2 - 1 of them) admits a wrong candidate:
-      rho_s(joint) = rho_h(base) rho_r(other) with (r, s) != (h, h), i.e.
-      e_1^T (W_s - W_h) x_i + e_j^T (W_s - W_r) x_i = 0 (within groups; across
-      groups alike), degree 2, H (H^2 - 1) triples.
+      rho_s(joint) = rho_h(base) rho_r(other) with (r, s) != (h, h), e.g.
+      e_1^T (W_h - W_s) x_i + e_j^T (W_r - W_s) x_i = 0, degree 2,
+      H (H^2 - 1) triples.
 
-    Summing degrees: B = (2d^2 - 1) H^2 + 2 (d^2 - 1) H (H^2 - 1), and
-    P(fail) <= B / (2R + 1) / (1 - d / (2R + 1))^2, the last factor undoing
-    the conditioning (P(det = 0) <= d / (2R + 1) for each matrix).  Capped at 1.
+    Summing degrees: B = H(2d - 1) + (2d^2 - 1) H (H - 1) + 2 (d^2 - 1) H (H^2 - 1),
+    and P(fail) <= B / N / (1 - d / N)^2, the last factor undoing the
+    conditioning (P(det = 0) <= d / N for each matrix).  Capped at 1.
 
     >>> round(sz_bound(2, 1, 32), 4), round(sz_bound(2, 2, 256), 4)
-    (0.1146, 0.1257)
+    (0.0491, 0.11)
     """
-    B = (2 * d * d - 1) * H * H + 2 * (d * d - 1) * H * (H * H - 1)
+    B = H * (2 * d - 1) + (2 * d * d - 1) * H * (H - 1) + 2 * (d * d - 1) * H * (H * H - 1)
     n = 2 * R + 1
     if d >= n:
         return 1.0
     return min(1.0, B / n / (1 - d / n) ** 2)
 
 
-SZ_FORMULA = ("B/(2R+1)/(1-d/(2R+1))^2 with B = (2d^2-1)H^2 + 2(d^2-1)H(H^2-1) "
+SZ_FORMULA = ("B/N/(1-d/N)^2, N = 2R+1, B = H(2d-1) + (2d^2-1)H(H-1) + 2(d^2-1)H(H^2-1) "
               "(Schwartz-Zippel union bound, proofs_check.figures.sz_bound)")
 
 
@@ -195,7 +200,7 @@ def failure_series(rows) -> dict:
     """Rows of :func:`failure_trial` as a ``failure_vs_range`` series (one field per H)."""
     cells: dict = {}
     for r in rows:
-        c = cells.setdefault((r["H"], r["range"]), {"field": f"rational, d=2, H={r['H']}",
+        c = cells.setdefault((r["H"], r["range"]), {"field": "rational", "d": r["d"], "H": r["H"],
                                                     "range": r["range"], "runs": 0, "failures": 0,
                                                     "wrong": 0, "bound": sz_bound(r["d"], r["H"], r["range"])})
         c["runs"] += 1
@@ -210,10 +215,35 @@ def collect(rows, name: str) -> list:
     """[(claim id, series dict)] for every claim whose evidence has series[name]."""
     out = []
     for r in rows:
-        s = (r.get("evidence") or {}).get("series") or {}
+        ev = r.get("evidence") or {}
+        s = ev.get("series") or {}
         if isinstance(s, dict) and isinstance(s.get(name), dict) and s[name].get("points"):
             out.append((r["id"], s[name]))
+        elif name == "failure_vs_range" and _rates_table(ev):
+            out.append((r["id"], _rates_table(ev)))
     return out
+
+
+def _rates_table(evidence) -> dict | None:
+    """The ``rates`` table of ``probability-one-rate`` (rows with field, d, H, R,
+    trials, failures, bound), read as a ``failure_vs_range`` series, for claims
+    written before the ``series`` convention."""
+    rates = evidence.get("rates")
+    need = {"field", "R", "trials", "failures", "bound"}
+    if not (isinstance(rates, list) and rates and all(isinstance(t, dict) and need <= set(t) for t in rates)):
+        return None
+    points = [{"field": t["field"], "d": t.get("d"), "H": t.get("H"), "range": t["R"], "runs": t["trials"],
+               "failures": t["failures"], "wrong": t.get("wrong", 0), "bound": t["bound"]} for t in rates]
+    out = {"points": points}
+    if isinstance(evidence.get("bound"), str):
+        out["bound_formula"] = evidence["bound"]
+    return out
+
+
+def _group_label(p) -> str:
+    parts = [str(p["field"])]
+    parts += [f"{k}={p[k]}" for k in ("d", "H") if p.get(k) is not None]
+    return ", ".join(parts)
 
 
 def _f(x):
@@ -251,7 +281,7 @@ def draw_queries(path, claim_series, timing_rows) -> Figure:
     hs = sorted(set(H_LINES) | {int(p["H"]) for p in measured})
     colours = {H: f"C{i}" for i, H in enumerate(hs)}
     ds = list(range(1, d_max + 1))
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = plt.subplots(figsize=(10.5, 5.5))
     for H in hs:
         ax.plot(ds, [paper_count(d, H) for d in ds], "-", color=colours[H], lw=1.6,
                 label=f"paper, H={H}: 4Hd²−2H+1")
@@ -270,7 +300,8 @@ def draw_queries(path, claim_series, timing_rows) -> Figure:
         handles.append(Line2D([], [], ls="", marker=markers[plan], color="0.3",
                               markerfacecolor="none" if plan == "paper" else "0.3", markersize=7))
         labels.append(f"measured: {plan} plan" if plan in ("paper", "efficient") else f"measured: {plan}")
-    ax.legend(handles, labels, fontsize=8.5, loc="upper left", ncol=1)
+    ax.legend(handles, labels, fontsize=8.5, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              borderaxespad=0.0)
     ax.set_yscale("log")
     ax.set_xticks(ds)
     ax.set_xlabel("token dimension d")
@@ -290,17 +321,17 @@ def draw_queries(path, claim_series, timing_rows) -> Figure:
 
 def draw_failure(path, series_list, own: bool) -> Figure:
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = plt.subplots(figsize=(10.5, 5.5))
     sources = []
     k = 0
     floor = 1.0
     for cid, s in series_list:
         fields = []
         for p in s["points"]:
-            if p["field"] not in fields:
-                fields.append(p["field"])
+            if _group_label(p) not in fields:
+                fields.append(_group_label(p))
         for fname in fields:
-            pts = sorted((p for p in s["points"] if p["field"] == fname), key=lambda p: _f(p["range"]))
+            pts = sorted((p for p in s["points"] if _group_label(p) == fname), key=lambda p: _f(p["range"]))
             colour = f"C{k}"
             k += 1
             R = [_f(p["range"]) for p in pts]
@@ -312,7 +343,7 @@ def draw_failure(path, series_list, own: bool) -> Figure:
                     label=f"measured: {fname}")
             if z:
                 ax.plot([x for x, _ in z], [u for _, u in z], "v", color=colour, mfc="none", ms=8,
-                        label=f"0 failures: 95% upper limit 3/runs ({fname})")
+                        label=f"no failure (95% limit 3/runs): {fname}")
             bound = [min(1.0, _f(p["bound"])) for p in pts if p.get("bound") is not None]
             if bound:
                 ax.plot(R, bound, "--", color=colour, lw=1.3, label=f"bound: {fname}")
@@ -329,7 +360,7 @@ def draw_failure(path, series_list, own: bool) -> Figure:
     ax.set_title(title + ("\n(own rational-field campaign: no claim reported this series)" if own else ""),
                  fontsize=11)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower left")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     _save(fig, path)
     formula = next((s.get("bound_formula") for _, s in series_list if s.get("bound_formula")), "")
     caption = ("Failure rate of the learner (not certified) against R; dashed: the bound"
@@ -344,7 +375,7 @@ def draw_failure(path, series_list, own: bool) -> Figure:
 
 def draw_noise(path, series_list) -> Figure:
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = plt.subplots(figsize=(10.5, 5.5))
     sources = []
     all_eta, all_err = [], []
     k = 0
@@ -386,7 +417,7 @@ def draw_noise(path, series_list) -> Figure:
     title = "Parameter error vs oracle noise η (approximate oracle), log–log"
     ax.set_title(title, fontsize=11)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8.5, loc="upper left")
+    ax.legend(fontsize=8.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     _save(fig, path)
     consts = [f"C = {c:.3g} ({cid})" for cid, _, c in slope_text if c is not None]
     caption = ("Largest parameter error against the output noise η, both log scales; the dashed line "
@@ -397,27 +428,38 @@ def draw_noise(path, series_list) -> Figure:
 
 def draw_time(path, timing_rows, claim_series) -> Figure:
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 5.5))
-    pts = [dict(r, source="timing campaign") for r in timing_rows
-           if r.get("status") == "certified" and r.get("seconds") is not None]
-    for cid, s in claim_series:
-        pts += [dict(p, source=cid) for p in s["points"]]
+    fig, ax = plt.subplots(figsize=(10.5, 5.5))
     cells: dict = {}
-    for p in pts:
-        cells.setdefault((str(p["field"]), int(p["H"])), {}).setdefault(int(p["d"]), []).append(_f(p["seconds"]))
-    # the time figure shows one H per field: the most measured one
+    for r in timing_rows:
+        if r.get("status") == "certified" and r.get("seconds") is not None:
+            cells.setdefault((r["field"], r["H"]), {}).setdefault(r["d"], []).append(float(r["seconds"]))
+    if not cells:                          # no own campaign rows: the claims' points make the lines
+        for _, s in claim_series:
+            for p in s["points"]:
+                cells.setdefault((str(p["field"]), int(p["H"])), {}).setdefault(int(p["d"]), []).append(
+                    _f(p["seconds"]))
+        claim_series = []
+    # one line per field, at the H with the most cells (the campaign's timed H)
     per_field: dict = {}
     for (f, H), by_d in cells.items():
         if f not in per_field or len(by_d) > len(cells[(f, per_field[f])]):
             per_field[f] = H
-    for k, f in enumerate(sorted(per_field, key=lambda f: available_fields().index(f)
-                                 if f in available_fields() else 99)):
+    order = {f: i for i, f in enumerate(("rational", "modular", "symbolic", "real"))}
+    extra = 0
+    for k, f in enumerate(sorted(per_field, key=lambda f: order.get(f, 99))):
         H = per_field[f]
         by_d = cells[(f, H)]
         ds = sorted(by_d)
         ax.plot(ds, [statistics.median(by_d[d]) for d in ds], "o-", color=f"C{k}", lw=1.6,
-                label=f"{f} field, H={H} (median over certified runs, up to "
+                label=f"{f} field, H={H}: median of certified runs (up to "
                       f"{max(len(v) for v in by_d.values())} per d)")
+        for cid, s in claim_series:        # the claims' own runs at the same field and H
+            pts = [p for p in s["points"] if str(p["field"]) == f and int(p["H"]) == H]
+            if pts:
+                ax.scatter([int(p["d"]) + 0.08 for p in pts], [_f(p["seconds"]) for p in pts], s=12,
+                           color=f"C{k}", alpha=0.35, marker="x",
+                           label=f"{f}, H={H}: single runs of claim {cid}")
+                extra += len(pts)
     failed = {}
     for r in timing_rows:
         if r.get("status") not in ("certified", "skipped"):
@@ -429,10 +471,12 @@ def draw_time(path, timing_rows, claim_series) -> Figure:
     title = "Time to learn exactly vs d, per number field (learner + oracle)"
     ax.set_title(title, fontsize=11)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8.5, loc="upper left")
+    ax.legend(fontsize=7.5 if extra else 8.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     _save(fig, path)
     caption = ("Median wall time of one certified learning run (learner and oracle, measured inside the "
-               "worker) against d, random plain models, each field's default query range. ")
+               "worker) against d: random plain models, each field's default query range, one line per "
+               "field" + ("; crosses: single runs reported by claims (time_vs_d series) at the same field "
+                          "and H" if extra else "") + ". Times depend on the machine and its load. ")
     if failed:
         caption += "Not certified: " + "; ".join(
             f"{f}: {len(v)} run(s), e.g. {v[0][:100]}" for f, v in sorted(failed.items())) + ". "
@@ -443,7 +487,8 @@ def draw_time(path, timing_rows, claim_series) -> Figure:
     missing = [f for f in ("rational", "modular", "symbolic", "real") if f not in per_field]
     if missing:
         caption += "No certified runs (or not installed): " + ", ".join(missing) + "."
-    sources = [f"timing campaign: {len(timing_rows)} runs"] + [f"claim {c}" for c, _ in claim_series]
+    sources = [f"timing campaign: {len(timing_rows)} runs"] + \
+        [f"claim {c}: {len(s['points'])} points" for c, s in claim_series]
     return Figure("time_vs_d", title, path, caption, sources)
 
 

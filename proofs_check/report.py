@@ -78,10 +78,14 @@ def evidence_markdown(evidence: dict) -> str:
         if len(text) > 6000:
             text = json.dumps(rest, default=str)
         lines += ["```json", text, "```", ""]
-    if "series" in evidence:
-        names = ", ".join(f"`{n}` ({len(s.get('points', []))} points)" for n, s in evidence["series"].items()
-                          if isinstance(s, dict))
-        lines += [f"Figure data (`series`): {names}.", ""]
+    series = evidence.get("series")
+    if isinstance(series, dict):
+        named = {n: s for n, s in series.items() if isinstance(s, dict) and isinstance(s.get("points"), list)}
+        if named:
+            names = ", ".join(f"`{n}` ({len(s['points'])} points)" for n, s in named.items())
+            lines += [f"Figure data (`series`): {names}.", ""]
+        else:
+            lines += ["```json", json.dumps({"series": series}, default=str), "```", ""]
     if "traceback" in evidence:
         lines += ["<details><summary>traceback</summary>", "", "```", str(evidence["traceback"]).rstrip(),
                   "```", "", "</details>", ""]

@@ -74,6 +74,15 @@ def test_dask_local_cluster_matches_local(capsys):
             assert ex.describe()["workers"] == 2
             remote = run_claims(CLAIMS, tiny=True, seed=2, executor=ex)
         assert verdicts(remote) == verdicts(local)
+        # workers that import other code than the client are refused
+        import proofs_check.executors as executors
+        real = executors.code_fingerprint
+        executors.code_fingerprint = lambda: "not-the-workers-code"
+        try:
+            with pytest.raises(ExecutorError, match="different exactlearn/proofs_check code"):
+                DaskExecutor(cluster.scheduler_address)
+        finally:
+            executors.code_fingerprint = real
         # the CLI on the same cluster: executor "dask", trials per claim
         capsys.readouterr()
         rc = cli.main(["--tiny", "--only", "query-length", "--json", "--quiet",
@@ -120,6 +129,30 @@ def test_report_alone_puts_figures_beside_it(tmp_path, capsys):
     assert cli.main(["--tiny", "--only", "canonical-form", "--quiet", "--report", str(md)]) == 0
     assert len(_pngs(tmp_path / "run_figures")) >= 3
     assert "](run_figures/queries_vs_d.png)" in md.read_text()
+
+
+def test_figures_read_the_claims_series(tmp_path):
+    """The evidence["series"] convention of proofs_check.claim, fed by hand-made claim rows
+    (test data): every figure draws from it, and no own failure campaign is run."""
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install 'exactlearn[campaign]')")
+    from proofs_check.figures import make_figures
+    etas = [10.0 ** -k for k in (40, 35, 30, 25)]
+    rows = [
+        {"id": "efficient-plan", "evidence": {"series": {"queries_vs_d": {"points": [
+            {"plan": "efficient", "d": d, "H": 1, "queries": d * d + d + 1} for d in (3, 4, 5)]}}}},
+        {"id": "probability-one-rate", "evidence": {"series": {"failure_vs_range": {"points": [
+            {"field": "modular", "range": R, "runs": 50, "failures": f, "wrong": 0, "bound": min(1, 60 / R)}
+            for R, f in ((8, 20), (64, 3), (2 ** 16, 0))], "bound_formula": "60/R"}}}},
+        {"id": "approximate-oracle", "evidence": {"series": {"error_vs_noise": {"points": [
+            {"eta": e, "error": str(2 * e), "error_bound": 30 * e} for e in etas], "slope": 1.0, "constant": 2.0}}}},
+    ]
+    with LocalExecutor(1) as ex:
+        figures, campaigns = make_figures(rows, tmp_path, ex, seed=0, level="tiny")
+    assert [f.name for f in figures if f.path] == ["queries_vs_d", "failure_vs_range", "error_vs_noise",
+                                                    "time_vs_d"]
+    assert "failure_vs_range" not in campaigns and campaigns["timing"]["trials"] > 0
+    assert len(_pngs(tmp_path)) == 4
+    assert any("probability-one-rate" in src for src in figures[1].sources)
 
 
 # ---- progress -------------------------------------------------------------------
