@@ -69,7 +69,7 @@ def run_demo(model=None, heads=None, seed=1, query_range=4, retries=5, out=print
         out(f"   rho = {rho} (= 2^{K.log(rho) * K.D}, so e^T W x = {K.log(rho)}),  c = {cc} (= -v.e)")
     out(f"\n5. Matching: {len(rows)} configurations in all.  Within a final-token group the")
     out("   configuration (x_i, e_1 + e_j) has rho = rho(x_i,e_1) * rho(x_i,e_j) and its c-values add;")
-    out("   across groups (x_1 + x_i, e_1) has rho = rho(x_1,e_1) * rho(x_i,e_1) and equal c-values.")
+    out("   across groups (x_1 + x_i, e_j) has rho = rho(x_1,e_j) * rho(x_i,e_j) and equal c-values.")
     for r in rows:
         cf = r["config"]
         if cf.kind == "basis" and r["labelled"] is not None:

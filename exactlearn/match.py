@@ -93,9 +93,9 @@ def label_basis(plan, poles_of, K) -> dict:
     """Label the poles of every basis configuration (x_i, e_j) by head (SPEC §3).
 
     ``poles_of[n]`` is the list of (rho, c) of configuration ``plan.configs[n]``.
-    Head h is the h-th pole of (x_1, e_1).  Group i >= 2 is tied to it through
-    (x_1 + x_i, e_1) (equal c), and (x_i, e_j) to (x_i, e_1) through
-    (x_i, e_1 + e_j) (c adds).  Returns ``{(i, j): [(rho_h, c_h) for h]}``.
+    Head h is the h-th pole of (x_1, e_1); the group of x_1 is labelled first.
+    Group i >= 2 is tied to it through (x_1 + x_i, e_j(i)) (equal c), and
+    (x_i, e_j) to (x_i, e_1) through (x_i, e_1 + e_j) (c adds).  Returns ``{(i, j): [(rho_h, c_h) for h]}``.
     Raises :class:`MatchError` on differing pole counts, a missing or
     ambiguous partner, or c-values that depend on the final token.
     """
@@ -105,16 +105,26 @@ def label_basis(plan, poles_of, K) -> dict:
         if n in poles_of and len(poles_of[n]) != m:
             raise PoleCountMismatch(f"pole counts differ between configurations ({m} at (x_1, e_1), "
                              f"{len(poles_of[n])} at {c.kind}{(c.i + 1, c.j + 1)})")
+    from .plan import across_direction
     labelled: dict = {(0, 0): list(poles_of[plan.index("basis", 0, 0)])}
+
+    def within(i, j, base_j, other_j):
+        """Label (x_i, e_other_j) from labelled (x_i, e_base_j) through (x_i, e_1 + e_j)."""
+        other = poles_of[plan.index("basis", i, other_j)]
+        perm = match(labelled[(i, base_j)], other, poles_of[plan.index("within", i, j)], "add", K)
+        labelled[(i, other_j)] = [other[r] for r in perm]
+
     for i in range(d):
         if i > 0:
-            other = poles_of[plan.index("basis", i, 0)]
-            perm = match(labelled[(0, 0)], other, poles_of[plan.index("across", i, 0)], "equal", K)
-            labelled[(i, 0)] = [other[r] for r in perm]
+            j0 = across_direction(i, d)
+            other = poles_of[plan.index("basis", i, j0)]
+            perm = match(labelled[(0, j0)], other, poles_of[plan.index("across", i, j0)], "equal", K)
+            labelled[(i, j0)] = [other[r] for r in perm]
+            if j0 != 0:
+                within(i, j0, j0, 0)            # (x_i, e_1) from (x_i, e_j0)
         for j in range(1, d):
-            other = poles_of[plan.index("basis", i, j)]
-            perm = match(labelled[(i, 0)], other, poles_of[plan.index("within", i, j)], "add", K)
-            labelled[(i, j)] = [other[r] for r in perm]
+            if (i, j) not in labelled:
+                within(i, j, 0, j)
     # c_h(x, e_j) = -v_h.e_j does not depend on x: a free consistency check
     for (i, j), lab in labelled.items():
         for h, (_, c) in enumerate(lab):

@@ -5,7 +5,12 @@ plan has 2d^2 - 1 configurations (x, e):
 
 * ``basis``  (x_i, e_j)             for all i, j           -- d^2
 * ``within`` (x_i, e_1 + e_j)       for all i, j >= 2      -- d(d - 1)
-* ``across`` (x_1 + x_i, e_1)       for i >= 2              -- d - 1
+* ``across`` (x_1 + x_i, e_j(i))    for i >= 2              -- d - 1
+
+where j(i) = (i - 2) mod d cycles through the directions (SPEC §3 uses e_1
+throughout; cycling keeps the count and the matching, and makes an affine term
+b.x_i in the scores -- a key bias, outside the model class -- visible unless b
+is orthogonal to every direction used, instead of to e_1 alone).
 
 Each configuration is sampled at k = 0, 1, ..., 2H on q_k = (a^k, x), a = x + e.
 The 2d - 1 configurations with final token x_1 share the single query (x_1);
@@ -93,6 +98,11 @@ def _add(u, v):
     return tuple(a + b for a, b in zip(u, v))
 
 
+def across_direction(i: int, d: int) -> int:
+    """0-based direction index j(i) of the across configuration of group i >= 1."""
+    return (i - 1) % d
+
+
 def paper_count(d: int, H: int) -> int:
     """4 H d^2 - 2H + 1 (the paper's count)."""
     return 4 * H * d * d - 2 * H + 1
@@ -113,7 +123,8 @@ def paper_plan(X, E, H: int) -> Plan:
         for j in range(1, d):
             target.append(Config("within", i, j, X[i], _add(E[0], E[j])))
     for i in range(1, d):
-        rest.append(Config("across", i, 0, _add(X[0], X[i]), E[0]))
+        j = across_direction(i, d)
+        rest.append(Config("across", i, j, _add(X[0], X[i]), E[j]))
     configs = group1 + rest
     queries = [Query(0, 0)]
     for n, c in enumerate(configs):
