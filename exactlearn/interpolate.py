@@ -118,3 +118,42 @@ def poles(rf: RationalFunction, K):
             raise InterpolationError("a pole with zero coefficient: P and Q share a root")
         out.append((rho, c))
     return out
+
+
+def poles_among(rf: RationalFunction, candidates, K):
+    """:func:`poles`, trying the candidate rho values before any root finding.
+
+    If exactly ``deg Q`` distinct candidates are roots -1/rho of Q, they are all
+    its roots (a polynomial has no more roots than its degree) and the result
+    equals :func:`poles`; otherwise, and over an inexact field, it *is*
+    :func:`poles`.  Used for matching configurations, whose rho are products of
+    basis rho (SPEC §3).
+
+    >>> from exactlearn.fields import QQ
+    >>> rf = cauchy_interpolate([QQ(k) for k in range(3)],
+    ...                         [QQ(3) / (1 + 6 * k) for k in range(3)], 1, QQ)
+    >>> poles_among(rf, [QQ(2) * QQ(3), QQ(5)], QQ) == poles(rf, QQ)
+    True
+    """
+    m = rf.n_poles
+    if m <= 0 or not K.is_exact:
+        return poles(rf, K)
+    found = []
+    seen = set()
+    for rho in candidates:
+        if K.is_zero(rho) or rho in seen:
+            continue
+        seen.add(rho)
+        if K.is_zero(polys.evaluate(rf.Q, -K.one / rho, K)):
+            found.append(rho)
+    if len(found) != m:
+        return poles(rf, K)
+    dQ = polys.derivative(rf.Q, K)
+    out = []
+    for rho in found:
+        p = -K.one / rho
+        c = rho * polys.evaluate(rf.P, p, K) / polys.evaluate(dQ, p, K)
+        if K.is_zero(c):
+            raise InterpolationError("a pole with zero coefficient: P and Q share a root")
+        out.append((rho, c))
+    return out

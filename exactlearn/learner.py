@@ -25,7 +25,7 @@ from . import linalg
 from .certify import CertificateError, certify
 from .fields.base import ExactnessError, Field, FieldError
 from .fields.modular import BadReduction, ReconstructionError
-from .interpolate import cauchy_interpolate, poles
+from .interpolate import cauchy_interpolate, poles, poles_among
 from .linalg import SingularMatrix
 from .match import MatchError, PoleCountMismatch, label_basis
 from .model import canonicalize
@@ -314,19 +314,22 @@ def _analyse(plan, y_shared, values, K: Field, trace) -> tuple:
     """Interpolate, read poles, get V, match and solve: the recovered canonical heads."""
     d, H = plan.d, plan.H
     ks = [K(k) for k in range(2 * H + 1)]
+    configs = plan.configs
+    rfs: dict = {}
+    poles_of: dict = {}
 
     def fit(n, y0):
-        rf = cauchy_interpolate(ks, [y0] + values[n], H, K)
-        return rf, poles(rf, K)
+        rfs[n] = cauchy_interpolate(ks, [y0] + values[n], H, K)
 
-    configs = plan.configs
-    fits: dict = {}
     # 2. the group of x_1 shares the k = 0 query; it gives V (SPEC §3)
     for n, c in enumerate(configs):
         if c.shares_k0:
-            fits[n] = fit(n, y_shared)
+            fit(n, y_shared)
+    for j in range(d):
+        n = plan.index("basis", 0, j)
+        poles_of[n] = poles(rfs[n], K)
     Et = [[K(plan.E[j][r]) for r in range(d)] for j in range(d)]      # rows e_j^T
-    sums = [-_sum((c for _, c in fits[plan.index("basis", 0, j)][1]), K) for j in range(d)]
+    sums = [-_sum((c for _, c in poles_of[plan.index("basis", 0, j)]), K) for j in range(d)]
     V = linalg.matvec(linalg.inverse(Et, K), sums, K)               # E^T V = (V.e_j)_j
 
     def dot(u, x):
@@ -334,15 +337,27 @@ def _analyse(plan, y_shared, values, K: Field, trace) -> tuple:
 
     # 3. every other configuration takes its k = 0 value V.x by computation
     for n, c in enumerate(configs):
-        if n not in fits:
-            fits[n] = fit(n, dot(V, c.x))
+        if n not in rfs:
+            fit(n, dot(V, c.x))
     for n, c in enumerate(configs):
-        rf = fits[n][0]
-        if not K.eq(rf.limit(K), dot(V, c.a)):
+        if not K.eq(rfs[n].limit(K), dot(V, c.a)):
             raise Degenerate(f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) "
                              f"is not V.a (an additive constant or a bias is present)")
+    # poles: root finding for the basis configurations; a matching configuration's
+    # poles can only be products of two basis configurations' rho (SPEC §3), so
+    # they are looked for among those first (poles_among falls back to roots)
+    for n, c in enumerate(configs):
+        if c.kind == "basis" and n not in poles_of:
+            poles_of[n] = poles(rfs[n], K)
+    for n, c in enumerate(configs):
+        if c.kind != "basis":
+            i0 = 0 if c.kind == "across" else c.i
+            a = poles_of[plan.index("basis", i0, 0 if c.kind == "within" else c.j)]
+            b = poles_of[plan.index("basis", c.i, c.j)]
+            poles_of[n] = poles_among(rfs[n], [ra * rb for ra, _ in a for rb, _ in b], K)
+    fits = {n: (rfs[n], poles_of[n]) for n in rfs}
     # 4. label every basis configuration by head (products in the field)
-    labelled = label_basis(plan, {n: f[1] for n, f in fits.items()}, K)
+    labelled = label_basis(plan, poles_of, K)
     # 5. solve for W_h (param domain) and v_h (field, then to_param)
     out = solve_heads(plan, labelled, K)
     if trace is not None:

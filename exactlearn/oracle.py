@@ -58,10 +58,13 @@ class Oracle:
         if all(x.denominator == 1 for W in Ws for row in W for x in row):
             Ws = [[[int(x.numerator) for x in row] for row in W] for W in Ws]   # fast ints
         worst = 0
+        wxs: dict = {}                     # W_h x per distinct final token (2d - 1 of them)
         for c in plan.configs:
-            for W in Ws:
-                wx = [sum(a * b for a, b in zip(row, c.x)) for row in W]
-                worst = max(worst, abs(sum(a * b for a, b in zip(c.e, wx))))
+            wx = wxs.get(c.x)
+            if wx is None:
+                wx = wxs[c.x] = [[sum(a * b for a, b in zip(row, c.x)) for row in W] for W in Ws]
+            for w in wx:
+                worst = max(worst, abs(sum(a * b for a, b in zip(c.e, w))))
         limit = self.field.max_exponent
         if limit is not None and worst > limit:
             raise ExactnessError(

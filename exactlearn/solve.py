@@ -22,12 +22,28 @@ def _inverses(plan, P):
 
 
 def solve_W(plan, logs, P, inverses=None):
-    """W = E^{-T} M X^{-1} for ``logs[(i, j)] = e_j^T W x_i`` in the param field P."""
+    """W = E^{-T} M X^{-1} for ``logs[(i, j)] = e_j^T W x_i`` in the param field P.
+
+    Over Q the products run on python-flint ``fmpq_mat`` (same exact result)."""
     d = plan.d
+    if P.name == "rational":
+        return _solve_W_flint(plan, logs)
     Etinv, Xinv = inverses or _inverses(plan, P)
     M = [[logs[(i, j)] for i in range(d)] for j in range(d)]
     W = linalg.matmul(linalg.matmul(Etinv, M, P), Xinv, P)
     return tuple(tuple(row) for row in W)
+
+
+def _solve_W_flint(plan, logs):
+    import flint
+    from gmpy2 import mpq
+    d = plan.d
+    X = flint.fmpq_mat(d, d, [plan.X[i][r] for r in range(d) for i in range(d)])
+    Et = flint.fmpq_mat(d, d, [plan.E[j][r] for j in range(d) for r in range(d)])
+    M = flint.fmpq_mat(d, d, [flint.fmpq(int(logs[(i, j)].numerator), int(logs[(i, j)].denominator))
+                              for j in range(d) for i in range(d)])
+    W = Et.solve(M) * X.inv()
+    return tuple(tuple(mpq(int(W[r, c].p), int(W[r, c].q)) for c in range(d)) for r in range(d))
 
 
 def solve_v(plan, cs, K, Etinv=None):
