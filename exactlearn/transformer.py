@@ -18,6 +18,12 @@ dropping heads no neuron reads, positive scaling of a neuron
 neurons, and any factorisation ``gamma_{jh} = O_h^T b_j`` (so m is free).
 :mod:`exactlearn.transformer_learn` recovers T up to exactly these freedoms.
 
+Learning (:mod:`exactlearn.transformer_learn`) recovers such a model up to
+these freedoms from value queries under stated conditions: every neuron is
+switched by single tokens (beta_j = sum_h O_h^T b_j != 0), neurons sharing a
+hyperplane have parallel gammas, the final token can be made to dominate in
+every cone crossed, and draws are generic; failures are explicit.
+
 ReLU needs a sign.  Evaluation is therefore defined over *ordered* fields
 only: the rational field (exact sign) and the real field (a pre-activation
 within the field's own ``tol`` of 0 counts as 0).  The modular and symbolic

@@ -18,34 +18,39 @@ Route (SPEC §7's, made exact; the paper's own route is not available)
    Kinks are exact rationals.
 3. **Cones** (:func:`_learn_cone`): between two kinks the set S of active
    neurons is fixed on a whole open cone (no biases).  At the cone's centre c
-   the paper plan of SPEC §3 is run with final tokens ``M c + delta_i`` and small
-   directions ``e_j``: while the final token dominates, T restricted to the
-   plan *is* a multi-head attention with heads ``(W_h, w_h^S)``,
-   ``w_h^S = sum_{j in S} u_j gamma_{jh}``, so the learner core
-   (:func:`exactlearn.learner._run`: interpolate, poles, match, solve) returns
-   the W_h and w^S exactly.  The k = 0 shortcut does not apply to T, so the
-   single-token query is asked at *every* distinct final token (2d - 1 per
-   cone) and must agree with the recovered cone heads; the whole cone is then
-   certified (every observation recomputed exactly).  A failure redraws with M
-   doubled (the margin condition below).  Per cone:
-   ``2d - 1 + 2H(2d^2 - 1)`` queries, longest ``2H + 1``.
+   the paper plan of SPEC §3 is run with final tokens ``M c + delta_i`` and
+   directions ``e_j`` (entries in [-2, 2]): while the final token dominates,
+   T restricted to the plan *is* a multi-head attention with heads
+   ``(W_h, w_h^S)``, ``w_h^S = sum_{j in S} u_j gamma_{jh}``, so the learner
+   core (:func:`exactlearn.learner._run`: interpolate, poles, match, solve)
+   returns the W_h and w^S exactly.  The k = 0 shortcut does not apply to T,
+   so the single-token query is asked at *every* distinct final token (2d - 1
+   per cone) and at c itself, and all must agree with the recovered cone
+   heads: the whole cone is certified (every observation recomputed exactly).
+   A failure redraws, with M doubled from the third draw on (condition C3).
+   Per cone ``2d + 2H(2d^2 - 1)`` queries, longest ``2H + 1``.
 4. **Neurons.**  Across kink k the active set changes by one neuron, so
    ``Delta_k = w^{after} - w^{before} = +-u_j (gamma_{j1}, ..., gamma_{jH})``.
    Which sign is fixed by the one global constraint the bias-free model gives:
    the neurons active at the first cone are exactly those that switch *off*
-   along the path, so ``sum_{k in Off} Delta_k = -w^{first}`` (any solution
-   gives the same function: two solutions differ by a linear term that sums
-   to zero).  When no subset fits, what is left is a linear term ``L . y``
-   (two neurons on one hyperplane with opposite gammas leave one): Off is
-   empty, ``L = w^{first}``, written as ``ReLU(L.y) - ReLU(-L.y)``.  The sign
-   of u_j is the sign of ``u_j beta_j . x`` on the active side.  Checked on the way: every sampled single-token output lies on its
-   cone's linear map, and every kink lies on its neuron's hyperplane.
-5. **Model.**  Heads: the distinct W found; FFN: a rank factorisation
-   ``[u_j gamma_{jh}]_{j,h} = B [O_1 ... O_H]`` (so m = its rank) and u = +-1.
+   along the path, so ``sum_{k in Off} Delta_k = -w^{first}`` (two solutions
+   differ by linear terms that cancel: the same function).  When no subset
+   fits, what is left is a linear term ``L . (y_1, ..., y_H)`` -- two
+   neurons on one hyperplane with opposite gammas leave one -- written as
+   ``ReLU(L.y) - ReLU(-L.y)`` (:func:`_orientations`).  The sign of u_j is
+   that of ``u_j beta_j . x`` on the active side.  Checked on the way: every
+   sampled single-token output lies on its cone's linear map, every kink on
+   its neuron's hyperplane, and the assembled model reproduces every
+   observation (a failed check redraws the path).
+5. **Model** (:func:`_build`).  Heads: the distinct W found.  Neurons with
+   positively parallel gammas are merged; then a rank factorisation
+   ``[u_j gamma_{jh}]_{j,h} = B [O_1 ... O_H]`` (m = its rank)
+   gives O and B, with u_j = +-1 (or the merged weight).
 6. **Certificate.**  The returned model must reproduce every observed output
    exactly (real field: within its tolerance) *and* N fresh queries: random
-   ones of length 1..6 and, for every recovered neuron, queries whose final
-   token lies exactly on its hyperplane or just across it (the attention then
+   ones of length 1..6 with integer tokens in [-5, 5] and, for every
+   recovered neuron, 10 queries whose final token lies exactly on its
+   hyperplane or just across it, with random other tokens (the attention then
    decides the sign of that neuron).  Otherwise the run fails.
 
 Conditions (stated in the README and the claim's evidence)
@@ -55,7 +60,7 @@ C1  every neuron that matters (u_j != 0, some gamma_{jh} != 0) has
 C2  no two such neurons have parallel hyperplanes (beta_i || beta_j) unless
     their (gamma_{j1}, ..., gamma_{jH}) are parallel too (positively: they
     merge; negatively: they leave a linear term, written as two neurons);
-C3  margin: in every cone crossed by the path some scale M <= 2^(draws-1) M_0
+C3  margin: in every cone crossed by the path some scale |M c| <= 64 * 24
     makes the final token dominate, i.e. no neuron changes sign along any query
     family of the cone's plan (checked by the cone certificate, escalated);
 C4  generic draws: within a cone plan the rho of distinct heads differ and
@@ -82,7 +87,7 @@ from mpmath.libmp import to_rational
 
 from . import linalg
 from .certify import CertificateError, certify
-from .fields.base import ExactnessError, Field, FieldError, as_mpq, format_rational
+from .fields.base import ExactnessError, Field, FieldError, as_mpq
 from .learner import Degenerate, _Recorder, _run, resolve_field
 from .linalg import SingularMatrix
 from .fields.rational import QQ
@@ -94,8 +99,8 @@ CONDITIONS = [
     "C1: every neuron that matters has beta_j = sum_h O_h^T b_j != 0 (single tokens switch it)",
     "C2: no two neurons have parallel beta unless their (O_h^T b_j)_h are parallel too (positively: "
     "merged; negatively: a linear term, written as two neurons)",
-    "C3: margin: in each cone crossed by the path, final tokens M*c + delta with M <= 2^(draws-1)*M0 "
-    "dominate the query directions (no neuron changes sign along a query family)",
+    "C3: margin: in each cone crossed by the path, final tokens M*c + delta with |M*c| <= 64*24 "
+    "dominate the query directions in [-2,2]^d (no neuron changes sign along a query family)",
     "C4: generic draws: distinct rho per head and nonzero c-values in each cone plan; the path "
     "avoids intersections of two hyperplanes (redrawn when detected)",
     "C5: visibility: each head read by a neuron is visible in a cone next to that neuron's kink "
@@ -341,8 +346,8 @@ def _kinks(path, lo, hi) -> list:
 
 
 # ------------------------------------------------------------------ one cone
-E_RANGE = 3
-"""Entries of the query directions e_j lie in {-3..3} minus 0 (see :func:`_draw_directions`)."""
+E_RANGE = 2
+"""Entries of the query directions e_j (and of the perturbations delta_i) lie in [-2, 2]."""
 
 
 def _draw_directions(d, rng) -> tuple:
@@ -368,7 +373,7 @@ def _learn_cone(rec, K, c, H, rng, target, draws, info):
     for attempt in range(draws):
         M = -(-target * 2 ** max(0, attempt - 1) // norm)   # two draws at the first scale
         for _ in range(100):
-            X = tuple(tuple(M * a + rng.randint(-3, 3) for a in c) for _ in range(d))
+            X = tuple(tuple(M * a + rng.randint(-E_RANGE, E_RANGE) for a in c) for _ in range(d))
             if linalg.is_invertible([[K(col[r]) for col in X] for r in range(d)], K):
                 break
         else:
@@ -407,14 +412,16 @@ def _learn_cone(rec, K, c, H, rng, target, draws, info):
 # ------------------------------------------------------------------ the learner
 def learn_transformer(oracle, d: int, heads: int | None = None, max_heads: int | None = None,
                       field: Field | None = None, seed=None, fresh: int = 200, retries: int = 2,
-                      cone_draws: int = 8, target: int = 36) -> TransformerLearnResult:
+                      cone_draws: int = 8, target: int = 24) -> TransformerLearnResult:
     """Learn a Transformer functionally equivalent to the black box ``oracle`` (module doc).
 
     ``heads``/``max_heads`` bound the number of distinct W (per cone plan and
     overall).  ``retries`` redraws the path after a detected failure (queries
-    keep counting); ``cone_draws`` is the number of margin escalations per cone
-    (M doubles each time, starting at ``|M c| ~ target``).  ``fresh`` random
-    queries plus 10 boundary queries per neuron form the certificate.
+    keep counting; ``attempts`` reports how many paths were used);
+    ``cone_draws`` is the number of draws per cone (M doubles from the third
+    on, starting at ``|M c| ~ target``).  ``fresh`` random queries plus 10
+    boundary queries per recovered neuron form the certificate; they are not
+    counted in ``queries``.
     """
     t_start = time.perf_counter()
     H = heads if heads is not None else max_heads
