@@ -10,7 +10,7 @@ selects one (default ``ci``):
     ``max_examples`` (10).  The whole suite runs in a few minutes on two cores.
 
 ``thorough``
-    The campaign size: ``max_examples=200``, random (not derandomized) draws,
+    The campaign size: ``max_examples=100`` (ten times ``ci``), random (not derandomized) draws,
     the example database on, so a failure found once is replayed first next
     time.  Run it with::
 
@@ -36,7 +36,7 @@ settings.register_profile(
     "ci", max_examples=10, deadline=None, derandomize=True, database=None,
     suppress_health_check=_SLOW, print_blob=True)
 settings.register_profile(
-    "thorough", max_examples=200, deadline=None, suppress_health_check=_SLOW, print_blob=True)
+    "thorough", max_examples=100, deadline=None, suppress_health_check=_SLOW, print_blob=True)
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 settings.load_profile(PROFILE)

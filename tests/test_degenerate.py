@@ -234,3 +234,23 @@ def test_natural_degenerate_draws_recover_with_retries():
         assert res.attempts >= 2
         assert res.queries == res.attempts * count
         assert res.extra_queries == (res.attempts - 1) * count
+
+
+# -- the rational field's multi-modular analysis: a reconstruction collision ----------------
+def test_reconstruction_collision_is_not_certified_wrong():
+    """v = 1/(2^78 - 1) reduces modulo the first analysis prime 7*2^120 + 1 to the
+    residue of a *small* rational (-7*2^42/(7*2^42 + 1)), so the modular analysis
+    recovers a wrong v; only the certificate over Q can reject it.  The run must
+    never certify that wrong head."""
+    mod = pytest.importorskip("exactlearn.fields.modular")
+    v = "1/" + str(2 ** 78 - 1)
+    model = MultiHeadAttention([([[1, 0], [0, 1]], [v, 1])])
+    K = mod.Modular(p=7 * 2 ** 120 + 1)
+    true_v = model.heads[0].v[0]
+    assert K.to_param(K(true_v)) != true_v                     # the collision is real
+    for seed in range(3):
+        res = learn(Oracle(model, Rational()), d=2, heads=1, seed=seed)
+        if res.certified:
+            assert res.heads == model.canonical_heads()
+        else:
+            assert res.error and res.heads == ()

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from exactlearn import Oracle, learn
+from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.fields import Rational
 from exactlearn.interpolate import cauchy_interpolate, poles
 from exactlearn.plan import draw_paper_plan
@@ -68,7 +68,7 @@ def test_generic_route_really_is_generic(monkeypatch):
 
 
 # -- interpolation on the same samples ----------------------------------------------------
-@settings(max_examples=scaled(20))
+@settings(max_examples=scaled(30))
 @given(model=nonzero_models(max_d=3, max_heads=3), seed=seeds, extra=st.integers(0, 1),
        which=st.integers(0, 10 ** 6))
 def test_interpolation_routes_agree_on_query_families(model, seed, extra, which):
@@ -129,7 +129,7 @@ def _rational_routes(model, seed, H, R):
             for name, K in routes.items()}
 
 
-@settings(max_examples=scaled(12))
+@settings(max_examples=scaled(15))
 @given(model=st.one_of(models(max_d=3, max_heads=2), models(max_d=2, merged=True),
                        models(max_d=2, cancelling=True)),
        seed=seeds, R=st.sampled_from([2, 30]))
@@ -148,7 +148,7 @@ TINY = st.one_of(models(max_d=2, max_heads=2, w_num=1, w_den=1, v_num=2, v_den=2
                  models(d=1, heads=2, cancelling=True, w_num=2, w_den=2))
 
 
-@settings(max_examples=scaled(8))
+@settings(max_examples=scaled(12))
 @given(model=TINY, seed=seeds)
 def test_learner_symbolic_agrees_with_rational(model, seed):
     """Q(T) is the ground truth; T -> 2 is the rational field (range 2 keeps T-degrees small)."""
@@ -161,7 +161,7 @@ def test_learner_symbolic_agrees_with_rational(model, seed):
     event(rs.status)
 
 
-@settings(max_examples=scaled(10))
+@settings(max_examples=scaled(30))
 @given(model=st.one_of(models(max_d=3, max_heads=2), models(max_d=2, merged=True),
                        models(max_d=2, cancelling=True)),
        seed=seeds, R=st.sampled_from([2, 30]))
@@ -174,3 +174,17 @@ def test_learner_modular_agrees_with_rational(model, seed, R):
     if rm.certified:
         assert rm.heads == model.canonical_heads()
     event(rm.status)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: the default Rational() analyses modulo two primes only and gives up when a "
+    "value's height exceeds their reconstruction bound (~2^47): an in-class model with "
+    "v = 1/(2^50 + 1) fails (explicitly, 'height bound exceeded') although "
+    "Rational(via_modular=False) learns it exactly; no fallback to Q or CRT"))
+def test_rational_routes_agree_on_high_height_values():
+    v = "1/" + str(2 ** 50 + 1)
+    model = MultiHeadAttention([([[1, 0], [0, 1]], [v, 1])])
+    res = _rational_routes(model, 0, 1, 30)
+    assert res["flint over Q"].certified
+    assert res["flint over Q"].heads == model.canonical_heads()
+    assert _key(res["multi-modular"]) == _key(res["flint over Q"]), res["multi-modular"].error

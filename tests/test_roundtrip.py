@@ -10,10 +10,10 @@ fails every test here.
 from __future__ import annotations
 
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-from exactlearn import Oracle, learn
+from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.fields import Rational
 from exactlearn.plan import paper_count
 
@@ -44,15 +44,24 @@ MODELS = st.one_of(
 )
 
 
-@settings(max_examples=scaled(12))
+#: pinned edge cases: every head cancels (f = 0, no canonical heads); all W = 0
+#: (rho = 1 everywhere: one merged head); a model with no heads at all
+EMPTY_BY_CANCELLING = MultiHeadAttention([([[1, 0], [0, 1]], [1, 2]), ([[1, 0], [0, 1]], [-1, -2])])
+ZERO_W = MultiHeadAttention([([[0, 0], [0, 0]], [1, 2]), ([[0, 0], [0, 0]], [3, -2])])
+
+
+@settings(max_examples=scaled(60))
 @given(model=MODELS, seed=seeds)
+@example(model=EMPTY_BY_CANCELLING, seed=0)
+@example(model=ZERO_W, seed=0)
+@example(model=MultiHeadAttention([([[0, 0], [0, 0]], [0, 0])]), seed=1)
 def test_round_trip_known_heads(model, seed):
     """heads=H (the raw head count): certified => canonical heads, paper count."""
     res = learn(Oracle(model, Rational()), d=model.d, heads=model.H, seed=seed)
     check_round_trip(res, model, model.H)
 
 
-@settings(max_examples=scaled(10))
+@settings(max_examples=scaled(40))
 @given(problem=st.one_of(bounded_models(max_d=3, max_heads=2),
                          bounded_models(max_d=2, max_heads=3, merged=True),
                          bounded_models(max_d=2, cancelling=True, max_extra=1)),
@@ -64,11 +73,16 @@ def test_round_trip_head_bound(problem, seed):
     check_round_trip(res, model, H0)
 
 
-@settings(max_examples=scaled(10))
-@given(model=models(max_d=2), seed=seeds, retries=st.integers(1, 3))
-def test_round_trip_with_retries(model, seed, retries):
-    """retries=N: every attempt costs one plan, all of it reported in queries."""
-    res = learn(Oracle(model, Rational()), d=model.d, heads=model.H, seed=seed, retries=retries)
+@settings(max_examples=scaled(40))
+@given(model=st.one_of(models(), models(cancelling=True)), seed=seeds, retries=st.integers(1, 3),
+       R=st.sampled_from([1, 2, 30]))
+def test_round_trip_with_retries(model, seed, retries, R):
+    """retries=N: every attempt costs one plan, all of it reported in queries.
+
+    Small ranges (1, 2) make degenerate draws, and so retries, common."""
+    res = learn(Oracle(model, Rational()), d=model.d, heads=model.H, seed=seed, retries=retries,
+                query_range=R)
+    event(f"attempts={res.attempts}")
     count = paper_count(model.d, model.H)
     assert 1 <= res.attempts <= retries + 1
     assert res.queries == res.attempts * count
@@ -93,15 +107,16 @@ def batch(per_cell, bound_extra):
                     yield model, H + bound_extra, s
 
 
-#: Measured on this batch at the default range (R = 20): 82 of 84 runs certified
-#: (0.976) with heads=H, and 82 of 84 with max_heads=H+1, 4 seeds per cell.  The
-#: issue's acceptance bound is 2/3; we assert 0.9, the measured rate less a margin
-#: for changes in the learner's draws (at p = 0.976, n = 56, a rate below 0.9 has
-#: probability < 1%).
+#: Measured on this batch at the default range (R = 30, DEFAULT_RANGES["rational"]):
+#: 83 of 84 runs certified (0.988) with heads=H, and 83 of 84 with max_heads=H+1
+#: (the failures are detected degenerate draws).  Before the learner's range moved
+#: from 20 to 30 it was 82 of 84 for both.  The issue's acceptance bound is 2/3; we
+#: assert 0.9, the measured rate less a margin for changes in the learner's draws
+#: (at p = 0.976, n = 84, a rate below 0.9 has probability < 0.1%).
 MIN_CERTIFIED_RATE = 0.9
 
 
-@pytest.mark.parametrize("bound_extra,per_cell", [(0, 2), (1, 1)], ids=["heads=H", "max_heads=H+1"])
+@pytest.mark.parametrize("bound_extra,per_cell", [(0, 4), (1, 4)], ids=["heads=H", "max_heads=H+1"])
 def test_certified_rate_default_range(bound_extra, per_cell):
     runs = certified = 0
     for model, H0, s in batch(per_cell, bound_extra):
@@ -122,12 +137,12 @@ def test_certified_rate_default_range(bound_extra, per_cell):
 def test_never_silently_wrong_small_range():
     """Acceptance: at --range 2 degenerate draws are common, yet no certified answer is wrong.
 
-    Measured on this batch (200 models, d <= 3, H <= 3, H0 = H or H + 1): 147
-    certified, 53 failed; we require both kinds to occur so the test exercises
-    detection and is not vacuous."""
+    Measured on this batch (400 models, d <= 3, H <= 3, H0 = H or H + 1): 328
+    certified, 72 failed; we require both kinds to occur (at least 200 and 20) so
+    the test exercises detection and is not vacuous."""
     import random
     certified = failed = 0
-    for s in range(200):
+    for s in range(400):
         rng = random.Random(s)
         d, H = rng.randint(1, 3), rng.randint(1, 3)
         kind = rng.choice(["plain", "merged", "cancelling"]) if H >= 2 else "plain"
@@ -141,4 +156,4 @@ def test_never_silently_wrong_small_range():
         else:
             failed += 1
             assert res.status == "failed" and res.error and res.heads == ()
-    assert certified >= 100 and failed >= 10, (certified, failed)
+    assert certified >= 200 and failed >= 20, (certified, failed)
