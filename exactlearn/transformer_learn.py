@@ -133,6 +133,7 @@ class TransformerLearnResult:
     observations: int = 0
     fresh_queries: list = dc_field(default_factory=list)
     fresh_kinds: dict = dc_field(default_factory=dict)
+    certificate_ran: bool = False
 
     @property
     def certified(self) -> bool:
@@ -170,7 +171,7 @@ class TransformerLearnResult:
                 "observations": self.observations,
                 "fresh_queries": len(self.fresh_queries),
                 "fresh_kinds": self.fresh_kinds,
-                "agreed": self.certified,
+                "agreed": self.certified if self.certificate_ran else None,
                 "queries": [[[fmt(a) for a in t] for t in q] for q in self.fresh_queries],
             },
         }
@@ -405,7 +406,8 @@ def _learn_cone(rec, K, c, H, rng, target, draws, info):
         except (Degenerate, FieldError, CertificateError, SingularMatrix) as exc:
             last = exc
     raise TransformerFailure(f"cone of direction {list(c)}: no consistent plan in {attempt + 1} "
-                             f"draw(s) up to M = {M} (margin condition C3 or degenerate draws C4): "
+                             f"draw(s) up to M = {M} (margin condition C3, degenerate draws C4, or more "
+                             f"heads than the bound {H}): "
                              f"{type(last).__name__}: {last}")
 
 
@@ -458,9 +460,9 @@ def learn_transformer(oracle, d: int, heads: int | None = None, max_heads: int |
                                  attempts=attempts, cones=info, kinks=n_kinks)
     fresh_seconds = 0.0
     if error is None:
-        t0 = time.perf_counter()
         ok, why, queries, kinds, fresh_seconds = _certificate(oracle, model, rec, K, convert, rng, fresh)
         res.observations = len(rec.observations)
+        res.certificate_ran = True
         res.fresh_queries, res.fresh_kinds = queries, kinds
         if ok:
             res.status, res.model = "certified", model
@@ -546,10 +548,9 @@ def _attempt(rec, K, d, H, rng, cone_draws, target, info):
         if not K.is_zero(dot(beta(delta), path.x(t))):
             raise TransformerFailure("a kink off the hyperplane of its neuron (two neurons at once? C2)")
         deltas.append(delta)
-    # 6. which kinks switch a neuron off: sum over Off of Delta_k = -w^{first}.  When no
-    #    subset fits, the rest is a linear term L.phi (two neurons sharing a hyperplane
-    #    with opposite gammas leave one): take Off empty, L = w^{first}, and write
-    #    L.phi = ReLU(L.phi) - ReLU(-L.phi).
+    # 6. which kinks switch a neuron off (sum over Off of Delta_k = -w^{first}), and the
+    #    linear term L.y left over when no subset fits (see _orientations), written as
+    #    L.y = ReLU(L.y) - ReLU(-L.y)
     off, linear = _orientations(K, deltas, w[0])
     neurons, u = [], []
     for k, delta in enumerate(deltas):
@@ -736,7 +737,6 @@ def _certificate(oracle, model, rec, K, convert, rng, n_random):
             final = z if rng.random() < 0.6 else tuple(a + e for a, e in zip(z, tok(-1, 1)))
             queries.append([tok() for _ in range(rng.randint(1, 5))] + [final])
             kinds["boundary"] += 1
-    t0 = time.perf_counter()
     seconds = 0.0
     for q in queries:
         t0 = time.perf_counter()
