@@ -18,23 +18,24 @@ the claim and its index, so statuses and evidence (timings aside) do not depend
 on the executor.  The JSON output names it (``"executor": "local"`` or
 ``"dask"``); every claim's evidence gives its number of ``trials``.
 
-Scaling up on a cluster.  Start a scheduler and workers on machines that have
-the same exactlearn installed (``pip install 'exactlearn[dask]'``; the client
-checks that every worker imports the same code and refuses otherwise)::
+Scaling up on a cluster.  Install the same exactlearn on every machine
+(``pip install 'exactlearn[dask]'``), start a scheduler and workers, and
+point ``--scheduler`` at it::
 
-    dask scheduler --port 8786                    # on one machine
-    dask worker tcp://SCHEDULER:8786 --nworkers 8 --nthreads 1   # on each worker machine
+    dask scheduler --port 8786                                   # one machine
+    dask worker tcp://SCHEDULER:8786 --nworkers 8 --nthreads 1   # each worker machine
     proofs-check --scheduler tcp://SCHEDULER:8786 --scale 10 --report run.md
 
-Each claim's trials are sent as tasks (strided chunks, so the costly trials
-spread over the workers); the wall time is about the total CPU time of the
-campaign divided by the worker processes.  ``--scale K`` multiplies the full
-run's repetitions for claims that size their campaigns through ``ctx.size``
-(the report and the JSON mark each claim with ``scaled``; the CLI warns about
-claims that ignore it).  Independent campaigns with other seeds (``--seed S``)
-add runs too; their verdicts are reproducible one by one.  Use ``--workers 1``
-threads per Dask worker (``--nthreads 1``): trials are pure Python and hold
-the GIL.
+The client refuses workers whose exactlearn/proofs_check sources differ from
+its own (restart them after an upgrade).  Give each worker process one thread
+(``--nthreads 1``): trials are pure Python and hold the GIL, so parallelism
+comes from worker processes.  Each claim's trials go out as tasks (strided
+chunks, so the costly trials spread over the workers); the wall time is about
+the campaign's total CPU time divided by the worker processes.  To make the
+campaigns themselves bigger, ``--scale K`` multiplies the full run's
+repetitions of every claim that sizes its campaign through ``ctx.size`` (the
+JSON marks each claim ``scaled``, and the CLI names those that ignore it), and
+runs with other ``--seed`` values add independent, reproducible campaigns.
 
 Progress bars (rich) go to stderr when it is a terminal, unless ``--quiet``.
 Exit status: 0 when no claim is refuted or inconclusive, 1 otherwise, 2 on bad
