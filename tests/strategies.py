@@ -9,7 +9,10 @@ Every strategy is keyword-parameterised, in the style of hypothesis' own
   ``merged`` heads (two heads share W, so canonical form sums their v) and
   ``cancelling`` heads (heads that share W and whose v sum to zero, so the
   group is dropped);
-* :func:`nonzero_models`     -- :func:`models` filtered to a non-empty canonical form;
+* :func:`random_models`      -- the same family with entries from ``random.Random``
+  (generic models; hypothesis' own draws favour zeros and repeats);
+* :func:`any_models`         -- either of the two;
+* :func:`nonzero_models`     -- :func:`any_models` filtered to a non-empty canonical form;
 * :func:`bounded_models`     -- ``(model, H0)`` with a head bound ``H0 > H``;
 * :func:`token_sequences`    -- queries: integer tokens drawn from a small pool,
   so that tokens repeat (the oracle groups repeated tokens);
@@ -108,15 +111,35 @@ def models(draw, *, d: int | None = None, heads: int | None = None, min_d: int =
                        w_num=w_num, w_den=w_den, v_num=v_num, v_den=v_den)
 
 
+@st.composite
+def random_models(draw, *, d: int | None = None, heads: int | None = None, min_d: int = 1,
+                  max_d: int = 3, min_heads: int = 1, max_heads: int = 3, **build_kw):
+    """Like :func:`models`, but the entries come from ``random.Random(seed)`` with a
+    drawn seed: realistic, generic models (hypothesis' own draws favour zeros and
+    repeats, i.e. merged and vanishing heads), at the price of coarse shrinking."""
+    merged, cancelling = build_kw.get("merged", False), build_kw.get("cancelling", False)
+    if d is None:
+        d = draw(st.integers(min_d, max_d))
+    if heads is None:
+        lo = max(min_heads, min_heads_for(merged, cancelling))
+        heads = draw(st.integers(lo, max(lo, max_heads)))
+    return seeded_model(draw(seeds), d, heads, **build_kw)
+
+
+def any_models(**kw):
+    """:func:`models` or :func:`random_models`, half and half."""
+    return st.one_of(models(**kw), random_models(**kw))
+
+
 def nonzero_models(**kw):
-    """:func:`models` whose canonical form has at least one head (filtered)."""
-    return models(**kw).filter(lambda m: len(m.canonical_heads()) > 0)
+    """:func:`any_models` whose canonical form has at least one head (filtered)."""
+    return any_models(**kw).filter(lambda m: len(m.canonical_heads()) > 0)
 
 
 @st.composite
 def bounded_models(draw, *, min_extra: int = 1, max_extra: int = 2, **model_kw):
-    """``(model, H0)`` with ``model.H < H0 <= model.H + max_extra``."""
-    model = draw(models(**model_kw))
+    """``(model, H0)`` with ``model.H < H0 <= model.H + max_extra`` (model from :func:`any_models`)."""
+    model = draw(any_models(**model_kw))
     return model, model.H + draw(st.integers(min_extra, max_extra))
 
 

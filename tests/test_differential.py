@@ -25,7 +25,7 @@ from exactlearn.fields import Rational
 from exactlearn.interpolate import cauchy_interpolate, poles
 from exactlearn.plan import draw_paper_plan
 
-from strategies import models, nonzero_models, scaled, seeds
+from strategies import any_models, nonzero_models, scaled, seeds
 
 
 class GenericRational(Rational):
@@ -129,9 +129,9 @@ def _rational_routes(model, seed, H, R):
             for name, K in routes.items()}
 
 
-@settings(max_examples=scaled(15))
-@given(model=st.one_of(models(max_d=3, max_heads=2), models(max_d=2, merged=True),
-                       models(max_d=2, cancelling=True)),
+@settings(max_examples=scaled(20))
+@given(model=st.one_of(any_models(max_d=3, max_heads=2), any_models(max_d=2, merged=True),
+                       any_models(max_d=2, cancelling=True)),
        seed=seeds, R=st.sampled_from([2, 30]))
 def test_learner_rational_routes_agree(model, seed, R):
     res = _rational_routes(model, seed, model.H, R)
@@ -143,9 +143,9 @@ def test_learner_rational_routes_agree(model, seed, R):
     event(r.status)
 
 
-TINY = st.one_of(models(max_d=2, max_heads=2, w_num=1, w_den=1, v_num=2, v_den=2),
-                 models(max_d=2, heads=2, merged=True, w_num=1, w_den=1),
-                 models(d=1, heads=2, cancelling=True, w_num=2, w_den=2))
+TINY = st.one_of(any_models(max_d=2, max_heads=2, w_num=1, w_den=1, v_num=2, v_den=2),
+                 any_models(max_d=2, heads=2, merged=True, w_num=1, w_den=1),
+                 any_models(d=1, heads=2, cancelling=True, w_num=2, w_den=2))
 
 
 @settings(max_examples=scaled(12))
@@ -162,8 +162,8 @@ def test_learner_symbolic_agrees_with_rational(model, seed):
 
 
 @settings(max_examples=scaled(30))
-@given(model=st.one_of(models(max_d=3, max_heads=2), models(max_d=2, merged=True),
-                       models(max_d=2, cancelling=True)),
+@given(model=st.one_of(any_models(max_d=3, max_heads=2), any_models(max_d=2, merged=True),
+                       any_models(max_d=2, cancelling=True)),
        seed=seeds, R=st.sampled_from([2, 30]))
 def test_learner_modular_agrees_with_rational(model, seed, R):
     mod = pytest.importorskip("exactlearn.fields.modular",
