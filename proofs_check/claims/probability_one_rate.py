@@ -126,9 +126,12 @@ def summarise(rows) -> tuple:
         "rates": table,
         "trend": falls,
         "problems": problems,
-        "series": {"field": [t["field"] for t in table], "d": [t["d"] for t in table],
-                   "H": [t["H"] for t in table], "R": [t["R"] for t in table],
-                   "rate": [t["rate"] for t in table], "bound": [t["bound"] for t in table]},
+        "series": {"failure_vs_range": {
+            "points": [{"field": t["field"], "d": t["d"], "H": t["H"], "range": t["R"],
+                        "runs": t["trials"], "failures": t["failures"],
+                        "wrong": sum(r["wrong"] for r in cells[(t["field"], t["d"], t["H"], t["R"])]),
+                        "bound": t["bound"]} for t in table],
+            "bound_formula": "[m(2d-1) + (2d^2-1)m(m-1) + 2(d^2-1)m(m^2-1)] / N / (1-d/N)^2, N = 2R+1"}},
     }
     if wrong:
         evidence["wrong_examples"] = wrong[:3]
