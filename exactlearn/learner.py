@@ -64,6 +64,10 @@ class LearnResult:
     verified: bool | None = None
     plan_fallbacks: list = dc_field(default_factory=list)
     plan_detail: dict | None = None
+    probe_queries: int = 0                 # real field: scaling probe (inside ``queries``)
+    error_bound: object = None             # real field: a-posteriori parameter error bound
+    real_detail: dict | None = None        # real field: scale, certificate tolerance, ...
+    snap: dict | None = None               # snap=True: bounded-height rationals, certified
 
     @property
     def certified(self) -> bool:
@@ -97,6 +101,10 @@ class LearnResult:
             "verified": self.verified,
             "plan_fallbacks": self.plan_fallbacks,
             "plan_detail": self.plan_detail,
+            "probe_queries": self.probe_queries,
+            "error_bound": None if self.error_bound is None else str(self.error_bound),
+            "real_detail": self.real_detail,
+            "snap": self.snap,
         }
 
 
@@ -143,7 +151,8 @@ def resolve_field(oracle, field: Field | None) -> tuple:
 def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None,
           field: Field | None = None, seed=None, query_range: int | None = None,
           retries: int = 0, e_range: int | None = None, trace: bool = False,
-          verify: int = 0, plan: str = "paper", rank: int | None = None) -> LearnResult:
+          verify: int = 0, plan: str = "paper", rank: int | None = None,
+          noise=None, query_scale=None, snap: bool = False) -> LearnResult:
     """Learn the canonical heads of ``oracle`` (SPEC §3, §5).
 
     ``heads`` (H) or ``max_heads`` (a bound H0) sets the plan.  Query entries
@@ -158,6 +167,11 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     has rank <= r) uses the efficient plan of :mod:`exactlearn.plan_efficient`
     (analysed by :mod:`exactlearn.learn_efficient`); ``plan_queries`` is then
     that plan's count, and ``plan_fallbacks`` lists any fallback with its queries.
+    Over the real field (paper plan) :mod:`exactlearn.learn_real` runs it: queries
+    scaled by a probe (``probe_queries``) or by ``query_scale``, ``noise`` the bound
+    eta on the black box's output error (default: ``oracle.noise``, else 0), and
+    ``error_bound`` the a-posteriori bound on the largest parameter error.
+    ``snap=True`` adds bounded-height rationals certified against the observations.
     """
     t_start = time.perf_counter()
     H = heads if heads is not None else max_heads
@@ -186,6 +200,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     plan = None
     tr: list = []
     n_cert = 0
+    real = None
     while attempts <= retries:
         attempts += 1
         if plan_kind == "paper":
@@ -203,6 +218,11 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                 from .learn_efficient import run_efficient
                 recovered, n_cert = run_efficient(plan, rec, K, lambda: rec.observations[start:],
                                                   tr if trace else None)
+            elif not K.is_exact:
+                from .learn_real import run_real
+                recovered, n_cert, real = run_real(
+                    plan, rec, K, noise=getattr(oracle, "noise", None) if noise is None else noise,
+                    query_scale=query_scale, snap=snap)
             else:
                 y_shared, values = _ask_plan(plan, rec)
                 recovered, n_cert = _analyse_and_certify(plan, y_shared, values, K,
@@ -214,7 +234,11 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
             recovered = ()
     verified = None
     if error is None and verify:
-        verified, error = _verify(oracle, recovered, d, H, K, convert, rng, R, verify)
+        if real is not None:
+            from .learn_real import verify_real
+            verified, error = verify_real(oracle, real, recovered, d, H, K, convert, rng, R, verify)
+        else:
+            verified, error = _verify(oracle, recovered, d, H, K, convert, rng, R, verify)
         if error is not None:
             recovered = ()
     total = time.perf_counter() - t_start
@@ -229,7 +253,18 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         plan_fallbacks=list(getattr(plan, "fallbacks", [])),
         plan_detail=plan.describe() if plan_kind == "efficient" else None,
         attempts=attempts, learner_seconds=max(0.0, total - rec.seconds),
-        oracle_seconds=rec.seconds, certified_observations=n_cert, trace=tr)
+        oracle_seconds=rec.seconds, certified_observations=n_cert, trace=tr,
+        probe_queries=real.probe_queries if real is not None else 0,
+        error_bound=real.error_bound if real is not None and error is None else None,
+        real_detail=real.detail if real is not None else None,
+        snap=(real.snap if real is not None else _exact_snap(recovered)) if snap and error is None
+        else None)
+
+
+def _exact_snap(heads) -> dict:
+    """snap=True over an exact field: the heads already are exact rationals."""
+    return {"status": "certified", "exact": True, "snapped": len(heads),
+            "note": "exact field: the heads are exact rationals, certified by exact equality"}
 
 
 def _analyse_and_certify(plan, y_shared, values, K, observations, trace) -> tuple:

@@ -326,7 +326,10 @@ class Real(Field):
         the reals it is replaced by the equivalent linear algebra, and every decision
         compares a quantity with the error that the *sample* noise propagates into it
         (``noise``, module doc): zero if at most that bound ``b``, nonzero if above
-        ``b * noise^(-1/10)`` (a factor 1e9 at dps 100), :class:`Undecided` in between.
+        ``b * noise^(-1/10)`` (a factor 1e9 at dps 100) for singular values -- the pole
+        count -- and above ``1000 b`` (or that factor if smaller) for the derived weights
+        and coefficients, whose bounds are first-order perturbation bounds;
+        :class:`Undecided` in between.
         With 12 heads at dps 100 the smallest genuine Loewner singular values sit
         1e40 above their noise bound, so the factor is no obstacle; a genuine zero
         sits at or below the bound.
@@ -364,9 +367,10 @@ class Real(Field):
             raise ValueError("rational interpolation needs distinct points")
         with ctx.extraprec(20 + 4 * n):
             zeta = 2 * n * self.noise * ymax / min(gap, 1)
-            margin = self.noise ** ctx.mpf(-0.1)
+            sv_margin = self.noise ** ctx.mpf(-0.1)
+            derived_margin = min(sv_margin, ctx.mpf(1000))
 
-            def decide(x, bound, what):
+            def decide(x, bound, what, margin=derived_margin):
                 """True (zero) / False (nonzero); Undecided in the band."""
                 if x <= bound:
                     return True
@@ -386,7 +390,7 @@ class Real(Field):
             else:
                 sv = []
             m = sum(1 for i, x in enumerate(sv)
-                    if not decide(x, zeta, f"Loewner singular value {i + 1}"))
+                    if not decide(x, zeta, f"Loewner singular value {i + 1}", sv_margin))
             if m == 0:
                 for y in ys:
                     if not decide(abs(y - ys[0]), 2 * self.noise * ymax, "a sample difference"):
@@ -396,7 +400,8 @@ class Real(Field):
             sup = sorted({int(ctx.nint(ctx.mpf(j * (n - 1)) / m)) for j in range(m + 1)})
             _, S, V = svd([i for i in range(n) if i not in sup], sup)
             S = sorted((abs(x) for x in S), reverse=True)
-            if len(S) == m + 1 and not decide(S[m], zeta, f"the residual of the {m}-pole fit"):
+            if len(S) == m + 1 and not decide(S[m], zeta, f"the residual of the {m}-pole fit",
+                                              sv_margin):
                 raise InterpolationError(f"samples are not those of a rational function with "
                                          f"{m} poles (type ({H},{H}))")
             werr = zeta / S[m - 1]

@@ -1,0 +1,125 @@
+"""Snapping real results to exact rationals of bounded height, certified against the oracle.
+
+A real run returns each parameter ``x`` with an a-posteriori bound ``B`` on its error
+(:mod:`exactlearn.learn_real`).  :func:`simplest_rational` finds the rational with the
+smallest denominator in ``[x - B, x + B]`` (continued fractions on the exact binary
+endpoints: the Stern-Brocot "simplest rational between two numbers"), and accepts it
+only if its denominator is at most the *height bound*
+
+    Q = floor(1 / sqrt(2 B))       (or a smaller ``height=`` given by the caller).
+
+Two distinct rationals with denominators <= Q differ by at least ``1/Q^2 >= 2B``, so at
+most one of them lies within B of x: the snapped value is the only candidate of height
+<= Q, not a guess among several.  :func:`snap_heads` snaps every entry of every head and
+then certifies the *snapped model*: every observation is recomputed from the exact
+rationals (evaluated at the field's precision) and must agree with the black box within
+the noise ``eta_q`` plus rounding alone -- no parameter uncertainty is allowed for, so a
+wrong snap fails.  Over an exact field there is nothing to snap: the heads are exact and
+their certificate is exact equality (:func:`exactlearn.learner.learn` reports that).
+
+>>> from gmpy2 import mpq
+>>> simplest_rational(mpq(3333, 10000), mpq(3334, 10000))
+mpq(1,3)
+>>> simplest_rational(mpq(-7, 4), mpq(-7, 4))
+mpq(-7,4)
+"""
+
+from __future__ import annotations
+
+import math
+
+from gmpy2 import mpq
+
+from .fields.base import format_rational
+from .model import Head
+
+
+def _exact(x) -> mpq:
+    """The exact dyadic value of an mpf (any mpmath context)."""
+    sign, man, exp, _ = x._mpf_
+    v = mpq(int(man)) * (mpq(2) ** exp if exp >= 0 else mpq(1, 2 ** -exp))
+    return -v if sign else v
+
+
+def simplest_rational(lo, hi) -> mpq:
+    """The rational with the smallest denominator (then the smallest |numerator|) in the
+    closed interval ``[lo, hi]`` of exact rationals."""
+    lo, hi = mpq(lo), mpq(hi)
+    if lo > hi:
+        raise ValueError("empty interval")
+    if lo <= 0 <= hi:
+        return mpq(0)
+    if hi < 0:
+        return -simplest_rational(-hi, -lo)
+    fl = lo.numerator // lo.denominator
+    if fl == lo:
+        return mpq(fl)
+    if fl + 1 <= hi:
+        return mpq(fl + 1)
+    # lo and hi share the integer part fl; recurse on the reciprocals of the fractional parts
+    return fl + 1 / simplest_rational(1 / (hi - fl), 1 / (lo - fl))
+
+
+def height_bound(B) -> int:
+    """``floor(1 / sqrt(2 B))``: the largest denominator that keeps a snap unique."""
+    B = _exact(B) if hasattr(B, "_mpf_") else mpq(B)
+    if B <= 0:
+        raise ValueError("the error bound must be positive")
+    return max(1, math.isqrt(int(1 / (2 * B))))
+
+
+def snap_value(x, B, height=None):
+    """The unique rational of height <= Q within ``B`` of ``x`` (module doc), or None."""
+    Q = height_bound(B) if height is None else min(int(height), height_bound(B))
+    xe, Be = _exact(x), (_exact(B) if hasattr(B, "_mpf_") else mpq(B))
+    q = simplest_rational(xe - Be, xe + Be)
+    return q if q.denominator <= Q else None
+
+
+def snap_heads(heads, outcome, K, observations, start, height=None) -> dict:
+    """Snap every entry of the real ``heads`` using the per-entry bounds of ``outcome``
+    (a :class:`~exactlearn.learn_real.RealOutcome`) and certify the snapped model against
+    the ``observations`` (indices from ``start``) within the noise alone."""
+    from .learn_real import _LO, _evaluate, _round
+    snapped, failed = [], []
+    for h, (head, BW, Bv) in enumerate(zip(heads, outcome._W_bounds, outcome._v_bounds)):
+        W = []
+        for r, row in enumerate(head.W):
+            out = []
+            for c, x in enumerate(row):
+                q = snap_value(x, BW[r][c], height)
+                if q is None:
+                    failed.append(f"head {h + 1} W[{r + 1}][{c + 1}]")
+                out.append(q)
+            W.append(tuple(out))
+        v = []
+        for r, x in enumerate(head.v):
+            q = snap_value(x, Bv[r], height)
+            if q is None:
+                failed.append(f"head {h + 1} v[{r + 1}]")
+            v.append(q)
+        snapped.append(Head(tuple(W), tuple(v)))
+    info = {"height_bound": "floor(1/sqrt(2B)) per entry, B its error bound"
+            + (f", at most {int(height)}" if height is not None else "")}
+    if failed:
+        info.update({"status": "not snapped", "exact": False,
+                     "reason": f"no rational of bounded height within the error bound for "
+                               f"{len(failed)} entries (e.g. {failed[0]})"})
+        return info
+    worst = _LO.zero
+    ok = True
+    for i, (tokens, y) in enumerate(observations):
+        f, _, size = _evaluate(snapped, tokens, K, None, None)
+        tol = outcome._etas[start + i] + 2 * _round(K, max(size, _LO.convert(abs(y))))
+        ratio = _LO.convert(abs(f - y)) / tol
+        worst = max(worst, ratio)
+        ok = ok and ratio <= 1
+    info.update({
+        "status": "certified" if ok else "failed",
+        "exact": False,
+        "certificate": "the snapped exact model reproduces every observation within the noise "
+                       "eta + rounding (no parameter uncertainty allowed)",
+        "max_residual_over_tolerance": _LO.nstr(worst, 3),
+        "heads": [h.to_json(format_rational) for h in sorted(snapped)],
+    })
+    return info
