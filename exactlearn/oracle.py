@@ -25,16 +25,18 @@ from .fields.base import ExactnessError, Field
 from .model import HeadEvaluator, MultiHeadAttention
 
 
-class Oracle:
-    """Counting black box over a model and a field."""
+class CountingOracle:
+    """A black box that counts its queries (``.queries``), the longest query
+    (``.max_length``) and the time spent answering (``.seconds``).
 
-    def __init__(self, model: MultiHeadAttention, field: Field):
-        if field.scale is None:
-            field = field.with_scale(model.scale())
-        self.model = model
+    ``evaluate(tokens)`` computes the answer in ``field``; subclasses bind it
+    to a model (:class:`Oracle`, :class:`~exactlearn.transformer.TransformerOracle`).
+    """
+
+    def __init__(self, d: int, field: Field, evaluate):
+        self.d = d
         self.field = field
-        self.d = model.d
-        self._eval = HeadEvaluator(model.heads_for(field), model.d, field)
+        self._eval = evaluate
         self.queries = 0
         self.max_length = 0
         self.seconds = 0.0
@@ -49,12 +51,28 @@ class Oracle:
         self.max_length = max(self.max_length, len(tokens))
         return out
 
+    def reset(self):
+        self.queries = 0
+        self.max_length = 0
+        self.seconds = 0.0
+
+
+class Oracle(CountingOracle):
+    """Counting black box over a multi-head attention model and a field."""
+
+    def __init__(self, model: MultiHeadAttention, field: Field):
+        if field.scale is None:
+            field = field.with_scale(model.scale())
+        self.model = model
+        self._heads = model.heads_for(field)
+        super().__init__(model.d, field, HeadEvaluator(self._heads, model.d, field))
+
     def check_plan(self, plan) -> int:
         """Largest |D e^T W_h x| over the plan; raise ExactnessError past the field's limit.
 
         Called by the learner before any query is asked (fail fast)."""
         D = self.field.D
-        Ws = [[[D * x for x in row] for row in h.W] for h in self.model.heads]
+        Ws = [[[D * x for x in row] for row in h.W] for h in self._heads]
         if all(x.denominator == 1 for W in Ws for row in W for x in row):
             Ws = [[[int(x.numerator) for x in row] for row in W] for W in Ws]   # fast ints
         worst = 0
@@ -72,8 +90,3 @@ class Oracle:
                 f"realises at most {limit}" + (" (numbers past the size limit): use --field modular "
                                                "or a smaller --range" if self.field.name == "rational" else ""))
         return int(worst)
-
-    def reset(self):
-        self.queries = 0
-        self.max_length = 0
-        self.seconds = 0.0

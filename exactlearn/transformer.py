@@ -42,11 +42,11 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from fractions import Fraction
 
 from .fields.base import Field, FieldError, as_mpq, format_rational, lcm_of_denominators
 from .model import ModelError, distinct_tokens, load_json
+from .oracle import CountingOracle
 
 FORMAT = "exactlearn.transformer/1"
 
@@ -300,7 +300,7 @@ class TransformerEvaluator:
         return total
 
 
-class TransformerOracle:
+class TransformerOracle(CountingOracle):
     """Counting black box over a :class:`OneLayerTransformer` and an ordered field.
 
     Like :class:`exactlearn.oracle.Oracle`: ``.queries``, ``.max_length``,
@@ -312,22 +312,7 @@ class TransformerOracle:
         if field.scale is None:
             field = field.with_scale(model.scale())
         self.model = model
-        self.field = field
-        self.d = model.d
-        self._eval = TransformerEvaluator(model, field)
-        self.queries = 0
-        self.max_length = 0
-        self.seconds = 0.0
-
-    def __call__(self, tokens):
-        t0 = time.perf_counter()
-        try:
-            out = self._eval(tokens)
-        finally:
-            self.seconds += time.perf_counter() - t0
-        self.queries += 1
-        self.max_length = max(self.max_length, len(tokens))
-        return out
+        super().__init__(model.d, field, TransformerEvaluator(model, field))
 
 
 def random_transformer(d: int, H: int, r: int, seed=None, w_range: int = 2,
