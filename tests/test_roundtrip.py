@@ -147,8 +147,8 @@ def test_certified_rate_default_range(bound_extra, per_cell):
 def test_never_silently_wrong_small_range():
     """Acceptance: at --range 2 degenerate draws are common, yet no certified answer is wrong.
 
-    Measured on this batch (400 models, d <= 3, H <= 3, H0 = H or H + 1): 328
-    certified, 72 failed; we require both kinds to occur (at least 200 and 20) so
+    Measured on this batch (400 models, d <= 3, H <= 3, H0 = H or H + 1): 329
+    certified, 71 failed; we require both kinds to occur (at least 200 and 20) so
     the test exercises detection and is not vacuous."""
     import random
     certified = failed = 0
