@@ -266,3 +266,13 @@ def test_installed_script(good_file, tmp_path):
     bad = subprocess.run([exe, "learn", "--model", str(bad_path), "--heads", "1"],
                          capture_output=True, text=True, timeout=120)
     assert_bad_input(bad.returncode, bad.stdout, bad.stderr)
+
+
+def test_huge_decimal_exponent_is_bad_input(tmp_path, capsys):
+    """'1e999999999' would build a 10^9-digit integer: refused in one line, exit 2."""
+    p = tmp_path / "m.json"
+    p.write_text('{"format": "exactlearn.mha/1", "d": 1, "heads": [{"W": [["1e999999999"]], "v": [1]}]}')
+    from exactlearn.cli import main
+    assert main(["learn", "--model", str(p), "--heads", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and "exponent out of range" in err

@@ -176,11 +176,6 @@ def test_learner_modular_agrees_with_rational(model, seed, R):
     event(rm.status)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: the default Rational() analyses modulo two primes only and gives up when a "
-    "value's height exceeds their reconstruction bound (~2^47): an in-class model with "
-    "v = 1/(2^50 + 1) fails (explicitly, 'height bound exceeded') although "
-    "Rational(via_modular=False) learns it exactly; no fallback to Q or CRT"))
 def test_rational_routes_agree_on_high_height_values():
     v = "1/" + str(2 ** 50 + 1)
     model = MultiHeadAttention([([[1, 0], [0, 1]], [v, 1])])

@@ -53,6 +53,11 @@ class NotSplit(FieldError):
     """A polynomial does not split into distinct linear factors over the field."""
 
 
+#: Largest |exponent| accepted in a decimal string such as "1e-30" (a bigger one
+#: would build an enormous integer before anything else could object).
+MAX_DECIMAL_EXPONENT = 100_000
+
+
 def as_mpq(x) -> mpq:
     """Exact rational from int, Fraction, mpq, mpz or a ``"p/q"``/decimal string.
 
@@ -81,9 +86,12 @@ def as_mpq(x) -> mpq:
                 return mpq(num, den)
             if s.lower() in {"nan", "inf", "-inf", "+inf", "infinity", "-infinity"}:
                 raise ValueError(f"not a finite rational number: {x!r}")
+            mant, _, expo = s.lower().partition("e")
+            if expo and (not expo.lstrip("+-").isdigit() or abs(int(expo)) > MAX_DECIMAL_EXPONENT):
+                raise ValueError(f"decimal exponent out of range (|e| <= {MAX_DECIMAL_EXPONENT}): {x!r}")
             return mpq(Fraction(s))
         except ValueError as exc:
-            if "division by zero" in str(exc) or "finite" in str(exc):
+            if any(w in str(exc) for w in ("division by zero", "finite", "exponent out of range")):
                 raise
             raise ValueError(f"not a rational number: {x!r}") from None
         except ZeroDivisionError:

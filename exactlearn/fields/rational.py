@@ -66,13 +66,16 @@ class Rational(Field):
 
         With ``via_modular`` (the default): the reductions of Q (T -> b) modulo
         the primes of :data:`~exactlearn.fields.modular.ANALYSIS_PRIMES`, tried
-        in turn; the result is always certified back over Q exactly.  Without:
+        in turn, then -- when every reduction failed (a rational past the
+        reconstruction bound, about 2^44 in height) -- Q itself; the result is
+        always certified back over Q exactly.  Without:
         Q itself (Cauchy interpolation on flint ``fmpq_poly``; much slower once
         numbers reach 10^4 bits)."""
         if not self.via_modular:
             return [self]
         from .modular import ANALYSIS_PRIMES, ModularImage
-        return [ModularImage(self.base, p, self.D) for p in ANALYSIS_PRIMES]
+        exact = Rational(self.base, self.D, self.max_bits, via_modular=False)
+        return [ModularImage(self.base, p, self.D) for p in ANALYSIS_PRIMES] + [exact]
 
     def describe(self):
         return {"field": self.name, "base": self.base, "scale": self.D}
