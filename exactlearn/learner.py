@@ -148,6 +148,18 @@ def resolve_field(oracle, field: Field | None) -> tuple:
     return field, not (isinstance(ofield, Field) and ofield == field)
 
 
+def head_bound(d, heads, max_heads) -> int:
+    """Validate d and the head count H or bound H0; return the bound the plan uses."""
+    if heads is not None and max_heads is not None:
+        raise ValueError("give heads= or max_heads=, not both")
+    H = heads if heads is not None else max_heads
+    if H is None or isinstance(H, bool) or not isinstance(H, int) or H < 1:
+        raise ValueError(f"the head count/bound must be a positive integer, got {H!r}")
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise ValueError(f"d must be a positive integer, got {d!r}")
+    return H
+
+
 def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None,
           field: Field | None = None, seed=None, query_range: int | None = None,
           retries: int = 0, e_range: int | None = None, trace: bool = False,
@@ -174,13 +186,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     ``snap=True`` adds bounded-height rationals certified against the observations.
     """
     t_start = time.perf_counter()
-    H = heads if heads is not None else max_heads
-    if heads is not None and max_heads is not None:
-        raise ValueError("give heads= or max_heads=, not both")
-    if H is None or isinstance(H, bool) or not isinstance(H, int) or H < 1:
-        raise ValueError(f"the head count/bound must be a positive integer, got {H!r}")
-    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
-        raise ValueError(f"d must be a positive integer, got {d!r}")
+    H = head_bound(d, heads, max_heads)
     if retries < 0:
         raise ValueError("retries must be >= 0")
     if plan not in ("paper", "efficient"):

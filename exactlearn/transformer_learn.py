@@ -88,7 +88,7 @@ from mpmath.libmp import to_rational
 from . import linalg
 from .certify import CertificateError, certify
 from .fields.base import ExactnessError, Field, FieldError, as_mpq
-from .learner import Degenerate, _Recorder, _run, resolve_field
+from .learner import Degenerate, _Recorder, _run, head_bound, resolve_field
 from .linalg import SingularMatrix
 from .fields.rational import QQ
 from .plan import paper_plan
@@ -426,13 +426,7 @@ def learn_transformer(oracle, d: int, heads: int | None = None, max_heads: int |
     counted in ``queries``.
     """
     t_start = time.perf_counter()
-    H = heads if heads is not None else max_heads
-    if heads is not None and max_heads is not None:
-        raise ValueError("give heads= or max_heads=, not both")
-    if H is None or isinstance(H, bool) or not isinstance(H, int) or H < 1:
-        raise ValueError(f"the head count/bound must be a positive integer, got {H!r}")
-    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
-        raise ValueError(f"d must be a positive integer, got {d!r}")
+    H = head_bound(d, heads, max_heads)
     K, convert = resolve_field(oracle, field)
     _require_ordered(K)
     rng = random.Random(seed)
