@@ -103,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     lp.add_argument("--rank", type=_positive("--rank"), default=None,
                     help="promise that every head has rank <= r (needs --plan efficient)")
     lp.add_argument("--json", action="store_true", help="print one JSON object")
+    from .cli_real import add_learn_options
+    add_learn_options(lp)
 
     rp = sub.add_parser("random-model", help="write a random model file")
     rp.add_argument("--d", type=_positive("--d"), required=True)
@@ -119,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--heads", type=_positive("--heads"), default=None)
     dp.add_argument("--seed", type=int, default=1)
     dp.add_argument("--range", type=_positive("--range"), default=4, dest="range")
+    from .cli_real import add_demo_options
+    add_demo_options(dp)
     return p
 
 
@@ -156,12 +160,14 @@ def _cmd_learn(args) -> int:
     if args.rank is not None and args.plan != "efficient":
         raise BadInput("--rank needs --plan efficient")
     field = make_field(args.field, args, scale=None)
-    oracle = Oracle(model, field)
+    from . import cli_real
+    oracle = cli_real.wrap_oracle(args, Oracle(model, field), BadInput)
     res = learn(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads, field=oracle.field,
                 seed=args.seed, query_range=args.range, e_range=args.e_range,
-                retries=args.retries, verify=args.verify, plan=args.plan, rank=args.rank)
+                retries=cli_real.retries(args), verify=args.verify, plan=args.plan, rank=args.rank,
+                **cli_real.learn_options(args, BadInput))
     if args.json:
-        print(json.dumps(res.to_json()))
+        print(cli_real.to_json(res, model))
     else:
         print(summary(res, model))
     return 0 if res.certified else 1
@@ -192,6 +198,9 @@ def summary(res, model=None) -> str:
         if model is not None and res.field.is_exact:
             same = res.heads == model.canonical_heads()
             lines.append(f"equal to the model's canonical heads: {same}")
+    if res.real_detail is not None or res.snap is not None:
+        from .cli_real import summary_lines
+        lines.extend(summary_lines(res, model))
     if res.verified is not None:
         lines.append(f"verification: {res.verify_queries} fresh queries, agreed: {res.verified}")
     lines.append(f"time: learner {res.learner_seconds:.3f} s, oracle {res.oracle_seconds:.3f} s")
@@ -215,6 +224,10 @@ def _cmd_random_model(args) -> int:
 def _cmd_demo(args) -> int:
     from .demo import run_demo
     model = MultiHeadAttention.from_json(load_json(args.model)) if args.model else None
+    from .cli_real import run_demo_extra
+    extra = run_demo_extra(args, model, BadInput)          # --symbolic, --minilm
+    if extra is not None:
+        return extra
     return run_demo(model, heads=args.heads, seed=args.seed, query_range=args.range)
 
 

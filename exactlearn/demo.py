@@ -34,7 +34,11 @@ def _poly(cs) -> str:
     return " + ".join(terms) if terms else "0"
 
 
-def run_demo(model=None, heads=None, seed=1, query_range=4, retries=5, out=print) -> int:
+def run_demo(model=None, heads=None, seed=1, query_range=4, retries=5, out=print,
+             symbolic=False) -> int:
+    if symbolic:        # the same walk-through over Q(T): exactlearn.demo_symbolic
+        from .demo_symbolic import run_symbolic_demo
+        return run_symbolic_demo(model, heads, seed, query_range, out=out)
     model = model or DEFAULT_MODEL
     H = heads or model.H
     # analyse over Q itself (not modulo p) so that every intermediate value is readable

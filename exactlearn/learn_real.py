@@ -4,26 +4,29 @@ Over :class:`~exactlearn.fields.real.Real` nothing is exact, so the paper plan o
 SPEC §3 is run with three additions (SPEC §4 "Real", §6).  :func:`run_real` is what
 :func:`exactlearn.learner.learn` calls for an inexact field and the paper plan.
 
-1. Query scaling (the rule)
----------------------------
+1. Query directions and scaling (the rule)
+-------------------------------------------
 Conditioning depends on how spread the exponents ``s = e^T W_h x`` are: at ``|s| >> 1``
 some ``rho_h = e^s`` are huge or tiny and their heads all but vanish from the samples;
-at ``|s| << 1`` every pole crowds ``k = -1``.  The learner therefore draws the plan's
-X and E as usual (integers in ``[-R, R]``) and multiplies both by one power of two
-``sigma``, chosen so that the largest exponent of a *probe* family is of order one:
+when the ``s_h`` of one configuration crowd together their poles do.  So:
 
-    sigma = 2^k with k the largest integer such that sigma^2 * s_probe <= TARGET (= 1),
+* **Directions.**  The learner draws X and E as usual (integers in ``[-R, R]``,
+  ``R = 1000`` by default for this field) and replaces each by the *exactly orthogonal*
+  rational matrix of its skew part (Cayley, :func:`orthogonal_plan`): unit tokens,
+  perfectly conditioned final solves, exact rational queries.
+* **Scale.**  Both are multiplied by one rational ``sigma`` (a multiple of 1/16):
 
-where ``s_probe = max_h |log rho_h|`` over the poles of the plan's own family
-``(x_1, e_1)`` sampled unscaled at ``k = 0 .. 2H`` (the *probe*, ``2H + 1`` queries;
-``s_probe`` lands in ``(TARGET/4, TARGET]`` after scaling; if the probe cannot be
-analysed it is repeated at a quarter of the scale, at most 4 times).  Exponents scale
-by ``sigma^2``, so every configuration of the plan then has ``|s|`` of order one (the
-matching configurations add two exponents: at most about ``2 TARGET``).  When
-``sigma = 1`` the probe *is* the plan's family ``(x_1, e_1)`` and its queries are reused.
-``query_scale=`` fixes ``sigma`` (no probe).  Probe queries that the plan does not
-reuse are counted in ``queries`` and reported separately as ``probe_queries``:
-``queries = plan count + probe_queries``.
+      sigma = sqrt(TARGET / s_rms),   TARGET = 1,
+
+  where ``s_rms`` is the root mean square of ``log rho_h`` over the poles of a *probe*:
+  the plan's own family ``(x_1, e_1)`` sampled at unit scale for ``k = 0 .. 2H``
+  (``2H + 1`` queries; if it cannot be analysed it is repeated at a quarter of the scale,
+  at most 4 times).  Exponents scale by ``sigma^2``, so the probe's exponents then have
+  rms about 1 and every configuration's are of order one (on all-MiniLM-L6-v2 heads:
+  rms targets 1-2 give errors around 1e-55 at 100 digits, 4 already fails some draws).
+  ``query_scale=`` fixes ``sigma`` (no probe).  Probe queries are counted in ``queries``
+  and reported separately as ``probe_queries``: ``queries = plan count + probe_queries``
+  (probe queries the plan repeats, when ``sigma = 1``, are reused, not asked twice).
 
 2. Error propagation (the a-posteriori ``error_bound``)
 ------------------------------------------------------
@@ -47,22 +50,29 @@ observations are kept, not added up).  Step by step:
 * **V and computed samples**: ``V = E^-T s``, ``s_j = -sum_h c_h(x_1, e_j)``; a
   configuration outside the group of ``x_1`` takes ``y_0 = V.x`` with ``S = sum_r x_r S_V_r``.
 * **Logs**: ``d log rho = d rho / rho``.
-* **Solves**: ``W_h = E^-T M_h X^-1`` and ``v_h = -E^-T c_h`` are linear with exact
-  rational ``E^-T, X^-1``: ``S_W = E^-T S_M X^-1`` entrywise.
+* **Solves**: every configuration ``(x, e)`` -- basis, within and across -- measures
+  ``e^T W_h x = log rho_h`` and ``-v_h.e = c_h`` linearly, ``2d^2 - 1`` measurements of
+  the ``d^2`` entries of ``W_h`` and the ``d`` of ``v_h``.  They are combined by weighted
+  least squares with weights ``1 / B^2`` (``u = G m``, ``G = (A^T Om A)^-1 A^T Om``; with
+  exact data this is ``W_h = E^-T M_h X^-1``, ``v_h = -E^-T c_h`` of SPEC §3), so a
+  configuration whose poles crowd is outweighed by the others; ``S_u = G S_m`` (the
+  weights depend on the data only through the bounds: a second-order effect).
 
 The reported bound of each parameter is ``2 B + r``: the factor 2 covers second-order
 terms, which are below ``1e-3`` of the first-order ones because the learner *fails*
 (an explicit degenerate-draw error) when any relative first-order bound of a ``rho``
-or ``c`` exceeds ``LINEAR_LIMIT = 1e-3``; ``r = 2^-prec 16 d^2 (|E^-T| |M| |X^-1|)`` is the
+or ``c`` exceeds ``LINEAR_LIMIT = 1e-3``; ``r = 2^-prec 64 N sum_n |G_n m_n|`` is the
 rounding of the final solves.  ``error_bound`` is the largest over all heads and entries.
+The sensitivities are kept at ``dps + 30`` digits: the rows of an ill-conditioned
+``J^+`` are as large as its condition number and cancel in sums.
 
 3. Decisions and the certificate
 --------------------------------
 * Matching (products of ``rho`` and sums of ``c``, :mod:`exactlearn.match`) runs in
   ``K.with_tolerance(tol, sep)`` with ``tol = 30 * max_z B_z / max(1, |z|) * max(1, max rho)``
   over all fitted ``rho`` and ``c``: equal within that, unequal above
-  ``sep = min(sqrt(tol), 10^6 tol)``, undecided (a failure) between.  The limit check ``A = V.a`` of every configuration
-  fails when ``|A - V.a| > 10 B + r``.
+  ``sep = min(sqrt(tol), 10^6 tol)``, undecided (a failure) between.  The limit check
+  ``A = V.a`` of every configuration fails when ``|A - V.a| > 10 B + r``.
 * Certificate: every observation is recomputed from the recovered heads and must agree
   within ``eta_q + sum |df/dW| B_W + sum |df/dv| B_v + rounding`` -- the noise plus the
   effect of the parameter uncertainty.  It never claims exactness: the result says
@@ -86,7 +96,7 @@ from .match import label_basis
 from .model import Head, distinct_tokens
 from .plan import paper_plan
 
-TARGET = mpq(1)          # exponents of the probe family are scaled into (TARGET/4, TARGET]
+TARGET = mpq(1)          # the probe family's exponents are scaled to rms about TARGET
 PROBE_TRIES = 4
 SAFETY = 2               # reported bound = SAFETY * first-order bound + rounding
 LINEAR_LIMIT = 1e-3           # a float: compared with low-precision bounds
@@ -227,7 +237,10 @@ def fit_family(K, H, ys, ssens, etas, computed0=False, m=None) -> Fit:
             if all(abs(delta[i]) <= goal * max(1, abs(t)) for i, t in enumerate(theta)):
                 break
         else:
-            raise InterpolationError("the refinement of a fitted family did not converge")
+            raise InterpolationError(f"the refinement of a fitted family with {m} poles did not "
+                                     f"converge: its samples do not fit {m} poles (a pole hidden "
+                                     f"in the group of x_1, e.g. v_h.e = 0, or an output error "
+                                     f"larger than stated)")
         if any(t <= 0 for t in theta[1:m + 1]):
             raise InterpolationError("a fitted rho is not positive")
         J, _ = _jacobian(ctx, theta, m, n, yv)
@@ -277,19 +290,25 @@ def _scaled_plan(plan, sigma):
     return paper_plan(X, E, plan.H)
 
 
-UNIT_BITS = 20
+def cayley(A):
+    """The exactly orthogonal rational matrix ``(I - S)(I + S)^-1`` of the skew part
+    ``S = A - A^T`` of an integer matrix (``I + S`` is invertible: S has imaginary spectrum)."""
+    d = len(A)
+    S = [[QQ(A[i][j] - A[j][i]) for j in range(d)] for i in range(d)]
+    I = linalg.identity(d, QQ)
+    minus = [[I[i][j] - S[i][j] for j in range(d)] for i in range(d)]
+    plus = [[I[i][j] + S[i][j] for j in range(d)] for i in range(d)]
+    return linalg.matmul(minus, linalg.inverse(plus, QQ), QQ)
 
 
-def normalized_plan(plan):
-    """The plan with every column of X and E divided by (a 2^-20-accurate rational
-    approximation of) its Euclidean norm: unit token directions, exact rationals."""
-    def unit(col):
-        n2 = sum(mpq(a) ** 2 for a in col)
-        root = math.isqrt(int(n2 * 4 ** (2 * UNIT_BITS)))          # ~ |col| 2^(2 UNIT_BITS)
-        f = mpq(2 ** (2 * UNIT_BITS), max(root, 1))
-        f = mpq(round(f * 2 ** UNIT_BITS), 2 ** UNIT_BITS)
-        return tuple(f * mpq(a) for a in col)
-    return paper_plan([unit(x) for x in plan.X], [unit(e) for e in plan.E], plan.H)
+def orthogonal_plan(plan):
+    """The plan with X and E replaced by the exactly orthogonal (Cayley) matrices built from
+    the drawn ones: unit token directions, perfectly conditioned solves, exact rationals."""
+    d = plan.d
+    X = cayley([[plan.X[j][i] for j in range(d)] for i in range(d)])     # rows of the drawn X
+    E = cayley([[plan.E[j][i] for j in range(d)] for i in range(d)])
+    cols = lambda M: [tuple(mpq(M[i][j]) for i in range(d)) for j in range(d)]
+    return paper_plan(cols(X), cols(E), plan.H)
 
 
 def scale_for(K, s_rms):
@@ -368,7 +387,7 @@ def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_hei
         return H * max(abs(y) for y in ys)
 
     probe = []
-    nplan = normalized_plan(plan)
+    nplan = orthogonal_plan(plan)
     if query_scale is None:
         sigma, probe = probe_scale(nplan, ask, K, H, eta, yguess)
     else:
@@ -394,8 +413,8 @@ def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_hei
     heads, n_cert, out = _analyse_real(splan, y_shared, q_shared, values, K, etas, eta, obs, start)
     out.sigma = sigma
     out.probe_queries = probe_queries
-    out.detail.update({"query_scale": str(sigma), "scale_rule": "sigma = 2^k, largest k with "
-                       "sigma^2 * max|log rho| of the probe family <= 1",
+    out.detail.update({"query_scale": str(sigma), "scale_rule": "orthogonal X, E (Cayley); "
+                       "sigma = sqrt(1 / rms log rho of the probe family), to 1/16",
                        "probe": probe, "probe_queries": probe_queries})
     if snap:
         from .snap import snap_heads
@@ -416,7 +435,6 @@ def _analyse_real(plan, y_shared, q_shared, values, K, etas, eta, obs, start):
             fits[n] = fit_family(K, H, ys, ss, etas)
     # V from the group of x_1 (SPEC §3): E^T V = (V.e_j)_j, V.e_j = -sum_h c_h(x_1, e_j)
     Etinv_q = linalg.inverse([[QQ(plan.E[j][r]) for r in range(d)] for j in range(d)], QQ)
-    Xinv_q = linalg.inverse([[QQ(plan.X[i][r]) for i in range(d)] for r in range(d)], QQ)
     s_val, s_sens = [], []
     for j in range(d):
         f = fits[plan.index("basis", 0, j)]
@@ -473,46 +491,39 @@ def _analyse_real(plan, y_shared, q_shared, values, K, etas, eta, obs, start):
     labelled = label_basis(plan, {n: f.poles for n, f in fits.items()}, Km)
     m = len(labelled[(0, 0)])
 
-    def sens_of(i, j, h):
-        n = plan.index("basis", i, j)
+    def pole_of(n, h):
+        """Index of head h's pole in configuration n: labelled for the basis, the pole
+        nearest to the product of the labelled basis rho for a matching configuration."""
+        c = configs[n]
         f = fits[n]
-        item = labelled[(i, j)][h]
-        p = next(t for t, pole in enumerate(f.poles) if pole is item)
-        return f.rhos[p], f.srho[p], f.cs[p], f.sc[p]
+        if c.kind == "basis":
+            item = labelled[(c.i, c.j)][h]
+            return next(t for t, pole in enumerate(f.poles) if pole is item)
+        if c.kind == "within":
+            want = labelled[(c.i, 0)][h][0] * labelled[(c.i, c.j)][h][0]
+        else:
+            want = labelled[(0, c.j)][h][0] * labelled[(c.i, c.j)][h][0]      # (x_1 + x_i, e_j)
+        return min(range(len(f.rhos)), key=lambda t: abs(f.rhos[t] - want))
 
-    Etinv = [[K(x) for x in row] for row in Etinv_q]
-    Xinv = [[K(x) for x in row] for row in Xinv_q]
+    # every configuration measures its e^T W_h x (log rho) and -v_h.e (c) linearly:
+    # weighted least squares over all 2d^2 - 1 of them (exact data: W = E^-T M X^-1)
+    A_W = [[mpq(c.e[r]) * mpq(c.x[q]) for r in range(d) for q in range(d)] for c in configs]
+    A_v = [[-mpq(c.e[r]) for r in range(d)] for c in configs]
     raw = []
     for h in range(m):
-        M = [[None] * d for _ in range(d)]
-        SM = [[None] * d for _ in range(d)]
-        cvec, csens = [], []
-        for i in range(d):
-            for j in range(d):
-                rho, srho, c, sc = sens_of(i, j, h)
-                M[j][i] = K.log(rho)
-                SM[j][i] = srho.scaled(1 / rho)
-                if i == 0:
-                    cvec.append(c)
-                    csens.append(sc)
-        W, SW, RW = [], [], []
-        for r in range(d):
-            row, srow, rrow = [], [], []
-            for col in range(d):
-                terms = [(Etinv_q[r][j] * Xinv_q[i][col], j, i) for j in range(d) for i in range(d)]
-                row.append(ctx.fsum(Etinv[r][j] * M[j][i] * Xinv[i][col] for j in range(d)
-                                    for i in range(d)))
-                srow.append(_combine(S, ((cf, SM[j][i]) for cf, j, i in terms)))
-                rrow.append(_LO.ldexp(16 * d * d, -K.prec) * _LO.fsum(
-                    abs(_LO.convert(cf)) * abs(_LO.convert(M[j][i])) for cf, j, i in terms))
-            W.append(row)
-            SW.append(srow)
-            RW.append(rrow)
-        v = [-ctx.fsum(Etinv[r][j] * cvec[j] for j in range(d)) for r in range(d)]
-        Sv = [_combine(S, ((-Etinv_q[r][j], csens[j]) for j in range(d))) for r in range(d)]
-        Rv = [_LO.ldexp(16 * d, -K.prec) * _LO.fsum(abs(_LO.convert(Etinv_q[r][j] * 1)) *
-                                                   abs(_LO.convert(cvec[j])) for j in range(d))
-              for r in range(d)]
+        logs, slogs, cs, scs = [], [], [], []
+        for n in range(len(configs)):
+            f = fits[n]
+            p = pole_of(n, h)
+            logs.append(K.log(f.rhos[p]))
+            slogs.append(f.srho[p].scaled(1 / f.rhos[p]))
+            cs.append(f.cs[p])
+            scs.append(f.sc[p])
+        w, Sw, Rw = _wls(K, S, A_W, logs, slogs, etas)
+        v, Sv, Rv = _wls(K, S, A_v, cs, scs, etas)
+        W = [w[r * d:(r + 1) * d] for r in range(d)]
+        SW = [Sw[r * d:(r + 1) * d] for r in range(d)]
+        RW = [Rw[r * d:(r + 1) * d] for r in range(d)]
         raw.append((Head(tuple(tuple(r) for r in W), tuple(v)), SW, RW, Sv, Rv))
     raw.sort(key=lambda t: t[0])
     heads = tuple(t[0] for t in raw)
@@ -561,6 +572,30 @@ def _analyse_real(plan, y_shared, q_shared, values, K, etas, eta, obs, start):
     out = RealOutcome(sigma=None, probe_queries=0, error_bound=bound, head_bounds=head_b, eta=eta,
                       detail=detail, _W_bounds=BW, _v_bounds=Bv, _etas=etas)
     return heads, len(obs), out
+
+
+def _wls(K, S, A, meas, sens, etas) -> tuple:
+    """Weighted least squares ``min sum_n (A_n . u - meas_n)^2 / B_n^2`` (``B_n`` the
+    first-order bound of measurement n): ``u = G meas`` with ``G = (A^T Om A)^-1 A^T Om``;
+    returns ``(u, sensitivities G S, rounding allowances)``."""
+    ctx = K.ctx
+    N, p = len(A), len(A[0])
+    bounds = [s.bound(etas) for s in sens]
+    # the normal equations lose log2(max w / min w) bits (plus the conditioning of A)
+    spread = int(2 * _LO.log(max(bounds) / min(bounds), 2)) if min(bounds) > 0 else 0
+    with ctx.extraprec(80 + spread):
+        om = [1 / K(b) ** 2 for b in bounds]
+        Am = [[K(a) for a in row] for row in A]
+        normal = ctx.matrix([[ctx.fsum(om[n] * Am[n][i] * Am[n][j] for n in range(N))
+                              for j in range(p)] for i in range(p)])
+        inv = ctx.inverse(normal)
+        G = [[ctx.fsum(inv[i, j] * Am[n][j] for j in range(p)) * om[n] for n in range(N)]
+             for i in range(p)]
+        u = [ctx.fsum(G[i][n] * meas[n] for n in range(N)) for i in range(p)]
+    su = [_combine(S, ((G[i][n], sens[n]) for n in range(N))) for i in range(p)]
+    ru = [_LO.ldexp(64 * N, -K.prec) * _LO.fsum(abs(_LO.convert(G[i][n] * meas[n]))
+                                               for n in range(N)) for i in range(p)]
+    return [+x for x in u], su, ru
 
 
 def _evaluate(heads, tokens, K, BW, Bv):
@@ -615,3 +650,31 @@ def verify_real(oracle, outcome, heads, d, H, K, convert, rng, R, n) -> tuple:
             return False, ("verification failed: a fresh random query disagrees with the "
                            "certified heads beyond the tolerance")
     return True, None
+
+
+def max_parameter_error(recovered, truth, K) -> tuple:
+    """(largest |entry difference| over W and v, pairing) between recovered heads and the
+    true heads, pairing each true head with the nearest recovered one.
+
+    Raises ValueError when the numbers of heads differ or the pairing is not one-to-one.
+    """
+    truth = list(truth)
+    recovered = list(recovered)
+    if len(truth) != len(recovered):
+        raise ValueError(f"{len(recovered)} recovered heads, {len(truth)} true heads")
+
+    def entries(h):
+        return [K(x) for row in h.W for x in row] + [K(x) for x in h.v]
+
+    rec = [entries(h) for h in recovered]
+    used, worst, pairing = set(), K.zero, []
+    for ht in truth:
+        et = entries(ht)
+        dist = [max(abs(a - b) for a, b in zip(er, et)) for er in rec]
+        best = min(range(len(rec)), key=dist.__getitem__)
+        if best in used:
+            raise ValueError("the recovered heads do not pair one-to-one with the true heads")
+        used.add(best)
+        pairing.append(best)
+        worst = max(worst, dist[best])
+    return worst, pairing

@@ -34,7 +34,9 @@ from .solve import solve_heads
 
 #: Default half-width R of the random integer query entries, per field name.
 #: Rational: bit sizes grow like |D e^T W x| (see README, "Choosing the range").
-DEFAULT_RANGES = {"rational": 30, "modular": 2 ** 32, "symbolic": 4, "real": 1}
+#: Symbolic: degrees in T grow the same way.  Real: the integers only seed exactly
+#: orthogonal X and E (exactlearn.learn_real.orthogonal_plan).
+DEFAULT_RANGES = {"rational": 30, "modular": 2 ** 32, "symbolic": 8, "real": 1000}
 
 
 class Degenerate(Exception):

@@ -1,0 +1,165 @@
+"""Claim ``approximate-oracle``: with outputs only within eta of the truth, the parameter
+error is at most C(model, queries) * eta (SPEC §6; arXiv:2608.03294, approximate oracles;
+2601.16873 Thm 6.1 for one head).
+
+Campaign.  Random models with exact rational weights (d = 3, H = 3 and d = 2, H = 2; the
+truth is known exactly) are learned over ``Real(dps)`` through a
+:class:`~exactlearn.noise.NoisyOracle` that adds a seeded uniform amount in
+``[-eta, eta]`` to every output.  For each model the learner's seed and the noise seed
+are fixed, so only eta changes along a series: eta = 1e-40 .. 1e-20 (quick, dps 60) or
+1e-45 .. 1e-20 (full, dps 60 and 100), plus eta = 0 (the rounding floor).  Each run
+records the largest parameter error against the canonical heads and the learner's
+a-posteriori ``error_bound`` (:mod:`exactlearn.learn_real`).
+
+Measured: per model, the least-squares slope of log10(error) against log10(eta) and the
+constant ``C = max error / eta``; overall, the same slope over all points (after
+dividing each model's errors by its own geometric-mean constant).
+
+Verified when every run is certified, every model's slope lies in [0.7, 1.3] and the
+bound covers the true error in every run (eta = 0 included).  A bound below the true
+error, or a slope outside [0.7, 1.3] over a series of certified runs, refutes it; failed
+runs leave it inconclusive.
+"""
+
+from __future__ import annotations
+
+import math
+
+from exactlearn import Oracle, learn
+from exactlearn.fields.real import Real
+from exactlearn.learn_real import max_parameter_error
+from exactlearn.noise import NoisyOracle
+
+from ..claim import ClaimResult, claim
+from ..models import random_model, trial_rng
+
+ID = "approximate-oracle"
+SLOPE_RANGE = (0.7, 1.3)
+
+
+def noise_trial(args) -> dict:
+    """One learning run at noise ``eta = 10^eta_exp`` (None: no noise); pure in its args."""
+    seed, model_index, d, H, dps, eta_exp = args
+    rng = trial_rng(seed, f"{ID}:{d}:{H}", model_index)
+    model = random_model(rng, d, H, "den")
+    learn_seed = rng.randrange(2 ** 62)
+    noise_seed = rng.randrange(2 ** 62)
+    K = Real(dps=dps)
+    oracle = Oracle(model, K)
+    if eta_exp is not None:
+        oracle = NoisyOracle(oracle, f"1e{eta_exp}", seed=noise_seed)
+    res = learn(oracle, d=d, heads=H, seed=learn_seed)
+    row = {"model": f"d={d} H={H} #{model_index}", "d": d, "H": H, "dps": dps,
+           "eta": 0.0 if eta_exp is None else float(f"1e{eta_exp}"), "eta_exp": eta_exp,
+           "certified": res.certified, "error": None, "bound": None,
+           "queries": res.queries, "probe_queries": res.probe_queries,
+           "reason": (res.error or "")[:160]}
+    if res.certified:
+        try:
+            err, _ = max_parameter_error(res.heads, model.canonical_heads(), K)
+        except ValueError as exc:                 # a certified answer with the wrong heads
+            row.update(certified=True, wrong=str(exc))
+            return row
+        row["error"] = float(K.ctx.nstr(err, 8))
+        row["bound"] = float(str(res.error_bound))
+    return row
+
+
+def fit_slope(xs, ys) -> float:
+    """Least-squares slope of ys against xs."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+
+
+def summarise(rows) -> tuple:
+    problems, refuting = [], []
+    models: dict = {}
+    for r in rows:
+        models.setdefault(r["model"], []).append(r)
+    table, all_x, all_y = [], [], []
+    for name, rs in sorted(models.items()):
+        noisy = sorted((r for r in rs if r["eta_exp"] is not None and r["certified"]
+                        and r["error"]), key=lambda r: r["eta"])
+        floor = [r for r in rs if r["eta_exp"] is None]
+        if len(noisy) < 2:
+            problems.append(f"{name}: fewer than two certified noisy runs")
+            continue
+        xs = [math.log10(r["eta"]) for r in noisy]
+        ys = [math.log10(r["error"]) for r in noisy]
+        slope = fit_slope(xs, ys)
+        consts = [r["error"] / r["eta"] for r in noisy]
+        gm = math.exp(sum(math.log(c) for c in consts) / len(consts))
+        all_x += xs
+        all_y += [y - math.log10(gm) for y in ys]
+        ok = SLOPE_RANGE[0] <= slope <= SLOPE_RANGE[1]
+        table.append({"model": name, "dps": noisy[0]["dps"], "runs": len(noisy),
+                      "slope": round(slope, 4), "C": float(f"{max(consts):.3g}"),
+                      "C_geometric_mean": float(f"{gm:.3g}"),
+                      "floor_error": floor[0]["error"] if floor else None,
+                      "slope_in_range": ok})
+        if not ok:
+            refuting.append(f"{name}: slope {slope:.3f} outside {list(SLOPE_RANGE)}")
+    failed = [r for r in rows if not r["certified"]]
+    wrong = [r for r in rows if r.get("wrong")]
+    uncovered = [r for r in rows if r["certified"] and r["error"] is not None
+                 and r["bound"] is not None and r["error"] > r["bound"]]
+    for r in failed:
+        problems.append(f"{r['model']} eta={r['eta']:.0e}: not certified ({r['reason']})")
+    refuting += [f"{r['model']} eta={r['eta']:.0e}: certified wrong heads" for r in wrong]
+    refuting += [f"{r['model']} eta={r['eta']:.0e}: error {r['error']:.3e} > bound {r['bound']:.3e}"
+                 for r in uncovered]
+    overall = fit_slope(all_x, all_y) if len(all_x) >= 2 else None
+    covered = [r for r in rows if r["certified"] and r["error"] is not None]
+    points = [{"eta": r["eta"], "error": r["error"], "error_bound": r["bound"], "model": r["model"]}
+              for r in sorted(covered, key=lambda r: (r["model"], r["eta"])) if r["eta"] > 0]
+    evidence = {
+        "runs": len(rows),
+        "certified": sum(r["certified"] for r in rows),
+        "slope": None if overall is None else round(overall, 4),
+        "C": max((t["C"] for t in table), default=None),
+        "slope_range": list(SLOPE_RANGE),
+        "bound_covers_error": not uncovered and bool(covered),
+        "max_error_over_bound": max((r["error"] / r["bound"] for r in covered if r["bound"]),
+                                    default=None),
+        "models": table,
+        "problems": problems + refuting,
+        "series": {
+            "eta": [p["eta"] for p in points],
+            "error": [p["error"] for p in points],
+            "bound": [p["error_bound"] for p in points],
+            "model": [p["model"] for p in points],
+            "error_vs_noise": {"points": points,
+                               "slope": None if overall is None else round(overall, 4),
+                               "constant": max((t["C"] for t in table), default=None)},
+        },
+    }
+    if refuting:
+        return "refuted", evidence
+    if problems:
+        return "inconclusive", evidence
+    return "verified", evidence
+
+
+@claim(ID, "With an approximate oracle (outputs within eta) the parameter error is at most "
+           "C(model, queries) * eta: on a log-log plot the error grows with slope about 1 "
+           "(measured in [0.7, 1.3]) and the learner's a-posteriori error bound covers it.",
+       order=70)
+def check(ctx):
+    if ctx.tiny:
+        specs, exps = [(2, 2, 60, 1)], [-40, -30, -20]
+    elif ctx.quick:
+        specs, exps = [(3, 3, 60, 1), (2, 2, 60, 1)], [-40, -35, -30, -25, -20]
+    else:
+        n = ctx.size(1, 3)
+        specs = [(3, 3, 60, n), (2, 2, 60, n), (3, 3, 100, n), (4, 2, 100, n)]
+        exps = [-45, -40, -35, -30, -25, -20]
+    items = []
+    for d, H, dps, n in specs:
+        for i in range(n):
+            index = i + (1000 if dps == 100 else 0)
+            items += [(ctx.seed, index, d, H, dps, e) for e in exps if e > -dps + 10]
+            items.append((ctx.seed, index, d, H, dps, None))
+    status, evidence = summarise(ctx.map(noise_trial, items))
+    return ClaimResult(status, evidence)
