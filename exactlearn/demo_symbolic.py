@@ -88,7 +88,7 @@ def run_symbolic_demo(model=None, heads=None, seed=1, query_range=2, retries=10,
     R2 = Rational(via_modular=False, scale=K.D)
     Mp = Modular(scale=K.D)
     out(f"\n5. Specialisations of f(q_1) = {K.format(y)}:")
-    out(f"   T -> 2 (rational field, softmax at base 2^(1/D)): {K.specialize(y, R2)}")
+    out(f"   T -> 2 (the rational field, exp(s) = 2^(D s)): {K.specialize(y, R2)}")
     out(f"   T -> omega mod p (modular field, p = {Mp.p}): {K.specialize(y, Mp)}")
     canon = model.canonical_heads()
     mod = learn(Oracle(model, Modular()), d=model.d, heads=H, seed=seed, retries=retries)

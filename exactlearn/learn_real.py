@@ -19,9 +19,10 @@ when the ``s_h`` of one configuration crowd together their poles do.  So:
       sigma = sqrt(TARGET / s_rms),   TARGET = 1,
 
   where ``s_rms`` is the root mean square of ``log rho_h`` over the poles of a *probe*:
-  the plan's own family ``(x_1, e_1)`` sampled at unit scale for ``k = 0 .. 2H``
-  (``2H + 1`` queries; if it cannot be analysed it is repeated at a quarter of the scale,
-  at most 4 times).  Exponents scale by ``sigma^2``, so the probe's exponents then have
+  basis families of the plan, ``(x_1, e_1), (x_2, e_2), ...``, sampled at unit scale for
+  ``k = 0 .. 2H`` (``2H + 1`` queries each), as many as it takes to see 6 exponents: one
+  family (``2H + 1`` queries) for ``H >= 6``, ``ceil(6/H)`` families below.  If the probe
+  cannot be analysed it is repeated at a quarter of the scale, at most 4 times.  Exponents scale by ``sigma^2``, so the probe's exponents then have
   rms about 1 and every configuration's are of order one (on all-MiniLM-L6-v2 heads:
   rms targets 1-2 give errors around 1e-55 at 100 digits, 4 already fails some draws).
   ``query_scale=`` fixes ``sigma`` (no probe).  Probe queries are counted in ``queries``
@@ -92,7 +93,6 @@ from .certify import CertificateError
 from .fields.base import FieldError
 from .fields.rational import QQ
 from .interpolate import InterpolationError, cauchy_interpolate, poles
-from .match import label_basis
 from .model import Head, distinct_tokens
 from .plan import paper_plan
 
@@ -101,7 +101,6 @@ PROBE_TRIES = 4
 SAFETY = 2               # reported bound = SAFETY * first-order bound + rounding
 LINEAR_LIMIT = 1e-3           # a float: compared with low-precision bounds
 LIMIT_FACTOR = 10        # the check A = V.a allows LIMIT_FACTOR first-order bounds
-MATCH_FACTOR = 30
 
 _LO = mpmath.MPContext()  # sensitivities and bounds need only a few digits
 _LO.dps = 20
@@ -291,10 +290,13 @@ def _scaled_plan(plan, sigma):
 
 
 def cayley(A):
-    """The exactly orthogonal rational matrix ``(I - S)(I + S)^-1`` of the skew part
-    ``S = A - A^T`` of an integer matrix (``I + S`` is invertible: S has imaginary spectrum)."""
+    """The exactly orthogonal rational matrix ``(I - S)(I + S)^-1`` of the normalised skew
+    part ``S = (A - A^T) / max|A|`` of an integer matrix (``I + S`` is invertible: S has
+    imaginary spectrum).  The normalisation keeps the rotation angles spread: a large skew
+    part would give a rotation close to ``-I``, whatever the draw."""
     d = len(A)
-    S = [[QQ(A[i][j] - A[j][i]) for j in range(d)] for i in range(d)]
+    top = max(1, max(abs(int(a)) for row in A for a in row))
+    S = [[QQ(A[i][j] - A[j][i]) / top for j in range(d)] for i in range(d)]
     I = linalg.identity(d, QQ)
     minus = [[I[i][j] - S[i][j] for j in range(d)] for i in range(d)]
     plus = [[I[i][j] + S[i][j] for j in range(d)] for i in range(d)]
@@ -317,28 +319,43 @@ def scale_for(K, s_rms):
     return mpq(max(1, int(K.ctx.nint(16 * t))), 16)
 
 
+PROBE_SAMPLES = 6        # probe families until at least this many exponents are seen
+
+
+def probe_families(plan, H):
+    """The basis configurations probed: ``(x_i, e_i)``, then ``(x_i, e_i+1)``, ... -- as
+    many as it takes to see ``PROBE_SAMPLES`` exponents with H heads (one family for
+    H >= 6), at most ``d^2``."""
+    d = plan.d
+    want = min(d * d, -(-PROBE_SAMPLES // H))
+    order = [(i, (i + t) % d) for t in range(d) for i in range(d)]
+    return [plan.configs[plan.index("basis", i, j)] for i, j in order[:want]]
+
+
 def probe_scale(plan, ask, K, H, eta, Yguess):
     """``(sigma, probe_detail)`` by the rule of the module docstring (``plan`` has unit
-    columns)."""
-    c = plan.configs[0]                   # (x_1, e_1)
+    columns): the rms of ``log rho`` over the poles of the probe families."""
     sigma0 = mpq(1)
     tries = []
     ctx = K.ctx
+    families = probe_families(plan, H)
     for _ in range(PROBE_TRIES):
-        x = [sigma0 * mpq(a) for a in c.x]
-        a = [xi + sigma0 * mpq(b) for xi, b in zip(x, c.e)]
-        got = [ask([a] * k + [x]) for k in range(2 * H + 1)]
-        ys = [y for y, _ in got]
-        etas = {q: _LO.convert(eta) + _round(K, Yguess(ys)) for _, q in got}
+        ss = []
         try:
-            fit = fit_family(K, H, ys, [Sens.unit(sens_context(K), q) for _, q in got], etas)
+            for c in families:
+                x = [sigma0 * mpq(a) for a in c.x]
+                a = [xi + sigma0 * mpq(b) for xi, b in zip(x, c.e)]
+                got = [ask([a] * k + [x]) for k in range(2 * H + 1)]
+                ys = [y for y, _ in got]
+                etas = {q: _LO.convert(eta) + _round(K, Yguess(ys)) for _, q in got}
+                fit = fit_family(K, H, ys, [Sens.unit(sens_context(K), q) for _, q in got], etas)
+                ss += [ctx.log(r) for r in fit.rhos]
         except (FieldError, ArithmeticError, ValueError) as exc:
             tries.append({"scale": str(sigma0), "failed": str(exc)[:120]})
             sigma0 /= 4
             continue
-        ss = [ctx.log(r) for r in fit.rhos]
         rms = ctx.sqrt(ctx.fsum(s * s for s in ss) / len(ss)) if ss else None
-        tries.append({"scale": str(sigma0), "poles": len(ss),
+        tries.append({"scale": str(sigma0), "families": len(families), "poles": len(ss),
                       "rms_exponent": None if rms is None else ctx.nstr(rms, 4),
                       "max_exponent": None if rms is None else ctx.nstr(max(abs(s) for s in ss), 4)})
         if not rms:
@@ -414,7 +431,7 @@ def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_hei
     out.sigma = sigma
     out.probe_queries = probe_queries
     out.detail.update({"query_scale": str(sigma), "scale_rule": "orthogonal X, E (Cayley); "
-                       "sigma = sqrt(1 / rms log rho of the probe family), to 1/16",
+                       "sigma = sqrt(1 / rms log rho of the probe families), to 1/16",
                        "probe": probe, "probe_queries": probe_queries})
     if snap:
         from .snap import snap_heads
@@ -466,44 +483,23 @@ def _analyse_real(plan, y_shared, q_shared, values, K, etas, eta, obs, start):
             raise _degenerate(f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) "
                               f"is not V.a within its error bound ({ctx.nstr(abs(diff), 3)} > "
                               f"{_LO.nstr(allow, 3)}): an additive constant or a bias is present")
-    # first-order validity and the matching tolerance
+    # first-order validity
     worst_rel = _LO.zero
-    worst_abs = _LO.zero
-    rho_max = 1
     for n, f in fits.items():
         _, brho, bc = f.bounds(etas)
         for r, b in zip(f.rhos, brho):
             worst_rel = max(worst_rel, b / _LO.convert(r))
-            worst_abs = max(worst_abs, b / max(1, _LO.convert(r)))
-            rho_max = max(rho_max, r)
         for c, b in zip(f.cs, bc):
             worst_rel = max(worst_rel, b / _LO.convert(abs(c)))
-            worst_abs = max(worst_abs, b / max(1, _LO.convert(abs(c))))
     if worst_rel > _LO.mpf(LINEAR_LIMIT):
         raise _degenerate(f"the output error is too large for this draw: a pole or coefficient "
                           f"has relative first-order error bound {_LO.nstr(worst_rel, 3)} > "
                           f"{LINEAR_LIMIT} (first-order error bounds would not be reliable)")
-    tol = MATCH_FACTOR * worst_abs * _LO.convert(rho_max)
-    tol = max(tol, _LO.convert(K.tol))
-    if tol >= _LO.mpf("1e-4"):
-        raise _degenerate(f"matching tolerance {_LO.nstr(tol, 3)} too large to decide the pairing")
-    Km = K.with_tolerance(K(tol), K(min(_LO.sqrt(tol), tol * 10 ** 6)), noise=K.noise)
-    labelled = label_basis(plan, {n: f.poles for n, f in fits.items()}, Km)
-    m = len(labelled[(0, 0)])
+    index = label_real(plan, fits, etas)
+    m = len(fits[plan.index("basis", 0, 0)].rhos)
 
     def pole_of(n, h):
-        """Index of head h's pole in configuration n: labelled for the basis, the pole
-        nearest to the product of the labelled basis rho for a matching configuration."""
-        c = configs[n]
-        f = fits[n]
-        if c.kind == "basis":
-            item = labelled[(c.i, c.j)][h]
-            return next(t for t, pole in enumerate(f.poles) if pole is item)
-        if c.kind == "within":
-            want = labelled[(c.i, 0)][h][0] * labelled[(c.i, c.j)][h][0]
-        else:
-            want = labelled[(0, c.j)][h][0] * labelled[(c.i, c.j)][h][0]      # (x_1 + x_i, e_j)
-        return min(range(len(f.rhos)), key=lambda t: abs(f.rhos[t] - want))
+        return index[n][h]
 
     # every configuration measures its e^T W_h x (log rho) and -v_h.e (c) linearly:
     # weighted least squares over all 2d^2 - 1 of them (exact data: W = E^-T M X^-1)
@@ -564,7 +560,8 @@ def _analyse_real(plan, y_shared, q_shared, values, K, etas, eta, obs, start):
         "eta": _LO.nstr(_LO.convert(eta), 6),
         "rounding_per_output": _LO.nstr(_round(K, max(Ymax, Y0)), 3),
         "head_error_bounds": [_LO.nstr(b, 3) for b in head_b],
-        "matching_tolerance": _LO.nstr(tol, 3),
+        "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "
+                    f"{UNEQUAL_FACTOR} first-order bounds",
         "max_relative_pole_error_bound": _LO.nstr(worst_rel, 3),
         "max_abs_exponent": ctx.nstr(max((abs(ctx.log(r)) for f in fits.values() for r in f.rhos),
                                          default=0), 4),
@@ -572,6 +569,106 @@ def _analyse_real(plan, y_shared, q_shared, values, K, etas, eta, obs, start):
     out = RealOutcome(sigma=None, probe_queries=0, error_bound=bound, head_bounds=head_b, eta=eta,
                       detail=detail, _W_bounds=BW, _v_bounds=Bv, _etas=etas)
     return heads, len(obs), out
+
+
+EQUAL_FACTOR = 10        # matching: equal within 10 first-order bounds ...
+UNEQUAL_FACTOR = 10 ** 5  # ... unequal beyond 1e5 of them, undecided (a failure) between
+
+
+def _relation(x, bound):
+    """True (equal), False (unequal) or None (undecided) for a difference x and its bound."""
+    x = _LO.convert(abs(x))
+    if x <= EQUAL_FACTOR * bound:
+        return True
+    if x > UNEQUAL_FACTOR * bound:
+        return False
+    return None
+
+
+def label_real(plan, fits, etas) -> dict:
+    """Label every configuration's poles by head (SPEC §3), the real-field counterpart of
+    :func:`exactlearn.match.label_basis`: the same ties (across: equal c; within: c adds;
+    rho multiply), but each relation is decided against *its own* first-order bound,
+    ``|rho_s - rho_h rho_r| <= 10 (B_s + rho_h B_r + rho_r B_h)`` (c likewise): equal within
+    10 bounds, unequal beyond 1e5, :class:`~exactlearn.fields.real.Undecided` between.
+    Returns ``{configuration index: [pole index of head h for h]}``.
+    """
+    from .fields.real import Undecided
+    from .match import MatchError, PoleCountMismatch
+    from .plan import across_direction
+    d = plan.d
+    bnd = {n: f.bounds(etas) for n, f in fits.items()}
+    n00 = plan.index("basis", 0, 0)
+    m = len(fits[n00].rhos)
+    for n, c in enumerate(plan.configs):
+        if len(fits[n].rhos) != m:
+            raise PoleCountMismatch(f"pole counts differ between configurations ({m} at (x_1, e_1), "
+                                    f"{len(fits[n].rhos)} at {c.kind}{(c.i + 1, c.j + 1)})")
+    index: dict = {n00: list(range(m))}
+
+    def tie(nb, no, nj, mode):
+        """Pole indices in ``no`` and ``nj`` of each head labelled in ``nb``."""
+        fb, fo, fj = fits[nb], fits[no], fits[nj]
+        (_, Brb, Bcb), (_, Bro, Bco), (_, Brj, Bcj) = bnd[nb], bnd[no], bnd[nj]
+        other_idx, joint_idx = [], []
+        for h in range(m):
+            p = index[nb][h]
+            rh, ch, Brh, Bch = fb.rhos[p], fb.cs[p], Brb[p], Bcb[p]
+            cands = []
+            for r in range(m):
+                for t in range(m):
+                    rel = [_relation(fj.rhos[t] - rh * fo.rhos[r],
+                                     Brj[t] + _LO.convert(rh) * Bro[r] + _LO.convert(fo.rhos[r]) * Brh)]
+                    if mode == "add":
+                        rel.append(_relation(fj.cs[t] - ch - fo.cs[r], Bcj[t] + Bch + Bco[r]))
+                    else:
+                        rel.append(_relation(fo.cs[r] - ch, Bco[r] + Bch))
+                        rel.append(_relation(fj.cs[t] - ch, Bcj[t] + Bch))
+                    if False in rel:
+                        continue
+                    if None in rel:
+                        raise Undecided(f"matching undecided: a relation between the poles of "
+                                        f"{plan.configs[nj].kind}{(plan.configs[nj].i + 1, plan.configs[nj].j + 1)} "
+                                        f"and its basis configurations is neither within "
+                                        f"{EQUAL_FACTOR} nor beyond {UNEQUAL_FACTOR} error bounds")
+                    cands.append((r, t))
+            if len(cands) != 1:
+                what = "no" if not cands else "more than one"
+                raise MatchError(f"head {h}: {what} consistent partner in the matching "
+                                 f"configuration (products of rho"
+                                 f"{' and sums' if mode == 'add' else ''} of c)")
+            other_idx.append(cands[0][0])
+            joint_idx.append(cands[0][1])
+        if len(set(other_idx)) != m or len(set(joint_idx)) != m:
+            raise MatchError("the pairing of heads across configurations is not one-to-one")
+        index[no] = other_idx
+        index[nj] = joint_idx
+
+    def basis(i, j):
+        return plan.index("basis", i, j)
+
+    for i in range(d):
+        if i > 0:
+            j0 = across_direction(i, d)
+            tie(basis(0, j0), basis(i, j0), plan.index("across", i, j0), "equal")
+            if j0 != 0:
+                tie(basis(i, j0), basis(i, 0), plan.index("within", i, j0), "add")
+        for j in range(1, d):
+            if basis(i, j) not in index:
+                tie(basis(i, 0), basis(i, j), plan.index("within", i, j), "add")
+            elif plan.index("within", i, j) not in index:
+                raise AssertionError("unreachable: every within configuration ties one pair")
+    # c_h(x, e_j) = -v_h.e_j does not depend on x: a free consistency check
+    for i in range(1, d):
+        for j in range(d):
+            a, b = basis(i, j), basis(0, j)
+            for h in range(m):
+                pa, pb = index[a][h], index[b][h]
+                rel = _relation(fits[a].cs[pa] - fits[b].cs[pb], bnd[a][2][pa] + bnd[b][2][pb])
+                if rel is not True:
+                    raise MatchError(f"head {h}: its c-value at e_{j + 1} depends on the final "
+                                     f"token (beyond its error bound)")
+    return index
 
 
 def _wls(K, S, A, meas, sens, etas) -> tuple:

@@ -6,8 +6,9 @@ Campaign.  Random models with exact rational weights (d = 3, H = 3 and d = 2, H 
 truth is known exactly) are learned over ``Real(dps)`` through a
 :class:`~exactlearn.noise.NoisyOracle` that adds a seeded uniform amount in
 ``[-eta, eta]`` to every output.  For each model the learner's seed and the noise seed
-are fixed, so only eta changes along a series: eta = 1e-40 .. 1e-20 (quick, dps 60) or
-1e-45 .. 1e-20 (full, dps 60 and 100), plus eta = 0 (the rounding floor).  Each run
+are fixed, so only eta changes along a series: eta = 1e-45 .. 1e-20 (quick: four models
+at dps 60, 80 and 100) or 1e-60 .. 1e-20 (full), keeping eta >= 10^(10 - dps), plus
+eta = 0 (the rounding floor).  Each run
 records the largest parameter error against the canonical heads and the learner's
 a-posteriori ``error_bound`` (:mod:`exactlearn.learn_real`).
 
@@ -150,15 +151,16 @@ def check(ctx):
     if ctx.tiny:
         specs, exps = [(2, 2, 60, 1)], [-40, -30, -20]
     elif ctx.quick:
-        specs, exps = [(3, 3, 60, 1), (2, 2, 60, 1)], [-40, -35, -30, -25, -20]
-    else:
-        n = ctx.size(1, 3)
-        specs = [(3, 3, 60, n), (2, 2, 60, n), (3, 3, 100, n), (4, 2, 100, n)]
+        specs = [(3, 3, 60, 1), (2, 2, 60, 1), (3, 3, 100, 1), (4, 2, 80, 1)]
         exps = [-45, -40, -35, -30, -25, -20]
+    else:
+        n = ctx.size(2, 4)
+        specs = [(3, 3, 60, n), (2, 2, 60, n), (3, 3, 100, n), (4, 2, 100, n), (2, 3, 100, n)]
+        exps = [-60, -55, -50, -45, -40, -35, -30, -25, -20]
     items = []
     for d, H, dps, n in specs:
         for i in range(n):
-            index = i + (1000 if dps == 100 else 0)
+            index = i + 1000 * (dps // 20)
             items += [(ctx.seed, index, d, H, dps, e) for e in exps if e > -dps + 10]
             items.append((ctx.seed, index, d, H, dps, None))
     status, evidence = summarise(ctx.map(noise_trial, items))
