@@ -197,6 +197,9 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         raise ValueError("rank= is a promise for the efficient plan (plan='efficient')")
     plan_kind = plan
     K, convert = resolve_field(oracle, field)
+    if plan_kind == "efficient" and not K.is_exact:
+        raise ValueError("the efficient plan runs over the exact fields; over the real field "
+                         "the learner uses the paper plan (exactlearn.learn_real)")
     R = query_range if query_range is not None else DEFAULT_RANGES.get(K.name, 20)
     if R < 1:
         raise ValueError("the query range must be >= 1")
