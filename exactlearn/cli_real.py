@@ -5,7 +5,7 @@ mpmath or sympy until a run needs it.
 
 ``exactlearn learn`` gains ``--noise ETA [--noise-seed S]`` (a seeded
 :class:`~exactlearn.noise.NoisyOracle`, real field only), ``--query-scale S`` (fix the
-token scale, no probe), ``--snap [--snap-height Q]``; over the real field the JSON has
+token scale, no probe), ``--snap``; over the real field the JSON has
 ``error_bound``, ``probe_queries``, ``real_detail`` and ``model_error`` (the largest
 difference from the model file's canonical heads: the CLI knows the file, the learner
 never sees it).  ``exactlearn demo`` gains ``--symbolic`` and ``--minilm``.

@@ -82,7 +82,6 @@ The sensitivities are kept at ``dps + 30`` digits: the rows of an ill-conditione
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field as dc_field
 
 import mpmath
@@ -392,8 +391,7 @@ def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_hei
     Returns ``(heads, certified_observations, RealOutcome)``; raises the learner's
     failure exceptions (degenerate draw, field errors, :class:`CertificateError`).
     """
-    ctx = K.ctx
-    d, H = plan.d, plan.H
+    H = plan.H
     start = len(rec.observations)
     eta = K(0) if noise is None else K(noise)
     if eta < 0:
