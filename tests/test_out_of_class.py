@@ -115,7 +115,7 @@ def test_key_bias_is_not_certified(box, seed):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "BUG: with d = 1 the paper plan has one configuration, so a key-bias box "
+    "LIMITATION of the paper's query set (README, Known limits): with d = 1 the paper plan has one configuration, so a key-bias box "
     "x_i (W x_n + b) is indistinguishable on the plan from the in-class W' = W + b/x_1; "
     "the certificate (observed values only) certifies the wrong W'"))
 def test_key_bias_d1_is_not_certified():
@@ -125,7 +125,7 @@ def test_key_bias_d1_is_not_certified():
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "BUG: a key-bias box with b.e_1 = 0 for the drawn e_1 passes every check (the bias "
+    "LIMITATION of the paper's query set (README, Known limits): a key-bias box with b.e_1 = 0 for the drawn e_1 passes every check (the bias "
     "only enters the across match through b.e_1); with b = (1, 0) this happens on about "
     "1 seed in 2R+1 at the default range"))
 def test_key_bias_blind_spot_is_not_certified():
@@ -133,6 +133,21 @@ def test_key_bias_blind_spot_is_not_certified():
     certified = [s for s in range(400)
                  if learn(box, d=2, heads=1, field=Rational(), seed=s, query_range=20).certified]
     assert certified == [], f"certified an out-of-class box for seeds {certified[:5]}"
+
+
+def test_verify_catches_the_blind_spot():
+    """The remedy for the two limitations above: --verify's fresh queries (other
+    final tokens) expose the key bias that the plan's queries cannot see."""
+    box = key_bias_box([([[1, 0], [0, -1]], [2, 1])], [[1, 0]])
+    blind = [s for s in range(200)
+             if learn(box, d=2, heads=1, field=Rational(), seed=s, query_range=20).certified]
+    assert blind, "no blind-spot seed found in 200 (the limitation test above would XPASS)"
+    for s in blind[:3]:
+        res = learn(box, d=2, heads=1, field=Rational(), seed=s, query_range=20, verify=10)
+        assert res.status == "failed" and res.verified is False, res.error
+    d1 = learn(key_bias_box([([[1]], [2])], [[1]]), d=1, heads=1, field=Rational(), seed=0,
+               verify=10)
+    assert not d1.certified
 
 
 def test_verify_reports_instead_of_raising():
