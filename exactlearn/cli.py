@@ -51,28 +51,25 @@ def make_field(name: str, args=None, scale: int | None = None):
     raise BadInput(f"unknown field {name!r} (choose from {', '.join(FIELD_NAMES)})")
 
 
-def _positive(what):
+def _int_at_least(what, low):
+    """argparse type: an integer >= low, with a one-line message naming the option."""
     def conv(text):
         try:
             n = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
-        if n < 1:
-            raise argparse.ArgumentTypeError(f"{what} must be >= 1, got {n}")
+        if n < low:
+            raise argparse.ArgumentTypeError(f"{what} must be >= {low}, got {n}")
         return n
     return conv
+
+
+def _positive(what):
+    return _int_at_least(what, 1)
 
 
 def _nonneg(what):
-    def conv(text):
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
-        if n < 0:
-            raise argparse.ArgumentTypeError(f"{what} must be >= 0, got {n}")
-        return n
-    return conv
+    return _int_at_least(what, 0)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -107,12 +107,18 @@ def poles(rf: RationalFunction, K):
     if rf.n_poles <= 0:
         return []
     roots = K.roots(rf.Q)
-    dQ = polys.derivative(rf.Q, K)
-    out = []
     for p in roots:
         if K.is_zero(p):
             raise InterpolationError("pole at k = 0")
-        rho = -K.one / p
+    return _with_coefficients(rf, [-K.one / p for p in roots], K)
+
+
+def _with_coefficients(rf: RationalFunction, rhos, K) -> list:
+    """[(rho, c)] with c = rho P(p)/Q'(p) at p = -1/rho (SPEC §2); c = 0 is an error."""
+    dQ = polys.derivative(rf.Q, K)
+    out = []
+    for rho in rhos:
+        p = -K.one / rho
         c = rho * polys.evaluate(rf.P, p, K) / polys.evaluate(dQ, p, K)
         if K.is_zero(c):
             raise InterpolationError("a pole with zero coefficient: P and Q share a root")
@@ -148,12 +154,4 @@ def poles_among(rf: RationalFunction, candidates, K):
             found.append(rho)
     if len(found) != m:
         return poles(rf, K)
-    dQ = polys.derivative(rf.Q, K)
-    out = []
-    for rho in found:
-        p = -K.one / rho
-        c = rho * polys.evaluate(rf.P, p, K) / polys.evaluate(dQ, p, K)
-        if K.is_zero(c):
-            raise InterpolationError("a pole with zero coefficient: P and Q share a root")
-        out.append((rho, c))
-    return out
+    return _with_coefficients(rf, found, K)

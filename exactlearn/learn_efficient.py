@@ -44,9 +44,8 @@ from __future__ import annotations
 from . import linalg, polys
 from .certify import CertificateError, certify
 from .fields.base import ExactnessError
-from .fields.modular import BadReduction, ReconstructionError
 from .interpolate import InterpolationError, cauchy_interpolate, poles
-from .learner import Degenerate
+from .learner import Degenerate, over_analysis_fields
 from .match import MatchError, match
 from .model import Head, canonicalize
 from .plan_efficient import skeleton
@@ -149,18 +148,11 @@ def run_efficient(plan, ask, K, observations, trace=None) -> tuple:
 def _analyse_and_certify(plan, values, K, full, observations, trace) -> tuple:
     """Analyse in K, or in each of K.analysis_fields() in turn (the rational
     field's multi-modular method, as the paper learner does), certify over K."""
-    fields = K.analysis_fields() if hasattr(K, "analysis_fields") else [K]
-    for n, A in enumerate(fields):
-        last = n == len(fields) - 1
-        try:
-            heads, matching = _analyse(plan, values, A, K, full, trace)
-            return heads, matching, certify(heads, plan.d, observations(), K)
-        except (BadReduction, ReconstructionError, CertificateError):
-            if last:
-                raise
-            if trace is not None:
-                trace.clear()
-    raise AssertionError("unreachable")
+    def analyse_and_certify(A):
+        heads, matching = _analyse(plan, values, A, K, full, trace)
+        return heads, matching, certify(heads, plan.d, observations(), K)
+
+    return over_analysis_fields(K, analyse_and_certify, trace)
 
 
 def _analyse(plan, values, A, K, full: bool, trace) -> tuple:

@@ -287,19 +287,28 @@ def _analyse_and_certify(plan, y_shared, values, K, observations, trace) -> tupl
     reconstruction bound, a certificate that fails after reconstruction) moves
     on to the next prime; no further queries are asked.
     """
+    def analyse_and_certify(A):
+        if A is K:
+            recovered = _analyse(plan, y_shared, values, A, trace)
+        else:
+            vals = {c: [A(y) for y in vs] for c, vs in values.items()}
+            recovered = _analyse(plan, A(y_shared), vals, A, trace)
+        return recovered, certify(recovered, plan.d, observations, K)
+
+    return over_analysis_fields(K, analyse_and_certify, trace)
+
+
+def over_analysis_fields(K, run, trace=None):
+    """``run(A)`` for A in ``K.analysis_fields()`` (or just K), moving on to the
+    next only after a bad reduction: a denominator divisible by p, a rational
+    past the reconstruction bound, or a certificate over K that fails after
+    reconstruction (``run`` analyses in A and certifies over K)."""
     fields = K.analysis_fields() if hasattr(K, "analysis_fields") else [K]
     for n, A in enumerate(fields):
-        last = n == len(fields) - 1
         try:
-            if A is K:
-                ys, vals = y_shared, values
-            else:
-                ys = A(y_shared)
-                vals = {c: [A(y) for y in vs] for c, vs in values.items()}
-            recovered = _analyse(plan, ys, vals, A, trace)
-            return recovered, certify(recovered, plan.d, observations, K)
+            return run(A)
         except (BadReduction, ReconstructionError, CertificateError):
-            if last:
+            if n == len(fields) - 1:
                 raise
             if trace is not None:
                 trace.clear()
