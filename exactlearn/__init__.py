@@ -12,5 +12,5 @@ from .plan import paper_count, paper_plan
 from .transformer import OneLayerTransformer
 
 __all__ = ["MultiHeadAttention", "Head", "ModelError", "Oracle", "learn", "LearnResult",
-           "Field", "Rational", "paper_plan", "paper_count"]
+           "Field", "Rational", "paper_plan", "paper_count", "OneLayerTransformer"]
 __version__ = "0.1.0"

@@ -27,8 +27,6 @@ import json
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from gmpy2 import mpq
-
 from .fields.base import Field, as_mpq, format_rational, lcm_of_denominators
 
 FORMAT = "exactlearn.mha/1"
