@@ -172,9 +172,7 @@ class MultiHeadAttention:
         return {"format": FORMAT, "d": self.d, "heads": [h.to_json() for h in self.heads]}
 
     def dump(self, path) -> None:
-        with open(path, "w") as fh:
-            json.dump(self.to_json(), fh, indent=1)
-            fh.write("\n")
+        dump_json(self.to_json(), path)
 
     @classmethod
     def from_json(cls, obj) -> "MultiHeadAttention":
@@ -196,6 +194,13 @@ class MultiHeadAttention:
     @classmethod
     def from_file(cls, path) -> "MultiHeadAttention":
         return cls.from_json(load_json(path))
+
+
+def dump_json(obj, path) -> None:
+    """Write a model file (JSON, one space indent, final newline)."""
+    with open(path, "w") as fh:
+        json.dump(obj, fh, indent=1)
+        fh.write("\n")
 
 
 def load_json(path):

@@ -45,7 +45,7 @@ import random
 from fractions import Fraction
 
 from .fields.base import Field, FieldError, as_mpq, format_rational, lcm_of_denominators
-from .model import ModelError, distinct_tokens, load_json
+from .model import ModelError, distinct_tokens, dump_json, load_json
 from .oracle import CountingOracle
 
 FORMAT = "exactlearn.transformer/1"
@@ -203,9 +203,7 @@ class OneLayerTransformer:
                 "ffn": {"B": [[fmt(x) for x in b] for b in self.B], "u": [fmt(x) for x in self.u]}}
 
     def dump(self, path) -> None:
-        with open(path, "w") as fh:
-            json.dump(self.to_json(), fh, indent=1)
-            fh.write("\n")
+        dump_json(self.to_json(), path)
 
     @classmethod
     def from_json(cls, obj) -> "OneLayerTransformer":
