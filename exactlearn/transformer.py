@@ -40,7 +40,6 @@ mpq(2,3)
 
 from __future__ import annotations
 
-import json
 import random
 from fractions import Fraction
 
