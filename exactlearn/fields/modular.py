@@ -545,6 +545,13 @@ class Modular(Field):
                 f"irreducible factor of degree >= 2")
         return sorted((r for r, _ in rs), key=int)
 
+    def rational_interpolate(self, ks, ys, H):
+        """Fast path of :func:`exactlearn.interpolate.cauchy_interpolate` on
+        python-flint ``fmpz_mod_poly`` (same algorithm, in C)."""
+        from ..interpolate import cauchy_flint
+        P, Q = cauchy_flint([self(k) for k in ks], [self(y) for y in ys], H, self._polyctx)
+        return P.coeffs(), Q.coeffs()
+
     # -- back to parameters ------------------------------------------------------
     @property
     def param(self):

@@ -166,33 +166,9 @@ class Rational(Field):
         algorithm: Newton interpolation, then the extended Euclidean algorithm
         stopped at degree <= H) on python-flint ``fmpq_poly``.  Returns (P, Q)
         as mpq coefficient lists, Q not yet normalised."""
-        from ..interpolate import InterpolationError
-        if len(ks) != 2 * H + 1 or len(ys) != len(ks):
-            raise ValueError(f"need 2H+1 = {2 * H + 1} samples, got {len(ks)}")
-        xs = [_fq(k) for k in ks]
-        coef = [_fq(y) for y in ys]
-        n = len(xs)
-        for j in range(1, n):
-            for i in range(n - 1, j - 1, -1):
-                coef[i] = (coef[i] - coef[i - 1]) / (xs[i] - xs[i - j])
-        L = flint.fmpq_poly([coef[-1]])
-        for i in range(n - 2, -1, -1):
-            L = L * flint.fmpq_poly([-xs[i], 1]) + coef[i]
-        r0 = flint.fmpq_poly([1])
-        for x in xs:
-            r0 = r0 * flint.fmpq_poly([-x, 1])
-        r1, t0, t1 = L, flint.fmpq_poly([]), flint.fmpq_poly([1])
-        while r1.degree() > H:
-            q, r = divmod(r0, r1)
-            r0, r1 = r1, r
-            t0, t1 = t1, t0 - q * t1
-        if t1.degree() > H:
-            raise InterpolationError(f"no rational function of type ({H},{H}) fits the samples")
-        for x in xs:
-            if t1(x) == 0:
-                raise InterpolationError("samples are not those of a rational function of type "
-                                         f"({H},{H}) (unattainable point at k = {x})")
-        return [_mq(c) for c in r1.coeffs()], [_mq(c) for c in t1.coeffs()]
+        from ..interpolate import cauchy_flint
+        P, Q = cauchy_flint([_fq(k) for k in ks], [_fq(y) for y in ys], H, flint.fmpq_poly)
+        return [_mq(c) for c in P.coeffs()], [_mq(c) for c in Q.coeffs()]
 
     # parameters
     @property
