@@ -58,6 +58,7 @@ class LearnResult:
     plan: str = "paper"
     plan_queries: int = 0
     attempts: int = 1
+    query_range: int | None = None
     learner_seconds: float = 0.0
     oracle_seconds: float = 0.0
     certified_observations: int = 0
@@ -97,6 +98,7 @@ class LearnResult:
             "plan": self.plan,
             "plan_queries": self.plan_queries,
             "attempts": self.attempts,
+            "query_range": self.query_range,
             "extra_queries": self.extra_queries,
             "field_info": self.field.describe(),
             "verify_queries": self.verify_queries,
@@ -214,17 +216,11 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     real = None
     while attempts <= retries:
         attempts += 1
-        if plan_kind == "paper":
-            plan = draw_paper_plan(d, H, rng, R, e_range)
-        else:
-            from .plan_efficient import draw_efficient_plan
-            plan = draw_efficient_plan(d, H, rng, R, e_range, rank)
         tr = []
         start = len(rec.observations)
         try:
-            check = getattr(oracle, "check_plan", None)
-            if check is not None:
-                check(plan)          # fail fast, before any query of this plan
+            plan, R = _draw_checked_plan(oracle, plan_kind, d, H, rng, R, e_range, rank,
+                                         adapt=query_range is None and e_range is None)
             if plan_kind == "efficient":
                 from .learn_efficient import run_efficient
                 recovered, n_cert = run_efficient(plan, rec, K, lambda: rec.observations[start:],
@@ -263,7 +259,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         plan_queries=plan.count if plan_kind == "efficient" else paper_count(d, H),
         plan_fallbacks=list(getattr(plan, "fallbacks", [])),
         plan_detail=plan.describe() if plan_kind == "efficient" else None,
-        attempts=attempts, learner_seconds=max(0.0, total - rec.seconds),
+        attempts=attempts, query_range=R, learner_seconds=max(0.0, total - rec.seconds),
         oracle_seconds=rec.seconds, certified_observations=n_cert, trace=tr,
         probe_queries=real.probe_queries if real is not None else 0,
         error_bound=real.error_bound if real is not None and error is None else None,
@@ -276,6 +272,31 @@ def _exact_snap(heads) -> dict:
     """snap=True over an exact field: the heads already are exact rationals."""
     return {"status": "certified", "exact": True, "snapped": len(heads),
             "note": "exact field: the heads are exact rationals, certified by exact equality"}
+
+
+def _draw_checked_plan(oracle, kind, d, H, rng, R, e_range, rank, adapt) -> tuple:
+    """Draw a plan and let the black box check it before any query (fail fast).
+
+    With the default range (``adapt``), a plan whose exponents the oracle's
+    field cannot realise (numbers past the rational field's size limit) is
+    redrawn at half the range, down to R = 2; no query is spent on it.
+    Returns ``(plan, R)``."""
+    check = getattr(oracle, "check_plan", None)
+    while True:
+        if kind == "paper":
+            plan = draw_paper_plan(d, H, rng, R, e_range)
+        else:
+            from .plan_efficient import draw_efficient_plan
+            plan = draw_efficient_plan(d, H, rng, R, e_range, rank)
+        if check is None:
+            return plan, R
+        try:
+            check(plan)
+            return plan, R
+        except ExactnessError:
+            if not adapt or R <= 2:
+                raise
+            R //= 2
 
 
 def _analyse_and_certify(plan, y_shared, values, K, observations, trace) -> tuple:

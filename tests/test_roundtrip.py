@@ -167,3 +167,16 @@ def test_never_silently_wrong_small_range():
             failed += 1
             assert res.status == "failed" and res.error and res.heads == ()
     assert certified >= 200 and failed >= 20, (certified, failed)
+
+
+def test_default_range_adapts_to_the_rational_size_limit():
+    """D = 2520 makes 2^(D s) too large at the default range: the learner halves the
+    range before any query (the plan check is free) and still certifies; an explicit
+    --range is respected and fails before any query with a reason."""
+    m = MultiHeadAttention([([["7/9", "5/8"], ["-9/7", 3]], [1, 2]),
+                            ([["10/3", 1], [2, "-1/5"]], [1, -1])])
+    res = learn(Oracle(m, Rational()), d=2, heads=2, seed=0)
+    assert res.certified and res.heads == m.canonical_heads()
+    assert res.query_range < 30 and res.queries == 4 * 2 * 4 - 2 * 2 + 1
+    fixed = learn(Oracle(m, Rational()), d=2, heads=2, seed=0, query_range=30)
+    assert fixed.status == "failed" and fixed.queries == 0 and "realise" in fixed.error
