@@ -24,6 +24,14 @@ DEFAULT_MODEL = MultiHeadAttention([
 ])
 
 
+def show_model(model, field_text, out) -> None:
+    """The demo's header: the model, its convention, and the field."""
+    out(f"Model: d = {model.d}, {model.H} heads; score x_i^T W_h x_n (key left, query right).")
+    out(f"Field: {field_text}")
+    for n, h in enumerate(model.heads, 1):
+        out(f"  head {n}: W = {[[str(x) for x in r] for r in h.W]}, v = {[str(x) for x in h.v]}")
+
+
 def _poly(cs) -> str:
     terms = []
     for i, c in enumerate(cs):
@@ -44,10 +52,7 @@ def run_demo(model=None, heads=None, seed=1, query_range=4, retries=5, out=print
     # analyse over Q itself (not modulo p) so that every intermediate value is readable
     oracle = Oracle(model, Rational(via_modular=False))
     K = oracle.field
-    out(f"Model: d = {model.d}, {model.H} heads; score x_i^T W_h x_n (key left, query right).")
-    out(f"Field: rational, exp(s) = 2^(D*s) with D = {K.D} (softmax at base 2).")
-    for n, h in enumerate(model.heads, 1):
-        out(f"  head {n}: W = {[[str(x) for x in r] for r in h.W]}, v = {[str(x) for x in h.v]}")
+    show_model(model, f"rational, exp(s) = 2^(D*s) with D = {K.D} (softmax at base 2).", out)
     res = learn(oracle, d=model.d, heads=H, seed=seed, query_range=query_range, trace=True,
                 retries=retries)
     if res.attempts > 1:

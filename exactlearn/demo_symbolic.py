@@ -16,14 +16,9 @@ show what the other fields only show specialised (SPEC §2, §4):
 
 from __future__ import annotations
 
+from .demo import DEFAULT_MODEL, show_model
 from .learner import learn
-from .model import MultiHeadAttention
 from .oracle import Oracle
-
-DEFAULT_MODEL = MultiHeadAttention([
-    ([[1, 0], [0, -1]], [1, 2]),
-    ([[0, 1], [1, 0]], ["-1/2", 1]),
-])
 
 
 def closed_form(model, x, e, K):
@@ -52,10 +47,7 @@ def run_symbolic_demo(model=None, heads=None, seed=1, query_range=2, retries=10,
     H = heads or model.H
     oracle = Oracle(model, Symbolic())
     K = oracle.field
-    out(f"Model: d = {model.d}, {model.H} heads; score x_i^T W_h x_n (key left, query right).")
-    out(f"Field: symbolic Q(T), T = e^(1/D) with D = {K.D}: exp(s) = T^(D s), exact.")
-    for n, h in enumerate(model.heads, 1):
-        out(f"  head {n}: W = {[[str(x) for x in r] for r in h.W]}, v = {[str(x) for x in h.v]}")
+    show_model(model, f"symbolic Q(T), T = e^(1/D) with D = {K.D}: exp(s) = T^(D s), exact.", out)
     res = learn(oracle, d=model.d, heads=H, seed=seed, query_range=query_range, trace=True,
                 retries=retries)
     if not res.certified or not res.trace:

@@ -38,6 +38,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+
+def _place(out, idx, results, progress) -> None:
+    """Put a finished chunk's results at their item positions (``fut.result()``
+    has already re-raised any trial's exception) and report progress."""
+    for i, r in zip(idx, results):
+        out[i] = r
+    if progress is not None:
+        progress(len(results))
+
 class ExecutorError(RuntimeError):
     """An executor could not start, reach its workers, or lost them (one-line message)."""
 
@@ -108,11 +117,7 @@ class LocalExecutor:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_EXCEPTION)
                 for fut in done:
-                    results = fut.result()          # re-raises the trial's exception
-                    for i, r in zip(futures[fut], results):
-                        out[i] = r
-                    if progress is not None:
-                        progress(len(results))
+                    _place(out, futures[fut], fut.result(), progress)
             return out
         except BrokenProcessPool:
             self._discard_pool()
@@ -254,11 +259,7 @@ class DaskExecutor:
                 futures[fut] = idx
             out = [None] * len(items)
             for fut in as_completed(list(futures), loop=self.client.loop):
-                results = fut.result()              # re-raises the trial's exception
-                for i, r in zip(futures[fut], results):
-                    out[i] = r
-                if progress is not None:
-                    progress(len(results))
+                _place(out, futures[fut], fut.result(), progress)
             return out
         except BaseException:
             if self.client is not None and futures:

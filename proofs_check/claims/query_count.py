@@ -123,10 +123,15 @@ def count_grid(ctx, claim_id: str) -> list:
 @claim(ID, "The learner asks exactly 4Hd^2 - 2H + 1 queries (H0 in place of H with a bound), "
            "as read from the plan and counted by the oracle.", order=30)
 def check(ctx):
-    lv = level(ctx)
-    d_max, H_max = {"tiny": (4, 3), "quick": (8, 6), "full": (12, 8)}[lv]
-    plan_rows = ctx.map(plan_count_trial, [(ctx.seed, d, H) for d in range(1, d_max + 1)
-                                           for H in range(1, H_max + 1)])
-    rows = ctx.map(learning_trial, count_grid(ctx, ID))
-    status, evidence = count_summary(plan_rows, rows, min_certified=max(3, len(rows) // 2))
+    return plan_and_runs(ctx, ID, plan_count_trial, count_summary)
+
+
+def plan_and_runs(ctx, claim_id, plan_trial, summary):
+    """The query-count/-length campaign: ``plan_trial`` over a (d, H) grid of
+    plans (nothing asked), then learning runs; ``summary`` decides."""
+    d_max, H_max = {"tiny": (4, 3), "quick": (8, 6), "full": (12, 8)}[level(ctx)]
+    plan_rows = ctx.map(plan_trial, [(ctx.seed, d, H) for d in range(1, d_max + 1)
+                                     for H in range(1, H_max + 1)])
+    rows = ctx.map(learning_trial, count_grid(ctx, claim_id))
+    status, evidence = summary(plan_rows, rows, min_certified=max(3, len(rows) // 2))
     return ClaimResult(status, evidence)

@@ -14,9 +14,8 @@ import random
 
 from exactlearn.plan import draw_paper_plan
 
-from ..claim import ClaimResult, claim
-from ._learning import learning_trial, level
-from .query_count import count_grid
+from ..claim import claim
+from .query_count import plan_and_runs
 
 ID = "query-length"
 
@@ -67,10 +66,4 @@ def length_summary(plan_rows, rows, min_certified: int) -> tuple:
 @claim(ID, "The longest query has exactly 2H + 1 tokens (2H0 + 1 with a bound), "
            "as read from the plan and measured by the oracle.", order=40)
 def check(ctx):
-    lv = level(ctx)
-    d_max, H_max = {"tiny": (4, 3), "quick": (8, 6), "full": (12, 8)}[lv]
-    plan_rows = ctx.map(plan_length_trial, [(ctx.seed, d, H) for d in range(1, d_max + 1)
-                                            for H in range(1, H_max + 1)])
-    rows = ctx.map(learning_trial, count_grid(ctx, ID))
-    status, evidence = length_summary(plan_rows, rows, min_certified=max(3, len(rows) // 2))
-    return ClaimResult(status, evidence)
+    return plan_and_runs(ctx, ID, plan_length_trial, length_summary)
