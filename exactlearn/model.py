@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from .fields.base import Field, as_mpq, format_rational, lcm_of_denominators
+from .fields.base import ExactnessError, Field, as_mpq, format_rational, lcm_of_denominators
 
 FORMAT = "exactlearn.mha/1"
 
@@ -131,12 +131,18 @@ class MultiHeadAttention:
         return canonicalize(self.heads)
 
     def scale(self) -> int:
-        """lcm of the denominators of the *canonical* heads' W entries: the D of SPEC §4.
+        """lcm of the denominators of the *raw* heads' W entries: the D of SPEC §4.
 
-        Taken from the canonical form, on which f depends alone (SPEC §1), so
-        that merging, splitting or cancelling heads never changes the realised
-        function of an exact field (T = e^(1/D))."""
-        return lcm_of_denominators(x for h in self.canonical_heads() for row in h.W for x in row)
+        Taken from the heads as written, so that the oracle evaluates the model
+        it was given -- every raw head, cancelling or merging ones included --
+        and never a substitute for it (README, "Exactness").  A canonical head's
+        W is a raw head's W, so D also realises the canonical form.
+
+        >>> MultiHeadAttention([([["1/3", 0], [0, 1]], [1, 1]), ([["1/3", 0], [0, 1]], [-1, -1]),
+        ...                     ([["1/2", 0], [0, 0]], [1, 0])]).scale()
+        6
+        """
+        return lcm_of_denominators(x for h in self.heads for row in h.W for x in row)
 
     def __eq__(self, other):
         return isinstance(other, MultiHeadAttention) and self.d == other.d and self.heads == other.heads
@@ -146,26 +152,34 @@ class MultiHeadAttention:
 
     # ---- evaluation -----------------------------------------------------------------
     def evaluate(self, tokens, field: Field):
-        """f(X) in ``field`` for a token sequence (SPEC §1).
+        """f(X) in ``field`` for a token sequence (SPEC §1), summed over the raw heads.
 
         Work is in the number of *distinct* tokens: repeated tokens are
         weighted by their multiplicity.  A field left on auto scale takes
-        D = :meth:`scale`.  The raw heads are evaluated when D clears all their
-        denominators; otherwise (a cancelling group with finer denominators)
-        the canonical heads, which give exactly the same value wherever both
-        are defined.
+        D = :meth:`scale`; an explicit D must clear every raw head's W
+        denominators (:meth:`check_scale`), or :class:`ExactnessError` is raised.
         """
         if field.scale is None:
             field = field.with_scale(self.scale())
-        return HeadEvaluator(self.heads_for(field), self.d, field)(tokens)
+        self.check_scale(field)
+        return HeadEvaluator(self.heads, self.d, field)(tokens)
 
-    def heads_for(self, field: Field) -> tuple:
-        """The raw heads if ``field``'s D realises all of them, else the canonical heads."""
-        if field.is_exact:
+    def check_scale(self, field: Field) -> None:
+        """Raise ExactnessError unless ``field`` (exact) realises every raw head.
+
+        An exact field realises exp(s) only for D*s an integer, so D must clear
+        the denominators of every raw W -- including heads that cancel or merge
+        in the canonical form: the black box is the model as written.
+        """
+        if field.is_exact and field.scale is not None:
             D = field.D
-            if any((x * D).denominator != 1 for h in self.heads for row in h.W for x in row):
-                return self.canonical_heads()
-        return self.heads
+            for idx, h in enumerate(self.heads):
+                if any((x * D).denominator != 1 for row in h.W for x in row):
+                    need = lcm_of_denominators(x for row in h.W for x in row)
+                    raise ExactnessError(
+                        f"the {field.name} field's scale D = {D} does not clear the W denominators "
+                        f"of head {idx + 1} (they need a multiple of {need}); leave the scale on "
+                        f"auto (D = {self.scale()}) or choose a multiple of it")
 
     # ---- files -----------------------------------------------------------------------
     def to_json(self) -> dict:

@@ -7,8 +7,10 @@ copies of one token costs work in the number of *distinct* tokens, not in k,
 and each head's ``W_h x_n`` is computed once per final token.
 
 When the field's scale D is left on auto (``scale=None``) the oracle fixes it to
-the lcm of the W denominators of the model's *canonical* heads (SPEC §1, §4);
-``oracle.field`` is the resolved field, which the learner uses by default.
+the lcm of the W denominators of the model's *raw* heads, as written (SPEC §4):
+the black box evaluates every raw head -- cancelling and merging ones included
+-- and never substitutes the canonical form for the model.  ``oracle.field`` is
+the resolved field, which the learner uses by default.
 
 >>> from exactlearn.model import MultiHeadAttention
 >>> from exactlearn.fields import Rational
@@ -63,8 +65,9 @@ class Oracle(CountingOracle):
     def __init__(self, model: MultiHeadAttention, field: Field):
         if field.scale is None:
             field = field.with_scale(model.scale())
+        model.check_scale(field)
         self.model = model
-        self._heads = model.heads_for(field)
+        self._heads = model.heads
         super().__init__(model.d, field, HeadEvaluator(self._heads, model.d, field))
 
     def check_plan(self, plan) -> int:
