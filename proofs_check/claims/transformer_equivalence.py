@@ -16,10 +16,16 @@ original on 300 fresh random queries of length 1-6 with integer tokens in
 [-4, 4], plus 10 queries per original neuron whose final token lies exactly on
 that neuron's hyperplane (where the attention decides the ReLU).
 
+The black box is wrapped in :class:`.query_count.CountedBlackBox`, which counts
+the queries it answers and the longest one itself; in every run (certified or
+failed) the learner's ``queries`` and ``max_length`` must equal them (the
+learner's certificate queries included), and ``learning_queries +
+certificate_queries == queries``.
+
 Verified when at least half of the models are certified, every certified one
-agrees exactly on all its checks, and no trial crashed.  Refuted when a
-certified model disagrees anywhere (a wrong certificate) or fewer than half
-are certified.
+agrees exactly on all its checks, every run's count matches, and no trial
+crashed.  Refuted when a certified model disagrees anywhere (a wrong
+certificate), a count does not match, or fewer than half are certified.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from exactlearn.transformer_learn import CONDITIONS, _hyperplane_point, learn_tr
 
 from ..claim import REFUTED, VERIFIED, ClaimResult, claim
 from ._learning import level
+from .query_count import CountedBlackBox
 
 ID = "transformer-equivalence"
 CHECK_QUERIES = 300
@@ -71,13 +78,17 @@ def transformer_trial(args) -> dict:
     d, H, r = rng.choice((2, 3)), rng.choice((1, 2)), rng.randint(2, 4)
     model = random_transformer(d, H, r, seed=rng.randrange(2 ** 32))
     oracle = TransformerOracle(model, Rational())
+    box = CountedBlackBox(oracle)
     t0 = time.perf_counter()
-    res = learn_transformer(oracle, d=d, heads=H, seed=rng.randrange(2 ** 32))
+    res = learn_transformer(box, d=d, heads=H, seed=rng.randrange(2 ** 32))
     row = {"trial": n, "d": d, "H": H, "neurons": r, "status": res.status,
            "queries": res.queries, "max_length": res.max_length, "cones": len(res.cones),
            "kinks": res.kinks, "attempts": res.attempts,
-           "certificate_queries": len(res.fresh_queries), "error": res.error,
+           "learning_queries": res.learning_queries, "learning_max_length": res.learning_max_length,
+           "certificate_queries": res.certificate_queries,
+           "answered": box.asked, "answered_max_length": box.longest, "error": res.error,
            "seconds": round(time.perf_counter() - t0, 3)}
+    row["count_problems"] = count_problems(row)
     if res.certified:
         K = oracle.field
         truth, got = TransformerEvaluator(model, K), TransformerEvaluator(res.model, K)
@@ -89,6 +100,21 @@ def transformer_trial(args) -> dict:
             row["model"] = model.to_json()
             row["first_disagreement"] = [[str(a) for a in t] for t in bad[0]]
     return row
+
+
+def count_problems(row) -> list:
+    """Mismatches between the learner's counts and what the black box answered
+    (``answered``, ``answered_max_length``: the independent wrapper's count)."""
+    out = []
+    if row["queries"] != row["answered"]:
+        out.append(f"learner reports {row['queries']} queries, the black box answered {row['answered']}")
+    if row["max_length"] != row["answered_max_length"]:
+        out.append(f"learner reports longest query {row['max_length']}, the longest asked was "
+                   f"{row['answered_max_length']}")
+    if row["learning_queries"] + row["certificate_queries"] != row["queries"]:
+        out.append(f"learning {row['learning_queries']} + certificate {row['certificate_queries']} "
+                   f"queries != {row['queries']}")
+    return out
 
 
 def _reason(error: str) -> str:
@@ -111,6 +137,7 @@ def check(ctx):
     rows = ctx.map(transformer_trial, [(ctx.seed, i) for i in range(n)])
     cert = [r for r in rows if r["status"] == "certified"]
     wrong = [r for r in cert if not r["agree"]]
+    miscounted = [r for r in rows if r["count_problems"]]
     failures: dict = {}
     for r in rows:
         if r["status"] != "certified":
@@ -119,17 +146,21 @@ def check(ctx):
     cells: dict = {}
     for r in cert:
         c = cells.setdefault((r["d"], r["H"]), {"d": r["d"], "H": r["H"], "certified": 0,
-                                                "queries": [], "cones": [], "max_length": 0,
+                                                "queries": [], "learning": [], "cones": [],
+                                                "max_length": 0, "learning_max_length": 0,
                                                 "per_cone": 2 * r["d"] + 2 * r["H"] * (2 * r["d"] ** 2 - 1)})
         c["certified"] += 1
         c["queries"].append(r["queries"])
+        c["learning"].append(r["learning_queries"])
         c["cones"].append(r["cones"])
         c["max_length"] = max(c["max_length"], r["max_length"])
+        c["learning_max_length"] = max(c["learning_max_length"], r["learning_max_length"])
     table = []
     for c in sorted(cells.values(), key=lambda c: (c["d"], c["H"])):
-        qs, cs = c.pop("queries"), c.pop("cones")
+        qs, ls, cs = c.pop("queries"), c.pop("learning"), c.pop("cones")
         c.update({"min_queries": min(qs), "mean_queries": round(sum(qs) / len(qs), 1),
-                  "max_queries": max(qs), "mean_cones": round(sum(cs) / len(cs), 2)})
+                  "max_queries": max(qs), "mean_learning_queries": round(sum(ls) / len(ls), 1),
+                  "mean_cones": round(sum(cs) / len(cs), 2)})
         table.append(c)
     evidence = {
         "models": len(rows),
@@ -144,15 +175,21 @@ def check(ctx):
         "conditions": CONDITIONS,
         "failures": failures,
         "queries": table,
-        "queries_note": "learning queries (kink search + one paper plan per cone, 2d + "
-                        "2H(2d^2-1) each incl. k = 0 at every final token and the cone centre); "
-                        "the learner's certificate adds ~200 random + 10 per neuron boundary queries",
+        "queries_note": "queries = every query the black box answered (checked against an "
+                        "independent wrapper): learning (kink search + one paper plan per cone, "
+                        "2d + 2H(2d^2-1) each incl. k = 0 at every final token and the cone centre; "
+                        "longest 2H+1) plus the learner's certificate (200 random of length 1-6 + "
+                        "10 per recovered neuron on its boundary)",
         "certificate_queries_mean": round(sum(r["certificate_queries"] for r in cert) / len(cert), 1)
         if cert else None,
+        "count_mismatches": len(miscounted),
+        "count_mismatch_examples": [{k: r[k] for k in ("trial", "status", "queries", "answered",
+                                                       "max_length", "answered_max_length",
+                                                       "count_problems")} for r in miscounted[:3]],
         "wrong_examples": [{k: r[k] for k in ("d", "H", "model", "first_disagreement")}
                            for r in wrong[:3]],
     }
-    if wrong:
+    if wrong or miscounted:
         return ClaimResult(REFUTED, evidence)
     if 2 * len(cert) < len(rows):
         return ClaimResult(REFUTED, evidence)
