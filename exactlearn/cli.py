@@ -94,7 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     lp.add_argument("--verify", type=_nonneg("--verify"), default=0,
                     help="N extra fresh random queries comparing the result with the oracle")
     lp.add_argument("--dps", type=_positive("--dps"), default=None, help="digits (real field)")
-    lp.add_argument("--prime", type=_positive("--prime"), default=None, help="prime p (modular field)")
+    lp.add_argument("--prime", type=_positive("--prime"), default=None,
+                    help="first prime p (modular field; further primes are c*2^120+1)")
+    lp.add_argument("--max-primes", type=_int_at_least("--max-primes", 2), default=None,
+                    help="modular field: most analysis primes for tall rationals (default 12)")
     lp.add_argument("--plan", choices=("paper", "efficient"), default="paper",
                     help="query plan: the paper's (4Hd^2-2H+1 queries) or the efficient one")
     lp.add_argument("--rank", type=_positive("--rank"), default=None,
@@ -157,12 +160,14 @@ def _cmd_learn(args) -> int:
     if args.rank is not None and args.plan != "efficient":
         raise BadInput("--rank needs --plan efficient")
     field = make_field(args.field, args, scale=None)
+    if args.max_primes is not None and args.field != "modular":
+        raise BadInput("--max-primes applies to --field modular only")
     from . import cli_real
     oracle = cli_real.wrap_oracle(args, Oracle(model, field), BadInput)
     res = learn(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads, field=oracle.field,
                 seed=args.seed, query_range=args.range, e_range=args.e_range,
                 retries=cli_real.retries(args), verify=args.verify, plan=args.plan, rank=args.rank,
-                **cli_real.learn_options(args, BadInput))
+                max_primes=args.max_primes, **cli_real.learn_options(args, BadInput))
     if args.json:
         print(cli_real.to_json(res, model))
     else:
@@ -178,6 +183,24 @@ def _plan_counts(res) -> str:
     return out
 
 
+def _modular_lines(res) -> list:
+    """The modular field's primes and what is certified (multimodular.py)."""
+    mm = res.multimodular
+    if not mm["exact_over_Q"]:
+        out = [f"certified modulo p = {mm['modulus']} only (the black box answers modulo one "
+               f"prime): W exact, v as residues; not exact over Q"]
+        if res.certified:
+            for n, g in enumerate(mm["rational_guess"], 1):
+                out.append(f"  head {n}: rational guess (NOT certified): v = {g}")
+        return out
+    runs = mm["primes"]
+    per = ", ".join(f"{r['queries']}" for r in runs)
+    return [f"exact over Q: {len(runs) - 1} analysis prime(s) (stable after {mm['stable_after']}) "
+            f"and 1 confirmation prime; queries per prime: {per}",
+            f"probability that a wrong reconstruction survives the confirmation: "
+            f"<= 2^{mm['log2_wrong_reconstruction_bound']}"]
+
+
 def summary(res, model=None) -> str:
     """Readable summary of a learning run."""
     K = res.field.param
@@ -187,8 +210,12 @@ def summary(res, model=None) -> str:
                                             else _plan_counts(res))
              + f")  longest: {res.max_length}"
              + (f"  attempts: {res.attempts}" if res.attempts > 1 else "")]
+    if res.multimodular is not None:
+        lines.extend(_modular_lines(res))
     if res.certified:
-        lines.append(f"canonical heads: {len(res.heads)}")
+        lines.append(f"canonical heads: {len(res.heads)}"
+                     + ("  (v as residues modulo p: certified modulo p only)"
+                        if not res.exact_over_q and res.field.is_exact else ""))
         for n, h in enumerate(res.heads, 1):
             lines.append(f"  head {n}: W = {[[K.format(x) for x in r] for r in h.W]}")
             lines.append(f"          v = {[K.format(x) for x in h.v]}")

@@ -24,11 +24,12 @@ from dataclasses import dataclass, field as dc_field
 from . import linalg
 from .certify import CertificateError, certify
 from .fields.base import ExactnessError, Field, FieldError
-from .fields.modular import BadReduction, ReconstructionError
+from .fields.modular import BadReduction, Modular, ModularImage, ReconstructionError, ResidueModular
 from .interpolate import cauchy_interpolate, poles, poles_among
 from .linalg import SingularMatrix
 from .match import MatchError, PoleCountMismatch, label_basis
 from .model import canonicalize
+from .multimodular import HeightExceeded, PrimesDisagree, learn_over_primes, residue_report
 from .plan import draw_paper_plan, paper_count
 from .solve import solve_heads
 
@@ -71,15 +72,26 @@ class LearnResult:
     error_bound: object = None             # real field: a-posteriori parameter error bound
     real_detail: dict | None = None        # real field: scale, certificate tolerance, ...
     snap: dict | None = None               # snap=True: bounded-height rationals, certified
+    multimodular: dict | None = None       # modular field: primes, exact_over_Q, bound (multimodular.py)
 
     @property
     def certified(self) -> bool:
         return self.status == "certified"
 
     @property
+    def plan_runs(self) -> int:
+        """How many times the final attempt asked its plan: once, or once per prime of the
+        multi-modular method (analysis primes and the confirmation prime)."""
+        return len(self.multimodular["primes"]) if self.multimodular else 1
+
+    @property
     def extra_queries(self) -> int:
-        """Queries beyond one plan's count (spent on retries)."""
-        return self.queries - self.plan_queries if self.attempts > 1 else 0
+        """Queries beyond the final attempt's (``plan_runs`` times the plan's count, plus
+        fallbacks): those spent on retries."""
+        if self.attempts == 1:
+            return 0
+        fallbacks = sum(f.get("queries", 0) for f in self.plan_fallbacks)
+        return self.queries - self.plan_runs * (self.plan_queries + fallbacks)
 
     def to_json(self) -> dict:
         K = self.field.param
@@ -109,33 +121,62 @@ class LearnResult:
             "error_bound": None if self.error_bound is None else str(self.error_bound),
             "real_detail": self.real_detail,
             "snap": self.snap,
+            "exact_over_Q": self.exact_over_q,
+            "multimodular": self.multimodular,
         }
+
+    @property
+    def exact_over_q(self) -> bool:
+        """True when the heads are certified as exact rationals: the rational and symbolic
+        fields, and the modular field through the multi-modular method; False for the real
+        field and for a modular black box fixed to one prime (certified modulo p only)."""
+        if not self.field.is_exact:
+            return False
+        return self.multimodular is None or self.multimodular["exact_over_Q"]
 
 
 class _Recorder:
-    """Wraps the black box: counts, times and records every observation."""
+    """Wraps the black box: counts, times and records every observation.
 
-    def __init__(self, oracle, K: Field, convert: bool):
+    A :meth:`child` records its own observations (e.g. modulo another prime)
+    and adds its counts to its parent's, so the root counts every call."""
+
+    def __init__(self, oracle, K: Field, convert: bool, parent=None):
         self.oracle = oracle
         self.K = K
         self.convert = convert
+        self.parent = parent
         self.observations = []
         self.queries = 0
         self.max_length = 0
         self.seconds = 0.0
 
+    def child(self, oracle, K: Field) -> "_Recorder":
+        return _Recorder(oracle, K, True, parent=self)
+
+    def _count(self, length, seconds):
+        """One answered query of ``length`` tokens (``None``: time spent, no answer)."""
+        self.seconds += seconds
+        if length is not None:
+            self.queries += 1
+            self.max_length = max(self.max_length, length)
+        if self.parent is not None:
+            self.parent._count(length, seconds)
+
     def __call__(self, tokens):
         t0 = time.perf_counter()
-        y = self.oracle(tokens)
-        self.seconds += time.perf_counter() - t0
+        try:
+            y = self.oracle(tokens)
+        except BaseException:
+            self._count(None, time.perf_counter() - t0)
+            raise
+        self._count(len(tokens), time.perf_counter() - t0)
         if self.convert:
             try:
                 y = self.K(y)
             except (ValueError, TypeError, FieldError) as exc:
                 raise Degenerate(f"the black box returned a value that is not in the "
                                  f"{self.K.name} field: {exc}") from None
-        self.queries += 1
-        self.max_length = max(self.max_length, len(tokens))
         self.observations.append((tokens, y))
         return y
 
@@ -168,7 +209,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
           field: Field | None = None, seed=None, query_range: int | None = None,
           retries: int = 0, e_range: int | None = None, trace: bool = False,
           verify: int = 0, plan: str = "paper", rank: int | None = None,
-          noise=None, query_scale=None, snap: bool = False) -> LearnResult:
+          noise=None, query_scale=None, snap: bool = False,
+          max_primes: int | None = None) -> LearnResult:
     """Learn the canonical heads of ``oracle`` (SPEC §3, §5).
 
     ``heads`` (H) or ``max_heads`` (a bound H0) sets the plan.  Query entries
@@ -188,6 +230,12 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     eta on the black box's output error (default: ``oracle.noise``, else 0), and
     ``error_bound`` the a-posteriori bound on the largest parameter error.
     ``snap=True`` adds bounded-height rationals certified against the observations.
+    Over the modular field a model-backed black box (one with ``.over(field)``) is
+    asked modulo as many primes as the heights need, up to ``max_primes``
+    (:mod:`exactlearn.multimodular`): the heads are exact over Q, and
+    ``multimodular`` lists the primes with their queries (the paper's count holds
+    per prime; ``queries`` is the total).  A black box fixed to one prime gets v
+    certified modulo p only (``exact_over_Q`` False, v as residues).
     """
     t_start = time.perf_counter()
     H = head_bound(d, heads, max_heads)
@@ -199,6 +247,9 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         raise ValueError("rank= is a promise for the efficient plan (plan='efficient')")
     plan_kind = plan
     K, convert = resolve_field(oracle, field)
+    if max_primes is not None and (isinstance(max_primes, bool) or not isinstance(max_primes, int)
+                                   or max_primes < 2):
+        raise ValueError(f"max_primes must be an integer >= 2, got {max_primes!r}")
     if plan_kind == "efficient" and not K.is_exact:
         raise ValueError("the efficient plan runs over the exact fields; over the real field "
                          "the learner uses the paper plan (exactlearn.learn_real)")
@@ -214,6 +265,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     tr: list = []
     n_cert = 0
     real = None
+    multimodular = None
     while attempts <= retries:
         attempts += 1
         tr = []
@@ -221,7 +273,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         try:
             plan, R = _draw_checked_plan(oracle, plan_kind, d, H, rng, R, e_range, rank,
                                          adapt=query_range is None and e_range is None)
-            if plan_kind == "efficient":
+            if _over_primes(K):
+                recovered, n_cert, multimodular = _learn_modular(
+                    oracle, plan_kind, plan, rec, K, rng, max_primes, tr if trace else None)
+            elif plan_kind == "efficient":
                 from .learn_efficient import run_efficient
                 recovered, n_cert = run_efficient(plan, rec, K, lambda: rec.observations[start:],
                                                   tr if trace else None)
@@ -239,6 +294,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         except (Degenerate, FieldError, CertificateError, SingularMatrix) as exc:
             error = f"{_kind(exc)}: {exc}"
             recovered = ()
+            multimodular = None
     verified = None
     if error is None and verify:
         if real is not None:
@@ -265,7 +321,53 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         error_bound=real.error_bound if real is not None and error is None else None,
         real_detail=real.detail if real is not None else None,
         snap=(real.snap if real is not None else _exact_snap(recovered)) if snap and error is None
-        else None)
+        else None,
+        multimodular=multimodular)
+
+
+def _over_primes(K) -> bool:
+    """The modular field proper (not the rational field's reduction ModularImage)."""
+    return isinstance(K, Modular) and not isinstance(K, ModularImage)
+
+
+def _learn_modular(oracle, kind, plan, rec, K, rng, max_primes, trace) -> tuple:
+    """The modular field: the multi-modular method when the black box can be asked modulo
+    other primes (``oracle.over``), else one prime with v certified modulo p only.
+
+    Returns ``(heads, n_certified, multimodular report)``."""
+    over = getattr(oracle, "over", None)
+    asked: list = []
+
+    def analyse_at(Kr, box, tr):
+        sub = rec.child(box, Kr)
+        if kind == "efficient":
+            from .learn_efficient import run_efficient
+            heads, n = run_efficient(plan, sub, Kr, lambda: sub.observations, tr)
+        else:
+            y_shared, values = _ask_plan(plan, sub)
+            heads = _analyse(plan, y_shared, values, Kr, tr)
+            n = certify(heads, plan.d, sub.observations, Kr)
+        if not asked:
+            asked.extend(t for t, _ in sub.observations)
+        return heads, n, sub.queries
+
+    if over is None:
+        Kr = ResidueModular(K.p, K.omega, K.D)
+        heads, n, _ = analyse_at(Kr, oracle, trace)
+        return heads, n, residue_report(heads, K)
+
+    def run_prime(Kr):
+        first = Kr.p == K.p
+        return analyse_at(Kr, oracle if first else over(Kr), trace if first else None)
+
+    def confirm(heads, Kc):
+        sub = rec.child(over(Kc), Kc)
+        for tokens in asked:
+            sub(tokens)
+        return sub.observations, certify(heads, plan.d, sub.observations, Kc), sub.queries
+
+    kw = {} if max_primes is None else {"max_primes": max_primes}
+    return learn_over_primes(K, run_prime, confirm, rng, **kw)
 
 
 def _exact_snap(heads) -> dict:
@@ -356,6 +458,10 @@ def _verify(oracle, heads, d, H, K, convert, rng, R, n) -> tuple:
 
 
 def _kind(exc) -> str:
+    if isinstance(exc, HeightExceeded):
+        return "reconstruction failed"
+    if isinstance(exc, PrimesDisagree):
+        return "the primes disagree"
     if isinstance(exc, CertificateError):
         return "certificate failed"
     if isinstance(exc, MatchError) and not isinstance(exc, PoleCountMismatch):

@@ -42,16 +42,26 @@ class CountingOracle:
         self.queries = 0
         self.max_length = 0
         self.seconds = 0.0
+        self._parent = None
 
     def __call__(self, tokens):
         t0 = time.perf_counter()
         try:
             out = self._eval(tokens)
-        finally:
-            self.seconds += time.perf_counter() - t0
-        self.queries += 1
-        self.max_length = max(self.max_length, len(tokens))
+        except BaseException:
+            self._count(None, time.perf_counter() - t0)      # time spent, but no answer
+            raise
+        self._count(len(tokens), time.perf_counter() - t0)
         return out
+
+    def _count(self, length, seconds):
+        """Count one answered query of ``length`` tokens (``None``: no answer, time only)."""
+        if length is not None:
+            self.queries += 1
+            self.max_length = max(self.max_length, length)
+        self.seconds += seconds
+        if self._parent is not None:            # a view over another field counts here too
+            self._parent._count(length, seconds)
 
     def reset(self):
         self.queries = 0
@@ -69,6 +79,25 @@ class Oracle(CountingOracle):
         self.model = model
         self._heads = model.heads
         super().__init__(model.d, field, HeadEvaluator(self._heads, model.d, field))
+
+    def over(self, field: Field) -> "Oracle":
+        """The same model evaluated through another field -- e.g. modulo another
+        prime, for the multi-modular method (:mod:`exactlearn.multimodular`).
+
+        The view has its own counters, and every query it answers is counted by
+        this oracle too, so ``oracle.queries`` is every call the model answered.
+        A field on auto scale takes this oracle's D.
+
+        >>> from exactlearn.model import MultiHeadAttention
+        >>> from exactlearn.fields import Modular
+        >>> o = Oracle(MultiHeadAttention([([["1/2", 0], [0, 1]], [1, 1])]), Modular())
+        >>> o2 = o.over(Modular(p=97))
+        >>> o2([[2, 0]]) == Modular(p=97)(2), o2.field.scale, o2.queries, o.queries
+        (True, 2, 1, 1)
+        """
+        view = Oracle(self.model, field if field.scale is not None else field.with_scale(self.field.D))
+        view._parent = self
+        return view
 
     def check_plan(self, plan) -> int:
         """Largest |D e^T W_h x| over the plan; raise ExactnessError past the field's limit.

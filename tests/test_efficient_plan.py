@@ -43,7 +43,10 @@ def run_row(row, d, H, rank, n, field=None, true_rank=None):
     oracle = Oracle(model, field or Modular())
     res = learn(oracle, d=d, heads=H, seed=n, plan="efficient", rank=rank)
     assert res.queries == oracle.queries
-    assert res.queries == res.plan_queries + sum(f["queries"] for f in res.plan_fallbacks)
+    per_run = res.plan_queries + sum(f["queries"] for f in res.plan_fallbacks)
+    if res.certified and res.multimodular:   # modular: the plan is asked once per prime
+        assert [r["queries"] for r in res.multimodular["primes"]] == [per_run] * res.plan_runs
+    assert res.queries == res.plan_runs * per_run or not res.certified
     return model, res
 
 
@@ -53,7 +56,7 @@ def test_acceptance_row(row, d, H, rank):
         model, res = run_row(row, d, H, rank, n)
         assert res.certified, res.error
         assert res.heads == model.canonical_heads()
-        assert res.queries <= limit(row, d, H)
+        assert res.queries <= res.plan_runs * limit(row, d, H)      # the count holds per prime
         assert res.max_length == 2 * H
 
 
@@ -73,7 +76,8 @@ def test_counts_read_off_the_plan():
 def test_paper_plan_stays_the_default():
     model = MultiHeadAttention([([[1, 0], [0, -1]], [1, 2]), ([[0, 1], [1, 0]], [-1, 1])])
     res = learn(Oracle(model, Modular()), d=2, heads=2, seed=1)
-    assert res.plan == "paper" and res.queries == paper_count(2, 2) and res.plan_detail is None
+    assert res.plan == "paper" and res.plan_detail is None
+    assert res.queries == res.plan_runs * paper_count(2, 2)
 
 
 def test_equal_v_falls_back_to_matching():
@@ -81,7 +85,7 @@ def test_equal_v_falls_back_to_matching():
     assert res.certified and res.heads == model.canonical_heads()
     assert [f["kind"] for f in res.plan_fallbacks] == ["matching"]
     assert "coincide" in res.plan_fallbacks[0]["reason"]
-    assert res.queries <= paper_count(4, 2)
+    assert res.queries <= res.plan_runs * paper_count(4, 2)
 
 
 @pytest.mark.parametrize("true_rank", [2, None])
@@ -149,7 +153,9 @@ def test_json_keys_and_cli(tmp_path, capsys):
     for obj in (paper, eff):
         assert OLD_KEYS | {"plan_fallbacks", "plan_detail"} <= set(obj)
     assert paper["plan"] == "paper" and paper["plan_fallbacks"] == [] and paper["plan_detail"] is None
-    assert eff["plan"] == "efficient" and eff["queries"] == 39 and eff["plan_queries"] == 39
+    assert eff["plan"] == "efficient" and eff["plan_queries"] == 39
+    assert [r["queries"] for r in eff["multimodular"]["primes"]] == [39] * 3    # per prime
+    assert eff["queries"] == 3 * 39 and eff["exact_over_Q"] is True
     assert eff["plan_detail"]["paper_queries"] == 69 and eff["heads"] == paper["heads"]
     assert main(["learn", "--model", str(path), "--heads", "2", "--rank", "1"]) == 2
     assert "--plan efficient" in capsys.readouterr().err

@@ -389,9 +389,13 @@ class Modular(Field):
             raise ValueError(f"omega must be an integer primitive root or None, got {omega!r}")
         p = int(p)
         omega, factors, ctx, polyctx = _setup(p, None if omega is None else int(omega))
+        self.factors = dict(factors)
+        self._arithmetic(p, omega, ctx, polyctx)
+
+    def _arithmetic(self, p, omega, ctx, polyctx):
+        """Element arithmetic of F_p with ``exp(s) = omega^(D*s)`` (no discrete log needed)."""
         self.p = p
         self.omega = omega
-        self.factors = dict(factors)
         self._ctx = ctx
         self._polyctx = polyctx
         self._half = (p - 1) // 2
@@ -645,3 +649,100 @@ class ModularImage(Modular):
         if max_exponent is not None and abs(n) > max_exponent:
             raise NotExponential(f"log_{self.base} is {n}: beyond the bound {max_exponent}")
         return mpq(n, self.D)
+
+
+class ResidueModular(Modular):
+    """:class:`Modular` whose :meth:`to_param` keeps the residue: ``mpq(r)``, 0 <= r < p.
+
+    The multi-modular method (:mod:`exactlearn.multimodular`) analyses a run
+    modulo each prime *without* rational reconstruction: W comes back exactly
+    (discrete logs, lifted to the symmetric range), v as residues, represented
+    by the integers ``r`` whose image in F_p they are.  Everything else is
+    :class:`Modular`.
+
+    >>> K = ResidueModular(p=97)
+    >>> K.to_param(K("1/2"))
+    mpq(49,1)
+    """
+
+    def _key(self):
+        return ("ResidueModular", self.p, self.omega, self.scale)
+
+    def __repr__(self):
+        return f"ResidueModular(p={_pretty_prime(self.p)}, omega={self.omega}, scale={self.scale})"
+
+    def __reduce__(self):
+        return (ResidueModular, (self.p, self.omega, self.scale))
+
+    def with_scale(self, scale):
+        return ResidueModular(self.p, self.omega, scale)
+
+    def to_param(self, a):
+        """The residue itself, as the integer in [0, p) whose image it is."""
+        return mpq(int(self(a)))
+
+
+class ConfirmationModular(Modular):
+    """F_p for *any* prime p, with ``exp(s) = omega^(D*s)`` for a given omega != 0, 1.
+
+    The multi-modular method confirms a reconstruction modulo a random prime
+    that it draws itself (:func:`exactlearn.multimodular.draw_confirmation_field`);
+    such a prime has no smooth p - 1, so this field has no discrete log (its
+    :meth:`log` raises :class:`NotExponential`) and omega need not be a
+    primitive root.  Exponentials, arithmetic and equality are those of
+    :class:`Modular`; ``exp`` accepts every integer exponent D*s.
+
+    >>> K = ConfirmationModular(2**127 - 1, omega=5, scale=2)
+    >>> K.exp(mpq(3, 2)) == K(125)
+    True
+    """
+
+    def __init__(self, p: int, omega: int, scale: int | None = None):
+        Field.__init__(self, scale)
+        p, omega = int(p), int(omega)
+        if p < 5 or not gmpy2.is_prime(p, 50):
+            raise ValueError(f"p must be an odd prime, got {p}")
+        if not 1 < omega < p - 1:
+            raise ValueError(f"omega must lie in [2, p-2], got {omega}")
+        self.factors = {}
+        self._arithmetic(p, omega, flint.fmpz_mod_ctx(p), flint.fmpz_mod_poly_ctx(p))
+        self._half = None
+
+    def _key(self):
+        return ("ConfirmationModular", self.p, self.omega, self.scale)
+
+    def __repr__(self):
+        return f"ConfirmationModular(p={self.p}, omega={self.omega}, scale={self.scale})"
+
+    def __reduce__(self):
+        return (ConfirmationModular, (self.p, self.omega, self.scale))
+
+    def with_scale(self, scale):
+        return ConfirmationModular(self.p, self.omega, scale)
+
+    def describe(self):
+        return {"field": self.name, "p": str(self.p), "omega": self.omega, "scale": self.D,
+                "role": "confirmation"}
+
+    @property
+    def max_exponent(self):
+        return None
+
+    def exponent(self, s) -> int:
+        n = as_mpq(s) * self.D
+        if n.denominator != 1:
+            raise ExactnessError(f"exp({s}) is not exact with D={self.D}: D*s = {n}")
+        return int(n.numerator)
+
+    def power(self, n):
+        cache = self._exp_cache
+        v = cache.get(n)
+        if v is None:
+            v = self._omega_el ** n if n >= 0 else self._omega_inv ** (-n)
+            if len(cache) >= 1 << 16:
+                cache.clear()
+            cache[n] = v
+        return v
+
+    def log(self, a, max_exponent: int | None = None):
+        raise NotExponential("the confirmation field has no discrete logarithm")

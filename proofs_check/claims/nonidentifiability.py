@@ -70,6 +70,11 @@ class Recording:
         self.asked.append([tuple(t) for t in tokens])
         return self.oracle(tokens)
 
+    def over(self, field):
+        """The model modulo another prime (the multi-modular method asks the same
+        queries again there; ``asked`` keeps the first prime's)."""
+        return self.oracle.over(field)
+
 
 def nonident_trial(args) -> dict:
     """``args = (seed, index, d, H, kind, n_symbolic, n_rational, field_name)``: the
