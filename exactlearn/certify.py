@@ -6,6 +6,7 @@ own tolerance (``K.eq``).  The first mismatching observation is reported.
 
 from __future__ import annotations
 
+from .fields.base import ExactnessError
 from .model import HeadEvaluator
 
 
@@ -21,7 +22,12 @@ def certify(heads, d: int, observations, K) -> int:
     ev = HeadEvaluator(heads, d, K)
     n = 0
     for tokens, value in observations:
-        got = ev(tokens)
+        try:
+            got = ev(tokens)
+        except ExactnessError as exc:      # recovered heads the field cannot even evaluate
+            raise CertificateError(
+                f"the recovered heads cannot be evaluated exactly on an observed query ({exc}); "
+                f"they do not describe the black box") from None
         if not K.eq(got, value):
             raise CertificateError(
                 f"recovered heads do not reproduce the oracle on a query of length {len(tokens)} "

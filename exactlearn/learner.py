@@ -292,7 +292,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
             error = None
             break
         except (Degenerate, FieldError, CertificateError, SingularMatrix) as exc:
-            error = f"{_kind(exc)}: {exc}"
+            error = f"{_kind(exc)}: {exc}" + _bound_hint(exc, H)
             recovered = ()
             multimodular = None
     verified = None
@@ -457,6 +457,15 @@ def _verify(oracle, heads, d, H, K, convert, rng, R, n) -> tuple:
     return True, None
 
 
+def _bound_hint(exc, H) -> str:
+    """A black box with more canonical heads than the bound fails like a degenerate draw or
+    a box outside the class: say so, since the bound is the user's to raise."""
+    if isinstance(exc, (ExactnessError, HeightExceeded)):
+        return ""
+    return (f" [note: a black box with more than {H} canonical head{'s' if H > 1 else ''} "
+            f"(the bound) fails this way too: raise --heads / --max-heads]")
+
+
 def _kind(exc) -> str:
     if isinstance(exc, HeightExceeded):
         return "reconstruction failed"
@@ -524,7 +533,8 @@ def _analyse(plan, y_shared, values, K: Field, trace) -> tuple:
     for n, c in enumerate(configs):
         if not K.eq(rfs[n].limit(K), dot(V, c.a)):
             raise Degenerate(f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) "
-                             f"is not V.a (an additive constant or a bias is present)")
+                             f"is not V.a (more heads than the bound H = {H}, an additive constant, "
+                             f"or a bias)")
     # poles: root finding for the basis configurations; a matching configuration's
     # poles can only be products of two basis configurations' rho (SPEC §3), so
     # they are looked for among those first (poles_among falls back to roots)
