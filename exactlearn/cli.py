@@ -127,24 +127,40 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def random_model(d: int, H: int, seed=None, merge=False, cancel=False, entries=3, den=2):
-    """A random model; ``merge`` makes heads share W, ``cancel`` adds a cancelling pair."""
+    """A random model; ``merge`` makes heads share W, ``cancel`` adds a cancelling pair.
+
+    The structure asked for is really there (:func:`~exactlearn.model.structure`):
+    a draw whose merged pair has a zero v or sums to 0, or whose cancelling pair
+    has v = 0 or shares its W with another head, is redrawn from the same seeded
+    generator (the first draw is the one earlier versions wrote).  With both
+    flags, H = 2 gives the cancelling pair only and H = 3 a merged group of three
+    (v, u, -u); H >= 4 gives both."""
     from fractions import Fraction
+
+    from .model import structure
     rng = random.Random(seed)
 
     def q(n, dmax):
         return Fraction(rng.randint(-n, n), rng.randint(1, dmax))
 
-    heads = []
-    for _ in range(H):
-        W = [[q(entries, den) for _ in range(d)] for _ in range(d)]
-        v = [q(entries, 3) for _ in range(d)]
-        heads.append((W, v))
-    if merge and H >= 2:
-        heads[1] = (heads[0][0], heads[1][1])
-    if cancel and H >= 2:
-        src = H - 2 if not (merge and H == 2) else 0
-        heads[-1] = (heads[src][0], [-x for x in heads[src][1]])
-    return MultiHeadAttention(heads, d=d)
+    want_merge = merge and H >= 2 and not (cancel and H == 2)
+    want_cancel = cancel and H >= 2 and not (merge and H == 3)
+    for _ in range(1000):
+        heads = []
+        for _ in range(H):
+            W = [[q(entries, den) for _ in range(d)] for _ in range(d)]
+            v = [q(entries, 3) for _ in range(d)]
+            heads.append((W, v))
+        if merge and H >= 2:
+            heads[1] = (heads[0][0], heads[1][1])
+        if cancel and H >= 2:
+            src = H - 2 if not (merge and H == 2) else 0
+            heads[-1] = (heads[src][0], [-x for x in heads[src][1]])
+        model = MultiHeadAttention(heads, d=d)
+        s = structure(model.heads)
+        if (not want_merge or s.merged >= 1) and (not want_cancel or s.cancelled >= 1):
+            return model
+    raise BadInput(f"no random model with d={d}, H={H} has the structure asked for")
 
 
 def _cmd_learn(args) -> int:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from .fields.base import ExactnessError, Field, as_mpq, format_rational, lcm_of_denominators
 
@@ -85,6 +85,43 @@ def canonicalize(heads: Iterable[Head]) -> tuple:
         acc = groups.get(h.W)
         groups[h.W] = h.v if acc is None else tuple(a + b for a, b in zip(acc, h.v))
     return tuple(sorted(Head(W, v) for W, v in groups.items() if any(x != 0 for x in v)))
+
+
+class Structure(NamedTuple):
+    """What the canonical form does to a list of raw heads (see :func:`structure`)."""
+
+    merged: int       # W groups of >= 2 heads with nonzero v and a nonzero sum: one canonical head each
+    cancelled: int    # W groups of >= 2 heads with nonzero v summing to 0: dropped
+    zero: int         # raw heads with v = 0 (they vanish on their own)
+
+
+def structure(heads: Iterable[Head]) -> Structure:
+    """Count the merges, cancellations and zero heads the canonical form resolves (SPEC §1).
+
+    A model is canonical (its own canonical form, up to order) exactly when all
+    three counts are 0.  Generators of "merged" or "cancelling" test models use it
+    to make sure the structure they promise is really there.
+
+    >>> W = ((1, 0), (0, 1))
+    >>> structure([Head(W, (1, 2)), Head(W, (0, 1)), Head(((0, 1), (0, 0)), (3, 3)),
+    ...            Head(((0, 1), (0, 0)), (-3, -3)), Head(((2, 0), (0, 0)), (0, 0))])
+    Structure(merged=1, cancelled=1, zero=1)
+    """
+    groups: dict = {}
+    zero = 0
+    for h in heads:
+        if any(x != 0 for x in h.v):
+            groups.setdefault(h.W, []).append(h.v)
+        else:
+            zero += 1
+    merged = cancelled = 0
+    for vs in groups.values():
+        if len(vs) >= 2:
+            if any(sum(col) != 0 for col in zip(*vs)):
+                merged += 1
+            else:
+                cancelled += 1
+    return Structure(merged, cancelled, zero)
 
 
 class MultiHeadAttention:

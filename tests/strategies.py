@@ -8,7 +8,10 @@ Every strategy is keyword-parameterised, in the style of hypothesis' own
   with rational W (denominators up to ``w_den``) and v, optionally with
   ``merged`` heads (two heads share W, so canonical form sums their v) and
   ``cancelling`` heads (heads that share W and whose v sum to zero, so the
-  group is dropped);
+  group is dropped).  The promised structure is always there
+  (:func:`has_structure`, filtered): a "merged" model really merges two nonzero
+  v into a nonzero sum, a "cancelling" model really drops a group -- it is
+  never already canonical;
 * :func:`random_models`      -- the same family with entries from ``random.Random``
   (generic models; hypothesis' own draws favour zeros and repeats);
 * :func:`any_models`         -- either of the two;
@@ -32,6 +35,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from exactlearn import MultiHeadAttention
+from exactlearn.model import structure
 
 #: ``max_examples`` of the ``ci`` profile (conftest.py); :func:`scaled` is relative to it.
 CI_MAX_EXAMPLES = 10
@@ -91,13 +95,35 @@ def build_model(randint, d: int, H: int, *, merged: bool = False, cancelling: bo
     return MultiHeadAttention(heads, d=d)
 
 
-@st.composite
-def models(draw, *, d: int | None = None, heads: int | None = None, min_d: int = 1, max_d: int = 3,
-           min_heads: int = 1, max_heads: int = 3, merged: bool = False, cancelling: bool = False,
-           w_num: int = 3, w_den: int = 2, v_num: int = 3, v_den: int = 3):
-    """Random models; ``d``/``heads`` fix the sizes, otherwise drawn from the ranges.
+def has_structure(model, merged: bool = False, cancelling: bool = False) -> bool:
+    """Whether the structure asked of :func:`build_model` is really there.
 
-    The head count is at least :func:`min_heads_for` the options."""
+    A raw draw can lose it: a v of the merged pair may be 0 or the pair's v may
+    sum to 0 (nothing merged), the cancelling group may share its W with another
+    head (nothing dropped), or a v of the group may be 0.  Then a check of the
+    canonical form would not exercise the merge or the cancellation it is meant for."""
+    s = structure(model.heads)
+    return (not merged or s.merged >= 1) and (not cancelling or s.cancelled >= 1)
+
+
+def models(*, merged: bool = False, cancelling: bool = False, **kw):
+    """Random models; ``d``/``heads`` fix the sizes, otherwise drawn from the ranges
+    (keywords of :func:`_models`).
+
+    The head count is at least :func:`min_heads_for` the options; ``merged`` and
+    ``cancelling`` models are filtered to those that really have the structure
+    (:func:`has_structure`; up to one hypothesis draw in five is rejected)."""
+    strategy = _models(merged=merged, cancelling=cancelling, **kw)
+    if merged or cancelling:
+        strategy = strategy.filter(lambda m: has_structure(m, merged, cancelling))
+    return strategy
+
+
+@st.composite
+def _models(draw, *, d: int | None = None, heads: int | None = None, min_d: int = 1, max_d: int = 3,
+            min_heads: int = 1, max_heads: int = 3, merged: bool = False, cancelling: bool = False,
+            w_num: int = 3, w_den: int = 2, v_num: int = 3, v_den: int = 3):
+    """One raw :func:`build_model` draw from hypothesis' integers."""
     if d is None:
         d = draw(st.integers(min_d, max_d))
     if heads is None:
@@ -155,6 +181,15 @@ def token_sequences(draw, d: int, *, min_len: int = 1, max_len: int = 7, entries
 
 
 def seeded_model(seed, d: int, H: int, **kw):
-    """:func:`build_model` driven by ``random.Random(seed)`` (fixed batches)."""
+    """:func:`build_model` driven by ``random.Random(seed)`` (fixed batches).
+
+    A ``merged`` or ``cancelling`` draw without its structure (:func:`has_structure`)
+    is redrawn from the same ``Random``; the first draw is the one earlier versions
+    returned, so seeds that always had the structure give the same model."""
     rng = random.Random(seed)
-    return build_model(rng.randint, d, H, **kw)
+    merged, cancelling = kw.get("merged", False), kw.get("cancelling", False)
+    for _ in range(1000):
+        model = build_model(rng.randint, d, H, **kw)
+        if has_structure(model, merged, cancelling):
+            return model
+    raise ValueError(f"seed {seed}: no model with merged={merged}, cancelling={cancelling} in 1000 draws")

@@ -1,7 +1,7 @@
 """Round trip (SPEC §3, §5): learn(Oracle(model)) is the model's canonical form.
 
 Whenever the learner certifies, its heads must *equal* ``model.canonical_heads()``
-(exact rationals), with exactly ``4Hd^2 - 2H + 1`` queries, the longest of
+(exact rationals) and the canonical form computed apart (tests/reference.py), with exactly ``4Hd^2 - 2H + 1`` queries, the longest of
 ``2H + 1`` tokens (H the head count given, or the bound H0).  A failure must
 be explicit: status "failed", a reason, no heads.  A certified wrong answer
 fails every test here.
@@ -17,6 +17,7 @@ from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.fields import Rational
 from exactlearn.plan import paper_count
 
+from reference import as_set, reference_canonical
 from strategies import any_models, bounded_models, models, random_models, scaled, seeded_model, seeds
 
 
@@ -25,6 +26,7 @@ def check_round_trip(res, model, H):
     event(res.status)
     if res.certified:
         assert res.heads == model.canonical_heads(), "certified a wrong answer"
+        assert as_set(res.heads) == reference_canonical(model)      # computed apart from canonicalize
         assert res.error is None
         assert res.queries == 4 * H * model.d ** 2 - 2 * H + 1 == paper_count(model.d, H)
         assert res.max_length == 2 * H + 1

@@ -25,7 +25,7 @@ from exactlearn import Oracle, learn
 from exactlearn.fields import Rational
 from exactlearn.plan import paper_count
 
-from ..models import heads_json, random_model, trial_rng
+from ..models import heads_json, kind_holds, random_model, trial_rng
 
 #: The rational field's query half-width in the campaigns (SPEC §5: degenerate
 #: draws are common over small ranges, rare over large ones; bit sizes grow with R).
@@ -85,7 +85,10 @@ def learning_trial(args) -> dict:
     row = {"trial": [seed, claim_id, index], "field": field_name, "d": d, "H": H, "bound": bound,
            "upper_bound": H0 is not None, "kind": kind, "range": R,
            "canonical_heads": len(canonical), "expected_queries": paper_count(d, bound),
-           "expected_length": 2 * bound + 1, "retries": retries}
+           "expected_length": 2 * bound + 1, "retries": retries,
+           # the oracle evaluates the raw model; for a structured kind it must differ from
+           # the canonical form the answer is judged against (else: a self-comparison)
+           "structure_ok": kind in ("plain", "den") or kind_holds(model, kind)}
     t0 = time.perf_counter()
     try:
         K = make_field(field_name)
@@ -153,6 +156,7 @@ def recovery_summary(rows, threshold=Fraction(2, 3), min_certified=1) -> tuple:
     inconclusive: otherwise.
     """
     rows = list(rows)
+    missing = [r for r in rows if not r.get("structure_ok", True)]
     by_field: dict = {}
     wrong, crashes, failures = [], [], []
     reasons = Counter()
@@ -196,6 +200,8 @@ def recovery_summary(rows, threshold=Fraction(2, 3), min_certified=1) -> tuple:
         "failed_by_reason": dict(reasons.most_common()),
         "grid": dict(sorted(grid.items())),
         "kinds": dict(sorted(kinds.items())),
+        "non_canonical_runs": sum(1 for r in rows if r.get("canonical_heads", r["H"]) < r["H"]),
+        "structured_runs_missing_structure": len(missing),
         "wrong_examples": wrong[:3],
         "series": {"time_vs_d": {"points": time_points(rows)}},
         "crash_examples": crashes[:3],
@@ -208,6 +214,9 @@ def recovery_summary(rows, threshold=Fraction(2, 3), min_certified=1) -> tuple:
         problems.append(f"{len(crashes)} run(s) raised instead of returning a flagged failure")
     if not rows:
         problems.append("no runs")
+    if missing:
+        problems.append(f"{len(missing)} merged/cancelling model(s) without their structure: "
+                        f"the answer was judged against a canonical form equal to the raw model")
     for name, f in by_field.items():
         if "(stress)" not in name and Fraction(f["certified"], max(f["runs"], 1)) < threshold:
             problems.append(f"{name}: certified fraction {f['certified']}/{f['runs']} below {threshold}")

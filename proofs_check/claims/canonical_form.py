@@ -5,10 +5,18 @@ Two checks per random model (every kind of :mod:`proofs_check.models`):
 
 1. *Only the canonical form matters.*  The model, its canonical form and the
    model with its heads permuted give exactly the same value on random queries
-   (repeated tokens included).  The comparison runs in the symbolic field
+   (repeated tokens included).  Each is evaluated as written, every raw head
+   included, at the model's scale D (the lcm of its raw W denominators); the
+   model's value is also computed as the sum of its raw heads taken one at a
+   time (:func:`sum_of_heads`), so no grouping enters the raw side.  The
+   comparison runs in the symbolic field
    Q(T), T = e^(1/D): equality there is equality for the true exponential
    (T is transcendental), not only for one specialisation.  Further queries
    run in the rational field (base 2).  Any difference refutes the claim.
+   The comparison must be between different things: every model of a merged
+   or cancelling kind must differ from its canonical form (``non_canonical``),
+   and the permutation must move the heads whenever two differ; otherwise the
+   claim is inconclusive.
 2. *Distinct canonical forms, distinct functions.*  The canonical form is
    perturbed (a W entry, a v entry, a head dropped, added or merged into
    another, two v swapped) into a model whose canonical form differs; a random
@@ -21,13 +29,14 @@ Two checks per random model (every kind of :mod:`proofs_check.models`):
 
 from __future__ import annotations
 
+import gmpy2
 from gmpy2 import mpq
 
 from exactlearn.fields import Rational, Symbolic
-from exactlearn.model import Head, MultiHeadAttention, canonicalize
+from exactlearn.model import Head, MultiHeadAttention, canonicalize, structure
 
 from ..claim import ClaimResult, claim
-from ..models import kinds_for, random_model, random_query, random_W, trial_rng
+from ..models import expected_canonical_heads, kinds_for, random_model, random_query, random_W, trial_rng
 from ._learning import level
 
 ID = "canonical-form"
@@ -65,6 +74,15 @@ def perturb(rng, heads: tuple, d: int, how: str):
     return heads
 
 
+def sum_of_heads(model: MultiHeadAttention, q, K):
+    """f(X) as the sum over the raw heads, each evaluated as a one-head model: the
+    raw side of the comparison, with no grouping of heads anywhere in its path."""
+    total = K.zero
+    for h in model.heads:
+        total = total + MultiHeadAttention([h], d=model.d).evaluate(q, K)
+    return total
+
+
 def canonical_trial(args) -> dict:
     """``args = (seed, index, d, H, kind, n_symbolic, n_rational, search)``."""
     seed, index, d, H, kind, n_sym, n_rat, search = args
@@ -74,16 +92,24 @@ def canonical_trial(args) -> dict:
     cmodel = MultiHeadAttention(list(canon), d=d)
     perm = list(model.heads)
     rng.shuffle(perm)
+    if tuple(perm) == model.heads:            # the identity: rotate (moves two different heads)
+        perm = perm[1:] + perm[:1]
     pmodel = MultiHeadAttention(perm, d=d)
-    D = model.scale()
+    D = model.scale()                         # raw: every head of the model, as written
+    shape = structure(model.heads)
     row = {"trial": [seed, ID, index], "d": d, "H": H, "kind": kind,
-           "canonical_heads": len(canon), "scale": D, "mismatches": []}
+           "canonical_heads": len(canon), "scale": D, "mismatches": [],
+           "non_canonical": len(canon) < H,
+           "structure_as_kind": kind in ("plain", "den") or (
+               len(canon) == expected_canonical_heads(H, kind) and (shape.merged or shape.cancelled) > 0),
+           "permuted": pmodel.heads != model.heads}
     maxlen = 2 * H + 3
     for field, n, R in ((Symbolic(scale=D), n_sym, 2), (Rational(scale=D), n_rat, 6)):
         for _ in range(n):
             q = random_query(rng, d, maxlen, R)
             a, b, c = (m.evaluate(q, field) for m in (model, cmodel, pmodel))
-            if not (field.eq(a, b) and field.eq(a, c)):
+            r = sum_of_heads(model, q, field)
+            if not (field.eq(a, b) and field.eq(a, c) and field.eq(r, b)):
                 row["mismatches"].append({"field": field.name, "query": [list(t) for t in q],
                                           "model": model.to_json()})
         row[f"{field.name}_queries"] = n
@@ -96,7 +122,7 @@ def canonical_trial(args) -> dict:
     row["perturbation"] = how
     row["distinct_canonical"] = canonicalize(other) != canon
     omodel = MultiHeadAttention(other, d=d)
-    K = Rational(scale=D * omodel.scale())
+    K = Rational(scale=int(gmpy2.lcm(cmodel.scale(), omodel.scale())))   # realises both raw models
     row["witness_after"] = None
     for n in range(1, search + 1):
         q = random_query(rng, d, maxlen, 6)
@@ -109,6 +135,10 @@ def canonical_trial(args) -> dict:
 
 def canonical_summary(rows, min_pairs: int) -> tuple:
     mism = [m for r in rows for m in r["mismatches"]]
+    # self-comparisons: a merged/cancelling model without its structure (then it may be
+    # its own canonical form), or no model at all that differs from its canonical form
+    # or from its permutation
+    vacuous = [r for r in rows if not r["structure_as_kind"]]
     not_distinct = [r for r in rows if not r["distinct_canonical"]]
     pairs = [r for r in rows if r["distinct_canonical"]]
     unwitnessed = [r for r in pairs if r["witness_after"] is None]
@@ -118,6 +148,9 @@ def canonical_summary(rows, min_pairs: int) -> tuple:
         "equal_on_queries": {"symbolic Q(T)": sum(r["symbolic_queries"] for r in rows),
                              "rational base 2": sum(r["rational_queries"] for r in rows)},
         "mismatches": len(mism),
+        "non_canonical_models": sum(1 for r in rows if r["non_canonical"]),
+        "permuted_models": sum(1 for r in rows if r["permuted"]),
+        "structured_models_missing_structure": len(vacuous),
         "distinct_pairs": len(pairs),
         "witnessed": len(pairs) - len(unwitnessed),
         "queries_to_witness": {"max": after[-1], "median": after[len(after) // 2]} if after else None,
@@ -131,6 +164,13 @@ def canonical_summary(rows, min_pairs: int) -> tuple:
     if mism:
         return "refuted", evidence
     problems = []
+    if vacuous:
+        problems.append(f"{len(vacuous)} merged/cancelling model(s) without their structure "
+                        f"(compared with themselves)")
+    if not any(r["non_canonical"] for r in rows):
+        problems.append("no model differed from its canonical form")
+    if not any(r["permuted"] for r in rows):
+        problems.append("no permutation moved the heads")
     if not_distinct:
         problems.append(f"{len(not_distinct)} perturbation(s) did not change the canonical form")
     if unwitnessed:

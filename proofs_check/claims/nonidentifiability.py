@@ -29,7 +29,7 @@ from gmpy2 import mpq
 
 from exactlearn import Oracle, learn
 from exactlearn.fields import Rational, Symbolic
-from exactlearn.model import Head, MultiHeadAttention
+from exactlearn.model import Head, MultiHeadAttention, structure
 
 from ..claim import ClaimResult, claim
 from ..models import canonical_model, random_model, random_query, random_W, split_head, trial_rng
@@ -50,8 +50,12 @@ def reparameterise(rng, model: MultiHeadAttention, variant: str) -> MultiHeadAtt
         while len(heads) > 1 and tuple(heads) == out.heads:
             rng.shuffle(heads)
         return MultiHeadAttention(heads, d=model.d)
-    if variant == "cancelling pair":
-        W = tuple(tuple(mpq(x.numerator, x.denominator) for x in row) for row in random_W(rng, model.d, 2))
+    if variant == "cancelling pair":          # a W no head has: a group the canonical form drops
+        taken = {h.W for h in model.heads}
+        while True:
+            W = tuple(tuple(mpq(x.numerator, x.denominator) for x in row) for row in random_W(rng, model.d, 2))
+            if W not in taken:
+                break
         u = tuple(mpq(rng.randint(1, 4)) for _ in range(model.d))
         heads = list(model.heads) + [Head(W, u), Head(W, tuple(-x for x in u))]
         rng.shuffle(heads)
@@ -91,7 +95,10 @@ def nonident_trial(args) -> dict:
     row = {"trial": [seed, ID, index], "field": field_name, "d": d, "H": A.H, "kind": kind,
            "variant": variant,
            "raw_heads": [A.H, A2.H], "raw_distinct": A.heads != A2.heads,
-           "same_canonical": A.canonical_heads() == A2.canonical_heads(), "output_mismatches": []}
+           "same_canonical": A.canonical_heads() == A2.canonical_heads(), "output_mismatches": [],
+           # A is canonical and A2 is not: what part 1 compares are two different models
+           "A_canonical": structure(A.heads) == (0, 0, 0),
+           "A2_structure": list(structure(A2.heads))}
     # 1. same outputs, exactly (Q(T) and base 2), on random queries
     D = A2.scale()                   # a multiple of A's scale
     for K, n, entries in ((Symbolic(scale=D), n_sym, 2), (Rational(scale=D), n_rat, 6)):
@@ -139,6 +146,9 @@ def nonident_trial(args) -> dict:
 def nonident_summary(rows, threshold=2 / 3) -> tuple:
     mism = [r for r in rows if r["output_mismatches"]]
     not_distinct = [r for r in rows if not r["raw_distinct"]]
+    # part 1 must compare a canonical model with a non-canonical one (not a model with itself)
+    same_shape = [r for r in rows if not r["A_canonical"] or not any(r["A2_structure"])
+                  or (r["variant"] == "cancelling pair" and r["A2_structure"][1] == 0)]
     canon_differ = [r for r in rows if not r["same_canonical"]]
     learner_wrong = [r for r in rows if False in r["learner_equal"]]
     both = [r for r in rows if r["learner"] == ["certified", "certified"]]
@@ -149,6 +159,7 @@ def nonident_summary(rows, threshold=2 / 3) -> tuple:
     evidence = {
         "pairs": len(rows),
         "raw_distinct": len(rows) - len(not_distinct),
+        "canonical_vs_non_canonical": len(rows) - len(same_shape),
         "equal_outputs": len(rows) - len(mism),
         "queries_compared": sum(r["queries_compared"] for r in rows),
         "same_canonical_form": len(rows) - len(canon_differ),
@@ -176,6 +187,8 @@ def nonident_summary(rows, threshold=2 / 3) -> tuple:
     problems = []
     if not_distinct:
         problems.append(f"{len(not_distinct)} reparameterisation(s) were not distinct")
+    if same_shape:
+        problems.append(f"{len(same_shape)} pair(s) where A is not canonical, A' is, or A' drops no group")
     if not_b_distinct:
         problems.append(f"{len(not_b_distinct)} perturbation(s) kept the canonical form")
     if not rows or len(both) < threshold * len(rows):
