@@ -320,6 +320,9 @@ def draw_queries(path, claim_series, timing_rows) -> Figure:
 
 
 def draw_failure(path, series_list, own: bool) -> Figure:
+    """Failure rate against R per (field, d, H): points with exact binomial
+    (Clopper-Pearson) 95% intervals, and the bound where it is below 1."""
+    from .claims.probability_one_rate import cp_lower, cp_upper
     plt = _plt()
     fig, ax = plt.subplots(figsize=(10.5, 5.5))
     sources = []
@@ -331,41 +334,49 @@ def draw_failure(path, series_list, own: bool) -> Figure:
             if _group_label(p) not in fields:
                 fields.append(_group_label(p))
         for fname in fields:
-            pts = sorted((p for p in s["points"] if _group_label(p) == fname), key=lambda p: _f(p["range"]))
+            pts = sorted((p for p in s["points"] if _group_label(p) == fname and p["runs"]),
+                         key=lambda p: _f(p["range"]))
+            if not pts:
+                continue
             colour = f"C{k}"
             k += 1
-            R = [_f(p["range"]) for p in pts]
-            rate = [p["failures"] / p["runs"] if p["runs"] else float("nan") for p in pts]
-            up = [3.0 / p["runs"] if p["runs"] else float("nan") for p in pts]
-            nz = [(x, y) for x, y in zip(R, rate) if y > 0]
-            z = [(x, u) for x, y, u in zip(R, rate, up) if y == 0]
-            ax.plot([x for x, _ in nz], [y for _, y in nz], "o-", color=colour, lw=1.5,
-                    label=f"measured: {fname}")
+            cells = [(_f(p["range"]), int(p["failures"]), int(p["runs"])) for p in pts]
+            nz = [(R, f / n, cp_lower(f, n, 0.025), cp_upper(f, n, 0.025)) for R, f, n in cells if f]
+            z = [(R, cp_upper(0, n, 0.025)) for R, f, n in cells if not f]
+            if nz:
+                ax.errorbar([R for R, *_ in nz], [y for _, y, _, _ in nz],
+                            yerr=[[y - lo for _, y, lo, _ in nz], [up - y for _, y, _, up in nz]],
+                            fmt="o-", color=colour, lw=1.5, capsize=3, elinewidth=1.0,
+                            label=f"{fname}: rate, 95% CP interval")
             if z:
-                ax.plot([x for x, _ in z], [u for _, u in z], "v", color=colour, mfc="none", ms=8,
-                        label=f"no failure (95% limit 3/runs): {fname}")
-            bound = [min(1.0, _f(p["bound"])) for p in pts if p.get("bound") is not None]
+                ax.plot([R for R, _ in z], [u for _, u in z], "v", color=colour, mfc="none", ms=8,
+                        label=f"{fname}: 0 failures (CP upper)")
+            bound = [(_f(p["range"]), _f(p["bound"])) for p in pts
+                     if p.get("bound") is not None and _f(p["bound"]) < 1]
             if bound:
-                ax.plot(R, bound, "--", color=colour, lw=1.3, label=f"bound: {fname}")
-            floor = min([floor] + [y for _, y in nz] + [u for _, u in z] + bound)
+                ax.plot([R for R, _ in bound], [b for _, b in bound], "--", color=colour, lw=1.3,
+                        label=f"{fname}: bound (where < 1)")
+            floor = min([floor] + [lo for _, _, lo, _ in nz if lo > 0] + [y for _, y, _, _ in nz]
+                        + [u for _, u in z] + [b for _, b in bound if b > 0])
             wrong = sum(int(p.get("wrong", 0)) for p in pts)
             sources.append(f"{cid}: {fname}, {sum(p['runs'] for p in pts)} runs, "
                            f"{wrong} certified-but-wrong")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_ylim(max(floor / 3, 1e-6), 1.6)
+    ax.set_ylim(max(floor / 3, 1e-10), 1.6)
     ax.set_xlabel("sampling half-width R (query entries uniform in [−R, R], log scale)")
     ax.set_ylabel("failure rate (runs not certified, log scale)")
-    title = "Learner failure rate vs sampling range, with the failure bound"
+    title = "Learner failure rate vs sampling range (95% Clopper–Pearson intervals), with the bound"
     ax.set_title(title + ("\n(own rational-field campaign: no claim reported this series)" if own else ""),
                  fontsize=11)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     _save(fig, path)
     formula = next((s.get("bound_formula") for _, s in series_list if s.get("bound_formula")), "")
-    caption = ("Failure rate of the learner (not certified) against R; dashed: the bound"
-               + (f" {formula}" if formula else "") + ". Triangles mark ranges with no failure, at the "
-               "95% upper confidence limit 3/runs. ")
+    caption = ("Failure rate of the learner (not certified) against R, with exact binomial "
+               "(Clopper–Pearson) 95% intervals; dashed: the bound"
+               + (f" {formula}" if formula else "") + ", drawn where it is below 1. Triangles mark "
+               "ranges with no failure, at the 95% Clopper–Pearson upper limit 1 − 0.025^(1/runs). ")
     caption += ("No claim reported a failure_vs_range series in this run (probability-one-rate absent "
                 "or without series), so this figure comes from its own seeded campaign on the rational "
                 "field (random plain models, d = 2, H = 1 and 2)." if own
