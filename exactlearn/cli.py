@@ -220,7 +220,9 @@ def _modular_lines(res) -> list:
 def summary(res, model=None) -> str:
     """Readable summary of a learning run."""
     K = res.field.param
-    lines = [f"status: {res.status}" + (f" ({res.error})" if res.error else ""),
+    lines = [f"status: {res.status}" + (f" ({res.error})" if res.error else "")
+             + (" within tolerance (real field: not exact)" if res.certified and not res.field.is_exact
+                else ""),
              f"field: {res.field.name}  d: {res.d}  head bound: {res.heads_bound}",
              f"queries: {res.queries} (" + (f"paper count {res.plan_queries}" if res.plan_detail is None
                                             else _plan_counts(res))

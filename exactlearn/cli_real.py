@@ -5,7 +5,8 @@ mpmath or sympy until a run needs it.
 
 ``exactlearn learn`` gains ``--noise ETA [--noise-seed S]`` (a seeded
 :class:`~exactlearn.noise.NoisyOracle`, real field only), ``--query-scale S`` (fix the
-token scale, no probe), ``--snap``; over the real field the JSON has
+token scale, no probe), ``--snap``; over the real field the JSON has ``"exact": false``
+(the result is certified within tolerance, not exactly; ``status`` stays ``"certified"``),
 ``error_bound``, ``probe_queries``, ``real_detail`` and ``model_error`` (the largest
 difference from the model file's canonical heads: the CLI knows the file, the learner
 never sees it).  ``exactlearn demo`` gains ``--symbolic`` and ``--minilm``.

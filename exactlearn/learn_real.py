@@ -22,12 +22,16 @@ when the ``s_h`` of one configuration crowd together their poles do.  So:
   basis families of the plan, ``(x_1, e_1), (x_2, e_2), ...``, sampled at unit scale for
   ``k = 0 .. 2H`` (``2H + 1`` queries each), as many as it takes to see 6 exponents: one
   family (``2H + 1`` queries) for ``H >= 6``, ``ceil(6/H)`` families below.  If the probe
-  cannot be analysed it is repeated at a quarter of the scale, at most 4 times.  Exponents scale by ``sigma^2``, so the probe's exponents then have
-  rms about 1 and every configuration's are of order one (on all-MiniLM-L6-v2 heads:
+  cannot be analysed it is repeated at a quarter of the scale, at most 4 times; if it fails
+  at every one of them the run fails (no scale is guessed: at a tiny scale the heads'
+  exponents crowd below the noise and distinct heads merge).  Exponents scale by
+  ``sigma^2``, so the probe's exponents then have rms about 1 and every configuration's
+  are of order one (on all-MiniLM-L6-v2 heads:
   rms targets 1-2 give errors around 1e-55 at 100 digits, 4 already fails some draws).
   ``query_scale=`` fixes ``sigma`` (no probe).  Probe queries are counted in ``queries``
   and reported separately as ``probe_queries``: ``queries = plan count + probe_queries``
   (probe queries the plan repeats, when ``sigma = 1``, are reused, not asked twice).
+  A run that fails still reports the probe queries it asked.
 
 2. Error propagation (the a-posteriori ``error_bound``)
 ------------------------------------------------------
@@ -72,12 +76,20 @@ The sensitivities are kept at ``dps + 30`` digits: the rows of an ill-conditione
 * Matching (products of ``rho`` and sums of ``c``, :mod:`exactlearn.match`) runs in
   ``K.with_tolerance(tol, sep)`` with ``tol = 30 * max_z B_z / max(1, |z|) * max(1, max rho)``
   over all fitted ``rho`` and ``c``: equal within that, unequal above
-  ``sep = min(sqrt(tol), 10^6 tol)``, undecided (a failure) between.  The limit check
-  ``A = V.a`` of every configuration fails when ``|A - V.a| > 10 B + r``.
+  ``sep = min(sqrt(tol), 10^6 tol)``, undecided (a failure) between.
+* Noise consistency (SPEC §5: a box noisier than the declared eta is not certified).
+  Where the observations fix a quantity more than once, its residual is compared with its
+  first-order bound ``B`` from the ``eta_q`` (:func:`check_noise`): the limit ``A = V.a`` of
+  every configuration (V comes from the group of ``x_1``) and every least-squares family
+  fit (fewer poles than samples allow, residual ``(J J^+ - I) eps``).  A residual above
+  ``NOISE_FACTOR B + r`` (``NOISE_FACTOR = 10``) fails the run with
+  :class:`NoisierThanDeclared`, reason "outputs noisier than the declared eta" (an
+  additive constant or any box outside the class can do the same; both are failures).
 * Certificate: every observation is recomputed from the recovered heads and must agree
   within ``eta_q + sum |df/dW| B_W + sum |df/dv| B_v + rounding`` -- the noise plus the
-  effect of the parameter uncertainty.  It never claims exactness: the result says
-  ``"certificate": "within tolerance"`` and reports the largest residual/tolerance ratio.
+  effect of the parameter uncertainty; a miss is :class:`NoisierThanDeclared` too.  It
+  never claims exactness: the result says ``"certificate": "within tolerance"`` (the
+  learner's JSON ``"exact": false``) and reports the largest residual/tolerance ratio.
 """
 
 from __future__ import annotations
@@ -99,7 +111,6 @@ TARGET = mpq(1)          # the probe family's exponents are scaled to rms about 
 PROBE_TRIES = 4
 SAFETY = 2               # reported bound = SAFETY * first-order bound + rounding
 LINEAR_LIMIT = 1e-3           # a float: compared with low-precision bounds
-LIMIT_FACTOR = 10        # the check A = V.a allows LIMIT_FACTOR first-order bounds
 
 _LO = mpmath.MPContext()  # sensitivities and bounds need only a few digits
 _LO.dps = 20
@@ -205,7 +216,9 @@ def fit_family(K, H, ys, ssens, etas, computed0=False, m=None) -> Fit:
     observed samples alone: all ``2H + 1`` points with the observations' noise when the
     group of ``x_1`` showed ``m = H`` poles (the interpolant is unique and its dependence
     on ``ys[0]`` is in the sensitivities), or ``m`` poles through the observed samples
-    ``k = 1 .. 2m + 1`` when ``m < H``.  The refinement then uses every sample.
+    ``k = 1 .. 2m + 1`` when ``m < H``.  The refinement then uses every sample.  With fewer
+    unknowns than samples (``m < H``) the fit is least squares and its residual is checked
+    against the samples' bounds (:func:`check_noise`).
     """
     ctx = K.ctx
     n = 2 * H + 1
@@ -241,15 +254,47 @@ def fit_family(K, H, ys, ssens, etas, computed0=False, m=None) -> Fit:
                                      f"larger than stated)")
         if any(t <= 0 for t in theta[1:m + 1]):
             raise InterpolationError("a fitted rho is not positive")
-        J, _ = _jacobian(ctx, theta, m, n, yv)
+        J, res = _jacobian(ctx, theta, m, n, yv)
         Jp = _pinv(ctx, J, m, n)
         S = sens_context(K)
         rows = [[S.convert(Jp[i, k]) for k in range(n)] for i in range(2 * m + 1)]
+        if n > 2 * m + 1:      # least squares: the residual (J J^+ - I) eps is seen
+            proj = J * Jp
+            rrows = [[S.convert(proj[k, l] - (k == l)) for l in range(n)] for k in range(n)]
+            resid = [res[k] for k in range(n)]
     theta = [+t for t in theta]
     sens = [_combine(S, zip(rows[i], ssens)) for i in range(2 * m + 1)]
+    if n > 2 * m + 1:
+        slack = _round(K, 64 * ymax)
+        for k in range(n):
+            check_noise(resid[k], _combine(S, zip(rrows[k], ssens)).bound(etas), slack,
+                        f"a family fitted with {m} of at most {H} poles misses its sample k = {k}")
     rhos, cs = theta[1:m + 1], theta[m + 1:]
     return Fit(theta[0], rhos, cs, sens[0], sens[1:m + 1], sens[m + 1:],
                [(r, c) for r, c in zip(rhos, cs)])
+
+
+NOISE_FACTOR = 10        # a residual beyond 10 first-order bounds from eta: noisier than declared
+
+
+class NoisierThanDeclared(CertificateError):
+    """Observations farther from every model of the class than the declared eta allows."""
+
+
+def check_noise(residual, bound, slack, what):
+    """Raise :class:`NoisierThanDeclared` when ``|residual| > NOISE_FACTOR * bound + slack``.
+
+    ``residual`` is a quantity the observations determine more than once (zero for exact
+    outputs of a multi-head attention), ``bound`` its first-order worst case when every
+    output is within its ``eta_q`` of the truth, ``slack`` the rounding of computing it."""
+    r = _LO.convert(abs(residual))
+    allow = NOISE_FACTOR * bound + slack
+    if r > allow:
+        times = f"{_LO.nstr(r / bound, 3)} times" if bound else "above"
+        raise NoisierThanDeclared(
+            f"outputs noisier than the declared eta (or not those of a multi-head attention): "
+            f"{what} by {_LO.nstr(r, 3)}, {times} its first-order bound {_LO.nstr(bound, 3)} "
+            f"from eta (outputs within eta of the model class stay within {NOISE_FACTOR})")
 
 
 def _jacobian(ctx, theta, m, n, ys):
@@ -349,6 +394,8 @@ def probe_scale(plan, ask, K, H, eta, Yguess):
                 etas = {q: _LO.convert(eta) + _round(K, Yguess(ys)) for _, q in got}
                 fit = fit_family(K, H, ys, [Sens.unit(sens_context(K), q) for _, q in got], etas)
                 ss += [ctx.log(r) for r in fit.rhos]
+        except NoisierThanDeclared:
+            raise                  # a smaller scale would only hide the noise, not remove it
         except (FieldError, ArithmeticError, ValueError) as exc:
             tries.append({"scale": str(sigma0), "failed": str(exc)[:120]})
             sigma0 /= 4
@@ -360,7 +407,11 @@ def probe_scale(plan, ask, K, H, eta, Yguess):
         if not rms:
             return sigma0, tries
         return sigma0 * scale_for(K, rms / sigma0 ** 2), tries
-    return sigma0, tries
+    raise _degenerate(f"the scale probe failed at every scale tried "
+                      f"({', '.join(t['scale'] for t in tries)}), so no query scale is known "
+                      f"(its samples never fit at most {H} poles within the declared eta: a box "
+                      f"noisier than declared or outside the model class, or a degenerate draw); "
+                      f"first failure: {tries[0]['failed']}")
 
 
 def _round(K, Y):
@@ -385,18 +436,28 @@ class RealOutcome:
     _etas: dict = dc_field(default_factory=dict, repr=False)
 
 
-def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_height=None):
+def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_height=None,
+             probe_log=None):
     """Probe, scale, ask and analyse the paper plan over the real field ``K``.
 
     Returns ``(heads, certified_observations, RealOutcome)``; raises the learner's
-    failure exceptions (degenerate draw, field errors, :class:`CertificateError`).
+    failure exceptions (degenerate draw, field errors, :class:`CertificateError` --
+    :class:`NoisierThanDeclared` among them).  ``noise`` is eta (see
+    :func:`exactlearn.noise.noise_bound`: a float is read as its exact binary value).
+    ``probe_log``, a list, gets one entry per call: the probe queries asked, kept up to
+    date as they are asked, so a run that fails still reports them.
     """
+    from .noise import noise_bound
     H = plan.H
     start = len(rec.observations)
-    eta = K(0) if noise is None else K(noise)
-    if eta < 0:
-        raise ValueError("noise must be >= 0")
+    eta = K(0) if noise is None else noise_bound(K, noise)
+    if query_scale is not None:
+        sigma = mpq(query_scale) if not isinstance(query_scale, str) else QQ(query_scale)
+        if sigma <= 0:
+            raise ValueError("query_scale must be > 0")
     ask = _Asker(rec)
+    probe_log = [] if probe_log is None else probe_log
+    probe_log.append(0)
 
     def yguess(ys):
         return H * max(abs(y) for y in ys)
@@ -404,24 +465,25 @@ def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_hei
     probe = []
     nplan = orthogonal_plan(plan)
     if query_scale is None:
-        sigma, probe = probe_scale(nplan, ask, K, H, eta, yguess)
-    else:
-        sigma = mpq(query_scale) if not isinstance(query_scale, str) else QQ(query_scale)
-        if sigma <= 0:
-            raise ValueError("query_scale must be > 0")
-    n_probe_asked = len(rec.observations) - start
+        try:
+            sigma, probe = probe_scale(nplan, ask, K, H, eta, yguess)
+        finally:
+            probe_log[-1] = len(rec.observations) - start
+    n_probe = len(rec.observations) - start
     splan = _scaled_plan(nplan, sigma)
-    plan_obs = set()
+    reused = set()           # probe queries the plan repeats (sigma = 1): plan queries, not probe
     y_shared = q_shared = None
     values: dict = {}
     for q in splan.queries:
         y, idx = ask(splan.tokens(q))
-        plan_obs.add(idx)
+        if idx < start + n_probe and idx not in reused:
+            reused.add(idx)
+            probe_log[-1] = n_probe - len(reused)
         if q.k == 0:
             y_shared, q_shared = y, idx
         else:
             values.setdefault(q.config, []).append((y, idx))
-    probe_queries = n_probe_asked - len(plan_obs & set(range(start, start + n_probe_asked)))
+    probe_queries = probe_log[-1]
     obs = rec.observations[start:]
     Y = yguess([y for _, y in obs])
     etas = {start + i: _LO.convert(eta) + _round(K, Y) for i in range(len(obs))}
@@ -470,17 +532,13 @@ def _analyse_real(plan, y_shared, q_shared, values, K, etas, eta, obs, start):
             ys = [y0] + [y for y, _ in values[n]]
             ss = [s0] + [Sens.unit(S, q) for _, q in values[n]]
             fits[n] = fit_family(K, H, ys, ss, etas, computed0=True, m=m_shared)
-    # every family's limit is V.a (no additive constant), within its bound
+    # every family's limit is V.a (an overdetermined relation: V comes from the group of x_1)
     for n, c in enumerate(configs):
         f = fits[n]
         va, sva = dot_V(c.a)
-        diff = f.A - va
-        b = f.sA.add(sva, -1).bound(etas)
-        allow = LIMIT_FACTOR * b + _round(K, 64 * (abs(f.A) + abs(va)))
-        if _LO.convert(abs(diff)) > allow:
-            raise _degenerate(f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) "
-                              f"is not V.a within its error bound ({ctx.nstr(abs(diff), 3)} > "
-                              f"{_LO.nstr(allow, 3)}): an additive constant or a bias is present")
+        check_noise(f.A - va, f.sA.add(sva, -1).bound(etas), _round(K, 64 * (abs(f.A) + abs(va))),
+                    f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) misses V.a "
+                    f"(an additive constant or bias would do the same)")
     # first-order validity
     worst_rel = _LO.zero
     for n, f in fits.items():
@@ -544,11 +602,11 @@ def _analyse_real(plan, y_shared, q_shared, values, K, etas, eta, obs, start):
         ratio = _LO.convert(abs(f - y)) / tol_q
         worst_ratio = max(worst_ratio, ratio)
         if ratio > 1:
-            raise CertificateError(
-                f"recovered heads do not reproduce the oracle within tolerance on a query of "
-                f"length {len(tokens)} (residual {ctx.nstr(abs(f - y), 3)} > tolerance "
-                f"{_LO.nstr(tol_q, 3)}: noise {_LO.nstr(etas[start + i], 3)} + parameter "
-                f"uncertainty {_LO.nstr(grad, 3)})")
+            raise NoisierThanDeclared(
+                f"outputs noisier than the declared eta (or a black box outside the model "
+                f"class): the recovered heads miss an observation of length {len(tokens)} by "
+                f"{ctx.nstr(abs(f - y), 3)} > tolerance {_LO.nstr(tol_q, 3)} (noise "
+                f"{_LO.nstr(etas[start + i], 3)} + parameter uncertainty {_LO.nstr(grad, 3)})")
     head_b = [max([x for row in bw for x in row] + list(bv)) for bw, bv in zip(BW, Bv)]
     bound = max(head_b, default=_LO.zero)
     detail = {

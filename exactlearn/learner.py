@@ -98,6 +98,7 @@ class LearnResult:
         return {
             "status": self.status,
             "field": self.field.name,
+            "exact": self.field.is_exact,
             "d": self.d,
             "heads_bound": self.heads_bound,
             "canonical_heads": len(self.heads),
@@ -266,6 +267,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     n_cert = 0
     real = None
     multimodular = None
+    probes: list = []              # real field: probe queries asked per attempt (failed ones too)
     while attempts <= retries:
         attempts += 1
         tr = []
@@ -284,7 +286,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                 from .learn_real import run_real
                 recovered, n_cert, real = run_real(
                     plan, rec, K, noise=getattr(oracle, "noise", None) if noise is None else noise,
-                    query_scale=query_scale, snap=snap)
+                    query_scale=query_scale, snap=snap, probe_log=probes)
             else:
                 y_shared, values = _ask_plan(plan, rec)
                 recovered, n_cert = _analyse_and_certify(plan, y_shared, values, K,
@@ -317,7 +319,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         plan_detail=plan.describe() if plan_kind == "efficient" else None,
         attempts=attempts, query_range=R, learner_seconds=max(0.0, total - rec.seconds),
         oracle_seconds=rec.seconds, certified_observations=n_cert, trace=tr,
-        probe_queries=real.probe_queries if real is not None else 0,
+        probe_queries=sum(probes),
         error_bound=real.error_bound if real is not None and error is None else None,
         real_detail=real.detail if real is not None else None,
         snap=(real.snap if real is not None else _exact_snap(recovered)) if snap and error is None

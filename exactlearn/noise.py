@@ -5,7 +5,9 @@ uniformly from ``[-1, 1]`` (64 random bits, an exact dyadic rational) by
 ``random.Random(seed)``, one draw per query in the order asked.  It keeps the wrapped
 oracle's counters (``queries``, ``max_length``, ``seconds``), ``field`` and
 ``check_plan``, and exposes ``noise`` (eta, a field element): :func:`exactlearn.learn`
-reads it as the bound on the output error when ``noise=`` is not given.
+reads it as the bound on the output error when ``noise=`` is not given.  ``noise`` (here
+and in ``learn``) may be a rational, a decimal string, an mpf or a float
+(:func:`noise_bound`).
 
 Only the real field can carry noise: an exact field would turn the perturbation into a
 different exact value, which no exact certificate can accept.
@@ -20,9 +22,37 @@ different exact value, which no exact certificate can accept.
 
 from __future__ import annotations
 
+import math
 import random
+from fractions import Fraction
 
 from gmpy2 import mpq
+
+
+def noise_bound(K, noise):
+    """The output-error bound eta as an element of the real field ``K``.
+
+    Accepts what ``K`` embeds (int, rational, ``"p/q"`` or decimal string, mpf) and also a
+    Python float, read as its exact binary value (``1e-15`` is 1.0000000000000000777e-15,
+    one rounding of the decimal).  Raises ``ValueError`` naming the value when it is not a
+    finite number >= 0.
+
+    >>> from exactlearn.fields import Real
+    >>> K = Real(dps=20)
+    >>> K.format(noise_bound(K, 1e-15)), K.format(noise_bound(K, "1e-15"))
+    ('1.0000000000000000777e-15', '1.0e-15')
+    """
+    if isinstance(noise, float):
+        if not math.isfinite(noise):
+            raise ValueError(f"noise must be a finite number >= 0, got {noise!r}")
+        noise = Fraction(noise)
+    try:
+        eta = K(noise)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"noise: {exc}") from None
+    if eta < 0:
+        raise ValueError(f"noise must be >= 0, got {noise!r}")
+    return eta
 
 
 class NoisyOracle:
@@ -35,9 +65,7 @@ class NoisyOracle:
         if K.is_exact:
             raise ValueError(f"a noisy oracle needs the real field, not the {K.name} field "
                              f"(its outputs would no longer be exact values of the model)")
-        eta = K(noise)
-        if eta < 0:
-            raise ValueError(f"noise must be >= 0, got {noise!r}")
+        eta = noise_bound(K, noise)
         self.oracle = oracle
         self.field = K
         self.noise = eta
