@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Sequence
 
-from .fields.base import ExactnessError, Field, as_mpq, format_rational, lcm_of_denominators
+from exactlearn.fields.base import ExactnessError, Field, as_mpq, format_rational, lcm_of_denominators
 
 FORMAT = "exactlearn.mha/1"
 

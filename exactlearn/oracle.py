@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import time
 
-from .fields.base import ExactnessError, Field
-from .model import HeadEvaluator, MultiHeadAttention
+from exactlearn.fields.base import ExactnessError, Field
+from exactlearn.model import HeadEvaluator, MultiHeadAttention
 
 
 class CountingOracle:
@@ -32,7 +32,7 @@ class CountingOracle:
     (``.max_length``) and the time spent answering (``.seconds``).
 
     ``evaluate(tokens)`` computes the answer in ``field``; subclasses bind it
-    to a model (:class:`Oracle`, :class:`~exactlearn.transformer.TransformerOracle`).
+    to a model (:class:`Oracle`, :class:`~exactlearn.transformer_model.TransformerOracle`).
     """
 
     def __init__(self, d: int, field: Field, evaluate):
@@ -82,7 +82,7 @@ class Oracle(CountingOracle):
 
     def over(self, field: Field) -> "Oracle":
         """The same model evaluated through another field -- e.g. modulo another
-        prime, for the multi-modular method (:mod:`exactlearn.multimodular`).
+        prime, for the multi-modular method (:mod:`exactlearn.pipeline.multimodular`).
 
         The view has its own counters, and every query it answers is counted by
         this oracle too, so ``oracle.queries`` is every call the model answered.

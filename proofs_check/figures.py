@@ -35,7 +35,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from exactlearn.plan import paper_count
+from exactlearn.pipeline.plan import paper_count
 
 from .models import canonical_model, random_model, trial_rng
 
@@ -114,7 +114,7 @@ def agrees_with_canonical(res, model) -> bool:
         return False
     if res.field.is_exact:
         return res.heads == model.canonical_heads()
-    from exactlearn.learn_real import max_parameter_error
+    from exactlearn.strategies.real.learn import max_parameter_error
     try:
         err, _ = max_parameter_error(res.heads, model.canonical_heads(), res.field)
     except ValueError:                     # a different number of heads, or no 1-1 pairing
@@ -286,7 +286,7 @@ def draw_queries(path, claim_series, timing_rows) -> Figure:
     from matplotlib.lines import Line2D
     measured = [{"plan": "paper", "d": r["d"], "H": r["H"], "queries": r["queries"]}
                 for r in timing_rows if r.get("status") == "certified"]
-    sources = ["formula 4Hd^2-2H+1 (exactlearn.plan.paper_count)", "prior work d^2+d"]
+    sources = ["formula 4Hd^2-2H+1 (exactlearn.pipeline.plan.paper_count)", "prior work d^2+d"]
     if measured:
         sources.append(f"{len(measured)} certified runs of the timing campaign (paper plan)")
     for cid, s in claim_series:

@@ -1,7 +1,7 @@
 """Differential: every route to the heads gives the same answer.
 
 * Cauchy interpolation: the generic extended-Euclid code of
-  :mod:`exactlearn.interpolate` / :mod:`exactlearn.polys` against the rational
+  :mod:`exactlearn.pipeline.interpolate` / :mod:`exactlearn.algebra.polys` against the rational
   field's python-flint fast path ``Rational.rational_interpolate``, on the same
   samples (query-family values of random models, random rational functions of
   k, and arbitrary data that fits nothing).
@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.fields import Modular, Rational
-from exactlearn.interpolate import cauchy_interpolate, poles
-from exactlearn.plan import draw_paper_plan
+from exactlearn.pipeline.interpolate import cauchy_interpolate, poles
+from exactlearn.pipeline.plan import draw_paper_plan
 
 from strategies import any_models, nonzero_models, scaled, seeds
 

@@ -15,12 +15,12 @@ import random
 import pytest
 
 from exactlearn import MultiHeadAttention, Oracle, learn
-from exactlearn.cli import main
+from exactlearn.cli.main import main
 from exactlearn.fields import Modular, Rational
-from exactlearn.learn_efficient import run_efficient
-from exactlearn.learner import _Recorder
-from exactlearn.plan import paper_count
-from exactlearn.plan_efficient import (draw_efficient_plan, efficient_count, efficient_plan,
+from exactlearn.strategies.efficient.learn import run_efficient
+from exactlearn.api import _Recorder
+from exactlearn.pipeline.plan import paper_count
+from exactlearn.strategies.efficient.plan import (draw_efficient_plan, efficient_count, efficient_plan,
                                        rank_checks)
 from proofs_check.claim import Context, discover
 from proofs_check.claims.efficient_plan import limit, row_model

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from exactlearn.fields.base import NotExponential, NotSplit
 from exactlearn.fields.real import Real, Undecided
-from exactlearn.interpolate import InterpolationError, cauchy_interpolate, poles
-from exactlearn.learner import learn
+from exactlearn.pipeline.interpolate import InterpolationError, cauchy_interpolate, poles
+from exactlearn.api import learn
 from exactlearn.model import MultiHeadAttention
 from exactlearn.oracle import Oracle
 
@@ -318,7 +318,7 @@ def test_model_evaluation_matches_spec_formula():
         assert K.eq(got, want)
 
 
-# -- rational interpolation (the hook of exactlearn.interpolate) ------------------------------
+# -- rational interpolation (the hook of exactlearn.pipeline.interpolate) ------------------------------
 def family(K, rhos, cs, const, ks):
     """f(q_k) = const + sum_h c_h / (1 + k rho_h) (SPEC §2) at the points ks."""
     return [K(const) + sum((K(c) / (1 + k * r) for c, r in zip(cs, rhos)), K.zero) for k in ks]

@@ -1,4 +1,4 @@
-"""Tall rationals over the modular field: the multi-modular method (exactlearn.multimodular).
+"""Tall rationals over the modular field: the multi-modular method (exactlearn.pipeline.multimodular).
 
 Pinned regression: one prime's rational reconstruction certified
 ``-30786325577728/30786325577729`` for ``v = 1/(2**78 - 1)``; the certificate,
@@ -15,12 +15,12 @@ import struct
 import pytest
 from gmpy2 import mpq
 
-import exactlearn.multimodular as mm
+import exactlearn.pipeline.multimodular as mm
 from exactlearn import MultiHeadAttention, Oracle, learn
-from exactlearn.cli import main
+from exactlearn.cli.main import main
 from exactlearn.fields import Modular
 from exactlearn.model import Head, canonicalize
-from exactlearn.plan import paper_count
+from exactlearn.pipeline.plan import paper_count
 
 TALL = MultiHeadAttention([([[1, 0], [0, 1]], ["1/" + str(2 ** 78 - 1), 1])])
 

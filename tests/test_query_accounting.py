@@ -16,13 +16,13 @@ import weakref
 
 import pytest
 
-import exactlearn.learner as learner
-import exactlearn.transformer_learn as transformer_learn
+import exactlearn.api as learner
+import exactlearn.strategies.transformer.learn as transformer_learn
 from exactlearn import OneLayerTransformer
-from exactlearn.cli import main
+from exactlearn.cli.main import main
 from exactlearn.fields import Rational
-from exactlearn.transformer import TransformerOracle, random_transformer
-from exactlearn.transformer_learn import learn_transformer
+from exactlearn.transformer_model import TransformerOracle, random_transformer
+from exactlearn.strategies.transformer.learn import learn_transformer
 from proofs_check.claim import Context, discover
 
 

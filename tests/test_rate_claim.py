@@ -26,7 +26,7 @@ import pytest
 
 from exactlearn import Oracle
 from exactlearn.fields import Rational
-from exactlearn.plan import draw_paper_plan
+from exactlearn.pipeline.plan import draw_paper_plan
 
 from proofs_check.claim import Context, LocalExecutor
 from proofs_check.claims import probability_one_rate as por

@@ -10,13 +10,13 @@ import pytest
 from gmpy2 import mpq
 
 from exactlearn import MultiHeadAttention, Oracle, learn
-from exactlearn.cli import main, random_model
+from exactlearn.cli.main import main, random_model
 from exactlearn.fields import Modular, Rational
 from exactlearn.fields.base import as_mpq
 from exactlearn.fields.real import Real
-from exactlearn.learn_real import max_parameter_error
+from exactlearn.strategies.real.learn import max_parameter_error
 from exactlearn.noise import NoisyOracle
-from exactlearn.snap import simplest_rational, snap_value
+from exactlearn.strategies.real.snap import simplest_rational, snap_value
 
 #: (d, H, model seed): named models run through every check below
 MODELS = [(2, 2, 5), (3, 2, 1), (2, 3, 7), (3, 3, 11)]

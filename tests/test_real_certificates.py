@@ -25,10 +25,10 @@ import pytest
 from gmpy2 import mpq
 
 from exactlearn import MultiHeadAttention, Oracle, learn
-from exactlearn.cli import main, random_model
+from exactlearn.cli.main import main, random_model
 from exactlearn.fields import Modular, Rational, Symbolic
 from exactlearn.fields.real import Real
-from exactlearn.learn_real import (NoisierThanDeclared, Sens, fit_family, max_parameter_error,
+from exactlearn.strategies.real.learn import (NoisierThanDeclared, Sens, fit_family, max_parameter_error,
                                    sens_context)
 from exactlearn.model import Head
 from exactlearn.noise import NoisyOracle

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.fields import Rational
-from exactlearn.plan import paper_count
+from exactlearn.pipeline.plan import paper_count
 
 from reference import as_set, reference_canonical
 from strategies import any_models, bounded_models, models, random_models, scaled, seeded_model, seeds

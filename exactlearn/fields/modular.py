@@ -62,8 +62,8 @@ import flint
 import gmpy2
 from gmpy2 import mpq, mpz
 
-from .base import ExactnessError, Field, FieldError, NotExponential, NotSplit, as_mpq
-from .rational import Rational
+from exactlearn.fields.base import ExactnessError, Field, FieldError, NotExponential, NotSplit, as_mpq
+from exactlearn.fields.rational import Rational
 
 #: The default prime ``7*2**120 + 1`` (p - 1 = 7 * 2^120) and its primitive root 3.
 DEFAULT_P = 7 * 2**120 + 1
@@ -550,9 +550,9 @@ class Modular(Field):
         return sorted((r for r, _ in rs), key=int)
 
     def rational_interpolate(self, ks, ys, H):
-        """Fast path of :func:`exactlearn.interpolate.cauchy_interpolate` on
+        """Fast path of :func:`exactlearn.pipeline.interpolate.cauchy_interpolate` on
         python-flint ``fmpz_mod_poly`` (same algorithm, in C)."""
-        from ..interpolate import cauchy_flint
+        from exactlearn.pipeline.interpolate import cauchy_flint
         P, Q = cauchy_flint([self(k) for k in ks], [self(y) for y in ys], H, self._polyctx)
         return P.coeffs(), Q.coeffs()
 
@@ -654,7 +654,7 @@ class ModularImage(Modular):
 class ResidueModular(Modular):
     """:class:`Modular` whose :meth:`to_param` keeps the residue: ``mpq(r)``, 0 <= r < p.
 
-    The multi-modular method (:mod:`exactlearn.multimodular`) analyses a run
+    The multi-modular method (:mod:`exactlearn.pipeline.multimodular`) analyses a run
     modulo each prime *without* rational reconstruction: W comes back exactly
     (discrete logs, lifted to the symmetric range), v as residues, represented
     by the integers ``r`` whose image in F_p they are.  Everything else is
@@ -686,7 +686,7 @@ class ConfirmationModular(Modular):
     """F_p for *any* prime p, with ``exp(s) = omega^(D*s)`` for a given omega != 0, 1.
 
     The multi-modular method confirms a reconstruction modulo a random prime
-    that it draws itself (:func:`exactlearn.multimodular.draw_confirmation_field`);
+    that it draws itself (:func:`exactlearn.pipeline.multimodular.draw_confirmation_field`);
     such a prime has no smooth p - 1, so this field has no discrete log (its
     :meth:`log` raises :class:`NotExponential`) and omega need not be a
     primitive root.  Exponentials, arithmetic and equality are those of

@@ -27,7 +27,7 @@ import flint
 import gmpy2
 from gmpy2 import mpq, mpz
 
-from .base import ExactnessError, Field, NotExponential, NotSplit, as_mpq
+from exactlearn.fields.base import ExactnessError, Field, NotExponential, NotSplit, as_mpq
 
 #: exp() refuses to build numbers larger than this many bits (SPEC §4: bit size
 #: grows with |s|).  The CLI checks the whole plan against it before querying.
@@ -73,7 +73,7 @@ class Rational(Field):
         numbers reach 10^4 bits)."""
         if not self.via_modular:
             return [self]
-        from .modular import ANALYSIS_PRIMES, ModularImage
+        from exactlearn.fields.modular import ANALYSIS_PRIMES, ModularImage
         exact = Rational(self.base, self.D, self.max_bits, via_modular=False)
         return [ModularImage(self.base, p, self.D) for p in ANALYSIS_PRIMES] + [exact]
 
@@ -162,11 +162,11 @@ class Rational(Field):
         return out
 
     def rational_interpolate(self, ks, ys, H):
-        """Fast path of :func:`exactlearn.interpolate.cauchy_interpolate` (same
+        """Fast path of :func:`exactlearn.pipeline.interpolate.cauchy_interpolate` (same
         algorithm: Newton interpolation, then the extended Euclidean algorithm
         stopped at degree <= H) on python-flint ``fmpq_poly``.  Returns (P, Q)
         as mpq coefficient lists, Q not yet normalised."""
-        from ..interpolate import cauchy_flint
+        from exactlearn.pipeline.interpolate import cauchy_flint
         P, Q = cauchy_flint([_fq(k) for k in ks], [_fq(y) for y in ys], H, flint.fmpq_poly)
         return [_mq(c) for c in P.coeffs()], [_mq(c) for c in Q.coeffs()]
 

@@ -8,7 +8,7 @@ not change it) and ``log`` is the true natural logarithm.  The field is its own
 parameter domain: ``K.param is K`` and ``to_param`` is the identity.
 ``roots`` uses an Aberth iteration with a relative stopping test, and
 ``rational_interpolate`` replaces the Euclidean Cauchy interpolation of
-:mod:`exactlearn.interpolate` by a Loewner-matrix (barycentric) one whose pole
+:mod:`exactlearn.pipeline.interpolate` by a Loewner-matrix (barycentric) one whose pole
 count is decided against the sample noise (see both docstrings).
 
 Tolerances: the zero-test contract
@@ -69,7 +69,7 @@ from gmpy2 import mpq, mpz
 import mpmath
 from mpmath.libmp import from_rational, round_nearest
 
-from .base import Field, FieldError, NotExponential, NotSplit, as_mpq
+from exactlearn.fields.base import Field, FieldError, NotExponential, NotSplit, as_mpq
 
 __all__ = ["Real", "Undecided"]
 
@@ -315,7 +315,7 @@ class Real(Field):
                                f"and {ctx.nstr(b, 8)} ({self._band()})")
         return out
 
-    # -- rational interpolation (hook of exactlearn.interpolate.cauchy_interpolate) ----------
+    # -- rational interpolation (hook of exactlearn.pipeline.interpolate.cauchy_interpolate) ----------
     def rational_interpolate(self, ks, ys, H):
         """Minimal ``P/Q`` with ``deg P, deg Q <= H`` through the ``2H+1`` points, in
         barycentric (Loewner) form; returns (P, Q) coefficient lists with ``Q(0) = 1``.
@@ -349,9 +349,9 @@ class Real(Field):
            ``Q(0) != 0`` are required; ``P``'s top coefficient is dropped when zero.
 
         Runs at ``20 + 4n`` extra bits (mpmath ``svd_r``).  Failures raise
-        :class:`~exactlearn.interpolate.InterpolationError` or :class:`Undecided`.
+        :class:`~exactlearn.pipeline.interpolate.InterpolationError` or :class:`Undecided`.
         """
-        from ..interpolate import InterpolationError
+        from exactlearn.pipeline.interpolate import InterpolationError
         ctx = self.ctx
         n = 2 * H + 1
         if len(ks) != n or len(ys) != n:

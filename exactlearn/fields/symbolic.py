@@ -47,8 +47,8 @@ from sympy.polys.fields import FracElement
 from sympy.polys.polyerrors import PolynomialError
 from sympy.polys.rings import PolyElement
 
-from .base import ExactnessError, Field, FieldError, NotExponential, NotSplit, as_mpq, format_rational
-from .rational import Rational
+from exactlearn.fields.base import ExactnessError, Field, FieldError, NotExponential, NotSplit, as_mpq, format_rational
+from exactlearn.fields.rational import Rational
 
 __all__ = ["Symbolic", "QT"]
 

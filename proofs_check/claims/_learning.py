@@ -23,7 +23,7 @@ from fractions import Fraction
 
 from exactlearn import Oracle, learn
 from exactlearn.fields import Rational
-from exactlearn.plan import paper_count
+from exactlearn.pipeline.plan import paper_count
 
 from ..models import heads_json, kind_holds, random_model, trial_rng
 

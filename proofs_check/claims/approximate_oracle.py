@@ -10,7 +10,7 @@ are fixed, so only eta changes along a series: eta = 1e-45 .. 1e-20 (quick: four
 at dps 60, 80 and 100) or 1e-60 .. 1e-20 (full), keeping eta >= 10^(10 - dps), plus
 eta = 0 (the rounding floor).  Each run
 records the largest parameter error against the canonical heads and the learner's
-a-posteriori ``error_bound`` (:mod:`exactlearn.learn_real`).
+a-posteriori ``error_bound`` (:mod:`exactlearn.strategies.real.learn`).
 
 Measured: per model, the least-squares slope of log10(error) against log10(eta) and the
 constant ``C = max error / eta``; overall, the same slope over all points (after
@@ -28,7 +28,7 @@ import math
 
 from exactlearn import Oracle, learn
 from exactlearn.fields.real import Real
-from exactlearn.learn_real import max_parameter_error
+from exactlearn.strategies.real.learn import max_parameter_error
 from exactlearn.noise import NoisyOracle
 
 from ..claim import ClaimResult, claim

@@ -1,12 +1,12 @@
 """Claim ``efficient-plan``: fewer queries than the paper, still exact and certified (issue 6).
 
 Beyond arXiv:2608.03294 (SPEC §8): ``learn(..., plan="efficient")``
-(:mod:`exactlearn.plan_efficient`, :mod:`exactlearn.learn_efficient`) against
+(:mod:`exactlearn.strategies.efficient.plan`, :mod:`exactlearn.strategies.efficient.learn`) against
 the paper's 4Hd² − 2H + 1 and the prior work's d² + d (arXiv:2601.16873, one
 head).  Checks, each able to fail:
 
 1. *The plan, without running anything*: for a grid of (d, H, rank) the count
-   read off the plan equals :func:`~exactlearn.plan_efficient.efficient_count`
+   read off the plan equals :func:`~exactlearn.strategies.efficient.plan.efficient_count`
    and is within the row's limit below.
 2. *The acceptance table* (modular field, random models per row):
 
@@ -43,8 +43,8 @@ from fractions import Fraction
 
 from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.fields import Modular
-from exactlearn.plan import paper_count
-from exactlearn.plan_efficient import (check_miss_bound, draw_efficient_plan, efficient_count,
+from exactlearn.pipeline.plan import paper_count
+from exactlearn.strategies.efficient.plan import (check_miss_bound, draw_efficient_plan, efficient_count,
                                        efficient_plan, prior_count, rank_checks)
 
 from ..claim import ClaimResult, claim
@@ -175,8 +175,8 @@ def control() -> dict:
     The skeleton (row and column 1 of M = W) completes to diag(1, 0): a wrong
     model that reproduces every skeleton observation.  Analysed without check
     configurations it is certified; with them the certificate rejects it."""
-    from exactlearn.learn_efficient import run_efficient
-    from exactlearn.learner import _Recorder
+    from exactlearn.strategies.efficient.learn import run_efficient
+    from exactlearn.api import _Recorder
     model = MultiHeadAttention([([[1, 0], [0, 1]], [2, 3])], d=2)
     out = {}
     for name, checks in (("without_checks", ()), ("with_checks", [((3, -2), (1, 4))])):

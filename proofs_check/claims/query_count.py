@@ -29,7 +29,7 @@ import random
 import time
 
 from exactlearn import Oracle, learn
-from exactlearn.plan import draw_paper_plan, paper_count
+from exactlearn.pipeline.plan import draw_paper_plan, paper_count
 
 from ..claim import ClaimResult, claim
 from ..models import random_model, trial_rng

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 
-from exactlearn.plan import draw_paper_plan
+from exactlearn.pipeline.plan import draw_paper_plan
 
 from ..claim import claim
 from .query_count import plan_and_runs

@@ -1,6 +1,6 @@
 """The efficient query plan as a value (issue 6; SPEC §8): fewer queries, still exact.
 
-The paper's plan (:mod:`exactlearn.plan`) samples every configuration (x, e) at
+The paper's plan (:mod:`exactlearn.pipeline.plan`) samples every configuration (x, e) at
 k = 1..2H and spends half of its configurations on matching heads.  This plan
 keeps the paper's configurations (x_i, e_j) but asks less of each:
 
@@ -8,7 +8,7 @@ keeps the paper's configurations (x_i, e_j) but asks less of each:
   known before any family is analysed (a single token attends only to itself:
   f((x)) = V·x for every attention model).  Every family then has its k = 0
   value V·x *and* its limit V·a = lim_k f(q_k): 2H − 1 samples k = 1..2H−1 fix
-  the rational function of type (H, H) (:func:`exactlearn.learn_efficient.fit_family`).
+  the rational function of type (H, H) (:func:`exactlearn.strategies.efficient.learn.fit_family`).
 * **Labels from v.** Only the group of x_1 is matched (the paper's
   ``within`` configurations (x_1, e_1 + e_j), j ≥ 2).  That labels the v_h;
   afterwards the c-values c_h = −v_h·e_j label the poles of every other
@@ -48,7 +48,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from .plan import Config, Plan, Query, _add, draw_matrix, paper_count
+from exactlearn.pipeline.plan import Config, Plan, Query, _add, draw_matrix, paper_count
 
 __all__ = ["EfficientPlan", "efficient_plan", "draw_efficient_plan", "efficient_count",
            "check_miss_bound", "rank_checks", "prior_count", "paper_count", "MISS_TARGET_BITS"]
@@ -114,7 +114,7 @@ def rank_checks(H: int, x_range: int, e_range: int | None = None,
 
 @dataclass
 class EfficientPlan(Plan):
-    """A :class:`~exactlearn.plan.Plan` whose ``queries`` are the efficient plan's.
+    """A :class:`~exactlearn.pipeline.plan.Plan` whose ``queries`` are the efficient plan's.
 
     ``configs`` holds, in this order: the asked configurations (kinds ``basis``
     on the skeleton and ``within`` for the group of x_1), the ``check``
@@ -184,7 +184,7 @@ def efficient_plan(X, E, H: int, rank: int | None = None, checks=(), miss_bound:
 
 def draw_efficient_plan(d: int, H: int, rng: random.Random, x_range: int, e_range: int | None = None,
                         rank: int | None = None) -> EfficientPlan:
-    """Random X, E (as :func:`~exactlearn.plan.draw_paper_plan`) and random check
+    """Random X, E (as :func:`~exactlearn.pipeline.plan.draw_paper_plan`) and random check
     configurations with entries in the same ranges: one for the full plan, and
     :func:`rank_checks` of them for a rank plan.
 

@@ -11,8 +11,8 @@ import json
 import random
 import sys
 
-from .fields.base import FieldError
-from .model import ModelError, MultiHeadAttention, load_json
+from exactlearn.fields.base import FieldError
+from exactlearn.model import ModelError, MultiHeadAttention, load_json
 
 FIELD_NAMES = ("rational", "modular", "real", "symbolic")
 
@@ -28,7 +28,7 @@ class _Parser(argparse.ArgumentParser):
 
 def make_field(name: str, args=None, scale: int | None = None):
     """The field named on the command line, with its options."""
-    from . import fields
+    from exactlearn import fields
     opts = vars(args) if args is not None else {}
     if name == "rational":
         return fields.Rational(scale=scale)
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     lp = sub.add_parser("learn", help="learn the canonical heads of a model file through a black box")
     lp.add_argument("--model", required=True,
-                    help="model file (exactlearn.mha/1 or exactlearn.transformer/1 JSON)")
+                    help="model file (exactlearn.mha/1 or exactlearn.transformer_model/1 JSON)")
     lp.add_argument("--field", default="rational", help=f"one of {', '.join(FIELD_NAMES)}")
     g = lp.add_mutually_exclusive_group(required=True)
     g.add_argument("--heads", type=_positive("--heads"), help="number of heads H")
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     lp.add_argument("--rank", type=_positive("--rank"), default=None,
                     help="promise that every head has rank <= r (needs --plan efficient)")
     lp.add_argument("--json", action="store_true", help="print one JSON object")
-    from .cli_real import add_learn_options
+    from exactlearn.cli.real import add_learn_options
     add_learn_options(lp)
 
     rp = sub.add_parser("random-model", help="write a random model file")
@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--heads", type=_positive("--heads"), default=None)
     dp.add_argument("--seed", type=int, default=1)
     dp.add_argument("--range", type=_positive("--range"), default=4, dest="range")
-    from .cli_real import add_demo_options
+    from exactlearn.cli.real import add_demo_options
     add_demo_options(dp)
     return p
 
@@ -137,7 +137,7 @@ def random_model(d: int, H: int, seed=None, merge=False, cancel=False, entries=3
     (v, u, -u); H >= 4 gives both."""
     from fractions import Fraction
 
-    from .model import structure
+    from exactlearn.model import structure
     rng = random.Random(seed)
 
     def q(n, dmax):
@@ -164,11 +164,11 @@ def random_model(d: int, H: int, seed=None, merge=False, cancel=False, entries=3
 
 
 def _cmd_learn(args) -> int:
-    from .learner import learn
-    from .oracle import Oracle
+    from exactlearn.api import learn
+    from exactlearn.oracle import Oracle
     obj = load_json(args.model)
-    if isinstance(obj, dict) and obj.get("format") == "exactlearn.transformer/1":
-        from .transformer_learn import run_cli
+    if isinstance(obj, dict) and obj.get("format") == "exactlearn.transformer_model/1":
+        from exactlearn.strategies.transformer.learn import run_cli
         return run_cli(args, obj, make_field)
     model = MultiHeadAttention.from_json(obj)
     if args.field not in FIELD_NAMES:
@@ -178,7 +178,7 @@ def _cmd_learn(args) -> int:
     field = make_field(args.field, args, scale=None)
     if args.max_primes is not None and args.field != "modular":
         raise BadInput("--max-primes applies to --field modular only")
-    from . import cli_real
+    from exactlearn.cli import real as cli_real
     oracle = cli_real.wrap_oracle(args, Oracle(model, field), BadInput)
     res = learn(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads, field=oracle.field,
                 seed=args.seed, query_range=args.range, e_range=args.e_range,
@@ -241,7 +241,7 @@ def summary(res, model=None) -> str:
             same = res.heads == model.canonical_heads()
             lines.append(f"equal to the model's canonical heads: {same}")
     if res.real_detail is not None or res.snap is not None:
-        from .cli_real import summary_lines
+        from exactlearn.cli.real import summary_lines
         lines.extend(summary_lines(res, model))
     if res.verified is not None:
         lines.append(f"verification: {res.verify_queries} fresh queries, agreed: {res.verified}")
@@ -264,9 +264,9 @@ def _cmd_random_model(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from .demo import run_demo
+    from exactlearn.demo.walkthrough import run_demo
     model = MultiHeadAttention.from_json(load_json(args.model)) if args.model else None
-    from .cli_real import run_demo_extra
+    from exactlearn.cli.real import run_demo_extra
     extra = run_demo_extra(args, model, BadInput)          # --symbolic, --minilm
     if extra is not None:
         return extra

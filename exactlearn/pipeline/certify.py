@@ -6,8 +6,8 @@ own tolerance (``K.eq``).  The first mismatching observation is reported.
 
 from __future__ import annotations
 
-from .fields.base import ExactnessError
-from .model import HeadEvaluator
+from exactlearn.fields.base import ExactnessError
+from exactlearn.model import HeadEvaluator
 
 
 class CertificateError(ArithmeticError):

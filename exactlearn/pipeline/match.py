@@ -17,7 +17,7 @@ groups, final token x_1 + x_i).  No logarithms are needed.
 
 from __future__ import annotations
 
-from .fields.base import FieldError
+from exactlearn.fields.base import FieldError
 
 
 class MatchError(FieldError):
@@ -105,7 +105,7 @@ def label_basis(plan, poles_of, K) -> dict:
         if n in poles_of and len(poles_of[n]) != m:
             raise PoleCountMismatch(f"pole counts differ between configurations ({m} at (x_1, e_1), "
                              f"{len(poles_of[n])} at {c.kind}{(c.i + 1, c.j + 1)})")
-    from .plan import across_direction
+    from exactlearn.pipeline.plan import across_direction
     labelled: dict = {(0, 0): list(poles_of[plan.index("basis", 0, 0)])}
 
     def within(i, j, base_j, other_j):

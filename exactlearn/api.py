@@ -21,22 +21,22 @@ import random
 import time
 from dataclasses import dataclass, field as dc_field
 
-from . import linalg
-from .certify import CertificateError, certify
-from .fields.base import ExactnessError, Field, FieldError
-from .fields.modular import BadReduction, Modular, ModularImage, ReconstructionError, ResidueModular
-from .interpolate import cauchy_interpolate, poles, poles_among
-from .linalg import SingularMatrix
-from .match import MatchError, PoleCountMismatch, label_basis
-from .model import canonicalize
-from .multimodular import HeightExceeded, PrimesDisagree, learn_over_primes, residue_report
-from .plan import draw_paper_plan, paper_count
-from .solve import solve_heads
+from exactlearn.algebra import linalg
+from exactlearn.pipeline.certify import CertificateError, certify
+from exactlearn.fields.base import ExactnessError, Field, FieldError
+from exactlearn.fields.modular import BadReduction, Modular, ModularImage, ReconstructionError, ResidueModular
+from exactlearn.pipeline.interpolate import cauchy_interpolate, poles, poles_among
+from exactlearn.algebra.linalg import SingularMatrix
+from exactlearn.pipeline.match import MatchError, PoleCountMismatch, label_basis
+from exactlearn.model import canonicalize
+from exactlearn.pipeline.multimodular import HeightExceeded, PrimesDisagree, learn_over_primes, residue_report
+from exactlearn.pipeline.plan import draw_paper_plan, paper_count
+from exactlearn.pipeline.solve import solve_heads
 
 #: Default half-width R of the random integer query entries, per field name.
 #: Rational: bit sizes grow like |D e^T W x| (see README, "Choosing the range").
 #: Symbolic: degrees in T grow the same way.  Real: the integers only seed exactly
-#: orthogonal X and E (exactlearn.learn_real.orthogonal_plan).
+#: orthogonal X and E (exactlearn.strategies.real.learn.orthogonal_plan).
 DEFAULT_RANGES = {"rational": 30, "modular": 2 ** 32, "symbolic": 8, "real": 1000}
 
 
@@ -223,17 +223,17 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     the learned heads with the black box; they are reported separately
     (``verify_queries``) and never counted in ``queries``.
     ``plan="efficient"`` (optionally with ``rank=r``, a promise that every head
-    has rank <= r) uses the efficient plan of :mod:`exactlearn.plan_efficient`
-    (analysed by :mod:`exactlearn.learn_efficient`); ``plan_queries`` is then
+    has rank <= r) uses the efficient plan of :mod:`exactlearn.strategies.efficient.plan`
+    (analysed by :mod:`exactlearn.strategies.efficient.learn`); ``plan_queries`` is then
     that plan's count, and ``plan_fallbacks`` lists any fallback with its queries.
-    Over the real field (paper plan) :mod:`exactlearn.learn_real` runs it: queries
+    Over the real field (paper plan) :mod:`exactlearn.strategies.real.learn` runs it: queries
     scaled by a probe (``probe_queries``) or by ``query_scale``, ``noise`` the bound
     eta on the black box's output error (default: ``oracle.noise``, else 0), and
     ``error_bound`` the a-posteriori bound on the largest parameter error.
     ``snap=True`` adds bounded-height rationals certified against the observations.
     Over the modular field a model-backed black box (one with ``.over(field)``) is
     asked modulo as many primes as the heights need, up to ``max_primes``
-    (:mod:`exactlearn.multimodular`): the heads are exact over Q, and
+    (:mod:`exactlearn.pipeline.multimodular`): the heads are exact over Q, and
     ``multimodular`` lists the primes with their queries (the paper's count holds
     per prime; ``queries`` is the total).  A black box fixed to one prime gets v
     certified modulo p only (``exact_over_Q`` False, v as residues).
@@ -253,7 +253,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         raise ValueError(f"max_primes must be an integer >= 2, got {max_primes!r}")
     if plan_kind == "efficient" and not K.is_exact:
         raise ValueError("the efficient plan runs over the exact fields; over the real field "
-                         "the learner uses the paper plan (exactlearn.learn_real)")
+                         "the learner uses the paper plan (exactlearn.strategies.real.learn)")
     R = query_range if query_range is not None else DEFAULT_RANGES.get(K.name, 20)
     if R < 1:
         raise ValueError("the query range must be >= 1")
@@ -279,11 +279,11 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                 recovered, n_cert, multimodular = _learn_modular(
                     oracle, plan_kind, plan, rec, K, rng, max_primes, tr if trace else None)
             elif plan_kind == "efficient":
-                from .learn_efficient import run_efficient
+                from exactlearn.strategies.efficient.learn import run_efficient
                 recovered, n_cert = run_efficient(plan, rec, K, lambda: rec.observations[start:],
                                                   tr if trace else None)
             elif not K.is_exact:
-                from .learn_real import run_real
+                from exactlearn.strategies.real.learn import run_real
                 recovered, n_cert, real = run_real(
                     plan, rec, K, noise=getattr(oracle, "noise", None) if noise is None else noise,
                     query_scale=query_scale, snap=snap, probe_log=probes)
@@ -300,7 +300,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     verified = None
     if error is None and verify:
         if real is not None:
-            from .learn_real import verify_real
+            from exactlearn.strategies.real.learn import verify_real
             verified, error = verify_real(oracle, real, recovered, d, H, K, convert, rng, R, verify)
         else:
             verified, error = _verify(oracle, recovered, d, H, K, convert, rng, R, verify)
@@ -343,7 +343,7 @@ def _learn_modular(oracle, kind, plan, rec, K, rng, max_primes, trace) -> tuple:
     def analyse_at(Kr, box, tr):
         sub = rec.child(box, Kr)
         if kind == "efficient":
-            from .learn_efficient import run_efficient
+            from exactlearn.strategies.efficient.learn import run_efficient
             heads, n = run_efficient(plan, sub, Kr, lambda: sub.observations, tr)
         else:
             y_shared, values = _ask_plan(plan, sub)
@@ -390,7 +390,7 @@ def _draw_checked_plan(oracle, kind, d, H, rng, R, e_range, rank, adapt) -> tupl
         if kind == "paper":
             plan = draw_paper_plan(d, H, rng, R, e_range)
         else:
-            from .plan_efficient import draw_efficient_plan
+            from exactlearn.strategies.efficient.plan import draw_efficient_plan
             plan = draw_efficient_plan(d, H, rng, R, e_range, rank)
         if check is None:
             return plan, R
@@ -442,7 +442,7 @@ def over_analysis_fields(K, run, trace=None):
 
 def _verify(oracle, heads, d, H, K, convert, rng, R, n) -> tuple:
     """n fresh random queries (length 1..2H+1) comparing heads and black box."""
-    from .model import HeadEvaluator
+    from exactlearn.model import HeadEvaluator
     ev = HeadEvaluator(heads, d, K)
     for _ in range(n):
         length = rng.randint(1, 2 * H + 1)

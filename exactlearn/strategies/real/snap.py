@@ -1,7 +1,7 @@
 """Snapping real results to exact rationals of bounded height, certified against the oracle.
 
 A real run returns each parameter ``x`` with an a-posteriori bound ``B`` on its error
-(:mod:`exactlearn.learn_real`).  :func:`simplest_rational` finds the rational with the
+(:mod:`exactlearn.strategies.real.learn`).  :func:`simplest_rational` finds the rational with the
 smallest denominator in ``[x - B, x + B]`` (continued fractions on the exact binary
 endpoints: the Stern-Brocot "simplest rational between two numbers"), and accepts it
 only if its denominator is at most the *height bound*
@@ -15,7 +15,7 @@ then certifies the *snapped model*: every observation is recomputed from the exa
 rationals (evaluated at the field's precision) and must agree with the black box within
 the noise ``eta_q`` plus rounding alone -- no parameter uncertainty is allowed for, so a
 wrong snap fails.  Over an exact field there is nothing to snap: the heads are exact and
-their certificate is exact equality (:func:`exactlearn.learner.learn` reports that).
+their certificate is exact equality (:func:`exactlearn.api.learn` reports that).
 
 >>> from gmpy2 import mpq
 >>> simplest_rational(mpq(3333, 10000), mpq(3334, 10000))
@@ -30,8 +30,8 @@ import math
 
 from gmpy2 import mpq
 
-from .fields.base import format_rational
-from .model import Head
+from exactlearn.fields.base import format_rational
+from exactlearn.model import Head
 
 
 def _exact(x) -> mpq:
@@ -78,9 +78,9 @@ def snap_value(x, B, height=None):
 
 def snap_heads(heads, outcome, K, observations, start, height=None) -> dict:
     """Snap every entry of the real ``heads`` using the per-entry bounds of ``outcome``
-    (a :class:`~exactlearn.learn_real.RealOutcome`) and certify the snapped model against
+    (a :class:`~exactlearn.strategies.real.learn.RealOutcome`) and certify the snapped model against
     the ``observations`` (indices from ``start``) within the noise alone."""
-    from .learn_real import _LO, _evaluate, _round
+    from exactlearn.strategies.real.learn import _LO, _evaluate, _round
     snapped, failed = [], []
     for h, (head, BW, Bv) in enumerate(zip(heads, outcome._W_bounds, outcome._v_bounds)):
         W = []

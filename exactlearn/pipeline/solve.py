@@ -9,8 +9,8 @@ then converted with ``K.to_param``: rational reconstruction in F_p).
 
 from __future__ import annotations
 
-from . import linalg
-from .model import Head
+from exactlearn.algebra import linalg
+from exactlearn.model import Head
 
 
 def _inverses(plan, P):

@@ -30,8 +30,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from .fields.rational import QQ
-from .linalg import is_invertible
+from exactlearn.fields.rational import QQ
+from exactlearn.algebra.linalg import is_invertible
 
 
 @dataclass(frozen=True)

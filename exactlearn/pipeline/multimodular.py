@@ -56,11 +56,11 @@ import flint
 import gmpy2
 from gmpy2 import mpq
 
-from .certify import certify
-from .fields.base import FieldError
-from .fields.modular import (DEFAULT_P, BadReduction, ConfirmationModular, Modular, ReconstructionError,
+from exactlearn.pipeline.certify import certify
+from exactlearn.fields.base import FieldError
+from exactlearn.fields.modular import (DEFAULT_P, BadReduction, ConfirmationModular, Modular, ReconstructionError,
                              ResidueModular, crt_reconstruct, rational_reconstruct)
-from .model import Head, canonicalize, distinct_tokens
+from exactlearn.model import Head, canonicalize, distinct_tokens
 
 #: Analysis primes are ``c * 2**ANALYSIS_SHIFT + 1`` for odd c (p - 1 smooth: discrete logs).
 ANALYSIS_SHIFT = 120

@@ -16,9 +16,9 @@ show what the other fields only show specialised (SPEC §2, §4):
 
 from __future__ import annotations
 
-from .demo import DEFAULT_MODEL, show_model
-from .learner import learn
-from .oracle import Oracle
+from exactlearn.demo.walkthrough import DEFAULT_MODEL, show_model
+from exactlearn.api import learn
+from exactlearn.oracle import Oracle
 
 
 def closed_form(model, x, e, K):
@@ -40,9 +40,9 @@ def closed_form(model, x, e, K):
 
 def run_symbolic_demo(model=None, heads=None, seed=1, query_range=2, retries=10, out=print) -> int:
     import sympy
-    from .fields import Modular
-    from .fields.rational import Rational
-    from .fields.symbolic import Symbolic
+    from exactlearn.fields import Modular
+    from exactlearn.fields.rational import Rational
+    from exactlearn.fields.symbolic import Symbolic
     model = model or DEFAULT_MODEL
     H = heads or model.H
     oracle = Oracle(model, Symbolic())

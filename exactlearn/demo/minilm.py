@@ -35,7 +35,7 @@ import os
 import random
 from fractions import Fraction
 
-from .model import MultiHeadAttention
+from exactlearn.model import MultiHeadAttention
 
 HIDDEN, NHEADS, HEAD_DIM = 384, 12, 32
 P_DIGITS = 30          # decimal digits of the entries of P and r
@@ -169,8 +169,8 @@ def _exact_decimal(q: Fraction) -> str:
 
 
 def max_error(recovered, truth, K) -> tuple:
-    """See :func:`exactlearn.learn_real.max_parameter_error`."""
-    from .learn_real import max_parameter_error
+    """See :func:`exactlearn.strategies.real.learn.max_parameter_error`."""
+    from exactlearn.strategies.real.learn import max_parameter_error
     return max_parameter_error(recovered, truth, K)
 
 
@@ -196,9 +196,9 @@ def run_minilm_demo(layer=0, dprime=3, seed=0, dps=100, learn_seed=1, write=None
     """Recover the 12 heads of a MiniLM layer in a random d'-dimensional subspace through
     the black box over ``Real(dps)`` and report the error against the true heads."""
     import time
-    from .fields.real import Real
-    from .learner import learn
-    from .oracle import Oracle
+    from exactlearn.fields.real import Real
+    from exactlearn.api import learn
+    from exactlearn.oracle import Oracle
     t0 = time.perf_counter()
     model, info = subspace_model(layer, dprime, seed)
     out(f"all-MiniLM-L6-v2 layer {layer}: 12 heads, W_h = W_K,h^T W_Q,h / sqrt(32), "

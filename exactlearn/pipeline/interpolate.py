@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import polys
-from .fields.base import FieldError
+from exactlearn.algebra import polys
+from exactlearn.fields.base import FieldError
 
 
 class InterpolationError(FieldError):

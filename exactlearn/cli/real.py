@@ -1,6 +1,6 @@
 """Command-line pieces for the real field, noisy oracles, snapping and the extra demos.
 
-Kept out of :mod:`exactlearn.cli` so that its start-up stays light: nothing here imports
+Kept out of :mod:`exactlearn.cli.main` so that its start-up stays light: nothing here imports
 mpmath or sympy until a run needs it.
 
 ``exactlearn learn`` gains ``--noise ETA [--noise-seed S]`` (a seeded
@@ -33,7 +33,7 @@ def wrap_oracle(args, oracle, bad_input):
     """The black box of ``exactlearn learn``: the oracle, or a NoisyOracle with ``--noise``."""
     if args.noise is None:
         return oracle
-    from .fields.base import as_mpq
+    from exactlearn.fields.base import as_mpq
     try:
         eta = as_mpq(args.noise)
     except ValueError as exc:
@@ -42,7 +42,7 @@ def wrap_oracle(args, oracle, bad_input):
         raise bad_input("--noise must be >= 0")
     if oracle.field.is_exact:
         raise bad_input(f"--noise needs --field real (the {oracle.field.name} field is exact)")
-    from .noise import NoisyOracle
+    from exactlearn.noise import NoisyOracle
     seed = args.noise_seed if args.noise_seed is not None else args.seed
     return NoisyOracle(oracle, args.noise, seed=seed)
 
@@ -61,7 +61,7 @@ def retries(args) -> int:
 def learn_options(args, bad_input) -> dict:
     out = {"snap": bool(args.snap)}
     if args.query_scale is not None:
-        from .fields.base import as_mpq
+        from exactlearn.fields.base import as_mpq
         try:
             s = as_mpq(args.query_scale)
         except ValueError as exc:
@@ -77,7 +77,7 @@ def model_error(res, model):
     heads (None when not comparable)."""
     if res.field.is_exact or not res.certified:
         return None
-    from .learn_real import max_parameter_error
+    from exactlearn.strategies.real.learn import max_parameter_error
     try:
         err, _ = max_parameter_error(res.heads, model.canonical_heads(), res.field)
     except ValueError:
@@ -130,11 +130,11 @@ def run_demo_extra(args, model, bad_input) -> int | None:
     if args.symbolic and args.minilm:
         raise bad_input("give --symbolic or --minilm, not both")
     if args.symbolic:
-        from .demo import run_demo
+        from exactlearn.demo.walkthrough import run_demo
         return run_demo(model, heads=args.heads, seed=args.seed, query_range=args.range,
                         symbolic=True)
     if args.minilm:
-        from .minilm import MiniLMUnavailable, run_minilm_demo
+        from exactlearn.demo.minilm import MiniLMUnavailable, run_minilm_demo
         if not 0 <= args.layer < 6 or args.dprime < 1 or args.dps < 20:
             raise bad_input("--layer must be 0..5, --dprime >= 1 and --dps >= 20")
         try:

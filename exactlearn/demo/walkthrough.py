@@ -13,10 +13,10 @@ It shows, on a small model over the rational field (exp = 2^(D s)):
 
 from __future__ import annotations
 
-from .fields.rational import Rational
-from .learner import learn
-from .model import MultiHeadAttention
-from .oracle import Oracle
+from exactlearn.fields.rational import Rational
+from exactlearn.api import learn
+from exactlearn.model import MultiHeadAttention
+from exactlearn.oracle import Oracle
 
 DEFAULT_MODEL = MultiHeadAttention([
     ([[1, 0], [0, -1]], [1, 2]),
@@ -44,8 +44,8 @@ def _poly(cs) -> str:
 
 def run_demo(model=None, heads=None, seed=1, query_range=4, retries=5, out=print,
              symbolic=False) -> int:
-    if symbolic:        # the same walk-through over Q(T): exactlearn.demo_symbolic
-        from .demo_symbolic import run_symbolic_demo
+    if symbolic:        # the same walk-through over Q(T): exactlearn.demo.symbolic
+        from exactlearn.demo.symbolic import run_symbolic_demo
         return run_symbolic_demo(model, heads, seed, query_range, out=out)
     model = model or DEFAULT_MODEL
     H = heads or model.H

@@ -1,7 +1,7 @@
 """Learn a one-layer Transformer up to functional equivalence (SPEC §7, issue 5).
 
 The black box is ``T(X) = sum_j u_j ReLU(sum_h gamma_{jh} . y_h(X))`` (see
-:mod:`exactlearn.transformer`), with ``y_h`` head h's softmax average and
+:mod:`exactlearn.transformer_model`), with ``y_h`` head h's softmax average and
 ``gamma_{jh} = O_h^T b_j``.  Write ``beta_j = sum_h gamma_{jh}``: on a single
 token x every softmax is 1, so ``T(x) = sum_j u_j ReLU(beta_j . x)``.
 
@@ -22,7 +22,7 @@ Route (SPEC §7's, made exact; the paper's own route is not available)
    directions ``e_j`` (entries in [-2, 2]): while the final token dominates,
    T restricted to the plan *is* a multi-head attention with heads
    ``(W_h, w_h^S)``, ``w_h^S = sum_{j in S} u_j gamma_{jh}``, so the learner
-   core (:func:`exactlearn.learner._run`: interpolate, poles, match, solve)
+   core (:func:`exactlearn.api._run`: interpolate, poles, match, solve)
    returns the W_h and w^S exactly.  The k = 0 shortcut does not apply to T,
    so the single-token query is asked at *every* distinct final token (2d - 1
    per cone) and at c itself, and all must agree with the recovered cone
@@ -89,14 +89,14 @@ from dataclasses import dataclass, field as dc_field
 from gmpy2 import mpq
 from mpmath.libmp import to_rational
 
-from . import linalg
-from .certify import CertificateError, certify
-from .fields.base import ExactnessError, Field, FieldError, as_mpq
-from .learner import Degenerate, _Recorder, _run, head_bound, resolve_field
-from .linalg import SingularMatrix
-from .fields.rational import QQ
-from .plan import paper_plan
-from .transformer import (OneLayerTransformer, TransformerEvaluator, TransformerOracle,
+from exactlearn.algebra import linalg
+from exactlearn.pipeline.certify import CertificateError, certify
+from exactlearn.fields.base import ExactnessError, Field, FieldError, as_mpq
+from exactlearn.api import Degenerate, _Recorder, _run, head_bound, resolve_field
+from exactlearn.algebra.linalg import SingularMatrix
+from exactlearn.fields.rational import QQ
+from exactlearn.pipeline.plan import paper_plan
+from exactlearn.transformer_model import (OneLayerTransformer, TransformerEvaluator, TransformerOracle,
                           _require_ordered, sign)
 
 CONDITIONS = [
@@ -171,7 +171,7 @@ class TransformerLearnResult:
             "error": self.error,
             "learner_seconds": round(self.learner_seconds, 6),
             "oracle_seconds": round(self.oracle_seconds, 6),
-            "format": "exactlearn.transformer/1",
+            "format": "exactlearn.transformer_model/1",
             "model": model,
             "neurons": self.model.r if self.model is not None else 0,
             "attempts": self.attempts,
@@ -770,9 +770,9 @@ def _certificate(model, rec, K, rng, n_random):
 
 # ------------------------------------------------------------------ command line
 def run_cli(args, obj, make_field) -> int:
-    """``exactlearn learn --model T.json ...`` for an ``exactlearn.transformer/1`` file.
+    """``exactlearn learn --model T.json ...`` for an ``exactlearn.transformer_model/1`` file.
 
-    Called by :func:`exactlearn.cli._cmd_learn` after it read the file.  Bad
+    Called by :func:`exactlearn.cli.main._cmd_learn` after it read the file.  Bad
     input raises ModelError/ValueError/FieldError (exit 2 there); returns 0
     when certified, 1 on a flagged failure.  ``--retries N`` adds N path
     redraws to the learner's own 2; ``--verify N`` sets the number of fresh

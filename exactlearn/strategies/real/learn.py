@@ -2,7 +2,7 @@
 
 Over :class:`~exactlearn.fields.real.Real` nothing is exact, so the paper plan of
 SPEC §3 is run with three additions (SPEC §4 "Real", §6).  :func:`run_real` is what
-:func:`exactlearn.learner.learn` calls for an inexact field and the paper plan.
+:func:`exactlearn.api.learn` calls for an inexact field and the paper plan.
 
 1. Query directions and scaling (the rule)
 -------------------------------------------
@@ -73,7 +73,7 @@ The sensitivities are kept at ``dps + 30`` digits: the rows of an ill-conditione
 
 3. Decisions and the certificate
 --------------------------------
-* Matching (products of ``rho`` and sums of ``c``, :mod:`exactlearn.match`) runs in
+* Matching (products of ``rho`` and sums of ``c``, :mod:`exactlearn.pipeline.match`) runs in
   ``K.with_tolerance(tol, sep)`` with ``tol = 30 * max_z B_z / max(1, |z|) * max(1, max rho)``
   over all fitted ``rho`` and ``c``: equal within that, unequal above
   ``sep = min(sqrt(tol), 10^6 tol)``, undecided (a failure) between.
@@ -99,13 +99,13 @@ from dataclasses import dataclass, field as dc_field
 import mpmath
 from gmpy2 import mpq
 
-from . import linalg
-from .certify import CertificateError
-from .fields.base import FieldError
-from .fields.rational import QQ
-from .interpolate import InterpolationError, cauchy_interpolate, poles
-from .model import Head, distinct_tokens
-from .plan import paper_plan
+from exactlearn.algebra import linalg
+from exactlearn.pipeline.certify import CertificateError
+from exactlearn.fields.base import FieldError
+from exactlearn.fields.rational import QQ
+from exactlearn.pipeline.interpolate import InterpolationError, cauchy_interpolate, poles
+from exactlearn.model import Head, distinct_tokens
+from exactlearn.pipeline.plan import paper_plan
 
 TARGET = mpq(1)          # the probe family's exponents are scaled to rms about TARGET
 PROBE_TRIES = 4
@@ -117,7 +117,7 @@ _LO.dps = 20
 
 
 def _degenerate(msg):
-    from .learner import Degenerate as LearnerDegenerate
+    from exactlearn.api import Degenerate as LearnerDegenerate
     return LearnerDegenerate(msg)
 
 
@@ -447,7 +447,7 @@ def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_hei
     ``probe_log``, a list, gets one entry per call: the probe queries asked, kept up to
     date as they are asked, so a run that fails still reports them.
     """
-    from .noise import noise_bound
+    from exactlearn.noise import noise_bound
     H = plan.H
     start = len(rec.observations)
     eta = K(0) if noise is None else noise_bound(K, noise)
@@ -494,7 +494,7 @@ def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_hei
                        "sigma = sqrt(1 / rms log rho of the probe families), to 1/16",
                        "probe": probe, "probe_queries": probe_queries})
     if snap:
-        from .snap import snap_heads
+        from exactlearn.strategies.real.snap import snap_heads
         out.snap = snap_heads(heads, out, K, obs, start, height=snap_height)
     return heads, n_cert, out
 
@@ -643,15 +643,15 @@ def _relation(x, bound):
 
 def label_real(plan, fits, etas) -> dict:
     """Label every configuration's poles by head (SPEC §3), the real-field counterpart of
-    :func:`exactlearn.match.label_basis`: the same ties (across: equal c; within: c adds;
+    :func:`exactlearn.pipeline.match.label_basis`: the same ties (across: equal c; within: c adds;
     rho multiply), but each relation is decided against *its own* first-order bound,
     ``|rho_s - rho_h rho_r| <= 10 (B_s + rho_h B_r + rho_r B_h)`` (c likewise): equal within
     10 bounds, unequal beyond 1e5, :class:`~exactlearn.fields.real.Undecided` between.
     Returns ``{configuration index: [pole index of head h for h]}``.
     """
-    from .fields.real import Undecided
-    from .match import MatchError, PoleCountMismatch
-    from .plan import across_direction
+    from exactlearn.fields.real import Undecided
+    from exactlearn.pipeline.match import MatchError, PoleCountMismatch
+    from exactlearn.pipeline.plan import across_direction
     d = plan.d
     bnd = {n: f.bounds(etas) for n, f in fits.items()}
     n00 = plan.index("basis", 0, 0)

@@ -1,6 +1,6 @@
 """One-layer Transformer: multi-head attention, then a bias-free ReLU FFN (SPEC §7).
 
-Model (file format ``exactlearn.transformer/1``)::
+Model (file format ``exactlearn.transformer_model/1``)::
 
     T(X) = sum_j u_j ReLU(b_j . z(X)),
     z(X) = sum_h sum_i softmax_i(x_i^T W_h x_n) O_h x_i          (key left, query right)
@@ -16,9 +16,9 @@ dropping heads no neuron reads, positive scaling of a neuron
 (``u ReLU(b.z) = (u/c) ReLU(c b.z)``, c > 0), merging neurons whose
 ``(gamma_{j1}, ..., gamma_{jH})`` are positively parallel, dropping null
 neurons, and any factorisation ``gamma_{jh} = O_h^T b_j`` (so m is free).
-:mod:`exactlearn.transformer_learn` recovers T up to exactly these freedoms.
+:mod:`exactlearn.strategies.transformer.learn` recovers T up to exactly these freedoms.
 
-Learning (:mod:`exactlearn.transformer_learn`) recovers such a model up to
+Learning (:mod:`exactlearn.strategies.transformer.learn`) recovers such a model up to
 these freedoms from value queries under stated conditions: every neuron is
 switched by single tokens (beta_j = sum_h O_h^T b_j != 0), neurons sharing a
 hyperplane have parallel gammas, the final token can be made to dominate in
@@ -43,11 +43,11 @@ from __future__ import annotations
 import random
 from fractions import Fraction
 
-from .fields.base import Field, FieldError, as_mpq, format_rational, lcm_of_denominators
-from .model import ModelError, distinct_tokens, dump_json, load_json
-from .oracle import CountingOracle
+from exactlearn.fields.base import Field, FieldError, as_mpq, format_rational, lcm_of_denominators
+from exactlearn.model import ModelError, distinct_tokens, dump_json, load_json
+from exactlearn.oracle import CountingOracle
 
-FORMAT = "exactlearn.transformer/1"
+FORMAT = "exactlearn.transformer_model/1"
 
 __all__ = ["OneLayerTransformer", "TransformerEvaluator", "TransformerOracle", "NotOrdered",
            "FORMAT", "relu", "sign", "random_transformer"]

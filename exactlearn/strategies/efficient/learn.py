@@ -1,16 +1,16 @@
 """Analysis of the efficient plan (issue 6; SPEC §8): V first, labels from v, CUR for low rank.
 
-:func:`run_efficient` asks an :class:`~exactlearn.plan_efficient.EfficientPlan`,
+:func:`run_efficient` asks an :class:`~exactlearn.strategies.efficient.plan.EfficientPlan`,
 analyses it and certifies the result (SPEC §5); :func:`exactlearn.learn` calls
 it for ``plan="efficient"``.  The steps, reusing the paper learner's parts:
 
 1. **V** from the d single-token queries: V·x_i = f((x_i)), V = X^{-T} (f((x_i)))_i.
 2. **Fit each family** from k = 0 (V·x), k = 1..2H−1 and the limit V·a
-   (:func:`fit_family`: :func:`~exactlearn.interpolate.cauchy_interpolate` and
-   :func:`~exactlearn.interpolate.poles` after a change of variable that puts
+   (:func:`fit_family`: :func:`~exactlearn.pipeline.interpolate.cauchy_interpolate` and
+   :func:`~exactlearn.pipeline.interpolate.poles` after a change of variable that puts
    k = ∞ at a finite point).
-3. **Label the group of x_1** by the paper's matching (:func:`~exactlearn.match.match`,
-   configurations (x_1, e_1 + e_j)); that gives v_h (:func:`~exactlearn.solve.solve_v`).
+3. **Label the group of x_1** by the paper's matching (:func:`~exactlearn.pipeline.match.match`,
+   configurations (x_1, e_1 + e_j)); that gives v_h (:func:`~exactlearn.pipeline.solve.solve_v`).
 4. **Label every other configuration by its c-values** c_h = −v_h·e_j.  When two
    heads' c-values at e_j coincide, fall back to the paper's matching for that
    configuration ((x_1 + x_i, e_1) and (x_i, e_1 + e_j)), reported in
@@ -18,8 +18,8 @@ it for ``plan="efficient"``.  The steps, reusing the paper learner's parts:
    e only): a failed check is a detected degenerate draw.
 5. **Rank r**: complete each M_h = Eᵀ W_h X from its skeleton as C U⁻¹ R.  A
    singular r × r core U falls back to the full plan (asked then).
-6. **Solve** W_h (:func:`~exactlearn.solve.solve_W`), canonicalise, and **certify**
-   over every observed value (:func:`~exactlearn.certify.certify`), including the
+6. **Solve** W_h (:func:`~exactlearn.pipeline.solve.solve_W`), canonicalise, and **certify**
+   over every observed value (:func:`~exactlearn.pipeline.certify.certify`), including the
    check configurations.  A rank reconstruction the certificate rejects -- a
    false rank promise, caught by the check configurations -- falls back to the
    full plan as well; so does one whose W is not exact in the field.
@@ -28,7 +28,7 @@ Under its promise (at most H heads; rank ≤ r) every step is forced by the
 observations: the fits are unique, labels are unique or the learner fails, and
 with an invertible core the CUR completion is the only rank-≤ r completion.
 The check configurations guard the promise itself (see
-:func:`~exactlearn.plan_efficient.check_miss_bound`).
+:func:`~exactlearn.strategies.efficient.plan.check_miss_bound`).
 
 >>> from exactlearn import MultiHeadAttention, Oracle, learn
 >>> from exactlearn.fields import Modular
@@ -43,15 +43,16 @@ The check configurations guard the promise itself (see
 
 from __future__ import annotations
 
-from . import linalg, polys
-from .certify import CertificateError, certify
-from .fields.base import ExactnessError
-from .interpolate import InterpolationError, cauchy_interpolate, poles
-from .learner import Degenerate, over_analysis_fields
-from .match import MatchError, match
-from .model import Head, canonicalize
-from .plan_efficient import skeleton
-from .solve import solve_v, solve_W
+from exactlearn.algebra import linalg
+from exactlearn.algebra import polys
+from exactlearn.pipeline.certify import CertificateError, certify
+from exactlearn.fields.base import ExactnessError
+from exactlearn.pipeline.interpolate import InterpolationError, cauchy_interpolate, poles
+from exactlearn.api import Degenerate, over_analysis_fields
+from exactlearn.pipeline.match import MatchError, match
+from exactlearn.model import Head, canonicalize
+from exactlearn.strategies.efficient.plan import skeleton
+from exactlearn.pipeline.solve import solve_v, solve_W
 
 
 def fit_family(y0, samples, limit, H, K) -> list:
