@@ -23,6 +23,7 @@ mpq(7,2)
 
 from __future__ import annotations
 
+from exactlearn.errors import ModelError
 import json
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Sequence
@@ -30,10 +31,6 @@ from typing import Iterable, NamedTuple, Sequence
 from exactlearn.fields.base import ExactnessError, Field, as_mpq, format_rational, lcm_of_denominators
 
 FORMAT = "exactlearn.mha/1"
-
-
-class ModelError(ValueError):
-    """A malformed model (wrong shapes, non-numbers, bad file)."""
 
 
 @dataclass(frozen=True, order=True)

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import time
 
-from exactlearn.fields.base import ExactnessError, Field
+from exactlearn.errors import DegenerateDraw, ExactnessError, FieldError
+from exactlearn.fields.base import Field
 from exactlearn.model import HeadEvaluator, MultiHeadAttention
 
 
@@ -119,6 +120,75 @@ class Oracle(CountingOracle):
         if limit is not None and worst > limit:
             raise ExactnessError(
                 f"the plan needs exp of exponents up to {int(worst)} but the {self.field.name} field "
-                f"realises at most {limit}" + (" (numbers past the size limit): use --field modular "
-                                               "or a smaller --range" if self.field.name == "rational" else ""))
+                f"realises at most {limit}" + self.field.exponent_hint)
         return int(worst)
+
+
+class Recorder:
+    """The learner's side of the black box: counts, times and records every observation.
+
+    Every learner asks through one Recorder, so ``queries``, ``max_length`` and
+    ``seconds`` cover every call the black box answered (README, "Counts").
+    ``convert`` turns answers into elements of ``K``; an answer outside ``K``
+    raises :class:`~exactlearn.errors.DegenerateDraw` (it was answered, so it
+    is counted).  A :meth:`child` records its own observations (e.g. modulo
+    another prime) and adds its counts to its parent's, so the root counts
+    every call.
+
+    >>> from exactlearn.fields import QQ
+    >>> rec = Recorder(lambda tokens: len(tokens), QQ, convert=True)
+    >>> rec([(1,), (2,)]), rec.queries, rec.max_length, rec.observations
+    (mpq(2,1), 1, 2, [([(1,), (2,)], mpq(2,1))])
+    """
+
+    def __init__(self, oracle, K: Field, convert: bool, parent=None):
+        self.oracle = oracle
+        self.K = K
+        self.convert = convert
+        self.parent = parent
+        self.observations = []
+        self.queries = 0
+        self.max_length = 0
+        self.seconds = 0.0
+
+    def child(self, oracle, K: Field, convert: bool = True) -> "Recorder":
+        """A recorder of its own observations whose counts also go to this one."""
+        return Recorder(oracle, K, convert, parent=self)
+
+    def _count(self, length, seconds):
+        """One answered query of ``length`` tokens (``None``: time spent, no answer)."""
+        self.seconds += seconds
+        if length is not None:
+            self.queries += 1
+            self.max_length = max(self.max_length, length)
+        if self.parent is not None:
+            self.parent._count(length, seconds)
+
+    def __call__(self, tokens):
+        t0 = time.perf_counter()
+        try:
+            y = self.oracle(tokens)
+        except BaseException:
+            self._count(None, time.perf_counter() - t0)
+            raise
+        self._count(len(tokens), time.perf_counter() - t0)
+        if self.convert:
+            try:
+                y = self.K(y)
+            except (ValueError, TypeError, FieldError) as exc:
+                raise DegenerateDraw(f"the black box returned a value that is not in the "
+                                 f"{self.K.name} field: {exc}") from None
+        self.observations.append((tokens, y))
+        return y
+
+
+def resolve_field(oracle, field: Field | None) -> tuple:
+    """The learner's field (scale filled in) and whether outputs need converting."""
+    ofield = getattr(oracle, "field", None)
+    if field is None:
+        if ofield is None:
+            raise ValueError("learn() needs field= for a black box without a .field")
+        field = ofield
+    if field.scale is None:
+        field = field.with_scale(ofield.scale if isinstance(ofield, Field) and ofield.scale else 1)
+    return field, not (isinstance(ofield, Field) and ofield == field)

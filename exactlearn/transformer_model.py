@@ -46,6 +46,7 @@ from fractions import Fraction
 from exactlearn.fields.base import Field, FieldError, as_mpq, format_rational, lcm_of_denominators
 from exactlearn.model import ModelError, distinct_tokens, dump_json, load_json
 from exactlearn.oracle import CountingOracle
+from exactlearn.errors import NotOrdered
 
 FORMAT = "exactlearn.transformer_model/1"
 
@@ -53,42 +54,24 @@ __all__ = ["OneLayerTransformer", "TransformerEvaluator", "TransformerOracle", "
            "FORMAT", "relu", "sign", "random_transformer"]
 
 
-class NotOrdered(FieldError):
-    """ReLU (a sign decision) was asked of a field without a usable order."""
-
-
 # ------------------------------------------------------------------ sign and ReLU
 def _require_ordered(K: Field) -> None:
-    if K.name not in ("rational", "real"):
+    if not K.is_ordered:
         raise NotOrdered(f"the one-layer Transformer needs ReLU, i.e. a sign decision, which the "
                          f"{K.name} field cannot make; use --field rational or --field real")
 
 
 def sign(K: Field, z, scale=None):
-    """Sign of a field element: -1, 0 or 1; None when the real field cannot decide.
-
-    Rational: exact.  Real: 0 when ``|z| <= tol * scale`` (the field's own
-    tolerance), None in the undecided band, else the sign of z.
-    """
+    """Sign of a field element: -1, 0 or 1; None when the real field cannot decide
+    (:meth:`~exactlearn.fields.base.Field.sign`)."""
     _require_ordered(K)
-    if K.name == "rational":
-        return (z > 0) - (z < 0)
-    zero = K.decide_zero(z, scale)
-    if zero is True:
-        return 0
-    if zero is None:
-        return None
-    return 1 if z > 0 else -1
+    return K.sign(z, scale)
 
 
 def relu(K: Field, z):
     """max(z, 0) in an ordered field (real field: |z| <= tol counts as 0, error <= tol)."""
-    if K.name == "rational":
-        return z if z > 0 else K.zero
-    if K.name == "real":
-        return z if z > K.tol else K.zero
     _require_ordered(K)
-    raise AssertionError("unreachable")
+    return K.relu(z)
 
 
 # ------------------------------------------------------------------ parsing helpers

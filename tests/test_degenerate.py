@@ -23,7 +23,7 @@ from typing import Callable
 
 import pytest
 
-import exactlearn.api as learner_mod
+import exactlearn.strategies.paper as learner_mod
 import exactlearn.pipeline.plan as plan_mod
 from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.fields import Rational

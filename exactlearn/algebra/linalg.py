@@ -12,9 +12,8 @@ True
 
 from __future__ import annotations
 
+from exactlearn.errors import SingularMatrix
 
-class SingularMatrix(ArithmeticError):
-    pass
 
 
 def identity(n, K):

@@ -6,11 +6,14 @@
 
 from exactlearn.fields.base import (ExactnessError, Field, FieldError, NotExponential, NotSplit, as_mpq,
                    format_rational)
-from exactlearn.fields.modular import BadReduction, Modular, ModularImage, ReconstructionError
+from exactlearn.fields.modular import (BadReduction, ConfirmationModular, Modular, ReconstructionError,
+                                      ResidueModular)
+from exactlearn.fields.multimodular import ModularImage, analysis_fields
 from exactlearn.fields.rational import QQ, Rational
 
 __all__ = ["Field", "FieldError", "ExactnessError", "NotExponential", "NotSplit",
-           "Rational", "QQ", "Modular", "ModularImage", "ReconstructionError", "BadReduction",
+           "Rational", "QQ", "Modular", "ModularImage", "ResidueModular", "ConfirmationModular",
+           "ReconstructionError", "BadReduction", "analysis_fields",
            "Real", "Symbolic", "as_mpq", "format_rational"]
 
 

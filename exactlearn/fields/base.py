@@ -36,21 +36,7 @@ from fractions import Fraction
 import gmpy2
 from gmpy2 import mpq, mpz
 
-
-class FieldError(ArithmeticError):
-    """Base class of the field-level errors below."""
-
-
-class ExactnessError(FieldError):
-    """exp(s) cannot be realised exactly in this field (e.g. D*s not an integer)."""
-
-
-class NotExponential(FieldError):
-    """log(a) was asked of an element that is not an exact exponential."""
-
-
-class NotSplit(FieldError):
-    """A polynomial does not split into distinct linear factors over the field."""
+from exactlearn.errors import ExactnessError, FieldError, NotExponential, NotOrdered, NotSplit
 
 
 #: Largest |exponent| accepted in a decimal string such as "1e-30" (a bigger one
@@ -121,7 +107,19 @@ class Field:
     """
 
     name = "abstract"
+
+    # -- capabilities (README, "Number systems"): algorithms test these, never names ------
+    #: equality and zero are decided exactly (``==``); else with the field's tolerances
     is_exact = True
+    #: a sign decision exists (:meth:`sign`, :meth:`relu`): the one-layer Transformer needs it
+    is_ordered = False
+    #: elements are gmpy2 ``mpq`` (exact rational matrices may run on python-flint ``fmpq_mat``)
+    is_rational = False
+    #: a reduction modulo one prime of Q(T): exact over Q needs several primes
+    #: (:mod:`exactlearn.pipeline.multimodular`)
+    multimodular = False
+    #: what to suggest when a plan's exponents exceed :attr:`max_exponent`
+    exponent_hint = ""
 
     def __init__(self, scale: int | None = None):
         if scale is not None:
@@ -204,6 +202,16 @@ class Field:
         raise NotImplementedError
 
     # -- back to parameters ------------------------------------------------------
+    def sign(self, z, scale=None):
+        """-1, 0 or 1 (``None``: undecided within tolerance); ordered fields only."""
+        raise NotOrdered(f"the {self.name} field has no order: a sign decision (ReLU) needs "
+                         f"--field rational or --field real")
+
+    def relu(self, z):
+        """max(z, 0); ordered fields only."""
+        raise NotOrdered(f"the {self.name} field has no order: a sign decision (ReLU) needs "
+                         f"--field rational or --field real")
+
     @property
     def param(self) -> "Field":
         """The field in which weights (W, v) and scores live."""

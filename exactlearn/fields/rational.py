@@ -2,7 +2,7 @@
 
 ``Rational(base=2, scale=D)`` is the specialisation ``T -> b`` of ``Q(T)``,
 ``T = e^(1/D)``: ``exp(s) = b^(D*s)``, which must have ``D*s`` an integer
-(otherwise :class:`~exactlearn.fields.base.ExactnessError`).  With the default
+(otherwise :class:`~exactlearn.errors.ExactnessError`).  With the default
 ``scale=None`` an :class:`~exactlearn.oracle.Oracle` chooses D as the lcm of the
 model's W denominators, so integer query tokens always give integer ``D*s``.
 
@@ -39,6 +39,9 @@ class Rational(Field):
 
     name = "rational"
     is_exact = True
+    is_ordered = True
+    is_rational = True
+    exponent_hint = " (numbers past the size limit): use --field modular or a smaller --range"
 
     def __init__(self, base: int = 2, scale: int | None = None, max_bits: int = DEFAULT_MAX_BITS,
                  via_modular: bool = True):
@@ -61,22 +64,6 @@ class Rational(Field):
     def with_scale(self, scale):
         return Rational(self.base, scale, self.max_bits, self.via_modular)
 
-    def analysis_fields(self) -> list:
-        """Where the learner analyses this field's values (the multi-modular method).
-
-        With ``via_modular`` (the default): the reductions of Q (T -> b) modulo
-        the primes of :data:`~exactlearn.fields.modular.ANALYSIS_PRIMES`, tried
-        in turn, then -- when every reduction failed (a rational past the
-        reconstruction bound, about 2^44 in height) -- Q itself; the result is
-        always certified back over Q exactly.  Without:
-        Q itself (Cauchy interpolation on flint ``fmpq_poly``; much slower once
-        numbers reach 10^4 bits)."""
-        if not self.via_modular:
-            return [self]
-        from exactlearn.fields.modular import ANALYSIS_PRIMES, ModularImage
-        exact = Rational(self.base, self.D, self.max_bits, via_modular=False)
-        return [ModularImage(self.base, p, self.D) for p in ANALYSIS_PRIMES] + [exact]
-
     def describe(self):
         return {"field": self.name, "base": self.base, "scale": self.D}
 
@@ -91,6 +78,13 @@ class Rational(Field):
     @property
     def one(self):
         return mpq(1)
+
+    def sign(self, z, scale=None):
+        """-1, 0 or 1, exactly."""
+        return (z > 0) - (z < 0)
+
+    def relu(self, z):
+        return z if z > 0 else self.zero
 
     def is_zero(self, a):
         return a == 0
@@ -166,7 +160,7 @@ class Rational(Field):
         algorithm: Newton interpolation, then the extended Euclidean algorithm
         stopped at degree <= H) on python-flint ``fmpq_poly``.  Returns (P, Q)
         as mpq coefficient lists, Q not yet normalised."""
-        from exactlearn.pipeline.interpolate import cauchy_flint
+        from exactlearn.algebra.cauchy import cauchy_flint
         P, Q = cauchy_flint([_fq(k) for k in ks], [_fq(y) for y in ys], H, flint.fmpq_poly)
         return [_mq(c) for c in P.coeffs()], [_mq(c) for c in Q.coeffs()]
 

@@ -27,9 +27,9 @@ of the terms a quantity was computed from: ``m = |scale|`` for ``is_zero(a)`` an
 quantity is accurate *relative to itself* passes its own size as ``scale``.
 
 An undecided test is never answered: ``is_zero``/``eq`` raise :class:`Undecided`
-(a :class:`~exactlearn.fields.base.FieldError`), ``log`` raises
-:class:`~exactlearn.fields.base.NotExponential` and ``roots`` raises
-:class:`~exactlearn.fields.base.NotSplit`, each saying "undecided".  The
+(a :class:`~exactlearn.errors.FieldError`), ``log`` raises
+:class:`~exactlearn.errors.NotExponential` and ``roots`` raises
+:class:`~exactlearn.errors.NotSplit`, each saying "undecided".  The
 tri-state answer itself is available as :meth:`Real.decide_zero` (True, False
 or None).  Choose ``tol`` above the accumulated error of the computation (for a
 noisy oracle, above the noise times its amplification) and ``sep`` below the
@@ -70,12 +70,9 @@ import mpmath
 from mpmath.libmp import from_rational, round_nearest
 
 from exactlearn.fields.base import Field, FieldError, NotExponential, NotSplit, as_mpq
+from exactlearn.errors import Undecided
 
 __all__ = ["Real", "Undecided"]
-
-
-class Undecided(FieldError):
-    """A zero or equality test fell between ``tol`` and ``sep`` (see module doc)."""
 
 
 def _is_mpf(x) -> bool:
@@ -87,6 +84,7 @@ class Real(Field):
 
     name = "real"
     is_exact = False
+    is_ordered = True
 
     def __init__(self, dps: int = 50, tol=None, scale: int | None = None, *, sep=None,
                  noise=None):
@@ -203,6 +201,20 @@ class Real(Field):
         """Tri-state equality: ``|a - b|`` decided at ``m = max(|scale|, |a|, |b|)``, scale default 1."""
         a, b = self(a), self(b)
         return self._decide(abs(a - b), self._mag(scale, a, b))
+
+    def sign(self, z, scale=None):
+        """0 when ``|z| <= tol * scale`` (the field's own tolerance), None in the undecided
+        band, else the sign of z."""
+        zero = self.decide_zero(z, scale)
+        if zero is True:
+            return 0
+        if zero is None:
+            return None
+        return 1 if z > 0 else -1
+
+    def relu(self, z):
+        """max(z, 0), with |z| <= tol counted as 0 (error <= tol)."""
+        return z if z > self.tol else self.zero
 
     def is_zero(self, a, scale=None) -> bool:
         """``|a| <= tol * |scale|`` (scale default 1); raises :class:`Undecided` in the band."""
@@ -349,7 +361,7 @@ class Real(Field):
            ``Q(0) != 0`` are required; ``P``'s top coefficient is dropped when zero.
 
         Runs at ``20 + 4n`` extra bits (mpmath ``svd_r``).  Failures raise
-        :class:`~exactlearn.pipeline.interpolate.InterpolationError` or :class:`Undecided`.
+        :class:`~exactlearn.errors.InterpolationError` or :class:`Undecided`.
         """
         from exactlearn.pipeline.interpolate import InterpolationError
         ctx = self.ctx

@@ -3,7 +3,7 @@
 ``Symbolic(scale=D)`` keeps ``T`` as an indeterminate (legitimately: ``T`` is
 transcendental by Lindemann, so ``Q(T)`` is isomorphic to rational functions in
 an indeterminate).  ``exp(s) = T^(D*s)`` needs ``D*s`` to be an integer
-(otherwise :class:`~exactlearn.fields.base.ExactnessError`); ``log`` inverts it
+(otherwise :class:`~exactlearn.errors.ExactnessError`); ``log`` inverts it
 on monomials ``T^n`` with coefficient 1 and returns ``n/D``.  Every other exact
 field is a specialisation ``T -> b`` of this one (:meth:`Symbolic.specialize`).
 

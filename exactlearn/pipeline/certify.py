@@ -7,11 +7,9 @@ own tolerance (``K.eq``).  The first mismatching observation is reported.
 from __future__ import annotations
 
 from exactlearn.fields.base import ExactnessError
+from exactlearn.errors import FieldError
 from exactlearn.model import HeadEvaluator
-
-
-class CertificateError(ArithmeticError):
-    """The recovered heads do not reproduce an observed oracle value."""
+from exactlearn.errors import CertificateError
 
 
 def certify(heads, d: int, observations, K) -> int:
@@ -34,3 +32,24 @@ def certify(heads, d: int, observations, K) -> int:
                 f"(final token {list(map(str, tokens[-1]))})")
         n += 1
     return n
+
+
+def verify_fresh(oracle, heads, d, H, K, convert, rng, R, n) -> tuple:
+    """``n`` fresh random queries (length 1..2H+1, entries in [-R, R]) comparing
+    ``heads`` with the black box (``--verify N``): ``(agreed, error or None)``.
+
+    They are reported apart from the learning queries (``verify_queries``)."""
+    ev = HeadEvaluator(heads, d, K)
+    for _ in range(n):
+        length = rng.randint(1, 2 * H + 1)
+        tokens = [tuple(rng.randint(-R, R) for _ in range(d)) for _ in range(length)]
+        try:
+            y = oracle(tokens)
+            if convert:
+                y = K(y)
+            agrees = K.eq(ev(tokens), y)
+        except (FieldError, ValueError, TypeError) as exc:
+            return False, f"verification failed: a fresh random query could not be compared ({exc})"
+        if not agrees:
+            return False, "verification failed: a fresh random query disagrees with the certified heads"
+    return True, None

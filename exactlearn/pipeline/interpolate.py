@@ -22,14 +22,12 @@ mpq(7,1)
 
 from __future__ import annotations
 
+from exactlearn.algebra.cauchy import cauchy_flint  # noqa: F401  (re-exported)
+from exactlearn.errors import InterpolationError
 from dataclasses import dataclass
 
 from exactlearn.algebra import polys
 from exactlearn.fields.base import FieldError
-
-
-class InterpolationError(FieldError):
-    """The samples are not those of a rational function of the expected type."""
 
 
 @dataclass
@@ -86,42 +84,6 @@ def cauchy_interpolate(ks, ys, H, K) -> RationalFunction:
     return _normalise(P, Q, K)
 
 
-def cauchy_flint(xs, ys, H, make_poly) -> tuple:
-    """:func:`cauchy_interpolate`'s algorithm on python-flint polynomials.
-
-    ``make_poly(coeffs)`` builds a flint polynomial (``fmpq_poly``, or an
-    ``fmpz_mod_poly`` context) and ``xs``, ``ys`` are matching flint scalars.
-    Newton interpolation, then the extended Euclidean algorithm stopped at
-    degree <= H, in C.  Returns flint polynomials (P, Q), Q not normalised.
-    Fields use it in their ``rational_interpolate`` fast path.
-    """
-    if len(xs) != 2 * H + 1 or len(ys) != len(xs):
-        raise ValueError(f"need 2H+1 = {2 * H + 1} samples, got {len(xs)}")
-    coef = list(ys)
-    n = len(xs)
-    for j in range(1, n):
-        for i in range(n - 1, j - 1, -1):
-            coef[i] = (coef[i] - coef[i - 1]) / (xs[i] - xs[i - j])
-    L = make_poly([coef[-1]])
-    r0 = make_poly([1])
-    for x in xs:
-        r0 = r0 * make_poly([-x, 1])
-    for i in range(n - 2, -1, -1):
-        L = L * make_poly([-xs[i], 1]) + make_poly([coef[i]])
-    r1, t0, t1 = L, make_poly([]), make_poly([1])
-    while r1.degree() > H:
-        q, r = divmod(r0, r1)
-        r0, r1 = r1, r
-        t0, t1 = t1, t0 - q * t1
-    if t1.degree() > H:
-        raise InterpolationError(f"no rational function of type ({H},{H}) fits the samples")
-    for x in xs:
-        if t1(x) == 0:
-            raise InterpolationError("samples are not those of a rational function of type "
-                                     f"({H},{H}) (unattainable point at k = {x})")
-    return r1, t1
-
-
 def _normalise(P, Q, K, trimmed=False) -> RationalFunction:
     if not trimmed:
         P, Q = polys.trim(P, K), polys.trim(Q, K)
@@ -136,7 +98,7 @@ def _normalise(P, Q, K, trimmed=False) -> RationalFunction:
 def poles(rf: RationalFunction, K):
     """[(rho_h, c_h)] for the poles p_h = -1/rho_h of P/Q (SPEC §2).
 
-    Raises :class:`~exactlearn.fields.base.NotSplit` when Q does not split into
+    Raises :class:`~exactlearn.errors.NotSplit` when Q does not split into
     distinct linear factors over K, and :class:`InterpolationError` when a
     coefficient vanishes (P and Q not coprime).
     """

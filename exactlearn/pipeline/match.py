@@ -17,17 +17,8 @@ groups, final token x_1 + x_i).  No logarithms are needed.
 
 from __future__ import annotations
 
+from exactlearn.errors import MatchError, PoleCountMismatch
 from exactlearn.fields.base import FieldError
-
-
-class MatchError(FieldError):
-    """The pairing of heads across configurations is missing or not unique."""
-
-
-class PoleCountMismatch(MatchError):
-    """Configurations show different numbers of poles: a vanishing c_h = -v_h.e or
-    two coinciding rho hide a pole (a degenerate draw), or the black box is not
-    attention with the given head bound."""
 
 
 class _Finder:

@@ -61,6 +61,7 @@ from exactlearn.fields.base import FieldError
 from exactlearn.fields.modular import (DEFAULT_P, BadReduction, ConfirmationModular, Modular, ReconstructionError,
                              ResidueModular, crt_reconstruct, rational_reconstruct)
 from exactlearn.model import Head, canonicalize, distinct_tokens
+from exactlearn.errors import HeightExceeded, PrimesDisagree
 
 #: Analysis primes are ``c * 2**ANALYSIS_SHIFT + 1`` for odd c (p - 1 smooth: discrete logs).
 ANALYSIS_SHIFT = 120
@@ -77,14 +78,6 @@ LOG2_CONFIRM_PRIMES = 119
 
 #: Bits of the true heights assumed in the stated bound: any model held in memory (32 GiB).
 MODEL_BITS_LOG2 = 38
-
-
-class HeightExceeded(ReconstructionError):
-    """The values are not yet stable after the allowed number of primes."""
-
-
-class PrimesDisagree(FieldError):
-    """Two primes gave different canonical W (a bad reduction, or a box outside the model class)."""
 
 
 def analysis_primes(first: int = DEFAULT_P):
@@ -191,6 +184,44 @@ def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEF
               "method": "CRT over the analysis primes, rational reconstruction once stable, "
                         "confirmed modulo an independent random prime"}
     return heads, n_cert, report
+
+
+def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=None,
+                  trace=None) -> tuple:
+    """The modular field's run of an exact strategy: the multi-modular method when the
+    black box can be asked modulo other primes (``oracle.over``), else one prime with v
+    certified modulo p only.
+
+    ``analyse_at(ask, Kr, trace)`` asks a strategy's plan through ``ask`` (a child
+    :class:`~exactlearn.oracle.Recorder` of ``rec``), analyses it in ``Kr`` and certifies
+    it there, returning ``(heads, n_certified)``.  Returns
+    ``(heads, n_certified, multimodular report)``."""
+    over = getattr(oracle, "over", None)
+    asked: list = []
+
+    def at(Kr, box, tr):
+        sub = rec.child(box, Kr)
+        heads, n = analyse_at(sub, Kr, tr)
+        if not asked:
+            asked.extend(t for t, _ in sub.observations)
+        return heads, n, sub.queries
+
+    if over is None:
+        heads, n, _ = at(ResidueModular(K.p, K.omega, K.D), oracle, trace)
+        return heads, n, residue_report(heads, K)
+
+    def run_prime(Kr):
+        first = Kr.p == K.p
+        return at(Kr, oracle if first else over(Kr), trace if first else None)
+
+    def confirm(heads, Kc):
+        sub = rec.child(over(Kc), Kc)
+        for tokens in asked:
+            sub(tokens)
+        return sub.observations, certify(heads, d, sub.observations, Kc), sub.queries
+
+    kw = {} if max_primes is None else {"max_primes": max_primes}
+    return learn_over_primes(K, run_prime, confirm, rng, **kw)
 
 
 def head_average(W, tokens, K) -> list:

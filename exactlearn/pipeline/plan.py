@@ -146,3 +146,15 @@ def draw_paper_plan(d: int, H: int, rng: random.Random, x_range: int, e_range: i
     X = draw_matrix(d, rng, x_range)
     E = draw_matrix(d, rng, e_range if e_range is not None else x_range)
     return paper_plan(X, E, H)
+
+
+def head_bound(d, heads, max_heads) -> int:
+    """Validate d and the head count H or bound H0; return the bound the plan uses."""
+    if heads is not None and max_heads is not None:
+        raise ValueError("give heads= or max_heads=, not both")
+    H = heads if heads is not None else max_heads
+    if H is None or isinstance(H, bool) or not isinstance(H, int) or H < 1:
+        raise ValueError(f"the head count/bound must be a positive integer, got {H!r}")
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise ValueError(f"d must be a positive integer, got {d!r}")
+    return H

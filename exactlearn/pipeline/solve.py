@@ -26,7 +26,7 @@ def solve_W(plan, logs, P, inverses=None):
 
     Over Q the products run on python-flint ``fmpq_mat`` (same exact result)."""
     d = plan.d
-    if P.name == "rational":
+    if P.is_rational:
         return _solve_W_flint(plan, logs)
     Etinv, Xinv = inverses or _inverses(plan, P)
     M = [[logs[(i, j)] for i in range(d)] for j in range(d)]

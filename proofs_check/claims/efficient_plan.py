@@ -176,14 +176,14 @@ def control() -> dict:
     model that reproduces every skeleton observation.  Analysed without check
     configurations it is certified; with them the certificate rejects it."""
     from exactlearn.strategies.efficient.learn import run_efficient
-    from exactlearn.api import _Recorder
+    from exactlearn.oracle import Recorder
     model = MultiHeadAttention([([[1, 0], [0, 1]], [2, 3])], d=2)
     out = {}
     for name, checks in (("without_checks", ()), ("with_checks", [((3, -2), (1, 4))])):
         K = Modular().with_scale(1)
         plan = efficient_plan([[1, 0], [0, 1]], [[1, 0], [0, 1]], 1, rank=1, checks=checks,
                               miss_bound=check_miss_bound(1, 4) ** len(checks))
-        rec = _Recorder(Oracle(model, K), K, False)
+        rec = Recorder(Oracle(model, K), K, False)
         heads, _ = run_efficient(plan, rec, K, lambda: rec.observations)
         out[name] = {"certified_equal": heads == model.canonical_heads(), "plan": plan.name,
                      "fallbacks": [f["kind"] for f in plan.fallbacks], "queries": rec.queries}

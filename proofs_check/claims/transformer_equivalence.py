@@ -35,7 +35,7 @@ import time
 
 from exactlearn.fields import Rational
 from exactlearn.transformer_model import TransformerEvaluator, TransformerOracle, random_transformer
-from exactlearn.strategies.transformer.learn import CONDITIONS, _hyperplane_point, learn_transformer
+from exactlearn.strategies.transformer.learn import CONDITIONS, hyperplane_point, learn_transformer
 
 from ..claim import REFUTED, VERIFIED, ClaimResult, claim
 from ._learning import level
@@ -63,7 +63,7 @@ def _check_queries(model, rng) -> list:
         beta = [sum(g[c] for g in gam) for c in range(d)]
         if u == 0 or not any(beta):
             continue
-        z = _hyperplane_point(beta, rng)
+        z = hyperplane_point(beta, rng)
         zmax = max(abs(a) for a in z) + 1
         multi = wmax * d * d * zmax * (zmax + R) <= 100_000
         for _ in range(10):

@@ -48,7 +48,8 @@ from exactlearn.algebra import polys
 from exactlearn.pipeline.certify import CertificateError, certify
 from exactlearn.fields.base import ExactnessError
 from exactlearn.pipeline.interpolate import InterpolationError, cauchy_interpolate, poles
-from exactlearn.api import Degenerate, over_analysis_fields
+from exactlearn.errors import DegenerateDraw as Degenerate
+from exactlearn.pipeline.analysis import over_analysis_fields
 from exactlearn.pipeline.match import MatchError, match
 from exactlearn.model import Head, canonicalize
 from exactlearn.strategies.efficient.plan import skeleton

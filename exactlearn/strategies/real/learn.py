@@ -106,6 +106,7 @@ from exactlearn.fields.rational import QQ
 from exactlearn.pipeline.interpolate import InterpolationError, cauchy_interpolate, poles
 from exactlearn.model import Head, distinct_tokens
 from exactlearn.pipeline.plan import paper_plan
+from exactlearn.errors import DegenerateDraw, NoisierThanDeclared
 
 TARGET = mpq(1)          # the probe family's exponents are scaled to rms about TARGET
 PROBE_TRIES = 4
@@ -117,8 +118,7 @@ _LO.dps = 20
 
 
 def _degenerate(msg):
-    from exactlearn.api import Degenerate as LearnerDegenerate
-    return LearnerDegenerate(msg)
+    return DegenerateDraw(msg)
 
 
 # -- first-order sensitivities -------------------------------------------------------------
@@ -275,10 +275,6 @@ def fit_family(K, H, ys, ssens, etas, computed0=False, m=None) -> Fit:
 
 
 NOISE_FACTOR = 10        # a residual beyond 10 first-order bounds from eta: noisier than declared
-
-
-class NoisierThanDeclared(CertificateError):
-    """Observations farther from every model of the class than the declared eta allows."""
 
 
 def check_noise(residual, bound, slack, what):
@@ -646,7 +642,7 @@ def label_real(plan, fits, etas) -> dict:
     :func:`exactlearn.pipeline.match.label_basis`: the same ties (across: equal c; within: c adds;
     rho multiply), but each relation is decided against *its own* first-order bound,
     ``|rho_s - rho_h rho_r| <= 10 (B_s + rho_h B_r + rho_r B_h)`` (c likewise): equal within
-    10 bounds, unequal beyond 1e5, :class:`~exactlearn.fields.real.Undecided` between.
+    10 bounds, unequal beyond 1e5, :class:`~exactlearn.errors.Undecided` between.
     Returns ``{configuration index: [pole index of head h for h]}``.
     """
     from exactlearn.fields.real import Undecided

@@ -22,7 +22,7 @@ Route (SPEC §7's, made exact; the paper's own route is not available)
    directions ``e_j`` (entries in [-2, 2]): while the final token dominates,
    T restricted to the plan *is* a multi-head attention with heads
    ``(W_h, w_h^S)``, ``w_h^S = sum_{j in S} u_j gamma_{jh}``, so the learner
-   core (:func:`exactlearn.api._run`: interpolate, poles, match, solve)
+   core (:func:`exactlearn.pipeline.analysis.ask_and_analyse`: interpolate, poles, match, solve)
    returns the W_h and w^S exactly.  The k = 0 shortcut does not apply to T,
    so the single-token query is asked at *every* distinct final token (2d - 1
    per cone) and at c itself, and all must agree with the recovered cone
@@ -92,12 +92,16 @@ from mpmath.libmp import to_rational
 from exactlearn.algebra import linalg
 from exactlearn.pipeline.certify import CertificateError, certify
 from exactlearn.fields.base import ExactnessError, Field, FieldError, as_mpq
-from exactlearn.api import Degenerate, _Recorder, _run, head_bound, resolve_field
+from exactlearn.errors import DegenerateDraw as Degenerate
+from exactlearn.oracle import Recorder, resolve_field
+from exactlearn.pipeline.analysis import ask_and_analyse
+from exactlearn.pipeline.plan import head_bound
 from exactlearn.algebra.linalg import SingularMatrix
 from exactlearn.fields.rational import QQ
 from exactlearn.pipeline.plan import paper_plan
 from exactlearn.transformer_model import (OneLayerTransformer, TransformerEvaluator, TransformerOracle,
                           _require_ordered, sign)
+from exactlearn.errors import LearningFailure, TransformerFailure
 
 CONDITIONS = [
     "C1: every neuron that matters has beta_j = sum_h O_h^T b_j != 0 (single tokens switch it)",
@@ -111,10 +115,6 @@ CONDITIONS = [
     "(implied by C1)",
     "C6: ordered field (rational exact, real within tolerance); at most H distinct W overall",
 ]
-
-
-class TransformerFailure(Exception):
-    """A condition failed or a degenerate draw was detected; the message says which."""
 
 
 @dataclass
@@ -400,7 +400,7 @@ def _learn_cone(rec, K, c, H, rng, target, draws, info):
         start = len(rec.observations)
         q0 = rec.queries
         try:
-            heads = _run(plan, rec, K, None)
+            heads = ask_and_analyse(plan, rec, K, None)
             asked = {plan.configs[0].x}
             for cfg in plan.configs:         # k = 0 at every distinct final token
                 if cfg.x not in asked:
@@ -415,7 +415,9 @@ def _learn_cone(rec, K, c, H, rng, target, draws, info):
         except ExactnessError as exc:
             last = exc
             break
-        except (Degenerate, FieldError, CertificateError, SingularMatrix) as exc:
+        except TransformerFailure:
+            raise
+        except (LearningFailure, FieldError) as exc:
             last = exc
     raise TransformerFailure(f"cone of direction {list(c)}: no consistent plan in {attempt + 1} "
                              f"draw(s) up to M = {M} (margin condition C3, degenerate draws C4, or more "
@@ -444,7 +446,7 @@ def learn_transformer(oracle, d: int, heads: int | None = None, max_heads: int |
     K, convert = resolve_field(oracle, field)
     _require_ordered(K)
     rng = random.Random(seed)
-    rec = _Recorder(oracle, K, convert)
+    rec = Recorder(oracle, K, convert)
     error, model, attempts, info, n_kinks = None, None, 0, [], 0
     while attempts <= retries:
         attempts += 1
@@ -462,7 +464,7 @@ def learn_transformer(oracle, d: int, heads: int | None = None, max_heads: int |
             break
         except TransformerFailure as exc:
             error = str(exc)
-        except (Degenerate, FieldError, SingularMatrix) as exc:
+        except (LearningFailure, FieldError) as exc:
             error = f"{type(exc).__name__}: {exc}"
     res = TransformerLearnResult("failed", None, error, d, H, K, rec.queries, rec.max_length,
                                  attempts=attempts, cones=info, kinks=n_kinks,
@@ -682,7 +684,7 @@ def _rref(K, rows):
 
 
 # ------------------------------------------------------------------ the certificate
-def _hyperplane_point(beta, rng) -> tuple:
+def hyperplane_point(beta, rng) -> tuple:
     """A small nonzero integer point z with beta . z = 0 (beta exact rational, nonzero)."""
     n = _primitive(beta)
     d = len(n)
@@ -732,7 +734,7 @@ def _certificate(model, rec, K, rng, n_random):
         if not any(gam):
             continue
         if exact:
-            z = _hyperplane_point(gam, rng)
+            z = hyperplane_point(gam, rng)
             zmax = max(abs(a) for a in z) + 1
         else:                                  # real: a point of size ~1 on the hyperplane
             g = [K(a) for a in gam]
