@@ -24,7 +24,7 @@ mpq(7,2)
 from __future__ import annotations
 
 from exactlearn.errors import ModelError
-import json
+from exactlearn.io import dump_json, load_json
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Sequence
 
@@ -242,35 +242,6 @@ class MultiHeadAttention:
     @classmethod
     def from_file(cls, path) -> "MultiHeadAttention":
         return cls.from_json(load_json(path))
-
-
-def dump_json(obj, path) -> None:
-    """Write a model file (JSON, one space indent, final newline)."""
-    with open(path, "w") as fh:
-        json.dump(obj, fh, indent=1)
-        fh.write("\n")
-
-
-def load_json(path):
-    """Read a JSON file, turning every failure into a one-line ModelError."""
-    try:
-        with open(path) as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise ModelError(f"model file not found: {path}") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as exc:
-        raise ModelError(f"cannot read model file {path}: {exc.__class__.__name__}") from None
-    try:
-        # JSON number literals are decimals: keep their text so they are read exactly
-        return json.loads(text, parse_constant=_reject_constant, parse_float=str)
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"model file {path} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
-    except RecursionError:
-        raise ModelError(f"model file {path} is nested too deeply to be a model") from None
-
-
-def _reject_constant(name):
-    raise ModelError(f"model file: {name} is not an exact number")
 
 
 # ---------------------------------------------------------------------------------

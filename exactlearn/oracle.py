@@ -26,6 +26,7 @@ import time
 from exactlearn.errors import DegenerateDraw, ExactnessError, FieldError
 from exactlearn.fields.base import Field
 from exactlearn.model import HeadEvaluator, MultiHeadAttention
+from exactlearn.transformer_model import OneLayerTransformer, TransformerEvaluator, require_ordered
 
 
 class CountingOracle:
@@ -122,6 +123,21 @@ class Oracle(CountingOracle):
                 f"the plan needs exp of exponents up to {int(worst)} but the {self.field.name} field "
                 f"realises at most {limit}" + self.field.exponent_hint)
         return int(worst)
+
+
+class TransformerOracle(CountingOracle):
+    """Counting black box over a :class:`OneLayerTransformer` and an ordered field.
+
+    Like :class:`exactlearn.oracle.Oracle`: ``.queries``, ``.max_length``,
+    ``.seconds``; a field left on auto scale gets D = lcm of the W denominators.
+    """
+
+    def __init__(self, model: OneLayerTransformer, field: Field):
+        require_ordered(field)
+        if field.scale is None:
+            field = field.with_scale(model.scale())
+        self.model = model
+        super().__init__(model.d, field, TransformerEvaluator(model, field))
 
 
 class Recorder:

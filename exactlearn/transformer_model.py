@@ -1,6 +1,6 @@
 """One-layer Transformer: multi-head attention, then a bias-free ReLU FFN (SPEC §7).
 
-Model (file format ``exactlearn.transformer_model/1``)::
+Model (file format ``exactlearn.transformer/1``)::
 
     T(X) = sum_j u_j ReLU(b_j . z(X)),
     z(X) = sum_h sum_i softmax_i(x_i^T W_h x_n) O_h x_i          (key left, query right)
@@ -45,17 +45,16 @@ from fractions import Fraction
 
 from exactlearn.fields.base import Field, FieldError, as_mpq, format_rational, lcm_of_denominators
 from exactlearn.model import ModelError, distinct_tokens, dump_json, load_json
-from exactlearn.oracle import CountingOracle
 from exactlearn.errors import NotOrdered
 
-FORMAT = "exactlearn.transformer_model/1"
+FORMAT = "exactlearn.transformer/1"
 
 __all__ = ["OneLayerTransformer", "TransformerEvaluator", "TransformerOracle", "NotOrdered",
            "FORMAT", "relu", "sign", "random_transformer"]
 
 
 # ------------------------------------------------------------------ sign and ReLU
-def _require_ordered(K: Field) -> None:
+def require_ordered(K: Field) -> None:
     if not K.is_ordered:
         raise NotOrdered(f"the one-layer Transformer needs ReLU, i.e. a sign decision, which the "
                          f"{K.name} field cannot make; use --field rational or --field real")
@@ -64,13 +63,13 @@ def _require_ordered(K: Field) -> None:
 def sign(K: Field, z, scale=None):
     """Sign of a field element: -1, 0 or 1; None when the real field cannot decide
     (:meth:`~exactlearn.fields.base.Field.sign`)."""
-    _require_ordered(K)
+    require_ordered(K)
     return K.sign(z, scale)
 
 
 def relu(K: Field, z):
     """max(z, 0) in an ordered field (real field: |z| <= tol counts as 0, error <= tol)."""
-    _require_ordered(K)
+    require_ordered(K)
     return K.relu(z)
 
 
@@ -223,7 +222,7 @@ class TransformerEvaluator:
     """
 
     def __init__(self, model: OneLayerTransformer, field: Field):
-        _require_ordered(field)
+        require_ordered(field)
         self.model = model
         self.K = field
         P = field.param
@@ -278,21 +277,6 @@ class TransformerEvaluator:
                     pre = pre + a * b
             total = total + u * relu(K, pre)
         return total
-
-
-class TransformerOracle(CountingOracle):
-    """Counting black box over a :class:`OneLayerTransformer` and an ordered field.
-
-    Like :class:`exactlearn.oracle.Oracle`: ``.queries``, ``.max_length``,
-    ``.seconds``; a field left on auto scale gets D = lcm of the W denominators.
-    """
-
-    def __init__(self, model: OneLayerTransformer, field: Field):
-        _require_ordered(field)
-        if field.scale is None:
-            field = field.with_scale(model.scale())
-        self.model = model
-        super().__init__(model.d, field, TransformerEvaluator(model, field))
 
 
 def random_transformer(d: int, H: int, r: int, seed=None, w_range: int = 2,

@@ -18,11 +18,13 @@ import pytest
 
 import exactlearn.oracle as oracle_module
 import exactlearn.strategies.paper as paper_strategy
+import exactlearn.cli.transformer as cli_transformer
 import exactlearn.strategies.transformer.learn as transformer_learn
 from exactlearn import OneLayerTransformer
 from exactlearn.cli.main import main
 from exactlearn.fields import Rational
-from exactlearn.transformer_model import TransformerOracle, random_transformer
+from exactlearn.oracle import TransformerOracle
+from exactlearn.transformer_model import random_transformer
 from exactlearn.strategies.transformer.learn import learn_transformer
 from proofs_check.claim import Context, discover
 
@@ -94,7 +96,7 @@ def test_cli_json_counts_every_answered_query(model, heads, rc_want, tmp_path, c
         boxes.append(Tally(TransformerOracle(m, field)))
         return boxes[-1]
 
-    monkeypatch.setattr(transformer_learn, "TransformerOracle", tallied_oracle)
+    monkeypatch.setattr(cli_transformer, "TransformerOracle", tallied_oracle)
     path = tmp_path / "T.json"
     model.dump(path)
     rc = main(["learn", "--model", str(path), "--heads", str(heads), "--seed", "4", "--json"])

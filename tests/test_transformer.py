@@ -22,8 +22,8 @@ from exactlearn.cli.main import main
 from exactlearn.fields import Rational
 from exactlearn.fields.real import Real
 from exactlearn.fields.symbolic import Symbolic
-from exactlearn.transformer_model import (NotOrdered, TransformerEvaluator, TransformerOracle,
-                                    random_transformer)
+from exactlearn.oracle import TransformerOracle
+from exactlearn.transformer_model import NotOrdered, TransformerEvaluator, random_transformer
 from exactlearn.strategies.transformer.learn import CONDITIONS, learn_transformer
 
 JSON_KEYS = {"status", "field", "d", "heads_bound", "canonical_heads", "queries", "max_length",
@@ -67,7 +67,7 @@ def test_file_round_trip(tmp_path):
     T.dump(path)
     back = OneLayerTransformer.from_file(path)
     assert back == T
-    assert json.loads(path.read_text())["format"] == "exactlearn.transformer_model/1"
+    assert json.loads(path.read_text())["format"] == "exactlearn.transformer/1"
 
 
 @pytest.mark.parametrize("field", [Symbolic(scale=1)], ids=["symbolic"])
@@ -166,7 +166,7 @@ def test_cli_json_keys_and_certificate(tmp_path, capsys):
     assert cert["fresh_kinds"]["random"] == 50 and cert["agreed"] is True
     assert j["conditions"] == CONDITIONS
     model = j["model"]
-    assert model["format"] == "exactlearn.transformer_model/1"
+    assert model["format"] == "exactlearn.transformer/1"
     assert all(RATIONAL.match(x) for h in model["heads"] for M in (h["W"], h["O"])
                for row in M for x in row)
     back = OneLayerTransformer.from_json(model)

@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     lp = sub.add_parser("learn", help="learn the canonical heads of a model file through a black box")
     lp.add_argument("--model", required=True,
-                    help="model file (exactlearn.mha/1 or exactlearn.transformer_model/1 JSON)")
+                    help="model file (exactlearn.mha/1 or exactlearn.transformer/1 JSON)")
     lp.add_argument("--field", default="rational", help=f"one of {', '.join(FIELD_NAMES)}")
     g = lp.add_mutually_exclusive_group(required=True)
     g.add_argument("--heads", type=_positive("--heads"), help="number of heads H")
@@ -167,8 +167,8 @@ def _cmd_learn(args) -> int:
     from exactlearn.api import learn
     from exactlearn.oracle import Oracle
     obj = load_json(args.model)
-    if isinstance(obj, dict) and obj.get("format") == "exactlearn.transformer_model/1":
-        from exactlearn.strategies.transformer.learn import run_cli
+    if isinstance(obj, dict) and obj.get("format") == "exactlearn.transformer/1":
+        from exactlearn.cli.transformer import run_cli
         return run_cli(args, obj, make_field)
     model = MultiHeadAttention.from_json(obj)
     if args.field not in FIELD_NAMES:

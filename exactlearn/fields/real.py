@@ -70,6 +70,7 @@ import mpmath
 from mpmath.libmp import from_rational, round_nearest
 
 from exactlearn.fields.base import Field, FieldError, NotExponential, NotSplit, as_mpq
+from exactlearn.algebra.rationals import mpf_to_mpq
 from exactlearn.errors import Undecided
 
 __all__ = ["Real", "Undecided"]
@@ -114,7 +115,7 @@ class Real(Field):
 
     # -- identity -------------------------------------------------------------------
     def _key(self):
-        return ("Real", self.dps, _exact(self.tol), _exact(self.sep), _exact(self.noise), self.scale)
+        return ("Real", self.dps, mpf_to_mpq(self.tol), mpf_to_mpq(self.sep), mpf_to_mpq(self.noise), self.scale)
 
     def __repr__(self):
         return (f"Real(dps={self.dps}, tol={self.ctx.nstr(self.tol, 6)!r}, "
@@ -122,8 +123,8 @@ class Real(Field):
                 f"noise={self.ctx.nstr(self.noise, 6)!r})")
 
     def __reduce__(self):
-        return (_rebuild, (self.dps, _exact(self.tol), self.scale, _exact(self.sep),
-                           _exact(self.noise)))
+        return (_rebuild, (self.dps, mpf_to_mpq(self.tol), self.scale, mpf_to_mpq(self.sep),
+                           mpf_to_mpq(self.noise)))
 
     def with_scale(self, scale):
         return Real(self.dps, self.tol, scale, sep=self.sep, noise=self.noise)
@@ -363,7 +364,7 @@ class Real(Field):
         Runs at ``20 + 4n`` extra bits (mpmath ``svd_r``).  Failures raise
         :class:`~exactlearn.errors.InterpolationError` or :class:`Undecided`.
         """
-        from exactlearn.pipeline.interpolate import InterpolationError
+        from exactlearn.errors import InterpolationError
         ctx = self.ctx
         n = 2 * H + 1
         if len(ks) != n or len(ys) != n:
@@ -459,12 +460,6 @@ class Real(Field):
     def format(self, a) -> str:
         """Decimal string with ``dps`` significant digits."""
         return self.ctx.nstr(self(a), self.dps)
-
-
-def _exact(x) -> mpq:
-    """The exact dyadic value of an mpf as an mpq."""
-    man, exp = int(x.man), int(x.exp)
-    return mpq(man * 2 ** exp) if exp >= 0 else mpq(man, 2 ** -exp)
 
 
 def _root_size(ctx, cs):

@@ -94,7 +94,7 @@ class Plan:
         self._index = {(c.kind, c.i, c.j): n for n, c in enumerate(self.configs)}
 
 
-def _add(u, v):
+def vector_sum(u, v):
     return tuple(a + b for a, b in zip(u, v))
 
 
@@ -121,10 +121,10 @@ def paper_plan(X, E, H: int) -> Plan:
         for j in range(d):
             target.append(Config("basis", i, j, X[i], E[j]))
         for j in range(1, d):
-            target.append(Config("within", i, j, X[i], _add(E[0], E[j])))
+            target.append(Config("within", i, j, X[i], vector_sum(E[0], E[j])))
     for i in range(1, d):
         j = across_direction(i, d)
-        rest.append(Config("across", i, j, _add(X[0], X[i]), E[j]))
+        rest.append(Config("across", i, j, vector_sum(X[0], X[i]), E[j]))
     configs = group1 + rest
     queries = [Query(0, 0)]
     for n, c in enumerate(configs):

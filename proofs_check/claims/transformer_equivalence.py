@@ -34,7 +34,8 @@ import random
 import time
 
 from exactlearn.fields import Rational
-from exactlearn.transformer_model import TransformerEvaluator, TransformerOracle, random_transformer
+from exactlearn.oracle import TransformerOracle
+from exactlearn.transformer_model import TransformerEvaluator, random_transformer
 from exactlearn.strategies.transformer.learn import CONDITIONS, hyperplane_point, learn_transformer
 
 from ..claim import REFUTED, VERIFIED, ClaimResult, claim

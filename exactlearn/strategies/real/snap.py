@@ -30,39 +30,14 @@ import math
 
 from gmpy2 import mpq
 
+from exactlearn.algebra.rationals import mpf_to_mpq, simplest_rational
 from exactlearn.fields.base import format_rational
 from exactlearn.model import Head
 
 
-def _exact(x) -> mpq:
-    """The exact dyadic value of an mpf (any mpmath context)."""
-    sign, man, exp, _ = x._mpf_
-    v = mpq(int(man)) * (mpq(2) ** exp if exp >= 0 else mpq(1, 2 ** -exp))
-    return -v if sign else v
-
-
-def simplest_rational(lo, hi) -> mpq:
-    """The rational with the smallest denominator (then the smallest |numerator|) in the
-    closed interval ``[lo, hi]`` of exact rationals."""
-    lo, hi = mpq(lo), mpq(hi)
-    if lo > hi:
-        raise ValueError("empty interval")
-    if lo <= 0 <= hi:
-        return mpq(0)
-    if hi < 0:
-        return -simplest_rational(-hi, -lo)
-    fl = lo.numerator // lo.denominator
-    if fl == lo:
-        return mpq(fl)
-    if fl + 1 <= hi:
-        return mpq(fl + 1)
-    # lo and hi share the integer part fl; recurse on the reciprocals of the fractional parts
-    return fl + 1 / simplest_rational(1 / (hi - fl), 1 / (lo - fl))
-
-
 def height_bound(B) -> int:
     """``floor(1 / sqrt(2 B))``: the largest denominator that keeps a snap unique."""
-    B = _exact(B) if hasattr(B, "_mpf_") else mpq(B)
+    B = mpf_to_mpq(B) if hasattr(B, "_mpf_") else mpq(B)
     if B <= 0:
         raise ValueError("the error bound must be positive")
     return max(1, math.isqrt(int(1 / (2 * B))))
@@ -71,7 +46,7 @@ def height_bound(B) -> int:
 def snap_value(x, B, height=None):
     """The unique rational of height <= Q within ``B`` of ``x`` (module doc), or None."""
     Q = height_bound(B) if height is None else min(int(height), height_bound(B))
-    xe, Be = _exact(x), (_exact(B) if hasattr(B, "_mpf_") else mpq(B))
+    xe, Be = mpf_to_mpq(x), (mpf_to_mpq(B) if hasattr(B, "_mpf_") else mpq(B))
     q = simplest_rational(xe - Be, xe + Be)
     return q if q.denominator <= Q else None
 

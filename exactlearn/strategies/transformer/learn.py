@@ -87,7 +87,6 @@ import time
 from dataclasses import dataclass, field as dc_field
 
 from gmpy2 import mpq
-from mpmath.libmp import to_rational
 
 from exactlearn.algebra import linalg
 from exactlearn.pipeline.certify import CertificateError, certify
@@ -99,8 +98,9 @@ from exactlearn.pipeline.plan import head_bound
 from exactlearn.algebra.linalg import SingularMatrix
 from exactlearn.fields.rational import QQ
 from exactlearn.pipeline.plan import paper_plan
-from exactlearn.transformer_model import (OneLayerTransformer, TransformerEvaluator, TransformerOracle,
-                          _require_ordered, sign)
+from exactlearn.transformer_model import (OneLayerTransformer, TransformerEvaluator, require_ordered,
+                                          sign)
+from exactlearn.algebra.rationals import mpf_to_mpq, simplest_rational
 from exactlearn.errors import LearningFailure, TransformerFailure
 
 CONDITIONS = [
@@ -171,7 +171,7 @@ class TransformerLearnResult:
             "error": self.error,
             "learner_seconds": round(self.learner_seconds, 6),
             "oracle_seconds": round(self.oracle_seconds, 6),
-            "format": "exactlearn.transformer_model/1",
+            "format": "exactlearn.transformer/1",
             "model": model,
             "neurons": self.model.r if self.model is not None else 0,
             "attempts": self.attempts,
@@ -194,21 +194,7 @@ def _to_mpq(K, x) -> mpq:
     """A param-domain value as an exact rational (the dyadic value of an mpf)."""
     if K.is_exact:
         return as_mpq(x)
-    p, q = to_rational(x._mpf_)          # signed (mpf.man is the unsigned mantissa)
-    return mpq(int(p), int(q))
-
-
-def _simplest_between(lo: mpq, hi: mpq) -> mpq:
-    """The rational with the smallest denominator in [lo, hi] (0 <= lo <= hi).
-
-    >>> _simplest_between(mpq(1, 3), mpq(2, 5)), _simplest_between(mpq(0), mpq(1, 2))
-    (mpq(1,3), mpq(0,1))
-    """
-    n = mpq(math.ceil(lo))
-    if n <= hi:
-        return n
-    f = mpq(math.floor(lo))
-    return f + 1 / _simplest_between(1 / (hi - f), 1 / (lo - f))
+    return mpf_to_mpq(x)
 
 
 def _primitive(v) -> tuple:
@@ -444,7 +430,7 @@ def learn_transformer(oracle, d: int, heads: int | None = None, max_heads: int |
     t_start = time.perf_counter()
     H = head_bound(d, heads, max_heads)
     K, convert = resolve_field(oracle, field)
-    _require_ordered(K)
+    require_ordered(K)
     rng = random.Random(seed)
     rec = Recorder(oracle, K, convert)
     error, model, attempts, info, n_kinks = None, None, 0, [], 0
@@ -511,7 +497,7 @@ def _attempt(rec, K, d, H, rng, cone_draws, target, info):
     centres, cone_heads = [], []
     for lo, hi in zip(bounds, bounds[1:]):
         qlo, qhi = _to_mpq(K, lo), _to_mpq(K, hi)
-        t = _simplest_between(qlo + (qhi - qlo) / 3, qhi - (qhi - qlo) / 3)
+        t = simplest_rational(qlo + (qhi - qlo) / 3, qhi - (qhi - qlo) / 3)
         x = tuple(as_mpq(a) + t * (p - a) for a, p in zip(A, P)) if t <= 1 else \
             tuple(p + (t - 1) * (-a - p) for a, p in zip(A, P))
         c = _primitive(x)
@@ -768,59 +754,3 @@ def _certificate(model, rec, K, rng, n_random):
             return (False, f"a fresh query of length {len(q)} disagrees with the recovered model",
                     *asked(n + 1))
     return (True, None, *asked(len(queries)))
-
-
-# ------------------------------------------------------------------ command line
-def run_cli(args, obj, make_field) -> int:
-    """``exactlearn learn --model T.json ...`` for an ``exactlearn.transformer_model/1`` file.
-
-    Called by :func:`exactlearn.cli.main._cmd_learn` after it read the file.  Bad
-    input raises ModelError/ValueError/FieldError (exit 2 there); returns 0
-    when certified, 1 on a flagged failure.  ``--retries N`` adds N path
-    redraws to the learner's own 2; ``--verify N`` sets the number of fresh
-    random certificate queries (default 200, plus the boundary queries).
-    """
-    import json
-
-    model = OneLayerTransformer.from_json(obj)
-    if args.field not in ("rational", "real", "modular", "symbolic"):
-        raise ValueError(f"unknown field {args.field!r} (choose from rational, real)")
-    for opt, default in (("plan", "paper"), ("rank", None), ("range", None), ("e_range", None)):
-        if getattr(args, opt, default) != default:
-            raise ValueError(f"--{opt.replace('_', '-')} applies to attention models only; the "
-                             "Transformer learner chooses its query tokens per cone")
-    field = make_field(args.field, args, scale=None)
-    oracle = TransformerOracle(model, field)       # refuses unordered fields (NotOrdered)
-    res = learn_transformer(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads,
-                            seed=args.seed, retries=2 + args.retries, fresh=args.verify or 200)
-    if args.json:
-        print(json.dumps(res.to_json()))
-    else:
-        print(summary(res))
-    return 0 if res.certified else 1
-
-
-def summary(res) -> str:
-    """Readable summary of a Transformer learning run."""
-    K = res.field
-    lines = [f"status: {res.status}" + (f" ({res.error})" if res.error else ""),
-             f"field: {K.name}  d: {res.d}  head bound: {res.heads_bound}",
-             f"queries: {res.queries} (learning {res.learning_queries}: kink search and cone plans, "
-             f"{len(res.cones)} cones, {res.kinks} kinks; certificate {res.certificate_queries})  "
-             f"longest: {res.max_length} (learning {res.learning_max_length}, certificate "
-             f"{res.certificate_max_length})"
-             + (f"  attempts: {res.attempts}" if res.attempts > 1 else "")]
-    if res.certified:
-        m = res.model
-        lines.append(f"recovered: {m.H} distinct W, {m.r} neurons, m = {m.m}")
-        for n, (W, O) in enumerate(m.heads, 1):
-            lines.append(f"  head {n}: W = {[[K.format(x) for x in r] for r in W]}")
-            lines.append(f"          O = {[[K.format(x) for x in r] for r in O]}")
-        lines.append(f"  ffn: B = {[[K.format(x) for x in b] for b in m.B]}")
-        lines.append(f"       u = {[K.format(x) for x in m.u]}")
-        lines.append(f"certificate: {res.observations} observed outputs and "
-                     f"{len(res.fresh_queries)} fresh queries ({res.fresh_kinds.get('random', 0)} random, "
-                     f"{res.fresh_kinds.get('boundary', 0)} on ReLU boundaries) reproduced"
-                     + (" exactly" if K.is_exact else " within tolerance"))
-    lines.append(f"time: learner {res.learner_seconds:.3f} s, oracle {res.oracle_seconds:.3f} s")
-    return "\n".join(lines)
