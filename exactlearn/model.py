@@ -23,12 +23,12 @@ mpq(7,2)
 
 from __future__ import annotations
 
-from exactlearn.errors import ModelError
-from exactlearn.io import dump_json, load_json
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Sequence
 
-from exactlearn.fields.base import ExactnessError, Field, as_mpq, format_rational, lcm_of_denominators
+from exactlearn.errors import ExactnessError, ModelError
+from exactlearn.fields.base import Field, as_mpq, format_rational, lcm_of_denominators
+from exactlearn.io import dump_json, load_json
 
 FORMAT = "exactlearn.mha/1"
 
@@ -317,12 +317,41 @@ class HeadEvaluator:
             self._cache.clear()
         self._cache[key] = value
 
-    def __call__(self, tokens):
-        K = self.K
+    def _pairs(self, tokens):
         pairs, final = distinct_tokens(tokens)
         for t, _ in pairs:
             if len(t) != self.d:
                 raise ValueError(f"token of length {len(t)} in a model with d={self.d}")
+        return pairs, final
+
+    def averages(self, tokens) -> list:
+        """``[y_h(X)]``: each head's softmax average ``sum_i softmax_i(s_h) x_i`` of the tokens
+        (field d-vectors), so that ``f(X) = sum_h v_h . y_h(X)`` (the Transformer's heads and
+        the multi-modular confirmation use them).
+
+        >>> from exactlearn.fields import QQ
+        >>> HeadEvaluator([Head(((1,),), (1,))], 1, QQ.with_scale(1)).averages([(0,), (1,)])
+        [[mpq(2,3)]]
+        """
+        K = self.K
+        P = K.param
+        pairs, final = self._pairs(tokens)
+        pairs = [(tuple(P(a) for a in t), m) for t, m in pairs]
+        out = []
+        for wx, s_final, _ in self._final(tuple(P(a) for a in final)):
+            num = [K.zero] * self.d
+            den = K.zero
+            for tok, mult in pairs:
+                s = sum((a * b for a, b in zip(tok, wx)), P.zero) - s_final
+                w = K.exp(s) * mult
+                num = [n + w * K(a) for n, a in zip(num, tok)]
+                den = den + w
+            out.append([n / den for n in num])
+        return out
+
+    def __call__(self, tokens):
+        K = self.K
+        pairs, final = self._pairs(tokens)
         if self._int is not None and all(type(a) is int for t, _ in pairs for a in t):
             return self._call_int(pairs, final)
         P = K.param

@@ -44,7 +44,7 @@ import random
 from fractions import Fraction
 
 from exactlearn.fields.base import Field, FieldError, as_mpq, format_rational, lcm_of_denominators
-from exactlearn.model import ModelError, distinct_tokens, dump_json, load_json
+from exactlearn.model import Head, HeadEvaluator, ModelError, distinct_tokens, dump_json, load_json
 from exactlearn.errors import NotOrdered
 
 FORMAT = "exactlearn.transformer/1"
@@ -217,54 +217,24 @@ class OneLayerTransformer:
 class TransformerEvaluator:
     """Evaluates a :class:`OneLayerTransformer` through an ordered field.
 
-    Work is in the number of distinct tokens; ``W_h x_n`` is cached per final
-    token.  ``averages(tokens)`` returns the head averages ``y_h(X)``.
+    The head averages ``y_h(X)`` come from :meth:`exactlearn.model.HeadEvaluator.averages`
+    (work in the number of distinct tokens, ``W_h x_n`` cached per final token);
+    ``T(X) = sum_j u_j ReLU(sum_h gamma_jh . y_h(X))``.
     """
 
     def __init__(self, model: OneLayerTransformer, field: Field):
         require_ordered(field)
         self.model = model
         self.K = field
-        P = field.param
         self.d = model.d
-        self.W = [[[P(a) for a in row] for row in W] for W, _ in model.heads]
+        zero = tuple(0 for _ in range(model.d))
+        self._heads = HeadEvaluator([Head(W, zero) for W, _ in model.heads], model.d, field)
         self.gamma = [[[field(c) for c in g] for g in row] for row in model.gammas()]
         self.u = [field(x) for x in model.u]
-        self._cache: dict = {}
-
-    def _final(self, final):
-        got = self._cache.get(final)
-        if got is None:
-            P = self.K.param
-            got = []
-            for W in self.W:
-                wx = [sum((a * b for a, b in zip(row, final)), P.zero) for row in W]
-                got.append((wx, sum((a * b for a, b in zip(final, wx)), P.zero)))
-            if len(self._cache) > 4096:
-                self._cache.clear()
-            self._cache[final] = got
-        return got
 
     def averages(self, tokens) -> list:
         """``[y_h(X)]``: each head's softmax average of the tokens (field d-vectors)."""
-        K = self.K
-        P = K.param
-        pairs, final = distinct_tokens(tokens)
-        for t, _ in pairs:
-            if len(t) != self.d:
-                raise ValueError(f"token of length {len(t)} in a model with d={self.d}")
-        pairs = [(tuple(P(a) for a in t), m) for t, m in pairs]
-        out = []
-        for wx, s_final in self._final(tuple(P(a) for a in final)):
-            num = [K.zero] * self.d
-            den = K.zero
-            for tok, mult in pairs:
-                s = sum((a * b for a, b in zip(tok, wx)), P.zero) - s_final
-                w = K.exp(s) * mult
-                num = [n + w * K(a) for n, a in zip(num, tok)]
-                den = den + w
-            out.append([n / den for n in num])
-        return out
+        return self._heads.averages(tokens)
 
     def __call__(self, tokens):
         K = self.K

@@ -60,7 +60,7 @@ from exactlearn.pipeline.certify import certify
 from exactlearn.fields.base import FieldError
 from exactlearn.fields.modular import (DEFAULT_P, BadReduction, ConfirmationModular, Modular, ReconstructionError,
                              ResidueModular, crt_reconstruct, rational_reconstruct)
-from exactlearn.model import Head, canonicalize, distinct_tokens
+from exactlearn.model import Head, HeadEvaluator, canonicalize
 from exactlearn.errors import HeightExceeded, PrimesDisagree
 
 #: Analysis primes are ``c * 2**ANALYSIS_SHIFT + 1`` for odd c (p - 1 smooth: discrete logs).
@@ -224,21 +224,6 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
     return learn_over_primes(K, run_prime, confirm, rng, **kw)
 
 
-def head_average(W, tokens, K) -> list:
-    """y_h(X) = sum_i softmax_i(x_i^T W x_n) x_i in K: f(X) = sum_h v_h . y_h(X) (SPEC §1, §7)."""
-    pairs, final = distinct_tokens(tokens)
-    d = len(final)
-    wx = [sum((W[r][c] * final[c] for c in range(d)), mpq(0)) for r in range(d)]
-    s_final = sum((final[r] * wx[r] for r in range(d)), mpq(0))
-    den = K.zero
-    num = [K.zero] * d
-    for tok, mult in pairs:
-        w = K.exp(sum((tok[r] * wx[r] for r in range(d)), mpq(0)) - s_final) * mult
-        den = den + w
-        num = [a + w * K(t) for a, t in zip(num, tok)]
-    return [a / den for a in num]
-
-
 def _check_design_rank(heads, observations, K) -> None:
     """The answers modulo p' must determine every v: the rows (y_1(X), ..., y_m(X)) over the
     observed X span F_p'^(m d).  Rows are taken final token by final token (the largest
@@ -252,9 +237,10 @@ def _check_design_rank(heads, observations, K) -> None:
         groups.setdefault(tuple(tokens[-1]), []).append(tokens)
     rows: list = []
     rank = 0
+    averages = HeadEvaluator(heads, d, K).averages
     for group in sorted(groups.values(), key=len, reverse=True):
         for tokens in group:
-            rows.extend(int(x) for h in heads for x in head_average(h.W, tokens, K))
+            rows.extend(int(x) for y in averages(tokens) for x in y)
         n = len(rows) // cols
         rank = flint.fmpz_mod_mat(n, cols, rows, K._ctx).rank()
         if rank == cols:
