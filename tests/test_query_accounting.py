@@ -19,7 +19,7 @@ import pytest
 import exactlearn.oracle as oracle_module
 import exactlearn.strategies.paper as paper_strategy
 import exactlearn.cli.transformer as cli_transformer
-import exactlearn.strategies.transformer.learn as transformer_learn
+import exactlearn.strategies.transformer.certificate as transformer_certificate
 from exactlearn import OneLayerTransformer
 from exactlearn.cli.main import main
 from exactlearn.fields import Rational
@@ -152,12 +152,16 @@ def test_query_count_refuted_by_an_unreported_long_query(monkeypatch):
 
 def test_transformer_equivalence_refuted_by_an_uncounted_certificate(monkeypatch):
     """The Transformer learner with its certificate asking the black box past the recorder."""
+    calls = []
+
     def certificate(*args):
         rec = next(a for a in args if isinstance(a, oracle_module.Recorder))
         rec.oracle(rec.observations[0][0])          # the first query again, past the recorder
+        calls.append(1)
         return real(*args)
 
-    real = transformer_learn._certificate
-    monkeypatch.setattr(transformer_learn, "_certificate", certificate)
+    real = transformer_certificate.fresh_certificate
+    monkeypatch.setattr(transformer_certificate, "fresh_certificate", certificate)
     res = discover()["transformer-equivalence"].run(tiny_context(0))
+    assert calls, "the learner did not run the substituted certificate"
     assert res.status == "refuted" and res.evidence["count_mismatches"] == res.evidence["certified"] > 0

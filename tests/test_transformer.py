@@ -1,4 +1,5 @@
-"""The one-layer Transformer (issue 5): model file, exact evaluation, learning up to
+"""The one-layer Transformer (arXiv:2608.03294, its one-layer Transformer extension;
+README, "One-layer Transformer"): model file, exact evaluation, learning up to
 functional equivalence, explicit failures, CLI.
 
 Named examples (``*_EXAMPLES``) pin the cases found while building the learner;
@@ -232,3 +233,14 @@ def test_bad_options_exit_2(argv, tmp_path, capsys):
     path.write_text(json.dumps(GOOD))
     rc, out, err = run(capsys, ["learn", "--model", str(path), "--heads", "1"] + argv)
     assert rc == 2 and out == "" and err.count("\n") == 1
+
+
+def test_the_package_and_its_driver_export_the_same_learner():
+    """``exactlearn.strategies.transformer`` and its ``learn`` module name the same objects."""
+    import exactlearn
+    import exactlearn.strategies.transformer as package
+    import exactlearn.strategies.transformer.learn as driver
+    for name in ("learn_transformer", "CONDITIONS", "hyperplane_point", "TransformerLearnResult"):
+        assert getattr(package, name) is getattr(driver, name)
+    assert exactlearn.learn_transformer is learn_transformer
+    assert exactlearn.TransformerLearnResult is package.TransformerLearnResult
