@@ -28,15 +28,20 @@ from exactlearn.transformer_model import TransformerEvaluator
 
 
 def hyperplane_point(beta, rng) -> tuple:
-    """A small nonzero primitive integer point z meant to satisfy beta . z = 0 (beta exact
-    rational, nonzero).
+    """A small nonzero primitive integer point z with beta . z = 0 (beta exact rational,
+    nonzero): a random integer combination of the vectors ``n_j e_i - n_i e_j`` spanning
+    the hyperplane (n the primitive integer direction of beta).
 
-    Known defect, kept as is because the package layout change preserves behaviour:
-    the random coefficients of the basis vectors ``n_j e_i - n_i e_j`` are drawn
-    afresh for every coordinate of z, so z lies on the hyperplane only by chance
-    (about 37% of draws at d = 2, 13% at d = 3).  Drawing them once per z fixes it,
-    but changes the fresh queries of every run (and of the claim
-    ``transformer-equivalence``, which uses this function too).
+    The certificate's boundary queries put the final token there, on neuron j's ReLU
+    boundary.  (Before this fix the coefficients were drawn afresh for every coordinate,
+    so z lay on the hyperplane only by chance.)
+
+    >>> import random
+    >>> from gmpy2 import mpq
+    >>> beta = (mpq(3, 2), mpq(-1), mpq(5))
+    >>> rng = random.Random(0)
+    >>> all(sum(b * z for b, z in zip(beta, hyperplane_point(beta, rng))) == 0 for _ in range(20))
+    True
     """
     n = primitive(beta)
     d = len(n)
@@ -44,7 +49,8 @@ def hyperplane_point(beta, rng) -> tuple:
              for i in range(d) for j in range(i + 1, d)]
     basis = [b for b in basis if any(b)]
     for _ in range(50):
-        z = [sum(rng.randint(-2, 2) * b[k] for b in basis) for k in range(d)]
+        cs = [rng.randint(-2, 2) for _ in basis]
+        z = [sum(c * b[k] for c, b in zip(cs, basis)) for k in range(d)]
         if any(z):
             return primitive(z)
     return primitive(basis[0])
