@@ -2,8 +2,10 @@
 
 The exact fields' fast path of :func:`exactlearn.pipeline.interpolate.cauchy_interpolate`:
 the same algorithm (Newton interpolation, then the extended Euclidean algorithm
-stopped at degree <= H), run in C on the field's own polynomial ring --
-``fmpq_poly`` for Q, an ``fmpz_mod_poly`` context for F_p.
+stopped at degree <= H), run in C on the field's own polynomial ring, its
+``poly_ring`` -- ``fmpq_poly`` for Q, an ``fmpz_mod_poly`` context for F_p.
+:func:`exactlearn.fields.base.flint_rational_interpolate` converts the elements
+and calls it for every field that has one.
 
 >>> import flint
 >>> xs = [flint.fmpq(k) for k in range(3)]
@@ -25,7 +27,8 @@ def cauchy_flint(xs, ys, H, make_poly) -> tuple:
     ``fmpz_mod_poly`` context) and ``xs``, ``ys`` are matching flint scalars.
     Newton interpolation, then the extended Euclidean algorithm stopped at
     degree <= H, in C.  Returns flint polynomials (P, Q), Q not normalised.
-    Fields use it in their ``rational_interpolate`` fast path.
+    Fields with a ``poly_ring`` reach it through
+    :func:`exactlearn.fields.base.flint_rational_interpolate`.
     """
     if len(xs) != 2 * H + 1 or len(ys) != len(xs):
         raise ValueError(f"need 2H+1 = {2 * H + 1} samples, got {len(xs)}")

@@ -1,8 +1,12 @@
-"""Discrete logarithms in F_p^* for p - 1 smooth: windowed Pohlig--Hellman (README, "Number systems").
+"""Discrete logarithms in F_p^* for p - 1 smooth: windowed Pohlig--Hellman.
 
-The modular field's ``log`` (a score back from omega^(D*s)) is one call of
-:class:`DiscreteLog`; ``benchmarks/bench_dlog.py`` measures it against sympy.
+The modular field's ``log`` (a score back from omega^(D*s); README, "Number
+systems (fields)") is one call of :class:`DiscreteLog`;
+``benchmarks/bench_dlog.py`` measures it against sympy.  :func:`factor_smooth`
+and :func:`is_primitive_root` check the field's prime and generator.
 
+>>> factor_smooth(96), is_primitive_root(5, 97, {2: 5, 3: 1})
+({2: 5, 3: 1}, True)
 >>> dl = DiscreteLog(97, 5, {2: 5, 3: 1})
 >>> dl(pow(5, 77, 97))
 77
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+import flint
 import gmpy2
 from gmpy2 import mpz
 
@@ -20,6 +25,45 @@ from exactlearn.errors import NotExponential
 #: Discrete-log lookup tables have at most 2**TABLE_BITS entries per window.
 #: For p - 1 = 7 * 2^120 this is 12 windows of 10 bits (see benchmarks/bench_dlog.py).
 TABLE_BITS = 10
+
+#: Largest prime factor of p - 1 accepted (a digit of that size is found by
+#: baby-step giant-step with a table of about 2^12 entries).
+SMOOTH_LIMIT = 2**24
+
+
+# --------------------------------------------------------------------------
+# the group F_p^*: p - 1 and its generators
+# --------------------------------------------------------------------------
+
+def factor_smooth(n: int) -> dict:
+    """Prime factorisation of n if every prime factor is <= SMOOTH_LIMIT, else
+    ValueError.  flint's ECM-based ``factor_smooth`` splits off the small
+    factors quickly (sympy's trial division can take minutes on a non-smooth
+    122-bit n); any composite leftover small enough is finished by
+    ``sympy.factorint``."""
+    out = {}
+    for f, e in flint.fmpz(n).factor_smooth(40):
+        f = int(f)
+        if gmpy2.is_prime(f):
+            parts = {f: 1}
+        elif f <= 2**64:
+            import sympy  # only for a composite leftover of p - 1 (rare, non-default primes)
+            parts = sympy.factorint(f)
+        else:
+            parts = None
+        if parts is None or max(parts) > SMOOTH_LIMIT:
+            raise ValueError(
+                f"p - 1 = {n} is not smooth enough: it has a prime factor above "
+                f"{SMOOTH_LIMIT} (choose p with p - 1 = c * 2^k, c small, e.g. 7*2**120+1)")
+        for q, k in parts.items():
+            out[int(q)] = out.get(int(q), 0) + k * e
+    return out
+
+
+def is_primitive_root(omega: int, p: int, factors: dict) -> bool:
+    """Whether omega generates F_p^*, given the factorisation ``{q: e}`` of p - 1."""
+    return 1 < omega < p and all(pow(omega, (p - 1) // q, p) != 1 for q in factors)
+
 
 # --------------------------------------------------------------------------
 # discrete logarithm: windowed Pohlig--Hellman

@@ -1,4 +1,6 @@
-"""The modular field F_p: softmax realised exactly modulo a prime (SPEC §4).
+"""The modular field F_p: softmax realised exactly modulo a prime.
+
+README, "Number systems (fields)" and "Exact over ℚ from the modular field".
 
 ``Modular(p, omega, scale=D)`` is the specialisation ``T -> omega`` of
 ``Q(T)``, ``T = e^(1/D)``, followed by reduction modulo ``p``:
@@ -55,65 +57,28 @@ mpq(22,7)
 
 from __future__ import annotations
 
-from exactlearn.errors import BadReduction, ReconstructionError
 import functools
-import math
 
 import flint
 import gmpy2
 from gmpy2 import mpq, mpz
 
-from exactlearn.algebra.dlog import TABLE_BITS, DiscreteLog
+from exactlearn.algebra import polys
+# TABLE_BITS, SMOOTH_LIMIT, DiscreteLog, MARGIN_BITS, crt_reconstruct: re-exported (their old home)
+from exactlearn.algebra.dlog import SMOOTH_LIMIT, TABLE_BITS, DiscreteLog, factor_smooth, is_primitive_root
 from exactlearn.algebra.reconstruct import (MARGIN_BITS, crt_reconstruct, rational_reconstruct,
                                             reconstruction_bound)
-from exactlearn.fields.base import ExactnessError, Field, FieldError, NotExponential, NotSplit, as_mpq
+from exactlearn.errors import BadReduction, ReconstructionError
+from exactlearn.fields.base import (ExactnessError, Field, FieldError, NotExponential, NotSplit, as_mpq,
+                                    flint_rational_interpolate)
 from exactlearn.fields.rational import Rational
 
 #: The default prime ``7*2**120 + 1`` (p - 1 = 7 * 2^120) and its primitive root 3.
 DEFAULT_P = 7 * 2**120 + 1
 DEFAULT_OMEGA = 3
 
-#: Largest prime factor of p - 1 accepted (a digit of that size is found by
-#: baby-step giant-step with a table of about 2^12 entries).
-SMOOTH_LIMIT = 2**24
-
-
-
 _FMPZ_MOD = flint.fmpz_mod
 _MPZ = type(mpz(0))
-
-
-# --------------------------------------------------------------------------
-# the field
-# --------------------------------------------------------------------------
-
-def _factor_smooth(n: int) -> dict:
-    """Prime factorisation of n if every prime factor is <= SMOOTH_LIMIT, else
-    ValueError.  flint's ECM-based ``factor_smooth`` splits off the small
-    factors quickly (sympy's trial division can take minutes on a non-smooth
-    122-bit n); any composite leftover small enough is finished by
-    ``sympy.factorint``."""
-    out = {}
-    for f, e in flint.fmpz(n).factor_smooth(40):
-        f = int(f)
-        if gmpy2.is_prime(f):
-            parts = {f: 1}
-        elif f <= 2**64:
-            import sympy  # only for a composite leftover of p - 1 (rare, non-default primes)
-            parts = sympy.factorint(f)
-        else:
-            parts = None
-        if parts is None or max(parts) > SMOOTH_LIMIT:
-            raise ValueError(
-                f"p - 1 = {n} is not smooth enough: it has a prime factor above "
-                f"{SMOOTH_LIMIT} (choose p with p - 1 = c * 2^k, c small, e.g. 7*2**120+1)")
-        for q, k in parts.items():
-            out[int(q)] = out.get(int(q), 0) + k * e
-    return out
-
-
-def _is_primitive_root(omega: int, p: int, factors: dict) -> bool:
-    return 1 < omega < p and all(pow(omega, (p - 1) // q, p) != 1 for q in factors)
 
 
 @functools.lru_cache(maxsize=32)
@@ -121,10 +86,10 @@ def _setup(p: int, omega: int | None):
     """Validated (p, omega, factors of p-1, flint contexts); cached per (p, omega)."""
     if p < 3 or not gmpy2.is_prime(p, 50):
         raise ValueError(f"p must be an odd prime, got {p}")
-    factors = _factor_smooth(p - 1)
+    factors = factor_smooth(p - 1)
     if omega is None:
-        omega = next(g for g in range(2, p) if _is_primitive_root(g, p, factors))
-    elif not _is_primitive_root(omega, p, factors):
+        omega = next(g for g in range(2, p) if is_primitive_root(g, p, factors))
+    elif not is_primitive_root(omega, p, factors):
         raise ValueError(f"omega = {omega} is not a primitive root modulo p = {p}")
     return omega, factors, flint.fmpz_mod_ctx(p), flint.fmpz_mod_poly_ctx(p)
 
@@ -155,6 +120,7 @@ class Modular(Field):
     name = "modular"
     is_exact = True
     multimodular = True
+    _identity = (("p", pretty_prime), ("omega", str))
 
     def __init__(self, p: int = DEFAULT_P, omega: int | None = None,
                  scale: int | None = None):
@@ -173,7 +139,7 @@ class Modular(Field):
         self.p = p
         self.omega = omega
         self._ctx = ctx
-        self._polyctx = polyctx
+        self.poly_ring = polyctx
         self._half = (p - 1) // 2
         self._omega_el = ctx(omega)
         self._omega_inv = self._omega_el.inverse()
@@ -182,20 +148,7 @@ class Modular(Field):
         self._zero = ctx(0)
         self._one = ctx(1)
 
-    # -- identity ---------------------------------------------------------
-    def _key(self):
-        return ("Modular", self.p, self.omega, self.scale)
-
-    def __repr__(self):
-        return f"Modular(p={pretty_prime(self.p)}, omega={self.omega}, scale={self.scale})"
-
-    def with_scale(self, scale):
-        return Modular(self.p, self.omega, scale)
-
-    def __reduce__(self):
-        # flint contexts do not pickle; rebuild from (p, omega, scale) (cached setup)
-        return (Modular, (self.p, self.omega, self.scale))
-
+    # -- identity: _key, repr, pickling and with_scale derive from _identity (Field) ----
     def describe(self):
         return {"field": self.name, "p": str(self.p), "omega": self.omega, "scale": self.D}
 
@@ -206,7 +159,8 @@ class Modular(Field):
 
     @property
     def max_exponent(self) -> int:
-        """(p-1)/2: exp(s) needs -(p-1)/2 < D*s <= (p-1)/2 (checked by plans before querying)."""
+        """(p-1)/2: exp(s) needs -(p-1)/2 < D*s <= (p-1)/2 (checked by plans before querying);
+        None for a field without discrete log (any D*s)."""
         return self._half
 
     @property
@@ -271,11 +225,13 @@ class Modular(Field):
         return self.power(self.exponent(s))
 
     def power(self, n):
-        """``omega^n`` for an integer n in (-(p-1)/2, (p-1)/2] (cached)."""
+        """``omega^n`` for an integer n in (-(p-1)/2, (p-1)/2] -- any n when the field has
+        no discrete log (``_half`` None, :class:`ConfirmationModular`) -- (cached)."""
         cache = self._exp_cache
         v = cache.get(n)
         if v is None:
-            if not -self._half < n <= self._half:
+            half = self._half
+            if half is not None and not -half < n <= half:
                 raise ExactnessError(
                     f"exponent {n} is outside (-(p-1)/2, (p-1)/2] for p = "
                     f"{pretty_prime(self.p)}, so log could not recover it; use a smaller query "
@@ -309,13 +265,11 @@ class Modular(Field):
     def roots(self, coeffs):
         """Distinct roots (sorted by residue) of sum(coeffs[i] k^i) when it splits
         into distinct linear factors over F_p (python-flint ``fmpz_mod_poly``)."""
-        cs = [self(c) for c in coeffs]
-        while cs and cs[-1] == 0:
-            cs.pop()
+        cs = polys.trim([self(c) for c in coeffs], self)
         deg = len(cs) - 1
         if deg <= 0:
             return []
-        f = self._polyctx(cs)
+        f = self.poly_ring(cs)
         if not f.is_squarefree():
             raise NotSplit("Q(k) has a repeated root over F_p (it is not squarefree)")
         rs = f.roots()
@@ -325,12 +279,8 @@ class Modular(Field):
                 f"irreducible factor of degree >= 2")
         return sorted((r for r, _ in rs), key=int)
 
-    def rational_interpolate(self, ks, ys, H):
-        """Fast path of :func:`exactlearn.pipeline.interpolate.cauchy_interpolate` on
-        python-flint ``fmpz_mod_poly`` (same algorithm, in C)."""
-        from exactlearn.algebra.cauchy import cauchy_flint
-        P, Q = cauchy_flint([self(k) for k in ks], [self(y) for y in ys], H, self._polyctx)
-        return P.coeffs(), Q.coeffs()
+    # python-flint fmpz_mod_poly (poly_ring): the fast Cauchy interpolation
+    rational_interpolate = flint_rational_interpolate
 
     # -- back to parameters ------------------------------------------------------
     @property
@@ -360,18 +310,6 @@ class ResidueModular(Modular):
 
     multimodular = False          # one prime of a multi-modular run
 
-    def _key(self):
-        return ("ResidueModular", self.p, self.omega, self.scale)
-
-    def __repr__(self):
-        return f"ResidueModular(p={pretty_prime(self.p)}, omega={self.omega}, scale={self.scale})"
-
-    def __reduce__(self):
-        return (ResidueModular, (self.p, self.omega, self.scale))
-
-    def with_scale(self, scale):
-        return ResidueModular(self.p, self.omega, scale)
-
     def to_param(self, a):
         """The residue itself, as the integer in [0, p) whose image it is."""
         return mpq(int(self(a)))
@@ -393,6 +331,7 @@ class ConfirmationModular(Modular):
     """
 
     multimodular = False          # one prime of a multi-modular run
+    _identity = (("p", str), ("omega", str))
 
     def __init__(self, p: int, omega: int, scale: int | None = None):
         Field.__init__(self, scale)
@@ -403,43 +342,17 @@ class ConfirmationModular(Modular):
             raise ValueError(f"omega must lie in [2, p-2], got {omega}")
         self.factors = {}
         self._arithmetic(p, omega, flint.fmpz_mod_ctx(p), flint.fmpz_mod_poly_ctx(p))
-        self._half = None
-
-    def _key(self):
-        return ("ConfirmationModular", self.p, self.omega, self.scale)
-
-    def __repr__(self):
-        return f"ConfirmationModular(p={self.p}, omega={self.omega}, scale={self.scale})"
-
-    def __reduce__(self):
-        return (ConfirmationModular, (self.p, self.omega, self.scale))
-
-    def with_scale(self, scale):
-        return ConfirmationModular(self.p, self.omega, scale)
+        self._half = None             # no symmetric range: max_exponent None, power(n) for any n
 
     def describe(self):
         return {"field": self.name, "p": str(self.p), "omega": self.omega, "scale": self.D,
                 "role": "confirmation"}
-
-    @property
-    def max_exponent(self):
-        return None
 
     def exponent(self, s) -> int:
         n = as_mpq(s) * self.D
         if n.denominator != 1:
             raise ExactnessError(f"exp({s}) is not exact with D={self.D}: D*s = {n}")
         return int(n.numerator)
-
-    def power(self, n):
-        cache = self._exp_cache
-        v = cache.get(n)
-        if v is None:
-            v = self._omega_el ** n if n >= 0 else self._omega_inv ** (-n)
-            if len(cache) >= 1 << 16:
-                cache.clear()
-            cache[n] = v
-        return v
 
     def log(self, a, max_exponent: int | None = None):
         raise NotExponential("the confirmation field has no discrete logarithm")

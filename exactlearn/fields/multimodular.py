@@ -50,6 +50,7 @@ class ModularImage(Modular):
     """
 
     multimodular = False          # the rational field certifies over Q itself
+    _identity = (("base", str), ("p", pretty_prime))
 
     def __init__(self, base: int = 2, p: int = DEFAULT_P, scale: int | None = None):
         super().__init__(p, None, scale)
@@ -61,18 +62,6 @@ class ModularImage(Modular):
         self._Lg_inv = int(gmpy2.invert(L // g, self._border))
         self._b_el = self._ctx(self.base)
         self._b_inv = self._b_el.inverse()
-
-    def _key(self):
-        return ("ModularImage", self.p, self.base, self.scale)
-
-    def __repr__(self):
-        return f"ModularImage(base={self.base}, p={pretty_prime(self.p)}, scale={self.scale})"
-
-    def __reduce__(self):
-        return (ModularImage, (self.base, self.p, self.scale))
-
-    def with_scale(self, scale):
-        return ModularImage(self.base, self.p, scale)
 
     def describe(self):
         return {"field": self.name, "p": str(self.p), "base": self.base, "scale": self.D}
