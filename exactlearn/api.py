@@ -26,7 +26,7 @@ import random
 import time
 from dataclasses import dataclass, field as dc_field
 
-from exactlearn.errors import ExactLearnError, ExactnessError, HeightExceeded
+from exactlearn.errors import DegenerateDraw, ExactLearnError, ExactnessError, HeightExceeded
 from exactlearn.fields.base import Field
 from exactlearn.oracle import Recorder, resolve_field
 from exactlearn.pipeline.multimodular import learn_modular
@@ -100,8 +100,11 @@ class LearnResult:
     @property
     def plan_runs(self) -> int:
         """How many times the final attempt asked its plan: once, or once per prime of the
-        multi-modular method (analysis primes and the confirmation prime)."""
-        return len(self.multimodular["primes"]) if self.multimodular else 1
+        multi-modular method that was asked (analysis and confirmation primes; a prime
+        skipped before any query does not count)."""
+        if not self.multimodular:
+            return 1
+        return sum(1 for r in self.multimodular["primes"] if r.get("queries"))
 
     @property
     def extra_queries(self) -> int:
@@ -150,7 +153,7 @@ class LearnResult:
         """True when the heads are certified as exact rationals: the rational and symbolic
         fields, and the modular field through the multi-modular method; False for the real
         field and for a modular black box fixed to one prime (certified modulo p only)."""
-        if not self.field.is_exact:
+        if not self.field.is_exact or not self.certified:
             return False
         return self.multimodular is None or self.multimodular["exact_over_Q"]
 
@@ -257,22 +260,28 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                     max_primes, trace_to)
             else:
                 recovered, n_cert = strategy.run(drawn, ask, K, trace_to, options)
+            if not K.is_exact and heads is not None and len(recovered) < H:
+                raise DegenerateDraw(
+                    f"{len(recovered)} of the {H} heads given were resolved: over the real field "
+                    f"two heads closer than the noise resolves look like one, and no error bound "
+                    f"covers that (give max_heads / --max-heads when heads may merge exactly)")
             error = None
             break
         except ExactLearnError as exc:            # every failure says what it is
             error = f"{exc.kind}: {exc}" + _bound_hint(exc, H)
             recovered = ()
-            multimodular = None
+            multimodular = getattr(exc, "report", None)     # the primes asked, on failures too
     verified = None
+    verify_box = _Tally(oracle)
     if error is None and verify:
-        verified, error = strategy.verify(oracle, recovered, d, H, K, convert, rng, R, verify,
+        verified, error = strategy.verify(verify_box, recovered, d, H, K, convert, rng, R, verify,
                                           options.state)
         if error is not None:
             recovered = ()
     total = time.perf_counter() - t_start
     detail = strategy.detail(drawn, options.state, error is None) if drawn is not None else None
     return LearnResult(
-        verify_queries=verify if verified is not None else 0, verified=verified,
+        verify_queries=verify_box.answered, verified=verified,
         status="certified" if error is None else "failed",
         heads=recovered if error is None else (),
         error=error, d=d, heads_bound=H, field=K,
@@ -283,6 +292,23 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         oracle_seconds=rec.seconds, certified_observations=n_cert, trace=tr,
         snap=_snap(detail, recovered) if snap and error is None else None,
         multimodular=multimodular, detail=detail)
+
+
+class _Tally:
+    """The black box for ``verify=N``, counting the queries it answers (a verification that
+    stops at its first disagreement asks fewer than N)."""
+
+    def __init__(self, oracle):
+        self._oracle = oracle
+        self.answered = 0
+
+    def __call__(self, tokens):
+        y = self._oracle(tokens)
+        self.answered += 1
+        return y
+
+    def __getattr__(self, name):
+        return getattr(self._oracle, name)
 
 
 def _snap(detail, heads) -> dict:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Sequence
 
-from exactlearn.errors import ExactnessError, ModelError
+from exactlearn.errors import BadReduction, ExactnessError, ModelError
 from exactlearn.fields.base import Field, as_mpq, format_rational, lcm_of_denominators
 from exactlearn.io import dump_json, load_json
 
@@ -286,6 +286,9 @@ class HeadEvaluator:
                     Wn = [[int((x * D).numerator) for x in row] for row in h.W]
                     dv = lcm_of_denominators(h.v)
                     vn = [int((x * dv).numerator) for x in h.v]
+                    if field.is_zero(field(dv)):
+                        raise BadReduction(f"a v denominator ({dv}) vanishes in the {field.name} "
+                                           f"field: a bad reduction (use another prime)")
                     ints.append((Wn, vn, field.one / field(dv)))
                 self._int = ints
 
@@ -350,6 +353,14 @@ class HeadEvaluator:
         return out
 
     def __call__(self, tokens):
+        try:
+            return self._value(tokens)
+        except ZeroDivisionError:
+            raise BadReduction(f"a softmax denominator vanishes in the {self.K.name} field on a "
+                               f"query of length {len(tokens)}: a bad reduction (use another or a "
+                               f"larger prime)") from None
+
+    def _value(self, tokens):
         K = self.K
         pairs, final = self._pairs(tokens)
         if self._int is not None and all(type(a) is int for t, _ in pairs for a in t):

@@ -200,19 +200,23 @@ def _plan_counts(res) -> str:
 
 
 def _modular_lines(res) -> list:
-    """The modular field's primes and what is certified (multimodular.py)."""
+    """The modular field's primes and what is certified (README, "Exact over Q")."""
     mm = res.multimodular
-    if not mm["exact_over_Q"]:
+    runs = mm["primes"]
+    per = ", ".join(f"{r['queries']} ({r['role']}{', refuted' if 'refuted' in r else ''})"
+                    for r in runs)
+    if "modulus" in mm:
         out = [f"certified modulo p = {mm['modulus']} only (the black box answers modulo one "
-               f"prime): W exact, v as residues; not exact over Q"]
+               f"prime): v as residues, W exact only if the box's exponents did not wrap; "
+               f"not exact over Q"]
         if res.certified:
             for n, g in enumerate(mm["rational_guess"], 1):
                 out.append(f"  head {n}: rational guess (NOT certified): v = {g}")
         return out
-    runs = mm["primes"]
-    per = ", ".join(f"{r['queries']}" for r in runs)
-    return [f"exact over Q: {len(runs) - 1} analysis prime(s) (stable after {mm['stable_after']}) "
-            f"and 1 confirmation prime; queries per prime: {per}",
+    if not res.certified:
+        return [f"primes asked: queries per prime: {per}"]
+    return [f"exact over Q: stable after {mm['stable_after']} analysis prime(s), confirmed "
+            f"modulo an independent prime; queries per prime: {per}",
             f"probability that a wrong reconstruction survives the confirmation: "
             f"<= 2^{mm['log2_wrong_reconstruction_bound']}"]
 

@@ -61,7 +61,8 @@ from exactlearn.fields.base import FieldError
 from exactlearn.fields.modular import (DEFAULT_P, BadReduction, ConfirmationModular, Modular, ReconstructionError,
                              ResidueModular, crt_reconstruct, rational_reconstruct)
 from exactlearn.model import Head, HeadEvaluator, canonicalize
-from exactlearn.errors import HeightExceeded, PrimesDisagree
+from exactlearn.errors import (CertificateError, ExactLearnError, HeightExceeded,
+                               PrimesDisagree)
 
 #: Analysis primes are ``c * 2**ANALYSIS_SHIFT + 1`` for odd c (p - 1 smooth: discrete logs).
 ANALYSIS_SHIFT = 120
@@ -133,57 +134,100 @@ def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEF
     v as residues.  ``confirm(heads, Kc)`` asks the same queries modulo the confirmation
     field, certifies ``heads`` there and returns ``(observations, n_certified, queries)``.
     Returns ``(heads, n_certified, report)``.
+
+    A prime whose reduction is bad (a denominator of the model divisible by it, a
+    softmax denominator vanishing modulo it) is skipped and reported.  A stable
+    reconstruction that the confirmation prime refutes is not a failure of the box: it
+    was stable by coincidence (values congruent modulo the primes so far), so more
+    analysis primes are asked until a new stable value survives its own confirmation.
+    Every exception raised carries the per-prime report as ``exc.report``.
     """
-    runs = []
+    runs: list = []
     W_set = None
     residues, moduli = [], []
     previous = None
     n_cert = 0
-    stable = None
-    for p in analysis_primes(K.p):
-        if len(moduli) == max_primes:
-            break
-        Kr = ResidueModular(p, K.omega if p == K.p else None, K.D)
-        heads, n, asked = run_prime(Kr)
+    refuted = 0
+    primes = analysis_primes(K.p)
+
+    def report(exact):
+        return {"exact_over_Q": exact, "primes": runs, "stable_after": len(moduli),
+                "refuted_confirmations": refuted}
+
+    def failing(exc):
+        exc.report = report(False)
+        return exc
+
+    while True:
+        stable = None
+        while stable is None:
+            if len(moduli) >= max_primes or len(runs) >= 2 * max_primes + 3:
+                bits = int(math.prod(moduli)).bit_length() // 2 - 16 if moduli else 0
+                raise failing(HeightExceeded(
+                    f"rational height exceeds what {len(moduli)} primes reconstruct (|num|, den up "
+                    f"to about 2^{bits}, stable over two primes"
+                    + (f"; {refuted} stable value(s) refuted by the confirmation prime, as for a "
+                       f"black box outside the model class" if refuted else "")
+                    + "); allow more primes (max_primes / --max-primes)"))
+            p = next(primes)
+            Kr = ResidueModular(p, K.omega if p == K.p else None, K.D)
+            try:
+                heads, n, asked = run_prime(Kr)
+            except BadReduction as exc:
+                runs.append({"p": str(p), "role": "skipped", "queries": getattr(exc, "queries", 0),
+                             "reason": str(exc)})
+                continue
+            except ExactLearnError as exc:
+                runs.append({"p": str(p), "role": "analysis", "queries": getattr(exc, "queries", None),
+                             "failed": str(exc)})
+                raise failing(exc)
+            n_cert += n
+            runs.append({"p": str(p), "role": "analysis", "queries": asked})
+            if W_set is None:
+                W_set = tuple(h.W for h in heads)
+            elif tuple(h.W for h in heads) != W_set:
+                raise failing(PrimesDisagree(
+                    f"the analyses modulo {len(moduli) + 1} primes disagree on the canonical W "
+                    f"({len(W_set)} vs {len(heads)} heads): a bad reduction, or a black box "
+                    f"outside the model class"))
+            residues.append([h.v for h in heads])
+            moduli.append(p)
+            current = _reconstruct(W_set, residues, moduli)
+            if current is not None and current == previous:
+                stable = current
+            previous = current
+        heads = canonicalize(stable)
+        try:
+            observations, n, Kc, asked = _confirm_once(heads, confirm, rng, K.D)
+            runs.append({"p": str(Kc.p), "role": "confirmation", "omega": str(Kc.omega),
+                         "queries": asked})
+            _check_design_rank(heads, observations, Kc)
+        except (CertificateError, PrimesDisagree) as exc:
+            if runs[-1]["role"] != "confirmation":
+                runs.append({"p": None, "role": "confirmation", "queries": getattr(exc, "queries", None)})
+            runs[-1]["refuted"] = str(exc)
+            refuted += 1
+            previous = None          # stable by coincidence: a new value must stabilise
+            continue
         n_cert += n
-        runs.append({"p": str(p), "role": "analysis", "queries": asked})
-        if W_set is None:
-            W_set = tuple(h.W for h in heads)
-        elif tuple(h.W for h in heads) != W_set:
-            raise PrimesDisagree(
-                f"the analyses modulo {len(moduli) + 1} primes disagree on the canonical W "
-                f"({len(W_set)} vs {len(heads)} heads): a bad reduction, or a black box "
-                f"outside the model class")
-        residues.append([h.v for h in heads])
-        moduli.append(p)
-        current = _reconstruct(W_set, residues, moduli)
-        if current is not None and current == previous:
-            stable = current
-            break
-        previous = current
-    if stable is None:
-        bits = int(math.prod(moduli)).bit_length() // 2 - 16
-        raise HeightExceeded(
-            f"rational height exceeds what {len(moduli)} primes reconstruct (|num|, den up to "
-            f"about 2^{bits}, stable over two primes); allow more primes (max_primes / --max-primes)")
-    heads = canonicalize(stable)
-    for _ in range(3):          # softmax denominators vanishing mod p' (probability ~ 2^-100): redraw
-        Kc = draw_confirmation_field(rng, K.D)
+        out = report(True)
+        out.update(log2_wrong_reconstruction_bound=log2_wrong_bound(heads),
+                   method="CRT over the analysis primes, rational reconstruction once stable, "
+                          "confirmed modulo an independent random prime")
+        return heads, n_cert, out
+
+
+def _confirm_once(heads, confirm, rng, D) -> tuple:
+    """Ask modulo a fresh confirmation prime, redrawing it (at most twice) when a softmax
+    denominator vanishes modulo it (probability about 2^-100 per query)."""
+    for _ in range(3):
+        Kc = draw_confirmation_field(rng, D)
         try:
             observations, n, asked = confirm(heads, Kc)
-            break
-        except (ZeroDivisionError, BadReduction):
+            return observations, n, Kc, asked
+        except BadReduction:
             continue
-    else:
-        raise PrimesDisagree("three confirmation primes met a zero denominator: a bad reduction")
-    n_cert += n
-    runs.append({"p": str(Kc.p), "role": "confirmation", "omega": str(Kc.omega), "queries": asked})
-    _check_design_rank(heads, observations, Kc)
-    report = {"exact_over_Q": True, "primes": runs, "stable_after": len(moduli),
-              "log2_wrong_reconstruction_bound": log2_wrong_bound(heads),
-              "method": "CRT over the analysis primes, rational reconstruction once stable, "
-                        "confirmed modulo an independent random prime"}
-    return heads, n_cert, report
+    raise PrimesDisagree("three confirmation primes met a zero denominator: a bad reduction")
 
 
 def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=None,
@@ -201,14 +245,18 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
 
     def at(Kr, box, tr):
         sub = rec.child(box, Kr)
-        heads, n = analyse_at(sub, Kr, tr)
+        try:
+            heads, n = analyse_at(sub, Kr, tr)
+        except ExactLearnError as exc:
+            exc.queries = sub.queries            # the per-prime report keeps them
+            raise
         if not asked:
             asked.extend(t for t, _ in sub.observations)
         return heads, n, sub.queries
 
     if over is None:
-        heads, n, _ = at(ResidueModular(K.p, K.omega, K.D), oracle, trace)
-        return heads, n, residue_report(heads, K)
+        heads, n, asked_p = at(ResidueModular(K.p, K.omega, K.D), oracle, trace)
+        return heads, n, residue_report(heads, K, asked_p)
 
     def run_prime(Kr):
         first = Kr.p == K.p
@@ -216,9 +264,13 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
 
     def confirm(heads, Kc):
         sub = rec.child(over(Kc), Kc)
-        for tokens in asked:
-            sub(tokens)
-        return sub.observations, certify(heads, d, sub.observations, Kc), sub.queries
+        try:
+            for tokens in asked:
+                sub(tokens)
+            return sub.observations, certify(heads, d, sub.observations, Kc), sub.queries
+        except ExactLearnError as exc:
+            exc.queries = sub.queries
+            raise
 
     kw = {} if max_primes is None else {"max_primes": max_primes}
     return learn_over_primes(K, run_prime, confirm, rng, **kw)
@@ -250,11 +302,17 @@ def _check_design_rank(heads, observations, K) -> None:
         f"{rank} of {cols}")
 
 
-def residue_report(heads, K: Modular) -> dict:
-    """What a run modulo one fixed prime certifies: W exactly, v modulo p only.
+def residue_report(heads, K: Modular, queries=None) -> dict:
+    """What a run modulo one fixed prime certifies: the heads reproduce every answer
+    modulo p -- and no more.
 
-    ``v_residues`` are the certified residues; ``rational_guess`` reconstructs each
-    from p alone (None past the bound) and is **not** certified.
+    v is certified as residues modulo p (``v_residues``).  W is the exact rational
+    whose exponents D e^T W x the discrete logs give, lifted to (-(p-1)/2, (p-1)/2]:
+    it is the true W only if the box's exponents did not wrap, i.e.
+    |D e^T W x| < (p-1)/2 on the plan's queries, which a box that answers modulo
+    one prime cannot show (with its model at hand, ``Oracle.check_plan`` does).
+    ``rational_guess`` reconstructs each v from p alone (None past the bound) and is
+    **not** certified.
     """
     def guess(r):
         try:
@@ -263,8 +321,11 @@ def residue_report(heads, K: Modular) -> dict:
             return None
 
     return {"exact_over_Q": False, "modulus": str(K.p),
-            "primes": [{"p": str(K.p), "role": "analysis", "queries": None}],
+            "primes": [{"p": str(K.p), "role": "analysis", "queries": queries}],
             "v_residues": [[str(int(x)) for x in h.v] for h in heads],
             "rational_guess": [[guess(x) for x in h.v] for h in heads],
-            "note": "certified modulo p only: the black box answers modulo one prime; "
-                    "v is exact as residues, the rationals are an uncertified guess"}
+            "note": "certified modulo p only: the black box answers modulo one prime. The heads "
+                    "reproduce every answer modulo p; v is given as residues modulo p, and W is "
+                    "exact only if the box's exponents D e^T W x stayed within (p-1)/2 (not "
+                    "checkable from answers modulo one prime). The rationals are an uncertified "
+                    "guess."}
