@@ -1,4 +1,5 @@
-"""The ``probability-one-rate`` claim can fail on its quantitative part (issue 10).
+"""The ``probability-one-rate`` claim can fail on its quantitative part (README,
+"Choosing the range").
 
 * exact binomial (Clopper–Pearson) limits against published values (R's
   ``binom.test``), closed forms and an independent implementation (mpmath's

@@ -28,8 +28,8 @@ from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.cli.main import main, random_model
 from exactlearn.fields import Modular, Rational, Symbolic
 from exactlearn.fields.real import Real
-from exactlearn.strategies.real.learn import (NoisierThanDeclared, Sens, fit_family, max_parameter_error,
-                                   sens_context)
+from exactlearn.strategies.real.learn import (NoisierThanDeclared, Sens, fit_family_with_sensitivities,
+                                              max_parameter_error, sens_context)
 from exactlearn.model import Head
 from exactlearn.noise import NoisyOracle
 
@@ -181,11 +181,11 @@ def test_least_squares_family_fit_checks_its_residual():
     ys = [K(3) + K(2) / (1 + k * K("1.5")) for k in range(5)]
     etas = {q: K("1e-20") for q in range(5)}
     sens = [Sens.unit(S, q) for q in range(5)]
-    fit = fit_family(K, 2, ys, sens, etas, computed0=True, m=1)
+    fit = fit_family_with_sensitivities(K, 2, ys, sens, etas, computed0=True, m=1)
     assert len(fit.rhos) == 1 and abs(fit.rhos[0] - K("1.5")) < K("1e-30")
     ys[4] += K("1e-12")
     with pytest.raises(NoisierThanDeclared, match=NOISIER):
-        fit_family(K, 2, ys, sens, etas, computed0=True, m=1)
+        fit_family_with_sensitivities(K, 2, ys, sens, etas, computed0=True, m=1)
 
 
 # -- the probe -----------------------------------------------------------------------------

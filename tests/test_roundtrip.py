@@ -1,4 +1,5 @@
-"""Round trip (SPEC §3, §5): learn(Oracle(model)) is the model's canonical form.
+"""Round trip (arXiv:2608.03294; README, "How it works" and "What a failure means"):
+learn(Oracle(model)) is the model's canonical form.
 
 Whenever the learner certifies, its heads must *equal* ``model.canonical_heads()``
 (exact rationals) and the canonical form computed apart (tests/reference.py), with exactly ``4Hd^2 - 2H + 1`` queries, the longest of

@@ -1,6 +1,6 @@
 """Checks that can fail (STYLE): each check compares two independently computed things.
 
-Pinned from the audit of issue 10 (``python benchmarks/audit_generators.py`` prints
+Pinned from the generator audit (``python benchmarks/audit_generators.py`` prints
 the counts before and after):
 
 * the random-model generators deliver the structure they promise -- a "merged"

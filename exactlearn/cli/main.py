@@ -1,5 +1,9 @@
 """Command line: ``exactlearn learn | random-model | demo``.
 
+``random-model`` writes a model of :func:`exactlearn.generate.random_model`;
+:func:`field_by_name` builds the field named by ``--field`` (the proofs-check
+campaigns build theirs here too).
+
 Exit status: 0 certified (or success), 1 a flagged failure, 2 bad input (one
 line on stderr, no traceback, nothing on stdout).
 """
@@ -8,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 
-from exactlearn.fields.base import FieldError
-from exactlearn.model import ModelError, MultiHeadAttention, load_json
+from exactlearn.errors import FieldError, ModelError
+from exactlearn.generate import random_model
+from exactlearn.io import load_json
+from exactlearn.model import MultiHeadAttention
 
 FIELD_NAMES = ("rational", "modular", "real", "symbolic")
 
@@ -26,29 +31,45 @@ class _Parser(argparse.ArgumentParser):
         raise BadInput(message)
 
 
-def make_field(name: str, args=None, scale: int | None = None):
-    """The field named on the command line, with its options."""
+def field_by_name(name: str, *, scale: int | None = None, prime: int | None = None,
+                  dps: int | None = None):
+    """A new field named as ``--field`` names it (one of :data:`FIELD_NAMES`), with its options.
+
+    ``scale`` is the field's D (None: the oracle takes it from the model);
+    ``prime`` the modular field's first prime (None: 7*2^120+1); ``dps`` the real
+    field's digits (None: 50).  The command line and the proofs-check campaigns
+    build their fields here.  ValueError, in one line, for an unknown name or a
+    field this installation lacks.
+
+    >>> field_by_name("rational").name, field_by_name("real", dps=30).dps
+    ('rational', 30)
+    >>> field_by_name("complex")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown field 'complex' (choose from rational, modular, real, symbolic)
+    """
     from exactlearn import fields
-    opts = vars(args) if args is not None else {}
-    if name == "rational":
-        return fields.Rational(scale=scale)
-    if name == "modular":
-        Modular = getattr(fields, "Modular", None)
-        if Modular is None:
-            raise BadInput("the modular field is not available in this installation")
-        prime = opts.get("prime")
-        return Modular(scale=scale) if prime is None else Modular(p=prime, omega=None, scale=scale)
+    if name not in FIELD_NAMES:
+        raise ValueError(f"unknown field {name!r} (choose from {', '.join(FIELD_NAMES)})")
+    try:
+        cls = getattr(fields, name.capitalize())
+    except (AttributeError, ImportError):
+        raise ValueError(f"the {name} field is not available in this installation") from None
+    if name == "modular" and prime is not None:
+        return cls(p=prime, omega=None, scale=scale)
     if name == "real":
-        Real = getattr(fields, "Real", None)
-        if Real is None:
-            raise BadInput("the real field is not available in this installation")
-        return Real(dps=opts.get("dps") or 50, scale=scale)
-    if name == "symbolic":
-        Symbolic = getattr(fields, "Symbolic", None)
-        if Symbolic is None:
-            raise BadInput("the symbolic field is not available in this installation")
-        return Symbolic(scale=scale)
-    raise BadInput(f"unknown field {name!r} (choose from {', '.join(FIELD_NAMES)})")
+        return cls(dps=dps or 50, scale=scale)
+    return cls(scale=scale)
+
+
+def make_field(name: str, args=None, scale: int | None = None):
+    """:func:`field_by_name` with the command line's options (``--prime``, ``--dps``);
+    an unknown or missing field is bad input (one line, exit 2)."""
+    opts = vars(args) if args is not None else {}
+    try:
+        return field_by_name(name, scale=scale, prime=opts.get("prime"), dps=opts.get("dps"))
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def _int_at_least(what, low):
@@ -124,43 +145,6 @@ def build_parser() -> argparse.ArgumentParser:
     from exactlearn.cli.real import add_demo_options
     add_demo_options(dp)
     return p
-
-
-def random_model(d: int, H: int, seed=None, merge=False, cancel=False, entries=3, den=2):
-    """A random model; ``merge`` makes heads share W, ``cancel`` adds a cancelling pair.
-
-    The structure asked for is really there (:func:`~exactlearn.model.structure`):
-    a draw whose merged pair has a zero v or sums to 0, or whose cancelling pair
-    has v = 0 or shares its W with another head, is redrawn from the same seeded
-    generator (the first draw is the one earlier versions wrote).  With both
-    flags, H = 2 gives the cancelling pair only and H = 3 a merged group of three
-    (v, u, -u); H >= 4 gives both."""
-    from fractions import Fraction
-
-    from exactlearn.model import structure
-    rng = random.Random(seed)
-
-    def q(n, dmax):
-        return Fraction(rng.randint(-n, n), rng.randint(1, dmax))
-
-    want_merge = merge and H >= 2 and not (cancel and H == 2)
-    want_cancel = cancel and H >= 2 and not (merge and H == 3)
-    for _ in range(1000):
-        heads = []
-        for _ in range(H):
-            W = [[q(entries, den) for _ in range(d)] for _ in range(d)]
-            v = [q(entries, 3) for _ in range(d)]
-            heads.append((W, v))
-        if merge and H >= 2:
-            heads[1] = (heads[0][0], heads[1][1])
-        if cancel and H >= 2:
-            src = H - 2 if not (merge and H == 2) else 0
-            heads[-1] = (heads[src][0], [-x for x in heads[src][1]])
-        model = MultiHeadAttention(heads, d=d)
-        s = structure(model.heads)
-        if (not want_merge or s.merged >= 1) and (not want_cancel or s.cancelled >= 1):
-            return model
-    raise BadInput(f"no random model with d={d}, H={H} has the structure asked for")
 
 
 def _cmd_learn(args) -> int:

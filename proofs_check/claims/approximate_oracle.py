@@ -1,6 +1,7 @@
 """Claim ``approximate-oracle``: with outputs only within eta of the truth, the parameter
-error is at most C(model, queries) * eta (SPEC §6; arXiv:2608.03294, approximate oracles;
-2601.16873 Thm 6.1 for one head).
+error is at most C(model, queries) * eta (arXiv:2608.03294, approximate oracles;
+2601.16873 Thm 6.1 for one head; README, "The real field, noisy oracles and real
+model weights").
 
 Campaign.  Random models with exact rational weights (d = 3, H = 3 and d = 2, H = 2; the
 truth is known exactly) are learned over ``Real(dps)`` through a
@@ -26,10 +27,8 @@ from __future__ import annotations
 
 import math
 
-from exactlearn import Oracle, learn
-from exactlearn.fields.real import Real
+from exactlearn import NoisyOracle, Oracle, Real, learn
 from exactlearn.strategies.real.learn import max_parameter_error
-from exactlearn.noise import NoisyOracle
 
 from ..claim import ClaimResult, claim
 from ..models import random_model, trial_rng

@@ -1,21 +1,25 @@
-"""Analysis of the efficient plan (issue 6; SPEC §8): V first, labels from v, CUR for low rank.
+"""Analysis of the efficient plan: V first, labels from v, CUR for low rank (README,
+"Beyond the paper: the efficient plan").
 
 :func:`run_efficient` asks an :class:`~exactlearn.strategies.efficient.plan.EfficientPlan`,
-analyses it and certifies the result (SPEC §5); :func:`exactlearn.learn` calls
-it for ``plan="efficient"``.  The steps, reusing the paper learner's parts:
+analyses it and certifies the result (README, "What a failure means": certified or
+an explicit failure); :func:`exactlearn.learn` calls it for ``plan="efficient"``.
+The steps, reusing the paper learner's parts:
 
 1. **V** from the d single-token queries: V·x_i = f((x_i)), V = X^{-T} (f((x_i)))_i.
 2. **Fit each family** from k = 0 (V·x), k = 1..2H−1 and the limit V·a
-   (:func:`fit_family`: :func:`~exactlearn.pipeline.interpolate.cauchy_interpolate` and
-   :func:`~exactlearn.pipeline.interpolate.poles` after a change of variable that puts
-   k = ∞ at a finite point).
-3. **Label the group of x_1** by the paper's matching (:func:`~exactlearn.pipeline.match.match`,
-   configurations (x_1, e_1 + e_j)); that gives v_h (:func:`~exactlearn.pipeline.solve.solve_v`).
+   (:func:`poles_through_limit`: :func:`~exactlearn.pipeline.interpolate.cauchy_interpolate`
+   and :func:`~exactlearn.pipeline.interpolate.poles` after a change of variable that
+   puts k = ∞ at a finite point).
+3. **Label the group of x_1** by the paper's matching (configurations
+   (x_1, e_1 + e_j)); that gives v_h (:func:`~exactlearn.pipeline.solve.solve_v`).
 4. **Label every other configuration by its c-values** c_h = −v_h·e_j.  When two
    heads' c-values at e_j coincide, fall back to the paper's matching for that
    configuration ((x_1 + x_i, e_1) and (x_i, e_1 + e_j)), reported in
    ``plan.fallbacks``.  Either way each c-value must be the head's (c depends on
-   e only): a failed check is a detected degenerate draw.
+   e only): a failed check is a detected degenerate draw.  Steps 3 and 4 are the
+   one labelling walk of :func:`~exactlearn.pipeline.match.label_heads` with
+   ``by_c=True`` and exact equality.
 5. **Rank r**: complete each M_h = Eᵀ W_h X from its skeleton as C U⁻¹ R.  A
    singular r × r core U falls back to the full plan (asked then).
 6. **Solve** W_h (:func:`~exactlearn.pipeline.solve.solve_W`), canonicalise, and **certify**
@@ -48,16 +52,17 @@ from exactlearn.algebra import polys
 from exactlearn.pipeline.certify import CertificateError, certify
 from exactlearn.fields.base import ExactnessError
 from exactlearn.pipeline.interpolate import InterpolationError, cauchy_interpolate, poles
-from exactlearn.errors import DegenerateDraw as Degenerate
 from exactlearn.pipeline.analysis import over_analysis_fields
-from exactlearn.pipeline.match import MatchError, match
+from exactlearn.pipeline.ask import AskOnce
+from exactlearn.pipeline.match import Exact, PoleCounts, label_heads
 from exactlearn.model import Head, canonicalize
 from exactlearn.strategies.efficient.plan import skeleton
 from exactlearn.pipeline.solve import solve_v, solve_W
 
 
-def fit_family(y0, samples, limit, H, K) -> list:
-    """[(rho_h, c_h)] of f(q_k) = V·a + Σ_h c_h / (1 + k rho_h) (SPEC §2) from its
+def poles_through_limit(y0, samples, limit, H, K) -> list:
+    """[(rho_h, c_h)] of f(q_k) = V·a + Σ_h c_h / (1 + k rho_h) (the query family of
+    arXiv:2608.03294; README, "How it works", step 4), exactly, from its
     value y0 at k = 0, ``samples`` at k = 1..n (n = 2H − 1) and its limit V·a.
 
     In t = 1/(k* − k), k* = n + 1 (not sampled), k = ∞ becomes t = 0, so the
@@ -69,7 +74,7 @@ def fit_family(y0, samples, limit, H, K) -> list:
 
     >>> from exactlearn.fields import QQ
     >>> f = lambda k: QQ(7) + QQ(3) / (1 + 2 * k) + QQ(-1) / (1 + QQ("1/4") * k)
-    >>> sorted(fit_family(f(0), [f(k) for k in (1, 2, 3)], QQ(7), 2, QQ))
+    >>> sorted(poles_through_limit(f(0), [f(k) for k in (1, 2, 3)], QQ(7), 2, QQ))
     [(mpq(1,4), mpq(-1,1)), (mpq(2,1), mpq(3,1))]
     """
     n = len(samples)
@@ -93,22 +98,6 @@ class _CoreSingular(Exception):
     """The r x r core of some head's skeleton is singular (rank plan)."""
 
 
-class _Values:
-    """Asks the black box once per distinct query and remembers the value."""
-
-    def __init__(self, ask):
-        self.ask = ask
-        self.got: dict = {}
-        self.asked = 0
-
-    def __call__(self, c, k):
-        key = (c.x,) if k == 0 else (c.a, k, c.x)
-        if key not in self.got:
-            self.got[key] = self.ask(c.tokens(k))
-            self.asked += 1
-        return self.got[key]
-
-
 def run_efficient(plan, ask, K, observations, trace=None) -> tuple:
     """Ask ``plan`` through ``ask``, analyse it in ``K`` and certify.
 
@@ -118,9 +107,9 @@ def run_efficient(plan, ask, K, observations, trace=None) -> tuple:
     ``plan.fallbacks`` (and ``plan.name = "efficient"`` after a rank fallback).
     Raises what the paper learner raises on a detected degenerate draw.
     """
-    values = _Values(ask)
+    values = AskOnce(ask)
     for q in plan.queries:              # the plan is a value: ask all of it first
-        values(plan.configs[q.config], q.k)
+        values(plan.tokens(q))
     full = plan.rank is None
     rank_fallback = None
     while True:
@@ -166,7 +155,7 @@ def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
     conv = (lambda y: y) if A is K else A
 
     def obs(c, k):
-        return conv(values(c, k))
+        return conv(values(c.tokens(k)))
 
     def dot(u, x):
         acc = A.zero
@@ -186,65 +175,21 @@ def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
         if n not in fits:
             c = plan.configs[n]
             y0 = obs(c, 0) if c.x in plan.X else dot(V, c.x)
-            fits[n] = fit_family(y0, [obs(c, k) for k in range(1, ns + 1)], dot(V, c.a), H, A)
+            fits[n] = poles_through_limit(y0, [obs(c, k) for k in range(1, ns + 1)], dot(V, c.a), H, A)
         return fits[n]
 
-    lab: dict = {(0, 0): fit(plan.index("basis", 0, 0))}
-    m = len(lab[(0, 0)])
+    counts = PoleCounts(plan, len(fit(plan.index("basis", 0, 0))))
 
-    def counted(n):
-        pl = fit(n)
-        if len(pl) != m:
-            c = plan.configs[n]
-            raise Degenerate(f"pole counts differ between configurations ({m} at (x_1, e_1), "
-                             f"{len(pl)} at {c.kind}{(c.i + 1, c.j + 1)})")
-        return pl
-
-    # 3. the group of x_1: the paper's matching through (x_1, e_1 + e_j); then v_h
-    for j in range(1, d):
-        other = counted(plan.index("basis", 0, j))
-        if H >= 2:
-            joint = counted(plan.index("within", 0, j))
-            lab[(0, j)] = [other[r] for r in match(lab[(0, 0)], other, joint, "add", A)]
-        else:
-            lab[(0, j)] = list(other)
-    cs = [[c for _, c in lab[(0, j)]] for j in range(d)]
-    distinct = [all(not A.eq(cs[j][a], cs[j][b]) for a in range(m) for b in range(a)) for j in range(d)]
-    used, coincide = [], set()
-
-    # 4. other configurations: labelled by c = -v_h.e_j, or by the paper's matching
-    def label(i, j):
-        if (i, j) in lab:
-            return lab[(i, j)]
-        pl = counted(plan.index("basis", i, j))
-        if distinct[j]:
-            out = []
-            for h in range(m):
-                rs = [r for r, (_, c) in enumerate(pl) if A.eq(c, cs[j][h])]
-                if len(rs) != 1:
-                    raise Degenerate(f"configuration (x_{i + 1}, e_{j + 1}): the c-values are not "
-                                     f"those of the heads at e_{j + 1} (c must not depend on the final token)")
-                out.append(pl[rs[0]])
-        else:
-            coincide.add(j)
-            if j == 0:
-                n = plan.index("across", i, 0)
-                perm = match(lab[(0, 0)], pl, counted(n), "equal", A)
-            else:
-                base = label(i, 0)
-                n = plan.index("within", i, j)
-                perm = match(base, pl, counted(n), "add", A)
-            used.append(n)
-            out = [pl[r] for r in perm]
-            if any(not A.eq(out[h][1], cs[j][h]) for h in range(m)):
-                raise MatchError(f"configuration (x_{i + 1}, e_{j + 1}): a head's c-value depends "
-                                 f"on the final token")
-        lab[(i, j)] = out
-        return out
-
+    # 3 and 4. the group of x_1 by the paper's matching through (x_1, e_1 + e_j), which
+    # gives v_h; every other configuration by c = -v_h.e_j, or by the paper's matching
     cells = skeleton(d, None if full else plan.rank)
-    for i, j in cells:
-        label(i, j)
+    labels = label_heads(plan, lambda n: counts.check(n, fit(n)), Exact(A), cells,
+                         across=lambda i, d: 0, by_c=True)
+    lab = labels.cells
+    m = len(lab[(0, 0)])
+    cs = [[c for _, c in lab[(0, j)]] for j in range(d)]
+    used = [n for i, _, n in labels.ties if i > 0]
+    coincide = {j for i, j, _ in labels.ties if i > 0}
 
     # 5. scores (param domain); complete them from the skeleton for a rank plan
     logs = [{(i, j): A.log(lab[(i, j)][h][0]) for i, j in cells} for h in range(m)]

@@ -1,7 +1,8 @@
 """Snapping real results to exact rationals of bounded height, certified against the oracle.
 
 A real run returns each parameter ``x`` with an a-posteriori bound ``B`` on its error
-(:mod:`exactlearn.strategies.real.learn`).  :func:`simplest_rational` finds the rational with the
+(:mod:`exactlearn.strategies.real.certificate`; README, "The real field, noisy oracles and
+real model weights", "Noise").  :func:`simplest_rational` finds the rational with the
 smallest denominator in ``[x - B, x + B]`` (continued fractions on the exact binary
 endpoints: the Stern-Brocot "simplest rational between two numbers"), and accepts it
 only if its denominator is at most the *height bound*
@@ -12,9 +13,10 @@ Two distinct rationals with denominators <= Q differ by at least ``1/Q^2 >= 2B``
 most one of them lies within B of x: the snapped value is the only candidate of height
 <= Q, not a guess among several.  :func:`snap_heads` snaps every entry of every head and
 then certifies the *snapped model*: every observation is recomputed from the exact
-rationals (evaluated at the field's precision) and must agree with the black box within
-the noise ``eta_q`` plus rounding alone -- no parameter uncertainty is allowed for, so a
-wrong snap fails.  Over an exact field there is nothing to snap: the heads are exact and
+rationals (evaluated at the field's precision by the real field's one evaluator,
+:func:`~exactlearn.strategies.real.evaluate.evaluate_with_bounds`) and must agree with
+the black box within the noise ``eta_q`` plus rounding alone -- no parameter
+uncertainty is allowed for, so a wrong snap fails.  Over an exact field there is nothing to snap: the heads are exact and
 their certificate is exact equality (:func:`exactlearn.api.learn` reports that).
 
 >>> from gmpy2 import mpq
@@ -33,6 +35,8 @@ from gmpy2 import mpq
 from exactlearn.algebra.rationals import mpf_to_mpq, simplest_rational
 from exactlearn.fields.base import format_rational
 from exactlearn.model import Head
+from exactlearn.strategies.real.evaluate import evaluate_with_bounds
+from exactlearn.strategies.real.sensitivity import LO, rounding
 
 
 def height_bound(B) -> int:
@@ -53,11 +57,10 @@ def snap_value(x, B, height=None):
 
 def snap_heads(heads, outcome, K, observations, start, height=None) -> dict:
     """Snap every entry of the real ``heads`` using the per-entry bounds of ``outcome``
-    (a :class:`~exactlearn.strategies.real.learn.RealOutcome`) and certify the snapped model against
-    the ``observations`` (indices from ``start``) within the noise alone."""
-    from exactlearn.strategies.real.learn import _LO, _evaluate, _round
+    (a :class:`~exactlearn.strategies.real.certificate.RealOutcome`) and certify the snapped
+    model against the ``observations`` (indices from ``start``) within the noise alone."""
     snapped, failed = [], []
-    for h, (head, BW, Bv) in enumerate(zip(heads, outcome._W_bounds, outcome._v_bounds)):
+    for h, (head, BW, Bv) in enumerate(zip(heads, outcome.W_bounds, outcome.v_bounds)):
         W = []
         for r, row in enumerate(head.W):
             out = []
@@ -81,12 +84,12 @@ def snap_heads(heads, outcome, K, observations, start, height=None) -> dict:
                      "reason": f"no rational of bounded height within the error bound for "
                                f"{len(failed)} entries (e.g. {failed[0]})"})
         return info
-    worst = _LO.zero
+    worst = LO.zero
     ok = True
     for i, (tokens, y) in enumerate(observations):
-        f, _, size = _evaluate(snapped, tokens, K, None, None)
-        tol = outcome._etas[start + i] + 2 * _round(K, max(size, _LO.convert(abs(y))))
-        ratio = _LO.convert(abs(f - y)) / tol
+        f, _, size = evaluate_with_bounds(snapped, tokens, K)
+        tol = outcome.etas[start + i] + 2 * rounding(K, max(size, LO.convert(abs(y))))
+        ratio = LO.convert(abs(f - y)) / tol
         worst = max(worst, ratio)
         ok = ok and ratio <= 1
     info.update({
@@ -94,7 +97,7 @@ def snap_heads(heads, outcome, K, observations, start, height=None) -> dict:
         "exact": False,
         "certificate": "the snapped exact model reproduces every observation within the noise "
                        "eta + rounding (no parameter uncertainty allowed)",
-        "max_residual_over_tolerance": _LO.nstr(worst, 3),
+        "max_residual_over_tolerance": LO.nstr(worst, 3),
         "heads": [h.to_json(format_rational) for h in sorted(snapped)],
     })
     return info
