@@ -1,5 +1,6 @@
 """The learner over the real field: differential against the exact fields, the error bound,
-noisy oracles, snapping, query scaling and the CLI's decimal-string JSON (issue 4)."""
+noisy oracles, snapping, query scaling and the CLI's decimal-string JSON (README, "The real
+field, noisy oracles and real model weights")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Real-field certificates (issue 10, part 5; part 6's false warning).
+"""Real-field certificates (README, "The real field, noisy oracles and real model weights",
+"Certificate"; README, "What a failure means").
 
 * A real result is certified *within tolerance*, never exact: JSON ``"exact": false``
   (``true`` over the exact fields), and the human output says so.
@@ -52,7 +53,8 @@ def f32_sum(xs) -> float:
 class Float32Attention:
     """Two-head softmax attention evaluated in float32 arithmetic: every input, weight and
     intermediate result rounded to single precision.  Score ``s_{h,i} = x_i^T W_h x_n``,
-    output ``sum_h sum_i softmax_i(s_h) v_h.x_i`` (SPEC §1), returned as the exact value of
+    output ``sum_h sum_i softmax_i(s_h) v_h.x_i`` (the model of arXiv:2608.03294; README, "The
+    model and its sign convention"), returned as the exact value of
     the float32 result.  Its error is about 1e-7 relative to the outputs."""
 
     def __init__(self, heads):

@@ -313,7 +313,7 @@ def label_heads(plan, poles, relation, cells=None, *, across=across_direction,
             return
         other = poles(n)
         if i > 0 and j in ref and ref[j][1]:
-            out.index[n] = _by_c(other, ref[j][0], relation, i, j)
+            out.index[n] = _by_c(other, ref[j][0], relation, plan.configs[n])
             return done(i, j)
         j0 = across(i, d)
         if i == 0:
@@ -359,15 +359,17 @@ def label_heads(plan, poles, relation, cells=None, *, across=across_direction,
     return out
 
 
-def _by_c(other, ref, relation, i, j) -> list:
-    """Pole indices of ``other`` whose c-values are those of the heads (``ref``)."""
+def _by_c(other, ref, relation, config) -> list:
+    """Pole indices of ``other`` (basis configuration ``config``) whose c-values are those
+    of the heads (``ref``)."""
+    i, j = config.i, config.j
     out = []
     for h, rp in enumerate(ref):
         rs = []
         for r, p in enumerate(other):
             state = relation.same_c(p, rp)
             if state is None:
-                raise relation.undecided(None)
+                raise relation.undecided(config)
             if state:
                 rs.append(r)
         if len(rs) != 1:
