@@ -160,7 +160,8 @@ class WithinBounds(Relation):
         def find(bp, op):
             out = []
             for s, jp in enumerate(joint):
-                state = self.decide(jp[0] - bp[0] * op[0], jp[2] + size(bp[0]) * op[2] + size(op[0]) * bp[2])
+                state = self.decide(jp[0] - bp[0] * op[0],
+                                    jp[2] + size(bp[0]) * op[2] + size(op[0]) * bp[2])
                 if state is not False:
                     out.append((s, state))
             return out
@@ -214,8 +215,9 @@ def tie(base, other, joint, mode: str, relation, config=None) -> tuple:
                 cands.append((r, s))
         if len(cands) != 1:
             what = "no" if not cands else "more than one"
+            sums = " and sums" if mode == "add" else ""
             raise MatchError(f"head {h}: {what} consistent partner in the matching "
-                             f"configuration (products of rho{' and sums' if mode == 'add' else ''} of c)")
+                             f"configuration (products of rho{sums} of c)")
         r, s = cands[0]
         if r in used_r or s in used_s:
             raise MatchError("the pairing of heads across configurations is not one-to-one")

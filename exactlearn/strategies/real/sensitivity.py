@@ -5,9 +5,10 @@ approximate-oracle conditions, arXiv:2608.03294: outputs within eta of the truth
 Every observation ``y_q`` differs from the true ``f(q)`` by at most
 ``eta_q = eta + u_q``: the oracle's stated noise ``eta`` plus its rounding,
 ``u_q = 2^-prec * 512 * Y`` (:func:`rounding`) with ``Y`` the size of its terms
-(first bounded by ``H max|y|``, then recomputed from the recovered heads).  Every derived quantity ``z`` is tracked to first order as a *linear
-functional of the observation errors*, ``dz = sum_q S_z[q] eps_q`` (a :class:`Sens`),
-and bounded by the worst case ``B_z = sum_q |S_z[q]| eta_q`` (:meth:`Sens.bound`;
+(first bounded by ``H max|y|``, then recomputed from the recovered heads).  Every
+derived quantity ``z`` is tracked to first order as a *linear functional of the
+observation errors*, ``dz = sum_q S_z[q] eps_q`` (a :class:`Sens`), and bounded by
+the worst case ``B_z = sum_q |S_z[q]| eta_q`` (:meth:`Sens.bound`;
 exact in the linear model: correlations through shared observations are kept, not
 added up).
 

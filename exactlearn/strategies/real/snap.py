@@ -16,8 +16,9 @@ then certifies the *snapped model*: every observation is recomputed from the exa
 rationals (evaluated at the field's precision by the real field's one evaluator,
 :func:`~exactlearn.strategies.real.evaluate.evaluate_with_bounds`) and must agree with
 the black box within the noise ``eta_q`` plus rounding alone -- no parameter
-uncertainty is allowed for, so a wrong snap fails.  Over an exact field there is nothing to snap: the heads are exact and
-their certificate is exact equality (:func:`exactlearn.api.learn` reports that).
+uncertainty is allowed for, so a wrong snap fails.  Over an exact field there is
+nothing to snap: the heads are exact and their certificate is exact equality
+(:func:`exactlearn.api.learn` reports that).
 
 >>> from gmpy2 import mpq
 >>> simplest_rational(mpq(3333, 10000), mpq(3334, 10000))
