@@ -1,9 +1,10 @@
 """The paper's plan over the real field: scaled queries, error propagation, a tolerance
-certificate and an a-posteriori error bound (README, "Real field"; the paper's
-approximate-oracle conditions).
+certificate and an a-posteriori error bound (README, "The real field, noisy oracles and
+real model weights"; the paper's approximate-oracle conditions, arXiv:2608.03294).
 
-:mod:`~exactlearn.strategies.real.learn` does the work; this module is the
-strategy interface :func:`exactlearn.api.learn` drives.
+:mod:`~exactlearn.strategies.real.learn` does the work (its docstring names the module
+of each step: probe, sensitivity, fit, analysis, solve, evaluate, certificate, snap);
+this module is the strategy interface :func:`exactlearn.api.learn` drives.
 """
 
 from __future__ import annotations
