@@ -191,7 +191,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
           verify: int = 0, plan: str = "paper", rank: int | None = None,
           noise=None, query_scale=None, snap: bool = False,
           max_primes: int | None = None) -> LearnResult:
-    """Learn the canonical heads of ``oracle`` (SPEC §3, §5).
+    """Learn the canonical heads of ``oracle`` (arXiv:2608.03294; README, "How it works", "What a failure means").
 
     ``heads`` (H) or ``max_heads`` (a bound H0) sets the plan.  Query entries
     are random integers in ``[-query_range, query_range]`` (the directions E

@@ -28,14 +28,15 @@ MOVED = {
     "exactlearn.learner": ("exactlearn.api", "exactlearn.oracle", "exactlearn.pipeline.analysis",
                            "exactlearn.pipeline.plan", "exactlearn.errors"),
     "exactlearn.learn_real": ("exactlearn.strategies.real.learn", "exactlearn.strategies.real",
-                              "exactlearn.errors"),
+                              "exactlearn.strategies.real.fit", "exactlearn.errors"),
     "exactlearn.learn_efficient": ("exactlearn.strategies.efficient.learn",
                                    "exactlearn.strategies.efficient", "exactlearn.errors"),
     "exactlearn.plan_efficient": ("exactlearn.strategies.efficient.plan",),
     "exactlearn.snap": ("exactlearn.strategies.real.snap", "exactlearn.algebra.rationals"),
     "exactlearn.transformer_learn": ("exactlearn.strategies.transformer.learn",
-                                     "exactlearn.strategies.transformer", "exactlearn.cli.transformer",
-                                     "exactlearn.errors"),
+                                     "exactlearn.strategies.transformer",
+                                     "exactlearn.strategies.transformer.cones",
+                                     "exactlearn.cli.transformer", "exactlearn.errors"),
     "exactlearn.transformer": ("exactlearn.transformer_model", "exactlearn.oracle", "exactlearn.errors"),
     "exactlearn.plan": ("exactlearn.pipeline.plan",),
     "exactlearn.interpolate": ("exactlearn.pipeline.interpolate", "exactlearn.algebra.cauchy",
@@ -53,7 +54,10 @@ MOVED = {
 
 #: names that changed on the way
 RENAMED = {
-    "exactlearn.learner": {"Degenerate": "DegenerateDraw", "_Recorder": "Recorder"},
+    "exactlearn.learner": {"Degenerate": "DegenerateDraw", "_Recorder": "Recorder",
+                           "over_analysis_fields": "over_analysis_fields"},
+    "exactlearn.learn_real": {"fit_family": "fit_family_with_sensitivities"},
+    "exactlearn.learn_efficient": {"fit_family": "poles_through_limit"},
 }
 
 

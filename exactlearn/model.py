@@ -1,4 +1,4 @@
-"""Multi-head attention with exact weights, its canonical form and evaluation (SPEC §1).
+"""Multi-head attention with exact weights, its canonical form and evaluation (README, "The model and its sign convention").
 
 Convention (that of arXiv:2601.16873): head h has a merged query-key matrix
 W_h (d x d) and a merged value-readout vector v_h (d).  For a query
@@ -72,7 +72,7 @@ def _vector(v, d, what) -> tuple:
 
 
 def canonicalize(heads: Iterable[Head]) -> tuple:
-    """Canonical form (SPEC §1): merge equal W, sum v, drop zero sums; sorted.
+    """Canonical form (README, "The model and its sign convention"): merge equal W, sum v, drop zero sums; sorted.
 
     Sorting makes the result a *value*: two canonical forms are equal as sets
     exactly when the tuples are equal.
@@ -93,7 +93,7 @@ class Structure(NamedTuple):
 
 
 def structure(heads: Iterable[Head]) -> Structure:
-    """Count the merges, cancellations and zero heads the canonical form resolves (SPEC §1).
+    """Count the merges, cancellations and zero heads the canonical form resolves (README, "The model and its sign convention").
 
     A model is canonical (its own canonical form, up to order) exactly when all
     three counts are 0.  Generators of "merged" or "cancelling" test models use it
@@ -161,11 +161,11 @@ class MultiHeadAttention:
         return len(self.heads)
 
     def canonical_heads(self) -> tuple:
-        """The canonical heads (SPEC §1) as a sorted tuple of :class:`Head`."""
+        """The canonical heads (README, "The model and its sign convention") as a sorted tuple of :class:`Head`."""
         return canonicalize(self.heads)
 
     def scale(self) -> int:
-        """lcm of the denominators of the *raw* heads' W entries: the D of SPEC §4.
+        """lcm of the denominators of the *raw* heads' W entries: the D of README, "Number systems (fields)".
 
         Taken from the heads as written, so that the oracle evaluates the model
         it was given -- every raw head, cancelling or merging ones included --
@@ -186,7 +186,7 @@ class MultiHeadAttention:
 
     # ---- evaluation -----------------------------------------------------------------
     def evaluate(self, tokens, field: Field):
-        """f(X) in ``field`` for a token sequence (SPEC §1), summed over the raw heads.
+        """f(X) in ``field`` for a token sequence (README, "The model and its sign convention"), summed over the raw heads.
 
         Work is in the number of *distinct* tokens: repeated tokens are
         weighted by their multiplicity.  A field left on auto scale takes
@@ -261,7 +261,7 @@ def distinct_tokens(tokens):
 
 
 class HeadEvaluator:
-    """Evaluates raw or recovered heads through a field (SPEC §1).
+    """Evaluates raw or recovered heads through a field (README, "The model and its sign convention").
 
     Work is in the number of *distinct* tokens (multiplicities weight them) and
     each head's ``W_h x_n`` is computed once per final token.  For an exact

@@ -7,7 +7,7 @@ copies of one token costs work in the number of *distinct* tokens, not in k,
 and each head's ``W_h x_n`` is computed once per final token.
 
 When the field's scale D is left on auto (``scale=None``) the oracle fixes it to
-the lcm of the W denominators of the model's *raw* heads, as written (SPEC §4):
+the lcm of the W denominators of the model's *raw* heads, as written (README, "Number systems (fields)"):
 the black box evaluates every raw head -- cancelling and merging ones included
 -- and never substitutes the canonical form for the model.  ``oracle.field`` is
 the resolved field, which the learner uses by default.

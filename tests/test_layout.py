@@ -18,11 +18,11 @@ from exactlearn.compat import MOVED
 #: a few names per old module path, as user code of exactlearn 0.1 imported them
 OLD_NAMES = {
     "exactlearn.learner": ["learn", "LearnResult", "Degenerate", "DEFAULT_RANGES", "head_bound"],
-    "exactlearn.learn_real": ["run_real", "max_parameter_error", "orthogonal_plan"],
-    "exactlearn.learn_efficient": ["run_efficient"],
+    "exactlearn.learn_real": ["run_real", "max_parameter_error", "orthogonal_plan", "fit_family"],
+    "exactlearn.learn_efficient": ["run_efficient", "fit_family"],
     "exactlearn.plan_efficient": ["draw_efficient_plan", "efficient_count"],
     "exactlearn.snap": ["snap_heads", "simplest_rational"],
-    "exactlearn.transformer_learn": ["learn_transformer", "CONDITIONS", "run_cli"],
+    "exactlearn.transformer_learn": ["learn_transformer", "CONDITIONS", "run_cli", "E_RANGE"],
     "exactlearn.transformer": ["OneLayerTransformer", "TransformerOracle", "random_transformer"],
     "exactlearn.plan": ["paper_plan", "paper_count", "draw_paper_plan", "across_direction"],
     "exactlearn.interpolate": ["cauchy_interpolate", "poles", "InterpolationError", "cauchy_flint"],

@@ -1,4 +1,4 @@
-"""The exact analysis core of the paper's plan (README, "How it works"; SPEC of the paper's plan).
+"""The exact analysis core of the paper's plan (arXiv:2608.03294; README, "How it works").
 
 :func:`ask_plan` asks every query of a plan (the plan is data: its length is
 the count).  :func:`analyse` turns the answers into canonical heads: Cauchy
@@ -64,7 +64,7 @@ def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
     def fit(n, y0):
         rfs[n] = cauchy_interpolate(ks, [y0] + values[n], H, K)
 
-    # 2. the group of x_1 shares the k = 0 query; it gives V (SPEC §3)
+    # 2. the group of x_1 shares the k = 0 query; it gives V (arXiv:2608.03294; README, "How it works")
     for n, c in enumerate(configs):
         if c.shares_k0:
             fit(n, y_shared)
@@ -88,7 +88,7 @@ def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
                              f"is not V.a (more heads than the bound H = {H}, an additive constant, "
                              f"or a bias)")
     # poles: root finding for the basis configurations; a matching configuration's
-    # poles can only be products of two basis configurations' rho (SPEC §3), so
+    # poles can only be products of two basis configurations' rho (arXiv:2608.03294; README, "How it works"), so
     # they are looked for among those first (poles_among falls back to roots)
     for n, c in enumerate(configs):
         if c.kind == "basis" and n not in poles_of:

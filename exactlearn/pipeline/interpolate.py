@@ -1,4 +1,4 @@
-"""Cauchy (rational) interpolation and the poles of f(q_k) (SPEC §2).
+"""Cauchy (rational) interpolation and the poles of f(q_k) (arXiv:2608.03294; README, "How it works").
 
 Along the query family q_k = (a, ..., a [k times], x), a = x + e,
 
@@ -45,7 +45,7 @@ class RationalFunction:
         return polys.evaluate(self.P, k, K) / polys.evaluate(self.Q, k, K)
 
     def limit(self, K):
-        """lim_{k->oo} P/Q (the V.a of SPEC §2); 0 when deg P < deg Q."""
+        """lim_{k->oo} P/Q (the V.a of README, "How it works"); 0 when deg P < deg Q."""
         if polys.degree(self.P) > polys.degree(self.Q):
             raise InterpolationError("deg P > deg Q: not a bounded rational function of k")
         if polys.degree(self.P) < polys.degree(self.Q):
@@ -56,7 +56,7 @@ class RationalFunction:
 def cauchy_interpolate(ks, ys, H, K) -> RationalFunction:
     """Minimal P/Q with deg P, deg Q <= H through the 2H+1 points (ks, ys).
 
-    Uses only field operations (SPEC §2).  Raises :class:`InterpolationError`
+    Uses only field operations (arXiv:2608.03294; README, "How it works").  Raises :class:`InterpolationError`
     when no P/Q of that type in lowest terms interpolates the data, or when
     Q(0) = 0 (a pole at k = 0 is impossible for attention).
     """
@@ -96,7 +96,7 @@ def _normalise(P, Q, K, trimmed=False) -> RationalFunction:
 
 
 def poles(rf: RationalFunction, K):
-    """[(rho_h, c_h)] for the poles p_h = -1/rho_h of P/Q (SPEC §2).
+    """[(rho_h, c_h)] for the poles p_h = -1/rho_h of P/Q (arXiv:2608.03294; README, "How it works").
 
     Raises :class:`~exactlearn.errors.NotSplit` when Q does not split into
     distinct linear factors over K, and :class:`InterpolationError` when a
@@ -112,7 +112,7 @@ def poles(rf: RationalFunction, K):
 
 
 def _with_coefficients(rf: RationalFunction, rhos, K) -> list:
-    """[(rho, c)] with c = rho P(p)/Q'(p) at p = -1/rho (SPEC §2); c = 0 is an error."""
+    """[(rho, c)] with c = rho P(p)/Q'(p) at p = -1/rho (arXiv:2608.03294; README, "How it works"); c = 0 is an error."""
     dQ = polys.derivative(rf.Q, K)
     out = []
     for rho in rhos:
@@ -131,7 +131,7 @@ def poles_among(rf: RationalFunction, candidates, K):
     its roots (a polynomial has no more roots than its degree) and the result
     equals :func:`poles`; otherwise, and over an inexact field, it *is*
     :func:`poles`.  Used for matching configurations, whose rho are products of
-    basis rho (SPEC §3).
+    basis rho (arXiv:2608.03294; README, "How it works").
 
     >>> from exactlearn.fields import QQ
     >>> rf = cauchy_interpolate([QQ(k) for k in range(3)],

@@ -1,4 +1,4 @@
-"""The query plan as a value (SPEC §3): configurations and queries, before any is asked.
+"""The query plan as a value (arXiv:2608.03294; README, "How it works"): configurations and queries, before any is asked.
 
 Given invertible X = [x_1 ... x_d] and E = [e_1 ... e_d] (columns), the paper
 plan has 2d^2 - 1 configurations (x, e):
@@ -7,7 +7,7 @@ plan has 2d^2 - 1 configurations (x, e):
 * ``within`` (x_i, e_1 + e_j)       for all i, j >= 2      -- d(d - 1)
 * ``across`` (x_1 + x_i, e_j(i))    for i >= 2              -- d - 1
 
-where j(i) = (i - 2) mod d cycles through the directions (SPEC §3 uses e_1
+where j(i) = (i - 2) mod d cycles through the directions (the paper uses e_1
 throughout; cycling keeps the count and the matching, and makes an affine term
 b.x_i in the scores -- a key bias, outside the model class -- visible unless b
 is orthogonal to every direction used, instead of to e_1 alone).
@@ -109,7 +109,7 @@ def paper_count(d: int, H: int) -> int:
 
 
 def paper_plan(X, E, H: int) -> Plan:
-    """The plan of SPEC §3 for columns X, E (given as lists of column vectors)."""
+    """The paper's plan (README, "How it works") for columns X, E (given as lists of column vectors)."""
     X = tuple(tuple(x) for x in X)
     E = tuple(tuple(e) for e in E)
     d = len(X)
