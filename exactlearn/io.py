@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 from exactlearn.errors import ModelError
+from exactlearn.fields.base import as_mpq
 
 
 def dump_json(obj, path) -> None:
@@ -43,3 +44,45 @@ def load_json(path):
 
 def _reject_constant(name):
     raise ModelError(f"model file: {name} is not an exact number")
+
+
+def check_format(obj, expected: str, default=None) -> None:
+    """A model file's top level: a JSON object whose ``format`` is ``expected`` (a missing
+    key reads as ``default``); otherwise a one-line :class:`ModelError`.
+
+    >>> check_format({"format": "exactlearn.mha/1"}, "exactlearn.mha/1")
+    >>> check_format([1], "exactlearn.mha/1")
+    Traceback (most recent call last):
+    ...
+    exactlearn.errors.ModelError: model file: top level must be a JSON object
+    """
+    if not isinstance(obj, dict):
+        raise ModelError("model file: top level must be a JSON object")
+    fmt = obj.get("format", default)
+    if fmt != expected:
+        raise ModelError(f"model file: unknown format {fmt!r} (expected {expected!r})")
+
+
+def exact_vector(v, n: int, what: str) -> tuple:
+    """A length-n list of exact numbers as a tuple of ``mpq`` (entries as
+    :func:`~exactlearn.fields.base.as_mpq` reads them); otherwise a one-line
+    :class:`ModelError` that starts with ``what``."""
+    if not isinstance(v, (list, tuple)) or len(v) != n:
+        raise ModelError(f"{what} must be a vector of length {n}")
+    try:
+        return tuple(as_mpq(x) for x in v)
+    except ValueError as exc:
+        raise ModelError(f"{what} entry: {exc}") from None
+
+
+def exact_matrix(A, rows: int, cols: int, what: str) -> tuple:
+    """A rows x cols nested list of exact numbers as a tuple of row tuples (see
+    :func:`exact_vector`).
+
+    >>> exact_matrix([[1, "1/2"], [0, "0.25"]], 2, 2, "W")
+    ((mpq(1,1), mpq(1,2)), (mpq(0,1), mpq(1,4)))
+    """
+    if (not isinstance(A, (list, tuple)) or len(A) != rows
+            or any(not isinstance(r, (list, tuple)) or len(r) != cols for r in A)):
+        raise ModelError(f"{what} must be a {rows}x{cols} matrix")
+    return tuple(exact_vector(r, cols, what) for r in A)

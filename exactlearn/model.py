@@ -28,7 +28,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 from exactlearn.errors import BadReduction, ExactnessError, ModelError
 from exactlearn.fields.base import Field, as_mpq, format_rational, lcm_of_denominators
-from exactlearn.io import dump_json, load_json
+from exactlearn.io import check_format, dump_json, exact_matrix, exact_vector, load_json
 
 FORMAT = "exactlearn.mha/1"
 
@@ -46,29 +46,6 @@ class Head:
 
     def to_json(self, fmt=format_rational) -> dict:
         return {"W": [[fmt(x) for x in row] for row in self.W], "v": [fmt(x) for x in self.v]}
-
-
-def _matrix(W, d, what) -> tuple:
-    if not isinstance(W, (list, tuple)) or len(W) != d:
-        raise ModelError(f"{what}: W must be a {d}x{d} matrix")
-    rows = []
-    for r in W:
-        if not isinstance(r, (list, tuple)) or len(r) != d:
-            raise ModelError(f"{what}: W must be a {d}x{d} matrix")
-        try:
-            rows.append(tuple(as_mpq(x) for x in r))
-        except ValueError as exc:
-            raise ModelError(f"{what}: W entry: {exc}") from None
-    return tuple(rows)
-
-
-def _vector(v, d, what) -> tuple:
-    if not isinstance(v, (list, tuple)) or len(v) != d:
-        raise ModelError(f"{what}: v must be a vector of length {d}")
-    try:
-        return tuple(as_mpq(x) for x in v)
-    except ValueError as exc:
-        raise ModelError(f"{what}: v entry: {exc}") from None
 
 
 def canonicalize(heads: Iterable[Head]) -> tuple:
@@ -152,7 +129,7 @@ class MultiHeadAttention:
                     W, v = h
                 except (TypeError, ValueError):
                     raise ModelError(f"head {idx}: expected a pair (W, v)") from None
-            parsed.append(Head(_matrix(W, d, f"head {idx}"), _vector(v, d, f"head {idx}")))
+            parsed.append(Head(exact_matrix(W, d, d, f"head {idx}: W"), exact_vector(v, d, f"head {idx}: v")))
         self.heads = tuple(parsed)
 
     # ---- structure ----------------------------------------------------------------
@@ -224,11 +201,7 @@ class MultiHeadAttention:
 
     @classmethod
     def from_json(cls, obj) -> "MultiHeadAttention":
-        if not isinstance(obj, dict):
-            raise ModelError("model file: top level must be a JSON object")
-        fmt = obj.get("format", FORMAT)
-        if fmt != FORMAT:
-            raise ModelError(f"model file: unknown format {fmt!r} (expected {FORMAT!r})")
+        check_format(obj, FORMAT, default=FORMAT)
         for key in ("d", "heads"):
             if key not in obj:
                 raise ModelError(f"model file: missing key {key!r}")

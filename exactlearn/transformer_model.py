@@ -44,7 +44,8 @@ import random
 from fractions import Fraction
 
 from exactlearn.fields.base import Field, FieldError, as_mpq, format_rational, lcm_of_denominators
-from exactlearn.model import Head, HeadEvaluator, ModelError, distinct_tokens, dump_json, load_json
+from exactlearn.io import check_format, dump_json, exact_matrix, exact_vector, load_json
+from exactlearn.model import Head, HeadEvaluator, ModelError, distinct_tokens
 from exactlearn.errors import NotOrdered
 
 FORMAT = "exactlearn.transformer/1"
@@ -74,22 +75,6 @@ def relu(K: Field, z):
 
 
 # ------------------------------------------------------------------ parsing helpers
-def _vector(v, n, what):
-    if not isinstance(v, (list, tuple)) or len(v) != n:
-        raise ModelError(f"{what} must be a vector of length {n}")
-    try:
-        return tuple(as_mpq(x) for x in v)
-    except ValueError as exc:
-        raise ModelError(f"{what} entry: {exc}") from None
-
-
-def _matrix(A, rows, cols, what):
-    if (not isinstance(A, (list, tuple)) or len(A) != rows
-            or any(not isinstance(r, (list, tuple)) or len(r) != cols for r in A)):
-        raise ModelError(f"{what} must be a {rows}x{cols} matrix")
-    return tuple(_vector(r, cols, what) for r in A)
-
-
 def _posint(x, what):
     if isinstance(x, bool) or not isinstance(x, int) or x <= 0:
         raise ModelError(f"{what} must be a positive integer, got {x!r}")
@@ -133,8 +118,8 @@ class OneLayerTransformer:
                 raise ModelError("a model without heads or neurons needs an explicit m")
         self.d = _posint(d, "d")
         self.m = _posint(m, "m")
-        self.heads = tuple((_matrix(W, self.d, self.d, f"head {i}: W"),
-                            _matrix(O, self.m, self.d, f"head {i}: O"))
+        self.heads = tuple((exact_matrix(W, self.d, self.d, f"head {i}: W"),
+                            exact_matrix(O, self.m, self.d, f"head {i}: O"))
                            for i, (W, O) in enumerate(pairs))
         if not isinstance(B, (list, tuple)):
             raise ModelError("ffn: B must be a list of rows")
@@ -142,8 +127,8 @@ class OneLayerTransformer:
             raise ModelError("ffn: u must be a list")
         if len(u) != len(B):
             raise ModelError(f"ffn: B has {len(B)} rows but u has {len(u)} entries")
-        self.B = tuple(_vector(b, self.m, f"ffn: B row {j}") for j, b in enumerate(B))
-        self.u = _vector(u, len(B), "ffn: u")
+        self.B = tuple(exact_vector(b, self.m, f"ffn: B row {j}") for j, b in enumerate(B))
+        self.u = exact_vector(u, len(B), "ffn: u")
 
     # ---- structure --------------------------------------------------------------
     @property
@@ -189,11 +174,7 @@ class OneLayerTransformer:
     @classmethod
     def from_json(cls, obj) -> "OneLayerTransformer":
         """Parse the file format; every problem is a one-line :class:`ModelError`."""
-        if not isinstance(obj, dict):
-            raise ModelError("model file: top level must be a JSON object")
-        fmt = obj.get("format")
-        if fmt != FORMAT:
-            raise ModelError(f"model file: unknown format {fmt!r} (expected {FORMAT!r})")
+        check_format(obj, FORMAT)
         for key in ("d", "m", "heads", "ffn"):
             if key not in obj:
                 raise ModelError(f"model file: missing key {key!r}")
