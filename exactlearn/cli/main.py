@@ -22,7 +22,7 @@ from exactlearn.model import MultiHeadAttention
 FIELD_NAMES = ("rational", "modular", "real", "symbolic")
 
 
-class BadInput(Exception):
+class BadInput(ModelError):
     """Bad command-line input: reported in one line, exit status 2."""
 
 
