@@ -187,14 +187,14 @@ def nonidentifiability_pairs(n: int):
 
 
 def cli_random_model(n: int):
-    from exactlearn.cli import random_model
+    from exactlearn.cli.main import random_model
     for flag, wants in (("merge", "merge"), ("cancel", "cancel")):
         ms = []
         for i in range(n):
             rng = random.Random(f"audit:cli:{i}")
             d, H = rng.randint(1, 3), rng.randint(2, 4)
             ms.append(random_model(d, H, seed=i, **{flag: True}))
-        show(f"exactlearn.cli.random_model --{flag}", tally(ms, wants))
+        show(f"exactlearn.cli.main.random_model --{flag}", tally(ms, wants))
 
 
 def main(argv=None):

@@ -1,4 +1,4 @@
-"""Discrete log and root finding in the modular field (issue 3, SPEC §4).
+"""Discrete log and root finding in the modular field (README, "Number systems (fields)").
 
 Prints microseconds per discrete log for the default prime p = 7*2**120 + 1:
 exactlearn's windowed Pohlig--Hellman (``Modular.log``, and the raw

@@ -4,7 +4,7 @@ Everything is sympy: the oracle evaluates with ``sympy.Rational`` and
 ``2**(D*s)``, each configuration is interpolated with
 ``sympy.polys.polyfuncs.rational_interpolate``, poles come from
 ``sympy.roots``, heads are matched by products of rho, and W, v are solved with
-``sympy.Matrix``.  It uses the same plan (exactlearn.plan.paper_plan) and the
+``sympy.Matrix``.  It uses the same plan (exactlearn.pipeline.plan.paper_plan) and the
 same random draw as ``exactlearn learn --seed S --range R``, so both learn the
 same thing; it does no certificate and no degeneracy handling beyond raising.
 
@@ -23,7 +23,7 @@ import sympy
 from sympy import Matrix, Rational, symbols
 from sympy.polys.polyfuncs import rational_interpolate
 
-from exactlearn.plan import draw_paper_plan
+from exactlearn.pipeline.plan import draw_paper_plan
 
 
 def load(path):

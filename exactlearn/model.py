@@ -1,4 +1,4 @@
-"""Multi-head attention with exact weights, its canonical form and evaluation (SPEC §1).
+"""Multi-head attention with exact weights, its canonical form and evaluation (README, "The model and its sign convention").
 
 Convention (that of arXiv:2601.16873): head h has a merged query-key matrix
 W_h (d x d) and a merged value-readout vector v_h (d).  For a query
@@ -23,17 +23,14 @@ mpq(7,2)
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Sequence
 
-from .fields.base import ExactnessError, Field, as_mpq, format_rational, lcm_of_denominators
+from exactlearn.errors import BadReduction, ExactnessError, ModelError
+from exactlearn.fields.base import Field, as_mpq, format_rational, lcm_of_denominators
+from exactlearn.io import check_format, dump_json, exact_matrix, exact_vector, load_json
 
 FORMAT = "exactlearn.mha/1"
-
-
-class ModelError(ValueError):
-    """A malformed model (wrong shapes, non-numbers, bad file)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -51,31 +48,8 @@ class Head:
         return {"W": [[fmt(x) for x in row] for row in self.W], "v": [fmt(x) for x in self.v]}
 
 
-def _matrix(W, d, what) -> tuple:
-    if not isinstance(W, (list, tuple)) or len(W) != d:
-        raise ModelError(f"{what}: W must be a {d}x{d} matrix")
-    rows = []
-    for r in W:
-        if not isinstance(r, (list, tuple)) or len(r) != d:
-            raise ModelError(f"{what}: W must be a {d}x{d} matrix")
-        try:
-            rows.append(tuple(as_mpq(x) for x in r))
-        except ValueError as exc:
-            raise ModelError(f"{what}: W entry: {exc}") from None
-    return tuple(rows)
-
-
-def _vector(v, d, what) -> tuple:
-    if not isinstance(v, (list, tuple)) or len(v) != d:
-        raise ModelError(f"{what}: v must be a vector of length {d}")
-    try:
-        return tuple(as_mpq(x) for x in v)
-    except ValueError as exc:
-        raise ModelError(f"{what}: v entry: {exc}") from None
-
-
 def canonicalize(heads: Iterable[Head]) -> tuple:
-    """Canonical form (SPEC §1): merge equal W, sum v, drop zero sums; sorted.
+    """Canonical form (README, "The model and its sign convention"): merge equal W, sum v, drop zero sums; sorted.
 
     Sorting makes the result a *value*: two canonical forms are equal as sets
     exactly when the tuples are equal.
@@ -96,7 +70,7 @@ class Structure(NamedTuple):
 
 
 def structure(heads: Iterable[Head]) -> Structure:
-    """Count the merges, cancellations and zero heads the canonical form resolves (SPEC §1).
+    """Count the merges, cancellations and zero heads the canonical form resolves (README, "The model and its sign convention").
 
     A model is canonical (its own canonical form, up to order) exactly when all
     three counts are 0.  Generators of "merged" or "cancelling" test models use it
@@ -155,7 +129,7 @@ class MultiHeadAttention:
                     W, v = h
                 except (TypeError, ValueError):
                     raise ModelError(f"head {idx}: expected a pair (W, v)") from None
-            parsed.append(Head(_matrix(W, d, f"head {idx}"), _vector(v, d, f"head {idx}")))
+            parsed.append(Head(exact_matrix(W, d, d, f"head {idx}: W"), exact_vector(v, d, f"head {idx}: v")))
         self.heads = tuple(parsed)
 
     # ---- structure ----------------------------------------------------------------
@@ -164,11 +138,11 @@ class MultiHeadAttention:
         return len(self.heads)
 
     def canonical_heads(self) -> tuple:
-        """The canonical heads (SPEC §1) as a sorted tuple of :class:`Head`."""
+        """The canonical heads (README, "The model and its sign convention") as a sorted tuple of :class:`Head`."""
         return canonicalize(self.heads)
 
     def scale(self) -> int:
-        """lcm of the denominators of the *raw* heads' W entries: the D of SPEC §4.
+        """lcm of the denominators of the *raw* heads' W entries: the D of README, "Number systems (fields)".
 
         Taken from the heads as written, so that the oracle evaluates the model
         it was given -- every raw head, cancelling or merging ones included --
@@ -189,7 +163,7 @@ class MultiHeadAttention:
 
     # ---- evaluation -----------------------------------------------------------------
     def evaluate(self, tokens, field: Field):
-        """f(X) in ``field`` for a token sequence (SPEC §1), summed over the raw heads.
+        """f(X) in ``field`` for a token sequence (README, "The model and its sign convention"), summed over the raw heads.
 
         Work is in the number of *distinct* tokens: repeated tokens are
         weighted by their multiplicity.  A field left on auto scale takes
@@ -227,11 +201,7 @@ class MultiHeadAttention:
 
     @classmethod
     def from_json(cls, obj) -> "MultiHeadAttention":
-        if not isinstance(obj, dict):
-            raise ModelError("model file: top level must be a JSON object")
-        fmt = obj.get("format", FORMAT)
-        if fmt != FORMAT:
-            raise ModelError(f"model file: unknown format {fmt!r} (expected {FORMAT!r})")
+        check_format(obj, FORMAT, default=FORMAT)
         for key in ("d", "heads"):
             if key not in obj:
                 raise ModelError(f"model file: missing key {key!r}")
@@ -245,35 +215,6 @@ class MultiHeadAttention:
     @classmethod
     def from_file(cls, path) -> "MultiHeadAttention":
         return cls.from_json(load_json(path))
-
-
-def dump_json(obj, path) -> None:
-    """Write a model file (JSON, one space indent, final newline)."""
-    with open(path, "w") as fh:
-        json.dump(obj, fh, indent=1)
-        fh.write("\n")
-
-
-def load_json(path):
-    """Read a JSON file, turning every failure into a one-line ModelError."""
-    try:
-        with open(path) as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise ModelError(f"model file not found: {path}") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as exc:
-        raise ModelError(f"cannot read model file {path}: {exc.__class__.__name__}") from None
-    try:
-        # JSON number literals are decimals: keep their text so they are read exactly
-        return json.loads(text, parse_constant=_reject_constant, parse_float=str)
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"model file {path} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
-    except RecursionError:
-        raise ModelError(f"model file {path} is nested too deeply to be a model") from None
-
-
-def _reject_constant(name):
-    raise ModelError(f"model file: {name} is not an exact number")
 
 
 # ---------------------------------------------------------------------------------
@@ -293,7 +234,7 @@ def distinct_tokens(tokens):
 
 
 class HeadEvaluator:
-    """Evaluates raw or recovered heads through a field (SPEC §1).
+    """Evaluates raw or recovered heads through a field (README, "The model and its sign convention").
 
     Work is in the number of *distinct* tokens (multiplicities weight them) and
     each head's ``W_h x_n`` is computed once per final token.  For an exact
@@ -318,6 +259,9 @@ class HeadEvaluator:
                     Wn = [[int((x * D).numerator) for x in row] for row in h.W]
                     dv = lcm_of_denominators(h.v)
                     vn = [int((x * dv).numerator) for x in h.v]
+                    if field.is_zero(field(dv)):
+                        raise BadReduction(f"a v denominator ({dv}) vanishes in the {field.name} "
+                                           f"field: a bad reduction (use another prime)")
                     ints.append((Wn, vn, field.one / field(dv)))
                 self._int = ints
 
@@ -349,12 +293,49 @@ class HeadEvaluator:
             self._cache.clear()
         self._cache[key] = value
 
-    def __call__(self, tokens):
-        K = self.K
+    def _pairs(self, tokens):
         pairs, final = distinct_tokens(tokens)
         for t, _ in pairs:
             if len(t) != self.d:
                 raise ValueError(f"token of length {len(t)} in a model with d={self.d}")
+        return pairs, final
+
+    def averages(self, tokens) -> list:
+        """``[y_h(X)]``: each head's softmax average ``sum_i softmax_i(s_h) x_i`` of the tokens
+        (field d-vectors), so that ``f(X) = sum_h v_h . y_h(X)`` (the Transformer's heads and
+        the multi-modular confirmation use them).
+
+        >>> from exactlearn.fields import QQ
+        >>> HeadEvaluator([Head(((1,),), (1,))], 1, QQ.with_scale(1)).averages([(0,), (1,)])
+        [[mpq(2,3)]]
+        """
+        K = self.K
+        P = K.param
+        pairs, final = self._pairs(tokens)
+        pairs = [(tuple(P(a) for a in t), m) for t, m in pairs]
+        out = []
+        for wx, s_final, _ in self._final(tuple(P(a) for a in final)):
+            num = [K.zero] * self.d
+            den = K.zero
+            for tok, mult in pairs:
+                s = sum((a * b for a, b in zip(tok, wx)), P.zero) - s_final
+                w = K.exp(s) * mult
+                num = [n + w * K(a) for n, a in zip(num, tok)]
+                den = den + w
+            out.append([n / den for n in num])
+        return out
+
+    def __call__(self, tokens):
+        try:
+            return self._value(tokens)
+        except ZeroDivisionError:
+            raise BadReduction(f"a softmax denominator vanishes in the {self.K.name} field on a "
+                               f"query of length {len(tokens)}: a bad reduction (use another or a "
+                               f"larger prime)") from None
+
+    def _value(self, tokens):
+        K = self.K
+        pairs, final = self._pairs(tokens)
         if self._int is not None and all(type(a) is int for t, _ in pairs for a in t):
             return self._call_int(pairs, final)
         P = K.param

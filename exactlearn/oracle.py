@@ -7,7 +7,7 @@ copies of one token costs work in the number of *distinct* tokens, not in k,
 and each head's ``W_h x_n`` is computed once per final token.
 
 When the field's scale D is left on auto (``scale=None``) the oracle fixes it to
-the lcm of the W denominators of the model's *raw* heads, as written (SPEC §4):
+the lcm of the W denominators of the model's *raw* heads, as written (README, "Number systems (fields)"):
 the black box evaluates every raw head -- cancelling and merging ones included
 -- and never substitutes the canonical form for the model.  ``oracle.field`` is
 the resolved field, which the learner uses by default.
@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import time
 
-from .fields.base import ExactnessError, Field
-from .model import HeadEvaluator, MultiHeadAttention
+from exactlearn.errors import DegenerateDraw, ExactnessError, FieldError
+from exactlearn.fields.base import Field
+from exactlearn.model import HeadEvaluator, MultiHeadAttention
+from exactlearn.transformer_model import OneLayerTransformer, TransformerEvaluator, require_ordered
 
 
 class CountingOracle:
@@ -32,7 +34,7 @@ class CountingOracle:
     (``.max_length``) and the time spent answering (``.seconds``).
 
     ``evaluate(tokens)`` computes the answer in ``field``; subclasses bind it
-    to a model (:class:`Oracle`, :class:`~exactlearn.transformer.TransformerOracle`).
+    to a model (:class:`Oracle`, :class:`~exactlearn.transformer_model.TransformerOracle`).
     """
 
     def __init__(self, d: int, field: Field, evaluate):
@@ -82,7 +84,7 @@ class Oracle(CountingOracle):
 
     def over(self, field: Field) -> "Oracle":
         """The same model evaluated through another field -- e.g. modulo another
-        prime, for the multi-modular method (:mod:`exactlearn.multimodular`).
+        prime, for the multi-modular method (:mod:`exactlearn.pipeline.multimodular`).
 
         The view has its own counters, and every query it answers is counted by
         this oracle too, so ``oracle.queries`` is every call the model answered.
@@ -119,6 +121,90 @@ class Oracle(CountingOracle):
         if limit is not None and worst > limit:
             raise ExactnessError(
                 f"the plan needs exp of exponents up to {int(worst)} but the {self.field.name} field "
-                f"realises at most {limit}" + (" (numbers past the size limit): use --field modular "
-                                               "or a smaller --range" if self.field.name == "rational" else ""))
+                f"realises at most {limit}" + self.field.exponent_hint)
         return int(worst)
+
+
+class TransformerOracle(CountingOracle):
+    """Counting black box over a :class:`OneLayerTransformer` and an ordered field.
+
+    Like :class:`exactlearn.oracle.Oracle`: ``.queries``, ``.max_length``,
+    ``.seconds``; a field left on auto scale gets D = lcm of the W denominators.
+    """
+
+    def __init__(self, model: OneLayerTransformer, field: Field):
+        require_ordered(field)
+        if field.scale is None:
+            field = field.with_scale(model.scale())
+        self.model = model
+        super().__init__(model.d, field, TransformerEvaluator(model, field))
+
+
+class Recorder:
+    """The learner's side of the black box: counts, times and records every observation.
+
+    Every learner asks through one Recorder, so ``queries``, ``max_length`` and
+    ``seconds`` cover every call the black box answered (README, "Counts").
+    ``convert`` turns answers into elements of ``K``; an answer outside ``K``
+    raises :class:`~exactlearn.errors.DegenerateDraw` (it was answered, so it
+    is counted).  A :meth:`child` records its own observations (e.g. modulo
+    another prime) and adds its counts to its parent's, so the root counts
+    every call.
+
+    >>> from exactlearn.fields import QQ
+    >>> rec = Recorder(lambda tokens: len(tokens), QQ, convert=True)
+    >>> rec([(1,), (2,)]), rec.queries, rec.max_length, rec.observations
+    (mpq(2,1), 1, 2, [([(1,), (2,)], mpq(2,1))])
+    """
+
+    def __init__(self, oracle, K: Field, convert: bool, parent=None):
+        self.oracle = oracle
+        self.K = K
+        self.convert = convert
+        self.parent = parent
+        self.observations = []
+        self.queries = 0
+        self.max_length = 0
+        self.seconds = 0.0
+
+    def child(self, oracle, K: Field, convert: bool = True) -> "Recorder":
+        """A recorder of its own observations whose counts also go to this one."""
+        return Recorder(oracle, K, convert, parent=self)
+
+    def _count(self, length, seconds):
+        """One answered query of ``length`` tokens (``None``: time spent, no answer)."""
+        self.seconds += seconds
+        if length is not None:
+            self.queries += 1
+            self.max_length = max(self.max_length, length)
+        if self.parent is not None:
+            self.parent._count(length, seconds)
+
+    def __call__(self, tokens):
+        t0 = time.perf_counter()
+        try:
+            y = self.oracle(tokens)
+        except BaseException:
+            self._count(None, time.perf_counter() - t0)
+            raise
+        self._count(len(tokens), time.perf_counter() - t0)
+        if self.convert:
+            try:
+                y = self.K(y)
+            except (ValueError, TypeError, FieldError) as exc:
+                raise DegenerateDraw(f"the black box returned a value that is not in the "
+                                 f"{self.K.name} field: {exc}") from None
+        self.observations.append((tokens, y))
+        return y
+
+
+def resolve_field(oracle, field: Field | None) -> tuple:
+    """The learner's field (scale filled in) and whether outputs need converting."""
+    ofield = getattr(oracle, "field", None)
+    if field is None:
+        if ofield is None:
+            raise ValueError("learn() needs field= for a black box without a .field")
+        field = ofield
+    if field.scale is None:
+        field = field.with_scale(ofield.scale if isinstance(ofield, Field) and ofield.scale else 1)
+    return field, not (isinstance(ofield, Field) and ofield == field)

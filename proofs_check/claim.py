@@ -73,6 +73,25 @@ NOT_CHECKED = "not checked"
 STATUSES = (VERIFIED, REFUTED, INCONCLUSIVE, NOT_CHECKED)
 
 
+def verdict(evidence: dict, *, refuted: bool = False, problems=None) -> tuple:
+    """``(status, evidence)`` by the rule every claim follows: ``refuted`` on a
+    counterexample; otherwise ``inconclusive`` when there are ``problems`` (a list of
+    reasons or one sentence, stored as ``evidence["why_not_verified"]``); else
+    ``verified``.
+
+    >>> verdict({}, problems=["only 2 certified runs (need 3)"])
+    ('inconclusive', {'why_not_verified': ['only 2 certified runs (need 3)']})
+    >>> verdict({"runs": 5}, refuted=True, problems="ignored")[0], verdict({})[0]
+    ('refuted', 'verified')
+    """
+    if refuted:
+        return REFUTED, evidence
+    if problems:
+        evidence["why_not_verified"] = problems
+        return INCONCLUSIVE, evidence
+    return VERIFIED, evidence
+
+
 @dataclass
 class ClaimResult:
     status: str

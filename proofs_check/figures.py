@@ -13,8 +13,8 @@ from a small seeded campaign run here through the same executor:
     the learner's failure rate against the sampling half-width R, with the
     bound: the ``failure_vs_range`` series of a claim (``probability-one-rate``)
     when present; otherwise :func:`failure_trial`, a campaign on the rational
-    field (d = 2, H = 1 and 2) compared with the Schwartz-Zippel union bound
-    of :func:`sz_bound`.
+    field (d = 2, H = 1 and 2) compared with the claim's Schwartz-Zippel union
+    bound (:func:`proofs_check.claims.probability_one_rate.bound`).
 ``error_vs_noise.png``
     parameter error against output noise eta, log-log, with the slope: only
     from an ``error_vs_noise`` series (``approximate-oracle``); skipped with a
@@ -35,8 +35,10 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from exactlearn.plan import paper_count
+from exactlearn import paper_count
+from exactlearn.cli.main import field_by_name
 
+from .claims import probability_one_rate as rate_claim
 from .models import canonical_model, random_model, trial_rng
 
 H_LINES = (1, 2, 3, 4)
@@ -60,22 +62,13 @@ class Figure:
 
 # ---- the figure campaigns (top-level trials, any executor) ---------------------------
 
-def make_field(name: str):
-    """A fresh field by name (``real`` at 30 digits), or raise ImportError."""
-    from exactlearn import fields
-    if name == "rational":
-        return fields.Rational()
-    if name == "modular":
-        return fields.Modular()
-    if name == "symbolic":
-        return fields.Symbolic()
-    if name == "real":
-        return fields.Real(dps=30)
-    raise ValueError(f"unknown field {name!r}")
+#: digits of the real field in the timing campaign
+REAL_DPS = 30
 
 
 def available_fields() -> list:
-    """The field names of :mod:`exactlearn.fields` that import (SPEC §4 order)."""
+    """The field names of :mod:`exactlearn.fields` that import, in the order of the
+    README's table ("Number systems (fields)")."""
     from exactlearn import fields
     return [n for n, cls in (("rational", "Rational"), ("modular", "Modular"),
                              ("symbolic", "Symbolic"), ("real", "Real")) if hasattr(fields, cls)]
@@ -95,7 +88,7 @@ def timing_trial(args) -> dict:
         return row
     t0 = time.perf_counter()
     try:
-        res = learn(Oracle(model, make_field(field_name)), d=d, heads=model.H,
+        res = learn(Oracle(model, field_by_name(field_name, dps=REAL_DPS)), d=d, heads=model.H,
                     seed=rng.randrange(2 ** 32))
     except Exception as exc:
         row.update(status="crash", error=f"{type(exc).__name__}: {exc}"[:200],
@@ -114,7 +107,7 @@ def agrees_with_canonical(res, model) -> bool:
         return False
     if res.field.is_exact:
         return res.heads == model.canonical_heads()
-    from exactlearn.learn_real import max_parameter_error
+    from exactlearn.strategies.real.learn import max_parameter_error
     try:
         err, _ = max_parameter_error(res.heads, model.canonical_heads(), res.field)
     except ValueError:                     # a different number of heads, or no 1-1 pairing
@@ -144,48 +137,15 @@ def timing_grid(seed: int, level: str, scale: int = 1) -> list:
     return items
 
 
-def sz_bound(d: int, H: int, R: int) -> float:
-    """Schwartz-Zippel union bound on the failure probability of one paper-plan run.
-
-    The bound of the ``probability-one-rate`` claim (its module docstring
-    derives it), restated so this module's own campaign does not depend on
-    that claim.  Entries of X and E are uniform in S = {-R..R}
-    (N = |S| = 2R + 1), conditioned on X and E invertible (the plan redraws
-    singular ones).  For a model with H canonical heads (distinct W_h, nonzero
-    v_h) a run can only fail when one of these nonzero polynomials in the
-    entries vanishes:
-
-    * a head has c = -v_h.e = 0 for one of the 2d - 1 directions e_j,
-      e_1 + e_j: degree 1, H(2d - 1) of them;
-    * two heads share rho in one of the 2d^2 - 1 configurations:
-      e^T (W_g - W_h) x = 0, degree 2, C(H, 2) pairs per configuration;
-    * a matching configuration (d^2 - 1 of them) admits a wrong candidate:
-      rho_s(joint) = rho_h(base) rho_r(other) with (r, s) != (h, h), e.g.
-      e_1^T (W_h - W_s) x_i + e_j^T (W_r - W_s) x_i = 0, degree 2,
-      H (H^2 - 1) triples.
-
-    Summing degrees: B = H(2d - 1) + (2d^2 - 1) H (H - 1) + 2 (d^2 - 1) H (H^2 - 1),
-    and P(fail) <= B / N / (1 - d / N)^2, the last factor undoing the
-    conditioning (P(det = 0) <= d / N for each matrix).  Capped at 1.
-
-    >>> round(sz_bound(2, 1, 32), 4), round(sz_bound(2, 2, 256), 4)
-    (0.0491, 0.11)
-    """
-    B = H * (2 * d - 1) + (2 * d * d - 1) * H * (H - 1) + 2 * (d * d - 1) * H * (H * H - 1)
-    n = 2 * R + 1
-    if d >= n:
-        return 1.0
-    return min(1.0, B / n / (1 - d / n) ** 2)
-
-
+#: the bound drawn over the figure's own campaign (models with H canonical heads): the
+#: probability-one-rate claim's, derived in that module's docstring
 SZ_FORMULA = ("B/N/(1-d/N)^2, N = 2R+1, B = H(2d-1) + (2d^2-1)H(H-1) + 2(d^2-1)H(H^2-1) "
-              "(Schwartz-Zippel union bound, proofs_check.figures.sz_bound)")
+              "(Schwartz-Zippel union bound, proofs_check.claims.probability_one_rate.bound)")
 
 
 def failure_trial(args) -> dict:
     """``args = (seed, index, d, H, R)``: one rational-field run at query half-width R."""
-    from exactlearn import Oracle, learn
-    from exactlearn.fields import Rational
+    from exactlearn import Oracle, Rational, learn
     seed, index, d, H, R = args
     rng = trial_rng(seed, "figure:failure", index)
     model = canonical_model(random_model(rng, d, H, "plain"))
@@ -215,9 +175,9 @@ def failure_series(rows) -> dict:
     """Rows of :func:`failure_trial` as a ``failure_vs_range`` series (one field per H)."""
     cells: dict = {}
     for r in rows:
-        c = cells.setdefault((r["H"], r["range"]), {"field": "rational", "d": r["d"], "H": r["H"],
-                                                    "range": r["range"], "runs": 0, "failures": 0,
-                                                    "wrong": 0, "bound": sz_bound(r["d"], r["H"], r["range"])})
+        c = cells.setdefault((r["H"], r["range"]), {
+            "field": "rational", "d": r["d"], "H": r["H"], "range": r["range"], "runs": 0, "failures": 0,
+            "wrong": 0, "bound": rate_claim.bound(r["d"], r["H"], r["range"])})
         c["runs"] += 1
         c["failures"] += 0 if r["certified"] else 1
         c["wrong"] += 1 if r["wrong"] else 0
@@ -286,7 +246,7 @@ def draw_queries(path, claim_series, timing_rows) -> Figure:
     from matplotlib.lines import Line2D
     measured = [{"plan": "paper", "d": r["d"], "H": r["H"], "queries": r["queries"]}
                 for r in timing_rows if r.get("status") == "certified"]
-    sources = ["formula 4Hd^2-2H+1 (exactlearn.plan.paper_count)", "prior work d^2+d"]
+    sources = ["formula 4Hd^2-2H+1 (exactlearn.pipeline.plan.paper_count)", "prior work d^2+d"]
     if measured:
         sources.append(f"{len(measured)} certified runs of the timing campaign (paper plan)")
     for cid, s in claim_series:
@@ -337,7 +297,7 @@ def draw_queries(path, claim_series, timing_rows) -> Figure:
 def draw_failure(path, series_list, own: bool) -> Figure:
     """Failure rate against R per (field, d, H): points with exact binomial
     (Clopper-Pearson) 95% intervals, and the bound where it is below 1."""
-    from .claims.probability_one_rate import cp_lower, cp_upper
+    cp_lower, cp_upper = rate_claim.cp_lower, rate_claim.cp_upper
     plt = _plt()
     fig, ax = plt.subplots(figsize=(10.5, 5.5))
     sources = []

@@ -3,7 +3,9 @@
 Every generator takes a ``random.Random`` so that a trial is a pure function of
 its seed (the claims derive one ``Random`` per trial from the base seed, the
 claim id and the trial index: :func:`trial_rng`).  Models are
-:class:`~exactlearn.model.MultiHeadAttention` with exact rational weights.
+:class:`~exactlearn.model.MultiHeadAttention` with exact rational weights, built
+from the pieces of :mod:`exactlearn.generate` (entries, shared W, cancelling
+groups, the structure check and the redraw loop) with this module's own draws.
 
 Model *kinds* (the structures the paper's canonical form has to handle):
 
@@ -33,11 +35,12 @@ canonical almost surely (random W may collide, and d = 1 collides often).
 from __future__ import annotations
 
 import random
-from fractions import Fraction
 
 from gmpy2 import mpq
 
-from exactlearn.model import Head, MultiHeadAttention, structure
+from exactlearn import Head, MultiHeadAttention
+from exactlearn.generate import (MAX_DRAWS, cancelling_group, random_heads, random_matrix, random_vector,
+                                 redraw, share_W, structure_holds)
 
 KINDS = ("plain", "den", "merged", "cancel", "merged+cancel")
 
@@ -47,21 +50,14 @@ def trial_rng(seed: int, claim_id: str, index: int) -> random.Random:
     return random.Random(f"{seed}:{claim_id}:{index}")
 
 
-def _q(rng: random.Random, n: int, den: int) -> Fraction:
-    return Fraction(rng.randint(-n, n), rng.randint(1, den))
-
-
 def random_W(rng: random.Random, d: int, den: int = 1, entries: int = 3) -> list:
     """d x d matrix with entries in [-entries, entries] / {1..den}."""
-    return [[_q(rng, entries, den) for _ in range(d)] for _ in range(d)]
+    return random_matrix(rng.randint, d, entries, den)
 
 
 def random_v(rng: random.Random, d: int, entries: int = 4, den: int = 3) -> list:
     """Nonzero vector with entries in [-entries, entries] / {1..den}."""
-    while True:
-        v = [_q(rng, entries, den) for _ in range(d)]
-        if any(v):
-            return v
+    return random_vector(rng.randint, d, entries, den, nonzero=True)
 
 
 def kinds_for(H: int) -> tuple:
@@ -85,17 +81,15 @@ def kind_holds(model: MultiHeadAttention, kind: str) -> bool:
     one merged group, for ``cancel`` one dropped group (two heads, v and -v, a W
     no other head has), for ``merged+cancel`` both (H = 3: one dropped group of
     three), and exactly :func:`expected_canonical_heads` canonical heads."""
-    s = structure(model.heads)
-    want = {"plain": (0, 0), "den": (0, 0), "merged": (1, 0), "cancel": (0, 1),
-            "merged+cancel": (0, 1) if model.H == 3 else (1, 1)}[kind]
-    return ((s.merged, s.cancelled) == want and s.zero == 0
+    merged, cancelled = {"plain": (0, 0), "den": (0, 0), "merged": (1, 0), "cancel": (0, 1),
+                         "merged+cancel": (0, 1) if model.H == 3 else (1, 1)}[kind]
+    return (structure_holds(model, merged=merged, cancelled=cancelled, exact=True)
             and len(model.canonical_heads()) == expected_canonical_heads(model.H, kind))
 
 
-#: draws before :func:`random_model` gives up on a structured kind (at d = 1, where W
-#: is one of 13 numbers, about one draw in three collides and is redrawn for H <= 6;
-#: at d >= 2 practically none)
-MAX_DRAWS = 1000
+# MAX_DRAWS (from exactlearn.generate): draws before :func:`random_model` gives up on a
+# structured kind (at d = 1, where W is one of 13 numbers, about one draw in three
+# collides and is redrawn for H <= 6; at d >= 2 practically none)
 
 
 def random_model(rng: random.Random, d: int, H: int, kind: str = "plain") -> MultiHeadAttention:
@@ -108,37 +102,29 @@ def random_model(rng: random.Random, d: int, H: int, kind: str = "plain") -> Mul
         raise ValueError(f"unknown model kind {kind!r}")
     if kind not in kinds_for(H):
         raise ValueError(f"kind {kind!r} needs more than H = {H} heads")
-    for _ in range(MAX_DRAWS):
-        model = _draw_model(rng, d, H, kind)
-        if kind in ("plain", "den") or kind_holds(model, kind):
-            return model
-    raise ValueError(f"no {kind!r} model with d = {d}, H = {H} in {MAX_DRAWS} draws")
+    return redraw(lambda: _draw_model(rng, d, H, kind),
+                  lambda model: kind in ("plain", "den") or kind_holds(model, kind),
+                  tries=MAX_DRAWS, failure=f"no {kind!r} model with d = {d}, H = {H} in {MAX_DRAWS} draws")
 
 
 def _draw_model(rng: random.Random, d: int, H: int, kind: str) -> MultiHeadAttention:
     den = 1 if kind == "plain" else 3
-    heads = [(random_W(rng, d, den), random_v(rng, d)) for _ in range(H)]
+    heads = random_heads(rng.randint, d, H, w=(3, den), v=(4, 3), nonzero_v=True)
     if kind == "merged+cancel" and H == 3:
         # three heads share W and their v sum to 0: merged, then dropped
-        W = heads[0][0]
-        v0, v1 = heads[0][1], heads[1][1]
-        heads[1] = (W, v1)
-        heads[2] = (W, [-(a + b) for a, b in zip(v0, v1)])
+        W, v0, v1 = heads[0][0], heads[0][1], heads[1][1]
+        heads[:] = cancelling_group(W, [v0, v1])
         if not any(heads[2][1]):
-            heads[1] = (W, [2 * x for x in v0])
-            heads[2] = (W, [-3 * x for x in v0])
+            heads[:] = cancelling_group(W, [v0, [2 * x for x in v0]])
     else:
         merge = kind in ("merged", "merged+cancel") and H >= 2
         cancel = kind == "cancel" and H >= 2 or kind == "merged+cancel" and H >= 4
         if merge:                        # heads 0 and 1 share W: their v add up
-            heads[1] = (heads[0][0], heads[1][1])
+            share_W(heads, 0, 1)
             if not any(a + b for a, b in zip(heads[0][1], heads[1][1])):
                 heads[1] = (heads[0][0], [2 * x for x in heads[1][1]])
         if cancel:                       # the last two heads share W and their v sum to 0
-            W = random_W(rng, d, den)
-            v = random_v(rng, d)
-            heads[-2] = (W, v)
-            heads[-1] = ([row[:] for row in W], [-x for x in v])
+            heads[-2:] = cancelling_group(random_W(rng, d, den), [random_v(rng, d)])
     rng.shuffle(heads)
     return MultiHeadAttention(heads, d=d)
 

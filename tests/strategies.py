@@ -22,6 +22,10 @@ Every strategy is keyword-parameterised, in the style of hypothesis' own
 * :func:`seeded_model`       -- the same family of models from ``random.Random``,
   for fixed seeded batches (the certified-rate measurement).
 
+The models are built from the pieces of :mod:`exactlearn.generate` (entries,
+shared W, cancelling groups, the structure check, the redraw loop), driven by
+this module's own draws.
+
 :func:`scaled` turns a ``ci``-profile example count into the count for the
 loaded profile (see ``conftest.py``).
 """
@@ -35,7 +39,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from exactlearn import MultiHeadAttention
-from exactlearn.model import structure
+from exactlearn.generate import cancelling_group, random_heads, redraw, share_W, structure_holds
 
 #: ``max_examples`` of the ``ci`` profile (conftest.py); :func:`scaled` is relative to it.
 CI_MAX_EXAMPLES = 10
@@ -73,22 +77,13 @@ def build_model(randint, d: int, H: int, *, merged: bool = False, cancelling: bo
         raise ValueError(f"merged={merged}, cancelling={cancelling} need H >= "
                          f"{min_heads_for(merged, cancelling)}, got {H}")
 
-    def q(num, den):
-        return Fraction(randint(-num, num), randint(1, den))
-
-    heads = [([[q(w_num, w_den) for _ in range(d)] for _ in range(d)],
-              [q(v_num, v_den) for _ in range(d)]) for _ in range(H)]
+    heads = random_heads(randint, d, H, w=(w_num, w_den), v=(v_num, v_den))
     first = 2 if merged else 0              # heads 0, 1: the merged pair
-    if cancelling:
+    if cancelling:                          # the last 2 or 3 heads: one W, v summing to 0
         size = 2 if H - first == 2 else randint(2, 3)
-        group = list(range(H - size, H))
-        W = heads[group[0]][0]
-        vs = [heads[g][1] for g in group[:-1]]
-        last = [-sum(col) for col in zip(*vs)]
-        for g, v in zip(group, vs + [last]):
-            heads[g] = (W, v)
+        heads[H - size:] = cancelling_group(heads[H - size][0], [v for _, v in heads[H - size:-1]])
     if merged:
-        heads[0] = (heads[1][0], heads[0][1])
+        share_W(heads, 1, 0)
     for i in range(H - 1, 0, -1):            # Fisher-Yates with the same source
         j = randint(0, i)
         heads[i], heads[j] = heads[j], heads[i]
@@ -102,8 +97,7 @@ def has_structure(model, merged: bool = False, cancelling: bool = False) -> bool
     sum to 0 (nothing merged), the cancelling group may share its W with another
     head (nothing dropped), or a v of the group may be 0.  Then a check of the
     canonical form would not exercise the merge or the cancellation it is meant for."""
-    s = structure(model.heads)
-    return (not merged or s.merged >= 1) and (not cancelling or s.cancelled >= 1)
+    return structure_holds(model, merged=int(merged), cancelled=int(cancelling))
 
 
 def models(*, merged: bool = False, cancelling: bool = False, **kw):
@@ -188,8 +182,6 @@ def seeded_model(seed, d: int, H: int, **kw):
     returned, so seeds that always had the structure give the same model."""
     rng = random.Random(seed)
     merged, cancelling = kw.get("merged", False), kw.get("cancelling", False)
-    for _ in range(1000):
-        model = build_model(rng.randint, d, H, **kw)
-        if has_structure(model, merged, cancelling):
-            return model
-    raise ValueError(f"seed {seed}: no model with merged={merged}, cancelling={cancelling} in 1000 draws")
+    return redraw(lambda: build_model(rng.randint, d, H, **kw),
+                  lambda model: has_structure(model, merged, cancelling), tries=1000,
+                  failure=f"seed {seed}: no model with merged={merged}, cancelling={cancelling} in 1000 draws")

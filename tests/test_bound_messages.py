@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from exactlearn import MultiHeadAttention, Oracle, learn
-from exactlearn.cli import main
+from exactlearn.cli.main import main
 from exactlearn.fields import Modular, Rational
 
 TWO_HEADS = MultiHeadAttention([([[1, 0], [0, 1]], [1, 2]), ([[0, 1], [1, 0]], [2, -1])])

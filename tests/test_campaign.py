@@ -1,4 +1,5 @@
-"""Campaigns at scale (issue 7): executors, progress, figures, report.
+"""Campaigns at scale (README, "proofs-check: the claims, and campaigns at scale"):
+executors, progress, figures, report.
 
 * a tiny campaign on a ``dask.distributed.LocalCluster`` (two worker processes,
   loopback only) gives the same statuses and evidence, timings aside, as the

@@ -1,8 +1,8 @@
 """The command line: bad input exits 2 cleanly; good runs print what they promise.
 
-Bad input (issue 2 acceptance): exit status 2, exactly one line on stderr, no
+Bad input (README, "What a failure means"): exit status 2, exactly one line on stderr, no
 "Traceback", nothing on stdout.  The CLI runs in-process through
-``exactlearn.cli.main([...])`` (fast); one test runs the installed
+``exactlearn.cli.main.main([...])`` (fast); one test runs the installed
 ``exactlearn`` script in a subprocess.
 """
 
@@ -18,9 +18,9 @@ import sys
 import pytest
 
 from exactlearn import MultiHeadAttention
-from exactlearn.cli import main
+from exactlearn.cli.main import main
 from exactlearn.fields.base import format_rational
-from exactlearn.plan import paper_count
+from exactlearn.pipeline.plan import paper_count
 
 GOOD_MODEL = {"format": "exactlearn.mha/1", "d": 2,
               "heads": [{"W": [["1/2", 0], [0, -1]], "v": [1, "2"]},
@@ -272,7 +272,7 @@ def test_huge_decimal_exponent_is_bad_input(tmp_path, capsys):
     """'1e999999999' would build a 10^9-digit integer: refused in one line, exit 2."""
     p = tmp_path / "m.json"
     p.write_text('{"format": "exactlearn.mha/1", "d": 1, "heads": [{"W": [["1e999999999"]], "v": [1]}]}')
-    from exactlearn.cli import main
+    from exactlearn.cli.main import main
     assert main(["learn", "--model", str(p), "--heads", "1"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1 and "exponent out of range" in err

@@ -23,11 +23,11 @@ from typing import Callable
 
 import pytest
 
-import exactlearn.learner as learner_mod
-import exactlearn.plan as plan_mod
+import exactlearn.strategies.paper as learner_mod
+import exactlearn.pipeline.plan as plan_mod
 from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.fields import Rational
-from exactlearn.plan import draw_paper_plan, paper_count, paper_plan
+from exactlearn.pipeline.plan import draw_paper_plan, paper_count, paper_plan
 
 from strategies import seeded_model
 

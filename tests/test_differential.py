@@ -1,7 +1,7 @@
 """Differential: every route to the heads gives the same answer.
 
 * Cauchy interpolation: the generic extended-Euclid code of
-  :mod:`exactlearn.interpolate` / :mod:`exactlearn.polys` against the rational
+  :mod:`exactlearn.pipeline.interpolate` / :mod:`exactlearn.algebra.polys` against the rational
   field's python-flint fast path ``Rational.rational_interpolate``, on the same
   samples (query-family values of random models, random rational functions of
   k, and arbitrary data that fits nothing).
@@ -21,9 +21,9 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from exactlearn import MultiHeadAttention, Oracle, learn
-from exactlearn.fields import Modular, Rational
-from exactlearn.interpolate import cauchy_interpolate, poles
-from exactlearn.plan import draw_paper_plan
+from exactlearn.fields import ConfirmationModular, Modular, ModularImage, Rational, ResidueModular
+from exactlearn.pipeline.interpolate import cauchy_interpolate, poles
+from exactlearn.pipeline.plan import draw_paper_plan
 
 from strategies import any_models, nonzero_models, scaled, seeds
 
@@ -131,6 +131,47 @@ def test_modular_interpolation_routes_agree(s):
     generic = outcome([G(k) for k in ks], [G(y) for y in ys], H, G)
     assert fast == generic
     event("fit" if isinstance(fast, tuple) else fast)
+
+
+class WithoutFastPath:
+    """Any field, seen without its ``rational_interpolate`` hook: the generic EEA runs."""
+
+    rational_interpolate = None
+
+    def __init__(self, K):
+        self.K = K
+
+    def __getattr__(self, name):
+        return getattr(self.K, name)
+
+
+#: Every field with a fast polynomial ring (``poly_ring``); the others have none.
+POLY_RING_FIELDS = [Rational(scale=1, via_modular=False), Modular(scale=1),
+                    Modular(p=3 * 2**30 + 1, scale=1), ResidueModular(scale=1), ModularImage(scale=1),
+                    ConfirmationModular(2**127 - 1, omega=5, scale=1)]
+
+
+def test_poly_ring_capability():
+    from exactlearn.fields import Real, Symbolic
+    from exactlearn.fields.base import flint_rational_interpolate
+    for F in POLY_RING_FIELDS:
+        assert F.poly_ring is not None and F.rational_interpolate.__func__ is flint_rational_interpolate
+    for F in (Symbolic(), Real(dps=20)):
+        assert F.poly_ring is None
+    assert Symbolic().rational_interpolate is None
+
+
+@settings(max_examples=scaled(40))
+@given(s=samples(), which=st.integers(0, len(POLY_RING_FIELDS) - 1))
+def test_poly_ring_path_agrees_with_generic_on_every_field(s, which):
+    """The one flint fast path (``flint_rational_interpolate`` on ``K.poly_ring``) and the
+    generic EEA give the same P, Q and poles over every field that has a poly_ring."""
+    ks, ys, H = s
+    F = POLY_RING_FIELDS[which]
+    fast = outcome([F(k) for k in ks], [F(y) for y in ys], H, F)
+    generic = outcome([F(k) for k in ks], [F(y) for y in ys], H, WithoutFastPath(F))
+    assert fast == generic
+    event(f"{type(F).__name__}: {'fit' if isinstance(fast, tuple) else fast}")
 
 
 # -- the learner by every route -------------------------------------------------------------

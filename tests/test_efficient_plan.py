@@ -15,12 +15,12 @@ import random
 import pytest
 
 from exactlearn import MultiHeadAttention, Oracle, learn
-from exactlearn.cli import main
+from exactlearn.cli.main import main
 from exactlearn.fields import Modular, Rational
-from exactlearn.learn_efficient import run_efficient
-from exactlearn.learner import _Recorder
-from exactlearn.plan import paper_count
-from exactlearn.plan_efficient import (draw_efficient_plan, efficient_count, efficient_plan,
+from exactlearn.strategies.efficient.learn import run_efficient
+from exactlearn.oracle import Recorder
+from exactlearn.pipeline.plan import paper_count
+from exactlearn.strategies.efficient.plan import (draw_efficient_plan, efficient_count, efficient_plan,
                                        rank_checks)
 from proofs_check.claim import Context, discover
 from proofs_check.claims.efficient_plan import limit, row_model
@@ -111,7 +111,7 @@ def test_check_configurations_catch_an_exact_false_completion(checks):
     model = MultiHeadAttention([([[1, 0], [0, 1]], [2, 3])], d=2)
     K = Modular().with_scale(1)
     plan = efficient_plan([[1, 0], [0, 1]], [[1, 0], [0, 1]], 1, rank=1, checks=checks)
-    rec = _Recorder(Oracle(model, K), K, False)
+    rec = Recorder(Oracle(model, K), K, False)
     heads, _ = run_efficient(plan, rec, K, lambda: rec.observations)
     if checks:
         assert heads == model.canonical_heads() and plan.fallbacks[0]["kind"] == "rank"

@@ -1,4 +1,4 @@
-"""The modular field F_p (exactlearn.fields.modular, SPEC §4, issue 3).
+"""The modular field F_p (exactlearn.fields.modular; README, "Number systems (fields)").
 
 Expected values come from independent code where one exists: sympy's
 ``discrete_log`` and ``primitive_root``, python-flint's ``discrete_log``, and
@@ -20,7 +20,8 @@ from gmpy2 import mpq
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from exactlearn.fields import FieldError, Modular, Rational
+from exactlearn.fields import (ConfirmationModular, FieldError, Modular, ModularImage, Rational,
+                               ResidueModular)
 from exactlearn.fields.base import ExactnessError, NotExponential, NotSplit
 from exactlearn.fields.modular import (DEFAULT_P, BadReduction, DiscreteLog, ReconstructionError,
                                        crt_reconstruct, rational_reconstruct, reconstruction_bound)
@@ -77,6 +78,30 @@ def test_pickle_and_copy():
     F = Modular(97, scale=6)
     for G in (pickle.loads(pickle.dumps(F)), copy.deepcopy(F), copy.copy(F)):
         assert G == F and G.exp(mpq(5, 6)) == F.exp(mpq(5, 6)) == 5**5 % 97
+
+
+#: The F_p fields with their pinned reprs: identity, repr, pickling and with_scale all
+#: derive from one per-class spec (``Field._identity``), and the class is part of the identity.
+IDENTITY = [
+    (Modular(scale=6), "Modular(p=7*2**120+1, omega=3, scale=6)"),
+    (ResidueModular(p=97), "ResidueModular(p=97, omega=5, scale=None)"),
+    (ConfirmationModular(2**127 - 1, omega=5, scale=2),
+     "ConfirmationModular(p=170141183460469231731687303715884105727, omega=5, scale=2)"),
+    (ModularImage(base=3, scale=2), "ModularImage(base=3, p=7*2**120+1, scale=2)"),
+]
+
+
+@pytest.mark.parametrize("F, text", IDENTITY, ids=[type(F).__name__ for F, _ in IDENTITY])
+def test_identity_of_every_modular_field(F, text):
+    assert repr(F) == text
+    for G in (pickle.loads(pickle.dumps(F)), copy.deepcopy(F), F.with_scale(F.scale)):
+        assert type(G) is type(F) and G == F and hash(G) == hash(F) and repr(G) == text
+        assert G.exp(mpq(4, F.D)) == F.exp(mpq(4, F.D))
+    H = F.with_scale(35)
+    assert type(H) is type(F) and H != F and H.D == 35 and repr(H) == text.replace(
+        f"scale={F.scale})", "scale=35)")
+    others = [G for G, _ in IDENTITY if G is not F]
+    assert all(F != G.with_scale(F.scale) for G in others)
 
 
 def test_describe_is_json():

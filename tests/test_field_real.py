@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from exactlearn.fields.base import NotExponential, NotSplit
 from exactlearn.fields.real import Real, Undecided
-from exactlearn.interpolate import InterpolationError, cauchy_interpolate, poles
-from exactlearn.learner import learn
+from exactlearn.pipeline.interpolate import InterpolationError, cauchy_interpolate, poles
+from exactlearn.api import learn
 from exactlearn.model import MultiHeadAttention
 from exactlearn.oracle import Oracle
 
@@ -43,7 +43,7 @@ def poly_from_roots(K, roots, lead=1):
 
 
 def poly_from_rhos(K, rhos):
-    """Coefficients of prod(1 + k rho): the denominator Q(k) of SPEC §2."""
+    """Coefficients of prod(1 + k rho): the denominator Q(k) of the query family (README, "How it works")."""
     cs = [K.one]
     for rho in rhos:
         new = [K.zero] * (len(cs) + 1)
@@ -301,7 +301,7 @@ def test_format_is_full_precision_decimal():
 
 
 def test_model_evaluation_matches_spec_formula():
-    """SPEC §2: f(q_k) = V.a + sum_h c_h / (1 + k rho_h) with rho_h = e^(e^T W_h x)."""
+    """arXiv:2608.03294: f(q_k) = V.a + sum_h c_h / (1 + k rho_h) with rho_h = e^(e^T W_h x)."""
     K = K100
     m = MultiHeadAttention([([[1, 2], [0, "1/3"]], [1, -2]), ([["-1/2", 0], [1, 1]], [3, "1/5"])])
     x, e = [mpq(1, 2), mpq(-1)], [mpq(1, 3), mpq(1, 4)]
@@ -318,9 +318,9 @@ def test_model_evaluation_matches_spec_formula():
         assert K.eq(got, want)
 
 
-# -- rational interpolation (the hook of exactlearn.interpolate) ------------------------------
+# -- rational interpolation (the hook of exactlearn.pipeline.interpolate) ------------------------------
 def family(K, rhos, cs, const, ks):
-    """f(q_k) = const + sum_h c_h / (1 + k rho_h) (SPEC §2) at the points ks."""
+    """f(q_k) = const + sum_h c_h / (1 + k rho_h) (README, "How it works") at the points ks."""
     return [K(const) + sum((K(c) / (1 + k * r) for c, r in zip(cs, rhos)), K.zero) for k in ks]
 
 

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from exactlearn.minilm import MiniLMUnavailable, weights_path
+from exactlearn.demo.minilm import MiniLMUnavailable, weights_path
 
 try:
     weights_path()
@@ -21,11 +21,11 @@ try:
 except (MiniLMUnavailable, ImportError) as exc:
     pytest.skip(f"optional 'minilm' extra not installed: {exc}", allow_module_level=True)
 
-from exactlearn.cli import main
+from exactlearn.cli.main import main
 from exactlearn.fields.real import Real
-from exactlearn.minilm import load_layer, max_error, subspace_model, write_model
+from exactlearn.demo.minilm import load_layer, max_error, subspace_model, write_model
 from exactlearn.model import MultiHeadAttention
-from exactlearn.plan import paper_count
+from exactlearn.pipeline.plan import paper_count
 
 
 @pytest.fixture(scope="module")

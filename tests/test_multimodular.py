@@ -1,4 +1,4 @@
-"""Tall rationals over the modular field: the multi-modular method (exactlearn.multimodular).
+"""Tall rationals over the modular field: the multi-modular method (exactlearn.pipeline.multimodular).
 
 Pinned regression: one prime's rational reconstruction certified
 ``-30786325577728/30786325577729`` for ``v = 1/(2**78 - 1)``; the certificate,
@@ -11,16 +11,17 @@ from __future__ import annotations
 import json
 import random
 import struct
+from itertools import islice
 
 import pytest
 from gmpy2 import mpq
 
-import exactlearn.multimodular as mm
+import exactlearn.pipeline.multimodular as mm
 from exactlearn import MultiHeadAttention, Oracle, learn
-from exactlearn.cli import main
+from exactlearn.cli.main import main
 from exactlearn.fields import Modular
 from exactlearn.model import Head, canonicalize
-from exactlearn.plan import paper_count
+from exactlearn.pipeline.plan import paper_count
 
 TALL = MultiHeadAttention([([[1, 0], [0, 1]], ["1/" + str(2 ** 78 - 1), 1])])
 
@@ -109,8 +110,39 @@ def test_a_wrong_reconstruction_is_caught_by_the_confirmation_prime(monkeypatch)
         return None if got is None else tuple(Head(h.W, (h.v[0] + 1,) + h.v[1:]) for h in got)
 
     monkeypatch.setattr(mm, "_reconstruct", off_by_one)
-    res = learn(Oracle(TALL, Modular()), d=2, heads=1, seed=0)
-    assert res.status == "failed" and res.error.startswith("certificate failed")
+    res = learn(Oracle(TALL, Modular()), d=2, heads=1, seed=0, max_primes=5)
+    assert res.status == "failed" and res.error.startswith("reconstruction failed")
+    assert "refuted by the confirmation prime" in res.error
+    assert res.multimodular["refuted_confirmations"] >= 1                    # reported on failure
+    assert res.queries == sum(r["queries"] or 0 for r in res.multimodular["primes"])
+
+
+def test_values_congruent_over_the_first_primes_are_learned():
+    """v = 1 + p1 p2 reconstructs 'stably' as 1 over the first two primes; the confirmation
+    prime refutes that, and more primes are asked (found by review)."""
+    p1, p2 = list(islice(mm.analysis_primes(), 2))
+    model = MultiHeadAttention([([[1, 0], [0, 1]], [1 + p1 * p2, 1])])
+    oracle = Oracle(model, Modular())
+    res = learn(oracle, d=2, heads=1, seed=0)
+    assert res.certified and res.heads == expected(model)
+    assert res.multimodular["refuted_confirmations"] == 1
+    assert res.queries == oracle.queries == sum(r["queries"] for r in res.multimodular["primes"])
+
+
+def test_a_bad_reduction_skips_the_prime():
+    """A v denominator divisible by the second analysis prime: that prime is skipped."""
+    p2 = list(islice(mm.analysis_primes(), 2))[1]
+    model = MultiHeadAttention([([[1, 0], [0, 1]], [mpq(1, p2), 1]), ([[0, 1], [1, 0]], [1, 1])])
+    res = learn(Oracle(model, Modular()), d=2, heads=2, seed=1)
+    assert res.certified and res.heads == expected(model)
+    assert [r["role"] for r in res.multimodular["primes"]][:2] == ["analysis", "skipped"]
+
+
+def test_a_small_prime_with_vanishing_softmax_denominators_never_crashes():
+    model = MultiHeadAttention([([[1, 0], [0, 1]], [1, 2]), ([[0, 1], [1, 0]], [2, -1])])
+    for seed in range(3):
+        res = learn(Oracle(model, Modular(p=257)), d=2, heads=2, seed=seed, retries=2)
+        assert not res.certified or res.heads == expected(model)
 
 
 def test_a_box_fixed_to_one_prime_is_certified_modulo_p_only():

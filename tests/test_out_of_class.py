@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.fields import Rational
-from exactlearn.plan import paper_count
+from exactlearn.pipeline.plan import paper_count
 
 from strategies import any_models, scaled, seeded_model, seeds
 

@@ -1,5 +1,6 @@
-"""The proofs-check claims of issue 2: each is verified on small seeded campaigns,
-and each reports ``refuted`` when handed a counterexample.
+"""The proofs-check claims (README, "proofs-check: the claims, and campaigns at scale"):
+each is verified on small seeded campaigns, and each reports ``refuted`` when handed a
+counterexample.
 
 The campaigns run at the "tiny" level (``ctx.tiny = True``), smaller than
 ``--quick``; the whole file takes well under a minute.

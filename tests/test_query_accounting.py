@@ -16,13 +16,16 @@ import weakref
 
 import pytest
 
-import exactlearn.learner as learner
-import exactlearn.transformer_learn as transformer_learn
+import exactlearn.oracle as oracle_module
+import exactlearn.strategies.paper as paper_strategy
+import exactlearn.cli.transformer as cli_transformer
+import exactlearn.strategies.transformer.certificate as transformer_certificate
 from exactlearn import OneLayerTransformer
-from exactlearn.cli import main
+from exactlearn.cli.main import main
 from exactlearn.fields import Rational
-from exactlearn.transformer import TransformerOracle, random_transformer
-from exactlearn.transformer_learn import learn_transformer
+from exactlearn.oracle import TransformerOracle
+from exactlearn.transformer_model import random_transformer
+from exactlearn.strategies.transformer.learn import learn_transformer
 from proofs_check.claim import Context, discover
 
 
@@ -93,7 +96,7 @@ def test_cli_json_counts_every_answered_query(model, heads, rc_want, tmp_path, c
         boxes.append(Tally(TransformerOracle(m, field)))
         return boxes[-1]
 
-    monkeypatch.setattr(transformer_learn, "TransformerOracle", tallied_oracle)
+    monkeypatch.setattr(cli_transformer, "TransformerOracle", tallied_oracle)
     path = tmp_path / "T.json"
     model.dump(path)
     rc = main(["learn", "--model", str(path), "--heads", str(heads), "--seed", "4", "--json"])
@@ -115,15 +118,18 @@ def tiny_context(seed: int) -> Context:
 def test_query_count_refuted_by_an_extra_query_on_retries(monkeypatch):
     """A learner that asks (and counts) one query more on every retry: its total still
     equals the oracle's, but no longer attempts x 4Hd^2 - 2H + 1."""
-    real, seen = learner._ask_plan, weakref.WeakSet()
+    real, seen = paper_strategy.ask_plan, weakref.WeakSet()
 
     def ask_plan(plan, ask):
-        if ask in seen:
+        root = ask
+        while root.parent is not None:          # each attempt asks through a child recorder
+            root = root.parent
+        if root in seen:
             ask(plan.tokens(plan.queries[0]))
-        seen.add(ask)
+        seen.add(root)
         return real(plan, ask)
 
-    monkeypatch.setattr(learner, "_ask_plan", ask_plan)
+    monkeypatch.setattr(paper_strategy, "ask_plan", ask_plan)
     res = discover()["query-count"].run(tiny_context(0))
     assert res.status == "refuted"
     assert res.evidence["runs_with_retries"] >= 1
@@ -132,14 +138,13 @@ def test_query_count_refuted_by_an_extra_query_on_retries(monkeypatch):
 
 def test_query_count_refuted_by_an_unreported_long_query(monkeypatch):
     """A learner that reports its longest query as at most 2 tokens (it asks 3 to 7)."""
-    real = learner._Recorder.__call__
+    real = oracle_module.Recorder._count
 
-    def call(self, tokens):
-        y = real(self, tokens)
+    def count(self, length, seconds):
+        real(self, length, seconds)
         self.max_length = min(self.max_length, 2)
-        return y
 
-    monkeypatch.setattr(learner._Recorder, "__call__", call)
+    monkeypatch.setattr(oracle_module.Recorder, "_count", count)
     res = discover()["query-count"].run(tiny_context(0))
     assert res.status == "refuted"
     assert any("longest" in m["problem"] for m in res.evidence["mismatch_examples"])
@@ -147,12 +152,16 @@ def test_query_count_refuted_by_an_unreported_long_query(monkeypatch):
 
 def test_transformer_equivalence_refuted_by_an_uncounted_certificate(monkeypatch):
     """The Transformer learner with its certificate asking the black box past the recorder."""
+    calls = []
+
     def certificate(*args):
-        rec = next(a for a in args if isinstance(a, learner._Recorder))
+        rec = next(a for a in args if isinstance(a, oracle_module.Recorder))
         rec.oracle(rec.observations[0][0])          # the first query again, past the recorder
+        calls.append(1)
         return real(*args)
 
-    real = transformer_learn._certificate
-    monkeypatch.setattr(transformer_learn, "_certificate", certificate)
+    real = transformer_certificate.fresh_certificate
+    monkeypatch.setattr(transformer_certificate, "fresh_certificate", certificate)
     res = discover()["transformer-equivalence"].run(tiny_context(0))
+    assert calls, "the learner did not run the substituted certificate"
     assert res.status == "refuted" and res.evidence["count_mismatches"] == res.evidence["certified"] > 0

@@ -1,4 +1,5 @@
-"""The ``probability-one-rate`` claim can fail on its quantitative part (issue 10).
+"""The ``probability-one-rate`` claim can fail on its quantitative part (README,
+"Choosing the range").
 
 * exact binomial (Clopper–Pearson) limits against published values (R's
   ``binom.test``), closed forms and an independent implementation (mpmath's
@@ -26,7 +27,7 @@ import pytest
 
 from exactlearn import Oracle
 from exactlearn.fields import Rational
-from exactlearn.plan import draw_paper_plan
+from exactlearn.pipeline.plan import draw_paper_plan
 
 from proofs_check.claim import Context, LocalExecutor
 from proofs_check.claims import probability_one_rate as por

@@ -1,5 +1,6 @@
 """The learner over the real field: differential against the exact fields, the error bound,
-noisy oracles, snapping, query scaling and the CLI's decimal-string JSON (issue 4)."""
+noisy oracles, snapping, query scaling and the CLI's decimal-string JSON (README, "The real
+field, noisy oracles and real model weights")."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ import pytest
 from gmpy2 import mpq
 
 from exactlearn import MultiHeadAttention, Oracle, learn
-from exactlearn.cli import main, random_model
+from exactlearn.cli.main import main, random_model
 from exactlearn.fields import Modular, Rational
 from exactlearn.fields.base import as_mpq
 from exactlearn.fields.real import Real
-from exactlearn.learn_real import max_parameter_error
+from exactlearn.strategies.real.learn import max_parameter_error
 from exactlearn.noise import NoisyOracle
-from exactlearn.snap import simplest_rational, snap_value
+from exactlearn.strategies.real.snap import simplest_rational, snap_value
 
 #: (d, H, model seed): named models run through every check below
 MODELS = [(2, 2, 5), (3, 2, 1), (2, 3, 7), (3, 3, 11)]
@@ -187,3 +188,43 @@ def test_slope_of_error_against_noise_in_the_claim_form():
     assert len(s["eta"]) == len(s["error"]) == len(s["bound"]) >= 3
     assert all(e <= b for e, b in zip(s["error"], s["bound"]))
     assert math.isclose(s["error_vs_noise"]["slope"], ev["slope"])
+
+
+# -- the one labelling traversal, with bounds ----------------------------------------------
+def _toy_poles(plan, heads, K, shuffle_seed):
+    """(rho_h, c_h) = (2^(e^T W_h x), -v_h.e) of every configuration, unlabelled."""
+    import random
+    rng = random.Random(shuffle_seed)
+    out = {}
+    for n, c in enumerate(plan.configs):
+        d = range(plan.d)
+        ps = [(K(2) ** sum(c.e[r] * W[r][q] * c.x[q] for r in d for q in d),
+               -K(sum(a * b for a, b in zip(v, c.e)))) for W, v in heads]
+        rng.shuffle(ps)
+        out[n] = ps
+    return out
+
+
+@pytest.mark.parametrize("shuffle_seed", range(4))
+def test_bounded_relation_labels_like_exact_equality(shuffle_seed):
+    """label_heads with WithinBounds on real poles (and their bounds) gives the same labels
+    as with exact equality on the same poles over Q; a bound too large for a relation to be
+    decided fails as undecided, never a guess."""
+    from exactlearn.errors import Undecided
+    from exactlearn.fields import QQ
+    from exactlearn.pipeline.match import Exact, WithinBounds, label_heads
+    from exactlearn.pipeline.plan import paper_plan
+    from exactlearn.strategies.real.sensitivity import LO
+    plan = paper_plan([[2, 1, 0], [1, -1, 1], [0, 1, 1]], [[1, 0, 1], [0, 1, -1], [1, 1, 0]], H=2)
+    heads = [([[1, 0, -1], [0, 1, 0], [1, 1, 0]], (1, 2, -1)),
+             ([[0, 1, 0], [-1, 0, 1], [0, 0, 1]], (2, -1, 1))]
+    K = Real(dps=30)
+    exact = _toy_poles(plan, heads, QQ, shuffle_seed)
+    real = {n: [(K(r), K(c), LO.mpf("1e-25") * LO.convert(r), LO.mpf("1e-25")) for r, c in ps]
+            for n, ps in exact.items()}
+    want = label_heads(plan, exact.__getitem__, Exact(QQ)).index
+    rel = WithinBounds(10, 10 ** 5, size=LO.convert)
+    assert label_heads(plan, real.__getitem__, rel).index == want
+    loose = {n: [(r, c, br, LO.mpf("1e-3")) for r, c, br, _ in ps] for n, ps in real.items()}
+    with pytest.raises(Undecided, match="matching undecided"):
+        label_heads(plan, loose.__getitem__, rel)

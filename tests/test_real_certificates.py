@@ -1,4 +1,5 @@
-"""Real-field certificates (issue 10, part 5; part 6's false warning).
+"""Real-field certificates (README, "The real field, noisy oracles and real model weights",
+"Certificate"; README, "What a failure means").
 
 * A real result is certified *within tolerance*, never exact: JSON ``"exact": false``
   (``true`` over the exact fields), and the human output says so.
@@ -25,11 +26,11 @@ import pytest
 from gmpy2 import mpq
 
 from exactlearn import MultiHeadAttention, Oracle, learn
-from exactlearn.cli import main, random_model
+from exactlearn.cli.main import main, random_model
 from exactlearn.fields import Modular, Rational, Symbolic
 from exactlearn.fields.real import Real
-from exactlearn.learn_real import (NoisierThanDeclared, Sens, fit_family, max_parameter_error,
-                                   sens_context)
+from exactlearn.strategies.real.learn import (NoisierThanDeclared, Sens, fit_family_with_sensitivities,
+                                              max_parameter_error, sens_context)
 from exactlearn.model import Head
 from exactlearn.noise import NoisyOracle
 
@@ -52,7 +53,8 @@ def f32_sum(xs) -> float:
 class Float32Attention:
     """Two-head softmax attention evaluated in float32 arithmetic: every input, weight and
     intermediate result rounded to single precision.  Score ``s_{h,i} = x_i^T W_h x_n``,
-    output ``sum_h sum_i softmax_i(s_h) v_h.x_i`` (SPEC §1), returned as the exact value of
+    output ``sum_h sum_i softmax_i(s_h) v_h.x_i`` (the model of arXiv:2608.03294; README, "The
+    model and its sign convention"), returned as the exact value of
     the float32 result.  Its error is about 1e-7 relative to the outputs."""
 
     def __init__(self, heads):
@@ -181,11 +183,11 @@ def test_least_squares_family_fit_checks_its_residual():
     ys = [K(3) + K(2) / (1 + k * K("1.5")) for k in range(5)]
     etas = {q: K("1e-20") for q in range(5)}
     sens = [Sens.unit(S, q) for q in range(5)]
-    fit = fit_family(K, 2, ys, sens, etas, computed0=True, m=1)
+    fit = fit_family_with_sensitivities(K, 2, ys, sens, etas, computed0=True, m=1)
     assert len(fit.rhos) == 1 and abs(fit.rhos[0] - K("1.5")) < K("1e-30")
     ys[4] += K("1e-12")
     with pytest.raises(NoisierThanDeclared, match=NOISIER):
-        fit_family(K, 2, ys, sens, etas, computed0=True, m=1)
+        fit_family_with_sensitivities(K, 2, ys, sens, etas, computed0=True, m=1)
 
 
 # -- the probe -----------------------------------------------------------------------------

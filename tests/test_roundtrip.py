@@ -1,4 +1,5 @@
-"""Round trip (SPEC §3, §5): learn(Oracle(model)) is the model's canonical form.
+"""Round trip (arXiv:2608.03294; README, "How it works" and "What a failure means"):
+learn(Oracle(model)) is the model's canonical form.
 
 Whenever the learner certifies, its heads must *equal* ``model.canonical_heads()``
 (exact rationals) and the canonical form computed apart (tests/reference.py), with exactly ``4Hd^2 - 2H + 1`` queries, the longest of
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.fields import Rational
-from exactlearn.plan import paper_count
+from exactlearn.pipeline.plan import paper_count
 
 from reference import as_set, reference_canonical
 from strategies import any_models, bounded_models, models, random_models, scaled, seeded_model, seeds

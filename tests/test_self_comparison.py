@@ -1,6 +1,6 @@
 """Checks that can fail (STYLE): each check compares two independently computed things.
 
-Pinned from the audit of issue 10 (``python benchmarks/audit_generators.py`` prints
+Pinned from the generator audit (``python benchmarks/audit_generators.py`` prints
 the counts before and after):
 
 * the random-model generators deliver the structure they promise -- a "merged"
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exactlearn.cli import random_model as cli_random_model
+from exactlearn.cli.main import random_model as cli_random_model
 from proofs_check.claims import _learning, canonical_form, nonidentifiability
 from proofs_check.models import canonical_model, expected_canonical_heads, kinds_for, random_model, trial_rng
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exactlearn import MultiHeadAttention, Oracle, learn
-from exactlearn.cli import main, random_model
+from exactlearn.cli.main import main, random_model
 from exactlearn.fields import Modular
 from exactlearn.fields.symbolic import QT, Symbolic
 

@@ -1,4 +1,5 @@
-"""The one-layer Transformer (issue 5): model file, exact evaluation, learning up to
+"""The one-layer Transformer (arXiv:2608.03294, its one-layer Transformer extension;
+README, "One-layer Transformer"): model file, exact evaluation, learning up to
 functional equivalence, explicit failures, CLI.
 
 Named examples (``*_EXAMPLES``) pin the cases found while building the learner;
@@ -18,13 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exactlearn import OneLayerTransformer
-from exactlearn.cli import main
+from exactlearn.cli.main import main
 from exactlearn.fields import Rational
 from exactlearn.fields.real import Real
 from exactlearn.fields.symbolic import Symbolic
-from exactlearn.transformer import (NotOrdered, TransformerEvaluator, TransformerOracle,
-                                    random_transformer)
-from exactlearn.transformer_learn import CONDITIONS, learn_transformer
+from exactlearn.oracle import TransformerOracle
+from exactlearn.transformer_model import NotOrdered, TransformerEvaluator, random_transformer
+from exactlearn.strategies.transformer.learn import CONDITIONS, learn_transformer
 
 JSON_KEYS = {"status", "field", "d", "heads_bound", "canonical_heads", "queries", "max_length",
              "learning_queries", "learning_max_length", "certificate_queries",
@@ -232,3 +233,14 @@ def test_bad_options_exit_2(argv, tmp_path, capsys):
     path.write_text(json.dumps(GOOD))
     rc, out, err = run(capsys, ["learn", "--model", str(path), "--heads", "1"] + argv)
     assert rc == 2 and out == "" and err.count("\n") == 1
+
+
+def test_the_package_and_its_driver_export_the_same_learner():
+    """``exactlearn.strategies.transformer`` and its ``learn`` module name the same objects."""
+    import exactlearn
+    import exactlearn.strategies.transformer as package
+    import exactlearn.strategies.transformer.learn as driver
+    for name in ("learn_transformer", "CONDITIONS", "hyperplane_point", "TransformerLearnResult"):
+        assert getattr(package, name) is getattr(driver, name)
+    assert exactlearn.learn_transformer is learn_transformer
+    assert exactlearn.TransformerLearnResult is package.TransformerLearnResult

@@ -4,21 +4,24 @@
 (sympy) load on first use, which keeps the command line's start-up short.
 """
 
-from .base import (ExactnessError, Field, FieldError, NotExponential, NotSplit, as_mpq,
+from exactlearn.fields.base import (ExactnessError, Field, FieldError, NotExponential, NotSplit, as_mpq,
                    format_rational)
-from .modular import BadReduction, Modular, ModularImage, ReconstructionError
-from .rational import QQ, Rational
+from exactlearn.fields.modular import (BadReduction, ConfirmationModular, Modular, ReconstructionError,
+                                      ResidueModular)
+from exactlearn.fields.multimodular import ModularImage, analysis_fields
+from exactlearn.fields.rational import QQ, Rational
 
 __all__ = ["Field", "FieldError", "ExactnessError", "NotExponential", "NotSplit",
-           "Rational", "QQ", "Modular", "ModularImage", "ReconstructionError", "BadReduction",
+           "Rational", "QQ", "Modular", "ModularImage", "ResidueModular", "ConfirmationModular",
+           "ReconstructionError", "BadReduction", "analysis_fields",
            "Real", "Symbolic", "as_mpq", "format_rational"]
 
 
 def __getattr__(name):
     if name == "Real":
-        from .real import Real
+        from exactlearn.fields.real import Real
         return Real
     if name == "Symbolic":
-        from .symbolic import Symbolic
+        from exactlearn.fields.symbolic import Symbolic
         return Symbolic
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,7 @@
-"""The field protocol every algorithm in exactlearn is written against (SPEC §4).
+"""The field protocol every algorithm in exactlearn is written against.
+
+README, "Number systems (fields)"; the exactness argument of arXiv:2608.03294
+(outputs live in Q(T), T = e^(1/D)).
 
 A *field* object is a small, immutable, hashable value that
 
@@ -11,7 +14,18 @@ A *field* object is a small, immutable, hashable value that
   ``K.roots(coeffs)``;
 * converts elements back to the *parameter domain* ``K.param`` in which the
   model's weights live (``K.to_param``): exact rationals for the exact fields,
-  mpmath reals for the real field.
+  mpmath reals for the real field;
+* declares its *capabilities* as class attributes that algorithms test instead of
+  field names: ``is_exact``, ``is_ordered`` (with ``sign``/``relu``), ``is_rational``,
+  ``multimodular``, ``exponent_hint``, and ``poly_ring`` -- a fast python-flint
+  polynomial ring over the field, or None -- with the element conversions
+  ``to_ring``/``from_ring``; a field with one gets the fast Cauchy interpolation
+  :func:`flint_rational_interpolate`, written once.
+
+Where the learner *analyses* a field's values is policy, not protocol:
+:func:`exactlearn.fields.multimodular.analysis_fields` (the rational field's values
+are analysed modulo primes and certified over Q; README, "Exact over ℚ from the
+modular field").
 
 Elements are plain numbers that support ``+ - * /`` with each other and with
 Python ints (gmpy2 ``mpq``, python-flint ``fmpz_mod``, sympy ``FracElement``,
@@ -36,21 +50,8 @@ from fractions import Fraction
 import gmpy2
 from gmpy2 import mpq, mpz
 
-
-class FieldError(ArithmeticError):
-    """Base class of the field-level errors below."""
-
-
-class ExactnessError(FieldError):
-    """exp(s) cannot be realised exactly in this field (e.g. D*s not an integer)."""
-
-
-class NotExponential(FieldError):
-    """log(a) was asked of an element that is not an exact exponential."""
-
-
-class NotSplit(FieldError):
-    """A polynomial does not split into distinct linear factors over the field."""
+from exactlearn.algebra.cauchy import cauchy_flint
+from exactlearn.errors import ExactnessError, FieldError, NotExponential, NotOrdered, NotSplit
 
 
 #: Largest |exponent| accepted in a decimal string such as "1e-30" (a bigger one
@@ -117,11 +118,32 @@ class Field:
     """Abstract field (see the module docstring for the protocol).
 
     Subclasses set ``name``, ``is_exact`` and implement the element methods.
-    Equality of field objects is equality of their ``_key()``.
+    Equality of field objects is equality of their ``_key()``; the identity, ``repr``,
+    pickling and :meth:`with_scale` derive from :attr:`_identity`.
     """
 
     name = "abstract"
+
+    # -- capabilities (README, "Number systems"): algorithms test these, never names ------
+    #: equality and zero are decided exactly (``==``); else with the field's tolerances
     is_exact = True
+    #: a sign decision exists (:meth:`sign`, :meth:`relu`): the one-layer Transformer needs it
+    is_ordered = False
+    #: elements are gmpy2 ``mpq`` (exact rational matrices may run on python-flint ``fmpq_mat``)
+    is_rational = False
+    #: a reduction modulo one prime of Q(T): exact over Q needs several primes
+    #: (:mod:`exactlearn.pipeline.multimodular`)
+    multimodular = False
+    #: what to suggest when a plan's exponents exceed :attr:`max_exponent`
+    exponent_hint = ""
+    #: python-flint polynomials over the field -- a constructor from a coefficient list
+    #: (``flint.fmpq_poly``, an ``fmpz_mod_poly_ctx``) -- or None when it has no fast one;
+    #: elements go in by :meth:`to_ring` and coefficients come out by :meth:`from_ring`
+    poly_ring = None
+    #: the hook of :func:`exactlearn.pipeline.interpolate.cauchy_interpolate`: a faster
+    #: equivalent ``(ks, ys, H) -> (P, Q)``, or None for its generic algorithm; fields
+    #: with a :attr:`poly_ring` set it to :func:`flint_rational_interpolate`
+    rational_interpolate = None
 
     def __init__(self, scale: int | None = None):
         if scale is not None:
@@ -131,8 +153,17 @@ class Field:
         self.scale = scale
 
     # -- identity ---------------------------------------------------------
+    #: The constructor's arguments before ``scale``, as ``(attribute, format)`` pairs: a
+    #: field ``F`` with ``_identity = (("p", str),)`` is built as ``F(p, scale)``, prints
+    #: as ``F(p=..., scale=...)``, pickles as those arguments (flint contexts do not
+    #: pickle) and is equal to another ``F`` with the same ``p`` and ``scale``.
+    _identity = ()
+
+    def _identity_args(self) -> tuple:
+        return tuple(getattr(self, name) for name, _ in self._identity)
+
     def _key(self) -> tuple:
-        return (type(self).__name__, self.scale)
+        return (type(self).__name__, *self._identity_args(), self.scale)
 
     def __eq__(self, other):
         return type(self) is type(other) and self._key() == other._key()
@@ -141,11 +172,15 @@ class Field:
         return hash(self._key())
 
     def __repr__(self):
-        return f"{type(self).__name__}(scale={self.scale})"
+        args = "".join(f"{name}={fmt(getattr(self, name))}, " for name, fmt in self._identity)
+        return f"{type(self).__name__}({args}scale={self.scale})"
+
+    def __reduce__(self):
+        return (type(self), (*self._identity_args(), self.scale))
 
     def with_scale(self, scale: int) -> "Field":
         """The same field with ``D = scale`` (see module docstring)."""
-        raise NotImplementedError
+        return type(self)(*self._identity_args(), scale)
 
     @property
     def D(self) -> int:
@@ -203,7 +238,25 @@ class Field:
         linear factors over the field; otherwise raise :class:`NotSplit`."""
         raise NotImplementedError
 
+    def to_ring(self, a):
+        """``a`` as a scalar of :attr:`poly_ring` (by default the element itself)."""
+        return self(a)
+
+    def from_ring(self, c):
+        """A coefficient of a :attr:`poly_ring` polynomial as an element (by default itself)."""
+        return c
+
     # -- back to parameters ------------------------------------------------------
+    def sign(self, z, scale=None):
+        """-1, 0 or 1 (``None``: undecided within tolerance); ordered fields only."""
+        raise NotOrdered(f"the {self.name} field has no order: a sign decision (ReLU) needs "
+                         f"--field rational or --field real")
+
+    def relu(self, z):
+        """max(z, 0); ordered fields only."""
+        raise NotOrdered(f"the {self.name} field has no order: a sign decision (ReLU) needs "
+                         f"--field rational or --field real")
+
     @property
     def param(self) -> "Field":
         """The field in which weights (W, v) and scores live."""
@@ -229,3 +282,27 @@ def lcm_of_denominators(values) -> int:
     for v in values:
         out = gmpy2.lcm(out, as_mpq(v).denominator)
     return int(out)
+
+
+def flint_rational_interpolate(K, ks, ys, H):
+    """``K.rational_interpolate`` of a field ``K`` with a :attr:`~Field.poly_ring`.
+
+    The fast path of :func:`exactlearn.pipeline.interpolate.cauchy_interpolate`, the
+    same algorithm (Newton interpolation, then the extended Euclidean algorithm stopped
+    at degree <= H) in C on ``K.poly_ring``
+    (:func:`exactlearn.algebra.cauchy.cauchy_flint`).  Returns (P, Q) as coefficient
+    lists of elements, lowest degree first, Q not yet normalised.
+
+    >>> from exactlearn.fields import QQ, Modular
+    >>> ks = [0, 1, 2]                                # 2 + 1/(1 + 3k) = (3 + 6k)/(1 + 3k)
+    >>> P, Q = flint_rational_interpolate(QQ, ks, [2 + mpq(1, 1 + 3 * k) for k in ks], 1)
+    >>> [c / Q[0] for c in P + Q]
+    [mpq(3,1), mpq(6,1), mpq(1,1), mpq(3,1)]
+    >>> F = Modular(p=97)
+    >>> P, Q = flint_rational_interpolate(F, ks, [F(2) + F(1) / (1 + 3 * k) for k in ks], 1)
+    >>> [int(c / Q[0]) for c in P + Q]
+    [3, 6, 1, 3]
+    """
+    to_ring, from_ring = K.to_ring, K.from_ring
+    P, Q = cauchy_flint([to_ring(k) for k in ks], [to_ring(y) for y in ys], H, K.poly_ring)
+    return [from_ring(c) for c in P.coeffs()], [from_ring(c) for c in Q.coeffs()]

@@ -1,8 +1,8 @@
-"""The rational field: softmax at base b realised exactly over Q (SPEC §4).
+"""The rational field: softmax at base b realised exactly over Q (README, "Number systems (fields)").
 
 ``Rational(base=2, scale=D)`` is the specialisation ``T -> b`` of ``Q(T)``,
 ``T = e^(1/D)``: ``exp(s) = b^(D*s)``, which must have ``D*s`` an integer
-(otherwise :class:`~exactlearn.fields.base.ExactnessError`).  With the default
+(otherwise :class:`~exactlearn.errors.ExactnessError`).  With the default
 ``scale=None`` an :class:`~exactlearn.oracle.Oracle` chooses D as the lcm of the
 model's W denominators, so integer query tokens always give integer ``D*s``.
 
@@ -27,10 +27,12 @@ import flint
 import gmpy2
 from gmpy2 import mpq, mpz
 
-from .base import ExactnessError, Field, NotExponential, NotSplit, as_mpq
+from exactlearn.algebra import polys
+from exactlearn.fields.base import (ExactnessError, Field, NotExponential, NotSplit, as_mpq,
+                                    flint_rational_interpolate)
 
-#: exp() refuses to build numbers larger than this many bits (SPEC §4: bit size
-#: grows with |s|).  The CLI checks the whole plan against it before querying.
+#: exp() refuses to build numbers larger than this many bits (bit sizes grow with |s|:
+#: README, "Choosing the range").  The CLI checks the whole plan against it before querying.
 DEFAULT_MAX_BITS = 1_000_000
 
 
@@ -39,6 +41,10 @@ class Rational(Field):
 
     name = "rational"
     is_exact = True
+    is_ordered = True
+    is_rational = True
+    exponent_hint = " (numbers past the size limit): use --field modular or a smaller --range"
+    poly_ring = flint.fmpq_poly
 
     def __init__(self, base: int = 2, scale: int | None = None, max_bits: int = DEFAULT_MAX_BITS,
                  via_modular: bool = True):
@@ -58,24 +64,11 @@ class Rational(Field):
         return (f"Rational(base={self.base}, scale={self.scale}"
                 + (")" if self.via_modular else ", via_modular=False)"))
 
+    def __reduce__(self):
+        return (Rational, (self.base, self.scale, self.max_bits, self.via_modular))
+
     def with_scale(self, scale):
         return Rational(self.base, scale, self.max_bits, self.via_modular)
-
-    def analysis_fields(self) -> list:
-        """Where the learner analyses this field's values (the multi-modular method).
-
-        With ``via_modular`` (the default): the reductions of Q (T -> b) modulo
-        the primes of :data:`~exactlearn.fields.modular.ANALYSIS_PRIMES`, tried
-        in turn, then -- when every reduction failed (a rational past the
-        reconstruction bound, about 2^44 in height) -- Q itself; the result is
-        always certified back over Q exactly.  Without:
-        Q itself (Cauchy interpolation on flint ``fmpq_poly``; much slower once
-        numbers reach 10^4 bits)."""
-        if not self.via_modular:
-            return [self]
-        from .modular import ANALYSIS_PRIMES, ModularImage
-        exact = Rational(self.base, self.D, self.max_bits, via_modular=False)
-        return [ModularImage(self.base, p, self.D) for p in ANALYSIS_PRIMES] + [exact]
 
     def describe(self):
         return {"field": self.name, "base": self.base, "scale": self.D}
@@ -84,13 +77,15 @@ class Rational(Field):
     def __call__(self, x):
         return as_mpq(x)
 
-    @property
-    def zero(self):
-        return mpq(0)
+    zero = mpq(0)                 # gmpy2 mpq is immutable: one shared 0 and 1
+    one = mpq(1)
 
-    @property
-    def one(self):
-        return mpq(1)
+    def sign(self, z, scale=None):
+        """-1, 0 or 1, exactly."""
+        return (z > 0) - (z < 0)
+
+    def relu(self, z):
+        return z if z > 0 else self.zero
 
     def is_zero(self, a):
         return a == 0
@@ -142,13 +137,11 @@ class Rational(Field):
     # polynomials
     def roots(self, coeffs):
         """Rational roots via python-flint's factorisation over Z."""
-        cs = [as_mpq(c) for c in coeffs]
-        while cs and cs[-1] == 0:
-            cs.pop()
+        cs = polys.trim([as_mpq(c) for c in coeffs], self)
         deg = len(cs) - 1
         if deg <= 0:
             return []
-        poly = flint.fmpq_poly([flint.fmpq(int(c.numerator), int(c.denominator)) for c in cs])
+        poly = self.poly_ring([self.to_ring(c) for c in cs])
         _, factors = poly.numer().factor()
         out = []
         for g, e in factors:
@@ -161,14 +154,17 @@ class Rational(Field):
             raise NotSplit("Q(k) does not split over Q")
         return out
 
-    def rational_interpolate(self, ks, ys, H):
-        """Fast path of :func:`exactlearn.interpolate.cauchy_interpolate` (same
-        algorithm: Newton interpolation, then the extended Euclidean algorithm
-        stopped at degree <= H) on python-flint ``fmpq_poly``.  Returns (P, Q)
-        as mpq coefficient lists, Q not yet normalised."""
-        from ..interpolate import cauchy_flint
-        P, Q = cauchy_flint([_fq(k) for k in ks], [_fq(y) for y in ys], H, flint.fmpq_poly)
-        return [_mq(c) for c in P.coeffs()], [_mq(c) for c in Q.coeffs()]
+    # python-flint fmpq_poly: the fast Cauchy interpolation and the factorisation in roots
+    rational_interpolate = flint_rational_interpolate
+
+    def to_ring(self, a):
+        """``a`` as a python-flint ``fmpq``."""
+        a = as_mpq(a)
+        return flint.fmpq(int(a.numerator), int(a.denominator))
+
+    def from_ring(self, c):
+        """A python-flint ``fmpq`` as an ``mpq``."""
+        return mpq(int(c.p), int(c.q))
 
     # parameters
     @property
@@ -177,15 +173,6 @@ class Rational(Field):
 
     def to_param(self, a):
         return as_mpq(a)
-
-
-def _fq(x):
-    x = as_mpq(x)
-    return flint.fmpq(int(x.numerator), int(x.denominator))
-
-
-def _mq(c):
-    return mpq(int(c.p), int(c.q))
 
 
 def _exact_log(m, b):

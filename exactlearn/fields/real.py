@@ -1,4 +1,7 @@
-"""The real field: true softmax ``e^s`` in mpmath at a chosen precision (SPEC §4, §6).
+"""The real field: true softmax ``e^s`` in mpmath at a chosen precision.
+
+README, "Number systems (fields)" and "The real field, noisy oracles and real model
+weights"; the approximate oracles of arXiv:2608.03294.
 
 ``Real(dps=50, tol=None, scale=None, *, sep=None, noise=None)`` works in its **own** mpmath
 context (``mpmath.MPContext()``) with ``dps`` significant digits; the global
@@ -6,10 +9,11 @@ context (``mpmath.MPContext()``) with ``dps`` significant digits; the global
 ``exp(s)`` is the true ``e^s`` (``scale`` is accepted for the protocol but does
 not change it) and ``log`` is the true natural logarithm.  The field is its own
 parameter domain: ``K.param is K`` and ``to_param`` is the identity.
-``roots`` uses an Aberth iteration with a relative stopping test, and
-``rational_interpolate`` replaces the Euclidean Cauchy interpolation of
-:mod:`exactlearn.interpolate` by a Loewner-matrix (barycentric) one whose pole
-count is decided against the sample noise (see both docstrings).
+``roots`` uses an Aberth iteration with a relative stopping test
+(:mod:`exactlearn.algebra.aberth`), and ``rational_interpolate`` replaces the Euclidean
+Cauchy interpolation of :mod:`exactlearn.pipeline.interpolate` by a Loewner-matrix
+(barycentric) one whose pole count is decided against the sample noise
+(:mod:`exactlearn.algebra.loewner`; see both docstrings).
 
 Tolerances: the zero-test contract
 ----------------------------------
@@ -27,9 +31,9 @@ of the terms a quantity was computed from: ``m = |scale|`` for ``is_zero(a)`` an
 quantity is accurate *relative to itself* passes its own size as ``scale``.
 
 An undecided test is never answered: ``is_zero``/``eq`` raise :class:`Undecided`
-(a :class:`~exactlearn.fields.base.FieldError`), ``log`` raises
-:class:`~exactlearn.fields.base.NotExponential` and ``roots`` raises
-:class:`~exactlearn.fields.base.NotSplit`, each saying "undecided".  The
+(a :class:`~exactlearn.errors.FieldError`), ``log`` raises
+:class:`~exactlearn.errors.NotExponential` and ``roots`` raises
+:class:`~exactlearn.errors.NotSplit`, each saying "undecided".  The
 tri-state answer itself is available as :meth:`Real.decide_zero` (True, False
 or None).  Choose ``tol`` above the accumulated error of the computation (for a
 noisy oracle, above the noise times its amplification) and ``sep`` below the
@@ -69,13 +73,13 @@ from gmpy2 import mpq, mpz
 import mpmath
 from mpmath.libmp import from_rational, round_nearest
 
-from .base import Field, FieldError, NotExponential, NotSplit, as_mpq
+from exactlearn.algebra.aberth import aberth, root_size
+from exactlearn.algebra.loewner import loewner_interpolate
+from exactlearn.algebra.rationals import mpf_to_mpq
+from exactlearn.errors import Undecided
+from exactlearn.fields.base import Field, FieldError, NotExponential, NotSplit, as_mpq
 
 __all__ = ["Real", "Undecided"]
-
-
-class Undecided(FieldError):
-    """A zero or equality test fell between ``tol`` and ``sep`` (see module doc)."""
 
 
 def _is_mpf(x) -> bool:
@@ -87,6 +91,7 @@ class Real(Field):
 
     name = "real"
     is_exact = False
+    is_ordered = True
 
     def __init__(self, dps: int = 50, tol=None, scale: int | None = None, *, sep=None,
                  noise=None):
@@ -116,7 +121,7 @@ class Real(Field):
 
     # -- identity -------------------------------------------------------------------
     def _key(self):
-        return ("Real", self.dps, _exact(self.tol), _exact(self.sep), _exact(self.noise), self.scale)
+        return ("Real", self.dps, mpf_to_mpq(self.tol), mpf_to_mpq(self.sep), mpf_to_mpq(self.noise), self.scale)
 
     def __repr__(self):
         return (f"Real(dps={self.dps}, tol={self.ctx.nstr(self.tol, 6)!r}, "
@@ -124,8 +129,8 @@ class Real(Field):
                 f"noise={self.ctx.nstr(self.noise, 6)!r})")
 
     def __reduce__(self):
-        return (_rebuild, (self.dps, _exact(self.tol), self.scale, _exact(self.sep),
-                           _exact(self.noise)))
+        return (_rebuild, (self.dps, mpf_to_mpq(self.tol), self.scale, mpf_to_mpq(self.sep),
+                           mpf_to_mpq(self.noise)))
 
     def with_scale(self, scale):
         return Real(self.dps, self.tol, scale, sep=self.sep, noise=self.noise)
@@ -204,6 +209,20 @@ class Real(Field):
         a, b = self(a), self(b)
         return self._decide(abs(a - b), self._mag(scale, a, b))
 
+    def sign(self, z, scale=None):
+        """0 when ``|z| <= tol * scale`` (the field's own tolerance), None in the undecided
+        band, else the sign of z."""
+        zero = self.decide_zero(z, scale)
+        if zero is True:
+            return 0
+        if zero is None:
+            return None
+        return 1 if z > 0 else -1
+
+    def relu(self, z):
+        """max(z, 0), with |z| <= tol counted as 0 (error <= tol)."""
+        return z if z > self.tol else self.zero
+
     def is_zero(self, a, scale=None) -> bool:
         """``|a| <= tol * |scale|`` (scale default 1); raises :class:`Undecided` in the band."""
         r = self.decide_zero(a, scale)
@@ -264,11 +283,10 @@ class Real(Field):
 
         The degree is that of the coefficients as given (only exact zeros are dropped):
         whether a small leading coefficient is noise is for the caller to decide, since
-        a genuine one just means a large root.  The roots come from an Aberth-Ehrlich iteration at ``30 + 4*deg``
-        extra bits, started on Newton-polygon circles and stopped on a *relative*
-        correction.  (``ctx.polyroots`` is not used: its stopping test is absolute,
-        ``|correction| < eps``, which cannot be met by a root of size ``>> 1``, so it
-        fails on e.g. degree 12 with roots spread over 1e-1 .. 1e7.)  With ``R`` the
+        a genuine one just means a large root.  The roots come from an Aberth-Ehrlich
+        iteration at ``30 + 4*deg`` extra bits, started on Newton-polygon circles and
+        stopped on a *relative* correction (:func:`exactlearn.algebra.aberth.aberth`,
+        where the module doc says why not ``ctx.polyroots``).  With ``R`` the
         geometric mean of the root sizes, decisions are invariant under
         ``k -> lambda k``: a root is real if ``|Im r| <= tol * max(R, |r|)`` and two roots
         are distinct if ``|r - r'| > sep * max(R, |r|, |r'|)``.  Anything else --
@@ -291,12 +309,12 @@ class Real(Field):
         if lo >= 2:
             raise NotSplit(f"k = 0 is a root of multiplicity {lo}")
         with ctx.extraprec(30 + 4 * deg):
-            rts = _aberth(ctx, cs[lo:], maxsteps=80 + 10 * deg)
+            rts = aberth(ctx, cs[lo:], maxsteps=80 + 10 * deg)
             if rts is None:
                 raise NotSplit(f"root iteration did not converge at degree {deg}: roots "
                                f"(nearly) multiple or badly conditioned ({self._band()})")
             rts = rts + [ctx.mpc(0)] * lo
-            R = _root_size(ctx, cs)
+            R = root_size(ctx, cs)
         out = []
         for r in rts:
             m = max(R, abs(r))
@@ -315,126 +333,28 @@ class Real(Field):
                                f"and {ctx.nstr(b, 8)} ({self._band()})")
         return out
 
-    # -- rational interpolation (hook of exactlearn.interpolate.cauchy_interpolate) ----------
+    # -- rational interpolation (hook of exactlearn.pipeline.interpolate.cauchy_interpolate) ----------
     def rational_interpolate(self, ks, ys, H):
         """Minimal ``P/Q`` with ``deg P, deg Q <= H`` through the ``2H+1`` points, in
         barycentric (Loewner) form; returns (P, Q) coefficient lists with ``Q(0) = 1``.
 
-        The extended Euclidean algorithm of SPEC §2 needs degree decisions on remainders
-        whose coefficients span many orders of magnitude; with ``is_zero`` against a
-        fixed scale it raises :class:`Undecided` or miscounts poles from H = 3 on.  Over
-        the reals it is replaced by the equivalent linear algebra, and every decision
-        compares a quantity with the error that the *sample* noise propagates into it
-        (``noise``, module doc): zero if at most that bound ``b``, nonzero if above
-        ``b * noise^(-1/10)`` (a factor 1e9 at dps 100) for singular values -- the pole
-        count -- and above ``1000 b`` (or that factor if smaller) for the derived weights
-        and coefficients, whose bounds are first-order perturbation bounds;
-        :class:`Undecided` in between.
-        With 12 heads at dps 100 the smallest genuine Loewner singular values sit
-        1e40 above their noise bound, so the factor is no obstacle; a genuine zero
-        sits at or below the bound.
-
-        1. *Number of poles m.*  With the points sorted, support points ``S`` (even
-           positions) and test points (odd), the Loewner matrix
-           ``L[i][j] = (y_i - y_j) / (k_i - k_j)`` has rank m.  Sample errors move its
-           singular values by at most ``zeta = 2 n noise max|y| / min|k_i - k_j|``
-           (``n = 2H+1``); m counts those above the bound.
-        2. *Weights.*  On ``m + 1`` spread support points the Loewner matrix has a
-           one-dimensional null space: its smallest singular value must be zero and
-           the unit null vector ``w`` is then accurate to ``werr = zeta / sigma_m``.
-           ``r(k) = sum_j w_j y_j / (k - s_j) / sum_j w_j / (k - s_j)``; each ``w_j``
-           must be nonzero (else that sample is unattainable).
-        3. *Monomials.*  ``Q = sum_j w_j prod_{i != j} (k - s_i)``, ``P`` likewise with
-           ``w_j y_j``.  ``deg Q = m`` (a pole at infinity is not attention) and
-           ``Q(0) != 0`` are required; ``P``'s top coefficient is dropped when zero.
-
-        Runs at ``20 + 4n`` extra bits (mpmath ``svd_r``).  Failures raise
-        :class:`~exactlearn.interpolate.InterpolationError` or :class:`Undecided`.
+        The extended Euclidean algorithm of
+        :func:`~exactlearn.pipeline.interpolate.cauchy_interpolate` needs degree decisions
+        on remainders whose coefficients span many orders of magnitude; with ``is_zero``
+        against a fixed scale it raises :class:`Undecided` or miscounts poles from H = 3
+        on.  Over the reals it is replaced by the equivalent linear algebra,
+        :func:`exactlearn.algebra.loewner.loewner_interpolate` (its docstring has the
+        algorithm and the decision rule), run in this field's context with every decision
+        against the error that the *sample* noise (``noise``, module doc) propagates.
+        Failures raise :class:`~exactlearn.errors.InterpolationError` or
+        :class:`Undecided`.
         """
-        from ..interpolate import InterpolationError
-        ctx = self.ctx
         n = 2 * H + 1
         if len(ks) != n or len(ys) != n:
             raise ValueError(f"need 2H+1 = {n} samples, got {len(ks)} points and {len(ys)} values")
         order = sorted(range(n), key=lambda i: self(ks[i]))
-        ks = [self(ks[i]) for i in order]
-        ys = [self(ys[i]) for i in order]
-        ymax = max(abs(y) for y in ys)
-        if ymax == 0:
-            return [], [self.one]
-        gap = min((b - a for a, b in zip(ks, ks[1:])), default=self.one)
-        if gap == 0:
-            raise ValueError("rational interpolation needs distinct points")
-        with ctx.extraprec(20 + 4 * n):
-            zeta = 2 * n * self.noise * ymax / min(gap, 1)
-            sv_margin = self.noise ** ctx.mpf(-0.1)
-            derived_margin = min(sv_margin, ctx.mpf(1000))
-
-            def decide(x, bound, what, margin=derived_margin):
-                """True (zero) / False (nonzero); Undecided in the band."""
-                if x <= bound:
-                    return True
-                if x > bound * margin:
-                    return False
-                raise Undecided(f"rational interpolation: {what} is {ctx.nstr(x, 3)}, within "
-                                f"a factor {ctx.nstr(margin, 3)} above its sample-noise bound "
-                                f"{ctx.nstr(bound, 3)} (noise={ctx.nstr(self.noise, 3)}, "
-                                f"dps={self.dps})")
-
-            def svd(rows, cols):
-                return ctx.svd_r(_loewner(ctx, ks, ys, rows, cols), full_matrices=True)
-
-            if n > 1:
-                _, sv, _ = svd([i for i in range(n) if i % 2], list(range(0, n, 2)))
-                sv = sorted((abs(x) for x in sv), reverse=True)
-            else:
-                sv = []
-            m = sum(1 for i, x in enumerate(sv)
-                    if not decide(x, zeta, f"Loewner singular value {i + 1}", sv_margin))
-            if m == 0:
-                for y in ys:
-                    if not decide(abs(y - ys[0]), 2 * self.noise * ymax, "a sample difference"):
-                        raise InterpolationError("samples are not those of a rational function "
-                                                 f"of type ({H},{H}) (constant fit fails)")
-                return [+ys[0]], [self.one]
-            sup = sorted({int(ctx.nint(ctx.mpf(j * (n - 1)) / m)) for j in range(m + 1)})
-            _, S, V = svd([i for i in range(n) if i not in sup], sup)
-            S = sorted((abs(x) for x in S), reverse=True)
-            if len(S) == m + 1 and not decide(S[m], zeta, f"the residual of the {m}-pole fit",
-                                              sv_margin):
-                raise InterpolationError(f"samples are not those of a rational function with "
-                                         f"{m} poles (type ({H},{H}))")
-            werr = zeta / S[m - 1]
-            w = [V[m, j] for j in range(m + 1)]
-            for j, x in enumerate(w):
-                if decide(abs(x), werr, f"the weight at k = {ctx.nstr(ks[sup[j]], 5)}"):
-                    raise InterpolationError(f"samples are not those of a rational function of "
-                                             f"type ({H},{H}) (unattainable point at "
-                                             f"k = {ctx.nstr(ks[sup[j]], 5)})")
-            Q = [ctx.zero] * (m + 1)
-            P = [ctx.zero] * (m + 1)
-            at0 = ctx.zero                          # sum_j |prod_{i != j} (0 - s_i)|
-            for j in range(m + 1):
-                basis = [ctx.one]                   # prod_{i != j} (k - s_i), lowest first
-                for i in sup:
-                    if i != sup[j]:
-                        basis = [(basis[t - 1] if t else 0) - (basis[t] * ks[i] if t < len(basis) else 0)
-                                 for t in range(len(basis) + 1)]
-                at0 += abs(basis[0])
-                for t, b in enumerate(basis):
-                    Q[t] += w[j] * b
-                    P[t] += w[j] * ys[sup[j]] * b
-            if decide(abs(Q[m]), werr * (m + 1), "the leading coefficient of Q"):
-                raise InterpolationError("deg Q < number of poles: a pole at infinity, not attention")
-            if decide(abs(Q[0]), werr * at0, "Q(0)"):
-                raise InterpolationError("Q(0) = 0: a pole at k = 0 cannot come from attention")
-            drop = decide(abs(P[m]), werr * sum(abs(ys[i]) for i in sup),
-                          "the leading coefficient of P")
-            P = [x / Q[0] for x in P]
-            Q = [x / Q[0] for x in Q]
-            if drop:
-                P.pop()
-        return [+x for x in P], [+x for x in Q]
+        return loewner_interpolate(self.ctx, [self(ks[i]) for i in order],
+                                   [self(ys[i]) for i in order], H, self.noise)
 
     # -- parameters ---------------------------------------------------------------------
     @property
@@ -447,95 +367,6 @@ class Real(Field):
     def format(self, a) -> str:
         """Decimal string with ``dps`` significant digits."""
         return self.ctx.nstr(self(a), self.dps)
-
-
-def _exact(x) -> mpq:
-    """The exact dyadic value of an mpf as an mpq."""
-    man, exp = int(x.man), int(x.exp)
-    return mpq(man * 2 ** exp) if exp >= 0 else mpq(man, 2 ** -exp)
-
-
-def _root_size(ctx, cs):
-    """Geometric mean of the root sizes, ``|c_lo / c_n|^(1/(n - lo))`` (1 if all roots are 0)."""
-    n = len(cs) - 1
-    lo = next(i for i, c in enumerate(cs) if c != 0)
-    if lo == n:
-        return ctx.mpf(1)
-    return abs(cs[lo] / cs[n]) ** (ctx.mpf(1) / (n - lo))
-
-
-def _initial_roots(ctx, cs):
-    """Starting points for Aberth: circles whose radii are read off the Newton polygon
-    (upper convex hull of ``(i, log|c_i|)``), as in Bini's MPSolve."""
-    n = len(cs) - 1
-    pts = [(i, ctx.log(abs(c))) for i, c in enumerate(cs) if c != 0]
-    hull = []
-    for p in pts:
-        while len(hull) >= 2:
-            (i0, y0), (i1, y1) = hull[-2], hull[-1]
-            if (y1 - y0) * (p[0] - i0) <= (p[1] - y0) * (i1 - i0):
-                hull.pop()
-            else:
-                break
-        hull.append(p)
-    zs = []
-    for (i0, y0), (i1, y1) in zip(hull, hull[1:]):
-        m = i1 - i0
-        r = ctx.exp((y0 - y1) / m)
-        for j in range(m):
-            zs.append(r * ctx.expjpi(ctx.mpf(2 * j) / m + ctx.mpf(len(zs) + 1) / (n + 1) + 0.1))
-    return zs
-
-
-def _aberth(ctx, cs, maxsteps):
-    """All roots of ``sum(cs[i] k^i)`` (``cs[0] != 0``, degree >= 1) by the Aberth-Ehrlich
-    iteration at the current precision; None if it does not settle in ``maxsteps`` sweeps.
-
-    A root is frozen once it is as good as the precision allows: either its correction
-    is relatively tiny, ``|w| <= 2^(8-prec) |z|``, or ``|p(z)|`` is within the rounding
-    error of Horner's rule, ``|p(z)| <= 4 n 2^-prec sum |c_i| |z|^i`` (MPSolve's test:
-    then z is an exact root of a polynomial within that relative distance).  Its error
-    is then ``2^-prec`` times its condition number, which the caller's extra bits absorb.
-    """
-    n = len(cs) - 1
-    zs = _initial_roots(ctx, cs)
-    eps = ctx.ldexp(1, 8 - ctx.prec)
-    horner_eps = ctx.ldexp(4 * n, -ctx.prec)
-    abs_cs = [abs(c) for c in cs]
-    frozen = [False] * n
-    for _ in range(maxsteps):
-        for i in range(n):
-            if frozen[i]:
-                continue
-            z = zs[i]
-            p, dp, bound, az = cs[n], ctx.mpc(0), abs_cs[n], abs(z)
-            for c, ac in zip(reversed(cs[:n]), reversed(abs_cs[:n])):
-                dp = dp * z + p
-                p = p * z + c
-                bound = bound * az + ac
-            if abs(p) <= horner_eps * bound:
-                frozen[i] = True
-                continue
-            s = ctx.mpc(0)
-            for j in range(n):
-                if j != i and z != zs[j]:
-                    s += 1 / (z - zs[j])
-            if dp == 0:
-                w = p * eps                      # nudge off a critical point
-            else:
-                N = p / dp
-                w = N / (1 - N * s)
-            zs[i] = z - w
-            if abs(w) <= eps * abs(zs[i]):
-                frozen[i] = True
-        if all(frozen):
-            return zs
-    return None
-
-
-def _loewner(ctx, ks, ys, rows, cols):
-    """The Loewner matrix ``(y_i - y_j) / (k_i - k_j)``, i in rows, j in cols."""
-    return ctx.matrix([[(ys[i] - ys[j]) / (ks[i] - ks[j]) for j in cols] for i in rows])
 
 
 def _rebuild(dps, tol, scale, sep, noise):

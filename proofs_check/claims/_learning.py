@@ -21,14 +21,14 @@ import time
 from collections import Counter
 from fractions import Fraction
 
-from exactlearn import Oracle, learn
-from exactlearn.fields import Rational
-from exactlearn.plan import paper_count
+from exactlearn import Oracle, learn, paper_count
+from exactlearn.cli.main import field_by_name
 
+from ..claim import verdict
 from ..models import heads_json, kind_holds, random_model, trial_rng
 
-#: The rational field's query half-width in the campaigns (SPEC §5: degenerate
-#: draws are common over small ranges, rare over large ones; bit sizes grow with R).
+#: The rational field's query half-width in the campaigns (README, "Choosing the range":
+#: degenerate draws are common over small ranges, rare over large ones; bit sizes grow with R).
 RATIONAL_RANGE = 20
 RATIONAL_RANGES = (20, 30)
 #: A small range where degenerate draws are common: those runs test "never
@@ -37,23 +37,11 @@ STRESS_RANGE = 2
 
 
 def modular_field():
-    """``exactlearn.fields.Modular()`` when that field is installed, else None."""
+    """``exactlearn.Modular()`` when this installation has it, else None."""
     try:
-        from exactlearn.fields import Modular
-    except ImportError:
+        return field_by_name("modular")
+    except ValueError:
         return None
-    return Modular()
-
-
-def make_field(name: str):
-    if name == "rational":
-        return Rational()
-    if name == "modular":
-        K = modular_field()
-        if K is None:
-            raise ValueError("the modular field is not available")
-        return K
-    raise ValueError(f"unknown field {name!r}")
 
 
 def reason_of(error: str | None) -> str:
@@ -68,13 +56,19 @@ def reason_of(error: str | None) -> str:
     return f"{kind.strip()}: {' '.join(words)}" if words else kind.strip()
 
 
-def learning_trial(args) -> dict:
+def learning_trial(args, wrap=None) -> dict:
     """One seeded learning run.
 
     ``args = (seed, claim_id, index, field_name, d, H, H0, kind, R[, retries])``:
     H raw heads of the given kind; the learner gets ``heads=H`` when ``H0`` is
     None, else ``max_heads=H0``; R is the query range (None: the field's
     default); ``retries`` (default 0) is passed on to :func:`exactlearn.learn`.
+
+    ``wrap`` (optional) wraps the oracle in a black box that counts on its own
+    (``asked`` queries, the ``longest``; :class:`.query_count.CountedBlackBox`):
+    the learner asks the wrapper, the row's ``oracle_queries`` and
+    ``oracle_max_length`` are the wrapper's counts and ``counter_queries`` /
+    ``counter_max_length`` the oracle's own.  Without it, they are the oracle's.
     """
     seed, claim_id, index, field_name, d, H, H0, kind, R = args[:9]
     retries = args[9] if len(args) > 9 else 0
@@ -91,16 +85,20 @@ def learning_trial(args) -> dict:
            "structure_ok": kind in ("plain", "den") or kind_holds(model, kind)}
     t0 = time.perf_counter()
     try:
-        K = make_field(field_name)
-        oracle = Oracle(model, K)
-        res = learn(oracle, d=d, heads=None if H0 is not None else H, max_heads=H0,
+        oracle = Oracle(model, field_by_name(field_name))
+        box = oracle if wrap is None else wrap(oracle)
+        res = learn(box, d=d, heads=None if H0 is not None else H, max_heads=H0,
                     seed=rng.randrange(2 ** 32), query_range=R, retries=retries)
     except Exception as exc:   # learn() must return flagged failures, never raise
         row.update(status="crash", error=f"{type(exc).__name__}: {exc}", reason="crash",
                    seconds=round(time.perf_counter() - t0, 4), model=model.to_json())
         return row
-    row.update(oracle_queries=oracle.queries, oracle_max_length=oracle.max_length,
-               seconds=round(time.perf_counter() - t0, 4))
+    if wrap is None:
+        row.update(oracle_queries=oracle.queries, oracle_max_length=oracle.max_length)
+    else:
+        row.update(oracle_queries=box.asked, oracle_max_length=box.longest,
+                   counter_queries=oracle.queries, counter_max_length=oracle.max_length)
+    row.update(seconds=round(time.perf_counter() - t0, 4))
     row.update(compare_with_canonical(res, model))
     return row
 
@@ -173,10 +171,10 @@ def recovery_summary(rows, threshold=Fraction(2, 3), min_certified=1) -> tuple:
         f["H_max"] = max(f["H_max"], r["H"])
         grid[f"{r['field']} d={r['d']} H={r['H']}" + (f" H0={r['bound']}" if r["upper_bound"] else "")] += 1
         kinds[r["kind"]] += 1
-        verdict = judge_recovery(r)
-        if verdict is True:
+        judged = judge_recovery(r)
+        if judged is True:
             f["certified"] += 1
-        elif verdict is False:
+        elif judged is False:
             f["certified"] += 1
             f["wrong"] += 1
             wrong.append(_compact(r))
@@ -207,8 +205,6 @@ def recovery_summary(rows, threshold=Fraction(2, 3), min_certified=1) -> tuple:
         "crash_examples": crashes[:3],
         "failure_examples": [{k: v for k, v in _compact(r).items() if k != "model"} for r in failures[:3]],
     }
-    if wrong:
-        return "refuted", evidence
     problems = []
     if crashes:
         problems.append(f"{len(crashes)} run(s) raised instead of returning a flagged failure")
@@ -222,10 +218,7 @@ def recovery_summary(rows, threshold=Fraction(2, 3), min_certified=1) -> tuple:
             problems.append(f"{name}: certified fraction {f['certified']}/{f['runs']} below {threshold}")
     if n_cert < min_certified:
         problems.append(f"only {n_cert} certified runs (need {min_certified})")
-    if problems:
-        evidence["why_not_verified"] = problems
-        return "inconclusive", evidence
-    return "verified", evidence
+    return verdict(evidence, refuted=bool(wrong), problems=problems)
 
 
 def size(ctx, tiny: int, quick: int, full: int) -> int:

@@ -1,6 +1,7 @@
 """Claim ``approximate-oracle``: with outputs only within eta of the truth, the parameter
-error is at most C(model, queries) * eta (SPEC §6; arXiv:2608.03294, approximate oracles;
-2601.16873 Thm 6.1 for one head).
+error is at most C(model, queries) * eta (arXiv:2608.03294, approximate oracles;
+2601.16873 Thm 6.1 for one head; README, "The real field, noisy oracles and real
+model weights").
 
 Campaign.  Random models with exact rational weights (d = 3, H = 3 and d = 2, H = 2; the
 truth is known exactly) are learned over ``Real(dps)`` through a
@@ -10,7 +11,7 @@ are fixed, so only eta changes along a series: eta = 1e-45 .. 1e-20 (quick: four
 at dps 60, 80 and 100) or 1e-60 .. 1e-20 (full), keeping eta >= 10^(10 - dps), plus
 eta = 0 (the rounding floor).  Each run
 records the largest parameter error against the canonical heads and the learner's
-a-posteriori ``error_bound`` (:mod:`exactlearn.learn_real`).
+a-posteriori ``error_bound`` (:mod:`exactlearn.strategies.real.learn`).
 
 Measured: per model, the least-squares slope of log10(error) against log10(eta) and the
 constant ``C = max error / eta``; overall, the same slope over all points (after
@@ -26,10 +27,8 @@ from __future__ import annotations
 
 import math
 
-from exactlearn import Oracle, learn
-from exactlearn.fields.real import Real
-from exactlearn.learn_real import max_parameter_error
-from exactlearn.noise import NoisyOracle
+from exactlearn import NoisyOracle, Oracle, Real, learn
+from exactlearn.strategies.real.learn import max_parameter_error
 
 from ..claim import ClaimResult, claim
 from ..models import random_model, trial_rng

@@ -1,5 +1,6 @@
 """Claim ``canonical-form``: f depends only on the canonical form, and distinct
-canonical forms give distinct functions (SPEC §1).
+canonical forms give distinct functions (arXiv:2608.03294; README, "The model
+and its sign convention").
 
 Two checks per random model (every kind of :mod:`proofs_check.models`):
 
@@ -32,10 +33,10 @@ from __future__ import annotations
 import gmpy2
 from gmpy2 import mpq
 
-from exactlearn.fields import Rational, Symbolic
-from exactlearn.model import Head, MultiHeadAttention, canonicalize, structure
+from exactlearn import Head, MultiHeadAttention, Rational, Symbolic, canonicalize
+from exactlearn.model import structure
 
-from ..claim import ClaimResult, claim
+from ..claim import ClaimResult, claim, verdict
 from ..models import expected_canonical_heads, kinds_for, random_model, random_query, random_W, trial_rng
 from ._learning import level
 
@@ -161,8 +162,6 @@ def canonical_summary(rows, min_pairs: int) -> tuple:
         "unwitnessed_examples": [{k: r[k] for k in ("trial", "d", "H", "kind", "perturbation")}
                                  for r in unwitnessed[:3]],
     }
-    if mism:
-        return "refuted", evidence
     problems = []
     if vacuous:
         problems.append(f"{len(vacuous)} merged/cancelling model(s) without their structure "
@@ -177,10 +176,7 @@ def canonical_summary(rows, min_pairs: int) -> tuple:
         problems.append(f"{len(unwitnessed)} distinct pair(s) without a witness query")
     if len(pairs) < min_pairs:
         problems.append(f"only {len(pairs)} distinct pairs (need {min_pairs})")
-    if problems:
-        evidence["why_not_verified"] = problems
-        return "inconclusive", evidence
-    return "verified", evidence
+    return verdict(evidence, refuted=bool(mism), problems=problems)
 
 
 @claim(ID, "f depends only on the canonical form (merge equal W, sum v, drop zero groups), "

@@ -1,12 +1,13 @@
-"""Claim ``efficient-plan``: fewer queries than the paper, still exact and certified (issue 6).
+"""Claim ``efficient-plan``: fewer queries than the paper, still exact and certified.
 
-Beyond arXiv:2608.03294 (SPEC §8): ``learn(..., plan="efficient")``
-(:mod:`exactlearn.plan_efficient`, :mod:`exactlearn.learn_efficient`) against
-the paper's 4Hd² − 2H + 1 and the prior work's d² + d (arXiv:2601.16873, one
-head).  Checks, each able to fail:
+Beyond arXiv:2608.03294 (README, "Beyond the paper: the efficient plan"):
+``learn(..., plan="efficient")`` (:mod:`exactlearn.strategies.efficient.plan`,
+:mod:`exactlearn.strategies.efficient.learn`) against the paper's
+4Hd² − 2H + 1 and the prior work's d² + d (arXiv:2601.16873, one head).
+Checks, each able to fail:
 
 1. *The plan, without running anything*: for a grid of (d, H, rank) the count
-   read off the plan equals :func:`~exactlearn.plan_efficient.efficient_count`
+   read off the plan equals :func:`~exactlearn.strategies.efficient.plan.efficient_count`
    and is within the row's limit below.
 2. *The acceptance table* (modular field, random models per row):
 
@@ -41,11 +42,9 @@ from __future__ import annotations
 import random
 from fractions import Fraction
 
-from exactlearn import MultiHeadAttention, Oracle, learn
-from exactlearn.fields import Modular
-from exactlearn.plan import paper_count
-from exactlearn.plan_efficient import (check_miss_bound, draw_efficient_plan, efficient_count,
-                                       efficient_plan, prior_count, rank_checks)
+from exactlearn import Modular, MultiHeadAttention, Oracle, learn, paper_count
+from exactlearn.strategies.efficient.plan import (check_miss_bound, draw_efficient_plan, efficient_count,
+                                                  efficient_plan, prior_count, rank_checks)
 
 from ..claim import ClaimResult, claim
 from ..models import heads_json, random_v, random_W, trial_rng
@@ -62,7 +61,7 @@ FALSE_ROWS = (("false rank (true 2)", 4, 2, 1, 2), ("false rank (full)", 4, 2, 1
 
 
 def limit(row: str, d: int, H: int) -> int:
-    """The acceptance limit of a row (issue 6)."""
+    """The acceptance limit of a row (the acceptance table of the module docstring)."""
     if row == "H=1":
         return d * d + d + 1
     if row == "generic":
@@ -175,15 +174,15 @@ def control() -> dict:
     The skeleton (row and column 1 of M = W) completes to diag(1, 0): a wrong
     model that reproduces every skeleton observation.  Analysed without check
     configurations it is certified; with them the certificate rejects it."""
-    from exactlearn.learn_efficient import run_efficient
-    from exactlearn.learner import _Recorder
+    from exactlearn import Recorder
+    from exactlearn.strategies.efficient.learn import run_efficient
     model = MultiHeadAttention([([[1, 0], [0, 1]], [2, 3])], d=2)
     out = {}
     for name, checks in (("without_checks", ()), ("with_checks", [((3, -2), (1, 4))])):
         K = Modular().with_scale(1)
         plan = efficient_plan([[1, 0], [0, 1]], [[1, 0], [0, 1]], 1, rank=1, checks=checks,
                               miss_bound=check_miss_bound(1, 4) ** len(checks))
-        rec = _Recorder(Oracle(model, K), K, False)
+        rec = Recorder(Oracle(model, K), K, False)
         heads, _ = run_efficient(plan, rec, K, lambda: rec.observations)
         out[name] = {"certified_equal": heads == model.canonical_heads(), "plan": plan.name,
                      "fallbacks": [f["kind"] for f in plan.fallbacks], "queries": rec.queries}

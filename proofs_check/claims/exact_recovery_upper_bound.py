@@ -1,7 +1,8 @@
 """Claim ``exact-recovery-upper-bound``: with only a bound H0 > H, recovery is still exact.
 
-SPEC §3: with ``max_heads=H0`` the plan uses H0 in place of H and the
-interpolation reveals the true number of canonical heads.  The campaign is
+arXiv:2608.03294 (abstract; README, "How it works", step 3): with
+``max_heads=H0`` the plan uses H0 in place of H and the interpolation reveals
+the true number of canonical heads.  The campaign is
 that of ``exact-recovery`` with H0 = H + 1 and H + 2 in turn; verified under
 the same rule (no certified wrong answer, >= 2/3 certified in every field).
 """

@@ -1,5 +1,6 @@
 """Claim ``nonidentifiability-resolved``: raw multi-head parameters are not
-identifiable, and the canonical form resolves it (arXiv:2601.16873; SPEC §1).
+identifiable, and the canonical form resolves it (arXiv:2608.03294, building on
+arXiv:2601.16873; README, "The model and its sign convention").
 
 Per trial, from a random canonical model A:
 
@@ -27,13 +28,13 @@ from __future__ import annotations
 import gmpy2
 from gmpy2 import mpq
 
-from exactlearn import Oracle, learn
-from exactlearn.fields import Rational, Symbolic
-from exactlearn.model import Head, MultiHeadAttention, structure
+from exactlearn import Head, MultiHeadAttention, Oracle, Rational, Symbolic, learn
+from exactlearn.cli.main import field_by_name
+from exactlearn.model import structure
 
-from ..claim import ClaimResult, claim
+from ..claim import ClaimResult, claim, verdict
 from ..models import canonical_model, random_model, random_query, random_W, split_head, trial_rng
-from ._learning import RATIONAL_RANGE, level, make_field, modular_field, reason_of, size
+from ._learning import RATIONAL_RANGE, level, modular_field, reason_of, size
 from .canonical_form import PERTURBATIONS, perturb
 
 ID = "nonidentifiability-resolved"
@@ -108,10 +109,10 @@ def nonident_trial(args) -> dict:
                 row["output_mismatches"].append({"field": K.name, "query": [[str(x) for x in t] for t in q]})
     row["queries_compared"] = n_sym + n_rat
     # 2. the learner resolves it: same canonical heads from both parameterisations
-    rec = Recording(Oracle(A, make_field(field_name)))
+    rec = Recording(Oracle(A, field_by_name(field_name)))
     s_a = rng.randrange(2 ** 32)
     ra = learn(rec, d=d, heads=A.H, field=rec.oracle.field, seed=s_a, query_range=R)
-    rb = learn(Oracle(A2, make_field(field_name)), d=d, heads=A2.H, seed=rng.randrange(2 ** 32),
+    rb = learn(Oracle(A2, field_by_name(field_name)), d=d, heads=A2.H, seed=rng.randrange(2 ** 32),
                query_range=R)
     row["learner"] = [ra.status, rb.status]
     row["learner_reasons"] = [reason_of(ra.error), reason_of(rb.error)]
@@ -130,12 +131,12 @@ def nonident_trial(args) -> dict:
     if ra.certified and row["B_distinct"]:
         # compared over the learner's field at a common scale D; a difference in
         # Q or in F_p (both specialisations of Q(T)) is a difference in Q(T)
-        K = make_field(field_name).with_scale(int(gmpy2.lcm(A.scale(), B.scale())))
+        K = field_by_name(field_name).with_scale(int(gmpy2.lcm(A.scale(), B.scale())))
         diff = [n for n, q in enumerate(rec.asked) if not K.eq(A.evaluate(q, K), B.evaluate(q, K))]
         row["differing_queries"] = len(diff)
         row["first_differing"] = diff[0] if diff else None
         # the learner on B, with A's seed, asks the same plan: it must not return A's heads
-        rB = learn(Oracle(B, make_field(field_name)), d=d, heads=max(A.H, B.H, 1), seed=s_a,
+        rB = learn(Oracle(B, field_by_name(field_name)), d=d, heads=max(A.H, B.H, 1), seed=s_a,
                    query_range=R)
         row["B_learner"] = rB.status
         row["B_learned_A"] = rB.certified and rB.heads == canon
@@ -182,8 +183,6 @@ def nonident_summary(rows, threshold=2 / 3) -> tuple:
                                                    "output_mismatches", "learner_equal")}
                             for r in (mism + canon_differ + learner_wrong + no_diff + b_fooled)[:3]],
     }
-    if mism or canon_differ or learner_wrong or no_diff or b_fooled:
-        return "refuted", evidence
     problems = []
     if not_distinct:
         problems.append(f"{len(not_distinct)} reparameterisation(s) were not distinct")
@@ -196,10 +195,8 @@ def nonident_summary(rows, threshold=2 / 3) -> tuple:
                         f"(need >= {threshold:.3g})")
     if len(checked_b) < threshold * len(rows):
         problems.append(f"only {len(checked_b)}/{len(rows)} distinct forms checked on learner queries")
-    if problems:
-        evidence["why_not_verified"] = problems
-        return "inconclusive", evidence
-    return "verified", evidence
+    return verdict(evidence, refuted=bool(mism or canon_differ or learner_wrong or no_diff or b_fooled),
+                   problems=problems)
 
 
 @claim(ID, "Raw multi-head parameters are not identifiable (distinct parameterisations, one "

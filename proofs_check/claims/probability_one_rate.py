@@ -5,7 +5,7 @@ and recovers the canonical pairs ... with probability one".  With a *finite*
 sampling range the theorem becomes a rate: query entries uniform on the
 N = 2R + 1 integers of [-R, R] fail with probability at most B/N.
 
-Schwartz–Zippel bound (derived here; SPEC §3, §5).  Let m be the number of
+Schwartz–Zippel bound (derived here; README "Choosing the range").  Let m be the number of
 canonical heads (pairwise distinct W_h, nonzero v_h).  A paper-plan run
 succeeds when none of these polynomials in the random entries of X and E
 vanishes:
@@ -67,8 +67,8 @@ from __future__ import annotations
 
 import math
 
-from exactlearn import Oracle, learn
-from exactlearn.fields import Modular, Rational
+from exactlearn import Oracle, Rational, learn
+from exactlearn.cli.main import field_by_name
 
 from ..claim import INCONCLUSIVE, REFUTED, VERIFIED, ClaimResult, claim
 from ..models import random_model, trial_rng
@@ -138,8 +138,7 @@ def rate_trial(args) -> dict:
     rng = trial_rng(seed, f"{ID}:{field_name}:{d}:{H}:{R}", index)
     model = random_model(rng, d, H, "plain")
     m = len(model.canonical_heads())
-    K = Rational() if field_name == "rational" else Modular()
-    res = learn(Oracle(model, K), d=d, heads=H, seed=rng.randrange(2 ** 62), query_range=R)
+    res = learn(Oracle(model, field_by_name(field_name)), d=d, heads=H, seed=rng.randrange(2 ** 62), query_range=R)
     certified = res.status == "certified"
     return {"field": field_name, "d": d, "H": H, "m": m, "R": R, "certified": certified,
             "wrong": certified and res.heads != model.canonical_heads(),
@@ -449,7 +448,7 @@ def summarise(rows, alpha: float = ALPHA) -> tuple:
         "wrong": len(wrong),
         "bound": "P(fail) <= [m(2d-1) + (2d^2-1)m(m-1) + 2(d^2-1)m(m^2-1)] / N / (1-d/N)^2, "
                  "N = 2R+1 (Schwartz-Zippel + union bound; derivation in the module docstring)",
-        "derivation": __doc__.split("Schwartz–Zippel bound (derived here; SPEC §3, §5).")[1]
+        "derivation": __doc__.split('Schwartz–Zippel bound (derived here; README "Choosing the range").')[1]
                       .split("The campaign measures")[0].strip(),
         "statistics": {"alpha": alpha, "tests": n_tests, "alpha_each": _sig(alpha_each),
                        "limits": "exact binomial (Clopper-Pearson), one-sided at 1 - alpha_each",

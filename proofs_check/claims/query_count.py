@@ -1,8 +1,9 @@
 """Claim ``query-count``: the learner asks exactly 4Hd^2 - 2H + 1 queries.
 
-arXiv:2608.03294 (abstract); SPEC §3.  Every learning run asks a black box
-wrapped in a :class:`CountedBlackBox`, which counts the queries it answers and
-the longest one itself (not through exactlearn's recorder or oracle counters).
+arXiv:2608.03294 (abstract); the plan and its count: README, "How it works",
+step 3.  Every learning run asks a black box wrapped in a
+:class:`CountedBlackBox`, which counts the queries it answers and the longest
+one itself (not through exactlearn's recorder or oracle counters).
 Checks, each able to fail:
 
 1. *The plan, without running anything*: for a grid of (d, H),
@@ -26,14 +27,12 @@ were checked; inconclusive otherwise.
 from __future__ import annotations
 
 import random
-import time
 
-from exactlearn import Oracle, learn
-from exactlearn.plan import draw_paper_plan, paper_count
+from exactlearn import paper_count
+from exactlearn.pipeline.plan import draw_paper_plan
 
-from ..claim import ClaimResult, claim
-from ..models import random_model, trial_rng
-from ._learning import RATIONAL_RANGE, compare_with_canonical, level, make_field, modular_field
+from ..claim import ClaimResult, claim, verdict
+from ._learning import RATIONAL_RANGE, learning_trial, level, modular_field
 
 ID = "query-count"
 
@@ -85,37 +84,11 @@ class CountedBlackBox:
 
 
 def counted_trial(args) -> dict:
-    """One seeded learning run on a :class:`CountedBlackBox` (the same draws,
-    arguments and row as :func:`._learning.learning_trial`).
-
-    ``oracle_queries`` / ``oracle_max_length`` are the wrapper's independent
-    count and longest query; ``counter_queries`` / ``counter_max_length`` are
-    exactlearn's own oracle counter.
-    """
-    seed, claim_id, index, field_name, d, H, H0, kind, R = args[:9]
-    retries = args[9] if len(args) > 9 else 0
-    rng = trial_rng(seed, claim_id, index)
-    model = random_model(rng, d, H, kind)
-    bound = H if H0 is None else H0
-    row = {"trial": [seed, claim_id, index], "field": field_name, "d": d, "H": H, "bound": bound,
-           "upper_bound": H0 is not None, "kind": kind, "range": R,
-           "canonical_heads": len(model.canonical_heads()), "expected_queries": paper_count(d, bound),
-           "expected_length": 2 * bound + 1, "retries": retries}
-    t0 = time.perf_counter()
-    try:
-        oracle = Oracle(model, make_field(field_name))
-        box = CountedBlackBox(oracle)
-        res = learn(box, d=d, heads=None if H0 is not None else H, max_heads=H0,
-                    seed=rng.randrange(2 ** 32), query_range=R, retries=retries)
-    except Exception as exc:   # learn() must return flagged failures, never raise
-        row.update(status="crash", error=f"{type(exc).__name__}: {exc}", reason="crash",
-                   seconds=round(time.perf_counter() - t0, 4), model=model.to_json())
-        return row
-    row.update(oracle_queries=box.asked, oracle_max_length=box.longest,
-               counter_queries=oracle.queries, counter_max_length=oracle.max_length,
-               seconds=round(time.perf_counter() - t0, 4))
-    row.update(compare_with_canonical(res, model))
-    return row
+    """One seeded learning run on a :class:`CountedBlackBox`: the draws, arguments and
+    row of :func:`._learning.learning_trial`, with the wrapper's independent count and
+    longest query as ``oracle_queries`` / ``oracle_max_length`` and exactlearn's own
+    oracle counter as ``counter_queries`` / ``counter_max_length``."""
+    return learning_trial(args, wrap=CountedBlackBox)
 
 
 def count_problems(row) -> list:
@@ -184,12 +157,14 @@ def count_summary(plan_rows, rows, min_certified: int) -> tuple:
     evidence["series"]["queries_vs_d"]["points"] = [
         {"plan": "paper", "d": d, "H": H, "queries": q, "limit": paper_count(d, H)}
         for d, H, q in evidence["series"]["queries_vs_d"]["points"]]
-    if bad_plans or mismatches:
-        return "refuted", evidence
-    if len(cert) < min_certified:
-        evidence["why_not_verified"] = f"only {len(cert)} certified runs (need {min_certified})"
-        return "inconclusive", evidence
-    return "verified", evidence
+    return runs_verdict(evidence, bool(bad_plans or mismatches), len(cert), min_certified)
+
+
+def runs_verdict(evidence, refuted: bool, certified: int, min_certified: int) -> tuple:
+    """The verdict of the count and length claims: refuted on any mismatch (of the plan or
+    of a run), inconclusive with fewer than ``min_certified`` certified runs."""
+    too_few = f"only {certified} certified runs (need {min_certified})" if certified < min_certified else None
+    return verdict(evidence, refuted=refuted, problems=too_few)
 
 
 def count_grid(ctx, claim_id: str) -> list:

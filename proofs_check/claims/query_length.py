@@ -1,8 +1,9 @@
 """Claim ``query-length``: the longest query has exactly 2H + 1 tokens.
 
-arXiv:2608.03294 (abstract); SPEC §2-§3: each configuration is sampled at
-k = 0..2H on q_k = (a^k, x).  Checked on the plan for a grid of (d, H) without
-running anything (the longest token list the plan would ask), and on a seeded
+arXiv:2608.03294 (abstract); README, "How it works", steps 3-4: each
+configuration is sampled at k = 0..2H on q_k = (a^k, x).  Checked on the plan
+for a grid of (d, H) without running anything (the longest token list the plan
+would ask), and on a seeded
 campaign (the query-count claim's runs, on a black box wrapped in
 :class:`.query_count.CountedBlackBox`): in every run the learner's
 ``max_length`` is the longest query the black box answered, and in every
@@ -14,10 +15,10 @@ from __future__ import annotations
 
 import random
 
-from exactlearn.plan import draw_paper_plan
+from exactlearn.pipeline.plan import draw_paper_plan
 
 from ..claim import claim
-from .query_count import plan_and_runs
+from .query_count import plan_and_runs, runs_verdict
 
 ID = "query-length"
 
@@ -65,12 +66,7 @@ def length_summary(plan_rows, rows, min_certified: int) -> tuple:
         "fields": sorted({r["field"] for r in rows}),
         "mismatch_examples": mismatches[:5],
     }
-    if bad_plans or mismatches:
-        return "refuted", evidence
-    if len(cert) < min_certified:
-        evidence["why_not_verified"] = f"only {len(cert)} certified runs (need {min_certified})"
-        return "inconclusive", evidence
-    return "verified", evidence
+    return runs_verdict(evidence, bool(bad_plans or mismatches), len(cert), min_certified)
 
 
 @claim(ID, "The longest query has exactly 2H + 1 tokens (2H0 + 1 with a bound), "

@@ -1,4 +1,5 @@
-"""Claim ``rational-function-form``: along q_k = (a^k, x), a = x + e (SPEC §2),
+"""Claim ``rational-function-form``: along q_k = (a^k, x), a = x + e (arXiv:2608.03294;
+README, "How it works", step 4),
 
     f(q_k) = V.a + sum_h c_h / (1 + k rho_h),   rho_h = exp(e^T W_h x),  c_h = -v_h.e,
 
@@ -31,7 +32,7 @@ import time
 
 import sympy as sp
 
-from ..claim import ClaimResult, claim
+from ..claim import ClaimResult, claim, verdict
 from ._learning import level
 
 ID = "rational-function-form"
@@ -50,7 +51,7 @@ def is_zero_rational(expr) -> bool:
 def query_family_value(H: int, d: int, variant: str = "paper"):
     """(f(q_k), right-hand side) with all parameters symbolic.
 
-    ``variant``: "paper" (SPEC §2), or a deliberately wrong control:
+    ``variant``: "paper" (the module docstring's identity), or a deliberately wrong control:
     "transposed" (rho = exp(x^T W e)) or "sign" (c_h = +v_h.e)."""
     k = sp.Symbol("k")
     x = sp.Matrix(sp.symbols(f"x1:{d + 1}"))
@@ -125,13 +126,9 @@ def form_summary(ids, poles) -> tuple:
         "resultant_H2": next((r["resultant"] for r in poles if r["H"] == 2), None),
         "method": "sympy.cancel after exp(u+w) = exp(u)exp(w); exp atoms as independent generators",
     }
-    if failed or bad_poles:
-        return "refuted", evidence
-    if weak or not proofs or not controls or not poles:
-        evidence["why_not_verified"] = "a deliberately wrong control also reduced to 0" if weak \
-            else "nothing checked"
-        return "inconclusive", evidence
-    return "verified", evidence
+    problem = ("a deliberately wrong control also reduced to 0" if weak
+               else "nothing checked" if not proofs or not controls or not poles else None)
+    return verdict(evidence, refuted=bool(failed or bad_poles), problems=problem)
 
 
 @claim(ID, "f(q_k) = V.a + sum_h c_h/(1 + k rho_h), rho_h = exp(e^T W_h x), c_h = -v_h.e: "

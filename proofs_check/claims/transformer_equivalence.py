@@ -1,11 +1,11 @@
 """Claim ``transformer-equivalence``: a one-layer Transformer is recovered up to
-functional equivalence (arXiv:2608.03294, last result; SPEC §7; issue 5).
+functional equivalence (arXiv:2608.03294, last result; README, "One-layer Transformer").
 
 The paper states that, "under additional conditions", a one-layer Transformer
 (multi-head attention, then a bias-free ReLU FFN) is learned up to functional
 equivalence without a separate FFN algorithm.  Its conditions are not
-available; ours are :data:`exactlearn.transformer_learn.CONDITIONS` (C1-C6),
-and the route is that of :mod:`exactlearn.transformer_learn`.
+available; ours are :data:`exactlearn.strategies.transformer.learn.CONDITIONS` (C1-C6),
+and the route is that of :mod:`exactlearn.strategies.transformer.learn`.
 
 Each trial draws a Transformer from the acceptance distribution -- d in {2, 3},
 m = d, H in {1, 2}, 2-4 neurons, integer W in [-2, 2], O, B, u with entries
@@ -34,8 +34,9 @@ import random
 import time
 
 from exactlearn.fields import Rational
-from exactlearn.transformer import TransformerEvaluator, TransformerOracle, random_transformer
-from exactlearn.transformer_learn import CONDITIONS, _hyperplane_point, learn_transformer
+from exactlearn.oracle import TransformerOracle
+from exactlearn.transformer_model import TransformerEvaluator, random_transformer
+from exactlearn.strategies.transformer.learn import CONDITIONS, hyperplane_point, learn_transformer
 
 from ..claim import REFUTED, VERIFIED, ClaimResult, claim
 from ._learning import level
@@ -63,7 +64,7 @@ def _check_queries(model, rng) -> list:
         beta = [sum(g[c] for g in gam) for c in range(d)]
         if u == 0 or not any(beta):
             continue
-        z = _hyperplane_point(beta, rng)
+        z = hyperplane_point(beta, rng)
         zmax = max(abs(a) for a in z) + 1
         multi = wmax * d * d * zmax * (zmax + R) <= 100_000
         for _ in range(10):

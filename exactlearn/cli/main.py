@@ -1,0 +1,290 @@
+"""Command line: ``exactlearn learn | random-model | demo``.
+
+``random-model`` writes a model of :func:`exactlearn.generate.random_model`;
+:func:`field_by_name` builds the field named by ``--field`` (the proofs-check
+campaigns build theirs here too).
+
+Exit status: 0 certified (or success), 1 a flagged failure, 2 bad input (one
+line on stderr, no traceback, nothing on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from exactlearn.errors import FieldError, ModelError
+from exactlearn.generate import random_model
+from exactlearn.io import load_json
+from exactlearn.model import MultiHeadAttention
+
+FIELD_NAMES = ("rational", "modular", "real", "symbolic")
+
+
+class BadInput(ModelError):
+    """Bad command-line input: reported in one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse would print usage too)
+        raise BadInput(message)
+
+
+def field_by_name(name: str, *, scale: int | None = None, prime: int | None = None,
+                  dps: int | None = None):
+    """A new field named as ``--field`` names it (one of :data:`FIELD_NAMES`), with its options.
+
+    ``scale`` is the field's D (None: the oracle takes it from the model);
+    ``prime`` the modular field's first prime (None: 7*2^120+1); ``dps`` the real
+    field's digits (None: 50).  The command line and the proofs-check campaigns
+    build their fields here.  ValueError, in one line, for an unknown name or a
+    field this installation lacks.
+
+    >>> field_by_name("rational").name, field_by_name("real", dps=30).dps
+    ('rational', 30)
+    >>> field_by_name("complex")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown field 'complex' (choose from rational, modular, real, symbolic)
+    """
+    from exactlearn import fields
+    if name not in FIELD_NAMES:
+        raise ValueError(f"unknown field {name!r} (choose from {', '.join(FIELD_NAMES)})")
+    try:
+        cls = getattr(fields, name.capitalize())
+    except (AttributeError, ImportError):
+        raise ValueError(f"the {name} field is not available in this installation") from None
+    if name == "modular" and prime is not None:
+        return cls(p=prime, omega=None, scale=scale)
+    if name == "real":
+        return cls(dps=dps or 50, scale=scale)
+    return cls(scale=scale)
+
+
+def make_field(name: str, args=None, scale: int | None = None):
+    """:func:`field_by_name` with the command line's options (``--prime``, ``--dps``);
+    an unknown or missing field is bad input (one line, exit 2)."""
+    opts = vars(args) if args is not None else {}
+    try:
+        return field_by_name(name, scale=scale, prime=opts.get("prime"), dps=opts.get("dps"))
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def _int_at_least(what, low):
+    """argparse type: an integer >= low, with a one-line message naming the option."""
+    def conv(text):
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"{what} must be >= {low}, got {n}")
+        return n
+    return conv
+
+
+def _positive(what):
+    return _int_at_least(what, 1)
+
+
+def _nonneg(what):
+    return _int_at_least(what, 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="exactlearn", description="Learn multi-head attention exactly from value queries.")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    sub.required = True
+
+    lp = sub.add_parser("learn", help="learn the canonical heads of a model file through a black box")
+    lp.add_argument("--model", required=True,
+                    help="model file (exactlearn.mha/1 or exactlearn.transformer/1 JSON)")
+    lp.add_argument("--field", default="rational", help=f"one of {', '.join(FIELD_NAMES)}")
+    g = lp.add_mutually_exclusive_group(required=True)
+    g.add_argument("--heads", type=_positive("--heads"), help="number of heads H")
+    g.add_argument("--max-heads", type=_positive("--max-heads"), help="upper bound H0 on the heads")
+    lp.add_argument("--seed", type=int, default=None, help="random seed of the query draw")
+    lp.add_argument("--range", type=_positive("--range"), default=None, dest="range",
+                    help="query entries are random integers in [-R, R]")
+    lp.add_argument("--e-range", type=_positive("--e-range"), default=None,
+                    help="separate range for the directions e (default: --range)")
+    lp.add_argument("--retries", type=_nonneg("--retries"), default=0,
+                    help="redraw up to N times after a detected degenerate draw")
+    lp.add_argument("--verify", type=_nonneg("--verify"), default=0,
+                    help="N extra fresh random queries comparing the result with the oracle")
+    lp.add_argument("--dps", type=_positive("--dps"), default=None, help="digits (real field)")
+    lp.add_argument("--prime", type=_positive("--prime"), default=None,
+                    help="first prime p (modular field; further primes are c*2^120+1)")
+    lp.add_argument("--max-primes", type=_int_at_least("--max-primes", 2), default=None,
+                    help="modular field: most analysis primes for tall rationals (default 12)")
+    lp.add_argument("--plan", choices=("paper", "efficient"), default="paper",
+                    help="query plan: the paper's (4Hd^2-2H+1 queries) or the efficient one")
+    lp.add_argument("--rank", type=_positive("--rank"), default=None,
+                    help="promise that every head has rank <= r (needs --plan efficient)")
+    lp.add_argument("--json", action="store_true", help="print one JSON object")
+    from exactlearn.cli.real import add_learn_options
+    add_learn_options(lp)
+
+    rp = sub.add_parser("random-model", help="write a random model file")
+    rp.add_argument("--d", type=_positive("--d"), required=True)
+    rp.add_argument("--heads", type=_positive("--heads"), required=True)
+    rp.add_argument("--seed", type=int, default=None)
+    rp.add_argument("--merge", action="store_true", help="some heads share W (merged in canonical form)")
+    rp.add_argument("--cancel", action="store_true", help="a pair of heads cancels (dropped)")
+    rp.add_argument("--entries", type=_positive("--entries"), default=3, help="W, v numerators in [-N, N]")
+    rp.add_argument("--den", type=_positive("--den"), default=2, help="largest denominator of W entries")
+    rp.add_argument("--out", default=None, help="output file (default: stdout)")
+
+    dp = sub.add_parser("demo", help="step-by-step walk-through on a small model")
+    dp.add_argument("--model", default=None, help="model file (default: a built-in d=2, H=2 model)")
+    dp.add_argument("--heads", type=_positive("--heads"), default=None)
+    dp.add_argument("--seed", type=int, default=1)
+    dp.add_argument("--range", type=_positive("--range"), default=4, dest="range")
+    from exactlearn.cli.real import add_demo_options
+    add_demo_options(dp)
+    return p
+
+
+def _cmd_learn(args) -> int:
+    from exactlearn.api import learn
+    from exactlearn.oracle import Oracle
+    obj = load_json(args.model)
+    if isinstance(obj, dict) and obj.get("format") == "exactlearn.transformer/1":
+        from exactlearn.cli.transformer import run_cli
+        return run_cli(args, obj, make_field)
+    model = MultiHeadAttention.from_json(obj)
+    if args.field not in FIELD_NAMES:
+        raise BadInput(f"unknown field {args.field!r} (choose from {', '.join(FIELD_NAMES)})")
+    if args.rank is not None and args.plan != "efficient":
+        raise BadInput("--rank needs --plan efficient")
+    field = make_field(args.field, args, scale=None)
+    if args.max_primes is not None and args.field != "modular":
+        raise BadInput("--max-primes applies to --field modular only")
+    from exactlearn.cli import real as cli_real
+    oracle = cli_real.wrap_oracle(args, Oracle(model, field), BadInput)
+    res = learn(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads, field=oracle.field,
+                seed=args.seed, query_range=args.range, e_range=args.e_range,
+                retries=cli_real.retries(args), verify=args.verify, plan=args.plan, rank=args.rank,
+                max_primes=args.max_primes, **cli_real.learn_options(args, BadInput))
+    if args.json:
+        print(cli_real.to_json(res, model))
+    else:
+        print(summary(res, model))
+    return 0 if res.certified else 1
+
+
+def _plan_counts(res) -> str:
+    """The efficient plan's counts, with its fallbacks, for :func:`summary`."""
+    out = f"plan {res.plan}: {res.plan_queries} planned, paper count {res.plan_detail['paper_queries']}"
+    for fb in res.plan_fallbacks:
+        out += f"; {fb['kind']} fallback +{fb['queries']}"
+    return out
+
+
+def _modular_lines(res) -> list:
+    """The modular field's primes and what is certified (README, "Exact over Q")."""
+    mm = res.multimodular
+    runs = mm["primes"]
+    per = ", ".join(f"{r['queries']} ({r['role']}{', refuted' if 'refuted' in r else ''})"
+                    for r in runs)
+    if "modulus" in mm:
+        out = [f"certified modulo p = {mm['modulus']} only (the black box answers modulo one "
+               f"prime): v as residues, W exact only if the box's exponents did not wrap; "
+               f"not exact over Q"]
+        if res.certified:
+            for n, g in enumerate(mm["rational_guess"], 1):
+                out.append(f"  head {n}: rational guess (NOT certified): v = {g}")
+        return out
+    if not res.certified:
+        return [f"primes asked: queries per prime: {per}"]
+    return [f"exact over Q: stable after {mm['stable_after']} analysis prime(s), confirmed "
+            f"modulo an independent prime; queries per prime: {per}",
+            f"probability that a wrong reconstruction survives the confirmation: "
+            f"<= 2^{mm['log2_wrong_reconstruction_bound']}"]
+
+
+def summary(res, model=None) -> str:
+    """Readable summary of a learning run."""
+    K = res.field.param
+    lines = [f"status: {res.status}" + (f" ({res.error})" if res.error else "")
+             + (" within tolerance (real field: not exact)" if res.certified and not res.field.is_exact
+                else ""),
+             f"field: {res.field.name}  d: {res.d}  head bound: {res.heads_bound}",
+             f"queries: {res.queries} (" + (f"paper count {res.plan_queries}" if res.plan_detail is None
+                                            else _plan_counts(res))
+             + f")  longest: {res.max_length}"
+             + (f"  attempts: {res.attempts}" if res.attempts > 1 else "")]
+    if res.multimodular is not None:
+        lines.extend(_modular_lines(res))
+    if res.certified:
+        lines.append(f"canonical heads: {len(res.heads)}"
+                     + ("  (v as residues modulo p: certified modulo p only)"
+                        if not res.exact_over_q and res.field.is_exact else ""))
+        for n, h in enumerate(res.heads, 1):
+            lines.append(f"  head {n}: W = {[[K.format(x) for x in r] for r in h.W]}")
+            lines.append(f"          v = {[K.format(x) for x in h.v]}")
+        if model is not None and res.field.is_exact:
+            same = res.heads == model.canonical_heads()
+            lines.append(f"equal to the model's canonical heads: {same}")
+    if res.real_detail is not None or res.snap is not None:
+        from exactlearn.cli.real import summary_lines
+        lines.extend(summary_lines(res, model))
+    if res.verified is not None:
+        lines.append(f"verification: {res.verify_queries} fresh queries, agreed: {res.verified}")
+    lines.append(f"time: learner {res.learner_seconds:.3f} s, oracle {res.oracle_seconds:.3f} s")
+    return "\n".join(lines)
+
+
+def _cmd_random_model(args) -> int:
+    m = random_model(args.d, args.heads, args.seed, args.merge, args.cancel, args.entries, args.den)
+    text = json.dumps(m.to_json(), indent=1)
+    if args.out:
+        try:
+            with open(args.out, "w") as fh:
+                fh.write(text + "\n")
+        except OSError as exc:
+            raise BadInput(f"cannot write {args.out}: {exc.strerror}") from None
+    else:
+        print(text)
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    from exactlearn.demo.walkthrough import run_demo
+    model = MultiHeadAttention.from_json(load_json(args.model)) if args.model else None
+    from exactlearn.cli.real import run_demo_extra
+    extra = run_demo_extra(args, model, BadInput)          # --symbolic, --minilm
+    if extra is not None:
+        return extra
+    return run_demo(model, heads=args.heads, seed=args.seed, query_range=args.range)
+
+
+def main(argv=None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # e.g. piped into `head`: stop quietly
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv=None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "learn":
+            return _cmd_learn(args)
+        if args.command == "random-model":
+            return _cmd_random_model(args)
+        return _cmd_demo(args)
+    except (BadInput, ModelError) as exc:
+        print(f"exactlearn: error: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, FieldError) as exc:
+        print(f"exactlearn: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

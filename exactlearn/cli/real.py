@@ -1,0 +1,147 @@
+"""Command-line pieces for the real field, noisy oracles, snapping and the extra demos.
+
+Kept out of :mod:`exactlearn.cli.main` so that its start-up stays light: nothing here imports
+mpmath or sympy until a run needs it.
+
+``exactlearn learn`` gains ``--noise ETA [--noise-seed S]`` (a seeded
+:class:`~exactlearn.noise.NoisyOracle`, real field only), ``--query-scale S`` (fix the
+token scale, no probe), ``--snap``; over the real field the JSON has ``"exact": false``
+(the result is certified within tolerance, not exactly; ``status`` stays ``"certified"``),
+``error_bound``, ``probe_queries``, ``real_detail`` and ``model_error`` (the largest
+difference from the model file's canonical heads: the CLI knows the file, the learner
+never sees it).  ``exactlearn demo`` gains ``--symbolic`` and ``--minilm``.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def add_learn_options(lp) -> None:
+    lp.add_argument("--noise", default=None, metavar="ETA",
+                    help="perturb every oracle output by a seeded uniform amount in [-ETA, ETA] "
+                         "(real field); the learner reports error_bound")
+    lp.add_argument("--noise-seed", type=int, default=None,
+                    help="seed of the noise (default: --seed)")
+    lp.add_argument("--query-scale", default=None, metavar="S",
+                    help="real field: scale the unit query tokens by S (no probe)")
+    lp.add_argument("--snap", action="store_true",
+                    help="turn real results into bounded-height rationals and certify them")
+
+
+def wrap_oracle(args, oracle, bad_input):
+    """The black box of ``exactlearn learn``: the oracle, or a NoisyOracle with ``--noise``."""
+    if args.noise is None:
+        return oracle
+    from exactlearn.fields.base import as_mpq
+    try:
+        eta = as_mpq(args.noise)
+    except ValueError as exc:
+        raise bad_input(f"--noise: {exc}") from None
+    if eta < 0:
+        raise bad_input("--noise must be >= 0")
+    if oracle.field.is_exact:
+        raise bad_input(f"--noise needs --field real (the {oracle.field.name} field is exact)")
+    from exactlearn.noise import NoisyOracle
+    seed = args.noise_seed if args.noise_seed is not None else args.seed
+    return NoisyOracle(oracle, args.noise, seed=seed)
+
+
+#: Redraws after a detected degenerate draw when ``--retries`` is left at 0: over Q(T) the
+#: query range must stay small (degrees in T grow like the exponents), where degenerate
+#: draws are common (about 10% at the default range 8 for d = H = 2); the extra queries
+#: are reported as ``extra_queries``.
+DEFAULT_RETRIES = {"symbolic": 3}
+
+
+def retries(args) -> int:
+    return args.retries or DEFAULT_RETRIES.get(args.field, 0)
+
+
+def learn_options(args, bad_input) -> dict:
+    out = {"snap": bool(args.snap)}
+    if args.query_scale is not None:
+        from exactlearn.fields.base import as_mpq
+        try:
+            s = as_mpq(args.query_scale)
+        except ValueError as exc:
+            raise bad_input(f"--query-scale: {exc}") from None
+        if s <= 0:
+            raise bad_input("--query-scale must be > 0")
+        out["query_scale"] = s
+    return out
+
+
+def model_error(res, model):
+    """Largest entry difference between certified real heads and the model's canonical
+    heads (None when not comparable)."""
+    if res.field.is_exact or not res.certified:
+        return None
+    from exactlearn.strategies.real.learn import max_parameter_error
+    try:
+        err, _ = max_parameter_error(res.heads, model.canonical_heads(), res.field)
+    except ValueError:
+        return None
+    return res.field.ctx.nstr(err, 6)
+
+
+def to_json(res, model) -> str:
+    out = res.to_json()
+    if not res.field.is_exact:
+        out["model_error"] = model_error(res, model)
+    return json.dumps(out)
+
+
+def summary_lines(res, model) -> list:
+    lines = []
+    if res.probe_queries:
+        lines.append(f"probe queries: {res.probe_queries} (included in queries; the paper count "
+                     f"is {res.plan_queries})")
+    if res.real_detail is not None and res.certified:
+        det = res.real_detail
+        lines.append(f"query scale: {det.get('query_scale')}  certificate: {det.get('certificate')}")
+        lines.append(f"error bound (largest parameter error): {float(res.error_bound):.3e}")
+        if model is not None:
+            lines.append(f"largest difference from the model file's heads: {model_error(res, model)}")
+    if res.snap is not None:
+        lines.append(f"snap: {res.snap.get('status')}"
+                     + (f" ({res.snap['reason']})" if res.snap.get("reason") else ""))
+        for n, h in enumerate(res.snap.get("heads", []), 1):
+            lines.append(f"  snapped head {n}: W = {h['W']}, v = {h['v']}")
+    return lines
+
+
+def add_demo_options(dp) -> None:
+    dp.add_argument("--symbolic", action="store_true",
+                    help="run over Q(T): f(q_k) as an explicit function of k and T")
+    dp.add_argument("--minilm", action="store_true",
+                    help="learn the 12 heads of an all-MiniLM-L6-v2 layer in a random subspace "
+                         "(needs the 'minilm' extra)")
+    dp.add_argument("--layer", type=int, default=0, help="MiniLM layer 0..5 (default 0)")
+    dp.add_argument("--dprime", type=int, default=3, help="MiniLM subspace dimension d' (default 3)")
+    dp.add_argument("--subspace-seed", type=int, default=0, help="seed of the MiniLM subspace")
+    dp.add_argument("--dps", type=int, default=100, help="digits of the real field (MiniLM)")
+    dp.add_argument("--write", default=None, metavar="FILE",
+                    help="write the MiniLM subspace model (exactlearn.mha/1, decimal strings)")
+
+
+def run_demo_extra(args, model, bad_input) -> int | None:
+    """``--symbolic`` / ``--minilm``; None when neither was asked for."""
+    if args.symbolic and args.minilm:
+        raise bad_input("give --symbolic or --minilm, not both")
+    if args.symbolic:
+        from exactlearn.demo.walkthrough import run_demo
+        return run_demo(model, heads=args.heads, seed=args.seed, query_range=args.range,
+                        symbolic=True)
+    if args.minilm:
+        from exactlearn.demo.minilm import MiniLMUnavailable, run_minilm_demo
+        if not 0 <= args.layer < 6 or args.dprime < 1 or args.dps < 20:
+            raise bad_input("--layer must be 0..5, --dprime >= 1 and --dps >= 20")
+        try:
+            return run_minilm_demo(layer=args.layer, dprime=args.dprime, seed=args.subspace_seed,
+                                   dps=args.dps, learn_seed=args.seed, write=args.write)
+        except MiniLMUnavailable as exc:
+            raise bad_input(str(exc)) from None
+        except OSError as exc:
+            raise bad_input(f"cannot write {args.write}: {exc.strerror}") from None
+    return None

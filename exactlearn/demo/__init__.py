@@ -1,0 +1,9 @@
+"""The walk-throughs: ``exactlearn demo`` step by step (README, "Example").
+
+:mod:`~exactlearn.demo.walkthrough` (exact fields), :mod:`~exactlearn.demo.symbolic`
+(the ground truth in Q(T)) and :mod:`~exactlearn.demo.minilm` (real MiniLM heads).
+"""
+
+from exactlearn.demo.walkthrough import DEFAULT_MODEL, run_demo, show_model
+
+__all__ = ["run_demo", "show_model", "DEFAULT_MODEL"]

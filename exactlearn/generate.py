@@ -1,0 +1,136 @@
+"""Random attention models with exact rational weights, and the structures they promise.
+
+The command line (``exactlearn random-model``), the proofs-check campaigns
+(:mod:`proofs_check.models`) and the test suite (``tests/strategies.py``) build
+their random models from the pieces here.  Every piece draws from an *integer
+source* ``randint(lo, hi)`` (inclusive, like :meth:`random.Random.randint`): a
+seeded ``random.Random(seed).randint`` or a hypothesis draw.  Each caller keeps
+its own draw sequence, so a seed gives the model it always gave.
+
+* :func:`random_rational`, :func:`random_matrix`, :func:`random_vector` and
+  :func:`random_heads`: entries p/q with p in [-num, num] and q in [1, den],
+  drawn p first;
+* :func:`share_W` (two heads with one W: the canonical form merges them) and
+  :func:`cancelling_group` (heads with one W whose v sum to 0: the canonical
+  form drops them);
+* :func:`structure_holds`: whether a model really has the merged and dropped
+  groups asked for (counted by :func:`exactlearn.model.structure`), so that a
+  check of the canonical form never compares a model with itself;
+* :func:`redraw`: draw until a model is accepted, at most ``tries`` times;
+* :func:`random_model`: the generator of ``exactlearn random-model``.
+
+The canonical form (arXiv:2608.03294; README, "The model and its sign
+convention") groups heads with equal W, sums their v and drops groups whose
+sum is 0.
+
+>>> m = random_model(2, 3, seed=1, merge=True)
+>>> m.H, len(m.canonical_heads())
+(3, 2)
+>>> structure_holds(m, merged=1), structure_holds(m, cancelled=1)
+(True, False)
+>>> len(random_model(2, 2, seed=1, cancel=True).canonical_heads())
+0
+"""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+from exactlearn.model import MultiHeadAttention, structure
+
+#: draws before :func:`redraw` gives up (a structured draw is rejected mostly at d = 1,
+#: where random W collide; at d >= 2 practically never)
+MAX_DRAWS = 1000
+
+
+def random_rational(randint, num: int, den: int) -> Fraction:
+    """The Fraction p/q, p drawn from [-num, num] first, then q from [1, den]."""
+    return Fraction(randint(-num, num), randint(1, den))
+
+
+def random_matrix(randint, d: int, num: int, den: int) -> list:
+    """A d x d matrix of :func:`random_rational` entries, row by row."""
+    return [[random_rational(randint, num, den) for _ in range(d)] for _ in range(d)]
+
+
+def random_vector(randint, d: int, num: int, den: int, *, nonzero: bool = False) -> list:
+    """d :func:`random_rational` entries; with ``nonzero``, redrawn until one entry is not 0."""
+    while True:
+        v = [random_rational(randint, num, den) for _ in range(d)]
+        if not nonzero or any(v):
+            return v
+
+
+def random_heads(randint, d: int, H: int, *, w: tuple = (3, 2), v: tuple = (3, 3),
+                 nonzero_v: bool = False) -> list:
+    """H raw heads ``[(W, v), ...]``, each W (entries ``w = (num, den)``) drawn before its
+    v (entries ``v = (num, den)``; ``nonzero_v``: see :func:`random_vector`)."""
+    return [(random_matrix(randint, d, *w), random_vector(randint, d, *v, nonzero=nonzero_v))
+            for _ in range(H)]
+
+
+def share_W(heads: list, src: int, dst: int) -> None:
+    """Give head ``dst`` the W of head ``src`` (in place): the canonical form merges the two
+    into one head with the sum of their v (or drops them when that sum is 0)."""
+    heads[dst] = (heads[src][0], heads[dst][1])
+
+
+def cancelling_group(W, vs) -> list:
+    """Heads ``(W, v)`` for each v of ``vs`` and one more, ``(W, -sum(vs))``: their v sum to
+    0, so the canonical form drops the group (unless another head shares W).
+
+    >>> cancelling_group("W", [[1, 2], [3, 0]])
+    [('W', [1, 2]), ('W', [3, 0]), ('W', [-4, -2])]
+    """
+    return [(W, list(v)) for v in vs] + [(W, [-sum(col) for col in zip(*vs)])]
+
+
+def structure_holds(model: MultiHeadAttention, *, merged: int = 0, cancelled: int = 0,
+                    exact: bool = False) -> bool:
+    """Whether the raw heads of ``model`` hold at least ``merged`` merged W groups and
+    ``cancelled`` dropped ones (:func:`exactlearn.model.structure`); with ``exact``,
+    exactly these numbers and no head with v = 0."""
+    s = structure(model.heads)
+    if exact:
+        return (s.merged, s.cancelled, s.zero) == (merged, cancelled, 0)
+    return s.merged >= merged and s.cancelled >= cancelled
+
+
+def redraw(draw, accept, *, tries: int = MAX_DRAWS, failure: str = "no draw was accepted"):
+    """The first result of ``draw()`` that ``accept`` takes, over at most ``tries`` calls
+    (each caller's first draw is the one it made before it checked); else ValueError(failure)."""
+    for _ in range(tries):
+        x = draw()
+        if accept(x):
+            return x
+    raise ValueError(failure)
+
+
+def random_model(d: int, H: int, seed=None, merge: bool = False, cancel: bool = False,
+                 entries: int = 3, den: int = 2) -> MultiHeadAttention:
+    """``exactlearn random-model``: H heads, W entries p/q with |p| <= ``entries`` and
+    q <= ``den``, v entries with q <= 3, drawn from ``random.Random(seed)``.
+
+    ``merge``: heads 0 and 1 share W.  ``cancel``: the last head is (W, -v) of head
+    H - 2 (of head 0 when H = 2 and ``merge``).  The structure asked for is really
+    there (:func:`structure_holds`): a draw whose merged pair has a zero v or sums to
+    0, or whose cancelling pair has v = 0 or shares its W with another head, is
+    redrawn from the same generator.  With both flags, H = 2 gives the cancelling
+    pair only and H = 3 a merged group of three (v, u, -u); H >= 4 gives both.
+    ValueError when no draw in :data:`MAX_DRAWS` has the structure."""
+    rng = random.Random(seed)
+    want_merge = merge and H >= 2 and not (cancel and H == 2)
+    want_cancel = cancel and H >= 2 and not (merge and H == 3)
+
+    def draw():
+        heads = random_heads(rng.randint, d, H, w=(entries, den), v=(entries, 3))
+        if merge and H >= 2:
+            share_W(heads, 0, 1)
+        if cancel and H >= 2:
+            src = H - 2 if not (merge and H == 2) else 0
+            heads[src], heads[-1] = cancelling_group(heads[src][0], [heads[src][1]])
+        return MultiHeadAttention(heads, d=d)
+
+    return redraw(draw, lambda m: structure_holds(m, merged=int(want_merge), cancelled=int(want_cancel)),
+                  failure=f"no random model with d={d}, H={H} has the structure asked for")

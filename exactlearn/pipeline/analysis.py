@@ -1,0 +1,164 @@
+"""The exact analysis core of the paper's plan (arXiv:2608.03294; README, "How it works").
+
+:func:`ask_plan` asks every query of a plan (the plan is data: its length is
+the count).  :func:`analyse` turns the answers into canonical heads: Cauchy
+interpolation of each family, poles and c-values, V from the group of x_1,
+the limit check ``f(q_k) -> V.a``, poles of the matching configurations among
+products of basis poles, labelling by head, and the solve.
+:func:`analyse_and_certify` adds the certificate, over the field's analysis
+fields in turn (:func:`over_analysis_fields`).
+
+>>> from exactlearn import MultiHeadAttention, Oracle
+>>> from exactlearn.fields import Rational
+>>> from exactlearn.pipeline.plan import paper_plan
+>>> model = MultiHeadAttention([([[1, 0], [0, -1]], [1, 2])])
+>>> plan = paper_plan([[1, 2], [3, 1]], [[1, 0], [1, 1]], 1)
+>>> y0, values = ask_plan(plan, Oracle(model, Rational()))
+>>> analyse(plan, y0, values, Rational(scale=1), None) == model.canonical_heads()
+True
+"""
+
+from __future__ import annotations
+
+from exactlearn.algebra import linalg
+from exactlearn.errors import (BadReduction, CertificateError, DegenerateDraw,
+                               ReconstructionError)
+from exactlearn.fields.base import Field
+from exactlearn.fields.multimodular import analysis_fields
+from exactlearn.model import canonicalize
+from exactlearn.pipeline.certify import certify
+from exactlearn.pipeline.interpolate import cauchy_interpolate, poles, poles_among
+from exactlearn.pipeline.match import label_basis
+from exactlearn.pipeline.solve import solve_heads
+
+
+def ask_plan(plan, ask) -> tuple:
+    """Ask every query of the plan (the plan is data: its length is the count).
+
+    Returns the shared k = 0 value and ``{config index: [f(q_1), ..., f(q_2H)]}``."""
+    values: dict = {}
+    y_shared = None
+    for q in plan.queries:
+        y = ask(plan.tokens(q))
+        if q.k == 0:
+            y_shared = y
+        else:
+            values.setdefault(q.config, []).append(y)
+    return y_shared, values
+
+
+def ask_and_analyse(plan, ask, K: Field, trace) -> tuple:
+    """Ask the plan, then analyse it in K (no certificate): the recovered heads."""
+    y_shared, values = ask_plan(plan, ask)
+    return analyse(plan, y_shared, values, K, trace)
+
+
+def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
+    """Interpolate, read poles, get V, match and solve: the recovered canonical heads."""
+    d, H = plan.d, plan.H
+    ks = [K(k) for k in range(2 * H + 1)]
+    configs = plan.configs
+    rfs: dict = {}
+    poles_of: dict = {}
+
+    def fit(n, y0):
+        rfs[n] = cauchy_interpolate(ks, [y0] + values[n], H, K)
+
+    # 2. the group of x_1 shares the k = 0 query; it gives V (arXiv:2608.03294; README, "How it works")
+    for n, c in enumerate(configs):
+        if c.shares_k0:
+            fit(n, y_shared)
+    for j in range(d):
+        n = plan.index("basis", 0, j)
+        poles_of[n] = poles(rfs[n], K)
+    Et = [[K(plan.E[j][r]) for r in range(d)] for j in range(d)]      # rows e_j^T
+    sums = [-_sum((c for _, c in poles_of[plan.index("basis", 0, j)]), K) for j in range(d)]
+    V = linalg.matvec(linalg.inverse(Et, K), sums, K)               # E^T V = (V.e_j)_j
+
+    def dot(u, x):
+        return _sum((a * K(b) for a, b in zip(u, x)), K)
+
+    # 3. every other configuration takes its k = 0 value V.x by computation
+    for n, c in enumerate(configs):
+        if n not in rfs:
+            fit(n, dot(V, c.x))
+    for n, c in enumerate(configs):
+        if not K.eq(rfs[n].limit(K), dot(V, c.a)):
+            raise DegenerateDraw(f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) "
+                             f"is not V.a (more heads than the bound H = {H}, an additive constant, "
+                             f"or a bias)")
+    # poles: root finding for the basis configurations; a matching configuration's
+    # poles can only be products of two basis configurations' rho (arXiv:2608.03294; README, "How it works"), so
+    # they are looked for among those first (poles_among falls back to roots)
+    for n, c in enumerate(configs):
+        if c.kind == "basis" and n not in poles_of:
+            poles_of[n] = poles(rfs[n], K)
+    for n, c in enumerate(configs):
+        if c.kind != "basis":
+            i0 = 0 if c.kind == "across" else c.i
+            a = poles_of[plan.index("basis", i0, 0 if c.kind == "within" else c.j)]
+            b = poles_of[plan.index("basis", c.i, c.j)]
+            poles_of[n] = poles_among(rfs[n], [ra * rb for ra, _ in a for rb, _ in b], K)
+    fits = {n: (rfs[n], poles_of[n]) for n in rfs}
+    # 4. label every basis configuration by head (products in the field)
+    labelled = label_basis(plan, poles_of, K)
+    # 5. solve for W_h (param domain) and v_h (field, then to_param)
+    out = solve_heads(plan, labelled, K)
+    if trace is not None:
+        trace.extend(trace_rows(plan, fits, labelled, V, y_shared, values, K))
+    return canonicalize(out)
+
+
+def analyse_and_certify(plan, y_shared, values, K, observations, trace) -> tuple:
+    """Analyse in ``K`` -- or in each of :func:`~exactlearn.fields.multimodular.analysis_fields`
+    ``(K)`` in turn (the rational field: its reductions modulo large primes) -- and
+    certify the result over ``K`` itself.
+
+    Only a bad reduction (a denominator divisible by p, a rational past the
+    reconstruction bound, a certificate that fails after reconstruction) moves
+    on to the next prime; no further queries are asked.
+    """
+    def analyse_and_certify(A):
+        if A is K:
+            recovered = analyse(plan, y_shared, values, A, trace)
+        else:
+            vals = {c: [A(y) for y in vs] for c, vs in values.items()}
+            recovered = analyse(plan, A(y_shared), vals, A, trace)
+        return recovered, certify(recovered, plan.d, observations, K)
+
+    return over_analysis_fields(K, analyse_and_certify, trace)
+
+
+def over_analysis_fields(K, run, trace=None):
+    """``run(A)`` for A in ``analysis_fields(K)`` (or just K), moving on to the
+    next only after a bad reduction: a denominator divisible by p, a rational
+    past the reconstruction bound, or a certificate over K that fails after
+    reconstruction (``run`` analyses in A and certifies over K)."""
+    fields = analysis_fields(K)
+    for n, A in enumerate(fields):
+        try:
+            return run(A)
+        except (BadReduction, ReconstructionError, CertificateError):
+            if n == len(fields) - 1:
+                raise
+            if trace is not None:
+                trace.clear()
+    raise AssertionError("unreachable")
+
+
+def _sum(it, K):
+    acc = K.zero
+    for x in it:
+        acc = acc + x
+    return acc
+
+
+def trace_rows(plan, fits, labelled, V, y_shared, values, K) -> list:
+    rows = []
+    for n, c in enumerate(plan.configs):
+        rf, pl = fits[n]
+        rows.append({"config": c, "y0": y_shared if c.shares_k0 else None,
+                     "values": values[n], "P": rf.P, "Q": rf.Q, "poles": pl,
+                     "labelled": labelled.get((c.i, c.j)) if c.kind == "basis" else None})
+    rows.append({"V": V})
+    return rows

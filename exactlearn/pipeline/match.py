@@ -1,0 +1,395 @@
+"""Matching heads across configurations, and labelling every configuration by head
+(the paper's plan, arXiv:2608.03294; README, "How it works", step 5).
+
+Poles come unlabelled.  A labelled configuration ``base`` (one (rho_h, c_h) per
+head h) labels another configuration ``other`` through a *matching*
+configuration ``joint`` whose rho-values are the products
+``rho_base * rho_other``; its c-values either add (``mode="add"``: within a
+final-token group, direction e_1 + e_j) or are equal (``mode="equal"``: across
+groups, final token x_1 + x_i).  No logarithms are needed.
+
+>>> from exactlearn.fields import QQ
+>>> base  = [(QQ(2), QQ(1)), (QQ(8), QQ(5))]
+>>> other = [(QQ(3), QQ(7)), (QQ("1/2"), QQ(-1))]
+>>> joint = [(QQ(4), QQ(4)), (QQ(6), QQ(8))]               # 8*(1/2), 2*3 ; c adds
+>>> match(base, other, joint, "add", QQ)
+[0, 1]
+
+One traversal, two kinds of relation
+------------------------------------
+:func:`label_heads` is the one walk over a plan's configurations: head h is the
+h-th pole of (x_1, e_1); the group of x_1 is labelled first, through
+(x_1, e_1 + e_j); group i >= 2 is tied to it through its across configuration
+(x_1 + x_i, e_j(i)) (equal c), and (x_i, e_j) to (x_i, e_1) through
+(x_i, e_1 + e_j) (c adds).  Every relation it needs -- a product of rho, a sum or
+an equality of c -- is decided by a *relation* object:
+
+* :class:`Exact` -- equality in the field (the exact fields decide it: True or
+  False).  :func:`label_basis` (the paper's plan over an exact field) and the
+  efficient plan use it.
+* :class:`WithinBounds` -- equal within ``equal`` first-order error bounds,
+  unequal beyond ``unequal`` of them, and *undecided* in between, which is a
+  failure (:class:`~exactlearn.errors.Undecided`), never a guess.  The real field
+  uses it (README, "The real field, noisy oracles and real model weights"); its
+  poles carry their bounds, ``(rho, c, bound of rho, bound of c)``.
+
+The efficient plan (README, "Beyond the paper: the efficient plan") walks the same
+way with ``by_c=True``: a configuration outside the group of x_1 whose heads'
+c-values at e_j are decided pairwise distinct is labelled by them; only the others
+are tied by products.
+
+>>> from exactlearn.pipeline.plan import paper_plan
+>>> plan = paper_plan([[1, 0], [0, 1]], [[1, 0], [0, 1]], H=2)
+>>> heads = [([[1, 0], [0, 2]], (3, 5)), ([[3, 1], [2, 0]], (-1, 4))]       # (W_h, v_h)
+>>> def poles(n):            # (rho_h, c_h) = (2^(e^T W_h x), -v_h.e), unlabelled (sorted)
+...     c = plan.configs[n]
+...     s = lambda W: sum(c.e[r] * W[r][q] * c.x[q] for r in range(2) for q in range(2))
+...     return sorted((QQ(2) ** s(W), -QQ(sum(a * b for a, b in zip(v, c.e)))) for W, v in heads)
+>>> [c for _, c in label_heads(plan, poles, Exact(QQ)).cells[(1, 1)]]   # -v_h.e_2, head by head
+[mpq(-5,1), mpq(-4,1)]
+"""
+
+from __future__ import annotations
+
+from exactlearn.errors import DegenerateDraw, MatchError, PoleCountMismatch, Undecided
+from exactlearn.pipeline.plan import across_direction
+
+
+# -- relations -----------------------------------------------------------------------------
+class Relation:
+    """How two quantities of the matching compare: True (equal), False (unequal) or None
+    (undecided).  A pole is a tuple whose first two entries are ``(rho, c)``."""
+
+    #: appended to the message of a c-value that depends on the final token
+    c_suffix = ""
+
+    def products(self, joint):
+        """``find(base_pole, other_pole)``: the ``(s, state)`` with ``joint[s]``'s rho not
+        decided unequal to the product of the two rhos (``state`` True or None), s ascending."""
+        raise NotImplementedError
+
+    def c_tie(self, joint_pole, base_pole, other_pole, mode):
+        """The c-relation of ``mode``: ``c_joint = c_base + c_other`` ("add") or
+        ``c_other = c_base`` and ``c_joint = c_base`` ("equal")."""
+        raise NotImplementedError
+
+    def same_c(self, p, q):
+        """``c_p = c_q``."""
+        raise NotImplementedError
+
+    def undecided(self, config) -> Exception:
+        """The failure for a relation that is neither equal nor unequal."""
+        raise NotImplementedError
+
+
+class _Finder:
+    """Find an element equal (in the field) to a target among a list."""
+
+    def __init__(self, items, K):
+        self.items = items
+        self.K = K
+        self.table = None
+        if K.is_exact:
+            try:
+                table: dict = {}
+                for idx, x in enumerate(items):
+                    table.setdefault(x, []).append(idx)
+                self.table = table
+            except TypeError:  # unhashable elements: fall back to a scan
+                self.table = None
+
+    def find(self, target) -> list:
+        if self.table is not None:
+            return self.table.get(target, [])
+        return [idx for idx, x in enumerate(self.items) if self.K.eq(x, target)]
+
+
+class Exact(Relation):
+    """Equality in the field ``K`` (``K.eq``); products are looked up in a hash table
+    over an exact field."""
+
+    def __init__(self, K):
+        self.K = K
+
+    def products(self, joint):
+        finder = _Finder([p[0] for p in joint], self.K)
+        return lambda bp, op: [(s, True) for s in finder.find(bp[0] * op[0])]
+
+    def c_tie(self, jp, bp, op, mode):
+        eq = self.K.eq
+        if mode == "add":
+            return eq(jp[1], bp[1] + op[1])
+        return eq(op[1], bp[1]) and eq(jp[1], bp[1])
+
+    def same_c(self, p, q):
+        return self.K.eq(p[1], q[1])
+
+    def undecided(self, config) -> Exception:
+        raise AssertionError("an exact relation is always decided")
+
+
+class WithinBounds(Relation):
+    """Equal within ``equal`` first-order error bounds, unequal beyond ``unequal`` of them,
+    undecided in between.  Poles are ``(rho, c, B_rho, B_c)``; a difference is compared
+    with the sum of the bounds it propagates from, e.g.
+    ``|rho_s - rho_h rho_r| <= equal (B_s + rho_h B_r + rho_r B_h)``.  ``size`` turns a
+    number into the (low-precision) type of the bounds.
+
+    >>> rel = WithinBounds(10, 10 ** 5)
+    >>> rel.decide(3e-9, 1e-9), rel.decide(1e-3, 1e-9), rel.decide(1e-6, 1e-9)
+    (True, False, None)
+    """
+
+    c_suffix = " (beyond its error bound)"
+
+    def __init__(self, equal, unequal, size=float):
+        self.equal, self.unequal, self.size = equal, unequal, size
+
+    def decide(self, x, bound):
+        """True (equal), False (unequal) or None (undecided) for a difference x and its bound."""
+        x = self.size(abs(x))
+        if x <= self.equal * bound:
+            return True
+        if x > self.unequal * bound:
+            return False
+        return None
+
+    def products(self, joint):
+        size = self.size
+
+        def find(bp, op):
+            out = []
+            for s, jp in enumerate(joint):
+                state = self.decide(jp[0] - bp[0] * op[0],
+                                    jp[2] + size(bp[0]) * op[2] + size(op[0]) * bp[2])
+                if state is not False:
+                    out.append((s, state))
+            return out
+        return find
+
+    def c_tie(self, jp, bp, op, mode):
+        if mode == "add":
+            return self.decide(jp[1] - bp[1] - op[1], jp[3] + bp[3] + op[3])
+        rels = (self.decide(op[1] - bp[1], op[3] + bp[3]), self.decide(jp[1] - bp[1], jp[3] + bp[3]))
+        return False if False in rels else (None if None in rels else True)
+
+    def same_c(self, p, q):
+        return self.decide(p[1] - q[1], p[3] + q[3])
+
+    def undecided(self, config) -> Exception:
+        where = (f"{config.kind}{(config.i + 1, config.j + 1)}" if config is not None
+                 else "the matching configuration")
+        return Undecided(f"matching undecided: a relation between the poles of {where} and its "
+                         f"basis configurations is neither within {self.equal} nor beyond "
+                         f"{self.unequal} error bounds")
+
+
+def _relation(K) -> Relation:
+    return K if isinstance(K, Relation) else Exact(K)
+
+
+# -- one tie -------------------------------------------------------------------------------
+def tie(base, other, joint, mode: str, relation, config=None) -> tuple:
+    """``(perm, perm_joint)``: ``other[perm[h]]`` and ``joint[perm_joint[h]]`` are the same
+    head as ``base[h]``.
+
+    Every head of ``base`` needs exactly one partner r in ``other`` and one s in ``joint``
+    with rho_s = rho_h * rho_r and the c-relation of ``mode``; the pairing must be a
+    bijection.  Otherwise :class:`MatchError` (an undecided relation: the relation's
+    failure, naming the joint ``config``)."""
+    if not (len(base) == len(other) == len(joint)):
+        raise PoleCountMismatch(f"pole counts differ between configurations "
+                                f"({len(base)}, {len(other)}, {len(joint)})")
+    find = relation.products(joint)
+    perm, perm_joint = [], []
+    used_r, used_s = set(), set()
+    for h, bp in enumerate(base):
+        cands = []
+        for r, op in enumerate(other):
+            for s, state in find(bp, op):
+                c_state = relation.c_tie(joint[s], bp, op, mode)
+                if c_state is False:
+                    continue
+                if state is None or c_state is None:
+                    raise relation.undecided(config)
+                cands.append((r, s))
+        if len(cands) != 1:
+            what = "no" if not cands else "more than one"
+            sums = " and sums" if mode == "add" else ""
+            raise MatchError(f"head {h}: {what} consistent partner in the matching "
+                             f"configuration (products of rho{sums} of c)")
+        r, s = cands[0]
+        if r in used_r or s in used_s:
+            raise MatchError("the pairing of heads across configurations is not one-to-one")
+        used_r.add(r)
+        used_s.add(s)
+        perm.append(r)
+        perm_joint.append(s)
+    return perm, perm_joint
+
+
+def match(base, other, joint, mode: str, K) -> list:
+    """Permutation ``perm`` with ``other[perm[h]]`` the same head as ``base[h]`` (:func:`tie`),
+    with equality in the field ``K`` (or a :class:`Relation`)."""
+    return tie(base, other, joint, mode, _relation(K))[0]
+
+
+# -- the traversal -------------------------------------------------------------------------
+def check_pole_counts(plan, poles_of) -> None:
+    """Every configuration in ``poles_of`` has as many poles as (x_1, e_1)."""
+    counts = PoleCounts(plan, len(poles_of[plan.index("basis", 0, 0)]))
+    for n in range(len(plan.configs)):
+        if n in poles_of:
+            counts.check(n, poles_of[n])
+
+
+class PoleCounts:
+    """Checks a configuration's pole count against the ``m`` of (x_1, e_1)."""
+
+    def __init__(self, plan, m):
+        self.plan, self.m = plan, m
+
+    def check(self, n, poles):
+        if len(poles) != self.m:
+            c = self.plan.configs[n]
+            raise PoleCountMismatch(f"pole counts differ between configurations ({self.m} at "
+                                    f"(x_1, e_1), {len(poles)} at {c.kind}{(c.i + 1, c.j + 1)})")
+        return poles
+
+
+class Labels:
+    """What :func:`label_heads` found.
+
+    ``index[n][h]``: the pole of head h in configuration n (every configuration it
+    used); ``cells[(i, j)]``: the poles of basis configuration (x_i, e_j) head by head,
+    in the order they were labelled; ``ties``: the ``(i, j, joint configuration)`` of
+    every cell labelled by products."""
+
+    def __init__(self):
+        self.index: dict = {}
+        self.cells: dict = {}
+        self.ties: list = []
+
+
+def _config(plan, kind, i, j):
+    try:
+        return plan.index(kind, i, j)
+    except KeyError:
+        return None
+
+
+def label_heads(plan, poles, relation, cells=None, *, across=across_direction,
+                by_c: bool = False) -> Labels:
+    """Label the basis configurations ``cells`` (default: all (i, j)) of ``plan`` by head.
+
+    ``poles(n)`` gives configuration n's poles (``(rho, c, ...)``, asked when first
+    needed, in the order of the walk); ``relation`` decides every comparison (module
+    doc); ``across(i, d)`` is the direction of group i's across configuration.  A tie
+    for which the plan has no matching configuration (the efficient plan with H = 1)
+    labels the single pole as is.
+
+    c_h(x, e_j) = -v_h.e_j does not depend on x: with ``by_c`` (the efficient plan)
+    a cell outside the group of x_1 is labelled by the heads' c-values at e_j when
+    they are decided pairwise distinct, and a tied cell's c-values are checked at once
+    against them (later cells are labelled by them); otherwise every cell's c-values
+    are checked at the end.  Raises :class:`MatchError` (or ``relation``'s undecided
+    failure)."""
+    d = plan.d
+    basis = lambda i, j: plan.index("basis", i, j)
+    n00 = basis(0, 0)
+    m = len(poles(n00))
+    out = Labels()
+    out.index[n00] = list(range(m))
+    ref: dict = {}                    # by_c: j -> (the heads' poles at (x_1, e_j), distinct?)
+
+    def labelled(n):
+        pl = poles(n)
+        return [pl[p] for p in out.index[n]]
+
+    def done(i, j):
+        out.cells[(i, j)] = labelled(basis(i, j))
+
+    def label(i, j):
+        n = basis(i, j)
+        if n in out.index:
+            return
+        other = poles(n)
+        if i > 0 and j in ref and ref[j][1]:
+            out.index[n] = _by_c(other, ref[j][0], relation, plan.configs[n])
+            return done(i, j)
+        j0 = across(i, d)
+        if i == 0:
+            (bi, bj), nj, mode = (0, 0), _config(plan, "within", 0, j), "add"
+        elif j == j0:
+            (bi, bj), nj, mode = (0, j), _config(plan, "across", i, j), "equal"
+        elif j == 0:
+            (bi, bj), nj, mode = (i, j0), _config(plan, "within", i, j0), "add"
+        else:
+            (bi, bj), nj, mode = (i, 0), _config(plan, "within", i, j), "add"
+        label(bi, bj)
+        if nj is None:
+            if m > 1:
+                raise AssertionError(f"no matching configuration for (x_{i + 1}, e_{j + 1})")
+            out.index[n] = list(range(m))
+            return done(i, j)
+        out.index[n], out.index[nj] = tie(labelled(basis(bi, bj)), other, poles(nj), mode,
+                                          relation, plan.configs[nj])
+        out.ties.append((i, j, nj))
+        done(i, j)
+        if i > 0 and j in ref:
+            c = out.cells[(i, j)]
+            if any(relation.same_c(c[h], ref[j][0][h]) is not True for h in range(m)):
+                raise MatchError(f"configuration (x_{i + 1}, e_{j + 1}): a head's c-value "
+                                 f"depends on the final token")
+
+    out.cells[(0, 0)] = labelled(n00)
+    for j in range(1, d):
+        label(0, j)
+    if by_c:
+        for j in range(d):
+            cs = out.cells[(0, j)]
+            ref[j] = (cs, all(relation.same_c(cs[a], cs[b]) is False
+                              for a in range(m) for b in range(a)))
+    for i, j in (cells if cells is not None else [(i, j) for i in range(d) for j in range(d)]):
+        label(i, j)
+    if not by_c:                      # a free consistency check
+        for (i, j), lab in out.cells.items():
+            for h, p in enumerate(lab):
+                if relation.same_c(p, out.cells[(0, j)][h]) is not True:
+                    raise MatchError(f"head {h}: its c-value at e_{j + 1} depends on the final "
+                                     f"token{relation.c_suffix}")
+    return out
+
+
+def _by_c(other, ref, relation, config) -> list:
+    """Pole indices of ``other`` (basis configuration ``config``) whose c-values are those
+    of the heads (``ref``)."""
+    i, j = config.i, config.j
+    out = []
+    for h, rp in enumerate(ref):
+        rs = []
+        for r, p in enumerate(other):
+            state = relation.same_c(p, rp)
+            if state is None:
+                raise relation.undecided(config)
+            if state:
+                rs.append(r)
+        if len(rs) != 1:
+            raise DegenerateDraw(
+                f"configuration (x_{i + 1}, e_{j + 1}): the c-values are not those of the heads "
+                f"at e_{j + 1} (c must not depend on the final token)")
+        out.append(rs[0])
+    return out
+
+
+def label_basis(plan, poles_of, K) -> dict:
+    """Label the poles of every basis configuration (x_i, e_j) by head, with equality in
+    the field K (:func:`label_heads`).
+
+    ``poles_of[n]`` is the list of (rho, c) of configuration ``plan.configs[n]``.
+    Returns ``{(i, j): [(rho_h, c_h) for h]}``.  Raises :class:`MatchError` on differing
+    pole counts, a missing or ambiguous partner, or c-values that depend on the final
+    token.
+    """
+    check_pole_counts(plan, poles_of)
+    return label_heads(plan, poles_of.__getitem__, _relation(K)).cells

@@ -1,0 +1,160 @@
+"""The query plan as a value (arXiv:2608.03294; README, "How it works"): configurations and queries, before any is asked.
+
+Given invertible X = [x_1 ... x_d] and E = [e_1 ... e_d] (columns), the paper
+plan has 2d^2 - 1 configurations (x, e):
+
+* ``basis``  (x_i, e_j)             for all i, j           -- d^2
+* ``within`` (x_i, e_1 + e_j)       for all i, j >= 2      -- d(d - 1)
+* ``across`` (x_1 + x_i, e_j(i))    for i >= 2              -- d - 1
+
+where j(i) = (i - 2) mod d cycles through the directions (the paper uses e_1
+throughout; cycling keeps the count and the matching, and makes an affine term
+b.x_i in the scores -- a key bias, outside the model class -- visible unless b
+is orthogonal to every direction used, instead of to e_1 alone).
+
+Each configuration is sampled at k = 0, 1, ..., 2H on q_k = (a^k, x), a = x + e.
+The 2d - 1 configurations with final token x_1 share the single query (x_1);
+all other k = 0 values are *computed* from V, so the plan asks
+
+    1 + 2H (2d^2 - 1) = 4 H d^2 - 2H + 1
+
+queries, the longest of 2H + 1 tokens.  With a bound H0, H0 replaces H.
+
+>>> p = paper_plan([[1, 0], [0, 1]], [[1, 1], [0, 1]], H=2)
+>>> len(p.configs), p.count, p.max_length, p.count == 4 * 2 * 2**2 - 2 * 2 + 1
+(7, 29, 5, True)
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from exactlearn.fields.rational import QQ
+from exactlearn.algebra.linalg import is_invertible
+
+
+@dataclass(frozen=True)
+class Config:
+    """One query family (x, e); ``i``/``j`` are 0-based indices into X/E columns."""
+
+    kind: str          # "basis" | "within" | "across"
+    i: int
+    j: int
+    x: tuple
+    e: tuple
+
+    @property
+    def a(self) -> tuple:
+        return tuple(p + q for p, q in zip(self.x, self.e))
+
+    def tokens(self, k: int) -> list:
+        """q_k = (a, ..., a [k times], x)."""
+        return [self.a] * k + [self.x]
+
+    @property
+    def shares_k0(self) -> bool:
+        """Final token x_1: its k = 0 value is the one shared query (x_1)."""
+        return self.kind in ("basis", "within") and self.i == 0
+
+
+@dataclass(frozen=True)
+class Query:
+    config: int        # index into Plan.configs (the first that uses it)
+    k: int
+
+
+@dataclass
+class Plan:
+    """Configurations and the queries actually asked, in order (group of x_1 first)."""
+
+    d: int
+    H: int
+    X: tuple           # columns x_1..x_d, each a tuple
+    E: tuple           # columns e_1..e_d
+    configs: list
+    queries: list = field(default_factory=list)
+    name: str = "paper"
+
+    @property
+    def count(self) -> int:
+        return len(self.queries)
+
+    @property
+    def max_length(self) -> int:
+        return max((q.k + 1 for q in self.queries), default=0)
+
+    def tokens(self, q: Query) -> list:
+        return self.configs[q.config].tokens(q.k)
+
+    def index(self, kind, i, j) -> int:
+        return self._index[(kind, i, j)]
+
+    def __post_init__(self):
+        self._index = {(c.kind, c.i, c.j): n for n, c in enumerate(self.configs)}
+
+
+def vector_sum(u, v):
+    return tuple(a + b for a, b in zip(u, v))
+
+
+def across_direction(i: int, d: int) -> int:
+    """0-based direction index j(i) of the across configuration of group i >= 1."""
+    return (i - 1) % d
+
+
+def paper_count(d: int, H: int) -> int:
+    """4 H d^2 - 2H + 1 (the paper's count)."""
+    return 4 * H * d * d - 2 * H + 1
+
+
+def paper_plan(X, E, H: int) -> Plan:
+    """The paper's plan (README, "How it works") for columns X, E (given as lists of column vectors)."""
+    X = tuple(tuple(x) for x in X)
+    E = tuple(tuple(e) for e in E)
+    d = len(X)
+    if H < 1:
+        raise ValueError("the head bound H must be at least 1")
+    group1, rest = [], []
+    for i in range(d):
+        target = group1 if i == 0 else rest
+        for j in range(d):
+            target.append(Config("basis", i, j, X[i], E[j]))
+        for j in range(1, d):
+            target.append(Config("within", i, j, X[i], vector_sum(E[0], E[j])))
+    for i in range(1, d):
+        j = across_direction(i, d)
+        rest.append(Config("across", i, j, vector_sum(X[0], X[i]), E[j]))
+    configs = group1 + rest
+    queries = [Query(0, 0)]
+    for n, c in enumerate(configs):
+        queries.extend(Query(n, k) for k in range(1, 2 * H + 1))
+    return Plan(d, H, X, E, configs, queries)
+
+
+def draw_matrix(d: int, rng: random.Random, R: int) -> tuple:
+    """d random integer columns in [-R, R]^d forming an invertible matrix."""
+    for _ in range(1000):
+        cols = tuple(tuple(rng.randint(-R, R) for _ in range(d)) for _ in range(d))
+        if is_invertible([[QQ(c[r]) for c in cols] for r in range(d)], QQ):
+            return cols
+    raise ValueError(f"could not draw an invertible {d}x{d} matrix from [-{R}, {R}]")
+
+
+def draw_paper_plan(d: int, H: int, rng: random.Random, x_range: int, e_range: int | None = None) -> Plan:
+    """Random X (entries in [-x_range, x_range]) and E, then :func:`paper_plan`."""
+    X = draw_matrix(d, rng, x_range)
+    E = draw_matrix(d, rng, e_range if e_range is not None else x_range)
+    return paper_plan(X, E, H)
+
+
+def head_bound(d, heads, max_heads) -> int:
+    """Validate d and the head count H or bound H0; return the bound the plan uses."""
+    if heads is not None and max_heads is not None:
+        raise ValueError("give heads= or max_heads=, not both")
+    H = heads if heads is not None else max_heads
+    if H is None or isinstance(H, bool) or not isinstance(H, int) or H < 1:
+        raise ValueError(f"the head count/bound must be a positive integer, got {H!r}")
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise ValueError(f"d must be a positive integer, got {d!r}")
+    return H

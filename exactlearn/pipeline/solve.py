@@ -1,0 +1,72 @@
+"""Solve for the heads from labelled configurations (arXiv:2608.03294; README, "How it works").
+
+For head h, ``M_h[j][i] = log rho_h(x_i, e_j) = e_j^T W_h x_i``, so
+``M_h = E^T W_h X`` and ``W_h = E^{-T} M_h X^{-1}`` (in the parameter domain:
+exact rationals for the exact fields).  Its c-values give
+``c_h(x_1, e_j) = -v_h . e_j``, so ``v_h = -E^{-T} c_h`` (solved in the field,
+then converted with ``K.to_param``: rational reconstruction in F_p).
+"""
+
+from __future__ import annotations
+
+from exactlearn.algebra import linalg
+from exactlearn.model import Head
+
+
+def _inverses(plan, P):
+    """(E^{-T}, X^{-1}) over P, with X, E the plan's columns."""
+    d = plan.d
+    Xm = [[P(plan.X[i][r]) for i in range(d)] for r in range(d)]
+    Et = [[P(plan.E[j][r]) for r in range(d)] for j in range(d)]
+    return linalg.inverse(Et, P), linalg.inverse(Xm, P)
+
+
+def solve_W(plan, logs, P, inverses=None):
+    """W = E^{-T} M X^{-1} for ``logs[(i, j)] = e_j^T W x_i`` in the param field P.
+
+    Over Q the products run on python-flint ``fmpq_mat`` (same exact result)."""
+    d = plan.d
+    if P.is_rational:
+        return _solve_W_flint(plan, logs)
+    Etinv, Xinv = inverses or _inverses(plan, P)
+    M = [[logs[(i, j)] for i in range(d)] for j in range(d)]
+    W = linalg.matmul(linalg.matmul(Etinv, M, P), Xinv, P)
+    return tuple(tuple(row) for row in W)
+
+
+def _solve_W_flint(plan, logs):
+    import flint
+    from gmpy2 import mpq
+    d = plan.d
+    X = flint.fmpq_mat(d, d, [plan.X[i][r] for r in range(d) for i in range(d)])
+    Et = flint.fmpq_mat(d, d, [plan.E[j][r] for j in range(d) for r in range(d)])
+    M = flint.fmpq_mat(d, d, [flint.fmpq(int(logs[(i, j)].numerator), int(logs[(i, j)].denominator))
+                              for j in range(d) for i in range(d)])
+    W = Et.solve(M) * X.inv()
+    return tuple(tuple(mpq(int(W[r, c].p), int(W[r, c].q)) for c in range(d)) for r in range(d))
+
+
+def solve_v(plan, cs, K, Etinv=None):
+    """v = -E^{-T} c for ``cs[j] = -v . e_j`` (field K); returns field elements."""
+    d = plan.d
+    if Etinv is None:
+        Et = [[K(plan.E[j][r]) for r in range(d)] for j in range(d)]
+        Etinv = linalg.inverse(Et, K)
+    return linalg.matvec(Etinv, [-c for c in cs], K)
+
+
+def solve_heads(plan, labelled, K) -> list:
+    """Raw recovered heads (param domain) from ``labelled[(i, j)] = [(rho_h, c_h)]``."""
+    d = plan.d
+    m = len(labelled[(0, 0)])
+    if m == 0:
+        return []
+    inv_P = _inverses(plan, K.param)
+    Etinv_K = linalg.inverse([[K(plan.E[j][r]) for r in range(d)] for j in range(d)], K)
+    out = []
+    for h in range(m):
+        logs = {(i, j): K.log(labelled[(i, j)][h][0]) for i in range(d) for j in range(d)}
+        W = solve_W(plan, logs, K.param, inv_P)
+        v = solve_v(plan, [labelled[(0, j)][h][1] for j in range(d)], K, Etinv_K)
+        out.append(Head(W, tuple(K.to_param(x) for x in v)))
+    return out

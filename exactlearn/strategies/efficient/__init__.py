@@ -1,0 +1,44 @@
+"""The efficient plan over the exact fields: fewer queries, still exact (README, "Beyond the paper").
+
+:mod:`~exactlearn.strategies.efficient.plan` draws it and reads its counts off
+it; :mod:`~exactlearn.strategies.efficient.learn` analyses it.  This module is
+the strategy interface :func:`exactlearn.api.learn` drives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exactlearn.pipeline.certify import verify_fresh
+from exactlearn.strategies.efficient.learn import run_efficient
+from exactlearn.strategies.efficient.plan import draw_efficient_plan
+
+#: The strategy runs over exact fields only.
+EXACT = True
+
+
+@dataclass
+class EfficientDetail:
+    """What the efficient plan adds to a result: its fallbacks and its counts."""
+
+    fallbacks: list
+    plan_detail: dict
+
+
+def draw_plan(d, H, rng, R, e_range=None, rank=None):
+    """A random efficient plan; ``rank=r`` promises heads of rank <= r (a CUR skeleton)."""
+    return draw_efficient_plan(d, H, rng, R, e_range, rank)
+
+
+def run(plan, ask, K, trace, options) -> tuple:
+    """Ask and analyse ``plan`` in K and certify every observation: ``(heads, n_certified)``."""
+    return run_efficient(plan, ask, K, lambda: ask.observations, trace)
+
+
+def verify(oracle, heads, d, H, K, convert, rng, R, n, state) -> tuple:
+    """``n`` fresh random queries compared exactly."""
+    return verify_fresh(oracle, heads, d, H, K, convert, rng, R, n)
+
+
+def detail(plan, state, certified) -> EfficientDetail:
+    return EfficientDetail(list(plan.fallbacks), plan.describe())

@@ -1,0 +1,233 @@
+"""Analysis of the efficient plan: V first, labels from v, CUR for low rank (README,
+"Beyond the paper: the efficient plan").
+
+:func:`run_efficient` asks an :class:`~exactlearn.strategies.efficient.plan.EfficientPlan`,
+analyses it and certifies the result (README, "What a failure means": certified or
+an explicit failure); :func:`exactlearn.learn` calls it for ``plan="efficient"``.
+The steps, reusing the paper learner's parts:
+
+1. **V** from the d single-token queries: V·x_i = f((x_i)), V = X^{-T} (f((x_i)))_i.
+2. **Fit each family** from k = 0 (V·x), k = 1..2H−1 and the limit V·a
+   (:func:`poles_through_limit`: :func:`~exactlearn.pipeline.interpolate.cauchy_interpolate`
+   and :func:`~exactlearn.pipeline.interpolate.poles` after a change of variable that
+   puts k = ∞ at a finite point).
+3. **Label the group of x_1** by the paper's matching (configurations
+   (x_1, e_1 + e_j)); that gives v_h (:func:`~exactlearn.pipeline.solve.solve_v`).
+4. **Label every other configuration by its c-values** c_h = −v_h·e_j.  When two
+   heads' c-values at e_j coincide, fall back to the paper's matching for that
+   configuration ((x_1 + x_i, e_1) and (x_i, e_1 + e_j)), reported in
+   ``plan.fallbacks``.  Either way each c-value must be the head's (c depends on
+   e only): a failed check is a detected degenerate draw.  Steps 3 and 4 are the
+   one labelling walk of :func:`~exactlearn.pipeline.match.label_heads` with
+   ``by_c=True`` and exact equality.
+5. **Rank r**: complete each M_h = Eᵀ W_h X from its skeleton as C U⁻¹ R.  A
+   singular r × r core U falls back to the full plan (asked then).
+6. **Solve** W_h (:func:`~exactlearn.pipeline.solve.solve_W`), canonicalise, and **certify**
+   over every observed value (:func:`~exactlearn.pipeline.certify.certify`), including the
+   check configurations.  A rank reconstruction the certificate rejects -- a
+   false rank promise, caught by the check configurations -- falls back to the
+   full plan as well; so does one whose W is not exact in the field.
+
+Under its promise (at most H heads; rank ≤ r) every step is forced by the
+observations: the fits are unique, labels are unique or the learner fails, and
+with an invertible core the CUR completion is the only rank-≤ r completion.
+The check configurations guard the promise itself (see
+:func:`~exactlearn.strategies.efficient.plan.check_miss_bound`).
+
+>>> from exactlearn import MultiHeadAttention, Oracle, learn
+>>> from exactlearn.fields import Modular
+>>> model = MultiHeadAttention([([[1, 0, 2], [0, -1, 1], [1, 1, 0]], [1, 2, 0]),
+...                             ([[0, 1, 0], [1, 0, -2], [2, 0, 1]], [-1, 1, 3])])
+>>> res = learn(Oracle(model, Modular()), d=3, heads=2, seed=1, plan="efficient")
+>>> res.status, res.heads == model.canonical_heads(), res.plan_queries, res.plan, res.plan_fallbacks
+('certified', True, 39, 'efficient', [])
+>>> [r["queries"] for r in res.multimodular["primes"]]      # the count holds per prime
+[39, 39, 39]
+"""
+
+from __future__ import annotations
+
+from exactlearn.algebra import linalg
+from exactlearn.algebra import polys
+from exactlearn.pipeline.certify import CertificateError, certify
+from exactlearn.fields.base import ExactnessError
+from exactlearn.pipeline.interpolate import InterpolationError, cauchy_interpolate, poles
+from exactlearn.pipeline.analysis import over_analysis_fields
+from exactlearn.pipeline.ask import AskOnce
+from exactlearn.pipeline.match import Exact, PoleCounts, label_heads
+from exactlearn.model import Head, canonicalize
+from exactlearn.strategies.efficient.plan import skeleton
+from exactlearn.pipeline.solve import solve_v, solve_W
+
+
+def poles_through_limit(y0, samples, limit, H, K) -> list:
+    """[(rho_h, c_h)] of f(q_k) = V·a + Σ_h c_h / (1 + k rho_h) (the query family of
+    arXiv:2608.03294; README, "How it works", step 4), exactly, from its
+    value y0 at k = 0, ``samples`` at k = 1..n (n = 2H − 1) and its limit V·a.
+
+    In t = 1/(k* − k), k* = n + 1 (not sampled), k = ∞ becomes t = 0, so the
+    n + 2 = 2H + 1 known values are samples of a rational function of t of type
+    (H, H): :func:`cauchy_interpolate` finds it and :func:`poles` writes it as
+    const + Σ c'/(1 + t rho').  Since c/(1 + k rho) = ct/((1 + k* rho) t − rho),
+    rho = −1/(rho' + k*) and c = −c' (1 + k* rho).  A pole at k* itself would
+    leave deg P > deg Q and is reported (InterpolationError).
+
+    >>> from exactlearn.fields import QQ
+    >>> f = lambda k: QQ(7) + QQ(3) / (1 + 2 * k) + QQ(-1) / (1 + QQ("1/4") * k)
+    >>> sorted(poles_through_limit(f(0), [f(k) for k in (1, 2, 3)], QQ(7), 2, QQ))
+    [(mpq(1,4), mpq(-1,1)), (mpq(2,1), mpq(3,1))]
+    """
+    n = len(samples)
+    kstar = K(n + 1)
+    ts = [K.one / (kstar - K(k)) for k in range(n + 1)] + [K.zero]
+    rf = cauchy_interpolate(ts, [y0] + list(samples) + [limit], H, K)
+    if polys.degree(rf.P) > polys.degree(rf.Q):
+        raise InterpolationError(f"k = {n + 1} is a pole of f(q_k): not a rational function of "
+                                 f"the attention form")
+    out = []
+    for rho_t, c_t in poles(rf, K):
+        s = rho_t + kstar
+        if K.is_zero(s):
+            raise InterpolationError("a pole at k = 0 cannot come from attention")
+        rho = -K.one / s
+        out.append((rho, -c_t * (K.one + kstar * rho)))
+    return out
+
+
+class _CoreSingular(Exception):
+    """The r x r core of some head's skeleton is singular (rank plan)."""
+
+
+def run_efficient(plan, ask, K, observations, trace=None) -> tuple:
+    """Ask ``plan`` through ``ask``, analyse it in ``K`` and certify.
+
+    ``observations()`` returns every (tokens, value) observed so far in this
+    attempt (the certificate covers all of them).  Returns (canonical heads,
+    number of certified observations) and leaves the fallbacks in
+    ``plan.fallbacks`` (and ``plan.name = "efficient"`` after a rank fallback).
+    Raises what the paper learner raises on a detected degenerate draw.
+    """
+    values = AskOnce(ask)
+    for q in plan.queries:              # the plan is a value: ask all of it first
+        values(plan.tokens(q))
+    full = plan.rank is None
+    rank_fallback = None
+    while True:
+        try:
+            heads, matching, n_cert = _analyse_and_certify(plan, values, K, full, observations, trace)
+        except _CoreSingular as exc:
+            reason = str(exc)
+        except (CertificateError, ExactnessError) as exc:
+            if full:
+                raise
+            why = ("the certificate rejects it on the check configurations"
+                   if isinstance(exc, CertificateError) else
+                   "its scores are not exact in the field (denominators the scale D does not clear), "
+                   "so it cannot reproduce the check configurations")
+            reason = f"the rank-{plan.rank} reconstruction is refuted: {why}; not every head has rank <= {plan.rank}"
+        else:
+            dropped = ([{"kind": "rank", "reason": f"rank promise not used: {plan.rank_dropped}",
+                         "configs": 0, "queries": 0}] if plan.rank_dropped else [])
+            plan.fallbacks = dropped + ([rank_fallback] if rank_fallback else []) + matching
+            return heads, n_cert
+        full = True
+        off = plan.d * plan.d - len(skeleton(plan.d, plan.rank))
+        rank_fallback = {"kind": "rank", "reason": reason + "; asked the configurations off the "
+                         "skeleton (the full efficient plan)", "configs": off,
+                         "queries": off * plan.samples}
+        plan.name = "efficient"
+
+
+def _analyse_and_certify(plan, values, K, full, observations, trace) -> tuple:
+    """Analyse in K, or in each of K.analysis_fields() in turn (the rational
+    field's multi-modular method, as the paper learner does), certify over K."""
+    def analyse_and_certify(A):
+        heads, matching = _analyse(plan, values, A, K, full, trace)
+        return heads, matching, certify(heads, plan.d, observations(), K)
+
+    return over_analysis_fields(K, analyse_and_certify, trace)
+
+
+def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
+    """Steps 1-5 of the module docstring in the field A: (canonical heads, matching fallbacks)."""
+    d, H, ns = plan.d, plan.H, plan.samples
+    P = A.param
+    conv = (lambda y: y) if A is K else A
+
+    def obs(c, k):
+        return conv(values(c.tokens(k)))
+
+    def dot(u, x):
+        acc = A.zero
+        for a, b in zip(u, x):
+            acc = acc + a * A(b)
+        return acc
+
+    # 1. V from the single tokens (x_i)
+    singles = [plan.configs[plan.index("basis", i, 0)] for i in range(d)]
+    Xt = [[A(x[r]) for r in range(d)] for x in plan.X]                 # rows x_i^T
+    V = linalg.matvec(linalg.inverse(Xt, A), [obs(c, 0) for c in singles], A)
+
+    # 2. fit a family (k = 0 observed for final tokens x_i, else V.x)
+    fits: dict = {}
+
+    def fit(n):
+        if n not in fits:
+            c = plan.configs[n]
+            y0 = obs(c, 0) if c.x in plan.X else dot(V, c.x)
+            fits[n] = poles_through_limit(y0, [obs(c, k) for k in range(1, ns + 1)], dot(V, c.a), H, A)
+        return fits[n]
+
+    counts = PoleCounts(plan, len(fit(plan.index("basis", 0, 0))))
+
+    # 3 and 4. the group of x_1 by the paper's matching through (x_1, e_1 + e_j), which
+    # gives v_h; every other configuration by c = -v_h.e_j, or by the paper's matching
+    cells = skeleton(d, None if full else plan.rank)
+    labels = label_heads(plan, lambda n: counts.check(n, fit(n)), Exact(A), cells,
+                         across=lambda i, d: 0, by_c=True)
+    lab = labels.cells
+    m = len(lab[(0, 0)])
+    cs = [[c for _, c in lab[(0, j)]] for j in range(d)]
+    used = [n for i, _, n in labels.ties if i > 0]
+    coincide = {j for i, j, _ in labels.ties if i > 0}
+
+    # 5. scores (param domain); complete them from the skeleton for a rank plan
+    logs = [{(i, j): A.log(lab[(i, j)][h][0]) for i, j in cells} for h in range(m)]
+    if not full:
+        logs = [_cur(plan, L, P, h) for h, L in enumerate(logs)]
+    heads = []
+    for h in range(m):
+        v = solve_v(plan, [cs[j][h] for j in range(d)], A)
+        heads.append(Head(solve_W(plan, logs[h], P), tuple(A.to_param(x) for x in v)))
+    if trace is not None:
+        trace.clear()
+        for n, pl in fits.items():
+            c = plan.configs[n]
+            trace.append({"config": c, "poles": pl,
+                          "labelled": lab.get((c.i, c.j)) if c.kind == "basis" else None})
+        trace.append({"V": V})
+    matching = []
+    if used:
+        matching.append({
+            "kind": "matching",
+            "reason": (f"the heads' c-values coincide at e_j for j in {sorted(j + 1 for j in coincide)} "
+                       f"(equal v_h.e_j, e.g. equal v): those configurations are labelled by the "
+                       f"paper's matching (products of rho in the field)"),
+            "configs": len(used), "queries": len(used) * ns})
+    return canonicalize(heads), matching
+
+
+def _cur(plan, L, P, h) -> dict:
+    """All d² scores M[j][i] = L[(i, j)] of a rank-≤ r head from its skeleton:
+    M = C U⁻¹ R with C = M[:, :r], U = M[:r, :r], R = M[:r, :]."""
+    d, r = plan.d, plan.rank
+    C = [[L[(a, j)] for a in range(r)] for j in range(d)]
+    U = [[L[(a, b)] for a in range(r)] for b in range(r)]
+    R = [[L[(i, b)] for i in range(d)] for b in range(r)]
+    try:
+        Uinv = linalg.inverse(U, P)
+    except linalg.SingularMatrix:
+        raise _CoreSingular(f"head {h + 1}: the {r} x {r} core of its skeleton is singular "
+                            f"(rank below {r}, or an unlucky draw)") from None
+    M = linalg.matmul(linalg.matmul(C, Uinv, P), R, P)
+    return {(i, j): M[j][i] for i in range(d) for j in range(d)}

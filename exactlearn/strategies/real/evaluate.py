@@ -1,0 +1,68 @@
+"""Evaluating recovered heads over the real field *with* their error bounds (README, "The real
+field, noisy oracles and real model weights", "Certificate").
+
+The certificate, ``verify`` and the snapped model's certificate all recompute an
+observation from real heads and compare it with the black box's value within a
+tolerance.  That tolerance needs more than the value f that
+:class:`exactlearn.model.HeadEvaluator` computes:
+
+* the first-order effect of the parameter bounds, ``sum |df/dW| B_W + sum |df/dv| B_v``,
+  which needs each head's softmax weights ``p_i`` and values ``u_i = v_h.x_i``;
+* the size of the terms, ``Y = sum_h sum_i p_i |u_i|``, which sets the rounding
+  allowance (:func:`~exactlearn.strategies.real.sensitivity.rounding`).
+
+So the real field keeps this one evaluator of its own.  It works in the field's own
+context with correctly rounded sums (``ctx.fsum``), which the rounding allowance
+assumes; :class:`~exactlearn.model.HeadEvaluator` serves the exact fields (and their
+integer fast path) and returns f alone.  Both group equal tokens the same way
+(:func:`exactlearn.model.distinct_tokens`).
+
+>>> from exactlearn.fields.real import Real
+>>> from exactlearn.model import Head
+>>> K = Real(dps=30)
+>>> f, grad, size = evaluate_with_bounds([Head(((0,),), (2,))], [(1,), (3,)], K)
+>>> K.format(f), grad, K.format(size)                      # (2*1 + 2*3) / 2, no bounds given
+('4.0', mpf('0.0'), '4.0')
+"""
+
+from __future__ import annotations
+
+from exactlearn.model import distinct_tokens
+from exactlearn.strategies.real.sensitivity import LO
+
+
+def evaluate_with_bounds(heads, tokens, K, BW=None, Bv=None) -> tuple:
+    """``(f, first-order effect of the parameter bounds, size of the terms)`` for one query.
+
+    ``BW[h][r][c]`` and ``Bv[h][r]`` bound the errors of head h's entries (None: no
+    parameter uncertainty, the effect is 0).
+    ``df/dv_h[r] = sum_i p_i x_i[r]``, ``df/dW_h[r][c] = sum_i p_i (u_i - f_h) x_i[r] x_n[c]``
+    with ``u_i = v_h.x_i``, ``f_h = sum_i p_i u_i`` (the score is ``x_i^T W_h x_n``)."""
+    ctx = K.ctx
+    pairs, final = distinct_tokens(tokens)
+    toks = [([K(a) for a in t], m) for t, m in pairs]
+    xn = [K(a) for a in final]
+    total = K.zero
+    grad = LO.zero
+    size = LO.zero
+    for h, head in enumerate(heads):
+        W, v = head.W, head.v
+        wx = [ctx.fsum(a * b for a, b in zip(row, xn)) for row in W]
+        s_n = ctx.fsum(a * b for a, b in zip(xn, wx))
+        ws = [ctx.exp(ctx.fsum(a * b for a, b in zip(t, wx)) - s_n) * m for t, m in toks]
+        Z = ctx.fsum(ws)
+        ps = [w / Z for w in ws]
+        us = [ctx.fsum(a * b for a, b in zip(v, t)) for t, _ in toks]
+        fh = ctx.fsum(p * u for p, u in zip(ps, us))
+        total += fh
+        size += LO.convert(ctx.fsum(p * abs(u) for p, u in zip(ps, us)))
+        if BW is None:
+            continue
+        d = len(v)
+        for r in range(d):
+            gv = ctx.fsum(p * t[r] for p, (t, _) in zip(ps, toks))
+            grad += abs(LO.convert(gv)) * Bv[h][r]
+            gw = LO.convert(abs(ctx.fsum(p * (u - fh) * t[r] for p, u, (t, _) in zip(ps, us, toks))))
+            for c in range(d):
+                grad += gw * abs(LO.convert(xn[c])) * BW[h][r][c]
+    return total, grad, size
