@@ -229,7 +229,7 @@ def cmd_minilm(args) -> None:
 
     from exactlearn import Oracle, learn
     from exactlearn.fields.real import Real
-    from exactlearn.minilm import max_error, subspace_model
+    from exactlearn.demo.minilm import max_error, subspace_model
     header(f"all-MiniLM-L6-v2: 12 heads per layer in a random d'-dimensional subspace (subspace seed 0), "
            f"learned over Real(dps={args.dps}) with seed 1 -- what `exactlearn demo --minilm --layer L "
            f"--dprime D'` does")
@@ -259,7 +259,7 @@ def cmd_minilm(args) -> None:
 def cmd_float32_heights(args) -> None:
     from fractions import Fraction
 
-    from exactlearn.minilm import HEAD_DIM, NHEADS, _dyadic_ints, load_layer
+    from exactlearn.demo.minilm import HEAD_DIM, NHEADS, _dyadic_ints, load_layer
     header(f"heights of v_h = W_V,h^T W_O,h^T e_j in all-MiniLM-L6-v2, float32 read exactly "
            f"(12 heads, j < {args.coords}, all 384 entries; height = max(|num|, den))")
     lo, hi = [], []
@@ -282,16 +282,17 @@ def cmd_float32_heights(args) -> None:
 
 # ------------------------------------------------------------------ breakdown
 def cmd_breakdown(args) -> None:
-    import exactlearn.learn_efficient as le
-    import exactlearn.learner as lr
-    import exactlearn.multimodular as mm
+    import exactlearn.pipeline.analysis as analysis
+    import exactlearn.pipeline.certify as certify_module
+    import exactlearn.pipeline.multimodular as mm
+    import exactlearn.strategies.efficient.learn as le
     from exactlearn import MultiHeadAttention, Oracle, learn
     from exactlearn.cli import random_model
     from exactlearn.fields import Modular
     header(f"learner vs oracle, modular field, d={args.d}, H={args.heads} (random-model --seed 3 --den 1, "
            f"learn seed 1, as bench_learn.py), {args.repeat} in-process runs")
     spent = [0.0]
-    original = lr.certify
+    original = certify_module.certify
 
     def timed(*a, **k):
         t0 = time.perf_counter()
@@ -299,7 +300,7 @@ def cmd_breakdown(args) -> None:
             return original(*a, **k)
         finally:
             spent[0] += time.perf_counter() - t0
-    for mod in (lr, mm, le):
+    for mod in (analysis, mm, le):
         mod.certify = timed
     model = random_model(args.d, args.heads, 3, den=1)
     model = MultiHeadAttention.from_json(json.loads(json.dumps(model.to_json())))
@@ -309,7 +310,7 @@ def cmd_breakdown(args) -> None:
         res = learn(Oracle(model, Modular()), d=args.d, heads=args.heads, seed=1)
         assert res.certified and res.heads == model.canonical_heads(), res.error
         rows.append((res.learner_seconds, res.oracle_seconds, spent[0], res.queries))
-    for mod in (lr, mm, le):
+    for mod in (analysis, mm, le):
         mod.certify = original
 
     def stat(xs, fmt):
@@ -325,14 +326,15 @@ def cmd_breakdown(args) -> None:
 
 
 #: (label, file suffix, function names) of the steps whose cumulative time --profile prints
-STEPS = (("recorder + oracle (the black box)", "exactlearn/learner.py", ("__call__",)),
-         ("interpolation (Cauchy)", "exactlearn/interpolate.py", ("cauchy_interpolate", "cauchy_flint")),
-         ("poles and coefficients (incl. roots)", "exactlearn/interpolate.py", ("poles", "poles_among")),
+STEPS = (("recorder + oracle (the black box)", "exactlearn/oracle.py", ("__call__",)),
+         ("interpolation (Cauchy)", "exactlearn/pipeline/interpolate.py", ("cauchy_interpolate",)),
+         ("  of which flint (cauchy_flint)", "exactlearn/algebra/cauchy.py", ("cauchy_flint",)),
+         ("poles and coefficients (incl. roots)", "exactlearn/pipeline/interpolate.py", ("poles", "poles_among")),
          ("  of which root finding (Modular.roots)", "exactlearn/fields/modular.py", ("roots",)),
-         ("matching", "exactlearn/match.py", ("match", "label_basis")),
+         ("matching", "exactlearn/pipeline/match.py", ("match", "label_basis", "label_heads")),
          ("discrete logs (Modular.log)", "exactlearn/fields/modular.py", ("log",)),
-         ("solve W, v", "exactlearn/solve.py", ("solve_heads",)),
-         ("certificate (certify)", "exactlearn/certify.py", ("certify",)))
+         ("solve W, v", "exactlearn/pipeline/solve.py", ("solve_heads",)),
+         ("certificate (certify)", "exactlearn/pipeline/certify.py", ("certify",)))
 
 
 def profile_steps(model, args) -> None:

@@ -6,7 +6,7 @@ true one), but v comes back as residues, and rational reconstruction modulo
 one prime returns *a* rational of height up to about sqrt(p/2) -- for a taller
 value a wrong small one, which a certificate modulo the same p cannot tell
 apart (e.g. ``1/(2**78 - 1)`` modulo ``7*2**120 + 1``).  Float32 weights read
-exactly are dyadic rationals of heights 2^50 to 2^70, well past one prime.
+exactly are dyadic rationals of heights 2^45 to 2^85, well past one prime.
 
 :func:`learn_over_primes` therefore
 
@@ -162,7 +162,8 @@ def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEF
         stable = None
         while stable is None:
             if len(moduli) >= max_primes or len(runs) >= 2 * max_primes + 3:
-                bits = int(math.prod(moduli)).bit_length() // 2 - 16 if moduli else 0
+                # stable means the first k-1 primes already reconstruct it: their bound counts
+                bits = int(math.prod(moduli[:-1])).bit_length() // 2 - 17 if len(moduli) > 1 else 0
                 raise failing(HeightExceeded(
                     f"rational height exceeds what {len(moduli)} primes reconstruct (|num|, den up "
                     f"to about 2^{bits}, stable over two primes"
