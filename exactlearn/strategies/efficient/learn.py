@@ -139,7 +139,7 @@ def run_efficient(plan, ask, K, observations, trace=None) -> tuple:
 
 
 def _analyse_and_certify(plan, values, K, full, observations, trace) -> tuple:
-    """Analyse in K, or in each of K.analysis_fields() in turn (the rational
+    """Analyse in K, or in each of analysis_fields(K) in turn (the rational
     field's multi-modular method, as the paper learner does), certify over K."""
     def analyse_and_certify(A):
         heads, matching = _analyse(plan, values, A, K, full, trace)
