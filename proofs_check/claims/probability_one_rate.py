@@ -96,9 +96,13 @@ DESIGN = {
              + [("modular", 3, 2, 2 ** 8, 60), ("modular", 3, 2, 2 ** 32, 40)],
     "full": [("rational", d, 2, R, 300) for d in (2, 3) for R in _SMALL + (64,)]
             + [("rational", 2, 2, 128, 300), ("rational", 3, 2, 128, 150)]
-            + [("modular", d, 2, R, 300) for d in (2, 3)
+            + [("modular", d, 2, R, 1000 if (d, R) == (2, 512) else 300) for d in (2, 3)
                for R in (32, 64, 128, 256, 512, 2 ** 16, 2 ** 32)],
 }
+#: The modular d = 2, R = 512 cell (bound 0.0548) gets 1000 trials: at the measured rate of
+#: about 1.3 %, 300 trials leave its Bonferroni Clopper-Pearson upper limit (about 0.063)
+#: above the bound, so the decisive cell could not be confirmed and a correct learner read
+#: inconclusive; with 1000 it is about 0.034.
 W_ENTRIES = 3                         # |W| entries of the plain random models (models.random_W)
 
 
