@@ -237,7 +237,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     rec = Recorder(oracle, K, convert)
     options = Options(noise=getattr(oracle, "noise", None) if noise is None else noise,
                       query_scale=query_scale, snap=snap,
-                      state=strategy.new_state() if hasattr(strategy, "new_state") else None)
+                      state=strategy.new_state())
     error = None
     recovered: tuple = ()
     attempts = 0

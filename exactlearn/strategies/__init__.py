@@ -6,6 +6,6 @@
   with scaled queries and error bounds;
 * :mod:`~exactlearn.strategies.transformer` -- the one-layer Transformer.
 
-Each of the first three offers ``draw_plan``, ``run``, ``verify`` and
-``detail``; :func:`exactlearn.api.learn` chooses one and drives it.
+Each of the first three offers ``new_state``, ``draw_plan``, ``run``, ``verify``
+and ``detail``, and the flag ``EXACT``; :func:`exactlearn.api.learn` chooses one and drives it.
 """

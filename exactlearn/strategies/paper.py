@@ -27,6 +27,11 @@ from exactlearn.pipeline.plan import draw_paper_plan
 EXACT = True
 
 
+def new_state():
+    """No state across attempts."""
+    return None
+
+
 def draw_plan(d, H, rng, R, e_range=None, rank=None):
     """A random paper plan (README, "How it works"); ``rank`` does not apply."""
     return draw_paper_plan(d, H, rng, R, e_range)

@@ -25,6 +25,11 @@ class EfficientDetail:
     plan_detail: dict
 
 
+def new_state():
+    """No state across attempts."""
+    return None
+
+
 def draw_plan(d, H, rng, R, e_range=None, rank=None):
     """A random efficient plan; ``rank=r`` promises heads of rank <= r (a CUR skeleton)."""
     return draw_efficient_plan(d, H, rng, R, e_range, rank)
