@@ -229,6 +229,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     if max_primes is not None and (isinstance(max_primes, bool) or not isinstance(max_primes, int)
                                    or max_primes < 2):
         raise ValueError(f"max_primes must be an integer >= 2, got {max_primes!r}")
+    if max_primes is not None and not K.multimodular:
+        raise ValueError(f"max_primes applies to the modular field only, not the {K.name} field")
     strategy = strategy_for(plan, K)
     R = query_range if query_range is not None else DEFAULT_RANGES.get(K.name, 20)
     if R < 1:

@@ -28,7 +28,8 @@ MOVED = {
     "exactlearn.learner": ("exactlearn.api", "exactlearn.oracle", "exactlearn.pipeline.analysis",
                            "exactlearn.pipeline.plan", "exactlearn.errors"),
     "exactlearn.learn_real": ("exactlearn.strategies.real.learn", "exactlearn.strategies.real",
-                              "exactlearn.strategies.real.fit", "exactlearn.errors"),
+                              "exactlearn.strategies.real.fit", "exactlearn.pipeline.plan",
+                              "exactlearn.model", "exactlearn.errors"),
     "exactlearn.learn_efficient": ("exactlearn.strategies.efficient.learn",
                                    "exactlearn.strategies.efficient", "exactlearn.errors"),
     "exactlearn.plan_efficient": ("exactlearn.strategies.efficient.plan",),
@@ -36,7 +37,8 @@ MOVED = {
     "exactlearn.transformer_learn": ("exactlearn.strategies.transformer.learn",
                                      "exactlearn.strategies.transformer",
                                      "exactlearn.strategies.transformer.cones",
-                                     "exactlearn.cli.transformer", "exactlearn.errors"),
+                                     "exactlearn.cli.transformer", "exactlearn.transformer_model",
+                                     "exactlearn.errors"),
     "exactlearn.transformer": ("exactlearn.transformer_model", "exactlearn.oracle", "exactlearn.errors"),
     "exactlearn.plan": ("exactlearn.pipeline.plan",),
     "exactlearn.interpolate": ("exactlearn.pipeline.interpolate", "exactlearn.algebra.cauchy",
@@ -57,7 +59,8 @@ RENAMED = {
     "exactlearn.learner": {"Degenerate": "DegenerateDraw", "_Recorder": "Recorder",
                            "over_analysis_fields": "over_analysis_fields"},
     "exactlearn.learn_real": {"fit_family": "fit_family_with_sensitivities"},
-    "exactlearn.learn_efficient": {"fit_family": "poles_through_limit"},
+    "exactlearn.learn_efficient": {"fit_family": "poles_through_limit", "Degenerate": "DegenerateDraw"},
+    "exactlearn.transformer_learn": {"Degenerate": "DegenerateDraw"},
 }
 
 
@@ -76,6 +79,21 @@ class _Moved(types.ModuleType):
                 return getattr(module, wanted)
         raise AttributeError(f"module {self.__name__!r} (now {self.__targets[0]!r}) has no "
                              f"attribute {attr!r}")
+
+    def _public(self) -> list:
+        names = set(RENAMED.get(self.__name__, {}))
+        for target in self.__targets:
+            module = importlib.import_module(target)
+            names.update(getattr(module, "__all__", None)
+                         or (n for n in vars(module) if not n.startswith("_")))
+        return sorted(names)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._public()))
+
+    @property
+    def __all__(self):                    # ``from exactlearn.learner import *`` works
+        return self._public()
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

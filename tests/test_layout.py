@@ -65,3 +65,24 @@ def test_one_exception_tree():
     assert errors.PoleCountMismatch("x").kind == errors.DegenerateDraw("x").kind
     assert errors.CertificateError.kind == "certificate failed"
     assert issubclass(exactlearn.ModelError, ValueError)                  # bad input stays a ValueError
+
+
+def test_old_paths_cover_star_imports_and_moved_names():
+    """Found by the final review: star imports, renamed errors, and names that moved out of a
+    module that still exists."""
+    namespace: dict = {}
+    exec("from exactlearn.learner import *", namespace)
+    assert "learn" in namespace and "LearnResult" in namespace
+    from exactlearn.fields.modular import ANALYSIS_PRIMES, ModularImage
+    from exactlearn.learn_efficient import Degenerate
+    from exactlearn.transformer_learn import TransformerEvaluator
+    assert Degenerate is errors.DegenerateDraw and ModularImage and ANALYSIS_PRIMES
+    assert TransformerEvaluator.__name__ == "TransformerEvaluator"
+
+
+def test_max_primes_outside_the_modular_field_is_refused():
+    from exactlearn import MultiHeadAttention, Oracle, learn
+    from exactlearn.fields import Rational
+    model = MultiHeadAttention([([[1, 0], [0, 1]], [1, 2])])
+    with pytest.raises(ValueError, match="modular field only"):
+        learn(Oracle(model, Rational()), d=2, heads=1, max_primes=3)

@@ -205,7 +205,9 @@ def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEF
             _check_design_rank(heads, observations, Kc)
         except (CertificateError, PrimesDisagree) as exc:
             if runs[-1]["role"] != "confirmation":
-                runs.append({"p": None, "role": "confirmation", "queries": getattr(exc, "queries", None)})
+                Kc = getattr(exc, "field", None)
+                runs.append({"p": None if Kc is None else str(Kc.p), "role": "confirmation",
+                             "queries": getattr(exc, "queries", None)})
             runs[-1]["refuted"] = str(exc)
             refuted += 1
             previous = None          # stable by coincidence: a new value must stabilise
@@ -270,7 +272,7 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
                 sub(tokens)
             return sub.observations, certify(heads, d, sub.observations, Kc), sub.queries
         except ExactLearnError as exc:
-            exc.queries = sub.queries
+            exc.queries, exc.field = sub.queries, Kc
             raise
 
     kw = {} if max_primes is None else {"max_primes": max_primes}
