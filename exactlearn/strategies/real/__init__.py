@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from exactlearn.errors import DegenerateDraw
 from exactlearn.pipeline.plan import draw_paper_plan
 from exactlearn.strategies.real.learn import run_real, verify_real
 
@@ -50,6 +51,11 @@ def run(plan, ask, K, trace, options) -> tuple:
     heads, n, options.state.outcome = run_real(
         plan, ask, K, noise=options.noise, query_scale=options.query_scale,
         snap=options.snap, probe_log=options.state.probes)
+    if options.heads_given and len(heads) < plan.H:
+        raise DegenerateDraw(
+            f"{len(heads)} of the {plan.H} heads given were resolved: over the real field "
+            f"two heads closer than the noise resolves look like one, and no error bound "
+            f"covers that (give max_heads / --max-heads when heads may merge exactly)")
     return heads, n
 
 
