@@ -28,7 +28,7 @@ from dataclasses import dataclass, field as dc_field
 
 from exactlearn.errors import ExactLearnError, ExactnessError, HeightExceeded
 from exactlearn.fields.base import Field
-from exactlearn.oracle import Recorder, resolve_field
+from exactlearn.oracle import Recorder, TokenAdapter, resolve_field
 from exactlearn.pipeline.multimodular import learn_modular
 from exactlearn.pipeline.plan import head_bound, paper_count
 
@@ -38,7 +38,7 @@ from exactlearn.pipeline.plan import head_bound, paper_count
 #: orthogonal X and E (exactlearn.strategies.real.learn.orthogonal_plan).
 DEFAULT_RANGES = {"rational": 30, "modular": 2 ** 32, "symbolic": 8, "real": 1000}
 
-PLANS = ("paper", "efficient")
+PLANS = ("paper", "efficient", "stable")
 
 
 @dataclass
@@ -165,14 +165,28 @@ class Options:
     """What a strategy's ``run`` may read besides the plan, and its state across attempts."""
 
     noise: object = None
+    noise_rel: object = None
+    plan: str = "paper"
     query_scale: object = None
     snap: bool = False
     heads_given: bool = False          # heads=H (an exact count), not a bound max_heads
     state: object = None
 
 
+def field_named(name: str) -> Field:
+    """The field of a name, with its defaults (``learn(field="real")``)."""
+    from exactlearn.fields import Modular, Rational, Real, Symbolic
+    table = {"rational": Rational, "modular": Modular, "symbolic": Symbolic, "real": Real}
+    if name not in table:
+        raise ValueError(f"field must be a field object or one of {', '.join(table)}, got {name!r}")
+    return table[name]()
+
+
 def strategy_for(plan: str, K: Field):
     """The strategy module for a plan name and a field (the registry)."""
+    if plan == "stable" and K.is_exact:
+        raise ValueError("the stable plan is for finite-precision black boxes over the real "
+                         "field; the exact fields use the paper plan (or plan='efficient')")
     if plan == "efficient":
         if not K.is_exact:
             raise ValueError("the efficient plan runs over the exact fields; over the real field "
@@ -189,9 +203,9 @@ def strategy_for(plan: str, K: Field):
 def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None,
           field: Field | None = None, seed=None, query_range: int | None = None,
           retries: int = 0, e_range: int | None = None, trace: bool = False,
-          verify: int = 0, plan: str = "paper", rank: int | None = None,
+          verify: int = 0, plan: str | None = None, rank: int | None = None,
           noise=None, query_scale=None, snap: bool = False,
-          max_primes: int | None = None) -> LearnResult:
+          max_primes: int | None = None, noise_rel=None, tokens: str = "exact") -> LearnResult:
     """Learn the canonical heads of ``oracle`` (arXiv:2608.03294; README, "How it works", "What a failure means").
 
     ``heads`` (H) or ``max_heads`` (a bound H0) sets the plan.  Query entries
@@ -217,16 +231,36 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     ``multimodular`` lists the primes with their queries (the paper's count holds
     per prime; ``queries`` is the total).  A black box fixed to one prime gets v
     certified modulo p only (``exact_over_Q`` False, v as residues).
+
+    ``field`` may be a field object or a name (``"rational"``, ``"modular"``,
+    ``"symbolic"``, ``"real"``).  ``plan`` defaults to ``"paper"`` over the exact fields and
+    to ``"stable"`` over the real field (:mod:`exactlearn.strategies.real.stable`: ratio
+    families at geometric t = k/m, least squares; built for float64/float32 boxes);
+    ``plan="paper"`` keeps the paper's plan there too.  ``noise_rel`` adds a relative
+    output error: every output is trusted to ``noise + noise_rel * |y|`` (stable plan).
+    ``tokens`` says what the box is sent: ``"exact"`` (tuples of gmpy2 ``mpq``, the
+    default), ``"float"`` (lists of Python floats), ``"float64"`` or ``"float32"`` (a 2-D
+    numpy array, a row per token); a box with ``batch(queries)`` is asked a whole family
+    at once.  Answers may be field elements or, over the real field, floats (Python,
+    numpy, or anything with ``.item()``).
     """
     t_start = time.perf_counter()
     H = head_bound(d, heads, max_heads)
+    if isinstance(field, str):
+        field = field_named(field)
+    if tokens != "exact":
+        oracle = TokenAdapter(oracle, tokens)
     if retries < 0:
         raise ValueError("retries must be >= 0")
-    if plan not in PLANS:
-        raise ValueError(f"plan must be 'paper' or 'efficient', got {plan!r}")
+    if plan is not None and plan not in PLANS:
+        raise ValueError(f"plan must be one of {', '.join(PLANS)}, got {plan!r}")
     if rank is not None and plan != "efficient":
         raise ValueError("rank= is a promise for the efficient plan (plan='efficient')")
     K, convert = resolve_field(oracle, field)
+    if plan is None:
+        plan = "paper" if K.is_exact else "stable"
+    if noise_rel is not None and K.is_exact:
+        raise ValueError(f"noise_rel= applies to the real field, not the {K.name} field")
     if max_primes is not None and (isinstance(max_primes, bool) or not isinstance(max_primes, int)
                                    or max_primes < 2):
         raise ValueError(f"max_primes must be an integer >= 2, got {max_primes!r}")
@@ -239,6 +273,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     rng = random.Random(seed)
     rec = Recorder(oracle, K, convert)
     options = Options(noise=getattr(oracle, "noise", None) if noise is None else noise,
+                      noise_rel=noise_rel, plan=plan,
                       query_scale=query_scale, snap=snap, heads_given=heads is not None,
                       state=strategy.new_state())
     error = None
@@ -284,8 +319,9 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         heads=recovered if error is None else (),
         error=error, d=d, heads_bound=H, field=K,
         queries=rec.queries, max_length=rec.max_length,
-        plan=drawn.name if drawn else "paper",
-        plan_queries=drawn.count if plan == "efficient" and drawn else paper_count(d, H),
+        plan="stable" if plan == "stable" else (drawn.name if drawn else "paper"),
+        plan_queries=(drawn.count if plan == "efficient" and drawn else
+                      getattr(strategy, "plan_count", lambda _n, dd, hh: paper_count(dd, hh))(plan, d, H)),
         attempts=attempts, query_range=R, learner_seconds=max(0.0, total - rec.seconds),
         oracle_seconds=rec.seconds, certified_observations=n_cert, trace=tr,
         snap=_snap(detail, recovered) if snap and error is None else None,

@@ -22,8 +22,11 @@ the resolved field, which the learner uses by default.
 from __future__ import annotations
 
 import time
+from fractions import Fraction
 
-from exactlearn.errors import DegenerateDraw, ExactnessError, FieldError
+from gmpy2 import mpq
+
+from exactlearn.errors import DegenerateDraw, ExactnessError, FieldError, ModelError
 from exactlearn.fields.base import Field
 from exactlearn.model import HeadEvaluator, MultiHeadAttention
 from exactlearn.transformer_model import OneLayerTransformer, TransformerEvaluator, require_ordered
@@ -188,14 +191,102 @@ class Recorder:
             self._count(None, time.perf_counter() - t0)
             raise
         self._count(len(tokens), time.perf_counter() - t0)
+        return self._record(tokens, y)
+
+    def _record(self, tokens, y):
         if self.convert:
             try:
-                y = self.K(y)
+                y = self.K.from_output(y)
             except (ValueError, TypeError, FieldError) as exc:
                 raise DegenerateDraw(f"the black box returned a value that is not in the "
                                  f"{self.K.name} field: {exc}") from None
         self.observations.append((tokens, y))
         return y
+
+    def ask_many(self, queries) -> list:
+        """The answers to a list of queries: one call of the box's ``batch(queries)`` when
+        it has one (a jitted or GPU model), else one call per query.  Every query is
+        counted and recorded, as by ``__call__``.
+
+        >>> from exactlearn.fields import QQ
+        >>> class Box:
+        ...     def __call__(self, tokens): return len(tokens)
+        ...     def batch(self, queries): return [len(q) for q in queries]
+        >>> rec = Recorder(Box(), QQ, convert=True)
+        >>> rec.ask_many([[(1,)], [(1,), (2,)]]), rec.queries, rec.max_length
+        ([mpq(1,1), mpq(2,1)], 2, 2)
+        """
+        batch = getattr(self.oracle, "batch", None)
+        if batch is None or not queries:
+            return [self(q) for q in queries]
+        t0 = time.perf_counter()
+        try:
+            ys = list(batch(queries))
+        except BaseException:
+            self._count(None, time.perf_counter() - t0)
+            raise
+        seconds = time.perf_counter() - t0
+        if len(ys) != len(queries):
+            self._count(None, seconds)
+            raise DegenerateDraw(f"the black box's batch answered {len(ys)} values for "
+                                 f"{len(queries)} queries")
+        for n, q in enumerate(queries):
+            self._count(len(q), seconds if n == 0 else 0.0)
+        return [self._record(q, y) for q, y in zip(queries, ys)]
+
+
+#: What ``learn(tokens=...)`` sends a black box: the exact rationals (default), or floats.
+TOKEN_KINDS = ("exact", "float", "float64", "float32")
+
+
+class TokenAdapter:
+    """A black box that takes float tokens, seen by the learner as one that takes exact
+    rationals (``learn(tokens=...)``; README, "Float black boxes").
+
+    ``kind``: ``"float"`` sends a list of lists of Python floats, ``"float64"`` /
+    ``"float32"`` a 2-D numpy array (one row per token) of that dtype.  A token entry that
+    the float type cannot hold exactly is refused (:class:`~exactlearn.errors.ModelError`),
+    never rounded: the learner analyses the query it asked.  ``batch`` is forwarded.
+
+    >>> box = TokenAdapter(lambda X: float(X.sum()), "float64")
+    >>> from gmpy2 import mpq
+    >>> box([(mpq(1, 2), mpq(3))]), box.field is None
+    (3.5, True)
+    """
+
+    def __init__(self, box, kind):
+        if kind not in TOKEN_KINDS or kind == "exact":
+            raise ModelError(f"tokens must be one of {', '.join(TOKEN_KINDS)}, got {kind!r}")
+        self.box = box
+        self.kind = kind
+        self.field = getattr(box, "field", None)
+        self.noise = getattr(box, "noise", None)
+        self._cache: dict = {}
+        if hasattr(box, "batch"):
+            self.batch = lambda queries: box.batch([self._convert(q) for q in queries])
+
+    def _row(self, t):
+        row = self._cache.get(t)
+        if row is None:
+            import numpy as np
+            dtype = np.float32 if self.kind == "float32" else np.float64
+            vals = [dtype(float(a)) for a in t]
+            for a, f in zip(t, vals):
+                if Fraction(float(f)) != Fraction(int(mpq(a).numerator), int(mpq(a).denominator)):
+                    raise ModelError(f"the token entry {a} is not exactly a {self.kind} number "
+                                     f"(the stable plan's tokens are: plan='stable')")
+            row = self._cache[t] = [float(f) for f in vals]
+        return row
+
+    def _convert(self, tokens):
+        rows = [self._row(tuple(t)) for t in tokens]
+        if self.kind == "float":
+            return rows
+        import numpy as np
+        return np.array(rows, dtype=np.float32 if self.kind == "float32" else np.float64)
+
+    def __call__(self, tokens):
+        return self.box(self._convert(tokens))
 
 
 def resolve_field(oracle, field: Field | None) -> tuple:

@@ -207,6 +207,12 @@ class Field:
     def one(self):
         return self(1)
 
+    def from_output(self, y):
+        """A black box's answer as an element (the learner's Recorder converts with it).
+        Exact fields embed what ``__call__`` embeds; the real field also takes binary
+        floats (:meth:`exactlearn.fields.real.Real.from_output`)."""
+        return self(y)
+
     def __call__(self, x):
         """Embed an exact rational (or a param-domain value) into the field."""
         raise NotImplementedError

@@ -69,6 +69,9 @@ True
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 from gmpy2 import mpq, mpz
 import mpmath
 from mpmath.libmp import from_rational, round_nearest
@@ -171,6 +174,28 @@ class Real(Field):
         q = as_mpq(x)
         return ctx.make_mpf(from_rational(int(q.numerator), int(q.denominator), ctx.prec,
                                           round_nearest))
+
+    def from_output(self, y):
+        """A black box's answer: what :meth:`__call__` embeds, and also a binary float --
+        a Python ``float``, a numpy floating scalar or 0-d array, or anything with
+        ``.item()`` (a torch or JAX scalar) -- read as its exact binary value (a float
+        box's output *is* that value; its error is the declared noise).
+
+        >>> import numpy as np
+        >>> K = Real(dps=20)
+        >>> K.format(K.from_output(np.float32(0.1))), K.format(K.from_output(0.5))
+        ('0.10000000149011611938', '0.5')
+        """
+        if not _is_mpf(y) and hasattr(y, "item") and callable(y.item):
+            try:
+                y = y.item()
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"not a scalar: {exc}") from None
+        if isinstance(y, float):
+            if not math.isfinite(y):
+                raise ValueError(f"not a finite real number: {y!r}")
+            y = Fraction(y)
+        return self(y)
 
     @property
     def zero(self):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from exactlearn.errors import DegenerateDraw
 from exactlearn.pipeline.plan import draw_paper_plan
 from exactlearn.strategies.real.learn import run_real, verify_real
+from exactlearn.strategies.real.stable import run_stable, stable_count
 
 #: The strategy runs over the real field (inexact) only.
 EXACT = False
@@ -46,11 +47,29 @@ def draw_plan(d, H, rng, R, e_range=None, rank=None):
     return draw_paper_plan(d, H, rng, R, e_range)
 
 
+def plan_count(name, d, H) -> int:
+    """The plan's own count (probe excluded): the stable plan's, or the paper's."""
+    from exactlearn.pipeline.plan import paper_count
+    return stable_count(d, H) if name == "stable" else paper_count(d, H)
+
+
 def run(plan, ask, K, trace, options) -> tuple:
-    """Probe, scale, ask and analyse ``plan`` over the real field: ``(heads, n_certified)``."""
-    heads, n, options.state.outcome = run_real(
-        plan, ask, K, noise=options.noise, query_scale=options.query_scale,
-        snap=options.snap, probe_log=options.state.probes)
+    """Probe, scale, ask and analyse ``plan`` over the real field: ``(heads, n_certified)``;
+    ``options.plan`` is ``"stable"`` (:mod:`~exactlearn.strategies.real.stable`, the
+    default over this field) or ``"paper"`` (:mod:`~exactlearn.strategies.real.learn`)."""
+    if options.plan == "stable":
+        if options.snap:
+            raise ValueError("snap=True is available with plan='paper' over the real field")
+        heads, n, options.state.outcome = run_stable(
+            plan, ask, K, noise=options.noise, noise_rel=options.noise_rel,
+            query_scale=options.query_scale, heads_exact=options.heads_given,
+            probe_log=options.state.probes)
+    else:
+        if options.noise_rel is not None:
+            raise ValueError("noise_rel= (relative noise) needs plan='stable' over the real field")
+        heads, n, options.state.outcome = run_real(
+            plan, ask, K, noise=options.noise, query_scale=options.query_scale,
+            snap=options.snap, probe_log=options.state.probes)
     if options.heads_given and len(heads) < plan.H:
         raise DegenerateDraw(
             f"{len(heads)} of the {plan.H} heads given were resolved: over the real field "

@@ -1,0 +1,266 @@
+"""Ratio families and their least-squares fit: the finite-precision plan's sampling
+(README, "Float black boxes: the stable plan"; arXiv:2608.03294, approximate oracles).
+
+A query of ``k`` copies of ``a = x + e`` followed by ``m`` copies of ``x`` (final token
+``x``) has the value
+
+    f(t) = A + sum_h c_h / (1 + t rho_h),   t = k / m,   A = V.a,   c_h = -v_h.e,
+
+the same function as the paper's family ``q_k`` (``m = 1``), now at any positive
+rational ``t``.  The single-token queries ``(x)`` and ``(a)`` are its values at
+``t = 0`` and ``t = oo``.  In ``u = log t`` every head is a logistic step of height
+``c_h`` centred at ``-log rho_h``; the paper's samples ``t = 0, 1, ..., 2H`` see only
+the steps left of ``log 2H``, which is why that interpolation loses ~5 digits per head
+at float64 accuracy.  :func:`ratio_nodes` spreads ``t`` geometrically over
+``[1/L, L]`` (``k = 1`` below 1, ``m = 1`` above), with both ends, and oversamples
+(``4H + 4`` nodes for ``H`` heads).
+
+:func:`fit_ratio_family` fits ``theta = (A, log rho_1..m, c_1..m)`` by weighted least
+squares (weights ``1/eta_q``): a Loewner (AAA-style) start in ``z = t/(1+t)``, where
+``f`` is rational of type ``(m, m)`` on ``[0, 1]``; Levenberg-Marquardt in float64; then
+Gauss-Newton steps in the field's own mpmath context with the float64 weighted
+pseudo-inverse ``G``, so the values carry the field's precision.  To first order
+``d theta = G d y``: ``G`` *is* the sensitivity (a dense float64 matrix; bounds need only
+a few digits).  The residual of every sample is checked against its first-order bound
+``|(J G - I)| eta`` (a box noisier than declared fails,
+:func:`~exactlearn.strategies.real.sensitivity.check_noise`).
+
+>>> from fractions import Fraction
+>>> from exactlearn.fields.real import Real
+>>> K = Real(dps=30)
+>>> nodes = ratio_nodes(1, 16)
+>>> ts = [node_t(k, m) for k, m in nodes]
+>>> ys = [K(3) if t is None else K(3) + K(2) / (1 + K(t) * K("1.5")) for t in ts]
+>>> fit = fit_ratio_family(K, ts, ys, [1e-25] * len(ts), 1)
+>>> K.ctx.nstr(K.ctx.exp(fit.logs[0]), 10), K.ctx.nstr(fit.cs[0], 10), K.ctx.nstr(fit.A, 10)
+('1.5', '2.0', '3.0')
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from gmpy2 import mpq
+
+from exactlearn.errors import DegenerateDraw, InterpolationError
+from exactlearn.strategies.real.sensitivity import LO, check_noise, rounding
+
+#: finite nodes per head (oversampling: 2H + 1 unknowns)
+NODES_PER_HEAD = 4
+#: the longest query: t = k/m ranges over [1/L, L], queries have at most L + 1 tokens
+MAX_COPIES = 256
+
+
+def ratio_nodes(H: int, L: int = MAX_COPIES) -> list:
+    """The ``(k, m)`` of a family: ``(0, 1)`` (the token x alone, t = 0), ``(1, 0)`` (the
+    token a alone, t = oo), and ``4H + 4`` geometric ``t = k/m`` on ``[1/L, L]`` with
+    ``k = 1`` or ``m = 1`` (distinct, ascending in t).
+
+    >>> ratio_nodes(1, 16)
+    [(0, 1), (1, 16), (1, 7), (1, 3), (1, 1), (3, 1), (7, 1), (16, 1), (1, 0)]
+    """
+    n = NODES_PER_HEAD * H + 4
+    out = []
+    for s in range(n):
+        u = -math.log(L) + 2 * math.log(L) * s / (n - 1)
+        t = math.exp(u)
+        node = (max(1, round(t)), 1) if t >= 1 else (1, max(1, round(1 / t)))
+        if node not in out:
+            out.append(node)
+    out.sort(key=lambda km: km[0] / km[1])
+    return [(0, 1)] + out + [(1, 0)]
+
+
+def node_t(k: int, m: int):
+    """``t = k/m`` as an exact rational; ``None`` for ``t = oo`` (``m = 0``)."""
+    return None if m == 0 else mpq(k, m)
+
+
+def family_tokens(x, a, k: int, m: int) -> list:
+    """``k`` copies of ``a`` then ``m`` copies of ``x``; ``(1, 0)`` is the token ``a`` alone."""
+    return [a] * k + [x] * m
+
+
+@dataclass
+class RatioFit:
+    """A fitted family: values in the field's context, sensitivities in float64."""
+
+    A: object
+    logs: list                 # log rho_h
+    cs: list                   # c_h
+    G: np.ndarray              # (2m + 1) x n: d theta = G d y (rows A, log rho, c)
+    bounds: np.ndarray         # first-order bounds of theta
+    worst_residual: float      # largest |residual| / its bound
+
+
+def _model(theta, zs, m):
+    """f and the Jacobian at the nodes (float64); ``zs`` are t (np.inf for t = oo)."""
+    A, ls, cs = theta[0], theta[1:m + 1], theta[m + 1:]
+    rho = np.exp(ls)
+    n = len(zs)
+    J = np.zeros((n, 2 * m + 1))
+    f = np.full(n, A)
+    J[:, 0] = 1
+    fin = np.isfinite(zs)
+    t = zs[fin][:, None]
+    den = 1 + t * rho[None, :]
+    f[fin] += (cs[None, :] / den).sum(axis=1)
+    J[np.ix_(fin, range(1, m + 1))] = -cs[None, :] * t * rho[None, :] / den ** 2
+    J[np.ix_(fin, range(m + 1, 2 * m + 1))] = 1 / den
+    return f, J
+
+
+def _linear_c(ls, zs, ys, w, m):
+    """(A, c) by weighted least squares for fixed log rho (variable projection)."""
+    rho = np.exp(ls)
+    B = np.zeros((len(zs), m + 1))
+    B[:, 0] = 1
+    fin = np.isfinite(zs)
+    B[fin, 1:] = 1 / (1 + zs[fin][:, None] * rho[None, :])
+    sol, *_ = np.linalg.lstsq(B * w[:, None], ys * w, rcond=None)
+    return np.concatenate([[sol[0]], ls, sol[1:]])
+
+
+def _start(zs, ys, w, m):
+    """log rho from a Loewner least-squares fit in z = t/(1+t) (AAA with m+1 supports)."""
+    z = np.where(np.isfinite(zs), zs / (1 + np.where(np.isfinite(zs), zs, 0)), 1.0)
+    n = len(z)
+    sup = sorted({int(round(j * (n - 1) / m)) for j in range(m + 1)})
+    test = [i for i in range(n) if i not in sup]
+    L = np.array([[(ys[i] - ys[j]) / (z[i] - z[j]) for j in sup] for i in test])
+    L = L * w[test][:, None]
+    _, _, Vt = np.linalg.svd(L)
+    wts = Vt[-1]
+    poly = np.zeros(1)
+    for jj, j in enumerate(sup):
+        basis = np.poly([z[i] for i in sup if i != j])
+        poly = np.polyadd(poly, wts[jj] * basis)
+    roots = np.roots(poly)
+    roots = roots[np.abs(roots.imag) <= 1e-6 * np.maximum(1, np.abs(roots))].real
+    rho = 1 - 1 / roots[np.abs(roots) > 0]
+    rho = rho[rho > 0]
+    if len(rho) != m:
+        return None
+    return np.sort(np.log(rho))
+
+
+def _levenberg(theta, zs, ys, w, m, iters=200):
+    lam = 1e-3
+    f, J = _model(theta, zs, m)
+    cost = np.sum(((f - ys) * w) ** 2)
+    for _ in range(iters):
+        Jw = J * w[:, None]
+        g = Jw.T @ ((f - ys) * w)
+        Hs = Jw.T @ Jw
+        try:
+            step = np.linalg.solve(Hs + lam * np.diag(np.diag(Hs) + 1e-300), g)
+        except np.linalg.LinAlgError:
+            return theta, cost
+        new = theta - step
+        f2, J2 = _model(new, zs, m)
+        c2 = np.sum(((f2 - ys) * w) ** 2)
+        if np.isfinite(c2) and c2 <= cost:
+            done = np.all(np.abs(step) <= 1e-15 * np.maximum(1, np.abs(theta)))
+            theta, f, J, cost = new, f2, J2, c2
+            lam = max(lam / 10, 1e-12)
+            if done:
+                break
+        else:
+            lam *= 10
+            if lam > 1e12:
+                break
+    return theta, cost
+
+
+def _best_fit(zs, yf, w, m):
+    """Levenberg-Marquardt from the Loewner start, then from spread starts until the
+    weighted residuals are of the order of their weights."""
+    starts = []
+    try:
+        s0 = _start(zs, yf, w, m)
+    except (np.linalg.LinAlgError, ValueError):
+        s0 = None
+    if s0 is not None:
+        starts.append(s0)
+    top = math.log(MAX_COPIES)
+    starts.append(np.linspace(-top, top, m + 2)[1:-1])
+    starts.append(np.linspace(-1.5 * top, 1.5 * top, m))
+    best = None
+    for ls in starts:
+        try:
+            theta, cost = _levenberg(_linear_c(ls, zs, yf, w, m), zs, yf, w, m)
+        except (np.linalg.LinAlgError, ValueError):
+            continue
+        if np.isfinite(cost) and (best is None or cost < best[1]):
+            best = (theta, cost)
+        if best is not None and best[1] <= 10 * len(zs):    # residuals within their weights
+            break
+    return None if best is None else best[0]
+
+
+def fit_ratio_family(K, ts, ys, etas, m, *, what="a family") -> RatioFit:
+    """Fit ``m`` heads to the samples ``ys`` at ``ts`` (exact rationals, ``None`` = oo)
+    with bounds ``etas`` (floats); module doc.  Raises
+    :class:`~exactlearn.errors.InterpolationError` when no fit converges,
+    :class:`~exactlearn.errors.NoisierThanDeclared` when a residual exceeds its bound."""
+    ctx = K.ctx
+    zs = np.array([np.inf if t is None else float(t) for t in ts])
+    yf = np.array([float(y) for y in ys])
+    eta = np.asarray(etas, dtype=float)
+    if not np.all(eta > 0):
+        raise ValueError("every sample needs a positive error bound")
+    w = 1 / eta
+    if np.max(np.abs(yf)) == 0:
+        raise DegenerateDraw("a query family returned only zeros")
+    with np.errstate(all="ignore"):
+        theta = _best_fit(zs, yf, w, m)
+    if theta is None or not np.all(np.isfinite(theta)):
+        raise InterpolationError(f"{what}: the least-squares fit with {m} heads did not converge")
+    f, J = _model(theta, zs, m)
+    Jw = J * w[:, None]
+    G = np.linalg.pinv(Jw) * w[None, :]
+    # Gauss-Newton in the field's precision with the float64 G (a contraction: G J = I + O(eps))
+    with ctx.extraprec(30):
+        th = [ctx.mpf(float(x)) for x in theta]
+        tk = [None if t is None else K(t) for t in ts]
+        yk = [ctx.mpf(y) for y in ys]
+        goal = ctx.ldexp(1, -K.prec)
+        Gm = [[ctx.mpf(float(g)) for g in row] for row in G]
+        last = None
+        for it in range(16):
+            res = _residuals(ctx, th, tk, yk, m)
+            step = [ctx.fdot(row, res) for row in Gm]
+            th = [a - s for a, s in zip(th, step)]
+            size = max(abs(s) for s in step)
+            if size <= goal * max(1, max(abs(a) for a in th)):
+                break
+            if it >= 2 and size > last / 2:     # the rounding floor: no longer contracting
+                break
+            last = size
+        else:
+            raise InterpolationError(f"{what}: the refinement of the least-squares fit with "
+                                     f"{m} heads did not converge")
+        res = _residuals(ctx, th, tk, yk, m)
+    R = J @ G - np.eye(len(zs))
+    rbound = np.abs(R) @ eta
+    worst = 0.0
+    for q in range(len(zs)):
+        r = abs(float(res[q]))
+        slack = float(rounding(K, 64 * (abs(yf[q]) + np.sum(np.abs(theta[m + 1:])))))
+        check_noise(r, LO.convert(float(rbound[q])), LO.convert(slack),
+                    f"{what} fitted with {m} heads misses its sample {q}")
+        worst = max(worst, r / max(rbound[q], 1e-300))
+    bounds = np.abs(G) @ eta + 2 * float(size)       # + the refinement's rounding floor
+    return RatioFit(+th[0], [+x for x in th[1:m + 1]], [+x for x in th[m + 1:]], G, bounds, worst)
+
+
+def _residuals(ctx, th, ts, ys, m):
+    A, ls, cs = th[0], th[1:m + 1], th[m + 1:]
+    rho = [ctx.exp(x) for x in ls]
+    out = []
+    for t, y in zip(ts, ys):
+        f = A if t is None else A + ctx.fsum(c / (1 + t * r) for c, r in zip(cs, rho))
+        out.append(f - y)
+    return out

@@ -1,0 +1,446 @@
+"""The stable plan: learning a finite-precision black box (a float64 or float32 attention
+layer) over the real field (README, "Float black boxes: the stable plan"; the
+approximate-oracle conditions of arXiv:2608.03294).
+
+The paper's plan samples each family at ``k = 0 .. 2H``: exact for exact oracles, but at
+float64 accuracy its interpolation loses the poles from H = 3 on.  The stable plan keeps
+the paper's 2d^2 - 1 configurations (basis, within, across: the same matching, the same
+linear relations) and changes how each is sampled and solved:
+
+1. **Tokens.**  X and E are the exactly orthogonal Cayley matrices of the drawn ones
+   (:func:`~exactlearn.strategies.real.probe.cayley`) rounded to the dyadic grid
+   ``2^-20`` and scaled by ``sigma``, a power of two or 3/2 of one: every token entry is a
+   dyadic rational with at most 23 significant bits, exactly representable in float32
+   and float64, so a float box evaluates the very query the learner analyses.  X and E
+   are then nearly (not exactly) orthogonal; the solve uses their exact inverses.
+2. **Scale.**  A probe (the families ``(x_i, e_i)`` at unit scale, ``ceil(6/H)`` of them,
+   retried at 4, 1/4, 16, 1/16) measures the rms of ``log rho``; ``sigma^2`` brings it to
+   about ``TARGET = 3``, where the logistic steps of distinct heads stand apart.
+3. **Families** (:mod:`~exactlearn.strategies.real.ratio`): each configuration is asked at
+   ``t = k/m`` geometric on ``[1/256, 256]`` (``4H + 4`` nodes) plus the single tokens
+   ``(x)`` (t = 0, shared by every configuration with final token x) and ``(a)``
+   (t = oo), and fitted by weighted least squares; residuals are checked against their
+   first-order bounds.  The longest query has 257 tokens.
+4. **Labelling**: the one traversal of :func:`exactlearn.pipeline.match.label_heads`, each
+   relation decided against its own first-order bound (as the paper plan over the real
+   field, :func:`~exactlearn.strategies.real.analysis.label_real`).
+5. **Solve.**  In the coordinates ``M = E^T W X`` every configuration measures one entry
+   or a sum of two (basis ``M[j,i]``, within ``M[1,i] + M[j,i]``, across
+   ``M[j,1] + M[j,i]``), and ``c`` likewise: a sparse weighted least-squares problem per
+   head (weights ``1/B^2``), solved with a float64 ``G`` and one step of iterative
+   refinement in the field's precision; ``W = E^-T M X^-1``, ``v = -E^-T c``.
+   Sensitivities stay float64 matrices over the observations; the reported bound of an
+   entry is ``SAFETY = 2`` times its first-order bound plus rounding.
+6. **Certificate**: every observation (probe included) is recomputed from the recovered
+   heads and must agree within ``eta_q`` plus the first-order effect of the parameter
+   bounds plus rounding; a family query has two distinct tokens, so it is evaluated in
+   closed form (``f_h = (k rho u_a + m u_x) / (k rho + m)``).
+
+Query count: ``(2d^2 - 1)(n_t) + (2d^2 - 1) + (2d - 1)`` plus the probe, with ``n_t`` the
+finite nodes (``stable_count``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from gmpy2 import mpq
+
+from exactlearn.algebra import linalg
+from exactlearn.errors import DegenerateDraw, FieldError, InterpolationError, LearningFailure, \
+    NoisierThanDeclared, SingularMatrix
+from exactlearn.fields.rational import QQ
+from exactlearn.model import Head
+from exactlearn.noise import noise_bound
+from exactlearn.pipeline.match import WithinBounds, check_pole_counts, label_heads
+from exactlearn.pipeline.plan import paper_plan
+from exactlearn.strategies.real.analysis import EQUAL_FACTOR, LINEAR_LIMIT, UNEQUAL_FACTOR
+from exactlearn.strategies.real.certificate import SAFETY, RealOutcome
+from exactlearn.strategies.real.evaluate import evaluate_with_bounds
+from exactlearn.strategies.real.probe import cayley
+from exactlearn.strategies.real.ratio import (MAX_COPIES, family_tokens, fit_ratio_family,
+                                              node_t, ratio_nodes)
+from exactlearn.strategies.real.sensitivity import LO, rounding
+
+TARGET = 3.0             # rms log rho the scale aims at
+GRID = 20                # token entries on the dyadic grid 2^-GRID
+PROBE_SCALES = (mpq(1), mpq(4), mpq(1, 4), mpq(16), mpq(1, 16))
+
+
+def stable_count(d: int, H: int) -> int:
+    """Queries of the stable plan (probe excluded): every configuration at its finite
+    nodes, one ``(a)`` per configuration, one ``(x)`` per distinct final token.
+
+    >>> stable_count(2, 1), stable_count(4, 2)
+    (57, 403)
+    """
+    n_t = len(ratio_nodes(H)) - 2
+    configs = 2 * d * d - 1
+    return configs * n_t + configs + (2 * d - 1)
+
+
+def dyadic_basis(cols):
+    """The Cayley-orthogonal matrix of ``cols`` (a drawn integer matrix, columns), rounded
+    to the grid ``2^-GRID``: columns of exact dyadic rationals."""
+    d = len(cols)
+    Q = cayley([[cols[j][i] for j in range(d)] for i in range(d)])
+    scale = 2 ** GRID
+    return [tuple(mpq(round(Q[i][j] * scale), scale) for i in range(d)) for j in range(d)]
+
+
+def sigma_for(rms: float) -> mpq:
+    """The scale with ``sigma^2 rms`` closest to TARGET among ``2^k`` and ``3 * 2^(k-1)``."""
+    want = math.sqrt(TARGET / rms) if rms > 0 else 1.0
+    cands = [mpq(2) ** k for k in range(-8, 9)] + [mpq(3, 2) * mpq(2) ** k for k in range(-8, 8)]
+    return min(cands, key=lambda s: abs(math.log(float(s) / want)))
+
+
+class _Asker:
+    """Asks queries (in batches when the box has ``batch``) once each, keeping indices."""
+
+    def __init__(self, rec):
+        self.rec = rec
+        self.seen: dict = {}
+
+    def ask(self, queries) -> list:
+        """``[(y, observation index)]`` for a list of token lists."""
+        keys = [tuple(tuple(t) for t in q) for q in queries]
+        new, seen_now = [], set()
+        for key, q in zip(keys, queries):
+            if key not in self.seen and key not in seen_now:
+                seen_now.add(key)
+                new.append((key, q))
+        if new:
+            start = len(self.rec.observations)
+            ys = self.rec.ask_many([q for _, q in new])
+            for n, ((key, _), y) in enumerate(zip(new, ys)):
+                self.seen[key] = (y, start + n)
+        return [self.seen[k] for k in keys]
+
+
+class _Noise:
+    """eta_q = eta + eta_rel |y_q| + rounding (floats: bounds need a few digits)."""
+
+    def __init__(self, K, eta, eta_rel):
+        self.K, self.eta, self.rel = K, float(eta), float(eta_rel)
+
+    def of(self, y, size):
+        return self.eta + self.rel * abs(float(y)) + float(rounding(self.K, size))
+
+
+def _families(plan, nodes):
+    return [[family_tokens(c.x, c.a, k, m) for k, m in nodes] for c in plan.configs]
+
+
+def _fit_all(plan, K, asker, noise, nodes, m, H):
+    """Ask and fit every configuration: ``(fits, ids)``; ids[n] are the observation indices."""
+    ts = [node_t(k, mm) for k, mm in nodes]
+    fams = _families(plan, nodes)
+    flat = [q for f in fams for q in f]
+    got = asker.ask(flat)
+    fits, ids = {}, {}
+    pos = 0
+    for n, c in enumerate(plan.configs):
+        part = got[pos:pos + len(nodes)]
+        pos += len(nodes)
+        ys = [y for y, _ in part]
+        size = H * max(abs(float(y)) for y in ys)
+        etas = [noise.of(y, size) for y in ys]
+        what = f"configuration {c.kind}{(c.i + 1, c.j + 1)}"
+        fits[n] = fit_ratio_family(K, ts, ys, etas, m, what=what)
+        ids[n] = np.array([q for _, q in part])
+    return fits, ids
+
+
+def _probe(plan0, K, asker, noise, nodes, H, m_fixed):
+    """``(sigma, m, probe detail)`` from the probe families at the scales tried."""
+    tries = []
+    d = plan0.d
+    fams = [plan0.configs[plan0.index("basis", i, i)] for i in range(min(d, -(-6 // H)))]
+    ts = [node_t(k, mm) for k, mm in nodes]
+    for s0 in PROBE_SCALES:
+        try:
+            logs, m = [], m_fixed
+            for c in fams:
+                x = tuple(s0 * a for a in c.x)
+                a = tuple(s0 * b for b in c.a)
+                part = asker.ask([family_tokens(x, a, k, mm) for k, mm in nodes])
+                ys = [y for y, _ in part]
+                size = H * max(abs(float(y)) for y in ys)
+                etas = [noise.of(y, size) for y in ys]
+                if m is None:
+                    m = _count_heads(K, ts, ys, etas, H)
+                fit = fit_ratio_family(K, ts, ys, etas, m, what="a probe family")
+                logs += [float(x) for x in fit.logs]
+        except NoisierThanDeclared:
+            if s0 == PROBE_SCALES[-1]:
+                raise
+            tries.append({"scale": str(s0), "failed": "residuals above the noise bound"})
+            continue
+        except (FieldError, LearningFailure, ArithmeticError, ValueError, np.linalg.LinAlgError) as exc:
+            tries.append({"scale": str(s0), "failed": str(exc)[:120]})
+            continue
+        rms = math.sqrt(sum(x * x for x in logs) / len(logs)) / float(s0) ** 2
+        tries.append({"scale": str(s0), "families": len(fams), "poles": len(logs),
+                      "rms_exponent": f"{rms * float(s0) ** 2:.4g}"})
+        return sigma_for(rms), m, tries
+    raise DegenerateDraw(f"the scale probe failed at every scale tried "
+                         f"({', '.join(t['scale'] for t in tries)}): its families never fit "
+                         f"{H if m_fixed else 'at most ' + str(H)} heads within the declared "
+                         f"noise; first failure: {tries[0]['failed']}")
+
+
+def _count_heads(K, ts, ys, etas, H):
+    """The fewest heads m <= H whose least-squares fit keeps every residual within its bound."""
+    for m in range(1, H + 1):
+        try:
+            fit_ratio_family(K, ts, ys, etas, m)
+            return m
+        except (NoisierThanDeclared, InterpolationError, ValueError, np.linalg.LinAlgError):
+            if m == H:
+                raise
+    return H
+
+
+def _rows(plan):
+    """For each configuration: the M-entries (j, i) of its log rho and the c-unknowns j."""
+    out = []
+    for c in plan.configs:
+        if c.kind == "basis":
+            out.append(([(c.j, c.i)], [c.j]))
+        elif c.kind == "within":
+            out.append(([(0, c.i), (c.j, c.i)], [0, c.j]))
+        else:
+            out.append(([(c.j, 0), (c.j, c.i)], [c.j]))
+    return out
+
+
+def _wls(K, design, p, meas, bounds, sens_rows, n_obs):
+    """Weighted least squares of ``meas`` (mpf) over the 0/1 ``design`` (index lists):
+    values in the field's precision (float64 G plus one refinement step), float64
+    sensitivities ``S = G S_meas`` (p x n_obs)."""
+    ctx = K.ctx
+    N = len(design)
+    A = np.zeros((N, p))
+    for n, cols in enumerate(design):
+        A[n, cols] = 1
+    w = 1 / np.asarray(bounds) ** 2
+    Nrm = A.T @ (A * w[:, None])
+    try:
+        G = np.linalg.solve(Nrm, A.T * w[None, :])
+    except np.linalg.LinAlgError:
+        raise SingularMatrix("the weighted least-squares system of a head is singular") from None
+    with ctx.extraprec(30):
+        Gm = [[ctx.mpf(float(g)) for g in row] for row in G]
+        u = [ctx.fdot(row, meas) for row in Gm]
+        goal = ctx.ldexp(1, -ctx.prec) * max(1, max(abs(x) for x in u))
+        last = None
+        for it in range(16):           # iterative refinement: G A = I + O(eps) contracts
+            r = [meas[n] - ctx.fsum(u[c] for c in design[n]) for n in range(N)]
+            du = [ctx.fdot(row, r) for row in Gm]
+            u = [a + b for a, b in zip(u, du)]
+            size = max(abs(x) for x in du)
+            if size <= goal or (it >= 2 and size > last / 2):    # converged, or rounding floor
+                break
+            last = size
+        else:
+            raise SingularMatrix("the refinement of a head's least-squares solve did not converge")
+    S = np.zeros((p, n_obs))
+    for n, (ids, row) in enumerate(sens_rows):
+        S[:, ids] += np.outer(G[:, n], row)
+    return [+x for x in u], S, 2 * float(size)
+
+
+def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
+               probe_log=None):
+    """Probe, scale, ask, fit, label, solve and certify (module doc).  Returns
+    ``(heads, certified observations, RealOutcome)``."""
+    H, d = plan.H, plan.d
+    eta = K(0) if noise is None else noise_bound(K, noise)
+    eta_rel = K(0) if noise_rel is None else noise_bound(K, noise_rel)
+    nz = _Noise(K, eta, eta_rel)
+    if float(eta) == 0 and float(eta_rel) == 0:
+        nz.eta = float(rounding(K, 1))      # an exact box: its field's rounding only
+    start = len(rec.observations)
+    asker = _Asker(rec)
+    nodes = ratio_nodes(H)
+    X0, E0 = dyadic_basis(plan.X), dyadic_basis(plan.E)
+    plan0 = paper_plan(X0, E0, H)
+    probe_log = [] if probe_log is None else probe_log
+    probe_log.append(0)
+    m = H if heads_exact else None
+    tries = []
+    if query_scale is None:
+        try:
+            sigma, m, tries = _probe(plan0, K, asker, nz, nodes, H, m)
+        finally:
+            probe_log[-1] = len(rec.observations) - start
+    else:
+        sigma = mpq(query_scale) if not isinstance(query_scale, str) else QQ(query_scale)
+        if m is None:
+            m = H
+    n_probe = len(rec.observations) - start
+    X = [tuple(sigma * a for a in x) for x in X0]
+    E = [tuple(sigma * a for a in e) for e in E0]
+    splan = paper_plan(X, E, H)
+    fits, ids = _fit_all(splan, K, asker, nz, nodes, m, H)
+    probe_log[-1] = n_probe
+    # first-order validity, then labelling with per-relation bounds
+    worst_rel = 0.0
+    poles_of = {}
+    for n, f in fits.items():
+        bl, bc = f.bounds[1:m + 1], f.bounds[m + 1:]
+        rhos = [K.ctx.exp(x) for x in f.logs]
+        worst_rel = max([worst_rel] + [float(b) for b in bl]
+                        + [float(b) / max(abs(float(c)), 1e-300) for b, c in zip(bc, f.cs)])
+        poles_of[n] = [(r, c, float(b) * float(r), float(b2))
+                       for r, c, b, b2 in zip(rhos, f.cs, bl, bc)]
+    if worst_rel > LINEAR_LIMIT:
+        raise DegenerateDraw(f"the output error is too large for this draw: a pole or coefficient "
+                             f"has relative first-order error bound {worst_rel:.3g} > {LINEAR_LIMIT} "
+                             f"(two heads' exponents crowd in some configuration)")
+    check_pole_counts(splan, poles_of)
+    index = label_heads(splan, poles_of.__getitem__,
+                        WithinBounds(EQUAL_FACTOR, UNEQUAL_FACTOR, size=float)).index
+    obs = rec.observations[start:]
+    n_obs = len(rec.observations)
+    heads, SW, Sv, rounds = _solve(splan, fits, ids, index, K, m, n_obs, sigma)
+    etas_all = np.zeros(n_obs)
+    size = H * max(abs(float(y)) for _, y in obs)
+    for q in range(start, n_obs):
+        etas_all[q] = nz.of(rec.observations[q][1], size)
+    BW = [[[SAFETY * float(np.abs(SW[h][r * d + q]) @ etas_all) + rounds[h][0] for q in range(d)]
+           for r in range(d)] for h in range(m)]
+    Bv = [[SAFETY * float(np.abs(Sv[h][r]) @ etas_all) + rounds[h][1] for r in range(d)]
+          for h in range(m)]
+    order = sorted(range(m), key=lambda h: heads[h])
+    heads = [heads[h] for h in order]
+    BW = [BW[h] for h in order]
+    Bv = [Bv[h] for h in order]
+    worst_ratio = _certify(splan, heads, BW, Bv, K, fits, ids, nodes, rec, start, n_probe,
+                           etas_all, nz)
+    head_b = [max([x for row in bw for x in row] + list(bv)) for bw, bv in zip(BW, Bv)]
+    err = max(head_b, default=0.0)
+    detail = {
+        "plan": "stable: ratio families t = k/m geometric on [1/%d, %d], %d finite nodes, "
+                "weighted least squares" % (MAX_COPIES, MAX_COPIES, len(nodes) - 2),
+        "certificate": "within tolerance (noise + propagated parameter uncertainty); not exact",
+        "certified_observations": len(obs),
+        "max_residual_over_tolerance": f"{worst_ratio:.3g}",
+        "eta": f"{float(eta):.6g}", "eta_rel": f"{float(eta_rel):.6g}",
+        "head_error_bounds": [f"{b:.3g}" for b in head_b],
+        "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "
+                    f"{UNEQUAL_FACTOR} first-order bounds",
+        "max_relative_pole_error_bound": f"{worst_rel:.3g}",
+        "max_abs_exponent": f"{max(abs(float(x)) for f in fits.values() for x in f.logs):.4g}",
+        "query_scale": str(sigma), "scale_rule": "dyadic near-orthogonal X, E; sigma^2 brings the "
+        f"probe's rms log rho to about {TARGET}", "probe": tries, "probe_queries": n_probe,
+        "stable_plan_queries": stable_count(d, H),
+    }
+    out = RealOutcome(sigma=sigma, probe_queries=n_probe, error_bound=LO.convert(err),
+                      head_bounds=[LO.convert(b) for b in head_b], eta=eta, detail=detail,
+                      W_bounds=[[[LO.convert(x) for x in row] for row in bw] for bw in BW],
+                      v_bounds=[[LO.convert(x) for x in bv] for bv in Bv],
+                      etas={q: LO.convert(float(etas_all[q])) for q in range(start, n_obs)})
+    return tuple(heads), len(obs), out
+
+
+def _solve(plan, fits, ids, index, K, m, n_obs, sigma):
+    """Heads in the field's precision and their float64 sensitivities (module doc, step 5)."""
+    d = plan.d
+    rows = _rows(plan)
+    Xq = [[QQ(plan.X[i][r]) for i in range(d)] for r in range(d)]     # columns -> matrix
+    Eq = [[QQ(plan.E[j][r]) for j in range(d)] for r in range(d)]
+    Xinv = linalg.inverse(Xq, QQ)
+    EinvT = linalg.transpose(linalg.inverse(Eq, QQ))
+    Xi = np.array([[float(a) for a in row] for row in Xinv])
+    Ei = np.array([[float(a) for a in row] for row in EinvT])
+    XiK = [[K(a) for a in row] for row in Xinv]
+    EiK = [[K(a) for a in row] for row in EinvT]
+    heads, SWs, Svs, rounds = [], [], [], []
+    e_norm = float(np.abs(Ei).sum(axis=1).max())
+    x_norm = float(np.abs(Xi).sum(axis=0).max())
+    floor = float(K.ctx.ldexp(1, -K.prec)) * 64 * d * d
+    for h in range(m):
+        ml, bl, sl, mc, bc, sc = [], [], [], [], [], []
+        for n, f in fits.items():
+            p = index[n][h]
+            ml.append(f.logs[p])
+            bl.append(f.bounds[1 + p])
+            sl.append((ids[n], f.G[1 + p]))
+            mc.append(f.cs[p])
+            bc.append(f.bounds[1 + m + p])
+            sc.append((ids[n], f.G[1 + m + p]))
+        Mu, SM, rM = _wls(K, [[j * d + i for j, i in r[0]] for r in rows], d * d, ml, bl, sl, n_obs)
+        cu, Sc, rc = _wls(K, [r[1] for r in rows], d, mc, bc, sc, n_obs)
+        M = [[Mu[j * d + i] for i in range(d)] for j in range(d)]
+        # W = E^-T M X^-1, v = -E^-T c
+        EM = [[K.ctx.fsum(EiK[r][j] * M[j][i] for j in range(d)) for i in range(d)] for r in range(d)]
+        W = tuple(tuple(K.ctx.fsum(EM[r][i] * XiK[i][q] for i in range(d)) for q in range(d))
+                  for r in range(d))
+        v = tuple(-K.ctx.fsum(EiK[r][j] * cu[j] for j in range(d)) for r in range(d))
+        SMr = SM.reshape(d, d, n_obs)
+        SW = np.einsum("rj,jin,iq->rqn", Ei, SMr, Xi, optimize=True).reshape(d * d, n_obs)
+        heads.append(Head(W, v))
+        SWs.append(SW)
+        Svs.append(-(Ei @ Sc))
+        size = max(abs(float(a)) for row in W for a in row) + max(abs(float(a)) for a in v)
+        rounds.append((rM * e_norm * x_norm + floor * size, rc * e_norm + floor * size))
+    return heads, SWs, Svs, rounds
+
+
+def _certify(plan, heads, BW, Bv, K, fits, ids, nodes, rec, start, n_probe, etas, nz):
+    """Every observation recomputed from the heads within its tolerance (module doc, step 6);
+    returns the largest residual / tolerance."""
+    ctx = K.ctx
+    d = plan.d
+    worst = 0.0
+
+    def check(f, y, tol, length):
+        nonlocal worst
+        ratio = abs(float(f - y)) / tol
+        worst = max(worst, ratio)
+        if ratio > 1:
+            raise NoisierThanDeclared(
+                f"outputs noisier than the declared eta (or a black box outside the model "
+                f"class): the recovered heads miss an observation of length {length} by "
+                f"{abs(float(f - y)):.3g} > tolerance {tol:.3g}")
+
+    BWl = [[[LO.convert(x) for x in row] for row in bw] for bw in BW]
+    Bvl = [[LO.convert(x) for x in bv] for bv in Bv]
+    for q in range(start, start + n_probe):          # the probe: generic evaluation
+        tokens, y = rec.observations[q]
+        f, grad, size = evaluate_with_bounds(heads, tokens, K, BWl, Bvl)
+        check(f, y, float(etas[q] + grad) + float(rounding(K, size)), len(tokens))
+    Bvn = [np.array(bv) for bv in Bv]
+    BWn = [np.array(bw) for bw in BW]
+    for n, c in enumerate(plan.configs):
+        x = [K(a) for a in c.x]
+        a = [K(b) for b in c.a]
+        xf = np.abs(np.array([float(t) for t in c.x]))
+        ef = np.abs(np.array([float(t) for t in c.e]))
+        af = np.abs(np.array([float(t) for t in c.a]))
+        per = []
+        for h, head in enumerate(heads):
+            wx = [ctx.fdot(row, x) for row in head.W]
+            s_x, s_a = ctx.fdot(x, wx), ctx.fdot(a, wx)
+            rho = ctx.exp(s_a - s_x)
+            ua, ux = ctx.fdot(head.v, a), ctx.fdot(head.v, x)
+            kw = float(ef @ BWn[h] @ xf)                 # sum |e_r x_c| B_W[r][c]
+            per.append((rho, ua, ux, kw, float(af @ Bvn[h]), float(xf @ Bvn[h])))
+        for (k, m), q in zip(nodes, ids[n]):
+            y = rec.observations[q][1]
+            f, grad, size = ctx.zero, 0.0, 0.0
+            for rho, ua, ux, kw, va, vx in per:
+                if m == 0:
+                    pa, px = ctx.one, ctx.zero
+                else:
+                    den = k * rho + m
+                    pa, px = k * rho / den, m / den
+                f += pa * ua + px * ux
+                fpa, fpx = float(pa), float(px)
+                grad += fpa * va + fpx * vx + fpa * fpx * abs(float(ua - ux)) * kw
+                size += fpa * abs(float(ua)) + fpx * abs(float(ux))
+            check(f, y, float(etas[q]) + grad + float(rounding(K, 4 * size)), k + m)
+    return worst
