@@ -123,11 +123,12 @@ def _linear_c(ls, zs, ys, w, m):
     return np.concatenate([[sol[0]], ls, sol[1:]])
 
 
-def _start(zs, ys, w, m):
+def _start(zs, ys, w, m, shift=0):
     """log rho from a Loewner least-squares fit in z = t/(1+t) (AAA with m+1 supports)."""
     z = np.where(np.isfinite(zs), zs / (1 + np.where(np.isfinite(zs), zs, 0)), 1.0)
     n = len(z)
-    sup = sorted({int(round(j * (n - 1) / m)) for j in range(m + 1)})
+    sup = sorted({min(n - 1, int(round(j * (n - 1) / m)) + (shift if 0 < j < m else 0))
+                  for j in range(m + 1)})
     test = [i for i in range(n) if i not in sup]
     L = np.array([[(ys[i] - ys[j]) / (z[i] - z[j]) for j in sup] for i in test])
     L = L * w[test][:, None]
@@ -178,15 +179,18 @@ def _best_fit(zs, yf, w, m):
     """Levenberg-Marquardt from the Loewner start, then from spread starts until the
     weighted residuals are of the order of their weights."""
     starts = []
-    try:
-        s0 = _start(zs, yf, w, m)
-    except (np.linalg.LinAlgError, ValueError):
-        s0 = None
-    if s0 is not None:
-        starts.append(s0)
+    for shift in range(3):
+        try:
+            s0 = _start(zs, yf, w, m, shift)
+        except (np.linalg.LinAlgError, ValueError):
+            s0 = None
+        if s0 is not None:
+            starts.append(s0)
     top = math.log(MAX_COPIES)
     starts.append(np.linspace(-top, top, m + 2)[1:-1])
     starts.append(np.linspace(-1.5 * top, 1.5 * top, m))
+    rng = np.random.default_rng(len(yf))                 # deterministic extra starts
+    starts += [np.sort(rng.uniform(-2 * top, 2 * top, m)) for _ in range(12)]
     best = None
     for ls in starts:
         try:

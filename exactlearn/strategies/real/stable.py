@@ -55,7 +55,7 @@ from exactlearn.model import Head
 from exactlearn.noise import noise_bound
 from exactlearn.pipeline.match import WithinBounds, check_pole_counts, label_heads
 from exactlearn.pipeline.plan import paper_plan
-from exactlearn.strategies.real.analysis import EQUAL_FACTOR, LINEAR_LIMIT, UNEQUAL_FACTOR
+from exactlearn.strategies.real.analysis import EQUAL_FACTOR
 from exactlearn.strategies.real.certificate import SAFETY, RealOutcome
 from exactlearn.strategies.real.evaluate import evaluate_with_bounds
 from exactlearn.strategies.real.probe import cayley
@@ -63,6 +63,11 @@ from exactlearn.strategies.real.ratio import (MAX_COPIES, family_tokens, fit_rat
                                               node_t, ratio_nodes)
 from exactlearn.strategies.real.sensitivity import LO, rounding
 
+#: first-order validity: a family's relative bounds at most this (second-order terms are
+#: then below 1e-2 of the first-order ones, inside the certificate's SAFETY factor 2)
+LINEAR_LIMIT = 1e-2
+#: matching: equal within EQUAL_FACTOR (10) first-order bounds, unequal beyond this many
+UNEQUAL_FACTOR = 10 ** 3
 TARGET = 3.0             # rms log rho the scale aims at
 GRID = 20                # token entries on the dyadic grid 2^-GRID
 PROBE_SCALES = (mpq(1), mpq(4), mpq(1, 4), mpq(16), mpq(1, 16))
@@ -133,24 +138,70 @@ def _families(plan, nodes):
     return [[family_tokens(c.x, c.a, k, m) for k, m in nodes] for c in plan.configs]
 
 
+RESCUE = (mpq(1, 2), mpq(2), mpq(1, 4), mpq(4))   # a family that fails is re-asked scaled
+
+
+def _rel_bound(fit, m):
+    bl, bc = fit.bounds[1:m + 1], fit.bounds[m + 1:]
+    return max([float(b) for b in bl] + [float(b) / max(abs(float(c)), 1e-300)
+                                         for b, c in zip(bc, fit.cs)])
+
+
+def _normalised(fit, f, m):
+    """A fit of the family (f x, f e) expressed at scale 1: log rho / f^2, c / f, A / f."""
+    scale = np.concatenate([[1 / float(f)], np.full(m, 1 / float(f) ** 2), np.full(m, 1 / float(f))])
+    fit.A = fit.A / f
+    fit.logs = [x / f ** 2 for x in fit.logs]
+    fit.cs = [c / f for c in fit.cs]
+    fit.G = fit.G * scale[:, None]
+    fit.bounds = fit.bounds * scale
+    return fit
+
+
 def _fit_all(plan, K, asker, noise, nodes, m, H):
-    """Ask and fit every configuration: ``(fits, ids)``; ids[n] are the observation indices."""
+    """Ask and fit every configuration: ``(fits, ids, rescued)``; ``ids[n]`` are the
+    observation indices of the fit.  A configuration whose fit fails, or whose first-order
+    relative bound exceeds LINEAR_LIMIT (poles crowded or beyond the nodes), is asked again
+    with x and e scaled by 1/2, 2, 1/4, 4 (exact dyadic tokens) and its fit taken back to
+    scale 1 (``log rho`` scales by f^2, ``c`` by f); every query asked stays an observation
+    that the certificate must reproduce."""
     ts = [node_t(k, mm) for k, mm in nodes]
-    fams = _families(plan, nodes)
-    flat = [q for f in fams for q in f]
-    got = asker.ask(flat)
-    fits, ids = {}, {}
-    pos = 0
-    for n, c in enumerate(plan.configs):
-        part = got[pos:pos + len(nodes)]
-        pos += len(nodes)
+
+    def fit_at(c, f, what):
+        x = tuple(f * a for a in c.x)
+        a = tuple(f * b for b in c.a)
+        part = asker.ask([family_tokens(x, a, k, mm) for k, mm in nodes])
         ys = [y for y, _ in part]
         size = H * max(abs(float(y)) for y in ys)
         etas = [noise.of(y, size) for y in ys]
+        fit = fit_ratio_family(K, ts, ys, etas, m, what=what)
+        return fit, np.array([q for _, q in part])
+
+    asker.ask([q for c in plan.configs for q in
+               (family_tokens(c.x, c.a, k, mm) for k, mm in nodes)])      # one batch
+    fits, ids, rescued = {}, {}, {}
+    for n, c in enumerate(plan.configs):
         what = f"configuration {c.kind}{(c.i + 1, c.j + 1)}"
-        fits[n] = fit_ratio_family(K, ts, ys, etas, m, what=what)
-        ids[n] = np.array([q for _, q in part])
-    return fits, ids
+        first = None
+        for f in (mpq(1),) + RESCUE:
+            try:
+                fit, q = fit_at(c, f, what if f == 1 else f"{what} at scale {f}")
+            except (InterpolationError, NoisierThanDeclared, DegenerateDraw,
+                    np.linalg.LinAlgError, ValueError) as exc:
+                first = first or exc
+                continue
+            if _rel_bound(fit, m) * (float(f) ** 2 if f < 1 else 1) > LINEAR_LIMIT:
+                first = first or DegenerateDraw(
+                    f"{what}: relative first-order error bound {_rel_bound(fit, m):.3g} > "
+                    f"{LINEAR_LIMIT} (two heads' exponents crowd, or lie beyond the nodes)")
+                continue
+            fits[n], ids[n] = (fit if f == 1 else _normalised(fit, f, m)), q
+            if f != 1:
+                rescued[n] = str(f)
+            break
+        else:
+            raise first
+    return fits, ids, rescued
 
 
 def _probe(plan0, K, asker, noise, nodes, H, m_fixed):
@@ -284,7 +335,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     X = [tuple(sigma * a for a in x) for x in X0]
     E = [tuple(sigma * a for a in e) for e in E0]
     splan = paper_plan(X, E, H)
-    fits, ids = _fit_all(splan, K, asker, nz, nodes, m, H)
+    fits, ids, rescued = _fit_all(splan, K, asker, nz, nodes, m, H)
     probe_log[-1] = n_probe
     # first-order validity, then labelling with per-relation bounds
     worst_rel = 0.0
@@ -318,8 +369,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     heads = [heads[h] for h in order]
     BW = [BW[h] for h in order]
     Bv = [Bv[h] for h in order]
-    worst_ratio = _certify(splan, heads, BW, Bv, K, fits, ids, nodes, rec, start, n_probe,
-                           etas_all, nz)
+    worst_ratio = _certify(heads, BW, Bv, K, rec, start, etas_all)
     head_b = [max([x for row in bw for x in row] + list(bv)) for bw, bv in zip(BW, Bv)]
     err = max(head_b, default=0.0)
     detail = {
@@ -337,6 +387,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         "query_scale": str(sigma), "scale_rule": "dyadic near-orthogonal X, E; sigma^2 brings the "
         f"probe's rms log rho to about {TARGET}", "probe": tries, "probe_queries": n_probe,
         "stable_plan_queries": stable_count(d, H),
+        "rescued_configurations": {f"{splan.configs[n].kind}{(splan.configs[n].i + 1, splan.configs[n].j + 1)}": f
+                                   for n, f in rescued.items()},
     }
     out = RealOutcome(sigma=sigma, probe_queries=n_probe, error_bound=LO.convert(err),
                       head_bounds=[LO.convert(b) for b in head_b], eta=eta, detail=detail,
@@ -390,57 +442,60 @@ def _solve(plan, fits, ids, index, K, m, n_obs, sigma):
     return heads, SWs, Svs, rounds
 
 
-def _certify(plan, heads, BW, Bv, K, fits, ids, nodes, rec, start, n_probe, etas, nz):
-    """Every observation recomputed from the heads within its tolerance (module doc, step 6);
-    returns the largest residual / tolerance."""
+def _certify(heads, BW, Bv, K, rec, start, etas):
+    """Every observation since ``start`` recomputed from the heads within its tolerance
+    (module doc, step 6); returns the largest residual / tolerance.  Every query of this
+    plan (probe and rescues included) is ``k`` copies of a token ``a`` and ``m >= 1`` of a
+    final token ``x`` (or ``a`` alone), so each head is evaluated in closed form once per
+    distinct ``(a, x)`` pair."""
     ctx = K.ctx
-    d = plan.d
     worst = 0.0
+    Bvn = [np.array(bv) for bv in Bv]
+    BWn = [np.array(bw) for bw in BW]
+    cache: dict = {}
 
-    def check(f, y, tol, length):
-        nonlocal worst
+    def per_head(a_tok, x_tok):
+        key = (a_tok, x_tok)
+        got = cache.get(key)
+        if got is None:
+            x = [K(t) for t in x_tok]
+            a = [K(t) for t in a_tok]
+            xf = np.array([abs(float(t)) for t in x_tok])
+            af = np.array([abs(float(t)) for t in a_tok])
+            ef = np.array([abs(float(p) - float(q)) for p, q in zip(a_tok, x_tok)])
+            got = []
+            for h, head in enumerate(heads):
+                wx = [ctx.fdot(row, x) for row in head.W]
+                rho = ctx.exp(ctx.fdot(a, wx) - ctx.fdot(x, wx))
+                ua, ux = ctx.fdot(head.v, a), ctx.fdot(head.v, x)
+                got.append((rho, ua, ux, float(ef @ BWn[h] @ xf), float(af @ Bvn[h]),
+                            float(xf @ Bvn[h])))
+            cache[key] = got
+        return got
+
+    for q in range(start, len(rec.observations)):
+        tokens, y = rec.observations[q]
+        x_tok = tuple(tokens[-1])
+        others = {tuple(t) for t in tokens} - {x_tok}
+        if len(others) > 1:
+            raise AssertionError("a stable-plan query has at most two distinct tokens")
+        m = sum(1 for t in tokens if tuple(t) == x_tok)
+        k = len(tokens) - m
+        a_tok = others.pop() if others else x_tok
+        f, grad, size = ctx.zero, 0.0, 0.0
+        for rho, ua, ux, kw, va, vx in per_head(a_tok, x_tok):
+            den = k * rho + m
+            pa, px = k * rho / den, m / den
+            f += pa * ua + px * ux
+            fpa, fpx = float(pa), float(px)
+            grad += fpa * va + fpx * vx + fpa * fpx * abs(float(ua - ux)) * kw
+            size += fpa * abs(float(ua)) + fpx * abs(float(ux))
+        tol = float(etas[q]) + grad + float(rounding(K, 4 * size))
         ratio = abs(float(f - y)) / tol
         worst = max(worst, ratio)
         if ratio > 1:
             raise NoisierThanDeclared(
                 f"outputs noisier than the declared eta (or a black box outside the model "
-                f"class): the recovered heads miss an observation of length {length} by "
+                f"class): the recovered heads miss an observation of length {len(tokens)} by "
                 f"{abs(float(f - y)):.3g} > tolerance {tol:.3g}")
-
-    BWl = [[[LO.convert(x) for x in row] for row in bw] for bw in BW]
-    Bvl = [[LO.convert(x) for x in bv] for bv in Bv]
-    for q in range(start, start + n_probe):          # the probe: generic evaluation
-        tokens, y = rec.observations[q]
-        f, grad, size = evaluate_with_bounds(heads, tokens, K, BWl, Bvl)
-        check(f, y, float(etas[q] + grad) + float(rounding(K, size)), len(tokens))
-    Bvn = [np.array(bv) for bv in Bv]
-    BWn = [np.array(bw) for bw in BW]
-    for n, c in enumerate(plan.configs):
-        x = [K(a) for a in c.x]
-        a = [K(b) for b in c.a]
-        xf = np.abs(np.array([float(t) for t in c.x]))
-        ef = np.abs(np.array([float(t) for t in c.e]))
-        af = np.abs(np.array([float(t) for t in c.a]))
-        per = []
-        for h, head in enumerate(heads):
-            wx = [ctx.fdot(row, x) for row in head.W]
-            s_x, s_a = ctx.fdot(x, wx), ctx.fdot(a, wx)
-            rho = ctx.exp(s_a - s_x)
-            ua, ux = ctx.fdot(head.v, a), ctx.fdot(head.v, x)
-            kw = float(ef @ BWn[h] @ xf)                 # sum |e_r x_c| B_W[r][c]
-            per.append((rho, ua, ux, kw, float(af @ Bvn[h]), float(xf @ Bvn[h])))
-        for (k, m), q in zip(nodes, ids[n]):
-            y = rec.observations[q][1]
-            f, grad, size = ctx.zero, 0.0, 0.0
-            for rho, ua, ux, kw, va, vx in per:
-                if m == 0:
-                    pa, px = ctx.one, ctx.zero
-                else:
-                    den = k * rho + m
-                    pa, px = k * rho / den, m / den
-                f += pa * ua + px * ux
-                fpa, fpx = float(pa), float(px)
-                grad += fpa * va + fpx * vx + fpa * fpx * abs(float(ua - ux)) * kw
-                size += fpa * abs(float(ua)) + fpx * abs(float(ux))
-            check(f, y, float(etas[q]) + grad + float(rounding(K, 4 * size)), k + m)
     return worst
