@@ -53,11 +53,12 @@ from exactlearn.errors import DegenerateDraw, FieldError, InterpolationError, Le
 from exactlearn.fields.rational import QQ
 from exactlearn.model import Head
 from exactlearn.noise import noise_bound
-from exactlearn.pipeline.match import WithinBounds, check_pole_counts, label_heads
-from exactlearn.pipeline.plan import paper_plan
+from exactlearn.pipeline.match import WithinBounds
+from exactlearn.pipeline.plan import Config, paper_plan
 from exactlearn.strategies.real.analysis import EQUAL_FACTOR
 from exactlearn.strategies.real.certificate import SAFETY, RealOutcome
 from exactlearn.strategies.real.evaluate import evaluate_with_bounds
+from exactlearn.strategies.real.labels import label_by_c, label_families, references
 from exactlearn.strategies.real.probe import cayley
 from exactlearn.strategies.real.ratio import (MAX_COPIES, family_tokens, fit_ratio_family,
                                               node_t, ratio_nodes)
@@ -67,7 +68,11 @@ from exactlearn.strategies.real.sensitivity import LO, rounding
 #: then below 1e-2 of the first-order ones, inside the certificate's SAFETY factor 2)
 LINEAR_LIMIT = 1e-2
 #: matching: equal within EQUAL_FACTOR (10) first-order bounds, unequal beyond this many
-UNEQUAL_FACTOR = 10 ** 3
+UNEQUAL_FACTOR = 10 ** 2
+#: the run fails when more than this share of the configurations cannot be resolved
+MAX_UNRESOLVED = 0.25
+SUPPLEMENT_ROUNDS = 2    # rounds of supplementary families for undetermined entries
+SUPPLEMENT_PER_ENTRY = 2
 TARGET = 3.0             # rms log rho the scale aims at
 GRID = 20                # token entries on the dyadic grid 2^-GRID
 PROBE_SCALES = (mpq(1), mpq(4), mpq(1, 4), mpq(16), mpq(1, 16))
@@ -165,50 +170,106 @@ def _fit_all(plan, K, asker, noise, nodes, m, H):
     with x and e scaled by 1/2, 2, 1/4, 4 (exact dyadic tokens) and its fit taken back to
     scale 1 (``log rho`` scales by f^2, ``c`` by f); every query asked stays an observation
     that the certificate must reproduce."""
-    ts = [node_t(k, mm) for k, mm in nodes]
+    asker.ask([q for c in plan.configs for q in
+               (family_tokens(c.x, c.a, k, mm) for k, mm in nodes)])      # one batch
+    fits, ids, rescued, bad = {}, {}, {}, {}
+    for n, c in enumerate(plan.configs):
+        try:
+            fits[n], ids[n], f = _resolve(c, K, asker, noise, nodes, m, H)
+        except LearningFailure as exc:
+            bad[n] = exc
+            continue
+        if f != 1:
+            rescued[n] = str(f)
+    return fits, ids, rescued, bad
 
-    def fit_at(c, f, what):
+
+def _resolve(c, K, asker, noise, nodes, m, H):
+    """``(fit at scale 1, observation indices, scale asked)`` of one configuration, at the
+    first of the scales 1, 1/2, 2, 1/4, 4 whose fit succeeds within LINEAR_LIMIT; raises
+    the first failure when none does."""
+    ts = [node_t(k, mm) for k, mm in nodes]
+    what = f"configuration {c.kind}{(c.i + 1, c.j + 1)}"
+    first = None
+    for f in (mpq(1),) + RESCUE:
         x = tuple(f * a for a in c.x)
         a = tuple(f * b for b in c.a)
         part = asker.ask([family_tokens(x, a, k, mm) for k, mm in nodes])
         ys = [y for y, _ in part]
         size = H * max(abs(float(y)) for y in ys)
         etas = [noise.of(y, size) for y in ys]
-        fit = fit_ratio_family(K, ts, ys, etas, m, what=what)
-        return fit, np.array([q for _, q in part])
+        try:
+            fit = fit_ratio_family(K, ts, ys, etas, m, what=what if f == 1 else f"{what} at scale {f}")
+        except (InterpolationError, NoisierThanDeclared, DegenerateDraw) as exc:
+            first = first or exc
+            continue
+        except (np.linalg.LinAlgError, ValueError) as exc:
+            first = first or InterpolationError(f"{what}: {exc}")
+            continue
+        fit = fit if f == 1 else _normalised(fit, f, m)
+        if _rel_bound(fit, m) > LINEAR_LIMIT:
+            first = first or DegenerateDraw(
+                f"{what}: relative first-order error bound {_rel_bound(fit, m):.3g} > "
+                f"{LINEAR_LIMIT} (two heads' exponents crowd, or lie beyond the nodes)")
+            continue
+        return fit, np.array([q for _, q in part]), f
+    raise first
 
-    asker.ask([q for c in plan.configs for q in
-               (family_tokens(c.x, c.a, k, mm) for k, mm in nodes)])      # one batch
-    fits, ids, rescued = {}, {}, {}
-    for n, c in enumerate(plan.configs):
-        what = f"configuration {c.kind}{(c.i + 1, c.j + 1)}"
-        first = None
-        for f in (mpq(1),) + RESCUE:
-            try:
-                fit, q = fit_at(c, f, what if f == 1 else f"{what} at scale {f}")
-            except (InterpolationError, NoisierThanDeclared, DegenerateDraw,
-                    np.linalg.LinAlgError, ValueError) as exc:
-                first = first or exc
-                continue
-            if _rel_bound(fit, m) * (float(f) ** 2 if f < 1 else 1) > LINEAR_LIMIT:
-                first = first or DegenerateDraw(
-                    f"{what}: relative first-order error bound {_rel_bound(fit, m):.3g} > "
-                    f"{LINEAR_LIMIT} (two heads' exponents crowd, or lie beyond the nodes)")
-                continue
-            fits[n], ids[n] = (fit if f == 1 else _normalised(fit, f, m)), q
-            if f != 1:
-                rescued[n] = str(f)
+
+def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
+                relation):
+    """Supplementary families ``(x_i, e_j - e_k)`` for the entries of M (and c) that the
+    labelled families leave undetermined, labelled by their predicted c-values; two rounds.
+    Returns how many were asked."""
+    d = splan.d
+    asked = 0
+    for _ in range(SUPPLEMENT_ROUNDS):
+        used = sorted(index)
+        missW = _undetermined([[(j * d + i, co) for (j, i), co in rows[n][0]] for n in used], d * d)
+        missv = _undetermined([rows[n][1] for n in used], d)
+        if not missW and not missv:
             break
-        else:
-            raise first
-    return fits, ids, rescued
+        view = type("View", (), {"configs": configs})()
+        refs = references(view, index, poles_of)
+        want = [divmod(u, d) for u in missW] + [(j, 0) for j in missv]
+        new = []
+        for j, i in want:
+            ks = [k for k in sorted(refs) if k != j and splan.index("basis", i, k) in index]
+            for k in ks[:SUPPLEMENT_PER_ENTRY]:
+                e = tuple(p - q for p, q in zip(splan.E[j], splan.E[k]))
+                new.append((Config("extra", i, j, splan.X[i], e), k))
+        if not new:
+            break
+        asker.ask([q for c, _ in new for q in (family_tokens(c.x, c.a, kk, mm) for kk, mm in nodes)])
+        asked += len(new)
+        for c, k in new:
+            try:
+                fit, q, _ = _resolve(c, K, asker, noise, nodes, m, H)
+            except LearningFailure:
+                continue
+            pl = _poles(K, fit, m)
+            lab = label_by_c(pl, [(c.j, 1), (k, -1)], refs, relation)
+            if lab is None:
+                continue
+            n = len(configs)
+            configs.append(c)
+            rows.append(_rows(c, k))
+            fits[n], ids[n], poles_of[n], index[n] = fit, q, pl, lab
+    return asked
+
+
+def _poles(K, fit, m):
+    """``(rho, c, bound of rho, bound of c)`` per pole (the matching's poles)."""
+    bl, bc = fit.bounds[1:m + 1], fit.bounds[m + 1:]
+    return [(K.ctx.exp(x), c, float(b) * float(K.ctx.exp(x)), float(b2))
+            for x, c, b, b2 in zip(fit.logs, fit.cs, bl, bc)]
 
 
 def _probe(plan0, K, asker, noise, nodes, H, m_fixed):
     """``(sigma, m, probe detail)`` from the probe families at the scales tried."""
     tries = []
     d = plan0.d
-    fams = [plan0.configs[plan0.index("basis", i, i)] for i in range(min(d, -(-6 // H)))]
+    fams = [plan0.configs[plan0.index("basis", i, i)] for i in range(min(d, max(3, -(-6 // H))))]
     ts = [node_t(k, mm) for k, mm in nodes]
     for s0 in PROBE_SCALES:
         try:
@@ -254,32 +315,48 @@ def _count_heads(K, ts, ys, etas, H):
     return H
 
 
-def _rows(plan):
-    """For each configuration: the M-entries (j, i) of its log rho and the c-unknowns j."""
-    out = []
-    for c in plan.configs:
-        if c.kind == "basis":
-            out.append(([(c.j, c.i)], [c.j]))
-        elif c.kind == "within":
-            out.append(([(0, c.i), (c.j, c.i)], [0, c.j]))
-        else:
-            out.append(([(c.j, 0), (c.j, c.i)], [c.j]))
-    return out
+def _rows(c, k=None):
+    """The configuration's ``log rho`` and ``c`` as combinations of the unknowns:
+    ``([((j, i), coef)], [(j, coef)])`` with ``M[j][i] = e_j^T W x_i`` and ``y_j = c(e_j)``.
+    ``k``: a supplementary family ``(x_i, e_j - e_k)``."""
+    if c.kind == "basis":
+        return [((c.j, c.i), 1)], [(c.j, 1)]
+    if c.kind == "within":
+        return [((0, c.i), 1), ((c.j, c.i), 1)], [(0, 1), (c.j, 1)]
+    if c.kind == "across":
+        return [((c.j, 0), 1), ((c.j, c.i), 1)], [(c.j, 1)]
+    return [((c.j, c.i), 1), ((k, c.i), -1)], [(c.j, 1), (k, -1)]
+
+
+def _undetermined(design, p) -> list:
+    """The unknowns (column indices) that the rows of ``design`` do not determine."""
+    A = np.zeros((max(1, len(design)), p))
+    for r, row in enumerate(design):
+        for col, coef in row:
+            A[r, col] = coef
+    _, sv, Vt = np.linalg.svd(A)
+    rank = int(np.sum(sv > 1e-9 * sv[0])) if len(sv) else 0
+    null = Vt[rank:]
+    return [u for u in range(p) if null.size and np.abs(null[:, u]).max() > 1e-6]
 
 
 def _wls(K, design, p, meas, bounds, sens_rows, n_obs):
-    """Weighted least squares of ``meas`` (mpf) over the 0/1 ``design`` (index lists):
-    values in the field's precision (float64 G plus one refinement step), float64
-    sensitivities ``S = G S_meas`` (p x n_obs)."""
+    """Weighted least squares of ``meas`` (mpf) over the ``design`` (rows of
+    ``(unknown, coefficient)``): values in the field's precision (float64 G plus iterative
+    refinement), float64 sensitivities ``S = G S_meas`` (p x n_obs)."""
     ctx = K.ctx
     N = len(design)
     A = np.zeros((N, p))
-    for n, cols in enumerate(design):
-        A[n, cols] = 1
-    w = 1 / np.asarray(bounds) ** 2
-    Nrm = A.T @ (A * w[:, None])
+    for n, row in enumerate(design):
+        for col, coef in row:
+            A[n, col] = coef
+    b = np.asarray(bounds, dtype=float)
+    # any left inverse G gives an unbiased estimator whose sensitivities G S are exact, so the
+    # weights need not be optimal: capping their range at 1e12 keeps G accurate in float64
+    b = np.minimum(np.maximum(b, 1e-300), 1e6 * max(b.min(), 1e-300))
+    sw = 1 / b
     try:
-        G = np.linalg.solve(Nrm, A.T * w[None, :])
+        G = np.linalg.pinv(A * sw[:, None]) * sw[None, :]
     except np.linalg.LinAlgError:
         raise SingularMatrix("the weighted least-squares system of a head is singular") from None
     with ctx.extraprec(30):
@@ -288,7 +365,7 @@ def _wls(K, design, p, meas, bounds, sens_rows, n_obs):
         goal = ctx.ldexp(1, -ctx.prec) * max(1, max(abs(x) for x in u))
         last = None
         for it in range(16):           # iterative refinement: G A = I + O(eps) contracts
-            r = [meas[n] - ctx.fsum(u[c] for c in design[n]) for n in range(N)]
+            r = [meas[n] - ctx.fsum(co * u[c] for c, co in design[n]) for n in range(N)]
             du = [ctx.fdot(row, r) for row in Gm]
             u = [a + b for a, b in zip(u, du)]
             size = max(abs(x) for x in du)
@@ -335,28 +412,31 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     X = [tuple(sigma * a for a in x) for x in X0]
     E = [tuple(sigma * a for a in e) for e in E0]
     splan = paper_plan(X, E, H)
-    fits, ids, rescued = _fit_all(splan, K, asker, nz, nodes, m, H)
+    fits, ids, rescued, bad = _fit_all(splan, K, asker, nz, nodes, m, H)
     probe_log[-1] = n_probe
+    name = lambda n: f"{splan.configs[n].kind}{(splan.configs[n].i + 1, splan.configs[n].j + 1)}"
+    if len(bad) > MAX_UNRESOLVED * len(splan.configs) or not fits:
+        first = bad[min(bad)]
+        raise type(first)(f"{len(bad)} of {len(splan.configs)} configurations could not be "
+                          f"resolved at any scale (a box noisier than declared, or more heads "
+                          f"than {H}); the first: {first}")
     # first-order validity, then labelling with per-relation bounds
-    worst_rel = 0.0
-    poles_of = {}
-    for n, f in fits.items():
-        bl, bc = f.bounds[1:m + 1], f.bounds[m + 1:]
-        rhos = [K.ctx.exp(x) for x in f.logs]
-        worst_rel = max([worst_rel] + [float(b) for b in bl]
-                        + [float(b) / max(abs(float(c)), 1e-300) for b, c in zip(bc, f.cs)])
-        poles_of[n] = [(r, c, float(b) * float(r), float(b2))
-                       for r, c, b, b2 in zip(rhos, f.cs, bl, bc)]
-    if worst_rel > LINEAR_LIMIT:
-        raise DegenerateDraw(f"the output error is too large for this draw: a pole or coefficient "
-                             f"has relative first-order error bound {worst_rel:.3g} > {LINEAR_LIMIT} "
-                             f"(two heads' exponents crowd in some configuration)")
-    check_pole_counts(splan, poles_of)
-    index = label_heads(splan, poles_of.__getitem__,
-                        WithinBounds(EQUAL_FACTOR, UNEQUAL_FACTOR, size=float)).index
+    worst_rel = max((_rel_bound(f, m) for f in fits.values()), default=0.0)
+    poles_of = {n: _poles(K, f, m) for n, f in fits.items()}
+    basis0 = [splan.index("basis", 0, j) for j in range(d)]
+    root = next((n for n in basis0 if n in fits), None)
+    if root is None:
+        raise DegenerateDraw(f"no basis configuration with final token x_1 could be resolved; "
+                             f"(x_1, e_1): {bad[basis0[0]]}")
+    relation = WithinBounds(EQUAL_FACTOR, UNEQUAL_FACTOR, size=float)
+    index = label_families(splan, poles_of, relation, root)
+    configs = list(splan.configs)
+    rows = [_rows(c) for c in configs]
+    n_supp = _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz, nodes,
+                         m, H, relation)
     obs = rec.observations[start:]
     n_obs = len(rec.observations)
-    heads, SW, Sv, rounds = _solve(splan, fits, ids, index, K, m, n_obs, sigma)
+    heads, SW, Sv, rounds = _solve(splan, rows, fits, ids, index, K, m, n_obs)
     etas_all = np.zeros(n_obs)
     size = H * max(abs(float(y)) for _, y in obs)
     for q in range(start, n_obs):
@@ -387,8 +467,10 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         "query_scale": str(sigma), "scale_rule": "dyadic near-orthogonal X, E; sigma^2 brings the "
         f"probe's rms log rho to about {TARGET}", "probe": tries, "probe_queries": n_probe,
         "stable_plan_queries": stable_count(d, H),
-        "rescued_configurations": {f"{splan.configs[n].kind}{(splan.configs[n].i + 1, splan.configs[n].j + 1)}": f
-                                   for n, f in rescued.items()},
+        "unresolved_configurations": {name(n): str(e)[:160] for n, e in bad.items()},
+        "unlabelled_configurations": [name(n) for n in fits if n not in index and n < len(splan.configs)],
+        "supplementary_families": n_supp,
+        "rescued_configurations": {name(n): f for n, f in rescued.items()},
     }
     out = RealOutcome(sigma=sigma, probe_queries=n_probe, error_bound=LO.convert(err),
                       head_bounds=[LO.convert(b) for b in head_b], eta=eta, detail=detail,
@@ -398,10 +480,17 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     return tuple(heads), len(obs), out
 
 
-def _solve(plan, fits, ids, index, K, m, n_obs, sigma):
-    """Heads in the field's precision and their float64 sensitivities (module doc, step 5)."""
+def _solve(plan, rows, fits, ids, index, K, m, n_obs):
+    """Heads in the field's precision and their float64 sensitivities (module doc, step 5);
+    ``rows[n]`` from :func:`_rows`."""
     d = plan.d
-    rows = _rows(plan)
+    used = sorted(index)
+    dW = [[(j * d + i, co) for (j, i), co in rows[n][0]] for n in used]
+    dv = [rows[n][1] for n in used]
+    for design, p, what in ((dW, d * d, "W"), (dv, d, "v")):
+        if _undetermined(design, p):
+            raise SingularMatrix(f"the {len(used)} configurations that could be labelled do not "
+                                 f"determine every entry of {what}")
     Xq = [[QQ(plan.X[i][r]) for i in range(d)] for r in range(d)]     # columns -> matrix
     Eq = [[QQ(plan.E[j][r]) for j in range(d)] for r in range(d)]
     Xinv = linalg.inverse(Xq, QQ)
@@ -416,7 +505,8 @@ def _solve(plan, fits, ids, index, K, m, n_obs, sigma):
     floor = float(K.ctx.ldexp(1, -K.prec)) * 64 * d * d
     for h in range(m):
         ml, bl, sl, mc, bc, sc = [], [], [], [], [], []
-        for n, f in fits.items():
+        for n in used:
+            f = fits[n]
             p = index[n][h]
             ml.append(f.logs[p])
             bl.append(f.bounds[1 + p])
@@ -424,8 +514,8 @@ def _solve(plan, fits, ids, index, K, m, n_obs, sigma):
             mc.append(f.cs[p])
             bc.append(f.bounds[1 + m + p])
             sc.append((ids[n], f.G[1 + m + p]))
-        Mu, SM, rM = _wls(K, [[j * d + i for j, i in r[0]] for r in rows], d * d, ml, bl, sl, n_obs)
-        cu, Sc, rc = _wls(K, [r[1] for r in rows], d, mc, bc, sc, n_obs)
+        Mu, SM, rM = _wls(K, dW, d * d, ml, bl, sl, n_obs)
+        cu, Sc, rc = _wls(K, dv, d, mc, bc, sc, n_obs)
         M = [[Mu[j * d + i] for i in range(d)] for j in range(d)]
         # W = E^-T M X^-1, v = -E^-T c
         EM = [[K.ctx.fsum(EiK[r][j] * M[j][i] for j in range(d)) for i in range(d)] for r in range(d)]

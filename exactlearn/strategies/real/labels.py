@@ -1,0 +1,154 @@
+"""Labelling the stable plan's configurations by head when some families are missing
+(README, "Float black boxes: the stable plan").
+
+The paper's traversal (:func:`exactlearn.pipeline.match.label_heads`) needs every family:
+one family that a float box cannot resolve (two heads' exponents crowd in it) stops the
+run.  The stable plan has redundancy to spare, and this traversal uses it:
+
+* **Ties**, in either direction.  ``within(i, j)`` ties ``(x_i, e_1)`` and ``(x_i, e_j)``
+  (rho multiply, c add); ``across(i)`` ties ``(x_1, e_j(i))`` and ``(x_i, e_j(i))`` (rho
+  multiply, c equal).  When one side is labelled and the other side and the joint family
+  are present, :func:`~exactlearn.pipeline.match.tie` labels both.
+* **c-values.**  ``c_h(x, e) = -v_h.e`` does not depend on x and adds over the directions
+  of e: any family whose directions e_j have a labelled basis family ``(x_k, e_j)`` is
+  labelled by the predicted c-values, when each head's is decided equal to exactly one pole's
+  and unequal to the others' (the efficient plan's rule, README "Beyond the paper: the
+  efficient plan", extended to sums).
+* **Joint families** whose two sides are labelled are labelled by the same relations (a
+  joint that fits no labelling is left out of the solve; its queries are still certified).
+
+Every decision is a :class:`~exactlearn.pipeline.match.WithinBounds` relation: equal within
+its own first-order bounds times ``equal``, unequal beyond ``unequal``, undecided between --
+and an undecided relation never labels: the family stays unlabelled.  Labels found by
+different routes must agree (c-values of one direction across final tokens), else
+:class:`~exactlearn.errors.MatchError`.  What is left unlabelled is reported; the solve then
+needs the labelled families to determine every parameter (a rank check).
+"""
+
+from __future__ import annotations
+
+from exactlearn.errors import MatchError, Undecided
+from exactlearn.pipeline.match import tie
+
+
+def _by_c(cell, ref, relation):
+    """Pole indices of ``cell`` with the c-values of the heads ``ref`` (labelled poles),
+    or None when a decision is undecided or not a bijection."""
+    out = []
+    for rp in ref:
+        hits = []
+        for r, p in enumerate(cell):
+            state = relation.same_c(p, rp)
+            if state is None:
+                return None
+            if state:
+                hits.append(r)
+        if len(hits) != 1:
+            return None
+        out.append(hits[0])
+    return out if len(set(out)) == len(out) else None
+
+
+def _spread(poles):
+    return max(p[3] for p in poles)
+
+
+def directions(c) -> list:
+    """``[(j, coefficient)]``: the configuration's e as a combination of the e_j."""
+    return [(0, 1), (c.j, 1)] if c.kind == "within" else [(c.j, 1)]
+
+
+def label_by_c(poles, dirs, refs, relation):
+    """Pole indices of ``poles`` (a family whose e is ``sum coef e_j`` over ``dirs``) by the
+    predicted c-values ``sum coef c_h(e_j)`` of the labelled references ``refs[j]``; None
+    when a reference is missing or a decision is undecided or not a bijection."""
+    if not all(j in refs for j, _ in dirs):
+        return None
+    m = len(refs[dirs[0][0]])
+    pred = [(None, sum(co * refs[j][h][1] for j, co in dirs), None,
+             sum(abs(co) * refs[j][h][3] for j, co in dirs)) for h in range(m)]
+    return _by_c(poles, pred, relation)
+
+
+def references(plan, index, poles_of) -> dict:
+    """Per direction j: the labelled poles of the basis family ``(x_i, e_j)`` with the most
+    precise c-values."""
+    refs: dict = {}
+    for n in sorted(index):
+        c = plan.configs[n]
+        if c.kind == "basis":
+            lab = [poles_of[n][p] for p in index[n]]
+            if c.j not in refs or _spread(lab) < _spread(refs[c.j]):
+                refs[c.j] = lab
+    return refs
+
+
+def label_families(plan, poles_of: dict, relation, root, dirs=None) -> dict:
+    """``{configuration index: [pole index of head h]}`` for every family that can be
+    labelled (module doc); ``poles_of`` has the present families, ``root`` the basis
+    family whose poles define the head numbering."""
+    cfg = plan.configs
+    dirs = dirs or (lambda n: directions(cfg[n]))
+    index: dict = {root: list(range(len(poles_of[root])))}
+
+    def lab(n):
+        return [poles_of[n][p] for p in index[n]]
+
+    ties = []
+    for n, c in enumerate(cfg):
+        if c.kind == "within":
+            ties.append((plan.index("basis", c.i, 0), plan.index("basis", c.i, c.j), n, "add"))
+        elif c.kind == "across":
+            ties.append((plan.index("basis", 0, c.j), plan.index("basis", c.i, c.j), n, "equal"))
+    present = set(poles_of)
+    changed = True
+    while changed:
+        changed = False
+        for a, b, joint, mode in ties:
+            if joint not in present or joint in index:
+                continue
+            for base, other in ((a, b), (b, a)):
+                if base in index and other in present and other not in index:
+                    try:
+                        perm, pj = tie(lab(base), poles_of[other], poles_of[joint], mode, relation)
+                    except (MatchError, Undecided):
+                        continue
+                    index[other], index[joint] = perm, pj
+                    changed = True
+                    break
+        # c-values: c_h(x, e) = -v_h.e is additive in e and free of x, so any family whose
+        # directions have a labelled basis family is labelled by the predicted c-values
+        refs = {}                      # per direction: the labelled basis family with the
+        for n in sorted(index):        # most precise c-values
+            c = cfg[n]
+            if c.kind == "basis":
+                if c.j not in refs or _spread(lab(n)) < _spread(refs[c.j]):
+                    refs[c.j] = lab(n)
+        for n in sorted(present - set(index)):
+            got = label_by_c(poles_of[n], dirs(n), refs, relation)
+            if got is not None:
+                index[n] = got
+                changed = True
+    # joints whose sides are labelled: the identity pairing must hold
+    for a, b, joint, mode in ties:
+        if joint in present and joint not in index and a in index and b in index:
+            try:
+                perm, pj = tie(lab(a), lab(b), poles_of[joint], mode, relation)
+            except (MatchError, Undecided):
+                continue
+            if perm == list(range(len(perm))):
+                index[joint] = pj
+    # one direction's c-values agree across final tokens
+    refs = {}
+    for n in sorted(index):
+        c = cfg[n]
+        if c.kind != "basis":
+            continue
+        if c.j not in refs:
+            refs[c.j] = lab(n)
+            continue
+        for h, (p, q) in enumerate(zip(lab(n), refs[c.j])):
+            if relation.same_c(p, q) is not True:
+                raise MatchError(f"head {h + 1}: its c-value at e_{c.j + 1} depends on the final "
+                                 f"token (beyond its error bound)")
+    return index
