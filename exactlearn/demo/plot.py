@@ -25,7 +25,8 @@ class PlotUnavailable(ModelError):
     """matplotlib is not installed (bad input for ``demo --plot``: exit 2)."""
 
 
-def _pyplot():
+def pyplot():
+    """``matplotlib.pyplot``, or :class:`PlotUnavailable` when matplotlib is missing."""
     try:
         import matplotlib.pyplot as plt
     except ImportError:
@@ -65,7 +66,7 @@ def family_figure(row, V, heads=(), field=None, title=None):
     ``P``, ``Q``, ``poles``), ``V`` the trace's ``V`` (the sum of the v_h), ``heads`` and
     ``field`` the result's canonical heads and field (to number the poles by head).
     """
-    plt = _pyplot()
+    plt = pyplot()
     c = row["config"]
     ys = [float(y) for y in [row["y0"]] + list(row["values"])]
     ks = list(range(len(ys)))
@@ -133,7 +134,7 @@ def family_figure(row, V, heads=(), field=None, title=None):
 
 def save_family_figure(path, row, V, heads=(), field=None, title=None) -> str:
     """:func:`family_figure` written to ``path`` (PNG at 120 dpi, nothing cut at the edges)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig = family_figure(row, V, heads, field, title)
     try:
         fig.savefig(path, dpi=120, bbox_inches="tight")

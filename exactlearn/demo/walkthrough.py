@@ -59,8 +59,8 @@ def run_demo(model=None, heads=None, seed=1, query_range=4, retries=5, out=print
     K = oracle.field
     show_model(model, f"rational, exp(s) = 2^(D*s) with D = {K.D} (softmax at base 2).", out)
     if plot is not None:
-        from exactlearn.demo.plot import _pyplot
-        _pyplot()                    # no matplotlib: refuse before any work
+        from exactlearn.demo.plot import pyplot
+        pyplot()                     # no matplotlib: refuse before any work
     res = learn(oracle, d=model.d, heads=H, seed=seed, query_range=query_range, trace=True,
                 retries=retries)
     if res.attempts > 1:
