@@ -84,10 +84,12 @@ def build_parser():
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                    help="run the trials on this Dask scheduler (needs the 'dask' extra; "
                         "default: no cluster)")
-    p.add_argument("--scheduler-timeout", type=float, default=10.0, metavar="S",
-                   help="seconds to wait for the scheduler and a worker (default 10)")
+    p.add_argument("--scheduler-timeout", type=float, default=None, metavar="S",
+                   help="seconds to wait for the scheduler and a worker (needs --scheduler; "
+                        "default 10)")
     p.add_argument("--scale", type=int, default=1, metavar="K",
-                   help="multiply full-run repetitions by K (claims that use ctx.size)")
+                   help="multiply full-run repetitions by K (claims that use ctx.size; not with "
+                        "--quick or --tiny)")
     p.add_argument("--plots", metavar="DIR",
                    help="write PNG figures into DIR (needs matplotlib; default: none, or "
                         "FILE_figures/ with --report)")
@@ -205,8 +207,15 @@ def _main(argv=None) -> int:
             raise BadInput("give --workers (local processes) or --scheduler (Dask), not both")
         if args.scale < 1:
             raise BadInput("--scale must be >= 1")
+        if args.scheduler_timeout is not None and not args.scheduler:
+            raise BadInput("--scheduler-timeout applies to --scheduler only")
+        if args.scheduler_timeout is None:
+            args.scheduler_timeout = 10.0
         if args.scheduler_timeout <= 0:
             raise BadInput("--scheduler-timeout must be > 0")
+        if args.scale != 1 and (args.quick or args.tiny):
+            raise BadInput("--scale multiplies the full campaigns; it does not apply to "
+                           + ("--quick" if args.quick else "--tiny"))
         registry = discover()
         if args.list:
             for cid, c in registry.items():

@@ -211,3 +211,13 @@ def test_unknown_claim_id_points_to_list(capsys):
     out, err = capsys.readouterr()
     assert rc == 2 and out == ""
     assert err.count("\n") == 1 and "no-such-claim" in err and "--list" in err
+
+
+@pytest.mark.parametrize("argv", [["--tiny", "--scale", "3"], ["--quick", "--scale", "2"],
+                                  ["--tiny", "--scheduler-timeout", "3"]],
+                         ids=["--scale with --tiny", "--scale with --quick",
+                              "--scheduler-timeout without --scheduler"])
+def test_proofs_check_refuses_inapplicable_options(argv, capsys):
+    rc = pc_main(argv + ["--only", "query-length"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and err.count("\n") == 1 and argv[1] in err

@@ -44,8 +44,22 @@ def test_cli_reference_shows_the_current_help(name, monkeypatch):
     block = re.search(rf"<!-- help: {re.escape(name)} -->\n```text\n(.*?)```\n", text, re.S)
     assert block, f"no help block for {name}"
     assert block.group(1) == help_text(name), (
-        f"docs/reference/cli.md: the help of {name!r} changed; paste the new --help output "
-        f"(COLUMNS=100)")
+        f"docs/reference/cli.md: the help of {name!r} changed; refresh it with "
+        f"`python -m tests.test_docs`")
+
+
+def refresh_cli_reference() -> None:
+    """Paste the current ``--help`` of every command into docs/reference/cli.md (after a CLI
+    change: ``COLUMNS=100 python -m tests.test_docs``)."""
+    path = DOCS / "reference" / "cli.md"
+    text = path.read_text()
+    for name in HELP_COMMANDS:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("COLUMNS", "100")
+            new = help_text(name)
+        text = re.sub(rf"(<!-- help: {re.escape(name)} -->\n```text\n)(.*?)(```\n)",
+                      lambda m: m.group(1) + new + m.group(3), text, flags=re.S)
+    path.write_text(text)
 
 
 def _documented_keys(section: str) -> set:
@@ -139,3 +153,7 @@ def test_readme_keeps_two_quickstart_commands_and_links_to_pages_that_exist():
     assert "\npython -m pytest\n" in ci and "mkdocs build --strict" in ci
     for link in re.findall(r"\]\((docs/[^)#]+)", text):
         assert (ROOT / link).exists(), link
+
+
+if __name__ == "__main__":
+    refresh_cli_reference()
