@@ -122,14 +122,14 @@ class MultiHeadAttention:
                 W, v = h.W, h.v
             elif isinstance(h, dict):
                 if "W" not in h or "v" not in h:
-                    raise ModelError(f"head {idx}: missing key 'W' or 'v'")
+                    raise ModelError(f"head {idx + 1}: missing key 'W' or 'v'")
                 W, v = h["W"], h["v"]
             else:
                 try:
                     W, v = h
                 except (TypeError, ValueError):
-                    raise ModelError(f"head {idx}: expected a pair (W, v)") from None
-            parsed.append(Head(exact_matrix(W, d, d, f"head {idx}: W"), exact_vector(v, d, f"head {idx}: v")))
+                    raise ModelError(f"head {idx + 1}: expected a pair (W, v)") from None
+            parsed.append(Head(exact_matrix(W, d, d, f"head {idx + 1}: W"), exact_vector(v, d, f"head {idx + 1}: v")))
         self.heads = tuple(parsed)
 
     # ---- structure ----------------------------------------------------------------

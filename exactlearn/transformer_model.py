@@ -97,13 +97,13 @@ class OneLayerTransformer:
         for idx, h in enumerate(heads):
             if isinstance(h, dict):
                 if "W" not in h or "O" not in h:
-                    raise ModelError(f"head {idx}: missing key 'W' or 'O'")
+                    raise ModelError(f"head {idx + 1}: missing key 'W' or 'O'")
                 pairs.append((h["W"], h["O"]))
             else:
                 try:
                     W, O = h
                 except (TypeError, ValueError):
-                    raise ModelError(f"head {idx}: expected a pair (W, O)") from None
+                    raise ModelError(f"head {idx + 1}: expected a pair (W, O)") from None
                 pairs.append((W, O))
         if d is None:
             if not pairs or not isinstance(pairs[0][0], (list, tuple)):
@@ -118,8 +118,8 @@ class OneLayerTransformer:
                 raise ModelError("a model without heads or neurons needs an explicit m")
         self.d = _posint(d, "d")
         self.m = _posint(m, "m")
-        self.heads = tuple((exact_matrix(W, self.d, self.d, f"head {i}: W"),
-                            exact_matrix(O, self.m, self.d, f"head {i}: O"))
+        self.heads = tuple((exact_matrix(W, self.d, self.d, f"head {i + 1}: W"),
+                            exact_matrix(O, self.m, self.d, f"head {i + 1}: O"))
                            for i, (W, O) in enumerate(pairs))
         if not isinstance(B, (list, tuple)):
             raise ModelError("ffn: B must be a list of rows")

@@ -59,6 +59,11 @@ class BadInput(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *a, **kw):
+        from exactlearn.cli.main import HelpFormatter      # every option shows its default
+        kw.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*a, **kw)
+
     def error(self, message):
         raise BadInput(message)
 
@@ -66,23 +71,31 @@ class _Parser(argparse.ArgumentParser):
 def build_parser():
     p = _Parser(prog="proofs-check", description="Check the claims of arXiv:2608.03294 mechanically.")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="small campaigns (about a minute)")
+    size.add_argument("--quick", action="store_true",
+                      help="small campaigns (about a minute; default: the full campaigns)")
     size.add_argument("--tiny", action="store_true", help="the test suite's campaigns (seconds)")
     p.add_argument("--json", action="store_true", help="print {\"claims\": [...], ...} as JSON")
-    p.add_argument("--only", nargs="+", metavar="ID", help="run only these claim ids")
+    p.add_argument("--only", nargs="+", metavar="ID",
+                   help="run only these claim ids (see --list; default: every claim)")
     p.add_argument("--list", action="store_true", help="list the claim ids and exit")
     p.add_argument("--seed", type=int, default=0, help="base seed of every campaign")
     p.add_argument("--workers", type=int, default=None,
                    help="local worker processes (default 1: this process)")
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
-                   help="run the trials on this Dask scheduler (needs the 'dask' extra)")
-    p.add_argument("--scheduler-timeout", type=float, default=10.0, metavar="S",
-                   help="seconds to wait for the scheduler and a worker (default 10)")
+                   help="run the trials on this Dask scheduler (needs the 'dask' extra; "
+                        "default: no cluster)")
+    p.add_argument("--scheduler-timeout", type=float, default=None, metavar="S",
+                   help="seconds to wait for the scheduler and a worker (needs --scheduler; "
+                        "default 10)")
     p.add_argument("--scale", type=int, default=1, metavar="K",
-                   help="multiply full-run repetitions by K (claims that use ctx.size)")
-    p.add_argument("--plots", metavar="DIR", help="write PNG figures into DIR (needs matplotlib)")
+                   help="multiply full-run repetitions by K (claims that use ctx.size; not with "
+                        "--quick or --tiny)")
+    p.add_argument("--plots", metavar="DIR",
+                   help="write PNG figures into DIR (needs matplotlib; default: none, or "
+                        "FILE_figures/ with --report)")
     p.add_argument("--report", metavar="FILE.md",
-                   help="write a Markdown report (figures go to --plots, else FILE_figures/)")
+                   help="write a Markdown report (figures go to --plots, else FILE_figures/; "
+                        "default: no report)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
@@ -194,8 +207,15 @@ def _main(argv=None) -> int:
             raise BadInput("give --workers (local processes) or --scheduler (Dask), not both")
         if args.scale < 1:
             raise BadInput("--scale must be >= 1")
+        if args.scheduler_timeout is not None and not args.scheduler:
+            raise BadInput("--scheduler-timeout applies to --scheduler only")
+        if args.scheduler_timeout is None:
+            args.scheduler_timeout = 10.0
         if args.scheduler_timeout <= 0:
             raise BadInput("--scheduler-timeout must be > 0")
+        if args.scale != 1 and (args.quick or args.tiny):
+            raise BadInput("--scale multiplies the full campaigns; it does not apply to "
+                           + ("--quick" if args.quick else "--tiny"))
         registry = discover()
         if args.list:
             for cid, c in registry.items():
@@ -204,7 +224,8 @@ def _main(argv=None) -> int:
         if args.only:
             unknown = [i for i in args.only if i not in registry]
             if unknown:
-                raise BadInput(f"unknown claim id(s): {', '.join(unknown)}")
+                raise BadInput(f"unknown claim id(s): {', '.join(unknown)} "
+                               f"(proofs-check --list prints the claim ids)")
         plots = args.plots
         if args.report and not plots:
             rp = Path(args.report)

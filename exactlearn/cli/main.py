@@ -27,8 +27,50 @@ class BadInput(ModelError):
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *a, **kw):
+        kw.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*a, **kw)
+
     def error(self, message):  # one line, exit 2 (argparse would print usage too)
         raise BadInput(message)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """``--help`` shows every option's default: ``(default: X)`` is appended unless the help
+    text already says what the default is; choices show in the metavar
+    (``--field {rational,modular,real,symbolic}``)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if ("default" in text or any(action.default is x for x in (None, False, argparse.SUPPRESS))
+                or action.required or not action.option_strings):
+            return text
+        return text + " (default: %(default)s)"
+
+
+def fresh_seed() -> int:
+    """A seed for a run given no ``--seed``: drawn from the OS, then printed in the JSON
+    (``"seed"``) so that the run can be repeated with ``--seed``."""
+    import random
+    return random.SystemRandom().randrange(2 ** 32)
+
+
+#: ``exactlearn learn`` options that apply to one field only: option -> (dest, default, field).
+#: Given with another field, they are bad input (exit 2), never silently ignored.
+FIELD_OPTIONS = {"--dps": ("dps", None, "real"), "--noise": ("noise", None, "real"),
+                 "--noise-seed": ("noise_seed", None, "real"),
+                 "--query-scale": ("query_scale", None, "real"),
+                 "--prime": ("prime", None, "modular"),
+                 "--max-primes": ("max_primes", None, "modular")}
+
+
+def check_field_options(args) -> None:
+    """Refuse options that do not apply to ``--field`` (one line, exit 2)."""
+    for opt, (dest, default, fname) in FIELD_OPTIONS.items():
+        if getattr(args, dest, default) != default and args.field != fname:
+            raise BadInput(f"{opt} needs --field {fname}; it does not apply to --field {args.field}")
+    if args.noise_seed is not None and args.noise is None:
+        raise BadInput("--noise-seed needs --noise")
 
 
 def field_by_name(name: str, *, scale: int | None = None, prime: int | None = None,
@@ -101,47 +143,70 @@ def build_parser() -> argparse.ArgumentParser:
     lp = sub.add_parser("learn", help="learn the canonical heads of a model file through a black box")
     lp.add_argument("--model", required=True,
                     help="model file (exactlearn.mha/1 or exactlearn.transformer/1 JSON)")
-    lp.add_argument("--field", default="rational", help=f"one of {', '.join(FIELD_NAMES)}")
+    lp.add_argument("--field", default="rational", choices=FIELD_NAMES,
+                    help="number system of the black box and the learner (docs: choose a field)")
     g = lp.add_mutually_exclusive_group(required=True)
-    g.add_argument("--heads", type=_positive("--heads"), help="number of heads H")
-    g.add_argument("--max-heads", type=_positive("--max-heads"), help="upper bound H0 on the heads")
-    lp.add_argument("--seed", type=int, default=None, help="random seed of the query draw")
+    g.add_argument("--heads", type=_positive("--heads"), help="number of heads H (required: this or --max-heads)")
+    g.add_argument("--max-heads", type=_positive("--max-heads"), help="upper bound H0 on the heads (required: this or --heads)")
+    lp.add_argument("--seed", type=int, default=None,
+                    help="random seed of the query draw (default: a fresh one, printed as "
+                         "\"seed\" in the JSON and in the summary)")
     lp.add_argument("--range", type=_positive("--range"), default=None, dest="range",
-                    help="query entries are random integers in [-R, R]")
+                    help="query entries are random integers in [-R, R] (default: rational 30, "
+                         "modular 2^32, symbolic 8, real 1000)")
     lp.add_argument("--e-range", type=_positive("--e-range"), default=None,
                     help="separate range for the directions e (default: --range)")
     lp.add_argument("--retries", type=_nonneg("--retries"), default=0,
                     help="redraw up to N times after a detected degenerate draw")
     lp.add_argument("--verify", type=_nonneg("--verify"), default=0,
                     help="N extra fresh random queries comparing the result with the oracle")
-    lp.add_argument("--dps", type=_positive("--dps"), default=None, help="digits (real field)")
+    lp.add_argument("--dps", type=_positive("--dps"), default=None,
+                    help="real field: decimal digits (default 50)")
     lp.add_argument("--prime", type=_positive("--prime"), default=None,
-                    help="first prime p (modular field; further primes are c*2^120+1)")
+                    help="modular field: the first prime p (default 7*2^120+1; further primes "
+                         "are c*2^120+1)")
     lp.add_argument("--max-primes", type=_int_at_least("--max-primes", 2), default=None,
                     help="modular field: most analysis primes for tall rationals (default 12)")
     lp.add_argument("--plan", choices=("paper", "efficient"), default="paper",
                     help="query plan: the paper's (4Hd^2-2H+1 queries) or the efficient one")
     lp.add_argument("--rank", type=_positive("--rank"), default=None,
-                    help="promise that every head has rank <= r (needs --plan efficient)")
+                    help="promise that every head has rank <= r (needs --plan efficient; "
+                         "default: no promise)")
     lp.add_argument("--json", action="store_true", help="print one JSON object")
     from exactlearn.cli.real import add_learn_options
     add_learn_options(lp)
 
-    rp = sub.add_parser("random-model", help="write a random model file")
-    rp.add_argument("--d", type=_positive("--d"), required=True)
-    rp.add_argument("--heads", type=_positive("--heads"), required=True)
-    rp.add_argument("--seed", type=int, default=None)
-    rp.add_argument("--merge", action="store_true", help="some heads share W (merged in canonical form)")
-    rp.add_argument("--cancel", action="store_true", help="a pair of heads cancels (dropped)")
-    rp.add_argument("--entries", type=_positive("--entries"), default=3, help="W, v numerators in [-N, N]")
-    rp.add_argument("--den", type=_positive("--den"), default=2, help="largest denominator of W entries")
+    rp = sub.add_parser("random-model", help="write a random model file (attention or, with "
+                                             "--transformer, a one-layer Transformer)")
+    rp.add_argument("--d", type=_positive("--d"), required=True, help="token dimension d")
+    rp.add_argument("--heads", type=_positive("--heads"), required=True, help="number of heads H")
+    rp.add_argument("--seed", type=int, default=None,
+                    help="seed of the draw (default: a fresh one, written as \"seed\" in the file)")
+    rp.add_argument("--merge", action="store_true",
+                    help="some heads share W (merged in canonical form; attention only)")
+    rp.add_argument("--cancel", action="store_true",
+                    help="a pair of heads cancels (dropped; attention only)")
+    rp.add_argument("--entries", type=_positive("--entries"), default=None,
+                    help="attention: W, v numerators in [-N, N] (default 3)")
+    rp.add_argument("--den", type=_positive("--den"), default=None,
+                    help="attention: largest denominator of W entries (default 2)")
+    rp.add_argument("--transformer", action="store_true",
+                    help="write an exactlearn.transformer/1 file: H heads, then a ReLU layer "
+                         "(learn it with `exactlearn learn --model FILE --heads H`)")
+    rp.add_argument("--neurons", type=_positive("--neurons"), default=None,
+                    help="Transformer: ReLU neurons r (default: d)")
     rp.add_argument("--out", default=None, help="output file (default: stdout)")
 
     dp = sub.add_parser("demo", help="step-by-step walk-through on a small model")
     dp.add_argument("--model", default=None, help="model file (default: a built-in d=2, H=2 model)")
-    dp.add_argument("--heads", type=_positive("--heads"), default=None)
-    dp.add_argument("--seed", type=int, default=1)
-    dp.add_argument("--range", type=_positive("--range"), default=4, dest="range")
+    dp.add_argument("--heads", type=_positive("--heads"), default=None,
+                    help="head bound H (default: the model's number of heads)")
+    dp.add_argument("--seed", type=int, default=1, help="seed of the query draw")
+    dp.add_argument("--range", type=_positive("--range"), default=4, dest="range",
+                    help="query entries in [-R, R]")
+    dp.add_argument("--plot", default=None, metavar="FILE.png",
+                    help="also draw the first query family (samples, P/Q, poles, the heads' "
+                         "terms) into FILE.png (needs matplotlib; default: no figure)")
     from exactlearn.cli.real import add_demo_options
     add_demo_options(dp)
     return p
@@ -151,17 +216,16 @@ def _cmd_learn(args) -> int:
     from exactlearn.api import learn
     from exactlearn.oracle import Oracle
     obj = load_json(args.model)
+    check_field_options(args)
+    if args.seed is None:
+        args.seed = fresh_seed()
     if isinstance(obj, dict) and obj.get("format") == "exactlearn.transformer/1":
         from exactlearn.cli.transformer import run_cli
         return run_cli(args, obj, make_field)
     model = MultiHeadAttention.from_json(obj)
-    if args.field not in FIELD_NAMES:
-        raise BadInput(f"unknown field {args.field!r} (choose from {', '.join(FIELD_NAMES)})")
     if args.rank is not None and args.plan != "efficient":
         raise BadInput("--rank needs --plan efficient")
     field = make_field(args.field, args, scale=None)
-    if args.max_primes is not None and args.field != "modular":
-        raise BadInput("--max-primes applies to --field modular only")
     from exactlearn.cli import real as cli_real
     oracle = cli_real.wrap_oracle(args, Oracle(model, field), BadInput)
     res = learn(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads, field=oracle.field,
@@ -169,10 +233,18 @@ def _cmd_learn(args) -> int:
                 retries=cli_real.retries(args), verify=args.verify, plan=args.plan, rank=args.rank,
                 max_primes=args.max_primes, **cli_real.learn_options(args, BadInput))
     if args.json:
-        print(cli_real.to_json(res, model))
+        print(cli_real.to_json(res, model, seeds(args)))
     else:
-        print(summary(res, model))
+        print(summary(res, model) + f"\nseed: {args.seed} (repeat the run with --seed {args.seed})")
     return 0 if res.certified else 1
+
+
+def seeds(args) -> dict:
+    """The JSON's seeds: ``seed`` always, ``noise_seed`` with ``--noise``."""
+    out = {"seed": args.seed}
+    if getattr(args, "noise", None) is not None:
+        out["noise_seed"] = args.noise_seed if args.noise_seed is not None else args.seed
+    return out
 
 
 def _plan_counts(res) -> str:
@@ -238,8 +310,22 @@ def summary(res, model=None) -> str:
 
 
 def _cmd_random_model(args) -> int:
-    m = random_model(args.d, args.heads, args.seed, args.merge, args.cancel, args.entries, args.den)
-    text = json.dumps(m.to_json(), indent=1)
+    seed = fresh_seed() if args.seed is None else args.seed
+    if args.transformer:
+        for opt, given in (("--merge", args.merge), ("--cancel", args.cancel),
+                           ("--entries", args.entries is not None), ("--den", args.den is not None)):
+            if given:
+                raise BadInput(f"{opt} applies to attention models, not --transformer")
+        from exactlearn.transformer_model import random_transformer
+        obj = random_transformer(args.d, args.heads, args.neurons or args.d, seed=seed).to_json()
+    else:
+        if args.neurons is not None:
+            raise BadInput("--neurons applies to --transformer only")
+        obj = random_model(args.d, args.heads, seed, args.merge, args.cancel,
+                           3 if args.entries is None else args.entries,
+                           2 if args.den is None else args.den).to_json()
+    obj["seed"] = seed                  # the draw is repeatable: --seed SEED
+    text = json.dumps(obj, indent=1)
     if args.out:
         try:
             with open(args.out, "w") as fh:
@@ -258,6 +344,13 @@ def _cmd_demo(args) -> int:
     extra = run_demo_extra(args, model, BadInput)          # --symbolic, --minilm
     if extra is not None:
         return extra
+    if args.plot is not None:
+        from exactlearn.demo.plot import PlotUnavailable
+        try:
+            return run_demo(model, heads=args.heads, seed=args.seed, query_range=args.range,
+                            plot=args.plot)
+        except PlotUnavailable as exc:
+            raise BadInput(str(exc)) from None
     return run_demo(model, heads=args.heads, seed=args.seed, query_range=args.range)
 
 

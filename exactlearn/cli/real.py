@@ -20,11 +20,12 @@ import json
 def add_learn_options(lp) -> None:
     lp.add_argument("--noise", default=None, metavar="ETA",
                     help="perturb every oracle output by a seeded uniform amount in [-ETA, ETA] "
-                         "(real field); the learner reports error_bound")
+                         "(real field; default: no noise); the learner reports error_bound")
     lp.add_argument("--noise-seed", type=int, default=None,
                     help="seed of the noise (default: --seed)")
     lp.add_argument("--query-scale", default=None, metavar="S",
-                    help="real field: scale the unit query tokens by S (no probe)")
+                    help="real field: scale the unit query tokens by S (default: a probe "
+                         "chooses the scale)")
     lp.add_argument("--snap", action="store_true",
                     help="turn real results into bounded-height rationals and certify them")
 
@@ -85,8 +86,11 @@ def model_error(res, model):
     return res.field.ctx.nstr(err, 6)
 
 
-def to_json(res, model) -> str:
+def to_json(res, model, extra=None) -> str:
+    """``learn --json``: the result's JSON, ``model_error`` over the real field, and ``extra``
+    (the command line adds the seeds)."""
     out = res.to_json()
+    out.update(extra or {})
     if not res.field.is_exact:
         out["model_error"] = model_error(res, model)
     return json.dumps(out)
@@ -117,24 +121,43 @@ def add_demo_options(dp) -> None:
     dp.add_argument("--minilm", action="store_true",
                     help="learn the 12 heads of an all-MiniLM-L6-v2 layer in a random subspace "
                          "(needs the 'minilm' extra)")
-    dp.add_argument("--layer", type=int, default=0, help="MiniLM layer 0..5 (default 0)")
-    dp.add_argument("--dprime", type=int, default=3, help="MiniLM subspace dimension d' (default 3)")
-    dp.add_argument("--subspace-seed", type=int, default=0, help="seed of the MiniLM subspace")
-    dp.add_argument("--dps", type=int, default=100, help="digits of the real field (MiniLM)")
+    dp.add_argument("--layer", type=int, default=None, help="MiniLM layer 0..5 (default 0)")
+    dp.add_argument("--dprime", type=int, default=None,
+                    help="MiniLM subspace dimension d' (default 3)")
+    dp.add_argument("--subspace-seed", type=int, default=None,
+                    help="seed of the MiniLM subspace (default 0)")
+    dp.add_argument("--dps", type=int, default=None,
+                    help="digits of the real field (MiniLM; default 100)")
     dp.add_argument("--write", default=None, metavar="FILE",
-                    help="write the MiniLM subspace model (exactlearn.mha/1, decimal strings)")
+                    help="write the MiniLM subspace model (exactlearn.mha/1, decimal strings; "
+                         "default: not written)")
+
+
+#: ``exactlearn demo`` options that need ``--minilm`` (refused without it, exit 2)
+MINILM_OPTIONS = {"--layer": "layer", "--dprime": "dprime", "--subspace-seed": "subspace_seed",
+                  "--dps": "dps", "--write": "write"}
 
 
 def run_demo_extra(args, model, bad_input) -> int | None:
     """``--symbolic`` / ``--minilm``; None when neither was asked for."""
     if args.symbolic and args.minilm:
         raise bad_input("give --symbolic or --minilm, not both")
+    if not args.minilm:
+        for opt, dest in MINILM_OPTIONS.items():
+            if getattr(args, dest) is not None:
+                raise bad_input(f"{opt} applies to demo --minilm only")
+    if args.plot is not None and (args.symbolic or args.minilm):
+        raise bad_input("--plot draws the rational walk-through; it does not apply to "
+                        + ("--symbolic" if args.symbolic else "--minilm"))
     if args.symbolic:
         from exactlearn.demo.walkthrough import run_demo
         return run_demo(model, heads=args.heads, seed=args.seed, query_range=args.range,
                         symbolic=True)
     if args.minilm:
         from exactlearn.demo.minilm import MiniLMUnavailable, run_minilm_demo
+        for dest, default in (("layer", 0), ("dprime", 3), ("subspace_seed", 0), ("dps", 100)):
+            if getattr(args, dest) is None:
+                setattr(args, dest, default)
         if not 0 <= args.layer < 6 or args.dprime < 1 or args.dps < 20:
             raise bad_input("--layer must be 0..5, --dprime >= 1 and --dps >= 20")
         try:

@@ -26,18 +26,23 @@ def run_cli(args, obj, make_field) -> int:
     model = OneLayerTransformer.from_json(obj)
     if args.field not in ("rational", "real", "modular", "symbolic"):
         raise ValueError(f"unknown field {args.field!r} (choose from rational, real)")
-    for opt, default in (("plan", "paper"), ("rank", None), ("range", None), ("e_range", None)):
+    for opt, default in (("plan", "paper"), ("rank", None), ("range", None), ("e_range", None),
+                         ("noise", None), ("query_scale", None), ("snap", False),
+                         ("max_primes", None)):
         if getattr(args, opt, default) != default:
-            raise ValueError(f"--{opt.replace('_', '-')} applies to attention models only; the "
-                             "Transformer learner chooses its query tokens per cone")
+            why = ("the Transformer learner chooses its query tokens per cone"
+                   if opt in ("plan", "rank", "range", "e_range") else "not to a Transformer file")
+            raise ValueError(f"--{opt.replace('_', '-')} applies to attention models only; {why}")
     field = make_field(args.field, args, scale=None)
     oracle = TransformerOracle(model, field)       # refuses unordered fields (NotOrdered)
     res = learn_transformer(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads,
                             seed=args.seed, retries=2 + args.retries, fresh=args.verify or 200)
     if args.json:
-        print(json.dumps(res.to_json()))
+        out = res.to_json()
+        out["seed"] = args.seed            # a run without --seed can be repeated
+        print(json.dumps(out))
     else:
-        print(summary(res))
+        print(summary(res) + f"\nseed: {args.seed} (repeat the run with --seed {args.seed})")
     return 0 if res.certified else 1
 
 

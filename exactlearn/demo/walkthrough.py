@@ -27,10 +27,10 @@ DEFAULT_MODEL = MultiHeadAttention([
 
 def show_model(model, field_text, out) -> None:
     """The demo's header: the model, its convention, and the field."""
-    out(f"Model: d = {model.d}, {model.H} heads; score x_i^T W_h x_n (key left, query right).")
+    out(f"Model: d = {model.d}, {model.H} raw heads; score x_i^T W_h x_n (key left, query right).")
     out(f"Field: {field_text}")
     for n, h in enumerate(model.heads, 1):
-        out(f"  head {n}: W = {[[str(x) for x in r] for r in h.W]}, v = {[str(x) for x in h.v]}")
+        out(f"  raw head {n}: W = {[[str(x) for x in r] for r in h.W]}, v = {[str(x) for x in h.v]}")
 
 
 def _poly(cs) -> str:
@@ -44,7 +44,11 @@ def _poly(cs) -> str:
 
 
 def run_demo(model=None, heads=None, seed=1, query_range=4, retries=5, out=print,
-             symbolic=False) -> int:
+             symbolic=False, plot=None) -> int:
+    """Print the walk-through (steps 1-7 of the module docstring); with ``plot=FILE.png``
+    also draw the first query family there (:mod:`exactlearn.demo.plot`).  Heads are
+    numbered as the result lists its canonical heads, in every step.  Returns 0 when the
+    heads are certified and equal to the model's canonical heads, else 1."""
     if symbolic:        # the same walk-through over Q(T): exactlearn.demo.symbolic
         from exactlearn.demo.symbolic import run_symbolic_demo
         return run_symbolic_demo(model, heads, seed, query_range, out=out)
@@ -54,6 +58,9 @@ def run_demo(model=None, heads=None, seed=1, query_range=4, retries=5, out=print
     oracle = Oracle(model, Rational(via_modular=False))
     K = oracle.field
     show_model(model, f"rational, exp(s) = 2^(D*s) with D = {K.D} (softmax at base 2).", out)
+    if plot is not None:
+        from exactlearn.demo.plot import pyplot
+        pyplot()                     # no matplotlib: refuse before any work
     res = learn(oracle, d=model.d, heads=H, seed=seed, query_range=query_range, trace=True,
                 retries=retries)
     if res.attempts > 1:
@@ -75,15 +82,20 @@ def run_demo(model=None, heads=None, seed=1, query_range=4, retries=5, out=print
     out(f"   Q(k) = {_poly(first['Q'])}")
     out(f"   P(k) = {_poly(first['P'])}")
     out("\n4. Poles p_h = -1/rho_h and coefficients c_h = rho_h P(p_h)/Q'(p_h):")
-    for rho, cc in first["poles"]:
-        out(f"   rho = {rho} (= 2^{K.log(rho) * K.D}, so e^T W x = {K.log(rho)}),  c = {cc} (= -v.e)")
+    from exactlearn.demo.plot import head_numbers
+    for n, (rho, cc) in zip(head_numbers(first, res.heads, K), first["poles"]):
+        out(f"   head {n}: rho = {rho} (= 2^{K.log(rho) * K.D}, so e^T W x = {K.log(rho)}),  "
+            f"c = {cc} (= -v.e)")
     out(f"\n5. Matching: {len(rows)} configurations in all.  Within a final-token group the")
     out("   configuration (x_i, e_1 + e_j) has rho = rho(x_i,e_1) * rho(x_i,e_j) and its c-values add;")
     out("   across groups (x_1 + x_i, e_j) has rho = rho(x_1,e_j) * rho(x_i,e_j) and equal c-values.")
     for r in rows:
         cf = r["config"]
         if cf.kind == "basis" and r["labelled"] is not None:
-            labs = ", ".join(f"h{h + 1}: rho={rho}" for h, (rho, _) in enumerate(r["labelled"]))
+            nums = head_numbers({"config": cf, "poles": r["labelled"]}, res.heads, K)
+            labs = ", ".join(f"head {n}: rho={rho}"
+                             for n, (rho, _) in sorted(zip(nums, r["labelled"]),
+                                                       key=lambda t: (t[0] is None, t[0] or 0)))
             out(f"   basis (x_{cf.i + 1}, e_{cf.j + 1}) labelled -> {labs}")
     out("\n6. Solve W_h = E^{-T} M_h X^{-1} with M_h[j][i] = log rho_h(x_i, e_j), and v_h = -E^{-T} c_h:")
     for n, h in enumerate(res.heads, 1):
@@ -92,4 +104,8 @@ def run_demo(model=None, heads=None, seed=1, query_range=4, retries=5, out=print
     same = res.heads == model.canonical_heads()
     out(f"   Equal to the model's canonical heads: {same}.  Queries: {res.queries} "
         f"(one plan = 4Hd^2 - 2H + 1 = {res.plan_queries}), longest: {res.max_length} (= 2H + 1).")
+    if plot is not None:
+        from exactlearn.demo.plot import save_family_figure
+        save_family_figure(plot, first, res.trace[-1]["V"], res.heads, K)
+        out(f"\nFigure of step 1-4 (samples, P/Q, poles, the heads' terms): {plot}")
     return 0 if res.certified and same else 1

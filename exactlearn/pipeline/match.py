@@ -216,7 +216,7 @@ def tie(base, other, joint, mode: str, relation, config=None) -> tuple:
         if len(cands) != 1:
             what = "no" if not cands else "more than one"
             sums = " and sums" if mode == "add" else ""
-            raise MatchError(f"head {h}: {what} consistent partner in the matching "
+            raise MatchError(f"head {h + 1}: {what} consistent partner in the matching "
                              f"configuration (products of rho{sums} of c)")
         r, s = cands[0]
         if r in used_r or s in used_s:
@@ -356,7 +356,7 @@ def label_heads(plan, poles, relation, cells=None, *, across=across_direction,
         for (i, j), lab in out.cells.items():
             for h, p in enumerate(lab):
                 if relation.same_c(p, out.cells[(0, j)][h]) is not True:
-                    raise MatchError(f"head {h}: its c-value at e_{j + 1} depends on the final "
+                    raise MatchError(f"head {h + 1}: its c-value at e_{j + 1} depends on the final "
                                      f"token{relation.c_suffix}")
     return out
 

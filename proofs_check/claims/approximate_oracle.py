@@ -145,7 +145,7 @@ def summarise(rows) -> tuple:
 @claim(ID, "With an approximate oracle (outputs within eta) the parameter error is at most "
            "C(model, queries) * eta: on a log-log plot the error grows with slope about 1 "
            "(measured in [0.7, 1.3]) and the learner's a-posteriori error bound covers it.",
-       order=70)
+       order=90)
 def check(ctx):
     if ctx.tiny:
         specs, exps = [(2, 2, 60, 1)], [-40, -30, -20]

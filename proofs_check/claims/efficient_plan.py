@@ -194,7 +194,7 @@ def control() -> dict:
 @claim(ID, "Beyond the paper: the efficient plan learns exactly and certifiably with at most "
            "d^2+d+1 queries for one head, 2Hd^2+2Hd+1 for H >= 2, the paper's count with equal v, "
            "and 40% of it for rank-1 heads at d=6 under a rank-1 promise; a false rank promise is "
-           "never certified wrong.", order=80)
+           "never certified wrong.", order=100)
 def check(ctx):
     lv = level(ctx)
     reps = {"tiny": 2, "quick": 8, "full": 40}[lv]

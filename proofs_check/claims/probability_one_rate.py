@@ -492,7 +492,7 @@ def campaign(ctx, trial=rate_trial) -> tuple:
 @claim(ID, "With random queries the learner succeeds with probability one: over [-R, R] its "
            "failure rate stays within a Schwartz-Zippel bound O(1/R) (exact binomial limits where "
            "the bound is below 1), falls like c/R with c > 0 to 0 as R grows (fitted slope and "
-           "intercept), and no certified answer is ever wrong.", order=25)
+           "intercept), and no certified answer is ever wrong.", order=80)
 def check(ctx):
     status, evidence = campaign(ctx)
     return ClaimResult(status, evidence)

@@ -151,8 +151,11 @@ def count_summary(plan_rows, rows, min_certified: int) -> tuple:
                       "formula": r["expected_queries"]}
                      for r in sorted(cert, key=lambda r: -r["expected_queries"])[:3]],
         "mismatch_examples": mismatches[:5],
+        # the figure's points: single-attempt rational runs, where one run asks the plan once
+        # (the modular field asks it once per prime; its total would sit off the formula)
         "series": {"queries_vs_d": {"points": sorted(
-            {(r["d"], r["bound"], r["queries"]) for r in cert if r.get("attempts", 1) == 1})}},
+            {(r["d"], r["bound"], r["queries"]) for r in cert
+             if r.get("attempts", 1) == 1 and r["field"] == "rational"})}},
     }
     evidence["series"]["queries_vs_d"]["points"] = [
         {"plan": "paper", "d": d, "H": H, "queries": q, "limit": paper_count(d, H)}

@@ -130,7 +130,7 @@ def _reason(error: str) -> str:
 @claim(ID, "A one-layer Transformer (attention + bias-free ReLU FFN) is recovered up to "
            "functional equivalence from value queries under stated conditions: at least half of "
            "random small Transformers are certified, and every certified one agrees exactly with "
-           "the original on fresh queries, including ReLU-boundary ones.", order=90)
+           "the original on fresh queries, including ReLU-boundary ones.", order=110)
 def check(ctx):
     n = {"tiny": 4, "quick": 24, "full": 100}[level(ctx)]
     if not ctx.quick:

@@ -1,0 +1,159 @@
+"""The documentation holds to the code (docs/, README "Documentation").
+
+The ``--help`` blocks of docs/reference/cli.md are the commands' own output; the key tables of
+docs/reference/json.md list exactly the keys ``--json`` prints; the claims table of
+docs/explanation/claims.md is the registry's; the how-to guides' code runs as written; the
+README keeps its Quickstart of two commands and links only to pages that exist.  (The
+notebooks run under ``--nbmake``; ``mkdocs build --strict`` in .ci/run checks the site's links.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from exactlearn.cli.main import main
+from proofs_check.claim import discover
+from proofs_check.cli import main as pc_main
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+HELP_COMMANDS = {"exactlearn": (main, []), "exactlearn learn": (main, ["learn"]),
+                 "exactlearn random-model": (main, ["random-model"]),
+                 "exactlearn demo": (main, ["demo"]), "proofs-check": (pc_main, [])}
+
+
+def help_text(name) -> str:
+    fn, argv = HELP_COMMANDS[name]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), pytest.raises(SystemExit):
+        fn(argv + ["--help"])
+    return buf.getvalue().rstrip() + "\n"
+
+
+@pytest.mark.parametrize("name", list(HELP_COMMANDS))
+def test_cli_reference_shows_the_current_help(name, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    text = (DOCS / "reference" / "cli.md").read_text()
+    block = re.search(rf"<!-- help: {re.escape(name)} -->\n```text\n(.*?)```\n", text, re.S)
+    assert block, f"no help block for {name}"
+    assert block.group(1) == help_text(name), (
+        f"docs/reference/cli.md: the help of {name!r} changed; refresh it with "
+        f"`python -m tests.test_docs`")
+
+
+def refresh_cli_reference() -> None:
+    """Paste the current ``--help`` of every command into docs/reference/cli.md (after a CLI
+    change: ``COLUMNS=100 python -m tests.test_docs``)."""
+    path = DOCS / "reference" / "cli.md"
+    text = path.read_text()
+    for name in HELP_COMMANDS:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("COLUMNS", "100")
+            new = help_text(name)
+        text = re.sub(rf"(<!-- help: {re.escape(name)} -->\n```text\n)(.*?)(```\n)",
+                      lambda m: m.group(1) + new + m.group(3), text, flags=re.S)
+    path.write_text(text)
+
+
+def _documented_keys(section: str) -> set:
+    text = (DOCS / "reference" / "json.md").read_text()
+    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    keys = set()
+    for line in body.splitlines():
+        if line.startswith("| `"):
+            keys |= set(re.findall(r"`([a-z_A-Z]+)`", line.split("|")[1]))
+    return keys
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("docs") / "m.json"
+    assert main(["random-model", "--d", "2", "--heads", "2", "--seed", "4", "--out", str(path)]) == 0
+    return str(path)
+
+
+def _json(capsys, argv) -> dict:
+    main(argv)
+    return json.loads(capsys.readouterr().out)
+
+
+def test_learn_json_keys_are_documented(model_file, capsys):
+    base = ["learn", "--model", model_file, "--heads", "2", "--seed", "1", "--json"]
+    seen = set()
+    for extra in ([], ["--field", "modular"], ["--field", "real", "--dps", "40", "--noise", "1e-30"]):
+        seen |= set(_json(capsys, base + extra))
+    assert seen == _documented_keys("learn --json")
+
+
+def test_transformer_json_keys_are_documented(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    assert main(["random-model", "--transformer", "--d", "2", "--heads", "1", "--seed", "0",
+                 "--out", str(path)]) == 0
+    obj = _json(capsys, ["learn", "--model", str(path), "--heads", "1", "--seed", "0", "--json"])
+    assert obj["status"] == "certified"
+    assert set(obj) == _documented_keys("Transformer files")
+
+
+def test_proofs_check_json_keys_are_documented(capsys):
+    pc_main(["--tiny", "--only", "query-length", "--json", "--quiet"])
+    obj = json.loads(capsys.readouterr().out)
+    documented = _documented_keys("proofs-check --json")
+    assert set(obj) <= documented and {"claims", "run", "executor", "seed", "level"} <= set(obj)
+    assert set(obj["run"]) <= documented | set(re.findall(
+        r"`([a-z_]+)`", (DOCS / "reference" / "json.md").read_text().split("| `run` |")[1].split("\n")[0]))
+
+
+def test_claims_table_is_the_registry():
+    text = (DOCS / "explanation" / "claims.md").read_text()
+    rows = dict(re.findall(r"^\| `([a-z-]+)` \| (.*) \|$", text, re.M))
+    assert rows == {cid: c.statement for cid, c in discover().items()}
+
+
+def _python_blocks(page) -> list:
+    return re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S)
+
+
+def test_float_black_box_howto_runs(capsys):
+    """The how-to's code, as written: the wrapped numpy layer is certified with its bound."""
+    pytest.importorskip("numpy")
+    ns: dict = {}
+    exec("\n".join(_python_blocks("howto/float-black-box.md")), ns)
+    res = ns["res"]
+    assert res.certified, res.error
+    assert res.error_bound < ns["K"]("1e-6")
+
+
+def test_transformer_howto_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    text = (DOCS / "howto" / "transformer.md").read_text()
+    make = re.search(r"```bash\n(exactlearn random-model --transformer [^\n]*)\n```", text).group(1)
+    assert main(make.split()[1:]) == 0
+    ns: dict = {}
+    exec("\n".join(_python_blocks("howto/transformer.md")), ns)
+    printed = capsys.readouterr().out
+    expected = re.search(r"# (certified \d+ \d+ \d+)", text).group(1)
+    assert expected in printed
+    assert (tmp_path / "learned.json").exists()
+
+
+def test_readme_keeps_two_quickstart_commands_and_links_to_pages_that_exist():
+    text = (ROOT / "README.md").read_text()
+    quick = text.split("## Quickstart\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", quick, re.S).group(1)
+    assert len(block.strip().splitlines()) == 2
+    assert block.strip().splitlines()[1].endswith("python -m pytest")
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "\npython -m pytest\n" in ci and "mkdocs build --strict" in ci
+    for link in re.findall(r"\]\((docs/[^)#]+)", text):
+        assert (ROOT / link).exists(), link
+
+
+if __name__ == "__main__":
+    refresh_cli_reference()
