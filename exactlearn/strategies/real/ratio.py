@@ -107,8 +107,8 @@ def _model(theta, zs, m):
     t = zs[fin][:, None]
     den = 1 + t * rho[None, :]
     f[fin] += (cs[None, :] / den).sum(axis=1)
-    J[np.ix_(fin, range(1, m + 1))] = -cs[None, :] * t * rho[None, :] / den ** 2
-    J[np.ix_(fin, range(m + 1, 2 * m + 1))] = 1 / den
+    J[fin, 1:m + 1] = -cs[None, :] * t * rho[None, :] / den ** 2
+    J[fin, m + 1:] = 1 / den
     return f, J
 
 
@@ -158,6 +158,8 @@ def _levenberg(theta, zs, ys, w, m, iters=200):
         try:
             step = np.linalg.solve(Hs + lam * np.diag(np.diag(Hs) + 1e-300), g)
         except np.linalg.LinAlgError:
+            return theta, cost
+        if not np.all(np.isfinite(step)):
             return theta, cost
         new = theta - step
         f2, J2 = _model(new, zs, m)

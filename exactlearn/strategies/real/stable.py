@@ -272,29 +272,30 @@ def _probe(plan0, K, asker, noise, nodes, H, m_fixed):
     fams = [plan0.configs[plan0.index("basis", i, i)] for i in range(min(d, max(3, -(-6 // H))))]
     ts = [node_t(k, mm) for k, mm in nodes]
     for s0 in PROBE_SCALES:
-        try:
-            logs, m = [], m_fixed
-            for c in fams:
-                x = tuple(s0 * a for a in c.x)
-                a = tuple(s0 * b for b in c.a)
-                part = asker.ask([family_tokens(x, a, k, mm) for k, mm in nodes])
-                ys = [y for y, _ in part]
-                size = H * max(abs(float(y)) for y in ys)
-                etas = [noise.of(y, size) for y in ys]
+        logs, m, failed = [], m_fixed, []
+        for c in fams:                 # a family that cannot be resolved is passed over
+            x = tuple(s0 * a for a in c.x)
+            a = tuple(s0 * b for b in c.a)
+            part = asker.ask([family_tokens(x, a, k, mm) for k, mm in nodes])
+            ys = [y for y, _ in part]
+            size = H * max(abs(float(y)) for y in ys)
+            etas = [noise.of(y, size) for y in ys]
+            try:
                 if m is None:
                     m = _count_heads(K, ts, ys, etas, H)
                 fit = fit_ratio_family(K, ts, ys, etas, m, what="a probe family")
-                logs += [float(x) for x in fit.logs]
-        except NoisierThanDeclared:
-            if s0 == PROBE_SCALES[-1]:
-                raise
-            tries.append({"scale": str(s0), "failed": "residuals above the noise bound"})
-            continue
-        except (FieldError, LearningFailure, ArithmeticError, ValueError, np.linalg.LinAlgError) as exc:
-            tries.append({"scale": str(s0), "failed": str(exc)[:120]})
+            except (FieldError, LearningFailure, ArithmeticError, ValueError,
+                    np.linalg.LinAlgError) as exc:
+                failed.append(exc)
+                continue
+            logs += [float(x) for x in fit.logs]
+        if not logs:
+            if all(isinstance(e, NoisierThanDeclared) for e in failed) and s0 == PROBE_SCALES[-1]:
+                raise failed[0]
+            tries.append({"scale": str(s0), "failed": str(failed[0])[:120]})
             continue
         rms = math.sqrt(sum(x * x for x in logs) / len(logs)) / float(s0) ** 2
-        tries.append({"scale": str(s0), "families": len(fams), "poles": len(logs),
+        tries.append({"scale": str(s0), "families": len(fams) - len(failed), "poles": len(logs),
                       "rms_exponent": f"{rms * float(s0) ** 2:.4g}"})
         return sigma_for(rms), m, tries
     raise DegenerateDraw(f"the scale probe failed at every scale tried "
