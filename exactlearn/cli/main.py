@@ -60,6 +60,7 @@ def fresh_seed() -> int:
 FIELD_OPTIONS = {"--dps": ("dps", None, "real"), "--noise": ("noise", None, "real"),
                  "--noise-seed": ("noise_seed", None, "real"),
                  "--query-scale": ("query_scale", None, "real"),
+                 "--noise-rel": ("noise_rel", None, "real"),
                  "--prime": ("prime", None, "modular"),
                  "--max-primes": ("max_primes", None, "modular")}
 
@@ -71,6 +72,10 @@ def check_field_options(args) -> None:
             raise BadInput(f"{opt} needs --field {fname}; it does not apply to --field {args.field}")
     if args.noise_seed is not None and args.noise is None:
         raise BadInput("--noise-seed needs --noise")
+    if getattr(args, "plan", None) == "stable" and args.field != "real":
+        raise BadInput(f"--plan stable needs --field real; it does not apply to --field {args.field}")
+    if getattr(args, "noise_rel", None) is not None and getattr(args, "plan", None) != "stable":
+        raise BadInput("--noise-rel needs --plan stable")
 
 
 def field_by_name(name: str, *, scale: int | None = None, prime: int | None = None,
@@ -167,8 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "are c*2^120+1)")
     lp.add_argument("--max-primes", type=_int_at_least("--max-primes", 2), default=None,
                     help="modular field: most analysis primes for tall rationals (default 12)")
-    lp.add_argument("--plan", choices=("paper", "efficient"), default="paper",
-                    help="query plan: the paper's (4Hd^2-2H+1 queries) or the efficient one")
+    lp.add_argument("--plan", choices=("paper", "efficient", "stable"), default="paper",
+                    help="query plan: the paper's (4Hd^2-2H+1 queries), the efficient one "
+                         "(exact fields), or the stable one for finite-precision boxes (real "
+                         "field)")
     lp.add_argument("--rank", type=_positive("--rank"), default=None,
                     help="promise that every head has rank <= r (needs --plan efficient; "
                          "default: no promise)")
@@ -284,7 +291,8 @@ def summary(res, model=None) -> str:
              + (" within tolerance (real field: not exact)" if res.certified and not res.field.is_exact
                 else ""),
              f"field: {res.field.name}  d: {res.d}  head bound: {res.heads_bound}",
-             f"queries: {res.queries} (" + (f"paper count {res.plan_queries}" if res.plan_detail is None
+             f"queries: {res.queries} (" + (f"{'stable plan' if res.plan == 'stable' else 'paper'} count "
+                                            f"{res.plan_queries}" if res.plan_detail is None
                                             else _plan_counts(res))
              + f")  longest: {res.max_length}"
              + (f"  attempts: {res.attempts}" if res.attempts > 1 else "")]

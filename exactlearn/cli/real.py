@@ -26,6 +26,9 @@ def add_learn_options(lp) -> None:
     lp.add_argument("--query-scale", default=None, metavar="S",
                     help="real field: scale the unit query tokens by S (default: a probe "
                          "chooses the scale)")
+    lp.add_argument("--noise-rel", default=None, metavar="ETA_REL",
+                    help="real field, --plan stable: the outputs are also trusted to ETA_REL "
+                         "times |y| (relative output error; default: none)")
     lp.add_argument("--snap", action="store_true",
                     help="turn real results into bounded-height rationals and certify them")
 
@@ -70,6 +73,15 @@ def learn_options(args, bad_input) -> dict:
         if s <= 0:
             raise bad_input("--query-scale must be > 0")
         out["query_scale"] = s
+    if getattr(args, "noise_rel", None) is not None:
+        from exactlearn.fields.base import as_mpq
+        try:
+            r = as_mpq(args.noise_rel)
+        except ValueError as exc:
+            raise bad_input(f"--noise-rel: {exc}") from None
+        if r < 0:
+            raise bad_input("--noise-rel must be >= 0")
+        out["noise_rel"] = r
     return out
 
 
@@ -99,8 +111,8 @@ def to_json(res, model, extra=None) -> str:
 def summary_lines(res, model) -> list:
     lines = []
     if res.probe_queries:
-        lines.append(f"probe queries: {res.probe_queries} (included in queries; the paper count "
-                     f"is {res.plan_queries})")
+        lines.append(f"probe queries: {res.probe_queries} (included in queries; the "
+                     f"{'stable plan' if res.plan == 'stable' else 'paper'} count is {res.plan_queries})")
     if res.real_detail is not None and res.certified:
         det = res.real_detail
         lines.append(f"query scale: {det.get('query_scale')}  certificate: {det.get('certificate')}")

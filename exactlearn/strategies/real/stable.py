@@ -83,7 +83,7 @@ def stable_count(d: int, H: int) -> int:
     nodes, one ``(a)`` per configuration, one ``(x)`` per distinct final token.
 
     >>> stable_count(2, 1), stable_count(4, 2)
-    (57, 403)
+    (66, 410)
     """
     n_t = len(ratio_nodes(H)) - 2
     configs = 2 * d * d - 1

@@ -1,0 +1,210 @@
+"""Float black boxes over the real field (docs "How-to: learn a float black box"; the
+stable plan, exactlearn.strategies.real.stable).
+
+The boxes are numpy float64/float32 attention layers written apart from exactlearn's oracle
+code (tests/float_layers.py).  Every check compares the learned heads with the layer's own
+exact weights (the rationals its floats are), counted queries with the box's own counter,
+and a certified run's error with its error_bound.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from gmpy2 import mpq
+
+from exactlearn import MultiHeadAttention, Oracle, learn
+from exactlearn.cli.main import main
+from exactlearn.errors import DegenerateDraw, ModelError
+from exactlearn.fields import Rational
+from exactlearn.fields.real import Real
+from exactlearn.model import Head, canonicalize
+from exactlearn.oracle import Recorder, TokenAdapter
+from exactlearn.strategies.real.learn import max_parameter_error
+from exactlearn.strategies.real.ratio import node_t, ratio_nodes
+from exactlearn.strategies.real.stable import dyadic_basis, stable_count
+
+from float_layers import BatchedAttention, NumpyAttention
+
+NOISIER = "noisier than the declared eta"
+F64 = dict(noise=5e-14, noise_rel=1e-15)      # honest for these layers (bench_float.py --help)
+
+
+def truth(box):
+    return canonicalize([Head(tuple(tuple(mpq(a) for a in r) for r in W), tuple(mpq(a) for a in v))
+                         for W, v in box.exact_heads()])
+
+
+def learn_box(box, d, H, seed, **kw):
+    opts = dict(field=Real(dps=30), tokens="float64", plan="stable", seed=seed, **F64)
+    opts.update(kw)
+    return learn(box, d=d, heads=H, **opts)
+
+
+# -- what the box may return and receive --------------------------------------------------
+@pytest.mark.parametrize("y", [0.25, np.float64(0.25), np.float32(0.25), np.array(0.25)])
+def test_float_outputs_are_read_as_their_exact_binary_value(y):
+    K = Real(dps=20)
+    assert K.from_output(y) == K("1/4")
+    assert K.from_output(np.float32(0.1)) == K(mpq(13421773, 134217728))
+
+
+@pytest.mark.parametrize("y", [float("nan"), float("inf"), np.array([1.0, 2.0]), "x"])
+def test_a_non_finite_or_non_scalar_output_fails_as_outside_the_field(y):
+    rec = Recorder(lambda tokens: y, Real(dps=20), convert=True)
+    with pytest.raises(DegenerateDraw, match="not in the real field"):
+        rec([(1,)])
+    assert rec.queries == 1                   # answered, so counted
+
+
+def test_exact_fields_still_refuse_floats():
+    rec = Recorder(lambda tokens: 0.5, Rational().with_scale(1), convert=True)
+    with pytest.raises(DegenerateDraw):
+        rec([(1,)])
+
+
+def test_token_adapter_sends_exact_float_arrays_and_refuses_inexact_tokens():
+    seen = []
+    box = TokenAdapter(lambda X: seen.append(X) or 0.0, "float32")
+    box([(mpq(1, 2), mpq(-3, 4)), (mpq(1), mpq(0))])
+    assert seen[0].dtype == np.float32 and seen[0].tolist() == [[0.5, -0.75], [1.0, 0.0]]
+    with pytest.raises(ModelError, match="not exactly a float32"):
+        box([(mpq(1, 3), mpq(0))])
+    with pytest.raises(ModelError, match="tokens must be one of"):
+        TokenAdapter(lambda X: 0.0, "bfloat16")
+
+
+def test_stable_tokens_are_exact_in_float32():
+    cols = [(3, -1, 2, 5), (0, 4, -2, 1), (7, 1, 1, -3), (2, 2, -5, 0)]
+    for col in dyadic_basis(cols):
+        for a in col:
+            assert float(np.float32(float(a))) == a
+
+
+def test_field_by_name_and_bad_names():
+    box = NumpyAttention.from_seed(2, 1, 0)
+    res = learn(box, d=2, heads=1, field="real", tokens="float64", plan="stable", seed=0, **F64)
+    assert res.certified and res.field.name == "real"
+    with pytest.raises(ValueError, match="field must be"):
+        learn(box, d=2, heads=1, field="reals", tokens="float64")
+    with pytest.raises(ValueError, match="stable plan"):
+        learn(box, d=2, heads=1, field=Rational(), plan="stable")
+    with pytest.raises(ValueError, match="noise_rel"):
+        learn(box, d=2, heads=1, field="real", tokens="float64", noise_rel=1e-15)   # paper plan
+
+
+# -- the stable plan on float64 layers ------------------------------------------------------
+@pytest.mark.parametrize("d,H,seed", [(2, 1, 3), (4, 2, 0), (4, 2, 1), (4, 3, 0), (6, 3, 2)])
+def test_stable_plan_learns_float64_layers_within_a_covering_bound(d, H, seed):
+    box = NumpyAttention.from_seed(d, H, seed)
+    res = learn_box(box, d, H, seed, retries=2)
+    assert res.certified, res.error
+    err, _ = max_parameter_error(res.heads, truth(box), res.field)
+    assert err <= res.error_bound
+    assert err <= 1e-8
+    assert res.queries == box.calls                       # every answered call counted
+    assert res.plan == "stable" and res.to_json()["exact"] is False
+    assert res.max_length == ratio_nodes(H)[-2][0] + 1    # 256 copies of a and x
+
+
+def test_the_paper_plan_cannot_read_a_float64_layer_with_three_heads():
+    """The reason for the stable plan (SPEC 6): at 1e-15 output noise the paper's k = 0..2H
+    interpolation of three heads is not certified -- it fails explicitly."""
+    box = NumpyAttention.from_seed(4, 3, 0)
+    from fractions import Fraction
+
+    def exact_tokens(tokens):          # the paper plan's tokens are not dyadic: give floats
+        return Fraction(float(box(np.array([[float(a) for a in t] for t in tokens]))))
+    res = learn(exact_tokens, d=4, heads=3, field=Real(dps=30), seed=0, noise=5e-14, plan="paper")
+    if res.certified:                  # never a wrong certificate
+        err, _ = max_parameter_error(res.heads, truth(box), res.field)
+        assert err <= res.error_bound
+    else:
+        assert res.error
+
+
+def test_batch_interface_is_used_and_gives_the_same_result():
+    d, H = 4, 2
+    plain = NumpyAttention.from_seed(d, H, 5)
+    batched = BatchedAttention(list(zip(plain.W, plain.v)))
+    a = learn_box(plain, d, H, 5)
+    b = learn_box(batched, d, H, 5)
+    assert a.certified and b.certified
+    assert a.heads == b.heads and a.queries == b.queries == batched.calls
+    assert 0 < batched.batches < b.queries / 10
+
+
+def test_counts_name_the_stable_plan():
+    d, H = 4, 2
+    box = NumpyAttention.from_seed(d, H, 0)
+    res = learn_box(box, d, H, 0)
+    det = res.real_detail
+    assert not det["rescued_configurations"] and det["supplementary_families"] == 0
+    assert res.plan_queries == stable_count(d, H) == det["stable_plan_queries"]
+    assert res.queries == res.plan_queries + res.probe_queries == box.calls
+
+
+# -- noise lies, float32 --------------------------------------------------------------------
+class Noisier(NumpyAttention):
+    """The float64 layer plus a seeded error of size 1e-9, far above the declared 5e-14."""
+
+    def __init__(self, heads, size=1e-9):
+        super().__init__(heads)
+        self.rng = np.random.default_rng(0)
+        self.size = size
+
+    def __call__(self, X):
+        return super().__call__(X) + self.size * self.rng.uniform(-1, 1)
+
+
+@pytest.mark.parametrize("H", [1, 2])
+def test_a_box_noisier_than_declared_is_never_certified(H):
+    base = NumpyAttention.from_seed(4, H, 1)
+    box = Noisier(list(zip(base.W, base.v)))
+    res = learn_box(box, 4, H, 1, retries=1)
+    assert not res.certified
+    assert NOISIER in res.error or "could not be resolved" in res.error or "probe" in res.error
+
+
+def test_float32_layer_certified_within_1e_3_or_explicit_failure():
+    box = NumpyAttention.from_seed(4, 2, 0, dtype=np.float32)
+    res = learn(box, d=4, heads=2, field=Real(dps=30), tokens="float32", plan="stable", seed=0,
+                noise=2e-5, noise_rel=1e-6, retries=1)
+    if res.certified:
+        err, _ = max_parameter_error(res.heads, truth(box), res.field)
+        assert err <= res.error_bound and err <= 1e-3
+    else:
+        assert res.error
+
+
+def test_stable_plan_over_an_exact_high_precision_oracle():
+    """The same plan over an mpmath oracle (no noise): the bound follows the precision."""
+    model = MultiHeadAttention([([[1, "1/2"], [0, -1]], [1, 2]), ([[0, 1], ["-1/2", 0]], [-1, 1])])
+    res = learn(Oracle(model, Real(dps=40)), d=2, heads=2, plan="stable", seed=3)
+    assert res.certified, res.error
+    err, _ = max_parameter_error(res.heads, model.canonical_heads(), res.field)
+    assert err <= res.error_bound < 1e-25
+
+
+def test_cli_plan_stable(tmp_path, capsys):
+    m = tmp_path / "m.json"
+    m.write_text(json.dumps({"format": "exactlearn.mha/1", "d": 2,
+                             "heads": [{"W": [[1, 0], [0, -1]], "v": [1, 2]}]}))
+    assert main(["learn", "--model", str(m), "--heads", "1", "--field", "real", "--plan", "stable",
+                 "--dps", "30", "--seed", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["plan"] == "stable" and out["status"] == "certified" and out["exact"] is False
+    for argv, msg in ((["--plan", "stable"], "--plan stable needs --field real"),
+                      (["--field", "real", "--noise-rel", "1e-15"], "--noise-rel needs --plan stable")):
+        assert main(["learn", "--model", str(m), "--heads", "1"] + argv) == 2
+        err = capsys.readouterr().err
+        assert msg in err and len(err.strip().splitlines()) == 1
+
+
+def test_ratio_nodes_cover_both_ends():
+    nodes = ratio_nodes(3)
+    ts = [node_t(k, m) for k, m in nodes]
+    assert ts[0] == 0 and ts[-1] is None and ts[1] == mpq(1, 256) and ts[-2] == 256
+    assert len(nodes) - 2 >= 2 * (2 * 3 + 1)               # oversampled
