@@ -208,3 +208,16 @@ def test_ratio_nodes_cover_both_ends():
     ts = [node_t(k, m) for k, m in nodes]
     assert ts[0] == 0 and ts[-1] is None and ts[1] == mpq(1, 256) and ts[-2] == 256
     assert len(nodes) - 2 >= 2 * (2 * 3 + 1)               # oversampled
+
+
+# -- proofs-check: the constant C measured for both plans ------------------------------------
+def test_constant_series_measures_the_stable_plan_below_the_paper_plan():
+    from proofs_check.claims.approximate_oracle import constant_trial, summarise_constants
+    rows = [constant_trial((0, plan, 2, 2, 0)) for plan in ("paper", "stable")]
+    assert all(r["certified"] and r["covers"] for r in rows), rows
+    paper, stable = rows
+    assert stable["C"] < paper["C"] / 10            # measured: 1.25 against 1070
+    table, refuting = summarise_constants(rows)
+    assert not refuting and [t["plan"] for t in table] == ["paper", "stable"]
+    bad = dict(stable, covers=False)
+    assert summarise_constants([paper, bad])[1]      # an uncovered error refutes
