@@ -71,8 +71,11 @@ LINEAR_LIMIT = 1e-2
 UNEQUAL_FACTOR = 10 ** 2
 #: the run fails when more than this share of the configurations cannot be resolved
 MAX_UNRESOLVED = 0.25
-SUPPLEMENT_ROUNDS = 2    # rounds of supplementary families for undetermined entries
-SUPPLEMENT_PER_ENTRY = 2
+WEAK = 30                # an entry whose bound proxy exceeds 30 x the median gets supplements
+WEIGHT_RANGE = 1e9       # the least squares' bounds span at most this factor
+ROOTS_TRIED = 4          # basis families of x_1 tried as the root of the labelling
+SUPPLEMENT_ROUNDS = 3    # rounds of supplementary families for undetermined entries
+SUPPLEMENT_PER_ENTRY = 3
 TARGET = 3.0             # rms log rho the scale aims at
 GRID = 20                # token entries on the dyadic grid 2^-GRID
 PROBE_SCALES = (mpq(1), mpq(4), mpq(1, 4), mpq(16), mpq(1, 16))
@@ -219,23 +222,29 @@ def _resolve(c, K, asker, noise, nodes, m, H):
 def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
                 relation):
     """Supplementary families ``(x_i, e_j - e_k)`` for the entries of M (and c) that the
-    labelled families leave undetermined, labelled by their predicted c-values; two rounds.
+    labelled families leave undetermined -- or, once every entry is determined, determine
+    only poorly for some head (:func:`_weak`) -- labelled by their predicted c-values; up to SUPPLEMENT_ROUNDS rounds, new pairs each round.
     Returns how many were asked."""
     d = splan.d
     asked = 0
+    tried: set = set()
     for _ in range(SUPPLEMENT_ROUNDS):
         used = sorted(index)
         missW = _undetermined([[(j * d + i, co) for (j, i), co in rows[n][0]] for n in used], d * d)
         missv = _undetermined([rows[n][1] for n in used], d)
         if not missW and not missv:
-            break
+            missW = _weak(rows, fits, index, m, d)
+            if not missW:
+                break
         view = type("View", (), {"configs": configs})()
         refs = references(view, index, poles_of)
         want = [divmod(u, d) for u in missW] + [(j, 0) for j in missv]
         new = []
         for j, i in want:
-            ks = [k for k in sorted(refs) if k != j and splan.index("basis", i, k) in index]
+            ks = [k for k in sorted(refs) if k != j and splan.index("basis", i, k) in index
+                  and (i, j, k) not in tried]
             for k in ks[:SUPPLEMENT_PER_ENTRY]:
+                tried.add((i, j, k))
                 e = tuple(p - q for p, q in zip(splan.E[j], splan.E[k]))
                 new.append((Config("extra", i, j, splan.X[i], e), k))
         if not new:
@@ -256,6 +265,29 @@ def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nois
             rows.append(_rows(c, k))
             fits[n], ids[n], poles_of[n], index[n] = fit, q, pl, lab
     return asked
+
+
+def _weak(rows, fits, index, m, d) -> list:
+    """Entries of M that some head has only poorly determined: a least-squares proxy of its
+    bound (``sqrt diag (A^T B^-2 A)^-1``) above WEAK times that head's median, the worst
+    tenth of the entries at most."""
+    used = sorted(index)
+    A = np.zeros((len(used), d * d))
+    for r, n in enumerate(used):
+        for (j, i), co in rows[n][0]:
+            A[r, j * d + i] = co
+    worst = np.zeros(d * d)
+    for h in range(m):
+        b = np.array([fits[n].bounds[1 + index[n][h]] for n in used])
+        b = np.minimum(b, WEIGHT_RANGE * b.min())
+        Aw = A / b[:, None]
+        try:
+            proxy = np.sqrt(np.abs(np.diag(np.linalg.pinv(Aw.T @ Aw, rcond=1e-15))))
+        except np.linalg.LinAlgError:
+            return []
+        worst = np.maximum(worst, proxy / np.median(proxy))
+    weak = [u for u in np.argsort(-worst) if worst[u] > WEAK]
+    return weak[:max(1, d * d // 10)]
 
 
 def _poles(K, fit, m):
@@ -353,11 +385,12 @@ def _wls(K, design, p, meas, bounds, sens_rows, n_obs):
             A[n, col] = coef
     b = np.asarray(bounds, dtype=float)
     # any left inverse G gives an unbiased estimator whose sensitivities G S are exact, so the
-    # weights need not be optimal: capping their range at 1e12 keeps G accurate in float64
-    b = np.minimum(np.maximum(b, 1e-300), 1e6 * max(b.min(), 1e-300))
+    # weights need not be optimal: capping the bounds' range at 1e9 keeps the weighted matrix's
+    # condition (and so G A - I, which the refinement removes) well inside float64
+    b = np.minimum(np.maximum(b, 1e-300), WEIGHT_RANGE * max(b.min(), 1e-300))
     sw = 1 / b
     try:
-        G = np.linalg.pinv(A * sw[:, None]) * sw[None, :]
+        G = np.linalg.pinv(A * sw[:, None], rcond=1e-14) * sw[None, :]
     except np.linalg.LinAlgError:
         raise SingularMatrix("the weighted least-squares system of a head is singular") from None
     with ctx.extraprec(30):
@@ -425,12 +458,18 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     worst_rel = max((_rel_bound(f, m) for f in fits.values()), default=0.0)
     poles_of = {n: _poles(K, f, m) for n, f in fits.items()}
     basis0 = [splan.index("basis", 0, j) for j in range(d)]
-    root = next((n for n in basis0 if n in fits), None)
-    if root is None:
+    roots = sorted((n for n in basis0 if n in fits), key=lambda n: _rel_bound(fits[n], m))
+    if not roots:
         raise DegenerateDraw(f"no basis configuration with final token x_1 could be resolved; "
                              f"(x_1, e_1): {bad[basis0[0]]}")
     relation = WithinBounds(EQUAL_FACTOR, UNEQUAL_FACTOR, size=float)
-    index = label_families(splan, poles_of, relation, root)
+    index = {}
+    for root in roots[:ROOTS_TRIED]:       # the head numbering: the root that labels most
+        got = label_families(splan, poles_of, relation, root)
+        if len(got) > len(index):
+            index = got
+        if len(index) >= 0.9 * len(fits):
+            break
     configs = list(splan.configs)
     rows = [_rows(c) for c in configs]
     n_supp = _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz, nodes,
