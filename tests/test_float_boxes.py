@@ -221,3 +221,13 @@ def test_constant_series_measures_the_stable_plan_below_the_paper_plan():
     assert not refuting and [t["plan"] for t in table] == ["paper", "stable"]
     bad = dict(stable, covers=False)
     assert summarise_constants([paper, bad])[1]      # an uncovered error refutes
+
+
+def test_stable_plan_with_a_head_bound_finds_the_heads():
+    box = NumpyAttention.from_seed(4, 2, 0)
+    res = learn(box, d=4, max_heads=3, field=Real(dps=30), tokens="float64", plan="stable",
+                seed=0, **F64)
+    assert res.certified, res.error
+    assert len(res.heads) == 2
+    err, _ = max_parameter_error(res.heads, truth(box), res.field)
+    assert err <= res.error_bound and err <= 1e-8

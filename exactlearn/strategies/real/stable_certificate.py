@@ -1,0 +1,80 @@
+"""The stable plan's certificate: every observation recomputed from the recovered heads
+(README, "Float black boxes: the stable plan"; docs "The real field", "The stable plan for
+float black boxes").
+
+Every query of the stable plan -- probe, rescues and supplementary families included -- is
+``k`` copies of a token ``a`` followed by ``m >= 1`` copies of the final token ``x`` (or ``a``
+alone), so each head's value is ``f_h = (k rho u_a + m u_x) / (k rho + m)`` with
+``rho = exp((a - x)^T W x)``, ``u = v.token``, computed once per distinct ``(a, x)``.  The
+tolerance is ``eta_q`` plus the first-order effect of the parameter bounds
+(``df_h/dv = p_a a + p_x x``; ``df_h/dW_rc = p_a p_x (u_a - u_x) e_r x_c``) plus rounding;
+a miss is :class:`~exactlearn.errors.NoisierThanDeclared`.  The general evaluator
+(:mod:`~exactlearn.strategies.real.evaluate`) gives the same numbers on these queries,
+at d^2 work per query instead of H.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from exactlearn.errors import NoisierThanDeclared
+from exactlearn.strategies.real.sensitivity import rounding
+
+
+def certify_two_token(heads, BW, Bv, K, rec, start, etas):
+    """Every observation since ``start`` recomputed from the heads within its tolerance
+    (module doc, step 6); returns the largest residual / tolerance.  Every query of this
+    plan (probe and rescues included) is ``k`` copies of a token ``a`` and ``m >= 1`` of a
+    final token ``x`` (or ``a`` alone), so each head is evaluated in closed form once per
+    distinct ``(a, x)`` pair."""
+    ctx = K.ctx
+    worst = 0.0
+    Bvn = [np.array(bv) for bv in Bv]
+    BWn = [np.array(bw) for bw in BW]
+    cache: dict = {}
+
+    def per_head(a_tok, x_tok):
+        key = (a_tok, x_tok)
+        got = cache.get(key)
+        if got is None:
+            x = [K(t) for t in x_tok]
+            a = [K(t) for t in a_tok]
+            xf = np.array([abs(float(t)) for t in x_tok])
+            af = np.array([abs(float(t)) for t in a_tok])
+            ef = np.array([abs(float(p) - float(q)) for p, q in zip(a_tok, x_tok)])
+            got = []
+            for h, head in enumerate(heads):
+                wx = [ctx.fdot(row, x) for row in head.W]
+                rho = ctx.exp(ctx.fdot(a, wx) - ctx.fdot(x, wx))
+                ua, ux = ctx.fdot(head.v, a), ctx.fdot(head.v, x)
+                got.append((rho, ua, ux, float(ef @ BWn[h] @ xf), float(af @ Bvn[h]),
+                            float(xf @ Bvn[h])))
+            cache[key] = got
+        return got
+
+    for q in range(start, len(rec.observations)):
+        tokens, y = rec.observations[q]
+        x_tok = tuple(tokens[-1])
+        others = {tuple(t) for t in tokens} - {x_tok}
+        if len(others) > 1:
+            raise AssertionError("a stable-plan query has at most two distinct tokens")
+        m = sum(1 for t in tokens if tuple(t) == x_tok)
+        k = len(tokens) - m
+        a_tok = others.pop() if others else x_tok
+        f, grad, size = ctx.zero, 0.0, 0.0
+        for rho, ua, ux, kw, va, vx in per_head(a_tok, x_tok):
+            den = k * rho + m
+            pa, px = k * rho / den, m / den
+            f += pa * ua + px * ux
+            fpa, fpx = float(pa), float(px)
+            grad += fpa * va + fpx * vx + fpa * fpx * abs(float(ua - ux)) * kw
+            size += fpa * abs(float(ua)) + fpx * abs(float(ux))
+        tol = float(etas[q]) + grad + float(rounding(K, 4 * size))
+        ratio = abs(float(f - y)) / tol
+        worst = max(worst, ratio)
+        if ratio > 1:
+            raise NoisierThanDeclared(
+                f"outputs noisier than the declared eta (or a black box outside the model "
+                f"class): the recovered heads miss an observation of length {len(tokens)} by "
+                f"{abs(float(f - y)):.3g} > tolerance {tol:.3g}")
+    return worst

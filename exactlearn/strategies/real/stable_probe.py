@@ -1,0 +1,87 @@
+"""The stable plan's scale probe (docs "The real field", "The stable plan for float black
+boxes", step 2).
+
+The basis families ``(x_i, e_i)`` of the unit (dyadic, near-orthogonal) plan --
+``max(3, ceil(6/H))`` of them -- are asked as ratio families
+(:mod:`~exactlearn.strategies.real.ratio`) at scale 1, then 4, 1/4, 16, 1/16 until at least
+one fits; a family that does not fit is passed over.  ``log rho`` scales with ``sigma^2``,
+so :func:`sigma_for` picks the ``sigma`` (a power of two or 3/2 of one: the tokens stay
+dyadic) that brings their rms to about ``TARGET = 3``.  With a head bound (``max_heads``)
+the first probe family also fixes the number of heads (:func:`count_heads`).  Every probe
+query is counted (``probe_queries``) and certified with the rest.
+
+>>> sigma_for(0.75), sigma_for(12.0)
+(mpq(2,1), mpq(1,2))
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from gmpy2 import mpq
+
+from exactlearn.errors import (DegenerateDraw, FieldError, InterpolationError, LearningFailure,
+                               NoisierThanDeclared)
+from exactlearn.strategies.real.ratio import family_tokens, fit_ratio_family, node_t
+
+TARGET = 3.0             # rms log rho the scale aims at
+PROBE_SCALES = (mpq(1), mpq(4), mpq(1, 4), mpq(16), mpq(1, 16))
+
+
+def sigma_for(rms: float) -> mpq:
+    """The scale with ``sigma^2 rms`` closest to TARGET among ``2^k`` and ``3 * 2^(k-1)``."""
+    want = math.sqrt(TARGET / rms) if rms > 0 else 1.0
+    cands = [mpq(2) ** k for k in range(-8, 9)] + [mpq(3, 2) * mpq(2) ** k for k in range(-8, 8)]
+    return min(cands, key=lambda s: abs(math.log(float(s) / want)))
+
+
+def probe_scale(plan0, K, asker, noise, nodes, H, m_fixed):
+    """``(sigma, m, probe detail)`` from the probe families at the scales tried."""
+    tries = []
+    d = plan0.d
+    fams = [plan0.configs[plan0.index("basis", i, i)] for i in range(min(d, max(3, -(-6 // H))))]
+    ts = [node_t(k, mm) for k, mm in nodes]
+    for s0 in PROBE_SCALES:
+        logs, m, failed = [], m_fixed, []
+        for c in fams:                 # a family that cannot be resolved is passed over
+            x = tuple(s0 * a for a in c.x)
+            a = tuple(s0 * b for b in c.a)
+            part = asker.ask([family_tokens(x, a, k, mm) for k, mm in nodes])
+            ys = [y for y, _ in part]
+            size = H * max(abs(float(y)) for y in ys)
+            etas = [noise.of(y, size) for y in ys]
+            try:
+                if m is None:
+                    m = count_heads(K, ts, ys, etas, H)
+                fit = fit_ratio_family(K, ts, ys, etas, m, what="a probe family")
+            except (FieldError, LearningFailure, ArithmeticError, ValueError,
+                    np.linalg.LinAlgError) as exc:
+                failed.append(exc)
+                continue
+            logs += [float(x) for x in fit.logs]
+        if not logs:
+            if all(isinstance(e, NoisierThanDeclared) for e in failed) and s0 == PROBE_SCALES[-1]:
+                raise failed[0]
+            tries.append({"scale": str(s0), "failed": str(failed[0])[:120]})
+            continue
+        rms = math.sqrt(sum(x * x for x in logs) / len(logs)) / float(s0) ** 2
+        tries.append({"scale": str(s0), "families": len(fams) - len(failed), "poles": len(logs),
+                      "rms_exponent": f"{rms * float(s0) ** 2:.4g}"})
+        return sigma_for(rms), m, tries
+    raise DegenerateDraw(f"the scale probe failed at every scale tried "
+                         f"({', '.join(t['scale'] for t in tries)}): its families never fit "
+                         f"{H if m_fixed else 'at most ' + str(H)} heads within the declared "
+                         f"noise; first failure: {tries[0]['failed']}")
+
+
+def count_heads(K, ts, ys, etas, H):
+    """The fewest heads m <= H whose least-squares fit keeps every residual within its bound."""
+    for m in range(1, H + 1):
+        try:
+            fit_ratio_family(K, ts, ys, etas, m)
+            return m
+        except (NoisierThanDeclared, InterpolationError, ValueError, np.linalg.LinAlgError):
+            if m == H:
+                raise
+    return H
