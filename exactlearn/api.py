@@ -233,9 +233,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     certified modulo p only (``exact_over_Q`` False, v as residues).
 
     ``field`` may be a field object or a name (``"rational"``, ``"modular"``,
-    ``"symbolic"``, ``"real"``).  ``plan`` defaults to ``"paper"``; over the real field
-    ``plan="stable"`` (:mod:`exactlearn.strategies.real.stable`: ratio families at
-    geometric t = k/m, least squares) is built for float64/float32 boxes.  ``noise_rel`` adds a relative
+    ``"symbolic"``, ``"real"``).  ``plan`` defaults to ``"paper"``, and over the real field to
+    ``"stable"`` when ``tokens`` is a float kind (a float box:
+    :mod:`exactlearn.strategies.real.stable`, ratio families at geometric t = k/m, least
+    squares; the paper plan's tokens are not floats).  ``noise_rel`` adds a relative
     output error: every output is trusted to ``noise + noise_rel * |y|`` (stable plan).
     ``tokens`` says what the box is sent: ``"exact"`` (tuples of gmpy2 ``mpq``, the
     default), ``"float"`` (lists of Python floats), ``"float64"`` or ``"float32"`` (a 2-D
@@ -256,8 +257,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     if rank is not None and plan != "efficient":
         raise ValueError("rank= is a promise for the efficient plan (plan='efficient')")
     K, convert = resolve_field(oracle, field)
-    if plan is None:
-        plan = "paper"
+    if plan is None:                   # a box that takes float tokens is a float box
+        plan = "stable" if tokens != "exact" and not K.is_exact else "paper"
     if noise_rel is not None and K.is_exact:
         raise ValueError(f"noise_rel= applies to the real field, not the {K.name} field")
     if max_primes is not None and (isinstance(max_primes, bool) or not isinstance(max_primes, int)

@@ -231,3 +231,11 @@ def test_stable_plan_with_a_head_bound_finds_the_heads():
     assert len(res.heads) == 2
     err, _ = max_parameter_error(res.heads, truth(box), res.field)
     assert err <= res.error_bound and err <= 1e-8
+
+
+def test_float_tokens_choose_the_stable_plan_by_default():
+    box = NumpyAttention.from_seed(2, 1, 0)
+    res = learn(box, d=2, heads=1, field="real", tokens="float64", seed=0, **F64)
+    assert res.certified and res.plan == "stable"
+    model = MultiHeadAttention([([[1, 0], [0, -1]], [1, 2])])
+    assert learn(Oracle(model, Real(dps=30)), d=2, heads=1, seed=0).plan == "paper"
