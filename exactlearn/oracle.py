@@ -241,7 +241,7 @@ TOKEN_KINDS = ("exact", "float", "float64", "float32")
 
 class TokenAdapter:
     """A black box that takes float tokens, seen by the learner as one that takes exact
-    rationals (``learn(tokens=...)``; README, "Float black boxes").
+    rationals (``learn(tokens=...)``; README, "Float black boxes"; docs "Learn a float black box").
 
     ``kind``: ``"float"`` sends a list of lists of Python floats, ``"float64"`` /
     ``"float32"`` a 2-D numpy array (one row per token) of that dtype.  A token entry that

@@ -239,3 +239,25 @@ def test_float_tokens_choose_the_stable_plan_by_default():
     assert res.certified and res.plan == "stable"
     model = MultiHeadAttention([([[1, 0], [0, -1]], [1, 2])])
     assert learn(Oracle(model, Real(dps=30)), d=2, heads=1, seed=0).plan == "paper"
+
+
+class KeyBias(NumpyAttention):
+    """Outside the model class: a key bias 0.3 x_i[0] added to every score."""
+
+    def __call__(self, X):
+        X = np.asarray(X, dtype=np.float64)
+        s = np.einsum("ic,hcr,r->hi", X, self.W, X[-1]) + 0.3 * X[:, 0][None, :]
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        return (p * np.einsum("hc,ic->hi", self.v, X)).sum()
+
+
+def test_stable_plan_more_heads_than_given_fails_explicitly():
+    res = learn_box(NumpyAttention.from_seed(4, 3, 0), 4, 2, 0, retries=1)
+    assert not res.certified and "could not be resolved" in res.error
+
+
+def test_stable_plan_key_bias_box_fails_explicitly():
+    base = NumpyAttention.from_seed(4, 2, 0)
+    res = learn_box(KeyBias(list(zip(base.W, base.v))), 4, 2, 0, retries=1)
+    assert not res.certified and NOISIER in res.error

@@ -1,5 +1,5 @@
 """Labelling the stable plan's configurations by head when some families are missing
-(README, "Float black boxes: the stable plan").
+(docs "The real field", "The stable plan for float black boxes").
 
 The paper's traversal (:func:`exactlearn.pipeline.match.label_heads`) needs every family:
 one family that a float box cannot resolve (two heads' exponents crowd in it) stops the

@@ -1,5 +1,6 @@
 """Ratio families and their least-squares fit: the finite-precision plan's sampling
-(README, "Float black boxes: the stable plan"; arXiv:2608.03294, approximate oracles).
+(docs "The real field", "The stable plan for float black boxes"; arXiv:2608.03294, approximate
+oracles).
 
 A query of ``k`` copies of ``a = x + e`` followed by ``m`` copies of ``x`` (final token
 ``x``) has the value

@@ -1,5 +1,5 @@
 """The stable plan's certificate: every observation recomputed from the recovered heads
-(README, "Float black boxes: the stable plan"; docs "The real field", "The stable plan for
+(docs "The real field", "The stable plan for
 float black boxes").
 
 Every query of the stable plan -- probe, rescues and supplementary families included -- is

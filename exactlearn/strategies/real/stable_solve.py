@@ -1,5 +1,5 @@
 """The stable plan's solve: heads from labelled families by sparse weighted least squares
-(README, "Float black boxes: the stable plan"; docs "The real field", "The stable plan for
+(docs "The real field", "The stable plan for
 float black boxes", step 4).
 
 In the coordinates ``M = E^T W X`` (``M[j][i] = e_j^T W x_i``) every family measures one
