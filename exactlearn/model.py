@@ -222,13 +222,28 @@ def distinct_tokens(tokens):
     """Group a token sequence into (token, multiplicity) pairs, final token last.
 
     Returns ``(pairs, final)`` where ``pairs`` lists each distinct token once.
+    A run of the *same object* (the plan's ``[a] * k``) is counted without hashing
+    each copy; equal tokens that are different objects still merge.
+
+    >>> a = (1, 2)
+    >>> distinct_tokens([a, a, [1, 2], (0, 1)])
+    ([((1, 2), 3), ((0, 1), 1)], (0, 1))
     """
     if len(tokens) == 0:
         raise ValueError("a query needs at least one token")
     counts: dict = {}
+    prev = None
+    run = 0
     for t in tokens:
-        key = tuple(t)
-        counts[key] = counts.get(key, 0) + 1
+        if t is prev:
+            run += 1
+            continue
+        if run:
+            key = tuple(prev)
+            counts[key] = counts.get(key, 0) + run
+        prev, run = t, 1
+    key = tuple(prev)
+    counts[key] = counts.get(key, 0) + run
     final = tuple(tokens[-1])
     return list(counts.items()), final
 
@@ -353,28 +368,65 @@ class HeadEvaluator:
         return total
 
     def _call_int(self, pairs, final):
+        """f(X) by the integer path: per head, ``num_h / den_h`` with
+        ``num_h = sum_i m_i w_{h,i} v_h.x_i / dv_h`` and ``den_h = sum_i m_i w_{h,i}``
+        (``w = T^n``), summed as one fraction (one inversion per query)."""
         K = self.K
-        power = K.power
         heads = self._final_int(final)
-        terms = [self._token_int(tok, final, heads) for tok, _ in pairs]
-        total = K.zero
-        for h, (_, _, _, inv_dv) in enumerate(heads):
+        terms = [(self._token_terms(tok, final, heads), None if mult == 1 else K(mult))
+                 for tok, mult in pairs]
+        N = K.zero
+        Dn = K.one
+        for h in range(len(heads)):
             num = K.zero
             den = K.zero
-            for (tok, mult), tt in zip(pairs, terms):
-                n, vdot = tt[h]
-                w = power(n) * mult
-                num = num + w * vdot
-                den = den + w
-            total = total + num * inv_dv / den
-        return total
+            for tt, mult in terms:
+                w, wv = tt[h]
+                if mult is None:
+                    num = num + wv
+                    den = den + w
+                else:
+                    num = num + wv * mult
+                    den = den + w * mult
+            N = N * den + num * Dn
+            Dn = Dn * den
+        return N / Dn
 
-    def _token_int(self, tok, final, heads):
-        """Per head (D * (x_i - x_n)^T W_h x_n, dv * v_h . x_i) for one token (cached)."""
+    def _token_terms(self, tok, final, heads):
+        """Per head ``(w, w v_h.x_i / dv_h)`` for one token x_i and final token x_n, with
+        ``w = T^(D (x_i - x_n)^T W_h x_n)`` (cached per (token, final token))."""
         key = (tok, final)
         got = self._cache.get(key)
         if got is None:
-            got = [(sum(a * b for a, b in zip(tok, wx)) - s_final, sum(a * b for a, b in zip(vn, tok)))
-                   for wx, s_final, vn, _ in heads]
+            K = self.K
+            power = K.power
+            got = []
+            for wx, s_final, vn, inv_dv in heads:
+                w = power(sum(a * b for a, b in zip(tok, wx)) - s_final)
+                got.append((w, w * (K(sum(a * b for a, b in zip(vn, tok))) * inv_dv)))
             self._remember(key, got)
         return got
+
+    def family(self, a, x):
+        """Per head ``(w_h, A_h, B_h)`` with ``f(a^k, x) = sum_h (k w_h A_h + B_h) / (k w_h + 1)``
+        for tokens ``a != x`` (integer path only; None otherwise): ``w_h = T^(D (a - x)^T W_h x)``,
+        ``A_h = v_h.a`` and ``B_h = v_h.x`` in the field.  The certificate of a plan
+        (:func:`exactlearn.pipeline.certify.certify_plan`) evaluates whole query families
+        from it.
+
+        >>> from exactlearn.fields import Modular
+        >>> K = Modular(p=97, scale=1)
+        >>> ev = HeadEvaluator([Head(((1,),), (3,))], 1, K)
+        >>> (w, A, B), = ev.family((2,), (1,))
+        >>> (2 * w * A + B) / (2 * w + 1) == ev([(2,), (2,), (1,)])
+        True
+        """
+        a, x = tuple(a), tuple(x)
+        if (self._int is None or a == x or len(a) != self.d or len(x) != self.d
+                or not all(type(c) is int for c in a + x)):
+            return None
+        heads = self._final_int(x)
+        out = []
+        for (w, wa), (_, wb) in zip(self._token_terms(a, x, heads), self._token_terms(x, x, heads)):
+            out.append((w, wa / w, wb))
+        return out

@@ -26,8 +26,8 @@ from exactlearn.errors import (BadReduction, CertificateError, DegenerateDraw,
 from exactlearn.fields.base import Field
 from exactlearn.fields.multimodular import analysis_fields
 from exactlearn.model import canonicalize
-from exactlearn.pipeline.certify import certify
-from exactlearn.pipeline.interpolate import cauchy_interpolate, poles, poles_among
+from exactlearn.pipeline.certify import certify, certify_plan
+from exactlearn.pipeline.interpolate import interpolate_many, poles, poles_among, poles_paired
 from exactlearn.pipeline.match import label_basis
 from exactlearn.pipeline.solve import solve_heads
 
@@ -61,13 +61,13 @@ def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
     rfs: dict = {}
     poles_of: dict = {}
 
-    def fit(n, y0):
-        rfs[n] = cauchy_interpolate(ks, [y0] + values[n], H, K)
+    def fit(ns, y0s):
+        for n, rf in zip(ns, interpolate_many(ks, [[y0] + values[n] for n, y0 in zip(ns, y0s)], H, K)):
+            rfs[n] = rf
 
     # 2. the group of x_1 shares the k = 0 query; it gives V (arXiv:2608.03294; README, "How it works")
-    for n, c in enumerate(configs):
-        if c.shares_k0:
-            fit(n, y_shared)
+    first = [n for n, c in enumerate(configs) if c.shares_k0]
+    fit(first, [y_shared] * len(first))
     for j in range(d):
         n = plan.index("basis", 0, j)
         poles_of[n] = poles(rfs[n], K)
@@ -79,26 +79,37 @@ def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
         return _sum((a * K(b) for a, b in zip(u, x)), K)
 
     # 3. every other configuration takes its k = 0 value V.x by computation
-    for n, c in enumerate(configs):
-        if n not in rfs:
-            fit(n, dot(V, c.x))
+    rest = [n for n in range(len(configs)) if n not in rfs]
+    fit(rest, [dot(V, configs[n].x) for n in rest])
     for n, c in enumerate(configs):
         if not K.eq(rfs[n].limit(K), dot(V, c.a)):
             raise DegenerateDraw(f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) "
                              f"is not V.a (more heads than the bound H = {H}, an additive constant, "
                              f"or a bias)")
-    # poles: root finding for the basis configurations; a matching configuration's
-    # poles can only be products of two basis configurations' rho (arXiv:2608.03294; README, "How it works"), so
-    # they are looked for among those first (poles_among falls back to roots)
+    # poles: root finding for the basis configurations -- over F_p, (x_i, e_j) with i, j >= 2
+    # from (x_i, e_1) and (x_i, e_1 + e_j) by gcds instead (poles_paired, the same poles); a
+    # matching configuration's poles can only be products of two basis configurations' rho
+    # (arXiv:2608.03294; README, "How it works"), so they are looked for among those first
+    # (poles_among falls back to roots)
+    joint_roots: dict = {}
     for n, c in enumerate(configs):
         if c.kind == "basis" and n not in poles_of:
-            poles_of[n] = poles(rfs[n], K)
+            got = None
+            if c.i > 0 and c.j > 0:
+                nw = plan.index("within", c.i, c.j)
+                alphas = [r for r, _ in poles_of[plan.index("basis", c.i, 0)]]
+                got = poles_paired(rfs[n], rfs[nw], alphas, K)
+            if got is None:
+                poles_of[n] = poles(rfs[n], K)
+            else:
+                poles_of[n], joint_roots[nw] = got
     for n, c in enumerate(configs):
         if c.kind != "basis":
             i0 = 0 if c.kind == "across" else c.i
             a = poles_of[plan.index("basis", i0, 0 if c.kind == "within" else c.j)]
             b = poles_of[plan.index("basis", c.i, c.j)]
-            poles_of[n] = poles_among(rfs[n], [ra * rb for ra, _ in a for rb, _ in b], K)
+            poles_of[n] = poles_among(rfs[n], [ra * rb for ra, _ in a for rb, _ in b], K,
+                                      joint_roots.get(n))
     fits = {n: (rfs[n], poles_of[n]) for n in rfs}
     # 4. label every basis configuration by head (products in the field)
     labelled = label_basis(plan, poles_of, K)
@@ -112,7 +123,8 @@ def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
 def analyse_and_certify(plan, y_shared, values, K, observations, trace) -> tuple:
     """Analyse in ``K`` -- or in each of :func:`~exactlearn.fields.multimodular.analysis_fields`
     ``(K)`` in turn (the rational field: its reductions modulo large primes) -- and
-    certify the result over ``K`` itself.
+    certify the result over ``K`` itself: on ``observations``, or with ``observations``
+    None on the plan's own (``y_shared``, ``values``; :func:`~exactlearn.pipeline.certify.certify_plan`).
 
     Only a bad reduction (a denominator divisible by p, a rational past the
     reconstruction bound, a certificate that fails after reconstruction) moves
@@ -124,6 +136,8 @@ def analyse_and_certify(plan, y_shared, values, K, observations, trace) -> tuple
         else:
             vals = {c: [A(y) for y in vs] for c, vs in values.items()}
             recovered = analyse(plan, A(y_shared), vals, A, trace)
+        if observations is None:         # the plan's own observations, in its order
+            return recovered, certify_plan(recovered, plan, y_shared, values, K)
         return recovered, certify(recovered, plan.d, observations, K)
 
     return over_analysis_fields(K, analyse_and_certify, trace)

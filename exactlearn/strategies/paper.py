@@ -43,7 +43,7 @@ def run(plan, ask, K, trace, options) -> tuple:
 
     Returns ``(canonical heads, number of certified observations)``."""
     y_shared, values = ask_plan(plan, ask)
-    return analyse_and_certify(plan, y_shared, values, K, ask.observations, trace)
+    return analyse_and_certify(plan, y_shared, values, K, None, trace)
 
 
 def verify(oracle, heads, d, H, K, convert, rng, R, n, state) -> tuple:
