@@ -260,7 +260,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                 recovered, n_cert, multimodular = learn_modular(
                     oracle, ask, K, d, rng,
                     lambda sub, Kr, t: strategy.run(drawn, sub, Kr, t, options),
-                    max_primes, trace_to)
+                    max_primes, trace_to, plan=drawn if strategy.ASKS_PLAN else None)
             else:
                 recovered, n_cert = strategy.run(drawn, ask, K, trace_to, options)
             error = None

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Sequence
 
+import flint
+
 from exactlearn.errors import BadReduction, ExactnessError, ModelError
 from exactlearn.fields.base import Field, as_mpq, format_rational, lcm_of_denominators
 from exactlearn.io import check_format, dump_json, exact_matrix, exact_vector, load_json
@@ -248,6 +250,10 @@ def distinct_tokens(tokens):
     return list(counts.items()), final
 
 
+class _NotInt(Exception):
+    """A token of a query is not all Python ints: the integer path does not apply."""
+
+
 class HeadEvaluator:
     """Evaluates raw or recovered heads through a field (README, "The model and its sign convention").
 
@@ -265,6 +271,7 @@ class HeadEvaluator:
         self.heads = [([[P(a) for a in row] for row in h.W], [P(a) for a in h.v]) for h in heads]
         self._cache: dict = {}
         self._int = None
+        self._int_mats = None
         if field.is_exact and P.is_exact:
             D = field.D
             ok = all((x * D).denominator == 1 for h in heads for row in h.W for x in row)
@@ -293,13 +300,21 @@ class HeadEvaluator:
         return got
 
     def _final_int(self, final):
+        """Per head ``(D W_h x_n, D x_n^T W_h x_n)`` for the final token, with the heads'
+        ``D W_h x_n`` stacked as one python-flint ``fmpz_mat`` (cached per final token)."""
         key = ("int", final)
         got = self._cache.get(key)
         if got is None:
-            got = []
-            for Wn, vn, inv_dv in self._int:
-                wx = [sum(a * b for a, b in zip(row, final)) for row in Wn]
-                got.append((wx, sum(a * b for a, b in zip(final, wx)), vn, inv_dv))
+            if not all(type(a) is int for a in final):
+                raise _NotInt
+            if self._int_mats is None:
+                self._int_mats = ([flint.fmpz_mat(Wn) for Wn, _, _ in self._int],
+                                  flint.fmpz_mat([vn for _, vn, _ in self._int]))
+            col = flint.fmpz_mat(self.d, 1, list(final))
+            wxs = [Wm * col for Wm in self._int_mats[0]]                    # D W_h x_n
+            WX = flint.fmpz_mat([[wx[r, 0] for r in range(self.d)] for wx in wxs])
+            s_final = [int(x) for x in (WX * col).entries()]                # D x_n^T W_h x_n
+            got = (WX, s_final)
             self._remember(key, got)
         return got
 
@@ -351,8 +366,11 @@ class HeadEvaluator:
     def _value(self, tokens):
         K = self.K
         pairs, final = self._pairs(tokens)
-        if self._int is not None and all(type(a) is int for t, _ in pairs for a in t):
-            return self._call_int(pairs, final)
+        if self._int is not None:
+            try:
+                return self._call_int(pairs, final)
+            except _NotInt:                # a token that is not all ints: the general path
+                pass
         P = K.param
         pairs = [(tuple(P(a) for a in t), m) for t, m in pairs]
         total = K.zero
@@ -372,12 +390,14 @@ class HeadEvaluator:
         ``num_h = sum_i m_i w_{h,i} v_h.x_i / dv_h`` and ``den_h = sum_i m_i w_{h,i}``
         (``w = T^n``), summed as one fraction (one inversion per query)."""
         K = self.K
-        heads = self._final_int(final)
-        terms = [(self._token_terms(tok, final, heads), None if mult == 1 else K(mult))
+        if not self._int:
+            return K.zero
+        fin = self._final_int(final)
+        terms = [(self._token_terms(tok, final, fin), None if mult == 1 else K(mult))
                  for tok, mult in pairs]
         N = K.zero
         Dn = K.one
-        for h in range(len(heads)):
+        for h in range(len(self._int)):
             num = K.zero
             den = K.zero
             for tt, mult in terms:
@@ -392,18 +412,25 @@ class HeadEvaluator:
             Dn = Dn * den
         return N / Dn
 
-    def _token_terms(self, tok, final, heads):
+    def _token_terms(self, tok, final, fin):
         """Per head ``(w, w v_h.x_i / dv_h)`` for one token x_i and final token x_n, with
-        ``w = T^(D (x_i - x_n)^T W_h x_n)`` (cached per (token, final token))."""
+        ``w = T^(D (x_i - x_n)^T W_h x_n)`` (cached per (token, final token); the dot
+        products of all heads are two ``fmpz_mat`` products)."""
         key = (tok, final)
         got = self._cache.get(key)
         if got is None:
+            if not all(type(a) is int for a in tok):
+                raise _NotInt
             K = self.K
             power = K.power
+            WX, s_final = fin
+            col = flint.fmpz_mat(self.d, 1, list(tok))
+            scores = (WX * col).entries()
+            vdots = (self._int_mats[1] * col).entries()
             got = []
-            for wx, s_final, vn, inv_dv in heads:
-                w = power(sum(a * b for a, b in zip(tok, wx)) - s_final)
-                got.append((w, w * (K(sum(a * b for a, b in zip(vn, tok))) * inv_dv)))
+            for (_, _, inv_dv), sc, sf, vd in zip(self._int, scores, s_final, vdots):
+                w = power(int(sc) - sf)
+                got.append((w, w * (K(int(vd)) * inv_dv)))
             self._remember(key, got)
         return got
 
@@ -422,11 +449,11 @@ class HeadEvaluator:
         True
         """
         a, x = tuple(a), tuple(x)
-        if (self._int is None or a == x or len(a) != self.d or len(x) != self.d
-                or not all(type(c) is int for c in a + x)):
+        if not self._int or a == x or len(a) != self.d or len(x) != self.d:
             return None
-        heads = self._final_int(x)
-        out = []
-        for (w, wa), (_, wb) in zip(self._token_terms(a, x, heads), self._token_terms(x, x, heads)):
-            out.append((w, wa / w, wb))
-        return out
+        try:
+            fin = self._final_int(x)
+            ta, tx = self._token_terms(a, x, fin), self._token_terms(x, x, fin)
+        except _NotInt:
+            return None
+        return [(w, wa / w, wb) for (w, wa), (_, wb) in zip(ta, tx)]

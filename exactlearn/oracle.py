@@ -157,19 +157,21 @@ class Recorder:
     (mpq(2,1), 1, 2, [([(1,), (2,)], mpq(2,1))])
     """
 
-    def __init__(self, oracle, K: Field, convert: bool, parent=None):
+    def __init__(self, oracle, K: Field, convert: bool, parent=None, keep: bool = True):
         self.oracle = oracle
         self.K = K
         self.convert = convert
         self.parent = parent
+        self.keep = keep                  # False: count and convert, keep no observations
         self.observations = []
         self.queries = 0
         self.max_length = 0
         self.seconds = 0.0
 
-    def child(self, oracle, K: Field, convert: bool = True) -> "Recorder":
-        """A recorder of its own observations whose counts also go to this one."""
-        return Recorder(oracle, K, convert, parent=self)
+    def child(self, oracle, K: Field, convert: bool = True, keep: bool = True) -> "Recorder":
+        """A recorder of its own observations whose counts also go to this one (with
+        ``keep=False`` it streams: counts, but keeps no observations)."""
+        return Recorder(oracle, K, convert, parent=self, keep=keep)
 
     def _count(self, length, seconds):
         """One answered query of ``length`` tokens (``None``: time spent, no answer)."""
@@ -194,7 +196,8 @@ class Recorder:
             except (ValueError, TypeError, FieldError) as exc:
                 raise DegenerateDraw(f"the black box returned a value that is not in the "
                                  f"{self.K.name} field: {exc}") from None
-        self.observations.append((tokens, y))
+        if self.keep:
+            self.observations.append((tokens, y))
         return y
 
 

@@ -246,19 +246,12 @@ def poles_paired(rf_b: RationalFunction, rf_w: RationalFunction, alphas, K):
     if rings is None or m <= 0 or len(alphas) != m or rf_w.n_poles != m:
         return None
     ring = rings[1]
-    Qb = ring(rf_b.Q)
-    qw = rf_w.Q
+    Qb, Qw = ring(rf_b.Q), ring(rf_w.Q)
     ks = []
     for alpha in alphas:
         if K.is_zero(alpha):
             return None
-        inv = K.one / alpha
-        s = K.one
-        cs = []
-        for c in qw:                       # Q_w(k / alpha)
-            cs.append(c * s)
-            s = s * inv
-        G = Qb.gcd(ring(cs))
+        G = Qb.gcd(Qw.compose(ring([0, K.one / alpha])))       # Q_w(k / alpha)
         if G.degree() != 1:
             return None
         g0, g1 = G.coeffs()

@@ -26,6 +26,10 @@ from exactlearn.pipeline.plan import draw_paper_plan
 #: The strategy runs over exact fields only (the real field has its own strategy).
 EXACT = True
 
+#: It asks exactly ``plan.queries``, in order, and certifies them itself: its observations can be
+#: streamed (:func:`exactlearn.pipeline.multimodular.learn_modular`, ``plan=``).
+ASKS_PLAN = True
+
 
 def new_state():
     """No state across attempts."""
