@@ -65,6 +65,16 @@ class CountingOracle:
         if self._parent is not None:            # a view over another field counts here too
             self._parent._count(length, seconds)
 
+    def add_remote(self, queries: int, max_length: int, seconds: float) -> None:
+        """Count ``queries`` answered elsewhere by a copy of this black box (a Dask worker
+        evaluating the same model: :mod:`exactlearn.pipeline.distributed`), the longest of
+        ``max_length`` tokens, in ``seconds`` of the copy's time."""
+        self.queries += queries
+        self.max_length = max(self.max_length, max_length)
+        self.seconds += seconds
+        if self._parent is not None:
+            self._parent.add_remote(queries, max_length, seconds)
+
     def reset(self):
         self.queries = 0
         self.max_length = 0
@@ -181,6 +191,15 @@ class Recorder:
             self.max_length = max(self.max_length, length)
         if self.parent is not None:
             self.parent._count(length, seconds)
+
+    def add_remote(self, queries: int, max_length: int, seconds: float) -> None:
+        """Count ``queries`` answered by a copy of the black box elsewhere (a Dask worker:
+        :mod:`exactlearn.pipeline.distributed`); they go to the parents too."""
+        self.queries += queries
+        self.max_length = max(self.max_length, max_length)
+        self.seconds += seconds
+        if self.parent is not None:
+            self.parent.add_remote(queries, max_length, seconds)
 
     def __call__(self, tokens):
         t0 = time.perf_counter()

@@ -63,7 +63,7 @@ def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
 
     # 3. every other configuration takes its k = 0 value V.x by computation
     rest = [n for n in range(len(configs)) if n not in rfs]
-    fit(rfs, rest, [_dot(V, configs[n].x, K) for n in rest], values, ks, H, K)
+    fit(rfs, rest, [dot(V, configs[n].x, K) for n in rest], values, ks, H, K)
     for n in range(len(configs)):
         check_limit(plan, n, rfs[n], V, K)
     # poles: root finding for the basis configurations -- over F_p, (x_i, e_j) with i, j >= 2
@@ -120,7 +120,7 @@ def fit(rfs, ns, y0s, values, ks, H, K) -> None:
 def check_limit(plan, n, rf, V, K) -> None:
     """lim f(q_k) = V.a (arXiv:2608.03294; README, "How it works"), or DegenerateDraw."""
     c = plan.configs[n]
-    if not K.eq(rf.limit(K), _dot(V, c.a, K)):
+    if not K.eq(rf.limit(K), dot(V, c.a, K)):
         raise DegenerateDraw(f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) "
                              f"is not V.a (more heads than the bound H = {plan.H}, an additive "
                              f"constant, or a bias)")
@@ -153,7 +153,7 @@ def joint_poles(plan, n, rfs, poles_of, joint_roots, K) -> None:
                               joint_roots.get(n))
 
 
-def _dot(u, x, K):
+def dot(u, x, K):
     return _sum((a * K(b) for a, b in zip(u, x)), K)
 
 

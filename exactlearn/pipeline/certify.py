@@ -41,7 +41,7 @@ def _check(ev, tokens, value, K) -> None:
             f"(final token {list(map(str, tokens[-1]))})")
 
 
-def certify_plan(heads, plan, y_shared, values, K) -> int:
+def certify_plan(heads, plan, y_shared, values, K, configs=None) -> int:
     """:func:`certify` on the observations of a paper plan, asked in its order (the shared
     k = 0 query, then ``values[n] = [f(q_1), ..., f(q_2H)]`` per configuration n):
     every observed value is recomputed from ``heads``.
@@ -54,15 +54,20 @@ def certify_plan(heads, plan, y_shared, values, K) -> int:
     and the check is ``N(k) == f_observed D(k)`` with ``D(k) != 0``.  Any other case
     (no integer path, a vanishing D(k), a mismatch) is checked query by query as in
     :func:`certify`, so the outcome and the first failure reported are the same.
-    Returns the number of observations checked (the plan's count).
+    Returns the number of observations checked (the plan's count).  ``configs``: only
+    these configuration indices (a group of :mod:`exactlearn.pipeline.distributed`), and
+    the shared query only when ``y_shared`` is given.
     """
     ev = HeadEvaluator(heads, plan.d, K)
     ring = getattr(K, "poly_ring", None)
     if not isinstance(ring, flint.fmpz_mod_poly_ctx):
         ring = None
-    _check(ev, plan.configs[0].tokens(0), y_shared, K)
-    n = 1
-    for idx, c in enumerate(plan.configs):
+    n = 0
+    if configs is None or y_shared is not None:
+        _check(ev, plan.configs[0].tokens(0), y_shared, K)
+        n = 1
+    for idx in (range(len(plan.configs)) if configs is None else configs):
+        c = plan.configs[idx]
         ys = values[idx]
         try:
             fam = ev.family(c.a, c.x) if ring is not None and heads else None

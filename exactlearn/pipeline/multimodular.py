@@ -239,7 +239,7 @@ def _confirm_once(heads, confirm, rng, D) -> tuple:
 
 
 def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=None,
-                  trace=None, plan=None) -> tuple:
+                  trace=None, plan=None, confirm_at=None) -> tuple:
     """The modular field's run of an exact strategy: the multi-modular method when the
     black box can be asked modulo other primes (``oracle.over``), else one prime with v
     certified modulo p only.
@@ -253,7 +253,10 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
     the observations are streamed, not kept (the recorders count without recording;
     the strategy certifies the plan's values itself), and the confirmation asks the plan
     again and certifies it family by family (:func:`~exactlearn.pipeline.certify.certify_plan`);
-    the asked queries, the counts and every verdict are those of the recorded run."""
+    the asked queries, the counts and every verdict are those of the recorded run.
+    ``confirm_at(ask, heads, Kc)`` (with ``plan``) replaces that confirmation: it asks the
+    plan through ``ask`` and returns the number of observations certified (a cluster's,
+    :mod:`exactlearn.pipeline.distributed`)."""
     over = getattr(oracle, "over", None)
     asked: list = []
     keep = plan is None
@@ -284,6 +287,8 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
                 for tokens in asked:
                     sub(tokens)
                 return sub.observations, certify(heads, d, sub.observations, Kc), sub.queries
+            if confirm_at is not None:
+                return plan, confirm_at(sub, heads, Kc), sub.queries
             y_shared, values = ask_plan(plan, sub)
             return plan, certify_plan(heads, plan, y_shared, values, Kc), sub.queries
         except ExactLearnError as exc:
