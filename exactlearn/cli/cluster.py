@@ -45,7 +45,7 @@ def executor(args, bad_input):
     logging.getLogger("distributed").setLevel(logging.ERROR)
     if workers is not None:
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                          dashboard_address=None) as cluster, Client(cluster) as client:
+                          dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
             yield client
         return
     try:

@@ -136,9 +136,9 @@ class ClusterPlan:
                 rec.oracle.add_remote(q, length, seconds)
             return futs
         y_shared, values = analysis.ask_plan(plan, rec)
-        return [client.scatter((int(y_shared) if g == 0 else None,
-                                {n: [int(y) for y in values[n]] for n in ns}), hash=False)
-                for g, ns in enumerate(self.groups)]
+        return client.scatter([(int(y_shared) if g == 0 else None,
+                                {n: [int(y) for y in values[n]] for n in ns})
+                               for g, ns in enumerate(self.groups)], hash=False)
 
     def gather(self, futs, K) -> tuple:
         """Every answer here, in field elements: ``(y_shared, values)``."""
