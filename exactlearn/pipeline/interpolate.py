@@ -222,7 +222,8 @@ def poles_paired(rf_b: RationalFunction, rf_w: RationalFunction, alphas, K):
     without root finding from its matching configuration (x_i, e_1 + e_j), whose rho are
     ``alpha_g * gamma_g`` (arXiv:2608.03294; README, "How it works"): for each rho
     ``alpha_g`` of (x_i, e_1), the pole -1/gamma_g of Q_b is the common root of
-    ``Q_b(k)`` and ``Q_w(k / alpha_g)`` (a gcd over F_p, in C).
+    ``Q_b(k)`` and ``Q_w(k / alpha_g)`` (a gcd over F_p, in C); each root found is divided
+    out of Q_b (and its partner out of Q_w), so the later gcds have lower degrees.
 
     Returns ``(poles of rf_b, set of the rho of rf_w)``, or None -- then nothing is
     claimed and the caller finds the roots (:func:`poles`) -- unless every gcd is
@@ -251,11 +252,16 @@ def poles_paired(rf_b: RationalFunction, rf_w: RationalFunction, alphas, K):
     for alpha in alphas:
         if K.is_zero(alpha):
             return None
-        G = Qb.gcd(Qw.compose(ring([0, K.one / alpha])))       # Q_w(k / alpha)
+        inv = K.one / alpha
+        G = Qb.gcd(Qw.compose(ring([0, inv])))       # Q_w(k / alpha)
         if G.degree() != 1:
             return None
         g0, g1 = G.coeffs()
-        ks.append(-g0 / g1)
+        k = -g0 / g1
+        ks.append(k)
+        if Qb.degree() > 1:          # deflate both: the later gcds have lower degrees
+            Qb = Qb.exact_division(ring([-k, 1]))
+            Qw = Qw.exact_division(ring([-k * inv, 1]))
     if len(set(ks)) != m or any(K.is_zero(k) for k in ks):
         return None
     joint = {-alpha / k for alpha, k in zip(alphas, ks)}      # alpha_g * gamma_g
