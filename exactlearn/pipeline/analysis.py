@@ -146,11 +146,14 @@ def joint_poles(plan, n, rfs, poles_of, joint_roots, K) -> None:
     """The poles of matching configuration n, among the products of its two basis
     configurations' rho (:func:`~exactlearn.pipeline.interpolate.poles_among`)."""
     c = plan.configs[n]
+    known = joint_roots.get(n)
+    if known is not None:       # the products paired by poles_paired: all the poles, in order
+        poles_of[n] = poles_among(rfs[n], known, K, known)
+        return
     i0 = 0 if c.kind == "across" else c.i
     a = poles_of[plan.index("basis", i0, 0 if c.kind == "within" else c.j)]
     b = poles_of[plan.index("basis", c.i, c.j)]
-    poles_of[n] = poles_among(rfs[n], [ra * rb for ra, _ in a for rb, _ in b], K,
-                              joint_roots.get(n))
+    poles_of[n] = poles_among(rfs[n], [ra * rb for ra, _ in a for rb, _ in b], K)
 
 
 def dot(u, x, K):

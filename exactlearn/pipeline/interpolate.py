@@ -183,7 +183,7 @@ def poles_among(rf: RationalFunction, candidates, K, roots=None):
     basis rho (arXiv:2608.03294; README, "How it works").  Over F_p a candidate is
     tested as a root of the reversed Q (``z^n Q(-1/z)``, evaluated in C, no inversion);
     ``roots``, a set of rho already known to be poles (:func:`poles_paired`), replaces
-    the test.
+    the test (and ``candidates`` may then be just those).
 
     >>> from exactlearn.fields import QQ
     >>> rf = cauchy_interpolate([QQ(k) for k in range(3)],
@@ -195,7 +195,7 @@ def poles_among(rf: RationalFunction, candidates, K, roots=None):
     if m <= 0 or not K.is_exact:
         return poles(rf, K)
     if roots is not None:
-        is_root = roots.__contains__
+        is_root = set(roots).__contains__
     else:
         rings = fmpz_mod_ring(K)
         if rings is not None:
@@ -225,11 +225,15 @@ def poles_paired(rf_b: RationalFunction, rf_w: RationalFunction, alphas, K):
     ``Q_b(k)`` and ``Q_w(k / alpha_g)`` (a gcd over F_p, in C); each root found is divided
     out of Q_b (and its partner out of Q_w), so the later gcds have lower degrees.
 
-    Returns ``(poles of rf_b, set of the rho of rf_w)``, or None -- then nothing is
+    Returns ``(poles of rf_b, the rho of rf_w)``, or None -- then nothing is
     claimed and the caller finds the roots (:func:`poles`) -- unless every gcd is
     linear and the deg Q_b roots found are distinct: then they are all the roots of
     Q_b, which splits, so :func:`poles` would return the same list; the products
     ``alpha_g gamma_g`` are roots of Q_w, all of them when they are deg Q_w distinct.
+    They come in the order in which :func:`poles_among` meets them among the products
+    (alpha index, then gamma index) -- unless a product of two *other* poles equals one
+    of them, when only that order may differ: the labels follow the basis
+    configurations, so no result reads it.
 
     >>> from exactlearn.fields import Modular
     >>> K = Modular(p=97)
@@ -239,7 +243,7 @@ def poles_paired(rf_b: RationalFunction, rf_w: RationalFunction, alphas, K):
     >>> rf_b = cauchy_interpolate(ks, [f(k, ga, [K(2), K(9)]) for k in ks], 2, K)
     >>> rf_w = cauchy_interpolate(ks, [f(k, [a * g for a, g in zip(al, ga)], [K(4), K(6)]) for k in ks], 2, K)
     >>> got, w = poles_paired(rf_b, rf_w, al, K)
-    >>> got == poles(rf_b, K), w == {K(15), K(70)}
+    >>> got == poles(rf_b, K), w == [K(15), K(70)]
     (True, True)
     """
     rings = fmpz_mod_ring(K)
@@ -264,6 +268,9 @@ def poles_paired(rf_b: RationalFunction, rf_w: RationalFunction, alphas, K):
             Qw = Qw.exact_division(ring([-k * inv, 1]))
     if len(set(ks)) != m or any(K.is_zero(k) for k in ks):
         return None
-    joint = {-alpha / k for alpha, k in zip(alphas, ks)}      # alpha_g * gamma_g
-    basis = _with_coefficients(rf_b, [-K.one / k for k in sorted(ks, key=int)], K)
-    return basis, (joint if len(joint) == m else None)
+    order = sorted(range(m), key=lambda g: int(ks[g]))          # poles() sorts by residue
+    basis = _with_coefficients(rf_b, [-K.one / ks[g] for g in order], K)
+    at = {g: t for t, g in enumerate(order)}
+    # alpha_g * gamma_g, in the order of the candidates (alpha index, then gamma index)
+    joint = [-alphas[g] / ks[g] for g in sorted(range(m), key=lambda g: (g, at[g]))]
+    return basis, (joint if len(set(joint)) == m else None)
