@@ -98,6 +98,15 @@ def analyse_task(K, plan, asked, V, first_poles) -> dict:
     return {n: [(int(r), int(c)) for r, c in poles_of[n]] for n in ns}
 
 
+def log_task(K, rhos) -> list:
+    """Discrete logs ``K.log`` of residues (one group's labelled rho): the exponents D*log."""
+    out = []
+    for r in rhos:
+        q = K.log(K(r))
+        out.append(int(q.numerator) * (K.D // int(q.denominator)))
+    return out
+
+
 def certify_task(K, plan, asked, heads) -> int | None:
     """Certify one group's answers: the number checked, or None when some value is not
     reproduced (the driver replays the whole certificate to report it)."""
@@ -181,9 +190,29 @@ class ClusterPlan:
         if failed:        # the serial run's failure, message and all
             return analysis.analyse(plan, *self.gather(futs, K), K, None)
         try:
-            return analysis.finish(plan, poles_of, K)[0]
+            return self.finish(poles_of, K)
         except ExactLearnError:
             return analysis.analyse(plan, *self.gather(futs, K), K, None)
+
+    def finish(self, poles_of, K):
+        """:func:`~exactlearn.pipeline.analysis.finish` with the discrete logs of each
+        group's labelled rho taken on the workers."""
+        from gmpy2 import mpq
+        from distributed import as_completed
+        from exactlearn.model import canonicalize
+        from exactlearn.pipeline.match import label_basis
+        from exactlearn.pipeline.solve import solve_heads
+        plan = self.plan
+        labelled = label_basis(plan, poles_of, K)
+        m = len(labelled[(0, 0)])
+        cells = {i: [(i, j, h) for j in range(plan.d) for h in range(m)] for i in range(plan.d)}
+        tasks = {self.client.submit(log_task, K, [int(labelled[(i, j)][h][0]) for i, j, h in cells[i]],
+                                    pure=False): i for i in range(plan.d)}
+        logs: dict = {}
+        for fut in as_completed(list(tasks)):
+            for key, n in zip(cells[tasks[fut]], fut.result()):
+                logs[key] = mpq(n, K.D)
+        return canonicalize(solve_heads(plan, labelled, K, lambda i, j, h: logs[(i, j, h)]))
 
     def certify(self, futs, heads, K) -> int:
         """Round 3: every answer recomputed from ``heads`` on its worker; a failure is

@@ -55,12 +55,14 @@ def solve_v(plan, cs, K, Etinv=None):
     return linalg.matvec(Etinv, [-c for c in cs], K)
 
 
-def solve_heads(plan, labelled, K) -> list:
+def solve_heads(plan, labelled, K, log=None) -> list:
     """Raw recovered heads (param domain) from ``labelled[(i, j)] = [(rho_h, c_h)]``.
 
     Over Q (the exact fields' parameters) every head's W comes from one solve
     ``E^T [W_1 X ... W_m X] = [M_1 ... M_m]`` and one inverse of X (python-flint
-    ``fmpq_mat``), the same exact W as head by head."""
+    ``fmpq_mat``), the same exact W as head by head.  ``log(i, j, h)``, when given,
+    is ``K.log`` of head h's rho at (x_i, e_j) computed elsewhere (a cluster's,
+    :mod:`exactlearn.pipeline.distributed`)."""
     d = plan.d
     m = len(labelled[(0, 0)])
     if m == 0:
@@ -68,7 +70,8 @@ def solve_heads(plan, labelled, K) -> list:
     Etinv_K = linalg.inverse([[K(plan.E[j][r]) for r in range(d)] for j in range(d)], K)
     logs, vs = [], []
     for h in range(m):                     # head by head: logs, then v (the order of failures)
-        logs.append({(i, j): K.log(labelled[(i, j)][h][0]) for i in range(d) for j in range(d)})
+        logs.append({(i, j): K.log(labelled[(i, j)][h][0]) if log is None else log(i, j, h)
+                     for i in range(d) for j in range(d)})
         v = solve_v(plan, [labelled[(0, j)][h][1] for j in range(d)], K, Etinv_K)
         vs.append(tuple(K.to_param(x) for x in v))
     if K.param.is_rational:
