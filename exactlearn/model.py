@@ -272,6 +272,9 @@ class HeadEvaluator:
         self._cache: dict = {}
         self._int = None
         self._int_mats = None
+        # F_p (python-flint fmpz_mod): an inversion costs several products, so the heads
+        # are summed as one fraction; over Q the per-head fractions stay reduced
+        self._one_fraction = getattr(field, "scalar_ctx", None) is not None
         if field.is_exact and P.is_exact:
             D = field.D
             ok = all((x * D).denominator == 1 for h in heads for row in h.W for x in row)
@@ -388,15 +391,27 @@ class HeadEvaluator:
     def _call_int(self, pairs, final):
         """f(X) by the integer path: per head, ``num_h / den_h`` with
         ``num_h = sum_i m_i w_{h,i} v_h.x_i / dv_h`` and ``den_h = sum_i m_i w_{h,i}``
-        (``w = T^n``), summed as one fraction (one inversion per query)."""
+        (``w = T^n``), summed -- over F_p as one fraction (one inversion per query)."""
         K = self.K
         if not self._int:
             return K.zero
         fin = self._final_int(final)
         terms = [(self._token_terms(tok, final, fin), None if mult == 1 else K(mult))
                  for tok, mult in pairs]
+        one_fraction = self._one_fraction
         N = K.zero
         Dn = K.one
+        if one_fraction and len(terms) == 2 and terms[1][1] is None:
+            # the plan's queries (a^k, x): two distinct tokens, the final one once
+            (ta, m), (tx, _) = terms
+            for (w, wv), (wx, wvx) in zip(ta, tx):
+                if m is None:
+                    num, den = wv + wvx, w + wx
+                else:
+                    num, den = wv * m + wvx, w * m + wx
+                N = N * den + num * Dn
+                Dn = Dn * den
+            return N / Dn
         for h in range(len(self._int)):
             num = K.zero
             den = K.zero
@@ -408,9 +423,12 @@ class HeadEvaluator:
                 else:
                     num = num + wv * mult
                     den = den + w * mult
-            N = N * den + num * Dn
-            Dn = Dn * den
-        return N / Dn
+            if one_fraction:
+                N = N * den + num * Dn
+                Dn = Dn * den
+            else:                      # over Q: one reduced fraction per head, as before
+                N = N + num / den
+        return N / Dn if one_fraction else N
 
     def _token_terms(self, tok, final, fin):
         """Per head ``(w, w v_h.x_i / dv_h)`` for one token x_i and final token x_n, with
