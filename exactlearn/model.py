@@ -401,17 +401,17 @@ class HeadEvaluator:
         one_fraction = self._one_fraction
         N = K.zero
         Dn = K.one
-        if one_fraction and len(terms) == 2 and terms[1][1] is None:
-            # the plan's queries (a^k, x): two distinct tokens, the final one once
-            (ta, m), (tx, _) = terms
-            for (w, wv), (wx, wvx) in zip(ta, tx):
-                if m is None:
-                    num, den = wv + wvx, w + wx
-                else:
-                    num, den = wv * m + wvx, w * m + wx
-                N = N * den + num * Dn
-                Dn = Dn * den
-            return N / Dn
+        if one_fraction and len(terms) == 2 and terms[1][1] is None and pairs[1][0] == final:
+            # the plan's queries (a^m, x), x once: in partial fractions in m,
+            # f = sum_h A_h + sum_h eps_h / (m + z_h) (see _partial_fractions)
+            a = pairs[0][0]
+            SA, pf = self._partial_fractions(a, final, terms[0][0], terms[1][0])
+            m = K.one if terms[0][1] is None else terms[0][1]
+            for z, eps in pf:
+                u = m + z
+                N = N * u + eps * Dn
+                Dn = Dn * u
+            return SA + N / Dn
         for h in range(len(self._int)):
             num = K.zero
             den = K.zero
@@ -429,6 +429,26 @@ class HeadEvaluator:
             else:                      # over Q: one reduced fraction per head, as before
                 N = N + num / den
         return N / Dn if one_fraction else N
+
+    def _partial_fractions(self, a, x, ta, tx):
+        """For the two-token queries (a^m, x): with per head ``w`` (the weight of a),
+        ``A = v.a / dv`` and ``B = v.x / dv``, ``(m w A + B) / (m w + 1) = A + eps / (m + z)``
+        where ``z = 1 / w`` and ``eps = (B - A) / w``; returns ``(sum_h A_h, [(z_h, eps_h)])``
+        (cached per (a, x))."""
+        key = ("pf", a, x)
+        got = self._cache.get(key)
+        if got is None:
+            K = self.K
+            SA = K.zero
+            pf = []
+            for (w, wa), (_, b) in zip(ta, tx):
+                z = K.one / w
+                A = wa * z
+                SA = SA + A
+                pf.append((z, (b - A) * z))
+            got = (SA, pf)
+            self._remember(key, got)
+        return got
 
     def _token_terms(self, tok, final, fin):
         """Per head ``(w, w v_h.x_i / dv_h)`` for one token x_i and final token x_n, with

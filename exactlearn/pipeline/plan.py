@@ -59,7 +59,7 @@ class Config:
         return self.kind in ("basis", "within") and self.i == 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Query:
     config: int        # index into Plan.configs (the first that uses it)
     k: int
