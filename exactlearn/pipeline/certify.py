@@ -41,7 +41,7 @@ def _check(ev, tokens, value, K) -> None:
             f"(final token {list(map(str, tokens[-1]))})")
 
 
-def certify_plan(heads, plan, y_shared, values, K, configs=None) -> int:
+def certify_plan(heads, plan, y_shared, values, K, configs=None, evaluator=None) -> int:
     """:func:`certify` on the observations of a paper plan, asked in its order (the shared
     k = 0 query, then ``values[n] = [f(q_1), ..., f(q_2H)]`` per configuration n):
     every observed value is recomputed from ``heads``.
@@ -56,9 +56,10 @@ def certify_plan(heads, plan, y_shared, values, K, configs=None) -> int:
     :func:`certify`, so the outcome and the first failure reported are the same.
     Returns the number of observations checked (the plan's count).  ``configs``: only
     these configuration indices (a group of :mod:`exactlearn.pipeline.distributed`), and
-    the shared query only when ``y_shared`` is given.
+    the shared query only when ``y_shared`` is given; ``evaluator``: a
+    :class:`~exactlearn.model.HeadEvaluator` of ``heads`` over K already built.
     """
-    ev = HeadEvaluator(heads, plan.d, K)
+    ev = evaluator if evaluator is not None else HeadEvaluator(heads, plan.d, K)
     ring = getattr(K, "poly_ring", None)
     if not isinstance(ring, flint.fmpz_mod_poly_ctx):
         ring = None

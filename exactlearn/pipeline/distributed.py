@@ -33,7 +33,10 @@ the other groups' queries were already asked on the cluster and are counted.
 
 from __future__ import annotations
 
+import uuid
+
 from exactlearn.errors import ExactLearnError
+from exactlearn.model import HeadEvaluator
 from exactlearn.oracle import Oracle
 from exactlearn.pipeline import analysis
 from exactlearn.pipeline.certify import certify_plan
@@ -107,12 +110,21 @@ def log_task(K, rhos) -> list:
     return out
 
 
-def certify_task(K, plan, asked, heads) -> int | None:
+_EVALUATORS: dict = {}
+
+
+def certify_task(K, plan, asked, heads, token) -> int | None:
     """Certify one group's answers: the number checked, or None when some value is not
-    reproduced (the driver replays the whole certificate to report it)."""
-    y0, values = _field_values(K, asked)
+    reproduced (the driver replays the whole certificate to report it).  ``heads`` is
+    scattered once per round; its evaluator is built once per worker and round (``token``)."""
+    key = (token, K.p)
+    ev = _EVALUATORS.get(key)
+    if ev is None:
+        _EVALUATORS.clear()
+        ev = _EVALUATORS[key] = HeadEvaluator(heads, plan.d, K)
+    y0, values = _field_values(ev.K, asked)
     try:
-        return certify_plan(heads, plan, y0, values, K, configs=sorted(values))
+        return certify_plan(heads, plan, y0, values, ev.K, configs=sorted(values), evaluator=ev)
     except ExactLearnError:
         return None
 
@@ -218,7 +230,9 @@ class ClusterPlan:
         """Round 3: every answer recomputed from ``heads`` on its worker; a failure is
         replayed here with the serial certificate."""
         from distributed import as_completed
-        tasks = [self.client.submit(certify_task, K, self._plan_f, f, heads, pure=False)
+        heads_f = self.client.scatter(heads, broadcast=True, hash=False)
+        token = uuid.uuid4().hex
+        tasks = [self.client.submit(certify_task, K, self._plan_f, f, heads_f, token, pure=False)
                  for f in futs]
         counts = [fut.result() for fut in as_completed(tasks)]
         if any(c is None for c in counts):
