@@ -29,7 +29,6 @@ from dataclasses import dataclass, field as dc_field
 from exactlearn.errors import ExactLearnError, ExactnessError, HeightExceeded
 from exactlearn.fields.base import Field
 from exactlearn.oracle import Recorder, resolve_field
-from exactlearn.pipeline.distributed import ClusterPlan
 from exactlearn.pipeline.multimodular import learn_modular
 from exactlearn.pipeline.plan import head_bound, paper_count
 
@@ -268,6 +267,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
             ask = rec.child(oracle, K, convert)           # this attempt's observations
             trace_to = tr if trace else None
             if K.multimodular and strategy.EXACT and executor is not None:
+                from exactlearn.pipeline.distributed import ClusterPlan
                 cluster = ClusterPlan(executor, drawn, oracle)
                 recovered, n_cert, multimodular = learn_modular(
                     oracle, ask, K, d, rng, lambda sub, Kr, t: cluster.run_prime(sub, Kr),

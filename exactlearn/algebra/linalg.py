@@ -72,6 +72,19 @@ def inverse(A, K):
 
 
 def is_invertible(A, K) -> bool:
+    """Whether A is invertible over K.  Over Q (``K.is_rational``) by the rank of a
+    python-flint ``fmpq_mat`` (the same decision as row reduction).
+
+    >>> from exactlearn.fields import QQ
+    >>> is_invertible([[QQ(1), QQ(2)], [QQ(2), QQ(4)]], QQ), is_invertible([[QQ(1), QQ(0)], [QQ(1), QQ(1)]], QQ)
+    (False, True)
+    """
+    if getattr(K, "is_rational", False) and A:
+        import flint
+        n = len(A)
+        M = flint.fmpq_mat(n, n, [flint.fmpq(int(x.numerator), int(x.denominator))
+                                  for row in A for x in row])
+        return M.rank() == n
     try:
         inverse(A, K)
         return True

@@ -47,8 +47,8 @@ def groups(plan) -> list:
     across configuration of i.
 
     >>> from exactlearn.pipeline.plan import paper_plan
-    >>> [[plan.configs[n].kind[0] + str(plan.configs[n].i) for n in g]
-    ...  for g in groups(plan := paper_plan([[1, 0], [0, 1]], [[1, 1], [0, 1]], 1))]
+    >>> plan = paper_plan([[1, 0], [0, 1]], [[1, 1], [0, 1]], 1)
+    >>> [[plan.configs[n].kind[0] + str(plan.configs[n].i) for n in g] for g in groups(plan)]
     [['b0', 'b0', 'w0'], ['b1', 'b1', 'w1', 'a1']]
     """
     out = [[] for _ in range(plan.d)]

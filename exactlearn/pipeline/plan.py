@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import functools
 import random
-
-import flint
 from dataclasses import dataclass, field
 
 from exactlearn.fields.rational import QQ
@@ -139,22 +137,9 @@ def draw_matrix(d: int, rng: random.Random, R: int) -> tuple:
     """d random integer columns in [-R, R]^d forming an invertible matrix."""
     for _ in range(1000):
         cols = tuple(tuple(rng.randint(-R, R) for _ in range(d)) for _ in range(d))
-        if _invertible_int(cols):
+        if is_invertible([[QQ(c[r]) for c in cols] for r in range(d)], QQ):
             return cols
     raise ValueError(f"could not draw an invertible {d}x{d} matrix from [-{R}, {R}]")
-
-
-def _invertible_int(cols) -> bool:
-    """Whether integer columns form an invertible matrix over Q: a nonzero determinant
-    (python-flint ``fmpz_mat``; the same decision as row reduction over Q).
-
-    >>> _invertible_int([(1, 2), (2, 4)]), _invertible_int([(1, 0), (1, 1)])
-    (False, True)
-    """
-    if all(type(x) is int for c in cols for x in c):
-        return flint.fmpz_mat([list(c) for c in cols]).det() != 0
-    d = len(cols)
-    return is_invertible([[QQ(c[r]) for c in cols] for r in range(d)], QQ)
 
 
 def draw_paper_plan(d: int, H: int, rng: random.Random, x_range: int, e_range: int | None = None) -> Plan:
