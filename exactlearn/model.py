@@ -416,7 +416,7 @@ class HeadEvaluator:
             num = K.zero
             den = K.zero
             for tt, mult in terms:
-                w, wv = tt[h]
+                w, wv, _ = tt[h]
                 if mult is None:
                     num = num + wv
                     den = den + w
@@ -441,9 +441,8 @@ class HeadEvaluator:
             K = self.K
             SA = K.zero
             pf = []
-            for (w, wa), (_, b) in zip(ta, tx):
+            for (w, _, A), (_, b, _) in zip(ta, tx):
                 z = K.one / w
-                A = wa * z
                 SA = SA + A
                 pf.append((z, (b - A) * z))
             got = (SA, pf)
@@ -451,7 +450,7 @@ class HeadEvaluator:
         return got
 
     def _token_terms(self, tok, final, fin):
-        """Per head ``(w, w v_h.x_i / dv_h)`` for one token x_i and final token x_n, with
+        """Per head ``(w, w A, A)``, ``A = v_h.x_i / dv_h``, for one token x_i and final token x_n, with
         ``w = T^(D (x_i - x_n)^T W_h x_n)`` (cached per (token, final token); the dot
         products of all heads are two ``fmpz_mat`` products)."""
         key = (tok, final)
@@ -468,7 +467,8 @@ class HeadEvaluator:
             got = []
             for (_, _, inv_dv), sc, sf, vd in zip(self._int, scores, s_final, vdots):
                 w = power(int(sc) - sf)
-                got.append((w, w * (K(int(vd)) * inv_dv)))
+                A = K(int(vd)) * inv_dv
+                got.append((w, w * A, A))
             self._remember(key, got)
         return got
 
@@ -494,4 +494,4 @@ class HeadEvaluator:
             ta, tx = self._token_terms(a, x, fin), self._token_terms(x, x, fin)
         except _NotInt:
             return None
-        return [(w, wa / w, wb) for (w, wa), (_, wb) in zip(ta, tx)]
+        return [(w, A, B) for (w, _, A), (_, B, _) in zip(ta, tx)]
