@@ -150,14 +150,32 @@ def poles(rf: RationalFunction, K):
     for p in roots:
         if K.is_zero(p):
             raise InterpolationError("pole at k = 0")
-    return _with_coefficients(rf, [-K.one / p for p in roots], K)
+    return _with_coefficients(rf, [-K.one / p for p in roots], K, ps=roots)
 
 
-def _with_coefficients(rf: RationalFunction, rhos, K) -> list:
-    """[(rho, c)] with c = rho P(p)/Q'(p) at p = -1/rho (arXiv:2608.03294; README, "How it works"); c = 0 is an error."""
+def _with_coefficients(rf: RationalFunction, rhos, K, ps=None) -> list:
+    """[(rho, c)] with c = rho P(p)/Q'(p) at p = -1/rho (arXiv:2608.03294; README, "How it works"); c = 0 is an error.
+
+    ``ps``: the p = -1/rho when the caller has them (the roots themselves).  Over F_p the
+    polynomials are evaluated by python-flint and the inversions batched (one inversion
+    for all the poles, Montgomery's trick): the same values."""
     rings = fmpz_mod_ring(K)
-    if rings is not None:                  # the same values, evaluated in C
+    if rings is not None:
         Pf, dQf = rings[1](rf.P), rings[1](rf.Q).derivative()
+        try:
+            if ps is None:
+                ps = [-x for x in _batch_inverse(rhos, K)]
+            inv_dq = _batch_inverse([dQf(p) for p in ps], K)
+        except ZeroDivisionError:
+            inv_dq = None                  # a zero: the element-wise path raises as before
+        if inv_dq is not None:
+            out = []
+            for rho, p, idq in zip(rhos, ps, inv_dq):
+                c = rho * Pf(p) * idq
+                if K.is_zero(c):
+                    raise InterpolationError("a pole with zero coefficient: P and Q share a root")
+                out.append((rho, c))
+            return out
         ev_P, ev_dQ = Pf, dQf
     else:
         dQ = polys.derivative(rf.Q, K)
@@ -170,6 +188,23 @@ def _with_coefficients(rf: RationalFunction, rhos, K) -> list:
         if K.is_zero(c):
             raise InterpolationError("a pole with zero coefficient: P and Q share a root")
         out.append((rho, c))
+    return out
+
+
+def _batch_inverse(xs, K) -> list:
+    """``[1/x for x in xs]`` with one inversion (Montgomery's trick); ZeroDivisionError
+    when some x is 0."""
+    if not xs:
+        return []
+    pre = [xs[0]]
+    for x in xs[1:]:
+        pre.append(pre[-1] * x)
+    inv = K.one / pre[-1]
+    out = [None] * len(xs)
+    for t in range(len(xs) - 1, 0, -1):
+        out[t] = inv * pre[t - 1]
+        inv = inv * xs[t]
+    out[0] = inv
     return out
 
 
@@ -269,7 +304,7 @@ def poles_paired(rf_b: RationalFunction, rf_w: RationalFunction, alphas, K):
     if len(set(ks)) != m or any(K.is_zero(k) for k in ks):
         return None
     order = sorted(range(m), key=lambda g: int(ks[g]))          # poles() sorts by residue
-    basis = _with_coefficients(rf_b, [-K.one / ks[g] for g in order], K)
+    basis = _with_coefficients(rf_b, [-K.one / ks[g] for g in order], K, ps=[ks[g] for g in order])
     at = {g: t for t, g in enumerate(order)}
     # alpha_g * gamma_g, in the order of the candidates (alpha index, then gamma index)
     joint = [-alphas[g] / ks[g] for g in sorted(range(m), key=lambda g: (g, at[g]))]
