@@ -7,7 +7,8 @@ and a matching configuration needs the poles of its two basis configurations.  S
 unit of work is a *group*: group 0 holds the configurations with final token x_1 (and
 the shared query); group i >= 1 holds (x_i, e_j), (x_i, e_1 + e_j) for every j and the
 across configuration (x_1 + x_i, e_j(i)), whose other basis configuration (x_1, e_j(i))
-is in group 0.  One prime runs in three rounds on the cluster (Dask's own futures,
+is in group 0 (the groups >= 1 travel in chunks, about four per worker thread: fewer,
+larger tasks).  One prime runs in three rounds on the cluster (Dask's own futures,
 ``scatter`` of the plan and the model, ``as_completed``; no scheduler of our own):
 
 1. **ask**: every group's queries, on the workers when the black box is a model
@@ -136,7 +137,14 @@ class ClusterPlan:
     def __init__(self, client, plan, oracle):
         self.client = client
         self.plan = plan
-        self.groups = groups(plan)
+        # group 0 alone (its answers come here), the others in about 4 chunks per worker
+        # thread: fewer, larger tasks (each builds its oracle and caches once)
+        gs = groups(plan)
+        slots = max(1, 4 * sum(client.nthreads().values()))
+        rest = gs[1:]
+        size = max(1, -(-len(rest) // slots))
+        self.groups = [gs[0]] + [sum(rest[t:t + size], []) for t in range(0, len(rest), size)]
+        self.rows = [list(range(plan.d))[t:t + size] for t in range(0, plan.d, size)]
         self.model = oracle.model if isinstance(oracle, Oracle) else None
         self._plan_f = client.scatter(plan, broadcast=True, hash=False)
         self._model_f = (client.scatter(self.model, broadcast=True, hash=False)
@@ -217,9 +225,10 @@ class ClusterPlan:
         plan = self.plan
         labelled = label_basis(plan, poles_of, K)
         m = len(labelled[(0, 0)])
-        cells = {i: [(i, j, h) for j in range(plan.d) for h in range(m)] for i in range(plan.d)}
-        tasks = {self.client.submit(log_task, K, [int(labelled[(i, j)][h][0]) for i, j, h in cells[i]],
-                                    pure=False): i for i in range(plan.d)}
+        cells = [[(i, j, h) for i in rows for j in range(plan.d) for h in range(m)]
+                 for rows in self.rows]
+        tasks = {self.client.submit(log_task, K, [int(labelled[(i, j)][h][0]) for i, j, h in cells[t]],
+                                    pure=False): t for t in range(len(cells))}
         logs: dict = {}
         for fut in as_completed(list(tasks)):
             for key, n in zip(cells[tasks[fut]], fut.result()):
