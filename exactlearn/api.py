@@ -205,7 +205,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
           retries: int = 0, e_range: int | None = None, trace: bool = False,
           verify: int = 0, plan: str | None = None, rank: int | None = None,
           noise=None, query_scale=None, snap: bool = False,
-          max_primes: int | None = None, noise_rel=None, tokens: str = "exact") -> LearnResult:
+          max_primes: int | None = None, noise_rel=None, tokens: str = "exact",
+          executor=None) -> LearnResult:
     """Learn the canonical heads of ``oracle`` (arXiv:2608.03294; README, "How it works", "What a failure means").
 
     ``heads`` (H) or ``max_heads`` (a bound H0) sets the plan.  Query entries
@@ -243,6 +244,11 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     numpy array, a row per token); a box with ``batch(queries)`` is asked a whole family
     at once.  Answers may be field elements or, over the real field, floats (Python,
     numpy, or anything with ``.item()``).
+    ``executor``, a Dask ``distributed.Client``, spreads the paper plan over the modular
+    field on its cluster, group of configurations by group, and evaluates the model there
+    when ``oracle`` is an :class:`~exactlearn.oracle.Oracle`
+    (:mod:`exactlearn.pipeline.distributed`): the result and the counts are those of the
+    serial run.
     """
     t_start = time.perf_counter()
     H = head_bound(d, heads, max_heads)
@@ -267,6 +273,11 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     if max_primes is not None and not K.multimodular:
         raise ValueError(f"max_primes applies to the modular field only, not the {K.name} field")
     strategy = strategy_for(plan, K)
+    if executor is not None and not (K.multimodular and getattr(oracle, "over", None)
+                                     and strategy.ASKS_PLAN and not trace):
+        raise ValueError("executor= spreads the paper plan over the modular field with a black "
+                         "box that can be asked modulo other primes (a model's Oracle), "
+                         "without trace")
     R = query_range if query_range is not None else DEFAULT_RANGES.get(K.name, 20)
     if R < 1:
         raise ValueError("the query range must be >= 1")
@@ -291,11 +302,17 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                                           adapt=query_range is None and e_range is None)
             ask = rec.child(oracle, K, convert)           # this attempt's observations
             trace_to = tr if trace else None
-            if K.multimodular and strategy.EXACT:
+            if K.multimodular and strategy.EXACT and executor is not None:
+                from exactlearn.pipeline.distributed import ClusterPlan
+                cluster = ClusterPlan(executor, drawn, oracle)
+                recovered, n_cert, multimodular = learn_modular(
+                    oracle, ask, K, d, rng, lambda sub, Kr, t: cluster.run_prime(sub, Kr),
+                    max_primes, None, plan=drawn, confirm_at=cluster.confirm)
+            elif K.multimodular and strategy.EXACT:
                 recovered, n_cert, multimodular = learn_modular(
                     oracle, ask, K, d, rng,
                     lambda sub, Kr, t: strategy.run(drawn, sub, Kr, t, options),
-                    max_primes, trace_to)
+                    max_primes, trace_to, plan=drawn if strategy.ASKS_PLAN else None)
             else:
                 recovered, n_cert = strategy.run(drawn, ask, K, trace_to, options)
             error = None

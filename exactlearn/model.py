@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Sequence
 
+import flint
+
 from exactlearn.errors import BadReduction, ExactnessError, ModelError
 from exactlearn.fields.base import Field, as_mpq, format_rational, lcm_of_denominators
 from exactlearn.io import check_format, dump_json, exact_matrix, exact_vector, load_json
@@ -222,15 +224,34 @@ def distinct_tokens(tokens):
     """Group a token sequence into (token, multiplicity) pairs, final token last.
 
     Returns ``(pairs, final)`` where ``pairs`` lists each distinct token once.
+    A run of the *same object* (the plan's ``[a] * k``) is counted without hashing
+    each copy; equal tokens that are different objects still merge.
+
+    >>> a = (1, 2)
+    >>> distinct_tokens([a, a, [1, 2], (0, 1)])
+    ([((1, 2), 3), ((0, 1), 1)], (0, 1))
     """
     if len(tokens) == 0:
         raise ValueError("a query needs at least one token")
     counts: dict = {}
+    prev = None
+    run = 0
     for t in tokens:
-        key = tuple(t)
-        counts[key] = counts.get(key, 0) + 1
+        if t is prev:
+            run += 1
+            continue
+        if run:
+            key = tuple(prev)
+            counts[key] = counts.get(key, 0) + run
+        prev, run = t, 1
+    key = tuple(prev)
+    counts[key] = counts.get(key, 0) + run
     final = tuple(tokens[-1])
     return list(counts.items()), final
+
+
+class _NotInt(Exception):
+    """A token of a query is not all Python ints: the integer path does not apply."""
 
 
 class HeadEvaluator:
@@ -250,6 +271,10 @@ class HeadEvaluator:
         self.heads = [([[P(a) for a in row] for row in h.W], [P(a) for a in h.v]) for h in heads]
         self._cache: dict = {}
         self._int = None
+        self._int_mats = None
+        # F_p (python-flint fmpz_mod): an inversion costs several products, so the heads
+        # are summed as one fraction; over Q the per-head fractions stay reduced
+        self._one_fraction = getattr(field, "scalar_ctx", None) is not None
         if field.is_exact and P.is_exact:
             D = field.D
             ok = all((x * D).denominator == 1 for h in heads for row in h.W for x in row)
@@ -278,13 +303,21 @@ class HeadEvaluator:
         return got
 
     def _final_int(self, final):
+        """Per head ``(D W_h x_n, D x_n^T W_h x_n)`` for the final token, with the heads'
+        ``D W_h x_n`` stacked as one python-flint ``fmpz_mat`` (cached per final token)."""
         key = ("int", final)
         got = self._cache.get(key)
         if got is None:
-            got = []
-            for Wn, vn, inv_dv in self._int:
-                wx = [sum(a * b for a, b in zip(row, final)) for row in Wn]
-                got.append((wx, sum(a * b for a, b in zip(final, wx)), vn, inv_dv))
+            if not all(type(a) is int for a in final):
+                raise _NotInt
+            if self._int_mats is None:
+                self._int_mats = ([flint.fmpz_mat(Wn) for Wn, _, _ in self._int],
+                                  flint.fmpz_mat([vn for _, vn, _ in self._int]))
+            col = flint.fmpz_mat(self.d, 1, list(final))
+            wxs = [Wm * col for Wm in self._int_mats[0]]                    # D W_h x_n
+            WX = flint.fmpz_mat([[wx[r, 0] for r in range(self.d)] for wx in wxs])
+            s_final = [int(x) for x in (WX * col).entries()]                # D x_n^T W_h x_n
+            got = (WX, s_final)
             self._remember(key, got)
         return got
 
@@ -336,8 +369,11 @@ class HeadEvaluator:
     def _value(self, tokens):
         K = self.K
         pairs, final = self._pairs(tokens)
-        if self._int is not None and all(type(a) is int for t, _ in pairs for a in t):
-            return self._call_int(pairs, final)
+        if self._int is not None:
+            try:
+                return self._call_int(pairs, final)
+            except _NotInt:                # a token that is not all ints: the general path
+                pass
         P = K.param
         pairs = [(tuple(P(a) for a in t), m) for t, m in pairs]
         total = K.zero
@@ -353,28 +389,109 @@ class HeadEvaluator:
         return total
 
     def _call_int(self, pairs, final):
+        """f(X) by the integer path: per head, ``num_h / den_h`` with
+        ``num_h = sum_i m_i w_{h,i} v_h.x_i / dv_h`` and ``den_h = sum_i m_i w_{h,i}``
+        (``w = T^n``), summed -- over F_p as one fraction (one inversion per query)."""
         K = self.K
-        power = K.power
-        heads = self._final_int(final)
-        terms = [self._token_int(tok, final, heads) for tok, _ in pairs]
-        total = K.zero
-        for h, (_, _, _, inv_dv) in enumerate(heads):
+        if not self._int:
+            return K.zero
+        fin = self._final_int(final)
+        terms = [(self._token_terms(tok, final, fin), None if mult == 1 else K(mult))
+                 for tok, mult in pairs]
+        one_fraction = self._one_fraction
+        N = K.zero
+        Dn = K.one
+        if one_fraction and len(terms) == 2 and terms[1][1] is None and pairs[1][0] == final:
+            # the plan's queries (a^m, x), x once: in partial fractions in m,
+            # f = sum_h A_h + sum_h eps_h / (m + z_h) (see _partial_fractions)
+            a = pairs[0][0]
+            SA, pf = self._partial_fractions(a, final, terms[0][0], terms[1][0])
+            m = K.one if terms[0][1] is None else terms[0][1]
+            for z, eps in pf:
+                u = m + z
+                N = N * u + eps * Dn
+                Dn = Dn * u
+            return SA + N / Dn
+        for h in range(len(self._int)):
             num = K.zero
             den = K.zero
-            for (tok, mult), tt in zip(pairs, terms):
-                n, vdot = tt[h]
-                w = power(n) * mult
-                num = num + w * vdot
-                den = den + w
-            total = total + num * inv_dv / den
-        return total
+            for tt, mult in terms:
+                w, wv, _ = tt[h]
+                if mult is None:
+                    num = num + wv
+                    den = den + w
+                else:
+                    num = num + wv * mult
+                    den = den + w * mult
+            if one_fraction:
+                N = N * den + num * Dn
+                Dn = Dn * den
+            else:                      # over Q: one reduced fraction per head, as before
+                N = N + num / den
+        return N / Dn if one_fraction else N
 
-    def _token_int(self, tok, final, heads):
-        """Per head (D * (x_i - x_n)^T W_h x_n, dv * v_h . x_i) for one token (cached)."""
+    def _partial_fractions(self, a, x, ta, tx):
+        """For the two-token queries (a^m, x): with per head ``w`` (the weight of a),
+        ``A = v.a / dv`` and ``B = v.x / dv``, ``(m w A + B) / (m w + 1) = A + eps / (m + z)``
+        where ``z = 1 / w`` and ``eps = (B - A) / w``; returns ``(sum_h A_h, [(z_h, eps_h)])``
+        (cached per (a, x))."""
+        key = ("pf", a, x)
+        got = self._cache.get(key)
+        if got is None:
+            K = self.K
+            SA = K.zero
+            pf = []
+            for (w, _, A), (_, b, _) in zip(ta, tx):
+                z = K.one / w
+                SA = SA + A
+                pf.append((z, (b - A) * z))
+            got = (SA, pf)
+            self._remember(key, got)
+        return got
+
+    def _token_terms(self, tok, final, fin):
+        """Per head ``(w, w A, A)``, ``A = v_h.x_i / dv_h``, for one token x_i and final token x_n, with
+        ``w = T^(D (x_i - x_n)^T W_h x_n)`` (cached per (token, final token); the dot
+        products of all heads are two ``fmpz_mat`` products)."""
         key = (tok, final)
         got = self._cache.get(key)
         if got is None:
-            got = [(sum(a * b for a, b in zip(tok, wx)) - s_final, sum(a * b for a, b in zip(vn, tok)))
-                   for wx, s_final, vn, _ in heads]
+            if not all(type(a) is int for a in tok):
+                raise _NotInt
+            K = self.K
+            power = K.power
+            WX, s_final = fin
+            col = flint.fmpz_mat(self.d, 1, list(tok))
+            scores = (WX * col).entries()
+            vdots = (self._int_mats[1] * col).entries()
+            got = []
+            for (_, _, inv_dv), sc, sf, vd in zip(self._int, scores, s_final, vdots):
+                w = power(int(sc) - sf)
+                A = K(int(vd)) * inv_dv
+                got.append((w, w * A, A))
             self._remember(key, got)
         return got
+
+    def family(self, a, x):
+        """Per head ``(w_h, A_h, B_h)`` with ``f(a^k, x) = sum_h (k w_h A_h + B_h) / (k w_h + 1)``
+        for tokens ``a != x`` (integer path only; None otherwise): ``w_h = T^(D (a - x)^T W_h x)``,
+        ``A_h = v_h.a`` and ``B_h = v_h.x`` in the field.  The certificate of a plan
+        (:func:`exactlearn.pipeline.certify.certify_plan`) evaluates whole query families
+        from it.
+
+        >>> from exactlearn.fields import Modular
+        >>> K = Modular(p=97, scale=1)
+        >>> ev = HeadEvaluator([Head(((1,),), (3,))], 1, K)
+        >>> (w, A, B), = ev.family((2,), (1,))
+        >>> (2 * w * A + B) / (2 * w + 1) == ev([(2,), (2,), (1,)])
+        True
+        """
+        a, x = tuple(a), tuple(x)
+        if not self._int or a == x or len(a) != self.d or len(x) != self.d:
+            return None
+        try:
+            fin = self._final_int(x)
+            ta, tx = self._token_terms(a, x, fin), self._token_terms(x, x, fin)
+        except _NotInt:
+            return None
+        return [(w, A, B) for (w, _, A), (_, B, _) in zip(ta, tx)]

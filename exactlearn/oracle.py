@@ -68,6 +68,16 @@ class CountingOracle:
         if self._parent is not None:            # a view over another field counts here too
             self._parent._count(length, seconds)
 
+    def add_remote(self, queries: int, max_length: int, seconds: float) -> None:
+        """Count ``queries`` answered elsewhere by a copy of this black box (a Dask worker
+        evaluating the same model: :mod:`exactlearn.pipeline.distributed`), the longest of
+        ``max_length`` tokens, in ``seconds`` of the copy's time."""
+        self.queries += queries
+        self.max_length = max(self.max_length, max_length)
+        self.seconds += seconds
+        if self._parent is not None:
+            self._parent.add_remote(queries, max_length, seconds)
+
     def reset(self):
         self.queries = 0
         self.max_length = 0
@@ -160,19 +170,21 @@ class Recorder:
     (mpq(2,1), 1, 2, [([(1,), (2,)], mpq(2,1))])
     """
 
-    def __init__(self, oracle, K: Field, convert: bool, parent=None):
+    def __init__(self, oracle, K: Field, convert: bool, parent=None, keep: bool = True):
         self.oracle = oracle
         self.K = K
         self.convert = convert
         self.parent = parent
+        self.keep = keep                  # False: count and convert, keep no observations
         self.observations = []
         self.queries = 0
         self.max_length = 0
         self.seconds = 0.0
 
-    def child(self, oracle, K: Field, convert: bool = True) -> "Recorder":
-        """A recorder of its own observations whose counts also go to this one."""
-        return Recorder(oracle, K, convert, parent=self)
+    def child(self, oracle, K: Field, convert: bool = True, keep: bool = True) -> "Recorder":
+        """A recorder of its own observations whose counts also go to this one (with
+        ``keep=False`` it streams: counts, but keeps no observations)."""
+        return Recorder(oracle, K, convert, parent=self, keep=keep)
 
     def _count(self, length, seconds):
         """One answered query of ``length`` tokens (``None``: time spent, no answer)."""
@@ -182,6 +194,15 @@ class Recorder:
             self.max_length = max(self.max_length, length)
         if self.parent is not None:
             self.parent._count(length, seconds)
+
+    def add_remote(self, queries: int, max_length: int, seconds: float) -> None:
+        """Count ``queries`` answered by a copy of the black box elsewhere (a Dask worker:
+        :mod:`exactlearn.pipeline.distributed`); they go to the parents too."""
+        self.queries += queries
+        self.max_length = max(self.max_length, max_length)
+        self.seconds += seconds
+        if self.parent is not None:
+            self.parent.add_remote(queries, max_length, seconds)
 
     def __call__(self, tokens):
         t0 = time.perf_counter()
@@ -200,7 +221,8 @@ class Recorder:
             except (ValueError, TypeError, FieldError) as exc:
                 raise DegenerateDraw(f"the black box returned a value that is not in the "
                                  f"{self.K.name} field: {exc}") from None
-        self.observations.append((tokens, y))
+        if self.keep:
+            self.observations.append((tokens, y))
         return y
 
     def ask_many(self, queries) -> list:

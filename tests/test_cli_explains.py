@@ -63,7 +63,7 @@ def test_field_shows_its_choices(capsys):
         main(["learn", "--help"])
     out = capsys.readouterr().out
     assert "--field {rational,modular,real,symbolic}" in out
-    assert "--plan {paper,efficient}" in out
+    assert "--plan {paper,efficient,stable}" in out
     assert "(default: rational)" in out
 
 

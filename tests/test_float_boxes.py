@@ -92,7 +92,7 @@ def test_field_by_name_and_bad_names():
     with pytest.raises(ValueError, match="stable plan"):
         learn(box, d=2, heads=1, field=Rational(), plan="stable")
     with pytest.raises(ValueError, match="noise_rel"):
-        learn(box, d=2, heads=1, field="real", tokens="float64", noise_rel=1e-15)   # paper plan
+        learn(box, d=2, heads=1, field="real", plan="paper", noise_rel=1e-15)
 
 
 # -- the stable plan on float64 layers ------------------------------------------------------

@@ -17,6 +17,10 @@ and calls it for every field that has one.
 
 from __future__ import annotations
 
+import functools
+
+import flint
+
 from exactlearn.errors import InterpolationError
 
 
@@ -38,11 +42,23 @@ def cauchy_flint(xs, ys, H, make_poly) -> tuple:
         for i in range(n - 1, j - 1, -1):
             coef[i] = (coef[i] - coef[i - 1]) / (xs[i] - xs[i - j])
     L = make_poly([coef[-1]])
+    for i in range(n - 2, -1, -1):
+        L = L * make_poly([-xs[i], 1]) + make_poly([coef[i]])
+    return cauchy_from_interpolant(L, node_polynomial(xs, make_poly), xs, H, make_poly)
+
+
+def node_polynomial(xs, make_poly):
+    """prod (k - x) over the nodes ``xs``."""
     r0 = make_poly([1])
     for x in xs:
         r0 = r0 * make_poly([-x, 1])
-    for i in range(n - 2, -1, -1):
-        L = L * make_poly([-xs[i], 1]) + make_poly([coef[i]])
+    return r0
+
+
+def cauchy_from_interpolant(L, r0, xs, H, make_poly) -> tuple:
+    """The second half of :func:`cauchy_flint`: from the interpolating polynomial ``L``
+    of the samples and ``r0 = prod (k - x_i)``, the extended Euclidean algorithm stopped
+    at degree <= H, and the check that the result interpolates every node."""
     r1, t0, t1 = L, make_poly([]), make_poly([1])
     while r1.degree() > H:
         q, r = divmod(r0, r1)
@@ -55,3 +71,56 @@ def cauchy_flint(xs, ys, H, make_poly) -> tuple:
             raise InterpolationError("samples are not those of a rational function of type "
                                      f"({H},{H}) (unattainable point at k = {x})")
     return r1, t1
+
+
+@functools.lru_cache(maxsize=16)
+def _inverse_vandermonde(p: int, n: int):
+    ctx = flint.fmpz_mod_ctx(p)
+    V = flint.fmpz_mod_mat(n, n, [ctx(k) ** j for k in range(n) for j in range(n)], ctx)
+    return V.inv()
+
+
+def interpolants_mod_p(ys_list, ctx, polyctx) -> list:
+    """The interpolating polynomials (degree < n) through ``(k, ys[k])``, k = 0..n-1, of
+    every sample list in ``ys_list``, over F_p: one product of the inverse Vandermonde
+    matrix of the nodes 0..n-1 (cached per p and n) with the n x m matrix of samples, in C.
+
+    The interpolating polynomial is unique, so each equals Newton's of :func:`cauchy_flint`.
+
+    >>> import flint
+    >>> ctx, R = flint.fmpz_mod_ctx(97), flint.fmpz_mod_poly_ctx(97)
+    >>> [L.coeffs() for L in interpolants_mod_p([[ctx(1), ctx(3), ctx(7)]], ctx, R)]   # 1 + k + k^2
+    [[fmpz_mod(1, 97), fmpz_mod(1, 97), fmpz_mod(1, 97)]]
+    """
+    if not ys_list:
+        return []
+    n, m = len(ys_list[0]), len(ys_list)
+    Vinv = _inverse_vandermonde(int(ctx.modulus()), n)
+    Y = flint.fmpz_mod_mat(n, m, [ys[k] for k in range(n) for ys in ys_list], ctx)
+    C = Vinv * Y
+    return [polyctx([C[i, c] for i in range(n)]) for c in range(m)]
+
+
+def sum_of_fractions(fracs, one):
+    """``(N, D)`` with ``N / D = sum_h n_h / d_h`` and ``D = prod_h d_h``, for python-flint
+    polynomials ``fracs = [(n_h, d_h)]``, by halves (products of balanced degrees, in C);
+    ``one`` is the ring's 1.  The certificate of a plan evaluates a query family through it
+    (:func:`exactlearn.pipeline.certify.certify_plan`).
+
+    >>> import flint
+    >>> x = flint.fmpq_poly([0, 1])
+    >>> N, D = sum_of_fractions([(x, 1 + x), (2 + 0 * x, 1 + 3 * x)], flint.fmpq_poly([1]))
+    >>> N(2) / D(2) == flint.fmpq(2, 3) + flint.fmpq(2, 7)
+    True
+    """
+    if not fracs:
+        return 0 * one, one
+    while len(fracs) > 1:
+        nxt = []
+        for t in range(0, len(fracs) - 1, 2):
+            (n1, d1), (n2, d2) = fracs[t], fracs[t + 1]
+            nxt.append((n1 * d2 + n2 * d1, d1 * d2))
+        if len(fracs) % 2:
+            nxt.append(fracs[-1])
+        fracs = nxt
+    return fracs[0]

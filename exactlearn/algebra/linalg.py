@@ -43,8 +43,19 @@ def _dot(r, c, K):
 
 
 def inverse(A, K):
-    """A^{-1}, or raise :class:`SingularMatrix`."""
+    """A^{-1}, or raise :class:`SingularMatrix`.
+
+    Over a field on python-flint ``fmpz_mod`` (one with ``scalar_ctx``: F_p) the inverse
+    is ``fmpz_mod_mat``'s, in C (the inverse is unique: the same matrix)."""
     n = len(A)
+    ctx = getattr(K, "scalar_ctx", None)
+    if ctx is not None and n:
+        import flint
+        M = flint.fmpz_mod_mat(n, n, [K(x) for row in A for x in row], ctx)
+        if M.rank() < n:
+            raise SingularMatrix("matrix is singular")
+        Mi = M.inv()
+        return [[Mi[i, j] for j in range(n)] for i in range(n)]
     M = [list(r) + [K.one if i == j else K.zero for j in range(n)] for i, r in enumerate(A)]
     for col in range(n):
         piv = next((r for r in range(col, n) if not K.is_zero(M[r][col])), None)
@@ -61,6 +72,19 @@ def inverse(A, K):
 
 
 def is_invertible(A, K) -> bool:
+    """Whether A is invertible over K.  Over Q (``K.is_rational``) by the rank of a
+    python-flint ``fmpq_mat`` (the same decision as row reduction).
+
+    >>> from exactlearn.fields import QQ
+    >>> is_invertible([[QQ(1), QQ(2)], [QQ(2), QQ(4)]], QQ), is_invertible([[QQ(1), QQ(0)], [QQ(1), QQ(1)]], QQ)
+    (False, True)
+    """
+    if getattr(K, "is_rational", False) and A:
+        import flint
+        n = len(A)
+        M = flint.fmpq_mat(n, n, [flint.fmpq(int(x.numerator), int(x.denominator))
+                                  for row in A for x in row])
+        return M.rank() == n
     try:
         inverse(A, K)
         return True

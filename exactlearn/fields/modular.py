@@ -283,6 +283,12 @@ class Modular(Field):
     # python-flint fmpz_mod_poly (poly_ring): the fast Cauchy interpolation
     rational_interpolate = flint_rational_interpolate
 
+    @property
+    def scalar_ctx(self):
+        """The python-flint ``fmpz_mod_ctx`` of the elements (the batched steps of
+        :mod:`exactlearn.pipeline.interpolate` build ``fmpz_mod_mat`` on it)."""
+        return self._ctx
+
     # -- back to parameters ------------------------------------------------------
     @property
     def param(self):

@@ -26,8 +26,8 @@ from exactlearn.errors import (BadReduction, CertificateError, DegenerateDraw,
 from exactlearn.fields.base import Field
 from exactlearn.fields.multimodular import analysis_fields
 from exactlearn.model import canonicalize
-from exactlearn.pipeline.certify import certify
-from exactlearn.pipeline.interpolate import cauchy_interpolate, poles, poles_among
+from exactlearn.pipeline.certify import certify, certify_plan
+from exactlearn.pipeline.interpolate import interpolate_many, poles, poles_among, poles_paired
 from exactlearn.pipeline.match import label_basis
 from exactlearn.pipeline.solve import solve_heads
 
@@ -56,63 +56,115 @@ def ask_and_analyse(plan, ask, K: Field, trace) -> tuple:
 def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
     """Interpolate, read poles, get V, match and solve: the recovered canonical heads."""
     d, H = plan.d, plan.H
-    ks = [K(k) for k in range(2 * H + 1)]
     configs = plan.configs
+    # 2. the group of x_1 shares the k = 0 query; it gives V (arXiv:2608.03294; README, "How it works")
+    rfs, poles_of, V = first_group(plan, y_shared, values, K)
+    ks = [K(k) for k in range(2 * H + 1)]
+
+    # 3. every other configuration takes its k = 0 value V.x by computation
+    rest = [n for n in range(len(configs)) if n not in rfs]
+    fit(rfs, rest, [dot(V, configs[n].x, K) for n in rest], values, ks, H, K)
+    for n in range(len(configs)):
+        check_limit(plan, n, rfs[n], V, K)
+    # poles: root finding for the basis configurations -- over F_p, (x_i, e_j) with i, j >= 2
+    # from (x_i, e_1) and (x_i, e_1 + e_j) by gcds instead (poles_paired, the same poles); a
+    # matching configuration's poles can only be products of two basis configurations' rho
+    # (arXiv:2608.03294; README, "How it works"), so they are looked for among those first
+    # (poles_among falls back to roots)
+    joint_roots: dict = {}
+    for n, c in enumerate(configs):
+        if c.kind == "basis" and n not in poles_of:
+            basis_poles(plan, n, rfs, poles_of, joint_roots, K)
+    for n, c in enumerate(configs):
+        if c.kind != "basis":
+            joint_poles(plan, n, rfs, poles_of, joint_roots, K)
+    fits = {n: (rfs[n], poles_of[n]) for n in rfs}
+    out, labelled = finish(plan, poles_of, K)
+    if trace is not None:
+        trace.extend(trace_rows(plan, fits, labelled, V, y_shared, values, K))
+    return out
+
+
+def finish(plan, poles_of, K) -> tuple:
+    """4. label every basis configuration by head (products in the field); 5. solve for
+    W_h (param domain) and v_h (field, then to_param).  Returns ``(canonical heads,
+    labelled poles)``."""
+    labelled = label_basis(plan, poles_of, K)
+    return canonicalize(solve_heads(plan, labelled, K)), labelled
+
+
+def first_group(plan, y_shared, values, K) -> tuple:
+    """The group of x_1 (it shares the k = 0 query): its fits, the poles of its basis
+    configurations, and V from them (``E^T V = (V.e_j)_j``).  Returns ``(rfs, poles_of, V)``."""
+    d, H = plan.d, plan.H
+    ks = [K(k) for k in range(2 * H + 1)]
     rfs: dict = {}
     poles_of: dict = {}
-
-    def fit(n, y0):
-        rfs[n] = cauchy_interpolate(ks, [y0] + values[n], H, K)
-
-    # 2. the group of x_1 shares the k = 0 query; it gives V (arXiv:2608.03294; README, "How it works")
-    for n, c in enumerate(configs):
-        if c.shares_k0:
-            fit(n, y_shared)
+    first = [n for n, c in enumerate(plan.configs) if c.shares_k0]
+    fit(rfs, first, [y_shared] * len(first), values, ks, H, K)
     for j in range(d):
         n = plan.index("basis", 0, j)
         poles_of[n] = poles(rfs[n], K)
     Et = [[K(plan.E[j][r]) for r in range(d)] for j in range(d)]      # rows e_j^T
     sums = [-_sum((c for _, c in poles_of[plan.index("basis", 0, j)]), K) for j in range(d)]
     V = linalg.matvec(linalg.inverse(Et, K), sums, K)               # E^T V = (V.e_j)_j
+    return rfs, poles_of, V
 
-    def dot(u, x):
-        return _sum((a * K(b) for a, b in zip(u, x)), K)
 
-    # 3. every other configuration takes its k = 0 value V.x by computation
-    for n, c in enumerate(configs):
-        if n not in rfs:
-            fit(n, dot(V, c.x))
-    for n, c in enumerate(configs):
-        if not K.eq(rfs[n].limit(K), dot(V, c.a)):
-            raise DegenerateDraw(f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) "
-                             f"is not V.a (more heads than the bound H = {H}, an additive constant, "
-                             f"or a bias)")
-    # poles: root finding for the basis configurations; a matching configuration's
-    # poles can only be products of two basis configurations' rho (arXiv:2608.03294; README, "How it works"), so
-    # they are looked for among those first (poles_among falls back to roots)
-    for n, c in enumerate(configs):
-        if c.kind == "basis" and n not in poles_of:
-            poles_of[n] = poles(rfs[n], K)
-    for n, c in enumerate(configs):
-        if c.kind != "basis":
-            i0 = 0 if c.kind == "across" else c.i
-            a = poles_of[plan.index("basis", i0, 0 if c.kind == "within" else c.j)]
-            b = poles_of[plan.index("basis", c.i, c.j)]
-            poles_of[n] = poles_among(rfs[n], [ra * rb for ra, _ in a for rb, _ in b], K)
-    fits = {n: (rfs[n], poles_of[n]) for n in rfs}
-    # 4. label every basis configuration by head (products in the field)
-    labelled = label_basis(plan, poles_of, K)
-    # 5. solve for W_h (param domain) and v_h (field, then to_param)
-    out = solve_heads(plan, labelled, K)
-    if trace is not None:
-        trace.extend(trace_rows(plan, fits, labelled, V, y_shared, values, K))
-    return canonicalize(out)
+def fit(rfs, ns, y0s, values, ks, H, K) -> None:
+    """Interpolate configurations ``ns`` (their k = 0 values ``y0s``) into ``rfs``."""
+    for n, rf in zip(ns, interpolate_many(ks, [[y0] + values[n] for n, y0 in zip(ns, y0s)], H, K)):
+        rfs[n] = rf
+
+
+def check_limit(plan, n, rf, V, K) -> None:
+    """lim f(q_k) = V.a (arXiv:2608.03294; README, "How it works"), or DegenerateDraw."""
+    c = plan.configs[n]
+    if not K.eq(rf.limit(K), dot(V, c.a, K)):
+        raise DegenerateDraw(f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) "
+                             f"is not V.a (more heads than the bound H = {plan.H}, an additive "
+                             f"constant, or a bias)")
+
+
+def basis_poles(plan, n, rfs, poles_of, joint_roots, K) -> None:
+    """The poles of basis configuration n into ``poles_of`` (over F_p (x_i, e_j), i, j >= 2,
+    by :func:`~exactlearn.pipeline.interpolate.poles_paired`; the rho of (x_i, e_1 + e_j)
+    it finds go into ``joint_roots``)."""
+    c = plan.configs[n]
+    got = None
+    if c.i > 0 and c.j > 0:
+        nw = plan.index("within", c.i, c.j)
+        alphas = [r for r, _ in poles_of[plan.index("basis", c.i, 0)]]
+        got = poles_paired(rfs[n], rfs[nw], alphas, K)
+    if got is None:
+        poles_of[n] = poles(rfs[n], K)
+    else:
+        poles_of[n], joint_roots[nw] = got
+
+
+def joint_poles(plan, n, rfs, poles_of, joint_roots, K) -> None:
+    """The poles of matching configuration n, among the products of its two basis
+    configurations' rho (:func:`~exactlearn.pipeline.interpolate.poles_among`)."""
+    c = plan.configs[n]
+    known = joint_roots.get(n)
+    if known is not None:       # the products paired by poles_paired: all the poles, in order
+        poles_of[n] = poles_among(rfs[n], known, K, known)
+        return
+    i0 = 0 if c.kind == "across" else c.i
+    a = poles_of[plan.index("basis", i0, 0 if c.kind == "within" else c.j)]
+    b = poles_of[plan.index("basis", c.i, c.j)]
+    poles_of[n] = poles_among(rfs[n], [ra * rb for ra, _ in a for rb, _ in b], K)
+
+
+def dot(u, x, K):
+    return _sum((a * K(b) for a, b in zip(u, x)), K)
 
 
 def analyse_and_certify(plan, y_shared, values, K, observations, trace) -> tuple:
     """Analyse in ``K`` -- or in each of :func:`~exactlearn.fields.multimodular.analysis_fields`
     ``(K)`` in turn (the rational field: its reductions modulo large primes) -- and
-    certify the result over ``K`` itself.
+    certify the result over ``K`` itself: on ``observations``, or with ``observations``
+    None on the plan's own (``y_shared``, ``values``; :func:`~exactlearn.pipeline.certify.certify_plan`).
 
     Only a bad reduction (a denominator divisible by p, a rational past the
     reconstruction bound, a certificate that fails after reconstruction) moves
@@ -124,6 +176,8 @@ def analyse_and_certify(plan, y_shared, values, K, observations, trace) -> tuple
         else:
             vals = {c: [A(y) for y in vs] for c, vs in values.items()}
             recovered = analyse(plan, A(y_shared), vals, A, trace)
+        if observations is None:         # the plan's own observations, in its order
+            return recovered, certify_plan(recovered, plan, y_shared, values, K)
         return recovered, certify(recovered, plan.d, observations, K)
 
     return over_analysis_fields(K, analyse_and_certify, trace)

@@ -6,8 +6,11 @@ own tolerance (``K.eq``).  The first mismatching observation is reported.
 
 from __future__ import annotations
 
+import flint
+
+from exactlearn.algebra.cauchy import sum_of_fractions
 from exactlearn.fields.base import ExactnessError
-from exactlearn.errors import FieldError
+from exactlearn.errors import ExactLearnError, FieldError
 from exactlearn.model import HeadEvaluator
 from exactlearn.errors import CertificateError
 
@@ -20,17 +23,70 @@ def certify(heads, d: int, observations, K) -> int:
     ev = HeadEvaluator(heads, d, K)
     n = 0
     for tokens, value in observations:
-        try:
-            got = ev(tokens)
-        except ExactnessError as exc:      # recovered heads the field cannot even evaluate
-            raise CertificateError(
-                f"the recovered heads cannot be evaluated exactly on an observed query ({exc}); "
-                f"they do not describe the black box") from None
-        if not K.eq(got, value):
-            raise CertificateError(
-                f"recovered heads do not reproduce the oracle on a query of length {len(tokens)} "
-                f"(final token {list(map(str, tokens[-1]))})")
+        _check(ev, tokens, value, K)
         n += 1
+    return n
+
+
+def _check(ev, tokens, value, K) -> None:
+    try:
+        got = ev(tokens)
+    except ExactnessError as exc:      # recovered heads the field cannot even evaluate
+        raise CertificateError(
+            f"the recovered heads cannot be evaluated exactly on an observed query ({exc}); "
+            f"they do not describe the black box") from None
+    if not K.eq(got, value):
+        raise CertificateError(
+            f"recovered heads do not reproduce the oracle on a query of length {len(tokens)} "
+            f"(final token {list(map(str, tokens[-1]))})")
+
+
+def certify_plan(heads, plan, y_shared, values, K, configs=None, evaluator=None) -> int:
+    """:func:`certify` on the observations of a paper plan, asked in its order (the shared
+    k = 0 query, then ``values[n] = [f(q_1), ..., f(q_2H)]`` per configuration n):
+    every observed value is recomputed from ``heads``.
+
+    A family q_k = (a^k, x) is evaluated at once: with ``(w_h, A_h, B_h)`` from the
+    recovered heads (:meth:`~exactlearn.model.HeadEvaluator.family`: the per-final-token
+    work ``W_h x`` done once, from the heads, never from the oracle),
+    ``f(q_k) = N(k) / D(k)`` for ``N / D = sum_h (k w_h A_h + B_h) / (k w_h + 1)``,
+    ``D = prod_h (k w_h + 1)`` (python-flint polynomials, :func:`~exactlearn.algebra.cauchy.sum_of_fractions`),
+    and the check is ``N(k) == f_observed D(k)`` with ``D(k) != 0``.  Any other case
+    (no integer path, a vanishing D(k), a mismatch) is checked query by query as in
+    :func:`certify`, so the outcome and the first failure reported are the same.
+    Returns the number of observations checked (the plan's count).  ``configs``: only
+    these configuration indices (a group of :mod:`exactlearn.pipeline.distributed`), and
+    the shared query only when ``y_shared`` is given; ``evaluator``: a
+    :class:`~exactlearn.model.HeadEvaluator` of ``heads`` over K already built.
+    """
+    ev = evaluator if evaluator is not None else HeadEvaluator(heads, plan.d, K)
+    ring = getattr(K, "poly_ring", None)
+    if not isinstance(ring, flint.fmpz_mod_poly_ctx):
+        ring = None
+    n = 0
+    if configs is None or y_shared is not None:
+        _check(ev, plan.configs[0].tokens(0), y_shared, K)
+        n = 1
+    for idx in (range(len(plan.configs)) if configs is None else configs):
+        c = plan.configs[idx]
+        ys = values[idx]
+        try:
+            fam = ev.family(c.a, c.x) if ring is not None and heads else None
+        except (ExactLearnError, ArithmeticError):
+            fam = None                              # the query-by-query path says why
+        if fam is None:
+            for k, y in enumerate(ys, start=1):
+                _check(ev, c.tokens(k), y, K)
+            n += len(ys)
+            continue
+        one = ring([1])
+        Nk, Dk = sum_of_fractions([(ring([B, w * A]), ring([1, w])) for w, A, B in fam], one)
+        for k, y in enumerate(ys, start=1):
+            kk = K(k)
+            den = Dk(kk)
+            if den == 0 or Nk(kk) != y * den:
+                _check(ev, c.tokens(k), y, K)       # the query-by-query verdict
+        n += len(ys)
     return n
 
 

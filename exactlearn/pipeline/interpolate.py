@@ -22,9 +22,13 @@ mpq(7,1)
 
 from __future__ import annotations
 
-from exactlearn.algebra.cauchy import cauchy_flint  # noqa: F401  (re-exported)
-from exactlearn.errors import InterpolationError
 from dataclasses import dataclass
+
+import flint
+
+from exactlearn.algebra.cauchy import (cauchy_flint, cauchy_from_interpolant,  # noqa: F401
+                                       interpolants_mod_p, node_polynomial)
+from exactlearn.errors import InterpolationError
 
 from exactlearn.algebra import polys
 from exactlearn.fields.base import FieldError
@@ -84,6 +88,44 @@ def cauchy_interpolate(ks, ys, H, K) -> RationalFunction:
     return _normalise(P, Q, K)
 
 
+def fmpz_mod_ring(K):
+    """``(scalar context, polynomial ring)`` when K is F_p on python-flint ``fmpz_mod``
+    (the modular fields), else None: the batched steps below run in C there."""
+    ring = getattr(K, "poly_ring", None)
+    if isinstance(ring, flint.fmpz_mod_poly_ctx) and getattr(K, "rational_interpolate", None):
+        return K.scalar_ctx, ring
+    return None
+
+
+def interpolate_many(ks, ys_list, H, K) -> list:
+    """``[cauchy_interpolate(ks, ys, H, K) for ys in ys_list]``, the first failure raised.
+
+    Over F_p with the nodes k = 0..2H (the plan's) the interpolating polynomials of
+    all families come from one matrix product (:func:`~exactlearn.algebra.cauchy.interpolants_mod_p`),
+    then the same extended Euclidean algorithm runs per family: the same P/Q.
+
+    >>> from exactlearn.fields import Modular
+    >>> K = Modular(p=97)
+    >>> ks = [K(k) for k in range(3)]
+    >>> yss = [[K(2) + K(1) / (1 + 3 * k) for k in ks], [K(5) - K(4) / (1 + 7 * k) for k in ks]]
+    >>> interpolate_many(ks, yss, 1, K) == [cauchy_interpolate(ks, ys, 1, K) for ys in yss]
+    True
+    """
+    rings = fmpz_mod_ring(K)
+    n = 2 * H + 1
+    if (rings is None or len(ks) != n or any(int(k) != i for i, k in enumerate(ks))
+            or any(len(ys) != n for ys in ys_list)):
+        return [cauchy_interpolate(ks, ys, H, K) for ys in ys_list]
+    ctx, ring = rings
+    xs = [ctx(k) for k in ks]
+    r0 = node_polynomial(xs, ring)
+    out = []
+    for L in interpolants_mod_p([[ctx(y) for y in ys] for ys in ys_list], ctx, ring):
+        P, Q = cauchy_from_interpolant(L, r0, xs, H, ring)
+        out.append(_normalise(P.coeffs(), Q.coeffs(), K, trimmed=True))
+    return out
+
+
 def _normalise(P, Q, K, trimmed=False) -> RationalFunction:
     if not trimmed:
         P, Q = polys.trim(P, K), polys.trim(Q, K)
@@ -108,30 +150,75 @@ def poles(rf: RationalFunction, K):
     for p in roots:
         if K.is_zero(p):
             raise InterpolationError("pole at k = 0")
-    return _with_coefficients(rf, [-K.one / p for p in roots], K)
+    return _with_coefficients(rf, [-K.one / p for p in roots], K, ps=roots)
 
 
-def _with_coefficients(rf: RationalFunction, rhos, K) -> list:
-    """[(rho, c)] with c = rho P(p)/Q'(p) at p = -1/rho (arXiv:2608.03294; README, "How it works"); c = 0 is an error."""
-    dQ = polys.derivative(rf.Q, K)
+def _with_coefficients(rf: RationalFunction, rhos, K, ps=None) -> list:
+    """[(rho, c)] with c = rho P(p)/Q'(p) at p = -1/rho (arXiv:2608.03294; README, "How it works"); c = 0 is an error.
+
+    ``ps``: the p = -1/rho when the caller has them (the roots themselves).  Over F_p the
+    polynomials are evaluated by python-flint and the inversions batched (one inversion
+    for all the poles, Montgomery's trick): the same values."""
+    rings = fmpz_mod_ring(K)
+    if rings is not None:
+        Pf, dQf = rings[1](rf.P), rings[1](rf.Q).derivative()
+        try:
+            if ps is None:
+                ps = [-x for x in _batch_inverse(rhos, K)]
+            inv_dq = _batch_inverse([dQf(p) for p in ps], K)
+        except ZeroDivisionError:
+            inv_dq = None                  # a zero: the element-wise path raises as before
+        if inv_dq is not None:
+            out = []
+            for rho, p, idq in zip(rhos, ps, inv_dq):
+                c = rho * Pf(p) * idq
+                if K.is_zero(c):
+                    raise InterpolationError("a pole with zero coefficient: P and Q share a root")
+                out.append((rho, c))
+            return out
+        ev_P, ev_dQ = Pf, dQf
+    else:
+        dQ = polys.derivative(rf.Q, K)
+        ev_P = lambda p: polys.evaluate(rf.P, p, K)      # noqa: E731
+        ev_dQ = lambda p: polys.evaluate(dQ, p, K)       # noqa: E731
     out = []
     for rho in rhos:
         p = -K.one / rho
-        c = rho * polys.evaluate(rf.P, p, K) / polys.evaluate(dQ, p, K)
+        c = rho * ev_P(p) / ev_dQ(p)
         if K.is_zero(c):
             raise InterpolationError("a pole with zero coefficient: P and Q share a root")
         out.append((rho, c))
     return out
 
 
-def poles_among(rf: RationalFunction, candidates, K):
+def _batch_inverse(xs, K) -> list:
+    """``[1/x for x in xs]`` with one inversion (Montgomery's trick); ZeroDivisionError
+    when some x is 0."""
+    if not xs:
+        return []
+    pre = [xs[0]]
+    for x in xs[1:]:
+        pre.append(pre[-1] * x)
+    inv = K.one / pre[-1]
+    out = [None] * len(xs)
+    for t in range(len(xs) - 1, 0, -1):
+        out[t] = inv * pre[t - 1]
+        inv = inv * xs[t]
+    out[0] = inv
+    return out
+
+
+def poles_among(rf: RationalFunction, candidates, K, roots=None):
     """:func:`poles`, trying the candidate rho values before any root finding.
 
     If exactly ``deg Q`` distinct candidates are roots -1/rho of Q, they are all
     its roots (a polynomial has no more roots than its degree) and the result
     equals :func:`poles`; otherwise, and over an inexact field, it *is*
     :func:`poles`.  Used for matching configurations, whose rho are products of
-    basis rho (arXiv:2608.03294; README, "How it works").
+    basis rho (arXiv:2608.03294; README, "How it works").  Over F_p a candidate is
+    tested as a root of the reversed Q (``z^n Q(-1/z)``, evaluated in C, no inversion);
+    ``roots``, a set of rho already known to be poles (:func:`poles_paired`), replaces
+    the test (and ``candidates`` may then be just those).
 
     >>> from exactlearn.fields import QQ
     >>> rf = cauchy_interpolate([QQ(k) for k in range(3)],
@@ -142,14 +229,83 @@ def poles_among(rf: RationalFunction, candidates, K):
     m = rf.n_poles
     if m <= 0 or not K.is_exact:
         return poles(rf, K)
+    if roots is not None:
+        is_root = set(roots).__contains__
+    else:
+        rings = fmpz_mod_ring(K)
+        if rings is not None:
+            n = len(rf.Q) - 1
+            rev = rings[1]([c if (n - i) % 2 == 0 else -c for i, c in enumerate(reversed(rf.Q))])
+            is_root = lambda rho: rev(rho) == 0           # noqa: E731
+        else:
+            is_root = lambda rho: K.is_zero(polys.evaluate(rf.Q, -K.one / rho, K))  # noqa: E731
     found = []
     seen = set()
     for rho in candidates:
         if K.is_zero(rho) or rho in seen:
             continue
         seen.add(rho)
-        if K.is_zero(polys.evaluate(rf.Q, -K.one / rho, K)):
+        if is_root(rho):
             found.append(rho)
     if len(found) != m:
         return poles(rf, K)
     return _with_coefficients(rf, found, K)
+
+
+def poles_paired(rf_b: RationalFunction, rf_w: RationalFunction, alphas, K):
+    """The poles of a basis configuration (x_i, e_j) as :func:`poles` returns them, found
+    without root finding from its matching configuration (x_i, e_1 + e_j), whose rho are
+    ``alpha_g * gamma_g`` (arXiv:2608.03294; README, "How it works"): for each rho
+    ``alpha_g`` of (x_i, e_1), the pole -1/gamma_g of Q_b is the common root of
+    ``Q_b(k)`` and ``Q_w(k / alpha_g)`` (a gcd over F_p, in C); each root found is divided
+    out of Q_b (and its partner out of Q_w), so the later gcds have lower degrees.
+
+    Returns ``(poles of rf_b, the rho of rf_w)``, or None -- then nothing is
+    claimed and the caller finds the roots (:func:`poles`) -- unless every gcd is
+    linear and the deg Q_b roots found are distinct: then they are all the roots of
+    Q_b, which splits, so :func:`poles` would return the same list; the products
+    ``alpha_g gamma_g`` are roots of Q_w, all of them when they are deg Q_w distinct.
+    They come in the order in which :func:`poles_among` meets them among the products
+    (alpha index, then gamma index) -- unless a product of two *other* poles equals one
+    of them, when only that order may differ: the labels follow the basis
+    configurations, so no result reads it.
+
+    >>> from exactlearn.fields import Modular
+    >>> K = Modular(p=97)
+    >>> ks = [K(k) for k in range(5)]
+    >>> f = lambda k, r, c: K(1) + sum(ci / (1 + k * ri) for ri, ci in zip(r, c))
+    >>> al, ga = [K(3), K(10)], [K(5), K(7)]
+    >>> rf_b = cauchy_interpolate(ks, [f(k, ga, [K(2), K(9)]) for k in ks], 2, K)
+    >>> rf_w = cauchy_interpolate(ks, [f(k, [a * g for a, g in zip(al, ga)], [K(4), K(6)]) for k in ks], 2, K)
+    >>> got, w = poles_paired(rf_b, rf_w, al, K)
+    >>> got == poles(rf_b, K), w == [K(15), K(70)]
+    (True, True)
+    """
+    rings = fmpz_mod_ring(K)
+    m = rf_b.n_poles
+    if rings is None or m <= 0 or len(alphas) != m or rf_w.n_poles != m:
+        return None
+    ring = rings[1]
+    Qb, Qw = ring(rf_b.Q), ring(rf_w.Q)
+    ks = []
+    for alpha in alphas:
+        if K.is_zero(alpha):
+            return None
+        inv = K.one / alpha
+        G = Qb.gcd(Qw.compose(ring([0, inv])))       # Q_w(k / alpha)
+        if G.degree() != 1:
+            return None
+        g0, g1 = G.coeffs()
+        k = -g0 / g1
+        ks.append(k)
+        if Qb.degree() > 1:          # deflate both: the later gcds have lower degrees
+            Qb = Qb.exact_division(ring([-k, 1]))
+            Qw = Qw.exact_division(ring([-k * inv, 1]))
+    if len(set(ks)) != m or any(K.is_zero(k) for k in ks):
+        return None
+    order = sorted(range(m), key=lambda g: int(ks[g]))          # poles() sorts by residue
+    basis = _with_coefficients(rf_b, [-K.one / ks[g] for g in order], K, ps=[ks[g] for g in order])
+    at = {g: t for t, g in enumerate(order)}
+    # alpha_g * gamma_g, in the order of the candidates (alpha index, then gamma index)
+    joint = [-alphas[g] / ks[g] for g in sorted(range(m), key=lambda g: (g, at[g]))]
+    return basis, (joint if len(set(joint)) == m else None)

@@ -51,6 +51,8 @@ are tied by products.
 
 from __future__ import annotations
 
+import flint
+
 from exactlearn.errors import DegenerateDraw, MatchError, PoleCountMismatch, Undecided
 from exactlearn.pipeline.plan import across_direction
 
@@ -67,6 +69,13 @@ class Relation:
         """``find(base_pole, other_pole)``: the ``(s, state)`` with ``joint[s]``'s rho not
         decided unequal to the product of the two rhos (``state`` True or None), s ascending."""
         raise NotImplementedError
+
+    def partners(self, joint):
+        """``pairs(base_pole, other)``: every ``(r, s, state)`` of ``find(base_pole, other[r])``,
+        r then s ascending (:func:`tie` asks this once per base pole)."""
+        find = self.products(joint)
+        return lambda bp, other: [(r, s, state) for r, op in enumerate(other)
+                                  for s, state in find(bp, op)]
 
     def c_tie(self, joint_pole, base_pole, other_pole, mode):
         """The c-relation of ``mode``: ``c_joint = c_base + c_other`` ("add") or
@@ -114,6 +123,25 @@ class Exact(Relation):
     def products(self, joint):
         finder = _Finder([p[0] for p in joint], self.K)
         return lambda bp, op: [(s, True) for s in finder.find(bp[0] * op[0])]
+
+    def partners(self, joint):
+        """Over F_p the products rho_h * rho_r of all r are one scalar multiple of a
+        python-flint polynomial whose coefficients are the rho_r (in C); the same pairs."""
+        ring = getattr(self.K, "poly_ring", None)
+        if not isinstance(ring, flint.fmpz_mod_poly_ctx):
+            return super().partners(joint)
+        finder = _Finder([p[0] for p in joint], self.K)
+        cache: dict = {}
+
+        def pairs(bp, other):
+            key = id(other)
+            if key not in cache:
+                cache[key] = (other, ring([op[0] for op in other]), len(other))
+            _, poly, n = cache[key]
+            prods = (poly * bp[0]).coeffs()
+            prods += [self.K.zero] * (n - len(prods))
+            return [(r, s, True) for r, x in enumerate(prods) for s in finder.find(x)]
+        return pairs
 
     def c_tie(self, jp, bp, op, mode):
         eq = self.K.eq
@@ -200,19 +228,19 @@ def tie(base, other, joint, mode: str, relation, config=None) -> tuple:
     if not (len(base) == len(other) == len(joint)):
         raise PoleCountMismatch(f"pole counts differ between configurations "
                                 f"({len(base)}, {len(other)}, {len(joint)})")
-    find = relation.products(joint)
+    pairs = relation.partners(joint)
     perm, perm_joint = [], []
     used_r, used_s = set(), set()
     for h, bp in enumerate(base):
         cands = []
-        for r, op in enumerate(other):
-            for s, state in find(bp, op):
-                c_state = relation.c_tie(joint[s], bp, op, mode)
-                if c_state is False:
-                    continue
-                if state is None or c_state is None:
-                    raise relation.undecided(config)
-                cands.append((r, s))
+        for r, s, state in pairs(bp, other):
+            op = other[r]
+            c_state = relation.c_tie(joint[s], bp, op, mode)
+            if c_state is False:
+                continue
+            if state is None or c_state is None:
+                raise relation.undecided(config)
+            cands.append((r, s))
         if len(cands) != 1:
             what = "no" if not cands else "more than one"
             sums = " and sums" if mode == "add" else ""

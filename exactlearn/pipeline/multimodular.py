@@ -56,7 +56,8 @@ import flint
 import gmpy2
 from gmpy2 import mpq
 
-from exactlearn.pipeline.certify import certify
+from exactlearn.pipeline.analysis import ask_plan
+from exactlearn.pipeline.certify import certify, certify_plan
 from exactlearn.fields.base import FieldError
 from exactlearn.fields.modular import (DEFAULT_P, BadReduction, ConfirmationModular, Modular, ReconstructionError,
                              ResidueModular, crt_reconstruct, rational_reconstruct)
@@ -126,7 +127,8 @@ def _reconstruct(W_set, residues, moduli):
         return None
 
 
-def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEFAULT_MAX_PRIMES):
+def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEFAULT_MAX_PRIMES,
+                      rank_check=None):
     """The multi-modular method (module docstring).
 
     ``run_prime(Kr)`` asks the plan modulo ``Kr.p`` (Kr a :class:`ResidueModular`),
@@ -141,7 +143,10 @@ def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEF
     was stable by coincidence (values congruent modulo the primes so far), so more
     analysis primes are asked until a new stable value survives its own confirmation.
     Every exception raised carries the per-prime report as ``exc.report``.
+    ``rank_check(heads, observations, Kc)`` checks that the confirmation's answers
+    determine v (default :func:`_check_design_rank`).
     """
+    rank_check = rank_check or _check_design_rank
     runs: list = []
     W_set = None
     residues, moduli = [], []
@@ -202,7 +207,7 @@ def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEF
             observations, n, Kc, asked = _confirm_once(heads, confirm, rng, K.D)
             runs.append({"p": str(Kc.p), "role": "confirmation", "omega": str(Kc.omega),
                          "queries": asked})
-            _check_design_rank(heads, observations, Kc)
+            rank_check(heads, observations, Kc)
         except (CertificateError, PrimesDisagree) as exc:
             if runs[-1]["role"] != "confirmation":
                 Kc = getattr(exc, "field", None)
@@ -234,7 +239,7 @@ def _confirm_once(heads, confirm, rng, D) -> tuple:
 
 
 def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=None,
-                  trace=None) -> tuple:
+                  trace=None, plan=None, confirm_at=None) -> tuple:
     """The modular field's run of an exact strategy: the multi-modular method when the
     black box can be asked modulo other primes (``oracle.over``), else one prime with v
     certified modulo p only.
@@ -242,18 +247,28 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
     ``analyse_at(ask, Kr, trace)`` asks a strategy's plan through ``ask`` (a child
     :class:`~exactlearn.oracle.Recorder` of ``rec``), analyses it in ``Kr`` and certifies
     it there, returning ``(heads, n_certified)``.  Returns
-    ``(heads, n_certified, multimodular report)``."""
+    ``(heads, n_certified, multimodular report)``.
+
+    ``plan``: the strategy asks exactly ``plan.queries``, in order (the paper plan).  Then
+    the observations are streamed, not kept (the recorders count without recording;
+    the strategy certifies the plan's values itself), and the confirmation asks the plan
+    again and certifies it family by family (:func:`~exactlearn.pipeline.certify.certify_plan`);
+    the asked queries, the counts and every verdict are those of the recorded run.
+    ``confirm_at(ask, heads, Kc)`` (with ``plan``) replaces that confirmation: it asks the
+    plan through ``ask`` and returns the number of observations certified (a cluster's,
+    :mod:`exactlearn.pipeline.distributed`)."""
     over = getattr(oracle, "over", None)
     asked: list = []
+    keep = plan is None
 
     def at(Kr, box, tr):
-        sub = rec.child(box, Kr)
+        sub = rec.child(box, Kr, keep=keep)
         try:
             heads, n = analyse_at(sub, Kr, tr)
         except ExactLearnError as exc:
             exc.queries = sub.queries            # the per-prime report keeps them
             raise
-        if not asked:
+        if keep and not asked:
             asked.extend(t for t, _ in sub.observations)
         return heads, n, sub.queries
 
@@ -266,17 +281,58 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
         return at(Kr, oracle if first else over(Kr), trace if first else None)
 
     def confirm(heads, Kc):
-        sub = rec.child(over(Kc), Kc)
+        sub = rec.child(over(Kc), Kc, keep=keep)
         try:
-            for tokens in asked:
-                sub(tokens)
-            return sub.observations, certify(heads, d, sub.observations, Kc), sub.queries
+            if keep:
+                for tokens in asked:
+                    sub(tokens)
+                return sub.observations, certify(heads, d, sub.observations, Kc), sub.queries
+            if confirm_at is not None:
+                return plan, confirm_at(sub, heads, Kc), sub.queries
+            y_shared, values = ask_plan(plan, sub)
+            return plan, certify_plan(heads, plan, y_shared, values, Kc), sub.queries
         except ExactLearnError as exc:
             exc.queries, exc.field = sub.queries, Kc
             raise
 
     kw = {} if max_primes is None else {"max_primes": max_primes}
-    return learn_over_primes(K, run_prime, confirm, rng, **kw)
+    return learn_over_primes(K, run_prime, confirm, rng,
+                             rank_check=None if keep else _check_design_rank_plan, **kw)
+
+
+def _check_design_rank_plan(heads, plan, K) -> None:
+    """:func:`_check_design_rank` for the observations of a paper plan (the queries of
+    ``plan``, in order), with a sufficient condition checked first.
+
+    Head h's softmax average on q_k = (a^k, x) is ``x + t_h(k) e`` with
+    ``t_h(k) = k w_h / (k w_h + 1)``, ``w_h = exp(e^T W_h x)``, so the row of q_k is
+    ``x (x) 1 + sum_h t_h(k) e (x) delta_h``.  If for every family (x_1, e_j) the
+    (2H+1) x (m+1) matrix ``[1, t_1(k), ..., t_m(k)]`` (k = 0 is the shared query) has
+    full column rank, the rows of that family span ``x_1 (x) 1`` and every
+    ``e_j (x) delta_h``, and over all j (E invertible) the whole space: the rank is full.
+    Otherwise the rows are built as :func:`_check_design_rank` builds them, whose
+    verdict depends only on the rank of all of them -- the same verdict either way."""
+    if not heads:
+        return
+    m = len(heads)
+    ev = HeadEvaluator(heads, plan.d, K)
+    ctx = K.scalar_ctx
+    try:
+        for j in range(plan.d):
+            c = plan.configs[plan.index("basis", 0, j)]
+            fam = ev.family(c.a, c.x)
+            if fam is None:
+                raise ArithmeticError("no integer path")
+            rows = [K.one] + [K.zero] * m
+            for k in range(1, 2 * plan.H + 1):
+                rows.append(K.one)
+                rows.extend(k * w / (k * w + 1) for w, _, _ in fam)
+            if flint.fmpz_mod_mat(2 * plan.H + 1, m + 1, rows, ctx).rank() != m + 1:
+                raise ArithmeticError("not decided by the first group")
+        return
+    except (ArithmeticError, ExactLearnError):
+        pass
+    _check_design_rank(heads, ((plan.tokens(q), None) for q in plan.queries), K)
 
 
 def _check_design_rank(heads, observations, K) -> None:

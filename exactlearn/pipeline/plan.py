@@ -27,6 +27,7 @@ queries, the longest of 2H + 1 tokens.  With a bound H0, H0 replaces H.
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass, field
 
@@ -44,7 +45,7 @@ class Config:
     x: tuple
     e: tuple
 
-    @property
+    @functools.cached_property
     def a(self) -> tuple:
         return tuple(p + q for p, q in zip(self.x, self.e))
 
@@ -58,7 +59,7 @@ class Config:
         return self.kind in ("basis", "within") and self.i == 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Query:
     config: int        # index into Plan.configs (the first that uses it)
     k: int

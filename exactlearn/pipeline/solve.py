@@ -55,18 +55,47 @@ def solve_v(plan, cs, K, Etinv=None):
     return linalg.matvec(Etinv, [-c for c in cs], K)
 
 
-def solve_heads(plan, labelled, K) -> list:
-    """Raw recovered heads (param domain) from ``labelled[(i, j)] = [(rho_h, c_h)]``."""
+def solve_heads(plan, labelled, K, log=None) -> list:
+    """Raw recovered heads (param domain) from ``labelled[(i, j)] = [(rho_h, c_h)]``.
+
+    Over Q (the exact fields' parameters) every head's W comes from one solve
+    ``E^T [W_1 X ... W_m X] = [M_1 ... M_m]`` and one inverse of X (python-flint
+    ``fmpq_mat``), the same exact W as head by head.  ``log(i, j, h)``, when given,
+    is ``K.log`` of head h's rho at (x_i, e_j) computed elsewhere (a cluster's,
+    :mod:`exactlearn.pipeline.distributed`)."""
     d = plan.d
     m = len(labelled[(0, 0)])
     if m == 0:
         return []
-    inv_P = _inverses(plan, K.param)
     Etinv_K = linalg.inverse([[K(plan.E[j][r]) for r in range(d)] for j in range(d)], K)
+    logs, vs = [], []
+    for h in range(m):                     # head by head: logs, then v (the order of failures)
+        logs.append({(i, j): K.log(labelled[(i, j)][h][0]) if log is None else log(i, j, h)
+                     for i in range(d) for j in range(d)})
+        v = solve_v(plan, [labelled[(0, j)][h][1] for j in range(d)], K, Etinv_K)
+        vs.append(tuple(K.to_param(x) for x in v))
+    if K.param.is_rational:
+        Ws = _solve_W_all_flint(plan, logs)
+    else:
+        inv_P = _inverses(plan, K.param)
+        Ws = [solve_W(plan, lg, K.param, inv_P) for lg in logs]
+    return [Head(W, v) for W, v in zip(Ws, vs)]
+
+
+def _solve_W_all_flint(plan, logs_per_head) -> list:
+    """:func:`_solve_W_flint` for every head at once: one ``fmpq_mat`` solve, one inverse."""
+    import flint
+    from gmpy2 import mpq
+    d, m = plan.d, len(logs_per_head)
+    X = flint.fmpq_mat(d, d, [plan.X[i][r] for r in range(d) for i in range(d)])
+    Et = flint.fmpq_mat(d, d, [plan.E[j][r] for j in range(d) for r in range(d)])
+    M = flint.fmpq_mat(d, d * m, [flint.fmpq(int(lg[(i, j)].numerator), int(lg[(i, j)].denominator))
+                                  for j in range(d) for lg in logs_per_head for i in range(d)])
+    A = Et.solve(M)                        # E^{-T} [M_1 ... M_m]
+    Xinv = X.inv()
     out = []
     for h in range(m):
-        logs = {(i, j): K.log(labelled[(i, j)][h][0]) for i in range(d) for j in range(d)}
-        W = solve_W(plan, logs, K.param, inv_P)
-        v = solve_v(plan, [labelled[(0, j)][h][1] for j in range(d)], K, Etinv_K)
-        out.append(Head(W, tuple(K.to_param(x) for x in v)))
+        Ah = flint.fmpq_mat(d, d, [A[r, h * d + c] for r in range(d) for c in range(d)])
+        W = Ah * Xinv
+        out.append(tuple(tuple(mpq(int(W[r, c].p), int(W[r, c].q)) for c in range(d)) for r in range(d)))
     return out

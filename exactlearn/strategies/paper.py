@@ -26,6 +26,10 @@ from exactlearn.pipeline.plan import draw_paper_plan
 #: The strategy runs over exact fields only (the real field has its own strategy).
 EXACT = True
 
+#: It asks exactly ``plan.queries``, in order, and certifies them itself: its observations can be
+#: streamed (:func:`exactlearn.pipeline.multimodular.learn_modular`, ``plan=``).
+ASKS_PLAN = True
+
 
 def new_state():
     """No state across attempts."""
@@ -43,7 +47,7 @@ def run(plan, ask, K, trace, options) -> tuple:
 
     Returns ``(canonical heads, number of certified observations)``."""
     y_shared, values = ask_plan(plan, ask)
-    return analyse_and_certify(plan, y_shared, values, K, ask.observations, trace)
+    return analyse_and_certify(plan, y_shared, values, K, None, trace)
 
 
 def verify(oracle, heads, d, H, K, convert, rng, R, n, state) -> tuple:

@@ -16,6 +16,9 @@ from exactlearn.strategies.efficient.plan import draw_efficient_plan
 #: The strategy runs over exact fields only.
 EXACT = True
 
+#: It asks beyond ``plan.queries`` (fallbacks): its observations are kept.
+ASKS_PLAN = False
+
 
 @dataclass
 class EfficientDetail:

@@ -1,0 +1,272 @@
+"""Scale (README, "Scale"): the batched routines of the modular field against the
+routines they replace, on random inputs; and one learn spread over Dask (a loopback
+LocalCluster of two worker processes, through ``learn(executor=)`` and the CLI's
+``--workers``) against the serial run: identical results and counts."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from exactlearn import MultiHeadAttention, Oracle, learn
+from exactlearn.algebra import linalg
+from exactlearn.errors import CertificateError
+from exactlearn.fields import QQ, Modular
+from exactlearn.generate import random_model
+from exactlearn.model import Head, HeadEvaluator, distinct_tokens
+from exactlearn.pipeline import multimodular
+from exactlearn.pipeline.analysis import ask_plan
+from exactlearn.pipeline.certify import certify, certify_plan
+from exactlearn.pipeline.interpolate import (cauchy_interpolate, interpolate_many, poles,
+                                             poles_among, poles_paired)
+from exactlearn.pipeline.plan import draw_paper_plan
+from exactlearn.oracle import Recorder
+
+P = 2 ** 61 - 1          # a small prime keeps the random checks quick (any p works)
+
+
+def _field(rng):
+    return Modular(p=P, scale=1)
+
+
+def _family(K, rng, H, rhos=None, cs=None):
+    """Samples k = 0..2H of A + sum_h c_h / (1 + k rho_h) over K."""
+    rhos = rhos or [K(rng.randrange(2, P - 1)) for _ in range(H)]
+    cs = cs or [K(rng.randrange(1, P)) for _ in range(H)]
+    A = K(rng.randrange(P))
+    return [A + sum((c / (1 + K(k) * r) for r, c in zip(rhos, cs)), K.zero)
+            for k in range(2 * H + 1)], rhos, cs
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_interpolate_many_equals_cauchy_interpolate(seed):
+    rng = random.Random(seed)
+    K = _field(rng)
+    H = rng.randint(1, 6)
+    ks = [K(k) for k in range(2 * H + 1)]
+    yss = [_family(K, rng, rng.randint(1, H))[0] for _ in range(5)]
+    yss.append([K(rng.randrange(P)) for _ in ks])            # random samples: often no fit
+    want = []
+    for ys in yss:
+        try:
+            want.append(cauchy_interpolate(ks, ys, H, K))
+        except Exception as exc:                             # the same failure, in order
+            want.append(type(exc))
+    try:
+        got = interpolate_many(ks, yss, H, K)
+    except Exception as exc:
+        first = next(w for w in want if isinstance(w, type))
+        assert type(exc) is first
+        return
+    assert got == want
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_poles_paired_and_among_equal_root_finding(seed):
+    rng = random.Random(100 + seed)
+    K = _field(rng)
+    H = rng.randint(1, 6)
+    ks = [K(k) for k in range(2 * H + 1)]
+    yb, gammas, cb = _family(K, rng, H)
+    alphas = [K(rng.randrange(2, P - 1)) for _ in range(H)]
+    if seed % 4 == 3 and H > 1:                  # a coincidence: the pairing cannot decide
+        alphas[1] = alphas[0] * gammas[0] / gammas[1]
+    yw, _, _ = _family(K, rng, H, [a * g for a, g in zip(alphas, gammas)],
+                       [K(rng.randrange(1, P)) for _ in range(H)])
+    rf_b, rf_w = cauchy_interpolate(ks, yb, H, K), cauchy_interpolate(ks, yw, H, K)
+    got = poles_paired(rf_b, rf_w, alphas, K)
+    if got is not None:
+        basis, joint = got
+        assert basis == poles(rf_b, K)
+        if joint is not None:
+            assert set(joint) == {r for r, _ in poles(rf_w, K)}
+    else:
+        assert seed % 4 == 3
+    # the candidates' test on the reversed Q, with and without the known roots
+    a_poles = [(a, K.one) for a in alphas]
+    cands = [ra * rb for ra, _ in a_poles for rb, _ in poles(rf_b, K)]
+    want = poles_among(rf_w, cands, QQ_like(K))
+    assert poles_among(rf_w, cands, K) == want
+    if got is not None and got[1] is not None:
+        assert poles_among(rf_w, cands, K, got[1]) == want
+        assert poles_among(rf_w, got[1], K, got[1]) == want      # the paired order
+
+
+class QQ_like(Modular):
+    """The same F_p without python-flint's polynomial ring: the generic code paths."""
+
+    def __init__(self, K):
+        super().__init__(K.p, K.omega, K.scale)
+        self.poly_ring = None
+        self.rational_interpolate = None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_evaluator_integer_path_equals_general_path(seed):
+    rng = random.Random(200 + seed)
+    d, H = rng.randint(1, 4), rng.randint(1, 4)
+    model = random_model(d, H, 200 + seed, den=2)
+    K = Modular(p=P, scale=model.scale())
+    ev = HeadEvaluator(model.heads, d, K)
+    for _ in range(20):
+        toks = [tuple(rng.randint(-5, 5) for _ in range(d)) for _ in range(rng.randint(1, 4))]
+        a = toks[0]
+        toks = [a] * rng.randint(0, 3) + toks                  # runs of one object
+        general = [tuple(QQ(c) for c in t) for t in toks]      # not ints: the general path
+        assert ev(toks) == ev(general)
+        if len(toks) >= 2 and toks[-1] != a:
+            fam = ev.family(a, toks[-1])
+            k = rng.randint(1, 5)
+            want = ev([a] * k + [toks[-1]])
+            assert sum(((k * w * A + B) / (k * w + 1) for w, A, B in fam), K.zero) == want
+
+
+def test_distinct_tokens_runs_and_equal_tokens():
+    a = (1, 2)
+    assert distinct_tokens([a, a, (1, 2), [1, 2], (0, 0)]) == ([((1, 2), 4), ((0, 0), 1)], (0, 0))
+    assert distinct_tokens([(3,)]) == ([((3,), 1)], (3,))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fp_inverse_equals_gauss_jordan(seed):
+    rng = random.Random(300 + seed)
+    K = _field(rng)
+    n = rng.randint(1, 6)
+    A = [[K(rng.randrange(P)) for _ in range(n)] for _ in range(n)]
+    inv = linalg.inverse(A, K)
+    assert inv == linalg.inverse(A, QQ_like(K))
+    S = [[K(1)] * n for _ in range(n)]
+    if n > 1:
+        with pytest.raises(linalg.SingularMatrix):
+            linalg.inverse(S, K)
+
+
+def _asked(d, H, seed):
+    rng = random.Random(seed)
+    model = next(m for m in (random_model(d, H, 50 + seed + 100 * t, den=1) for t in range(50))
+                 if len(m.canonical_heads()) == H)
+    K = Modular(scale=1)
+    plan = draw_paper_plan(d, H, rng, 2 ** 32)
+    rec = Recorder(Oracle(model, K), K, convert=True)
+    y0, values = ask_plan(plan, rec)
+    return model, K, plan, rec, y0, values
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_certify_plan_equals_certify(seed):
+    d, H = 2 + seed, 1 + seed
+    model, K, plan, rec, y0, values = _asked(d, H, seed)
+    heads = model.canonical_heads()
+    assert heads
+    assert certify_plan(heads, plan, y0, values, K) == certify(heads, d, rec.observations, K)
+    wrong = list(heads)
+    wrong[0] = Head(wrong[0].W, tuple(x + 1 for x in wrong[0].v))
+    msgs = []
+    for fn in (lambda: certify_plan(wrong, plan, y0, values, K),
+               lambda: certify(wrong, d, rec.observations, K)):
+        with pytest.raises(CertificateError) as exc:
+            fn()
+        msgs.append(str(exc.value))
+    assert msgs[0] == msgs[1]
+
+
+def test_design_rank_from_the_plan_equals_the_rows():
+    model, K, plan, rec, y0, values = _asked(3, 2, 7)
+    heads = model.canonical_heads()
+    multimodular._check_design_rank_plan(heads, plan, K)          # full rank: passes
+    multimodular._check_design_rank(heads, rec.observations, K)
+    # two equal heads' rows coincide: rank deficient, and both say so the same way
+    twin = (heads[0], Head(heads[0].W, heads[1].v))
+    msgs = []
+    for fn in (lambda: multimodular._check_design_rank_plan(twin, plan, K),
+               lambda: multimodular._check_design_rank(twin, rec.observations, K)):
+        with pytest.raises(Exception) as exc:
+            fn()
+        msgs.append(str(exc.value))
+    assert msgs[0] == msgs[1] and "rank" in msgs[0]
+
+
+# ---- one learn on a loopback Dask cluster --------------------------------------------------
+
+@pytest.fixture(scope="module")
+def client():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster:
+        with distributed.Client(cluster) as c:
+            yield c
+
+
+def _json(res):
+    out = res.to_json()
+    out.pop("learner_seconds"), out.pop("oracle_seconds")
+    return out
+
+
+@pytest.mark.parametrize("d,H,seed", [(3, 2, 1), (4, 3, 2)])
+def test_executor_equals_serial(client, d, H, seed):
+    model = random_model(d, H, seed, den=2)
+    o1, o2 = Oracle(model, Modular()), Oracle(model, Modular())
+    serial = learn(o1, d=d, heads=H, seed=seed)
+    spread = learn(o2, d=d, heads=H, seed=seed, executor=client)
+    assert serial.status == spread.status == "certified"
+    assert _json(serial) == _json(spread)
+    assert serial.queries == spread.queries == o1.queries == o2.queries
+    assert spread.heads == model.canonical_heads()
+
+
+def test_executor_with_a_callable_black_box(client):
+    """A black box that is not a model's Oracle is asked here; the analysis runs there."""
+    model = random_model(3, 2, 4, den=1)
+    inner = Oracle(model, Modular())
+
+    class Box:
+        field = inner.field
+
+        def __call__(self, tokens):
+            return inner(tokens)
+
+        def over(self, K):
+            return inner.over(K)
+
+    serial = learn(Oracle(model, Modular()), d=3, heads=2, seed=3)
+    spread = learn(Box(), d=3, heads=2, seed=3, executor=client)
+    assert _json(serial) == _json(spread) and spread.queries == inner.queries
+
+
+def test_executor_failure_is_the_serial_failure(client):
+    """A black box outside the model class (more heads than the bound) fails with the
+    serial run's reason and counts."""
+    model = random_model(3, 3, 9, den=1)
+    serial = learn(Oracle(model, Modular()), d=3, heads=1, seed=2)
+    spread = learn(Oracle(model, Modular()), d=3, heads=1, seed=2, executor=client)
+    assert serial.status == spread.status == "failed"
+    assert _json(serial) == _json(spread)
+
+
+def test_executor_refused_where_it_does_not_apply(client):
+    model = MultiHeadAttention([([[1, 0], [0, 1]], [1, 2])])
+    from exactlearn.fields import Rational
+    with pytest.raises(ValueError, match="executor="):
+        learn(Oracle(model, Rational()), d=2, heads=1, seed=0, executor=client)
+    with pytest.raises(ValueError, match="executor="):
+        learn(Oracle(model, Modular()), d=2, heads=1, seed=0, plan="efficient", executor=client)
+
+
+def test_cli_workers_equals_serial(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    from exactlearn.cli import main
+    path = tmp_path / "m.json"
+    random_model(3, 2, 5, den=1).dump(path)
+    outs = []
+    for extra in ([], ["--workers", "2"]):
+        assert main(["learn", "--model", str(path), "--field", "modular", "--heads", "2",
+                     "--seed", "1", "--json"] + extra) == 0
+        out = json.loads(capsys.readouterr().out)
+        out.pop("learner_seconds"), out.pop("oracle_seconds")
+        outs.append(out)
+    assert outs[0] == outs[1]
+    assert main(["learn", "--model", str(path), "--heads", "2", "--workers", "2"]) == 2
+    assert "--field modular" in capsys.readouterr().err
