@@ -123,6 +123,7 @@ class _Noise:
 
 
 RESCUE = (mpq(1, 2), mpq(2), mpq(1, 4), mpq(4))   # a family that fails is re-asked scaled
+RESCALE = (mpq(1, 2), mpq(2))                      # a weak entry's basis family, again
 
 
 def _rel_bound(fit, m):
@@ -163,14 +164,14 @@ def _fit_all(plan, K, asker, noise, nodes, m, H):
     return fits, ids, rescued, bad
 
 
-def _resolve(c, K, asker, noise, nodes, m, H):
+def _resolve(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE):
     """``(fit at scale 1, observation indices, scale asked)`` of one configuration, at the
-    first of the scales 1, 1/2, 2, 1/4, 4 whose fit succeeds within LINEAR_LIMIT; raises
+    first of ``scales`` (1, 1/2, 2, 1/4, 4) whose fit succeeds within LINEAR_LIMIT; raises
     the first failure when none does."""
     ts = [node_t(k, mm) for k, mm in nodes]
     what = f"configuration {c.kind}{(c.i + 1, c.j + 1)}"
     first = None
-    for f in (mpq(1),) + RESCUE:
+    for f in scales:
         x = tuple(f * a for a in c.x)
         a = tuple(f * b for b in c.a)
         part = asker.ask([family_tokens(x, a, k, mm) for k, mm in nodes])
@@ -197,10 +198,12 @@ def _resolve(c, K, asker, noise, nodes, m, H):
 
 def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
                 relation):
-    """Supplementary families ``(x_i, e_j - e_k)`` for the entries of M (and c) that the
-    labelled families leave undetermined -- or, once every entry is determined, determine
-    only poorly for some head (:func:`_weak`) -- labelled by their predicted c-values; up to SUPPLEMENT_ROUNDS rounds, new pairs each round.
-    Returns how many were asked."""
+    """Supplementary families for the entries of M (and c) that the labelled families leave
+    undetermined -- ``(x_i, e_j - e_k)`` -- or, once every entry is determined, determine only
+    poorly for some head (:func:`~exactlearn.strategies.real.stable_solve.weak_entries`) --
+    those and the basis family ``(x_i, e_j)`` again at scales 1/2 and 2.  Each is labelled by
+    its predicted c-values; up to SUPPLEMENT_ROUNDS rounds, new ones each round.  Returns
+    how many were asked."""
     d = splan.d
     asked = 0
     tried: set = set()
@@ -208,7 +211,8 @@ def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nois
         used = sorted(index)
         missW = undetermined([[(j * d + i, co) for (j, i), co in rows[n][0]] for n in used], d * d)
         missv = undetermined([rows[n][1] for n in used], d)
-        if not missW and not missv:
+        weak = not missW and not missv
+        if weak:
             missW = weak_entries(rows, fits, index, m, d)
             if not missW:
                 break
@@ -216,24 +220,35 @@ def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nois
         refs = references(view, index, poles_of)
         want = [divmod(u, d) for u in missW] + [(j, 0) for j in missv]
         new = []
+        if weak:
+            # weak entries: the basis family itself again at other scales (exponents x 1/4
+            # and x 4: a head out of the nodes' range, or crowded, is seen anew)
+            for j, i in want:
+                for f in RESCALE:
+                    if ("scale", i, j, f) not in tried:
+                        tried.add(("scale", i, j, f))
+                        new.append((splan.configs[splan.index("basis", i, j)], None, f))
         for j, i in want:
             ks = [k for k in sorted(refs) if k != j and splan.index("basis", i, k) in index
                   and (i, j, k) not in tried]
             for k in ks[:SUPPLEMENT_PER_ENTRY]:
                 tried.add((i, j, k))
                 e = tuple(p - q for p, q in zip(splan.E[j], splan.E[k]))
-                new.append((Config("extra", i, j, splan.X[i], e), k))
+                new.append((Config("extra", i, j, splan.X[i], e), k, None))
         if not new:
             break
-        asker.ask([q for c, _ in new for q in (family_tokens(c.x, c.a, kk, mm) for kk, mm in nodes)])
+        asker.ask([q for c, _, f in new for q in
+                   (family_tokens(tuple((f or 1) * a for a in c.x),
+                                  tuple((f or 1) * b for b in c.a), kk, mm) for kk, mm in nodes)])
         asked += len(new)
-        for c, k in new:
+        for c, k, f in new:             # f None: the rescue scales, as for the plan's families
             try:
-                fit, q, _ = _resolve(c, K, asker, noise, nodes, m, H)
+                fit, q, _ = _resolve(c, K, asker, noise, nodes, m, H,
+                                     **({} if f is None else {"scales": (f,)}))
             except LearningFailure:
                 continue
             pl = _poles(K, fit, m)
-            lab = label_by_c(pl, [(c.j, 1), (k, -1)], refs, relation)
+            lab = label_by_c(pl, [(c.j, 1)] + ([] if k is None else [(k, -1)]), refs, relation)
             if lab is None:
                 continue
             n = len(configs)

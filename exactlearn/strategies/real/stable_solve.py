@@ -57,23 +57,24 @@ def undetermined(design, p) -> list:
 
 def weak_entries(rows, fits, index, m, d) -> list:
     """Entries of M that some head has only poorly determined: a least-squares proxy of its
-    bound (``sqrt diag (A^T B^-2 A)^-1``) above WEAK times that head's median, the worst
-    tenth of the entries at most."""
+    bound (``sqrt diag (A^T B^-2 A)^-1``) above WEAK times the median over every head and
+    entry, the worst tenth of the entries at most."""
     used = sorted(index)
     A = np.zeros((len(used), d * d))
     for r, n in enumerate(used):
         for (j, i), co in rows[n][0]:
             A[r, j * d + i] = co
-    worst = np.zeros(d * d)
+    proxies = []
     for h in range(m):
         b = np.array([fits[n].bounds[1 + index[n][h]] for n in used])
         b = np.minimum(b, WEIGHT_RANGE * b.min())
         Aw = A / b[:, None]
         try:
-            proxy = np.sqrt(np.abs(np.diag(np.linalg.pinv(Aw.T @ Aw, rcond=1e-15))))
+            proxies.append(np.sqrt(np.abs(np.diag(np.linalg.pinv(Aw.T @ Aw, rcond=1e-15)))))
         except np.linalg.LinAlgError:
             return []
-        worst = np.maximum(worst, proxy / np.median(proxy))
+    proxies = np.array(proxies)
+    worst = proxies.max(axis=0) / np.median(proxies)      # against every head's median
     weak = [u for u in np.argsort(-worst) if worst[u] > WEAK]
     return weak[:max(1, d * d // 10)]
 
