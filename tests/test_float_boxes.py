@@ -261,3 +261,22 @@ def test_stable_plan_key_bias_box_fails_explicitly():
     base = NumpyAttention.from_seed(4, 2, 0)
     res = learn_box(KeyBias(list(zip(base.W, base.v))), 4, 2, 0, retries=1)
     assert not res.certified and NOISIER in res.error
+
+
+def test_a_head_beyond_every_node_never_gets_a_small_bound():
+    """Pinned: a head with log rho = -40 never leaves its t = 0 value on [1/256, 256]; its
+    exponent is not determined.  The fit once returned -40.3 with a first-order bound 2e-41
+    (numpy's pinv truncated the singular direction); the run failed only at the certificate.
+    Now the fit either fails or reports a bound that covers the error."""
+    from exactlearn.errors import InterpolationError, LearningFailure
+    from exactlearn.strategies.real.ratio import fit_ratio_family
+    K = Real(dps=30)
+    ts = [node_t(k, m) for k, m in ratio_nodes(1)]
+    true_log = -40.0
+    ys = [K("1.5") if t is None else K("1.5") + K("0.25") / (1 + K(t) * K.ctx.exp(true_log))
+          for t in ts]
+    try:
+        fit = fit_ratio_family(K, ts, ys, [1e-15] * len(ts), 1)
+    except (InterpolationError, LearningFailure, ValueError):
+        return
+    assert abs(float(fit.logs[0]) - true_log) <= fit.bounds[1]

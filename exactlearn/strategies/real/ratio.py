@@ -227,7 +227,12 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family") -> RatioFit:
         raise InterpolationError(f"{what}: the least-squares fit with {m} heads did not converge")
     f, J = _model(theta, zs, m)
     Jw = J * w[:, None]
-    G = np.linalg.pinv(Jw) * w[None, :]
+    # no truncation (rcond = 0): a parameter the samples do not determine (a head whose step
+    # lies beyond every node) must show up as a huge sensitivity, never as a zero one
+    G = np.linalg.pinv(Jw, rcond=0) * w[None, :]
+    if not np.all(np.isfinite(G)):
+        raise InterpolationError(f"{what}: the samples do not determine {m} heads (a singular "
+                                 f"Jacobian: a head's step lies beyond the nodes, or c_h = 0)")
     # Gauss-Newton in the field's precision with the float64 G (a contraction: G J = I + O(eps))
     with ctx.extraprec(30):
         th = [ctx.mpf(float(x)) for x in theta]
@@ -235,16 +240,17 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family") -> RatioFit:
         yk = [ctx.mpf(y) for y in ys]
         goal = ctx.ldexp(1, -K.prec)
         Gm = [[ctx.mpf(float(g)) for g in row] for row in G]
+        tiny = 1e-6 * float(np.min(np.abs(G) @ eta))   # far below every parameter's bound
         last = None
-        for it in range(16):
+        for it in range(24):
             res = _residuals(ctx, th, tk, yk, m)
             step = [ctx.fdot(row, res) for row in Gm]
             th = [a - s for a, s in zip(th, step)]
             size = max(abs(s) for s in step)
             if size <= goal * max(1, max(abs(a) for a in th)):
                 break
-            if it >= 2 and size > last / 2:     # the rounding floor: no longer contracting
-                break
+            if it >= 2 and size > last / 2 and float(size) <= tiny:
+                break                      # the rounding floor: no longer contracting
             last = size
         else:
             raise InterpolationError(f"{what}: the refinement of the least-squares fit with "
