@@ -9,7 +9,8 @@ the longest query and the wall time; then a summary line per case.
 
     python benchmarks/bench_float.py --cases 4x2 6x3 8x4 --seeds 5
     python benchmarks/bench_float.py --cases 4x2 --plan paper --seeds 5
-    python benchmarks/bench_float.py --cases 4x2 --dtype float32 --noise 1e-6 --noise-rel 1e-6
+    python benchmarks/bench_float.py --cases 4x2 --dtype float32 --noise 2e-5 --noise-rel 1e-6
+    python benchmarks/bench_float.py --minilm 0 --dprime 8     # needs the minilm extra
 
 The declared noise (``--noise`` absolute, ``--noise-rel`` relative to |y|) must cover the
 layer's real error: a float64 layer here errs by up to about 1.5e-15 times the largest
@@ -41,9 +42,22 @@ def truth(box):
                          for W, v in box.exact_heads()])
 
 
+def minilm_box(layer, dprime, dtype):
+    """A float numpy evaluation of the 12 heads of all-MiniLM-L6-v2 layer ``layer`` restricted
+    to a random d'-dimensional subspace (exactlearn.demo.minilm.subspace_model, seed 0), the
+    weights rounded to ``dtype``."""
+    from fractions import Fraction
+    from exactlearn.demo.minilm import subspace_model
+    model, _ = subspace_model(layer=layer, dprime=dprime, seed=0)
+    heads = [(np.array([[float(Fraction(a)) for a in row] for row in h.W]),
+              np.array([float(Fraction(a)) for a in h.v])) for h in model.heads]
+    return NumpyAttention(heads, dtype=dtype)
+
+
 def one(d, H, seed, args):
     dtype = np.float32 if args.dtype == "float32" else np.float64
-    box = NumpyAttention.from_seed(d, H, seed, std=args.std, dtype=dtype)
+    box = (minilm_box(args.minilm, d, dtype) if args.minilm is not None
+           else NumpyAttention.from_seed(d, H, seed, std=args.std, dtype=dtype))
     K = Real(dps=args.dps)
     target, tokens = box, args.dtype
     if args.plan == "paper":           # its tokens are not dyadic: round them to floats, as a
@@ -77,7 +91,12 @@ def main(argv=None):
     ap.add_argument("--std", type=float, default=0.5)
     ap.add_argument("--dps", type=int, default=30)
     ap.add_argument("--retries", type=int, default=2)
+    ap.add_argument("--minilm", type=int, default=None, metavar="LAYER",
+                    help="learn the 12 heads of this all-MiniLM-L6-v2 layer instead (float copy)")
+    ap.add_argument("--dprime", type=int, default=8, help="with --minilm: the subspace dimension")
     args = ap.parse_args(argv)
+    if args.minilm is not None:
+        args.cases = [f"{args.dprime}x12"]
     for case in args.cases:
         d, H = (int(x) for x in case.split("x"))
         rows = []
