@@ -10,8 +10,8 @@ dyadic) that brings their rms to about ``TARGET = 3``.  With a head bound (``max
 the first probe family also fixes the number of heads (:func:`count_heads`).  Every probe
 query is counted (``probe_queries``) and certified with the rest.
 
->>> sigma_for(0.75), sigma_for(12.0)
-(mpq(2,1), mpq(1,2))
+>>> sigma_for(0.75), sigma_for(12.0), sigma_for(1e300), sigma_for(float("inf"))
+(mpq(2,1), mpq(1,2), mpq(1,256), mpq(1,1))
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ from exactlearn.strategies.real.ratio import family_tokens, fit_ratio_family, no
 
 TARGET = 3.0             # rms log rho the scale aims at
 PROBE_SCALES = (mpq(1), mpq(4), mpq(1, 4), mpq(16), mpq(1, 16))
+MAX_PROBE_LOG = 40.0     # |log rho| beyond this is e^40 past the nodes: not a measurement
 
 
 def sigma_for(rms: float) -> mpq:
     """The scale with ``sigma^2 rms`` closest to TARGET among ``2^k`` and ``3 * 2^(k-1)``."""
-    want = math.sqrt(TARGET / rms) if rms > 0 else 1.0
+    want = math.sqrt(TARGET / rms) if 0 < rms < math.inf else 1.0
+    want = min(max(want, 2.0 ** -8), 2.0 ** 8)          # the candidates' range
     cands = [mpq(2) ** k for k in range(-8, 9)] + [mpq(3, 2) * mpq(2) ** k for k in range(-8, 8)]
     return min(cands, key=lambda s: abs(math.log(float(s) / want)))
 
@@ -59,7 +61,12 @@ def probe_scale(plan0, K, asker, noise, nodes, H, m_fixed):
                     np.linalg.LinAlgError) as exc:
                 failed.append(exc)
                 continue
-            logs += [float(x) for x in fit.logs]
+            got = [float(x) for x in fit.logs]
+            if not all(math.isfinite(x) and abs(x) <= MAX_PROBE_LOG for x in got):
+                failed.append(InterpolationError(f"a probe family's exponents {got} lie far "
+                                                 f"beyond its nodes"))
+                continue
+            logs += got
         if not logs:
             if all(isinstance(e, NoisierThanDeclared) for e in failed) and s0 == PROBE_SCALES[-1]:
                 raise failed[0]
