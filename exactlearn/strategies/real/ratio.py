@@ -225,7 +225,8 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family") -> RatioFit:
         theta = _best_fit(zs, yf, w, m)
     if theta is None or not np.all(np.isfinite(theta)):
         raise InterpolationError(f"{what}: the least-squares fit with {m} heads did not converge")
-    f, J = _model(theta, zs, m)
+    with np.errstate(all="ignore"):
+        f, J = _model(theta, zs, m)
     Jw = J * w[:, None]
     # no truncation (rcond = 0): a parameter the samples do not determine (a head whose step
     # lies beyond every node) must show up as a huge sensitivity, never as a zero one
@@ -256,7 +257,8 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family") -> RatioFit:
             raise InterpolationError(f"{what}: the refinement of the least-squares fit with "
                                      f"{m} heads did not converge")
         res = _residuals(ctx, th, tk, yk, m)
-    R = J @ G - np.eye(len(zs))
+    with np.errstate(all="ignore"):
+        R = J @ G - np.eye(len(zs))
     rbound = np.abs(R) @ eta
     worst = 0.0
     for q in range(len(zs)):
