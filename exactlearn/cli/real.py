@@ -37,13 +37,7 @@ def wrap_oracle(args, oracle, bad_input):
     """The black box of ``exactlearn learn``: the oracle, or a NoisyOracle with ``--noise``."""
     if args.noise is None:
         return oracle
-    from exactlearn.fields.base import as_mpq
-    try:
-        eta = as_mpq(args.noise)
-    except ValueError as exc:
-        raise bad_input(f"--noise: {exc}") from None
-    if eta < 0:
-        raise bad_input("--noise must be >= 0")
+    rational_option(args.noise, "--noise", bad_input, positive=False)
     if oracle.field.is_exact:
         raise bad_input(f"--noise needs --field real (the {oracle.field.name} field is exact)")
     from exactlearn.noise import NoisyOracle
@@ -65,24 +59,27 @@ def retries(args) -> int:
 def learn_options(args, bad_input) -> dict:
     out = {"snap": bool(args.snap)}
     if args.query_scale is not None:
-        from exactlearn.fields.base import as_mpq
-        try:
-            s = as_mpq(args.query_scale)
-        except ValueError as exc:
-            raise bad_input(f"--query-scale: {exc}") from None
-        if s <= 0:
-            raise bad_input("--query-scale must be > 0")
-        out["query_scale"] = s
+        out["query_scale"] = rational_option(args.query_scale, "--query-scale", bad_input,
+                                             positive=True)
     if getattr(args, "noise_rel", None) is not None:
-        from exactlearn.fields.base import as_mpq
-        try:
-            r = as_mpq(args.noise_rel)
-        except ValueError as exc:
-            raise bad_input(f"--noise-rel: {exc}") from None
-        if r < 0:
-            raise bad_input("--noise-rel must be >= 0")
-        out["noise_rel"] = r
+        out["noise_rel"] = rational_option(args.noise_rel, "--noise-rel", bad_input,
+                                           positive=False)
     return out
+
+
+def rational_option(value, name, bad_input, positive):
+    """The exact rational of an option's value (``"1e-15"``, ``"1/3"``): bad input (one line,
+    exit 2) when it is not a number, or not > 0 (``positive``) / not >= 0."""
+    from exactlearn.fields.base import as_mpq
+    try:
+        q = as_mpq(value)
+    except ValueError as exc:
+        raise bad_input(f"{name}: {exc}") from None
+    if positive and q <= 0:
+        raise bad_input(f"{name} must be > 0")
+    if not positive and q < 0:
+        raise bad_input(f"{name} must be >= 0")
+    return q
 
 
 def model_error(res, model):

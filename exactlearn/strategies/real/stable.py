@@ -51,7 +51,7 @@ from exactlearn.strategies.real.ratio import (MAX_COPIES, family_tokens, fit_rat
                                               node_t, ratio_nodes)
 from exactlearn.strategies.real.sensitivity import LO, rounding
 from exactlearn.strategies.real.stable_certificate import certify_two_token
-from exactlearn.strategies.real.stable_probe import TARGET, probe_scale
+from exactlearn.strategies.real.stable_probe import TARGET, ask_family, probe_scale
 from exactlearn.strategies.real.stable_solve import (rows_of, solve_stable_heads, undetermined,
                                                      weak_entries)
 
@@ -172,12 +172,7 @@ def _resolve(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE):
     what = f"configuration {c.kind}{(c.i + 1, c.j + 1)}"
     first = None
     for f in scales:
-        x = tuple(f * a for a in c.x)
-        a = tuple(f * b for b in c.a)
-        part = asker.ask([family_tokens(x, a, k, mm) for k, mm in nodes])
-        ys = [y for y, _ in part]
-        size = H * max(abs(float(y)) for y in ys)
-        etas = [noise.of(y, size) for y in ys]
+        ys, etas, ids = ask_family(c, f, asker, noise, nodes, H)
         try:
             fit = fit_ratio_family(K, ts, ys, etas, m, what=what if f == 1 else f"{what} at scale {f}")
         except (InterpolationError, NoisierThanDeclared, DegenerateDraw) as exc:
@@ -192,7 +187,7 @@ def _resolve(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE):
                 f"{what}: relative first-order error bound {_rel_bound(fit, m):.3g} > "
                 f"{LINEAR_LIMIT} (two heads' exponents crowd, or lie beyond the nodes)")
             continue
-        return fit, np.array([q for _, q in part]), f
+        return fit, ids, f
     raise first
 
 

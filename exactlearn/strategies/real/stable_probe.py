@@ -38,6 +38,18 @@ def sigma_for(rms: float) -> mpq:
     return min(cands, key=lambda s: abs(math.log(float(s) / want)))
 
 
+def ask_family(c, f, asker, noise, nodes, H) -> tuple:
+    """Configuration ``c`` asked with its tokens scaled by ``f`` at every node:
+    ``(values, their error bounds eta_q, observation indices)``; ``asker`` asks each query
+    once, ``noise`` gives ``eta_q`` (the stable plan's)."""
+    x = tuple(f * a for a in c.x)
+    a = tuple(f * b for b in c.a)
+    part = asker.ask([family_tokens(x, a, k, mm) for k, mm in nodes])
+    ys = [y for y, _ in part]
+    size = H * max(abs(float(y)) for y in ys)
+    return ys, [noise.of(y, size) for y in ys], np.array([q for _, q in part])
+
+
 def probe_scale(plan0, K, asker, noise, nodes, H, m_fixed):
     """``(sigma, m, probe detail)`` from the probe families at the scales tried."""
     tries = []
@@ -47,12 +59,7 @@ def probe_scale(plan0, K, asker, noise, nodes, H, m_fixed):
     for s0 in PROBE_SCALES:
         logs, m, failed = [], m_fixed, []
         for c in fams:                 # a family that cannot be resolved is passed over
-            x = tuple(s0 * a for a in c.x)
-            a = tuple(s0 * b for b in c.a)
-            part = asker.ask([family_tokens(x, a, k, mm) for k, mm in nodes])
-            ys = [y for y, _ in part]
-            size = H * max(abs(float(y)) for y in ys)
-            etas = [noise.of(y, size) for y in ys]
+            ys, etas, _ = ask_family(c, s0, asker, noise, nodes, H)
             try:
                 if m is None:
                     m = count_heads(K, ts, ys, etas, H)
