@@ -63,7 +63,7 @@ UNEQUAL_FACTOR = 10 ** 2
 #: the run fails when more than this share of the configurations cannot be resolved
 MAX_UNRESOLVED = 0.25
 ROOTS_TRIED = 4          # basis families of x_1 tried as the root of the labelling
-SUPPLEMENT_ROUNDS = 3    # rounds of supplementary families for undetermined entries
+SUPPLEMENT_ROUNDS = 5    # rounds of supplementary families for undetermined entries
 SUPPLEMENT_PER_ENTRY = 3
 GRID = 20                # token entries on the dyadic grid 2^-GRID
 

@@ -26,7 +26,7 @@ from exactlearn.errors import SingularMatrix
 from exactlearn.fields.rational import QQ
 from exactlearn.model import Head
 
-WEAK = 30                # an entry whose bound proxy exceeds 30 x the median gets supplements
+WEAK = 10                # an entry whose bound proxy exceeds 10 x the median gets supplements
 WEIGHT_RANGE = 1e9       # the least squares' bounds span at most this factor
 
 
