@@ -249,6 +249,14 @@ def _save(fig, path):
     plt.close(fig)
 
 
+def _finish(fig, ax, path, title):
+    """Title, log grid, the legend outside the axes (kept whole), saved."""
+    ax.set_title(title, fontsize=11)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    _save(fig, path)
+
+
 def draw_queries(path, claim_series, timing_rows) -> Figure:
     plt = _plt()
     from matplotlib.lines import Line2D
@@ -412,10 +420,7 @@ def draw_noise(path, series_list) -> Figure:
     ax.set_xlabel("output noise η (log scale)")
     ax.set_ylabel("largest parameter error (log scale)")
     title = "Largest parameter error vs oracle noise η, real field (approximate oracle), log–log"
-    ax.set_title(title, fontsize=11)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    _save(fig, path)
+    _finish(fig, ax, path, title)
     consts = [f"C = {c:.3g} ({cid})" for cid, _, c in slope_text if c is not None]
     caption = ("Largest parameter error against the output noise η, both log scales. Circles: the "
                "largest difference between the learned heads and the model's canonical heads; "
@@ -451,13 +456,10 @@ def draw_constants(path, series_list) -> Figure:
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("C = largest parameter error / η (log scale)")
     title = "Measured constant C of the approximate oracle vs H: paper plan and stable plan"
-    ax.set_title(title, fontsize=11)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    _save(fig, path)
+    _finish(fig, ax, path, title)
+    at = f" at η = {eta:.0e}" if eta else ""
     caption = ("The paper's \"model- and query-dependent constant\", measured: for random models "
-               "learned over the real field through a NoisyOracle at η = "
-               f"{eta:.0e}" if eta else "") + (
+               f"learned over the real field through a NoisyOracle{at}"
                ", the largest parameter error divided by η (median over the seeded models of each "
                "cell), against the number of heads. Solid lines and circles: the paper's plan "
                "(k = 0..2H); dashed lines and squares: the stable plan (ratio families t = k/m at "

@@ -109,20 +109,17 @@ def test_stable_plan_learns_float64_layers_within_a_covering_bound(d, H, seed):
     assert res.max_length == ratio_nodes(H)[-2][0] + 1    # 256 copies of a and x
 
 
-def test_the_paper_plan_cannot_read_a_float64_layer_with_three_heads():
-    """The reason for the stable plan (SPEC 6): at 1e-15 output noise the paper's k = 0..2H
-    interpolation of three heads is not certified -- it fails explicitly."""
+def test_the_paper_plan_never_wrongly_certifies_a_float64_layer_with_three_heads():
+    """The reason for the stable plan (SPEC 6), pinned: at float64 noise the paper's
+    k = 0..2H interpolation of three heads fails explicitly (0 of 5 seeds in
+    ``bench_float.py --plan paper --cases 4x3``); a certificate would have to cover its error."""
     box = NumpyAttention.from_seed(4, 3, 0)
     from fractions import Fraction
 
     def exact_tokens(tokens):          # the paper plan's tokens are not dyadic: give floats
         return Fraction(float(box(np.array([[float(a) for a in t] for t in tokens]))))
     res = learn(exact_tokens, d=4, heads=3, field=Real(dps=30), seed=0, noise=5e-14, plan="paper")
-    if res.certified:                  # never a wrong certificate
-        err, _ = max_parameter_error(res.heads, truth(box), res.field)
-        assert err <= res.error_bound
-    else:
-        assert res.error
+    assert not res.certified and res.error.startswith(("degenerate", "certificate", "matching"))
 
 
 def test_batch_interface_is_used_and_gives_the_same_result():
