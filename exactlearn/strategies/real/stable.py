@@ -51,6 +51,7 @@ from exactlearn.strategies.real.ratio import (MAX_COPIES, family_tokens, fit_rat
                                               node_t, ratio_nodes)
 from exactlearn.strategies.real.sensitivity import LO, rounding
 from exactlearn.strategies.real.stable_certificate import certify_two_token
+from exactlearn.strategies.real.stable_polish import polish
 from exactlearn.strategies.real.stable_probe import TARGET, ask_family, probe_scale
 from exactlearn.strategies.real.stable_solve import (rows_of, solve_stable_heads, undetermined,
                                                      weak_entries)
@@ -331,6 +332,14 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
            for r in range(d)] for h in range(m)]
     Bv = [[SAFETY * float(np.abs(Sv[h][r]) @ etas_all) + rounds[h][1] for r in range(d)]
           for h in range(m)]
+    polished = polish(heads, K, rec, start, etas_all)
+    method = "solve"
+    if polished is not None:
+        pheads, (fW, rW), (fV, rV) = polished
+        pBW = (SAFETY * fW + rW).tolist()
+        pBv = (SAFETY * fV + rV).tolist()
+        if max(np.max(pBW), np.max(pBv)) < max(np.max(BW), np.max(Bv)):
+            heads, BW, Bv, method = pheads, pBW, pBv, "polish"
     order = sorted(range(m), key=lambda h: heads[h])
     heads = [heads[h] for h in order]
     BW = [BW[h] for h in order]
@@ -356,6 +365,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         "unresolved_configurations": {name(n): str(e)[:160] for n, e in bad.items()},
         "unlabelled_configurations": [name(n) for n in fits if n not in index and n < len(splan.configs)],
         "supplementary_families": n_supp,
+        "estimate": method,
         "rescued_configurations": {name(n): f for n, f in rescued.items()},
     }
     out = RealOutcome(sigma=sigma, probe_queries=n_probe, error_bound=LO.convert(err),

@@ -1,0 +1,195 @@
+"""The stable plan's polish: one weighted least-squares fit of every head to every observation
+(docs "The real field", "The stable plan for float black boxes", step 5).
+
+The solve (:mod:`~exactlearn.strategies.real.stable_solve`) combines per-family fits, each
+of which estimates its own ``2H + 1`` parameters from its own ``4H + 6`` queries; a head whose
+poles sit close to another's in many families is then poorly determined.  The polish fits the
+``H (d^2 + d)`` parameters of the model itself to all the observations at once (Gauss--Newton
+from the solve's heads, weights ``1 / eta_q^2``): the families' shared parameters tie them
+together, so the estimate is the model's weighted least-squares one.
+
+Every query is ``k`` copies of ``a`` and ``m`` of the final token ``x`` (module doc of
+:mod:`~exactlearn.strategies.real.stable_certificate`), so with ``z_h = (a - x)^T W_h x``,
+``p_h = k e^z / (k e^z + m)`` and ``u = v_h . token``
+
+    f = sum_h u_x + p_h (u_a - u_x),   df/dz_h = p_h (1 - p_h) (u_a - u_x),
+    df/dv_h = (1 - p_h) x + p_h a,
+
+and ``W_h`` enters a family ``(a, x)`` only through ``z_h``: the normal equations are
+assembled per family (``D_f = vec((a - x) x^T)``), at ``F (H + Hd)^2`` work for ``F``
+families instead of ``N (H d^2)^2`` for ``N`` queries.
+
+The first-order bound of each parameter is ``sum_q |S_pq| eta_q`` with the estimator's
+sensitivity ``S = A^-1 J^T Sigma^-1`` at the solution (exact data gives the true heads, so
+the estimate moves by ``S`` times the output errors, to first order), plus the float64
+rounding of the residuals propagated the same way, the rounding of the parameters and twice
+the last Gauss--Newton step.  :func:`polish` returns ``None`` when the normal matrix is too
+ill-conditioned for float64 (``COND_LIMIT``) or the iteration does not settle; the plan then
+keeps the solve's heads.
+
+>>> family_key(((1, 2), (1, 2), (3, 4)))
+((1, 2), (3, 4), 2, 1)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from exactlearn.model import Head
+
+COND_LIMIT = 1e12        # the Jacobi-scaled normal matrix's condition at most this
+MAX_STEPS = 8            # Gauss--Newton steps
+EPS = 2.0 ** -52
+
+
+def family_key(tokens):
+    """``(a, x, k, m)`` of a two-token query: ``k`` copies of ``a``, then ``m`` of ``x``."""
+    x = tuple(tokens[-1])
+    m = sum(1 for t in tokens if tuple(t) == x)
+    others = {tuple(t) for t in tokens} - {x}
+    a = others.pop() if others else x
+    return a, x, len(tokens) - m, m
+
+
+class _Families:
+    """The observations grouped by their token pair ``(a, x)``, as float64 arrays."""
+
+    def __init__(self, rec, start, etas):
+        groups: dict = {}
+        for q in range(start, len(rec.observations)):
+            tokens, y = rec.observations[q]
+            a, x, k, m = family_key(tokens)
+            groups.setdefault((a, x), []).append((q, k, m, float(y)))
+        self.pairs = list(groups)
+        self.a = np.array([[float(t) for t in a] for a, _ in self.pairs])
+        self.x = np.array([[float(t) for t in x] for _, x in self.pairs])
+        self.diff = self.a - self.x
+        self.D = np.einsum("fr,fc->frc", self.diff, self.x).reshape(len(self.pairs), -1)
+        self.q, self.k, self.m, self.y, self.eta = [], [], [], [], []
+        for key in self.pairs:
+            rows = groups[key]
+            idx = np.array([r[0] for r in rows])
+            self.q.append(idx)
+            self.k.append(np.array([r[1] for r in rows], dtype=float))
+            self.m.append(np.array([r[2] for r in rows], dtype=float))
+            self.y.append(np.array([r[3] for r in rows]))
+            self.eta.append(np.asarray(etas)[idx])
+
+
+def _values(fam, f, W, V):
+    """Per query of family ``f``: the model's value, ``df/dz`` (n x H), ``df/dv`` (n x H x d)
+    and the size of its terms (for the rounding of the residual)."""
+    z = W.reshape(len(W), -1) @ fam.D[f]                          # H
+    ua, ux = V @ fam.a[f], V @ fam.x[f]
+    k, m = fam.k[f], fam.m[f]
+    with np.errstate(divide="ignore", over="ignore"):
+        s = np.log(k)[:, None] - np.log(m)[:, None] + z[None, :]     # n x H
+        p = np.where(k[:, None] == 0, 0.0, 1 / (1 + np.exp(-s)))
+    du = ua - ux
+    val = (ux[None, :] + p * du[None, :]).sum(axis=1)
+    gz = p * (1 - p) * du[None, :]
+    gv = (1 - p)[:, :, None] * fam.x[f][None, None, :] + p[:, :, None] * fam.a[f][None, None, :]
+    size = (np.abs(ux)[None, :] + p * np.abs(du)[None, :]).sum(axis=1)
+    return val, gz, gv, size
+
+
+def _normal(fam, W, V):
+    """The normal matrix ``A`` and right-hand side ``b`` (module doc), the per-family reduced
+    Jacobians and weights, and the weighted cost."""
+    H, d = V.shape
+    dd = d * d
+    P = H * dd + H * d
+    F = len(fam.pairs)
+    Nzz = np.zeros((F, H, H))
+    Nzv = np.zeros((F, H, H * d))
+    A = np.zeros((P, P))
+    bz = np.zeros((F, H))
+    bv = np.zeros(H * d)
+    cost = 0.0
+    parts = []
+    for f in range(F):
+        val, gz, gv, size = _values(fam, f, W, V)
+        w = 1 / fam.eta[f] ** 2
+        r = fam.y[f] - val
+        cost += float(w @ r ** 2)
+        Jv = gv.reshape(len(r), H * d)
+        Nzz[f] = gz.T @ (w[:, None] * gz)
+        Nzv[f] = gz.T @ (w[:, None] * Jv)
+        A[H * dd:, H * dd:] += Jv.T @ (w[:, None] * Jv)
+        bz[f] = gz.T @ (w * r)
+        bv += Jv.T @ (w * r)
+        parts.append((gz, Jv, w, size))
+    Dm = fam.D
+    for h in range(H):
+        rows = slice(h * dd, (h + 1) * dd)
+        for g in range(h, H):
+            blk = Dm.T @ (Nzz[:, h, g][:, None] * Dm)
+            A[rows, g * dd:(g + 1) * dd] = blk
+            A[g * dd:(g + 1) * dd, rows] = blk.T
+        cross = Dm.T @ Nzv[:, h, :]
+        A[rows, H * dd:] = cross
+        A[H * dd:, rows] = cross.T
+    b = np.concatenate([Dm.T @ bz[:, h] for h in range(H)] + [bv])
+    return A, b, parts, cost
+
+
+def _solve(A, b):
+    """``A^-1 b`` with Jacobi scaling, or ``None`` when A is too ill-conditioned."""
+    s = np.sqrt(np.maximum(np.diag(A), 1e-300))
+    As = A / s[:, None] / s[None, :]
+    ev = np.linalg.eigvalsh(As)
+    if ev[0] <= 0 or ev[-1] / ev[0] > COND_LIMIT:
+        return None, None
+    inv = np.linalg.inv(As) / s[:, None] / s[None, :]
+    return inv @ b, inv
+
+
+def polish(heads, K, rec, start, etas):
+    """Heads fitted to every observation since ``start`` and their bounds ``(BW, Bv)`` before
+    ``SAFETY`` (first-order bound, rounding), or ``None`` (module doc)."""
+    H, d = len(heads), len(heads[0].v)
+    dd = d * d
+    W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
+    V = np.array([[float(a) for a in h.v] for h in heads])
+    fam = _Families(rec, start, etas)
+    A, b, parts, cost = _normal(fam, W, V)
+    step = None
+    for _ in range(MAX_STEPS):
+        delta, inv = _solve(A, b)
+        if delta is None:
+            return None
+        W1 = W + delta[:H * dd].reshape(H, d, d)
+        V1 = V + delta[H * dd:].reshape(H, d)
+        A1, b1, parts1, cost1 = _normal(fam, W1, V1)
+        if cost1 > cost * (1 + 1e-9):
+            break                                   # no further decrease: keep (W, V)
+        W, V, A, b, parts, step = W1, V1, A1, b1, parts1, np.abs(delta)
+        settled = cost - cost1 <= 1e-6 * cost
+        cost = cost1
+        if settled:
+            break
+    else:
+        return None
+    _, inv = _solve(A, b)
+    if inv is None or step is None:
+        return None
+    first, rnd = np.zeros(len(b)), np.zeros(len(b))
+    # columns of A^-1 T_f^T: the W-part of family f's z_h is D_f placed at head h's rows
+    Zcols = [inv[:, h * dd:(h + 1) * dd] @ fam.D.T for h in range(H)]         # P x F each
+    Vcols = inv[:, H * dd:]
+    for f, (gz, Jv, w, size) in enumerate(parts):
+        C = np.concatenate([np.stack([Zcols[h][:, f] for h in range(H)], axis=1), Vcols], axis=1)
+        S = C @ np.concatenate([gz, Jv], axis=1).T * w[None, :]               # P x n
+        aS = np.abs(S)
+        first += aS @ fam.eta[f]
+        rnd += aS @ (8 * EPS * (size + np.abs(fam.y[f])))
+    theta = np.concatenate([W.reshape(-1), V.reshape(-1)])
+    rnd += 2 * step + 4 * EPS * np.abs(theta)
+    mpf = K.ctx.mpf                                  # a float64 is exact in any precision
+    out = [Head(tuple(tuple(mpf(float(a)) for a in row) for row in W[h]),
+                tuple(mpf(float(a)) for a in V[h])) for h in range(H)]
+    fW = first[:H * dd].reshape(H, d, d)
+    rW = rnd[:H * dd].reshape(H, d, d)
+    fV = first[H * dd:].reshape(H, d)
+    rV = rnd[H * dd:].reshape(H, d)
+    return out, (fW, rW), (fV, rV)
