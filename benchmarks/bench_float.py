@@ -73,7 +73,8 @@ def one(d, H, seed, args):
     row = {"d": d, "H": H, "seed": seed, "status": res.status, "queries": res.queries,
            "paper_count": paper_count(d, H), "max_length": res.max_length,
            "attempts": res.attempts, "wall": wall, "error": None, "bound": None, "covers": None,
-           "reason": (res.error or "")[:100]}
+           "reason": (res.error or "")[:100],
+           "estimate": (res.real_detail or {}).get("estimate", "-")}
     if res.certified:
         err, _ = max_parameter_error(res.heads, truth(box), K)
         row.update(error=float(err), bound=float(res.error_bound), covers=bool(err <= res.error_bound))
@@ -83,7 +84,10 @@ def one(d, H, seed, args):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", nargs="+", default=["4x2", "6x3", "8x4"], help="d x H")
+    ap.add_argument("--grid", action="store_true",
+                    help="the acceptance grid: d in 4 6 8 12 16, H in 2 3 4 6, d >= 2H (14 cases)")
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--plan", default="stable", choices=["stable", "paper"])
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     ap.add_argument("--noise", type=float, default=5e-14)
@@ -97,21 +101,26 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.minilm is not None:
         args.cases = [f"{args.dprime}x12"]
+    elif args.grid:
+        args.cases = [f"{d}x{H}" for d in (4, 6, 8, 12, 16) for H in (2, 3, 4, 6) if d >= 2 * H]
     for case in args.cases:
         d, H = (int(x) for x in case.split("x"))
         rows = []
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             r = one(d, H, seed, args)
             rows.append(r)
             print(f"d={d} H={H} seed={seed} {r['status']} err={r['error']} bound={r['bound']} "
                   f"covers={r['covers']} queries={r['queries']} (paper {r['paper_count']}) "
-                  f"longest={r['max_length']} attempts={r['attempts']} {r['wall']:.1f}s {r['reason']}",
+                  f"longest={r['max_length']} attempts={r['attempts']} estimate={r['estimate']} "
+                  f"{r['wall']:.1f}s {r['reason']}",
                   flush=True)
         cert = [r for r in rows if r["status"] == "certified"]
         errs = [r["error"] for r in cert]
         print(f"SUMMARY plan={args.plan} dtype={args.dtype} d={d} H={H}: certified {len(cert)}/{len(rows)}, "
               f"max error {max(errs) if errs else None}, every bound covers: "
-              f"{all(r['covers'] for r in cert)}, mean wall {np.mean([r['wall'] for r in rows]):.1f}s",
+              f"{all(r['covers'] for r in cert)}, mean wall {np.mean([r['wall'] for r in rows]):.1f}s, "
+              f"max wall {max(r['wall'] for r in rows):.1f}s, queries / paper count "
+              f"{np.mean([r['queries'] / r['paper_count'] for r in rows]):.2f}",
               flush=True)
 
 
