@@ -174,6 +174,51 @@ def test_a_box_noisier_than_declared_is_never_certified(H):
     assert NOISIER in res.error or "could not be resolved" in res.error or "probe" in res.error
 
 
+class UniformNoise(NumpyAttention):
+    """The float64 layer plus seeded uniform noise in +-size."""
+
+    def __init__(self, heads, size, seed):
+        super().__init__(heads)
+        self.rng = np.random.default_rng(seed)
+        self.size = size
+
+    def __call__(self, X):
+        return super().__call__(X) + self.size * self.rng.uniform(-1, 1)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_box_three_times_noisier_than_declared_fails_the_polish_noise_test(seed):
+    """Uniform noise of 3 eta: the certificate's propagated tolerances would let it through
+    (the bound still covered at 10 eta), but the least-squares residuals convict it."""
+    base = NumpyAttention.from_seed(4, 2, seed)
+    box = UniformNoise(list(zip(base.W, base.v)), 3 * F64["noise"], seed)
+    res = learn_box(box, 4, 2, seed, retries=0)
+    assert not res.certified
+    assert NOISIER in res.error and "weighted residual sum of squares" in res.error
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_noise_at_the_declared_eta_is_certified_by_the_polish(seed):
+    base = NumpyAttention.from_seed(4, 2, seed)
+    box = UniformNoise(list(zip(base.W, base.v)), F64["noise"], seed)
+    res = learn_box(box, 4, 2, seed, retries=0)
+    assert res.certified, res.error
+    assert res.real_detail["estimate"] == "polish"
+    err, _ = max_parameter_error(res.heads, truth(base), res.field)
+    assert err <= res.error_bound
+
+
+def test_the_polish_beats_the_solve_where_poles_crowd():
+    """d=6, H=3, seed 0: the per-family solve alone erred by 4.0e-12 (bound 2.8e-9); the
+    polish, fitting all heads to all observations, errs by about 4e-15."""
+    box = NumpyAttention.from_seed(6, 3, 0)
+    res = learn_box(box, 6, 3, 0)
+    assert res.certified and res.real_detail["estimate"] == "polish"
+    err, _ = max_parameter_error(res.heads, truth(box), res.field)
+    assert err <= res.error_bound <= 1e-10
+    assert err <= 1e-13
+
+
 def test_float32_layer_certified_within_1e_3_or_explicit_failure():
     box = NumpyAttention.from_seed(4, 2, 0, dtype=np.float32)
     res = learn(box, d=4, heads=2, field=Real(dps=30), tokens="float32", plan="stable", seed=0,
@@ -190,6 +235,7 @@ def test_stable_plan_over_an_exact_high_precision_oracle():
     model = MultiHeadAttention([([[1, "1/2"], [0, -1]], [1, 2]), ([[0, 1], ["-1/2", 0]], [-1, 1])])
     res = learn(Oracle(model, Real(dps=40)), d=2, heads=2, plan="stable", seed=3)
     assert res.certified, res.error
+    assert res.real_detail["estimate"] == "solve"       # no float64 polish below its rounding
     err, _ = max_parameter_error(res.heads, model.canonical_heads(), res.field)
     assert err <= res.error_bound < 1e-25
 

@@ -332,10 +332,20 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
            for r in range(d)] for h in range(m)]
     Bv = [[SAFETY * float(np.abs(Sv[h][r]) @ etas_all) + rounds[h][1] for r in range(d)]
           for h in range(m)]
-    polished = polish(heads, K, rec, start, etas_all)
+    # the polish computes in float64: worth it (and its noise test meaningful) only when the
+    # declared noise is above float64 rounding (an exact high-precision box keeps the solve)
+    ref = max(abs(float(y)) for _, y in obs)
+    float_noise = float(np.median(etas_all[start:])) >= 8 * 2.0 ** -52 * max(ref, 1e-300)
+    polished = polish(heads, K, rec, start, etas_all) if float_noise else None
     method = "solve"
     if polished is not None:
-        pheads, (fW, rW), (fV, rV) = polished
+        pheads, (fW, rW), (fV, rV), excess = polished
+        if excess > 1:
+            raise NoisierThanDeclared(
+                f"outputs noisier than the declared eta (or a black box outside the model "
+                f"class): the heads that fit all {len(obs)} observations best leave a weighted "
+                f"residual sum of squares {excess:.3g} times their number, at most 1 when every "
+                f"output is within its eta")
         pBW = (SAFETY * fW + rW).tolist()
         pBv = (SAFETY * fV + rV).tolist()
         if max(np.max(pBW), np.max(pBv)) < max(np.max(BW), np.max(Bv)):

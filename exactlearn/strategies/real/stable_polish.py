@@ -27,6 +27,12 @@ the last Gauss--Newton step.  :func:`polish` returns ``None`` when the normal ma
 ill-conditioned for float64 (``COND_LIMIT``) or the iteration does not settle; the plan then
 keeps the solve's heads.
 
+:func:`polish` also reports the estimate's weighted residual sum of squares over the number of
+observations (:func:`_excess`): at most 1 when the outputs are within their ``eta_q``
+(first order: the estimate fits no worse than the true heads), so a larger value is
+:class:`~exactlearn.errors.NoisierThanDeclared` -- a box about twice as noisy as declared
+fails here, whatever the propagated tolerances of the certificate allow.
+
 >>> family_key(((1, 2), (1, 2), (3, 4)))
 ((1, 2), (3, 4), 2, 1)
 """
@@ -173,6 +179,7 @@ def polish(heads, K, rec, start, etas):
     _, inv = _solve(A, b)
     if inv is None or step is None:
         return None
+    excess = _excess(fam, parts, W, V)
     first, rnd = np.zeros(len(b)), np.zeros(len(b))
     # columns of A^-1 T_f^T: the W-part of family f's z_h is D_f placed at head h's rows
     Zcols = [inv[:, h * dd:(h + 1) * dd] @ fam.D.T for h in range(H)]         # P x F each
@@ -192,4 +199,18 @@ def polish(heads, K, rec, start, etas):
     rW = rnd[:H * dd].reshape(H, d, d)
     fV = first[H * dd:].reshape(H, d)
     rV = rnd[H * dd:].reshape(H, d)
-    return out, (fW, rW), (fV, rV)
+    return out, (fW, rW), (fV, rV), excess
+
+
+def _excess(fam, parts, W, V):
+    """The weighted residual sum of squares at the estimate, each residual first reduced by
+    its float64 rounding, over the number of observations.  When every output is within its
+    ``eta_q`` of the model's value, the true heads leave at most ``N`` (each term at most 1),
+    and the least-squares estimate no more: a larger value convicts the declared noise."""
+    total, n = 0.0, 0
+    for f, (_, _, w, size) in enumerate(parts):
+        val = _values(fam, f, W, V)[0]
+        r = np.maximum(np.abs(fam.y[f] - val) - 8 * EPS * (size + np.abs(fam.y[f])), 0.0)
+        total += float(np.sum((r / fam.eta[f]) ** 2))
+        n += len(r)
+    return total / n
