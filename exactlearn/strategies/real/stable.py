@@ -22,7 +22,10 @@ is sampled, labelled and solved:
 4. **Labelling** (:mod:`~exactlearn.strategies.real.labels`): ties both ways and predicted
    c-values; entries left undetermined or weakly determined get supplementary families
    ``(x_i, e_j - e_k)`` (:func:`_supplement`).
-5. **Solve** (:mod:`~exactlearn.strategies.real.stable_solve`) and **certificate**
+5. **Solve** (:mod:`~exactlearn.strategies.real.stable_solve`), **polish**
+   (:mod:`~exactlearn.strategies.real.stable_polish`: every head fitted to every observation
+   at once, kept when its bound is smaller; its residuals also test the declared noise) and
+   **certificate**
    (:mod:`~exactlearn.strategies.real.stable_certificate`): every observation is
    recomputed from the heads within ``eta + eta_rel |y|`` plus the effect of the parameter
    bounds; each entry's bound is ``SAFETY = 2`` times its first-order bound plus rounding.

@@ -24,8 +24,9 @@ sensitivity ``S = A^-1 J^T Sigma^-1`` at the solution (exact data gives the true
 the estimate moves by ``S`` times the output errors, to first order), plus the float64
 rounding of the residuals propagated the same way, the rounding of the parameters and twice
 the last Gauss--Newton step.  :func:`polish` returns ``None`` when the normal matrix is too
-ill-conditioned for float64 (``COND_LIMIT``) or the iteration does not settle; the plan then
-keeps the solve's heads.
+ill-conditioned for float64 (``COND_LIMIT``), too large (more than ``MAX_PARAMETERS``
+unknowns, e.g. d = 32 with H = 4) or the iteration does not settle; the plan then keeps the
+solve's heads.
 
 :func:`polish` also reports the estimate's weighted residual sum of squares over the number of
 observations (:func:`_excess`): at most 1 when the outputs are within their ``eta_q``
@@ -44,6 +45,7 @@ import numpy as np
 from exactlearn.model import Head
 
 COND_LIMIT = 1e12        # the Jacobi-scaled normal matrix's condition at most this
+MAX_PARAMETERS = 4096    # H (d^2 + d) at most this: the dense normal matrix stays <= 128 MB
 MAX_STEPS = 8            # Gauss--Newton steps
 EPS = 2.0 ** -52
 
@@ -155,6 +157,8 @@ def polish(heads, K, rec, start, etas):
     ``SAFETY`` (first-order bound, rounding), or ``None`` (module doc)."""
     H, d = len(heads), len(heads[0].v)
     dd = d * d
+    if H * (dd + d) > MAX_PARAMETERS:
+        return None
     W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
     V = np.array([[float(a) for a in h.v] for h in heads])
     fam = _Families(rec, start, etas)
