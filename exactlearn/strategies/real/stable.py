@@ -54,7 +54,7 @@ from exactlearn.strategies.real.ratio import (MAX_COPIES, family_tokens, fit_rat
                                               node_t, ratio_nodes)
 from exactlearn.strategies.real.sensitivity import LO, rounding
 from exactlearn.strategies.real.stable_certificate import certify_two_token
-from exactlearn.strategies.real.stable_polish import polish
+from exactlearn.strategies.real.stable_polish import Weak, polish
 from exactlearn.strategies.real.stable_probe import TARGET, ask_family, probe_scale
 from exactlearn.strategies.real.stable_solve import (rows_of, solve_stable_heads, undetermined,
                                                      weak_entries)
@@ -257,6 +257,34 @@ def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nois
     return asked
 
 
+def _target(weak, splan, heads, asker, noise, nodes, H):
+    """Families for the directions the polish found undetermined (:class:`Weak`): per
+    direction (at most d), the basis family ``(x_i, e_j)`` of the entry of ``M = E^T U X``
+    it weighs most, asked with its tokens scaled by the power of two ``f`` that brings that
+    head's ``f^2 e_j^T W x_i`` to about 1 (a step beyond the nodes comes back between them),
+    and by ``f/2``, ``2f``.  Returns how many families were asked; every query is counted
+    and certified with the rest."""
+    d = splan.d
+    Xm = np.array([[float(a) for a in x] for x in splan.X]).T       # columns x_i
+    Em = np.array([[float(a) for a in e] for e in splan.E]).T
+    asked, seen = 0, set()
+    for h, U in weak.directions[:d]:
+        Md = Em.T @ U @ Xm
+        j, i = np.unravel_index(int(np.argmax(np.abs(Md))), Md.shape)
+        W = np.array([[float(a) for a in row] for row in heads[h].W])
+        z = abs(float(Em[:, j] @ W @ Xm[:, i]))
+        if not z > 1e-12 or (i, j) in seen:
+            continue
+        seen.add((i, j))
+        f = mpq(2) ** int(round(-np.log2(z) / 2))
+        c = splan.configs[splan.index("basis", i, j)]
+        for g in (f / 2, f, 2 * f):
+            if g != 1:
+                ask_family(c, g, asker, noise, nodes, H)
+                asked += 1
+    return asked
+
+
 def _poles(K, fit, m):
     """``(rho, c, bound of rho, bound of c)`` per pole (the matching's poles)."""
     bl, bc = fit.bounds[1:m + 1], fit.bounds[m + 1:]
@@ -340,9 +368,23 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     ref = max(abs(float(y)) for _, y in obs)
     float_noise = float(np.median(etas_all[start:])) >= 8 * 2.0 ** -52 * max(ref, 1e-300)
     polished = polish(heads, K, rec, start, etas_all) if float_noise else None
+    n_target = 0
+    weak = polished if isinstance(polished, Weak) else polished[-1] if polished else None
+    if weak is not None and weak.directions:   # directions few observations see: ask for them
+        n_target = _target(weak, splan, heads, asker, nz, nodes, H)
+        obs = rec.observations[start:]
+        if n_target:
+            etas_all = np.concatenate([etas_all, np.zeros(len(rec.observations) - n_obs)])
+            for q in range(n_obs, len(rec.observations)):
+                etas_all[q] = nz.of(rec.observations[q][1], size)
+            again = polish(heads, K, rec, start, etas_all)
+            if not isinstance(again, Weak) and again is not None:
+                polished = again
+    if isinstance(polished, Weak):
+        polished = None
     method = "solve"
     if polished is not None:
-        pheads, (fW, rW), (fV, rV), excess = polished
+        pheads, (fW, rW), (fV, rV), excess, _ = polished
         if excess > 1:
             raise NoisierThanDeclared(
                 f"outputs noisier than the declared eta (or a black box outside the model "
@@ -379,13 +421,14 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         "unlabelled_configurations": [name(n) for n in fits if n not in index and n < len(splan.configs)],
         "supplementary_families": n_supp,
         "estimate": method,
+        "targeted_families": n_target,
         "rescued_configurations": {name(n): f for n, f in rescued.items()},
     }
     out = RealOutcome(sigma=sigma, probe_queries=n_probe, error_bound=LO.convert(err),
                       head_bounds=[LO.convert(b) for b in head_b], eta=eta, detail=detail,
                       W_bounds=[[[LO.convert(x) for x in row] for row in bw] for bw in BW],
                       v_bounds=[[LO.convert(x) for x in bv] for bv in Bv],
-                      etas={q: LO.convert(float(etas_all[q])) for q in range(start, n_obs)})
+                      etas={q: LO.convert(float(etas_all[q])) for q in range(start, len(rec.observations))})
     return tuple(heads), len(obs), out
 
 

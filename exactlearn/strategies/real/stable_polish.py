@@ -24,7 +24,8 @@ sensitivity ``S = A^-1 J^T Sigma^-1`` at the solution (exact data gives the true
 the estimate moves by ``S`` times the output errors, to first order), plus the float64
 rounding of the residuals propagated the same way, the rounding of the parameters and twice
 the last Gauss--Newton step.  :func:`polish` returns ``None`` when the normal matrix is too
-ill-conditioned for float64 (``COND_LIMIT``), too large (more than ``MAX_PARAMETERS``
+ill-conditioned for float64 (``COND_LIMIT``; at the solve's heads it returns the
+undetermined directions instead, :class:`Weak`), too large (more than ``MAX_PARAMETERS``
 unknowns, e.g. d = 32 with H = 4) or the iteration does not settle; the plan then keeps the
 solve's heads.
 
@@ -45,6 +46,7 @@ import numpy as np
 from exactlearn.model import Head
 
 COND_LIMIT = 1e12        # the Jacobi-scaled normal matrix's condition at most this
+WEAK_COND = 1e8          # directions with eigenvalues below the largest over this are weak
 MAX_PARAMETERS = 4096    # H (d^2 + d) at most this: the dense normal matrix stays <= 128 MB
 MAX_STEPS = 8            # Gauss--Newton steps
 EPS = 2.0 ** -52
@@ -141,15 +143,31 @@ def _normal(fam, W, V):
     return A, b, parts, cost
 
 
+class Weak:
+    """Directions of the parameters the observations determine weakly (the Jacobi-scaled
+    normal matrix's eigenvalues below its largest over ``WEAK_COND``): ``directions``,
+    ``(head, W direction as a d x d array)`` each.  :func:`polish` returns one alone when
+    some eigenvalue is below the largest over ``COND_LIMIT`` (float64 cannot solve), and as
+    the last item of its result otherwise; the plan can ask families that see those
+    directions and polish again."""
+
+    def __init__(self, directions):
+        self.directions = directions
+
+
 def _solve(A, b):
-    """``A^-1 b`` with Jacobi scaling, or ``None`` when A is too ill-conditioned."""
+    """``(A^-1 b, A^-1, [])`` with Jacobi scaling, or ``(None, None, weak directions)`` when
+    A is too ill-conditioned."""
     s = np.sqrt(np.maximum(np.diag(A), 1e-300))
     As = A / s[:, None] / s[None, :]
-    ev = np.linalg.eigvalsh(As)
-    if ev[0] <= 0 or ev[-1] / ev[0] > COND_LIMIT:
-        return None, None
-    inv = np.linalg.inv(As) / s[:, None] / s[None, :]
-    return inv @ b, inv
+    ev, U = np.linalg.eigh(As)
+    if ev[-1] <= 0:
+        return None, None, []
+    weak = [U[:, k] / s for k in np.flatnonzero(ev <= ev[-1] / WEAK_COND)]
+    if ev[0] <= ev[-1] / COND_LIMIT:
+        return None, None, weak
+    inv = (U / ev[None, :]) @ U.T / s[:, None] / s[None, :]
+    return inv @ b, inv, weak
 
 
 def polish(heads, K, rec, start, etas):
@@ -164,10 +182,13 @@ def polish(heads, K, rec, start, etas):
     fam = _Families(rec, start, etas)
     A, b, parts, cost = _normal(fam, W, V)
     step = None
-    for _ in range(MAX_STEPS):
-        delta, inv = _solve(A, b)
+    weak0 = None
+    for it in range(MAX_STEPS):
+        delta, inv, weak = _solve(A, b)
+        if it == 0:
+            weak0 = Weak([_direction(u, H, d) for u in weak])
         if delta is None:
-            return None
+            return weak0 if it == 0 and weak else None
         W1 = W + delta[:H * dd].reshape(H, d, d)
         V1 = V + delta[H * dd:].reshape(H, d)
         A1, b1, parts1, cost1 = _normal(fam, W1, V1)
@@ -180,9 +201,10 @@ def polish(heads, K, rec, start, etas):
             break
     else:
         return None
-    _, inv = _solve(A, b)
+    nxt, inv, _ = _solve(A, b)
     if inv is None or step is None:
         return None
+    step = np.abs(nxt)            # the step still to go from the estimate: its distance to the fit
     excess = _excess(fam, parts, W, V)
     first, rnd = np.zeros(len(b)), np.zeros(len(b))
     # columns of A^-1 T_f^T: the W-part of family f's z_h is D_f placed at head h's rows
@@ -203,7 +225,14 @@ def polish(heads, K, rec, start, etas):
     rW = rnd[:H * dd].reshape(H, d, d)
     fV = first[H * dd:].reshape(H, d)
     rV = rnd[H * dd:].reshape(H, d)
-    return out, (fW, rW), (fV, rV), excess
+    return out, (fW, rW), (fV, rV), excess, weak0
+
+
+def _direction(u, H, d):
+    """``(head, d x d W direction)`` of a parameter direction: the head it weighs most."""
+    Wu = u[:H * d * d].reshape(H, d, d)
+    h = int(np.argmax(np.abs(Wu).reshape(H, -1).max(axis=1)))
+    return h, Wu[h]
 
 
 def _excess(fam, parts, W, V):
