@@ -365,8 +365,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
           for h in range(m)]
     # the polish computes in float64: worth it (and its noise test meaningful) only when the
     # declared noise is above float64 rounding (an exact high-precision box keeps the solve)
-    ref = max(abs(float(y)) for _, y in obs)
-    float_noise = float(np.median(etas_all[start:])) >= 8 * 2.0 ** -52 * max(ref, 1e-300)
+    ys = np.array([abs(float(y)) for _, y in obs])
+    float_noise = float(np.median(etas_all[start:] / np.maximum(8 * 2.0 ** -52 * ys, 1e-300))) >= 1
     polished = polish(heads, K, rec, start, etas_all) if float_noise else None
     n_target = 0
     weak = polished if isinstance(polished, Weak) else polished[-1] if polished else None
