@@ -332,3 +332,44 @@ def test_a_head_beyond_every_node_never_gets_a_small_bound():
     except (InterpolationError, LearningFailure, ValueError):
         return
     assert abs(float(fit.logs[0]) - true_log) <= fit.bounds[1]
+
+
+def test_polish_names_the_directions_no_observation_sees():
+    """Families whose tokens all lie along e_1 see W[0][0] and v[0] only: the polish reports
+    the other three entries of W and v[1] (Weak) instead of solving; with every entry seen it
+    solves."""
+    from exactlearn.strategies.real.ratio import family_tokens
+    from exactlearn.strategies.real.stable_polish import Weak, polish
+
+    K = Real(dps=30)
+    W, v = np.array([[0.5, -0.25], [0.75, 1.0]]), np.array([1.0, -0.5])
+    box = NumpyAttention([(W, v)])
+
+    class Rec:
+        observations: list = []
+
+    def ask(rec, x, a):
+        for k, m in ratio_nodes(1):
+            toks = family_tokens(tuple(mpq(t) for t in x), tuple(mpq(t) for t in a), k, m)
+            y = box(np.array([[float(t) for t in tok] for tok in toks]))
+            rec.observations.append((toks, K.from_output(y)))
+
+    start = Head(tuple(tuple(K(mpq(a) + mpq(1, 1000)) for a in row) for row in W),
+                 tuple(K(mpq(a)) for a in v))
+    one, full = Rec(), Rec()
+    one.observations, full.observations = [], []
+    for x, a in [((1, 0), (2, 0)), ((2, 0), (3, 0)), ((1, 0), (0, 0))]:
+        ask(one, x, a)
+    got = polish([start], K, one, 0, np.full(len(one.observations), 1e-13))
+    assert isinstance(got, Weak) and len(got.directions) == 4
+    Ws = [U for _, U in got.directions if np.abs(U).max() > 0]
+    assert len(Ws) == 3                                  # W[0][1], W[1][0], W[1][1]; v[1]: zero
+    assert all(abs(U[0][0]) < 1e-6 * np.abs(U).max() for U in Ws)
+    for x in [(1, 0), (0, 1), (1, 1)]:
+        for e in [(1, 0), (0, 1)]:
+            ask(full, x, tuple(p + q for p, q in zip(x, e)))
+    got = polish([start], K, full, 0, np.full(len(full.observations), 1e-13))
+    assert not isinstance(got, Weak) and got is not None
+    heads, (fW, rW), _, excess, weak = got
+    err = max(abs(float(heads[0].W[r][c]) - W[r][c]) for r in range(2) for c in range(2))
+    assert err <= float((2 * fW + rW).max()) < 1e-9 and excess <= 1

@@ -269,6 +269,8 @@ def _target(weak, splan, heads, asker, noise, nodes, H):
     Em = np.array([[float(a) for a in e] for e in splan.E]).T
     asked, seen = 0, set()
     for h, U in weak.directions[:d]:
+        if not np.abs(U).max() > 0:
+            continue                    # a direction of v: the solve's families see it
         Md = Em.T @ U @ Xm
         j, i = np.unravel_index(int(np.argmax(np.abs(Md))), Md.shape)
         W = np.array([[float(a) for a in row] for row in heads[h].W])

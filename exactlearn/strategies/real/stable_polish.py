@@ -229,9 +229,12 @@ def polish(heads, K, rec, start, etas):
 
 
 def _direction(u, H, d):
-    """``(head, d x d W direction)`` of a parameter direction: the head it weighs most."""
+    """``(head, d x d W direction)`` of a parameter direction: the head it weighs most; the
+    direction is zero when the parameters of v carry it (no family of W can see it)."""
     Wu = u[:H * d * d].reshape(H, d, d)
     h = int(np.argmax(np.abs(Wu).reshape(H, -1).max(axis=1)))
+    if not np.abs(Wu).max() >= 1e-3 * np.abs(u).max():
+        return h, np.zeros((d, d))
     return h, Wu[h]
 
 
