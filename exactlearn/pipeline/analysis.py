@@ -38,8 +38,13 @@ def ask_plan(plan, ask) -> tuple:
     Returns the shared k = 0 value and ``{config index: [f(q_1), ..., f(q_2H)]}``."""
     values: dict = {}
     y_shared = None
-    for q in plan.queries:
-        y = ask(plan.tokens(q))
+    many = getattr(ask, "ask_all", None)        # a Recorder: counted once for the plan
+    queries = plan.queries
+    if many is not None:
+        ys = many(plan.tokens(q) for q in queries)
+    else:
+        ys = (ask(plan.tokens(q)) for q in queries)
+    for q, y in zip(queries, ys):
         if q.k == 0:
             y_shared = y
         else:
