@@ -145,6 +145,7 @@ class Modular(Field):
         self._omega_el = ctx(omega)
         self._omega_inv = self._omega_el.inverse()
         self._exp_cache = {}
+        self._known_logs = None
         self._param = Rational(scale=self.scale)
         self._zero = ctx(0)
         self._one = ctx(1)
@@ -253,14 +254,31 @@ class Modular(Field):
         x = int(self(a))
         if x == 0:
             raise NotExponential("0 is not an exponential in F_p")
-        n = discrete_log(self.p, self.omega)(x)
-        if n > self._half:
-            n -= self.p - 1
+        n = self._known_logs.get(x) if self._known_logs else None
+        if n is None:
+            n = discrete_log(self.p, self.omega)(x)
+            if n > self._half:
+                n -= self.p - 1
         if max_exponent is not None and abs(n) > max_exponent:
             raise NotExponential(
                 f"log of {x} is {n}/{self.D}: |D*s| exceeds the bound {max_exponent}, so it "
                 f"is not the exponential of a score in range")
         return mpq(n, self.D)
+
+    def know_exponents(self, exponents) -> None:
+        """Remember ``omega^n -> n`` for these integers n in (-(p-1)/2, (p-1)/2] (say the
+        exponents another prime's analysis found): :meth:`log` of such a power is then a
+        lookup.  The logs are the same -- an n in that range with ``omega^n = a`` *is* the
+        log of a -- only found without Pohlig--Hellman.
+
+        >>> K = Modular(p=97)
+        >>> K.know_exponents([5, -7])
+        >>> K.log(K.power(-7)), K.log(K.power(3))
+        (mpq(-7,1), mpq(3,1))
+        """
+        half, om, inv = self._half, self._omega_el, self._omega_inv
+        self._known_logs = {int(om ** n if n >= 0 else inv ** -n): n
+                            for n in set(exponents) if -half < n <= half}
 
     # -- polynomials --------------------------------------------------------
     def roots(self, coeffs):
