@@ -8,19 +8,26 @@ unit of work is a *group*: group 0 holds the configurations with final token x_1
 the shared query); group i >= 1 holds (x_i, e_j), (x_i, e_1 + e_j) for every j and the
 across configuration (x_1 + x_i, e_j(i)), whose other basis configuration (x_1, e_j(i))
 is in group 0 (the groups >= 1 travel in chunks, about four per worker thread: fewer,
-larger tasks).  One prime runs in three rounds on the cluster (Dask's own futures,
-``scatter`` of the plan and the model, ``as_completed``; no scheduler of our own):
+larger tasks).  One analysis prime runs on the cluster with Dask's own futures
+(``scatter`` of the plan's configurations and of the model, ``submit`` with futures as
+arguments, ``as_completed``; no scheduler of our own), the driver stopping twice:
 
-1. **ask**: every group's queries, on the workers when the black box is a model
-   (:class:`~exactlearn.oracle.Oracle`: the model is scattered and evaluated there), else
-   asked here and the answers scattered.  The answers stay on the workers.
-2. **analyse**: group 0's answers come here: its fits, poles and V
-   (:func:`~exactlearn.pipeline.analysis.first_group`); every other group is interpolated,
-   limit-checked and its poles read on a worker, with the steps of the serial
-   :func:`~exactlearn.pipeline.analysis.analyse`.  Matching and the solve run here
-   (:func:`~exactlearn.pipeline.analysis.finish`).
-3. **certify**: every group's answers are recomputed from the recovered heads on its
-   worker (:func:`~exactlearn.pipeline.certify.certify_plan` on that group).
+1. **ask and analyse**: every chunk's queries are asked on the workers when the black
+   box is a model (:class:`~exactlearn.oracle.Oracle`: the model is scattered and
+   evaluated there, one oracle per worker and prime), else here and the answers
+   scattered; the answers stay on the workers.  A task fed by group 0's answers reads its
+   fits, poles and V (:func:`~exactlearn.pipeline.analysis.first_group`), and every other
+   chunk's analysis task, fed by its answers and that result, interpolates,
+   limit-checks, reads the poles (the steps of the serial
+   :func:`~exactlearn.pipeline.analysis.analyse`) and takes the discrete logs of its
+   basis poles.  Only poles, logs and counts come back.  Matching and the solve run here
+   (:func:`~exactlearn.pipeline.analysis.finish`, the logs looked up by rho).
+2. **certify**: every chunk's answers are recomputed from the recovered heads on the
+   worker that holds them (:func:`~exactlearn.pipeline.certify.certify_plan` on that
+   chunk).
+
+The confirmation prime is one round: each task asks its chunk and certifies the heads
+on it, and only the counts come back.
 
 Every step is the serial one applied to the same values, so the heads, the counts and
 the report are those of the serial run.  A failure anywhere (a degenerate draw, a
