@@ -50,6 +50,7 @@ from exactlearn.model import HeadEvaluator
 from exactlearn.oracle import Oracle
 from exactlearn.pipeline import analysis
 from exactlearn.pipeline.certify import certify_plan
+from exactlearn.pipeline.match import label_cells
 
 
 def groups(plan) -> list:
@@ -136,10 +137,15 @@ def first_task(K, plan, asked) -> tuple | Exception:
         for n in ns:
             if plan.configs[n].kind != "basis":
                 analysis.joint_poles(plan, n, rfs, poles_of, joint, K)
+        cells = label_cells(plan, poles_of, K, [])
     except ExactLearnError as exc:
         return exc
     return ([int(x) for x in V], {n: [(int(r), int(c)) for r, c in poles_of[n]] for n in ns},
-            _logs(K, plan, poles_of, ns))
+            _logs(K, plan, poles_of, ns), _ints(cells))
+
+
+def _ints(cells) -> dict:
+    return {key: [(int(r), int(c)) for r, c in pl] for key, pl in cells.items()}
 
 
 def analyse_task(K, plan, asked, first) -> dict | Exception | None:
@@ -168,9 +174,11 @@ def analyse_task(K, plan, asked, first) -> dict | Exception | None:
         for n in ns:
             if plan.configs[n].kind != "basis":
                 analysis.joint_poles(plan, n, rfs, poles_of, joint, K)
+        rows = sorted({plan.configs[n].i for n in ns})
+        cells = label_cells(plan, poles_of, K, [(i, j) for i in rows for j in range(plan.d)])
     except ExactLearnError as exc:
         return exc
-    return ({n: [(int(r), int(c)) for r, c in poles_of[n]] for n in ns},
+    return ({key: pl for key, pl in _ints(cells).items() if key[0] in rows},
             _logs(K, plan, poles_of, ns))
 
 
@@ -265,35 +273,31 @@ class ClusterPlan:
         if isinstance(got0, Exception):
             client.cancel(tasks)
             return analysis.analyse(plan, *self.gather(futs, K), K, None)
-        poles_of, logs = {}, {}
-        for n, pl in got0[1].items():
-            poles_of[n] = [(K(r), K(c)) for r, c in pl]
-        logs.update(got0[2])
+        cells, logs = dict(got0[3]), dict(got0[2])
         failed = False
         for fut in as_completed(tasks):
             got = fut.result()
             if not isinstance(got, tuple):
                 failed = True
                 continue
-            for n, pl in got[0].items():
-                poles_of[n] = [(K(r), K(c)) for r, c in pl]
+            cells.update(got[0])
             logs.update(got[1])
         if failed:        # the serial run's failure, message and all
             return analysis.analyse(plan, *self.gather(futs, K), K, None)
         try:
-            return self.finish(poles_of, logs, K)
+            return self.finish(cells, logs, K)
         except ExactLearnError:
             return analysis.analyse(plan, *self.gather(futs, K), K, None)
 
-    def finish(self, poles_of, logs, K):
-        """:func:`~exactlearn.pipeline.analysis.finish` with the discrete logs taken on the
-        workers (looked up by configuration and rho)."""
+    def finish(self, cells, logs, K):
+        """:func:`~exactlearn.pipeline.analysis.finish` from the cells labelled on the
+        workers (:func:`~exactlearn.pipeline.match.label_cells`, chunk by chunk) and the
+        discrete logs taken there (looked up by configuration and rho)."""
         from gmpy2 import mpq
         from exactlearn.model import canonicalize
-        from exactlearn.pipeline.match import label_basis
         from exactlearn.pipeline.solve import solve_heads
         plan = self.plan
-        labelled = label_basis(plan, poles_of, K)
+        labelled = {key: [(K(r), K(c)) for r, c in pl] for key, pl in cells.items()}
 
         def log(i, j, h):
             rho = labelled[(i, j)][h][0]
