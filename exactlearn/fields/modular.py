@@ -255,10 +255,8 @@ class Modular(Field):
         if x == 0:
             raise NotExponential("0 is not an exponential in F_p")
         n = self._known_logs.get(x) if self._known_logs else None
-        if n is None:
-            n = discrete_log(self.p, self.omega)(x)
-            if n > self._half:
-                n -= self.p - 1
+        if n is None:                       # lifted to (-(p-1)/2, (p-1)/2]
+            n = discrete_log(self.p, self.omega).symmetric(x, self.omega)
         if max_exponent is not None and abs(n) > max_exponent:
             raise NotExponential(
                 f"log of {x} is {n}/{self.D}: |D*s| exceeds the bound {max_exponent}, so it "
