@@ -124,13 +124,13 @@ def _certify_families(ev, plan, idxs, values, K, ring) -> int:
         c = plan.configs[idx]
         ys = values[idx]
         got = evals.get(r)
-        for k, y in enumerate(ys, start=1):
-            if got is None:
-                _check(ev, c.tokens(k), y, K)
-                continue
-            den = got[1][k - 1]
-            if den == 0 or got[0][k - 1] != y * den:
-                _check(ev, c.tokens(k), y, K)       # the query-by-query verdict
+        if got is None:
+            bad = range(1, len(ys) + 1)
+        else:
+            bad = [k for k, (nv, dv, y) in enumerate(zip(got[0], got[1], ys), start=1)
+                   if dv == 0 or nv != y * dv]
+        for k in bad:
+            _check(ev, c.tokens(k), ys[k - 1], K)   # the query-by-query verdict
         n += len(ys)
     return n
 

@@ -165,13 +165,13 @@ def _with_coefficients(rf: RationalFunction, rhos, K, ps=None) -> list:
         try:
             if ps is None:
                 ps = [-x for x in _batch_inverse(rhos, K)]
-            inv_dq = _batch_inverse([dQf(p) for p in ps], K)
+            inv_dq = _batch_inverse(_at(dQf, ps), K)
         except ZeroDivisionError:
             inv_dq = None                  # a zero: the element-wise path raises as before
         if inv_dq is not None:
             out = []
-            for rho, p, idq in zip(rhos, ps, inv_dq):
-                c = rho * Pf(p) * idq
+            for rho, Pp, idq in zip(rhos, _at(Pf, ps), inv_dq):
+                c = rho * Pp * idq
                 if K.is_zero(c):
                     raise InterpolationError("a pole with zero coefficient: P and Q share a root")
                 out.append((rho, c))
@@ -189,6 +189,13 @@ def _with_coefficients(rf: RationalFunction, rhos, K, ps=None) -> list:
             raise InterpolationError("a pole with zero coefficient: P and Q share a root")
         out.append((rho, c))
     return out
+
+
+def _at(f, points) -> list:
+    """``[f(x) for x in points]`` (python-flint's multipoint evaluation for several points)."""
+    if len(points) > 2:
+        return f.multipoint_evaluate(list(points))
+    return [f(x) for x in points]
 
 
 def _batch_inverse(xs, K) -> list:
