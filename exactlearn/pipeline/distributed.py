@@ -297,12 +297,13 @@ class ClusterPlan:
         from exactlearn.model import canonicalize
         from exactlearn.pipeline.solve import solve_heads
         plan = self.plan
-        labelled = {key: [(K(r), K(c)) for r, c in pl] for key, pl in cells.items()}
+        # the solve reads the c-values of the row of x_1 and the logs: the other cells stay ints
+        labelled = {key: pl if key[0] else [(K(r), K(c)) for r, c in pl] for key, pl in cells.items()}
 
         def log(i, j, h):
             rho = labelled[(i, j)][h][0]
             n = logs[plan.index("basis", i, j)].get(int(rho))
-            return K.log(rho) if n is None else mpq(n, K.D)
+            return K.log(K(rho)) if n is None else mpq(n, K.D)
         return canonicalize(solve_heads(plan, labelled, K, log))
 
     def certify(self, futs, heads, K) -> int:
