@@ -146,6 +146,7 @@ class Modular(Field):
         self._omega_inv = self._omega_el.inverse()
         self._exp_cache = {}
         self._known_logs = None
+        self.expected_exponents = None
         self._param = Rational(scale=self.scale)
         self._zero = ctx(0)
         self._one = ctx(1)
@@ -264,19 +265,22 @@ class Modular(Field):
         return mpq(n, self.D)
 
     def know_exponents(self, exponents) -> None:
-        """Remember ``omega^n -> n`` for these integers n in (-(p-1)/2, (p-1)/2] (say the
-        exponents another prime's analysis found): :meth:`log` of such a power is then a
-        lookup.  The logs are the same -- an n in that range with ``omega^n = a`` *is* the
-        log of a -- only found without Pohlig--Hellman.
+        """Remember exponents another prime's analysis found (``{configuration index: [n_h]}``,
+        integers in (-(p-1)/2, (p-1)/2]): :meth:`log` of ``omega^n`` is then a lookup, and
+        :attr:`expected_exponents` offers them to the analysis as candidate poles
+        (:func:`~exactlearn.pipeline.interpolate.poles_expected`, each tested as a root).
+        The logs are the same -- an n in that range with ``omega^n = a`` *is* the log of a
+        -- and so are the poles, only found without Pohlig--Hellman or root finding.
 
         >>> K = Modular(p=97)
-        >>> K.know_exponents([5, -7])
-        >>> K.log(K.power(-7)), K.log(K.power(3))
-        (mpq(-7,1), mpq(3,1))
+        >>> K.know_exponents({0: [5, -7]})
+        >>> K.log(K.power(-7)), K.log(K.power(3)), K.expected_exponents
+        (mpq(-7,1), mpq(3,1), {0: [5, -7]})
         """
         half, om, inv = self._half, self._omega_el, self._omega_inv
-        self._known_logs = {int(om ** n if n >= 0 else inv ** -n): n
-                            for n in set(exponents) if -half < n <= half}
+        ns = {n for e in exponents.values() for n in e}
+        self._known_logs = {int(om ** n if n >= 0 else inv ** -n): n for n in ns if -half < n <= half}
+        self.expected_exponents = dict(exponents)
 
     # -- polynomials --------------------------------------------------------
     def roots(self, coeffs):

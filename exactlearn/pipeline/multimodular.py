@@ -306,26 +306,38 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
                              rank_check=None if keep else _check_design_rank_plan, **kw)
 
 
-def plan_exponents(plan, heads, D) -> list:
-    """The exponents ``D e_j^T W_h x_i`` of every basis configuration (x_i, e_j) of ``plan``
-    and head h (one ``fmpz_mat`` product ``E^T (D W_h) X`` per head); [] when some D W_h
-    is not integral.  A later prime's logs are looked up among them
+def plan_exponents(plan, heads, D) -> dict:
+    """``{configuration index: [D e^T W_h x for h]}`` over ``plan``'s configurations (x, e)
+    for ``heads`` (their W exact; one ``fmpz_mat`` product ``E^T (D W_h) X`` per head, the
+    matching configurations' exponents sums of two of its entries); {} when some D W_h is
+    not integral.  A later prime's analysis tries them first
     (:meth:`~exactlearn.fields.modular.Modular.know_exponents`).
 
     >>> from exactlearn.pipeline.plan import paper_plan
     >>> plan = paper_plan([[1, 0], [0, 1]], [[1, 1], [0, 1]], 1)
-    >>> sorted(plan_exponents(plan, [Head(((mpq(1), mpq(2)), (mpq(0), mpq(3))), (1, 1))], 1))
-    [0, 1, 3, 5]
+    >>> got = plan_exponents(plan, [Head(((mpq(1), mpq(2)), (mpq(0), mpq(3))), (1, 1))], 1)
+    >>> [(c.kind, c.i, c.j, got[n]) for n, c in enumerate(plan.configs)]   # doctest: +NORMALIZE_WHITESPACE
+    [('basis', 0, 0, [1]), ('basis', 0, 1, [0]), ('within', 0, 1, [1]),
+     ('basis', 1, 0, [5]), ('basis', 1, 1, [3]), ('within', 1, 1, [8]), ('across', 1, 0, [6])]
     """
     d = plan.d
     X = flint.fmpz_mat(d, d, [plan.X[i][r] for r in range(d) for i in range(d)])
     Et = flint.fmpz_mat(d, d, [plan.E[j][r] for j in range(d) for r in range(d)])
-    out: list = []
+    Ms = []
     for h in heads:
         DW = [x * D for row in h.W for x in row]
         if any(x.denominator != 1 for x in DW):
-            return []
-        out.extend(int(n) for n in (Et * flint.fmpz_mat(d, d, [int(x) for x in DW]) * X).entries())
+            return {}
+        M = Et * flint.fmpz_mat(d, d, [int(x) for x in DW]) * X       # M[j, i] = D e_j^T W x_i
+        Ms.append([[int(M[j, i]) for i in range(d)] for j in range(d)])
+    out = {}
+    for n, c in enumerate(plan.configs):
+        if c.kind == "basis":
+            out[n] = [M[c.j][c.i] for M in Ms]
+        elif c.kind == "within":
+            out[n] = [M[0][c.i] + M[c.j][c.i] for M in Ms]
+        else:                                    # across: x = x_1 + x_i
+            out[n] = [M[c.j][0] + M[c.j][c.i] for M in Ms]
     return out
 
 
