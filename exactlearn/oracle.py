@@ -155,9 +155,9 @@ def _worst_exponent_int(Ws, plan) -> int:
         return None
     by_x: dict = {}
     for c in plan.configs:
-        if not all(type(a) is int for a in c.x + c.e):
-            return None
         by_x.setdefault(c.x, []).append(c.e)
+    if not all(type(a) is int for t in set(by_x) | {e for es in by_x.values() for e in es} for a in t):
+        return None
     d = len(Ws[0])
     stacked = flint.fmpz_mat([row for W in Ws for row in W])            # (H d) x d
     worst = 0

@@ -255,6 +255,10 @@ class Modular(Field):
         x = int(self(a))
         if x == 0:
             raise NotExponential("0 is not an exponential in F_p")
+        if self._known_logs is None and self.expected_exponents:
+            half, om, inv = self._half, self._omega_el, self._omega_inv
+            ns = {n for e in self.expected_exponents.values() for n in e}
+            self._known_logs = {int(om ** n if n >= 0 else inv ** -n): n for n in ns if -half < n <= half}
         n = self._known_logs.get(x) if self._known_logs else None
         if n is None:                       # lifted to (-(p-1)/2, (p-1)/2]
             n = discrete_log(self.p, self.omega).symmetric(x, self.omega)
@@ -277,9 +281,7 @@ class Modular(Field):
         >>> K.log(K.power(-7)), K.log(K.power(3)), K.expected_exponents
         (mpq(-7,1), mpq(3,1), {0: [5, -7]})
         """
-        half, om, inv = self._half, self._omega_el, self._omega_inv
-        ns = {n for e in exponents.values() for n in e}
-        self._known_logs = {int(om ** n if n >= 0 else inv ** -n): n for n in ns if -half < n <= half}
+        self._known_logs = None            # built on the first log (a cluster's driver takes none)
         self.expected_exponents = dict(exponents)
 
     # -- polynomials --------------------------------------------------------
