@@ -125,10 +125,19 @@ def _logs(K, plan, poles_of, ns) -> dict:
     return out
 
 
-def first_task(K, plan, asked) -> tuple | Exception:
+def _hinted(K, hints):
+    """K with the exponents another prime found for these configurations (the driver's
+    :meth:`~exactlearn.fields.modular.Modular.know_exponents`, which does not pickle)."""
+    if hints:
+        K.know_exponents(hints)
+    return K
+
+
+def first_task(K, plan, asked, hints=None) -> tuple | Exception:
     """The group of x_1 (:func:`~exactlearn.pipeline.analysis.first_group`, then its
     matching configurations' poles): ``(V, {n: poles}, {n: logs})`` as residues, or the
     ExactLearnError raised (the driver replays the serial analysis)."""
+    K = _hinted(K, hints)
     y0, values = _field_values(K, asked)
     try:
         rfs, poles_of, V = analysis.first_group(plan, y0, values, K)
@@ -148,13 +157,14 @@ def _ints(cells) -> dict:
     return {key: [(int(r), int(c)) for r, c in pl] for key, pl in cells.items()}
 
 
-def analyse_task(K, plan, asked, first) -> dict | Exception | None:
+def analyse_task(K, plan, asked, first, hints=None) -> dict | Exception | None:
     """Interpolate, limit-check and read the poles of one chunk of groups >= 1 (the serial
     steps), and the logs of its basis poles: ``({n: poles}, {n: logs})``, the
     ExactLearnError raised, or None when the group of x_1 failed (``first``, the result of
     :func:`first_task`).  Residues travel as ints (flint elements do not pickle)."""
     if isinstance(first, Exception):
         return None
+    K = _hinted(K, hints)
     V = [K(x) for x in first[0]]
     first_poles = {n: [(K(r), K(c)) for r, c in p] for n, p in first[1].items()}
     _, values = _field_values(K, asked)
@@ -265,9 +275,13 @@ class ClusterPlan:
         then the matching: the recovered canonical heads (or the serial failure)."""
         from distributed import as_completed
         plan, client = self.plan, self.client
-        first = client.submit(first_task, K, self._plan_f, futs[0], pure=False)
-        tasks = [client.submit(analyse_task, K, self._plan_f, f, first, pure=False)
-                 for f in futs[1:]]
+        expected = getattr(K, "expected_exponents", None) or {}
+
+        def hints(g):                  # another prime's exponents for these configurations
+            return {n: expected[n] for n in self.groups[g] if n in expected} or None
+        first = client.submit(first_task, K, self._plan_f, futs[0], hints(0), pure=False)
+        tasks = [client.submit(analyse_task, K, self._plan_f, f, first, hints(g), pure=False)
+                 for g, f in enumerate(futs[1:], start=1)]
         self.counted(rec, futs)
         got0 = first.result()
         if isinstance(got0, Exception):
