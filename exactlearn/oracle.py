@@ -24,6 +24,8 @@ from __future__ import annotations
 import time
 from fractions import Fraction
 
+import flint
+
 from gmpy2 import mpq
 
 from exactlearn.errors import DegenerateDraw, ExactnessError, FieldError, ModelError
@@ -122,6 +124,9 @@ class Oracle(CountingOracle):
         Ws = [[[D * x for x in row] for row in h.W] for h in self._heads]
         if all(x.denominator == 1 for W in Ws for row in W for x in row):
             Ws = [[[int(x.numerator) for x in row] for row in W] for W in Ws]   # fast ints
+        fast = _worst_exponent_int(Ws, plan)
+        if fast is not None:
+            return self._check_worst(fast)
         worst = 0
         wxs: dict = {}                     # W_h x per distinct final token (2d - 1 of them)
         for c in plan.configs:
@@ -130,12 +135,38 @@ class Oracle(CountingOracle):
                 wx = wxs[c.x] = [[sum(a * b for a, b in zip(row, c.x)) for row in W] for W in Ws]
             for w in wx:
                 worst = max(worst, abs(sum(a * b for a, b in zip(c.e, w))))
+        return self._check_worst(worst)
+
+    def _check_worst(self, worst) -> int:
         limit = self.field.max_exponent
         if limit is not None and worst > limit:
             raise ExactnessError(
                 f"the plan needs exp of exponents up to {int(worst)} but the {self.field.name} field "
                 f"realises at most {limit}" + self.field.exponent_hint)
         return int(worst)
+
+
+def _worst_exponent_int(Ws, plan) -> int:
+    """max |e^T (D W_h) x| over the plan's configurations and the heads, for integer D W_h
+    and integer tokens: per distinct final token x one python-flint ``fmpz_mat`` product
+    of the stacked (D W_h x)^T with the directions e of its configurations (the same
+    maximum as the dot products one by one).  None when some entry is not an int."""
+    if not Ws or not all(type(x) is int for W in Ws for row in W for x in row):
+        return None
+    by_x: dict = {}
+    for c in plan.configs:
+        by_x.setdefault(c.x, []).append(c.e)
+    if not all(type(a) is int for t in set(by_x) | {e for es in by_x.values() for e in es} for a in t):
+        return None
+    d = len(Ws[0])
+    stacked = flint.fmpz_mat([row for W in Ws for row in W])            # (H d) x d
+    worst = 0
+    for x, es in by_x.items():
+        wx = stacked * flint.fmpz_mat(d, 1, list(x))                    # the D W_h x, stacked
+        WX = flint.fmpz_mat(len(Ws), d, wx.entries())                   # row h: (D W_h x)^T
+        Em = flint.fmpz_mat(d, len(es), [e[r] for r in range(d) for e in es])
+        worst = max(worst, max(abs(int(v)) for v in (WX * Em).entries()))
+    return worst
 
 
 class TransformerOracle(CountingOracle):
@@ -213,6 +244,45 @@ class Recorder:
             raise
         self._count(len(tokens), time.perf_counter() - t0)
         return self._record(tokens, y)
+
+    def ask_all(self, queries) -> list:
+        """``[self(tokens) for tokens in queries]``: every query asked, in order, timed and
+        counted as by ``__call__`` (each call of the box timed on its own), with the counts
+        added to this recorder and its parents once at the end -- also when a query
+        raises -- instead of query by query (a streamed plan's millions of queries).
+
+        >>> from exactlearn.fields import QQ
+        >>> rec = Recorder(lambda tokens: len(tokens), QQ, convert=True)
+        >>> sub = rec.child(rec.oracle, QQ, keep=False)
+        >>> sub.ask_all([[(1,)], [(1,), (2,)]]), sub.queries, rec.queries, rec.max_length
+        ([mpq(1,1), mpq(2,1)], 2, 2, 2)
+        """
+        clock = time.perf_counter
+        oracle, record = self.oracle, self._record
+        out = []
+        n, longest, seconds = 0, 0, 0.0
+        try:
+            for tokens in queries:
+                t0 = clock()
+                try:
+                    y = oracle(tokens)
+                finally:
+                    seconds += clock() - t0
+                n += 1
+                if len(tokens) > longest:
+                    longest = len(tokens)
+                out.append(record(tokens, y))
+        finally:
+            self._count_many(n, longest, seconds)
+        return out
+
+    def _count_many(self, n, longest, seconds):
+        """``n`` answered queries, the longest of ``longest`` tokens, in ``seconds``."""
+        self.seconds += seconds
+        self.queries += n
+        self.max_length = max(self.max_length, longest)
+        if self.parent is not None:
+            self.parent._count_many(n, longest, seconds)
 
     def _record(self, tokens, y):
         if self.convert:

@@ -140,11 +140,18 @@ def test_query_count_refuted_by_an_unreported_long_query(monkeypatch):
     """A learner that reports its longest query as at most 2 tokens (it asks 3 to 7)."""
     real = oracle_module.Recorder._count
 
+    real_many = oracle_module.Recorder._count_many
+
     def count(self, length, seconds):
         real(self, length, seconds)
         self.max_length = min(self.max_length, 2)
 
+    def count_many(self, n, longest, seconds):       # a streamed plan's counts (Recorder.ask_all)
+        real_many(self, n, longest, seconds)
+        self.max_length = min(self.max_length, 2)
+
     monkeypatch.setattr(oracle_module.Recorder, "_count", count)
+    monkeypatch.setattr(oracle_module.Recorder, "_count_many", count_many)
     res = discover()["query-count"].run(tiny_context(0))
     assert res.status == "refuted"
     assert any("longest" in m["problem"] for m in res.evidence["mismatch_examples"])

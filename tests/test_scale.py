@@ -172,6 +172,25 @@ def test_certify_plan_equals_certify(seed):
     assert msgs[0] == msgs[1]
 
 
+def test_certify_plan_in_small_batches(monkeypatch):
+    """Batches of two families (the batched evaluation's chunks) give the same count, and
+    a wrong v the same first failure, as the query-by-query certificate."""
+    from exactlearn.pipeline import certify as cert
+    monkeypatch.setattr(cert, "_CHUNK", 2)
+    model, K, plan, rec, y0, values = _asked(3, 2, 7)
+    heads = model.canonical_heads()
+    assert certify_plan(heads, plan, y0, values, K) == certify(heads, 3, rec.observations, K)
+    wrong = list(heads)
+    wrong[-1] = Head(wrong[-1].W, tuple(x + 1 for x in wrong[-1].v))
+    msgs = []
+    for fn in (lambda: certify_plan(wrong, plan, y0, values, K),
+               lambda: certify(wrong, 3, rec.observations, K)):
+        with pytest.raises(CertificateError) as exc:
+            fn()
+        msgs.append(str(exc.value))
+    assert msgs[0] == msgs[1]
+
+
 def test_design_rank_from_the_plan_equals_the_rows():
     model, K, plan, rec, y0, values = _asked(3, 2, 7)
     heads = model.canonical_heads()
@@ -244,6 +263,29 @@ def test_executor_failure_is_the_serial_failure(client):
     spread = learn(Oracle(model, Modular()), d=3, heads=1, seed=2, executor=client)
     assert serial.status == spread.status == "failed"
     assert _json(serial) == _json(spread)
+
+
+def test_cluster_confirmation_failure_is_the_serial_failure(client):
+    """Wrong heads modulo a confirmation prime: the one-round confirmation (ask and
+    certify per chunk) fails with the serial certificate's message and counts."""
+    from exactlearn.pipeline.distributed import ClusterPlan
+    model = random_model(3, 2, 4, den=1)
+    plan = draw_paper_plan(3, 2, random.Random(0), 20)
+    wrong = list(model.canonical_heads())
+    wrong[0] = Head(wrong[0].W, tuple(x + 1 for x in wrong[0].v))
+    msgs, counts = [], []
+    for spread in (False, True):
+        oracle = Oracle(model, Modular())
+        Kc = multimodular.draw_confirmation_field(random.Random(1), oracle.field.D)
+        rec = Recorder(oracle.over(Kc), Kc, convert=True, keep=False)
+        with pytest.raises(CertificateError) as exc:
+            if spread:
+                ClusterPlan(client, plan, oracle).confirm(rec, wrong, Kc)
+            else:
+                certify_plan(wrong, plan, *ask_plan(plan, rec), Kc)
+        msgs.append(str(exc.value))
+        counts.append((rec.queries, oracle.queries))
+    assert msgs[0] == msgs[1] and counts[0] == counts[1] == (plan.count, plan.count)
 
 
 def test_executor_refused_where_it_does_not_apply(client):

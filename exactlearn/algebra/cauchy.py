@@ -66,8 +66,10 @@ def cauchy_from_interpolant(L, r0, xs, H, make_poly) -> tuple:
         t0, t1 = t1, t0 - q * t1
     if t1.degree() > H:
         raise InterpolationError(f"no rational function of type ({H},{H}) fits the samples")
-    for x in xs:
-        if t1(x) == 0:
+    values = (t1.multipoint_evaluate(list(xs)) if isinstance(t1, flint.fmpz_mod_poly)
+              else [t1(x) for x in xs])
+    for x, v in zip(xs, values):
+        if v == 0:
             raise InterpolationError("samples are not those of a rational function of type "
                                      f"({H},{H}) (unattainable point at k = {x})")
     return r1, t1

@@ -30,6 +30,9 @@ TABLE_BITS = 10
 #: baby-step giant-step with a table of about 2^12 entries).
 SMOOTH_LIMIT = 2**24
 
+#: :meth:`DiscreteLog.symmetric` tests a small log after the windows up to q^pos <= 2^SMALL_BITS.
+SMALL_BITS = 40
+
 
 # --------------------------------------------------------------------------
 # the group F_p^*: p - 1 and its generators
@@ -110,7 +113,8 @@ class _PrimePowerLog:
                     mults.append(mults[-1] * step % P)
             else:
                 mults = gmpy2.powmod(ginv, qpos, P)   # powered on demand
-            steps.append((mpz(q) ** (e - pos - width), lookups[width], mults, qpos))
+            steps.append((mpz(q) ** (e - pos - width), lookups[width], mults, qpos,
+                          mpz(q) ** (pos + width)))
             pos += width
         self.steps = steps
 
@@ -141,11 +145,14 @@ class _PrimePowerLog:
             return None
         return bsgs
 
-    def __call__(self, h):
+    def __call__(self, h, probe=None):
+        """x with g^x = h.  ``probe(x, q^pos)``, when given, is called after each window
+        with the digits found so far (x mod q^pos); a value it returns that is not None
+        ends the search and is returned instead."""
         P = self.P
         powmod = gmpy2.powmod
         x = 0
-        for shift, lookup, mults, qpos in self.steps:
+        for shift, lookup, mults, qpos, qnext in self.steps:
             d = lookup(powmod(h, shift, P))
             if d is None:
                 raise ArithmeticError("discrete log failed: omega is not a primitive root")
@@ -153,7 +160,15 @@ class _PrimePowerLog:
                 x += d * qpos
                 if mults is not None:
                     h = h * (mults[d] if type(mults) is list else powmod(mults, d, P)) % P
+            if probe is not None and mults is not None:
+                got = probe(x, qnext)
+                if got is not None:
+                    return got
         return x
+
+
+class _Found(int):
+    """A log found early by :meth:`DiscreteLog.symmetric` (already lifted)."""
 
 
 class DiscreteLog:
@@ -180,6 +195,9 @@ class DiscreteLog:
             g = gmpy2.powmod(omega, m, P)          # order q^e
             parts.append((m, _PrimePowerLog(P, q, e, g, table_bits), crt))
         self._parts = parts
+        self._small_mod = 1 << SMALL_BITS
+        self._inverses: dict = {}
+
 
     def __call__(self, a) -> int:
         a = mpz(a) % self.p
@@ -190,3 +208,43 @@ class DiscreteLog:
         for m, solve, crt in self._parts:
             x += solve(gmpy2.powmod(a, m, P)) * crt
         return int(x % self.order)
+
+    def symmetric(self, a, omega) -> int:
+        """The log of ``a`` lifted to (-(p-1)/2, (p-1)/2] -- ``self(a)``, minus p - 1 past
+        the middle -- found early when it is small: after each of the first windows of the
+        largest prime-power part q^e of p - 1 (at most 2^SMALL_BITS), the digits x found
+        so far (x = log mod q^pos) give the one candidate n = x or x - q^pos with
+        |n| < q^pos / 2, and ``omega^n == a`` is tested; a hit *is* the log (two logs in
+        that range would differ by less than p - 1).  Otherwise the full Pohlig--Hellman.
+
+        >>> dl = DiscreteLog(97, 5, {2: 5, 3: 1})
+        >>> [dl.symmetric(pow(5, n % 96, 97), 5) for n in (3, -2, 47, -47, 48)]
+        [3, -2, 47, -47, 48]
+        """
+        a = mpz(a) % self.p
+        if a == 0:
+            raise NotExponential("0 is not a power of the primitive root")
+        P, N = self.p, self.order
+        half = N // 2
+        big = max(range(len(self._parts)), key=lambda t: N // self._parts[t][0])
+        m, solve, crt = self._parts[big]
+        inv = self._inverses.get(omega)
+        if inv is None:
+            inv = self._inverses[omega] = gmpy2.invert(mpz(omega), P)
+
+        def probe(x, mod):
+            if mod > self._small_mod:
+                return None
+            n = x if 2 * x < mod else x - mod
+            if gmpy2.powmod(omega if n >= 0 else inv, abs(n), P) == a:
+                return _Found(n)
+            return None
+        got = solve(gmpy2.powmod(a, m, P), probe)
+        if isinstance(got, _Found):
+            return int(got)
+        x = got * crt
+        for t, (m, solve, crt) in enumerate(self._parts):
+            if t != big:
+                x += solve(gmpy2.powmod(a, m, P)) * crt
+        x = int(x % N)
+        return x - int(N) if x > half else x

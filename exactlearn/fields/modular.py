@@ -145,6 +145,8 @@ class Modular(Field):
         self._omega_el = ctx(omega)
         self._omega_inv = self._omega_el.inverse()
         self._exp_cache = {}
+        self._known_logs = None
+        self.expected_exponents = None
         self._param = Rational(scale=self.scale)
         self._zero = ctx(0)
         self._one = ctx(1)
@@ -253,14 +255,34 @@ class Modular(Field):
         x = int(self(a))
         if x == 0:
             raise NotExponential("0 is not an exponential in F_p")
-        n = discrete_log(self.p, self.omega)(x)
-        if n > self._half:
-            n -= self.p - 1
+        if self._known_logs is None and self.expected_exponents:
+            half, om, inv = self._half, self._omega_el, self._omega_inv
+            ns = {n for e in self.expected_exponents.values() for n in e}
+            self._known_logs = {int(om ** n if n >= 0 else inv ** -n): n for n in ns if -half < n <= half}
+        n = self._known_logs.get(x) if self._known_logs else None
+        if n is None:                       # lifted to (-(p-1)/2, (p-1)/2]
+            n = discrete_log(self.p, self.omega).symmetric(x, self.omega)
         if max_exponent is not None and abs(n) > max_exponent:
             raise NotExponential(
                 f"log of {x} is {n}/{self.D}: |D*s| exceeds the bound {max_exponent}, so it "
                 f"is not the exponential of a score in range")
         return mpq(n, self.D)
+
+    def know_exponents(self, exponents) -> None:
+        """Remember exponents another prime's analysis found (``{configuration index: [n_h]}``,
+        integers in (-(p-1)/2, (p-1)/2]): :meth:`log` of ``omega^n`` is then a lookup, and
+        :attr:`expected_exponents` offers them to the analysis as candidate poles
+        (:func:`~exactlearn.pipeline.interpolate.poles_expected`, each tested as a root).
+        The logs are the same -- an n in that range with ``omega^n = a`` *is* the log of a
+        -- and so are the poles, only found without Pohlig--Hellman or root finding.
+
+        >>> K = Modular(p=97)
+        >>> K.know_exponents({0: [5, -7]})
+        >>> K.log(K.power(-7)), K.log(K.power(3)), K.expected_exponents
+        (mpq(-7,1), mpq(3,1), {0: [5, -7]})
+        """
+        self._known_logs = None            # built on the first log (a cluster's driver takes none)
+        self.expected_exponents = dict(exponents)
 
     # -- polynomials --------------------------------------------------------
     def roots(self, coeffs):

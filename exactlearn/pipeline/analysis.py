@@ -27,7 +27,8 @@ from exactlearn.fields.base import Field
 from exactlearn.fields.multimodular import analysis_fields
 from exactlearn.model import canonicalize
 from exactlearn.pipeline.certify import certify, certify_plan
-from exactlearn.pipeline.interpolate import interpolate_many, poles, poles_among, poles_paired
+from exactlearn.pipeline.interpolate import (interpolate_many, poles, poles_among, poles_expected,
+                                             poles_paired)
 from exactlearn.pipeline.match import label_basis
 from exactlearn.pipeline.solve import solve_heads
 
@@ -38,8 +39,13 @@ def ask_plan(plan, ask) -> tuple:
     Returns the shared k = 0 value and ``{config index: [f(q_1), ..., f(q_2H)]}``."""
     values: dict = {}
     y_shared = None
-    for q in plan.queries:
-        y = ask(plan.tokens(q))
+    many = getattr(ask, "ask_all", None)        # a Recorder: counted once for the plan
+    queries = plan.queries
+    if many is not None:
+        ys = many(plan.tokens(q) for q in queries)
+    else:
+        ys = (ask(plan.tokens(q)) for q in queries)
+    for q, y in zip(queries, ys):
         if q.k == 0:
             y_shared = y
         else:
@@ -104,7 +110,7 @@ def first_group(plan, y_shared, values, K) -> tuple:
     fit(rfs, first, [y_shared] * len(first), values, ks, H, K)
     for j in range(d):
         n = plan.index("basis", 0, j)
-        poles_of[n] = poles(rfs[n], K)
+        poles_of[n] = _expected(rfs[n], n, K, True) or poles(rfs[n], K)
     Et = [[K(plan.E[j][r]) for r in range(d)] for j in range(d)]      # rows e_j^T
     sums = [-_sum((c for _, c in poles_of[plan.index("basis", 0, j)]), K) for j in range(d)]
     V = linalg.matvec(linalg.inverse(Et, K), sums, K)               # E^T V = (V.e_j)_j
@@ -131,7 +137,10 @@ def basis_poles(plan, n, rfs, poles_of, joint_roots, K) -> None:
     by :func:`~exactlearn.pipeline.interpolate.poles_paired`; the rho of (x_i, e_1 + e_j)
     it finds go into ``joint_roots``)."""
     c = plan.configs[n]
-    got = None
+    got = _expected(rfs[n], n, K, True)
+    if got is not None:
+        poles_of[n] = got
+        return
     if c.i > 0 and c.j > 0:
         nw = plan.index("within", c.i, c.j)
         alphas = [r for r, _ in poles_of[plan.index("basis", c.i, 0)]]
@@ -146,6 +155,10 @@ def joint_poles(plan, n, rfs, poles_of, joint_roots, K) -> None:
     """The poles of matching configuration n, among the products of its two basis
     configurations' rho (:func:`~exactlearn.pipeline.interpolate.poles_among`)."""
     c = plan.configs[n]
+    got = _expected(rfs[n], n, K, False)
+    if got is not None:
+        poles_of[n] = got
+        return
     known = joint_roots.get(n)
     if known is not None:       # the products paired by poles_paired: all the poles, in order
         poles_of[n] = poles_among(rfs[n], known, K, known)
@@ -154,6 +167,17 @@ def joint_poles(plan, n, rfs, poles_of, joint_roots, K) -> None:
     a = poles_of[plan.index("basis", i0, 0 if c.kind == "within" else c.j)]
     b = poles_of[plan.index("basis", c.i, c.j)]
     poles_of[n] = poles_among(rfs[n], [ra * rb for ra, _ in a for rb, _ in b], K)
+
+
+def _expected(rf, n, K, ordered):
+    """Configuration n's poles from the exponents another prime found
+    (:meth:`~exactlearn.fields.modular.Modular.know_exponents`, tested as roots by
+    :func:`~exactlearn.pipeline.interpolate.poles_expected`), or None."""
+    expected = getattr(K, "expected_exponents", None)
+    ns = expected.get(n) if expected else None
+    if not ns:
+        return None
+    return poles_expected(rf, [K.power(x) for x in ns], K, ordered)
 
 
 def dot(u, x, K):

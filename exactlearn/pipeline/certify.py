@@ -67,25 +67,70 @@ def certify_plan(heads, plan, y_shared, values, K, configs=None, evaluator=None)
     if configs is None or y_shared is not None:
         _check(ev, plan.configs[0].tokens(0), y_shared, K)
         n = 1
-    for idx in (range(len(plan.configs)) if configs is None else configs):
+    idxs = list(range(len(plan.configs)) if configs is None else configs)
+    if ring is None or not heads:
+        for idx in idxs:
+            c = plan.configs[idx]
+            for k, y in enumerate(values[idx], start=1):
+                _check(ev, c.tokens(k), y, K)
+            n += len(values[idx])
+        return n
+    for t in range(0, len(idxs), _CHUNK):
+        n += _certify_families(ev, plan, idxs[t:t + _CHUNK], values, K, ring)
+    return n
+
+
+#: Families per batched evaluation of :func:`certify_plan` (bounds the memory of one batch).
+_CHUNK = 256
+
+
+def _certify_families(ev, plan, idxs, values, K, ring) -> int:
+    """:func:`certify_plan` over F_p for the configurations ``idxs``, in order: every
+    family's ``N`` and ``D`` (:func:`~exactlearn.algebra.cauchy.sum_of_fractions`) are
+    evaluated at all its k by two ``fmpz_mod_mat`` products (coefficients times a
+    Vandermonde matrix), then ``N(k) == f_observed D(k)``, ``D(k) != 0`` is checked
+    value by value; a family without ``family`` terms, and any failing value, go
+    query by query (:func:`_check`), in the order of the serial loop."""
+    fams = []
+    for idx in idxs:
         c = plan.configs[idx]
-        ys = values[idx]
         try:
-            fam = ev.family(c.a, c.x) if ring is not None and heads else None
+            fam = ev.family(c.a, c.x)
         except (ExactLearnError, ArithmeticError):
             fam = None                              # the query-by-query path says why
-        if fam is None:
-            for k, y in enumerate(ys, start=1):
-                _check(ev, c.tokens(k), y, K)
-            n += len(ys)
-            continue
+        fams.append(fam)
+    rows = [n for n, fam in enumerate(fams) if fam is not None]
+    evals = {}
+    if rows:
         one = ring([1])
-        Nk, Dk = sum_of_fractions([(ring([B, w * A]), ring([1, w])) for w, A, B in fam], one)
-        for k, y in enumerate(ys, start=1):
-            kk = K(k)
-            den = Dk(kk)
-            if den == 0 or Nk(kk) != y * den:
-                _check(ev, c.tokens(k), y, K)       # the query-by-query verdict
+        m = len(fams[rows[0]])
+        width = m + 1
+        L = max(len(values[idxs[r]]) for r in rows)
+        Ncs, Dcs = [], []
+        for r in rows:
+            Nk, Dk = sum_of_fractions([(ring([B, w * A]), ring([1, w])) for w, A, B in fams[r]], one)
+            for poly, out in ((Nk, Ncs), (Dk, Dcs)):
+                cs = poly.coeffs()
+                out.extend(cs)
+                out.extend([0] * (width - len(cs)))
+        ctx = K.scalar_ctx
+        V = flint.fmpz_mod_mat(width, L, [ctx(k) ** i for i in range(width) for k in range(1, L + 1)], ctx)
+        Nv = (flint.fmpz_mod_mat(len(rows), width, Ncs, ctx) * V).entries()
+        Dv = (flint.fmpz_mod_mat(len(rows), width, Dcs, ctx) * V).entries()
+        for t, r in enumerate(rows):
+            evals[r] = (Nv[t * L:(t + 1) * L], Dv[t * L:(t + 1) * L])
+    n = 0
+    for r, idx in enumerate(idxs):
+        c = plan.configs[idx]
+        ys = values[idx]
+        got = evals.get(r)
+        if got is None:
+            bad = range(1, len(ys) + 1)
+        else:
+            bad = [k for k, (nv, dv, y) in enumerate(zip(got[0], got[1], ys), start=1)
+                   if dv == 0 or nv != y * dv]
+        for k in bad:
+            _check(ev, c.tokens(k), ys[k - 1], K)   # the query-by-query verdict
         n += len(ys)
     return n
 

@@ -165,13 +165,13 @@ def _with_coefficients(rf: RationalFunction, rhos, K, ps=None) -> list:
         try:
             if ps is None:
                 ps = [-x for x in _batch_inverse(rhos, K)]
-            inv_dq = _batch_inverse([dQf(p) for p in ps], K)
+            inv_dq = _batch_inverse(_at(dQf, ps), K)
         except ZeroDivisionError:
             inv_dq = None                  # a zero: the element-wise path raises as before
         if inv_dq is not None:
             out = []
-            for rho, p, idq in zip(rhos, ps, inv_dq):
-                c = rho * Pf(p) * idq
+            for rho, Pp, idq in zip(rhos, _at(Pf, ps), inv_dq):
+                c = rho * Pp * idq
                 if K.is_zero(c):
                     raise InterpolationError("a pole with zero coefficient: P and Q share a root")
                 out.append((rho, c))
@@ -191,6 +191,13 @@ def _with_coefficients(rf: RationalFunction, rhos, K, ps=None) -> list:
     return out
 
 
+def _at(f, points) -> list:
+    """``[f(x) for x in points]`` (python-flint's multipoint evaluation for several points)."""
+    if len(points) > 2:
+        return f.multipoint_evaluate(list(points))
+    return [f(x) for x in points]
+
+
 def _batch_inverse(xs, K) -> list:
     """``[1/x for x in xs]`` with one inversion (Montgomery's trick); ZeroDivisionError
     when some x is 0."""
@@ -206,6 +213,43 @@ def _batch_inverse(xs, K) -> list:
         inv = inv * xs[t]
     out[0] = inv
     return out
+
+
+def poles_expected(rf: RationalFunction, rhos, K, ordered: bool = True):
+    """:func:`poles` from candidate rho values (another prime's heads,
+    :meth:`~exactlearn.fields.modular.Modular.know_exponents`), or None.
+
+    Over F_p the distinct nonzero candidates' p = -1/rho are evaluated in Q at once
+    (python-flint's multipoint evaluation); when exactly ``deg Q`` of them are roots they
+    are all the roots (no more roots than the degree: Q splits into distinct linear
+    factors), and the result is :func:`poles`' list -- sorted by the residue of p as
+    :func:`poles` sorts (``ordered``), else in the candidates' order.  Otherwise None,
+    and the caller goes the usual way.
+
+    >>> from exactlearn.fields import Modular
+    >>> K = Modular(p=97)
+    >>> ks = [K(k) for k in range(5)]
+    >>> rf = cauchy_interpolate(ks, [K(1) + K(2) / (1 + 3 * k) + K(5) / (1 + 10 * k) for k in ks], 2, K)
+    >>> poles_expected(rf, [K(10), K(4), K(3)], K) == poles(rf, K), poles_expected(rf, [K(3)], K)
+    (True, None)
+    """
+    rings = fmpz_mod_ring(K)
+    m = rf.n_poles
+    if rings is None or m <= 0:
+        return None
+    cands = []
+    for rho in rhos:
+        if not K.is_zero(rho) and rho not in cands:
+            cands.append(rho)
+    if len(cands) < m:
+        return None
+    ps = [-x for x in _batch_inverse(cands, K)]
+    found = [(p, rho) for p, rho, v in zip(ps, cands, _at(rings[1](rf.Q), ps)) if v == 0]
+    if len(found) != m:
+        return None
+    if ordered:
+        found.sort(key=lambda t: int(t[0]))
+    return _with_coefficients(rf, [rho for _, rho in found], K, ps=[p for p, _ in found])
 
 
 def poles_among(rf: RationalFunction, candidates, K, roots=None):

@@ -410,6 +410,18 @@ def _by_c(other, ref, relation, config) -> list:
     return out
 
 
+def label_cells(plan, poles_of, K, cells) -> dict:
+    """:func:`label_basis` for the basis cells ``cells`` only (the walk always labels the
+    row of x_1 first): ``poles_of`` holds the group of x_1 and the groups of those cells
+    (a cluster's chunk, :mod:`exactlearn.pipeline.distributed`).  Over every chunk the
+    pole counts, ties and c-checks are those of :func:`label_basis`, and so are the cells.
+    """
+    counts = PoleCounts(plan, len(poles_of[plan.index("basis", 0, 0)]))
+    for n in sorted(poles_of):
+        counts.check(n, poles_of[n])
+    return label_heads(plan, poles_of.__getitem__, _relation(K), cells=cells).cells
+
+
 def label_basis(plan, poles_of, K) -> dict:
     """Label the poles of every basis configuration (x_i, e_j) by head, with equality in
     the field K (:func:`label_heads`).

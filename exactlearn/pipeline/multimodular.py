@@ -276,9 +276,15 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
         heads, n, asked_p = at(ResidueModular(K.p, K.omega, K.D), oracle, trace)
         return heads, n, residue_report(heads, K, asked_p)
 
+    found: list = []
+
     def run_prime(Kr):
         first = Kr.p == K.p
-        return at(Kr, oracle if first else over(Kr), trace if first else None)
+        if found and plan is not None:     # the last prime's exponents: its logs, looked up
+            Kr.know_exponents(plan_exponents(plan, found[-1], Kr.D))
+        got = at(Kr, oracle if first else over(Kr), trace if first else None)
+        found.append(got[0])
+        return got
 
     def confirm(heads, Kc):
         sub = rec.child(over(Kc), Kc, keep=keep)
@@ -298,6 +304,41 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
     kw = {} if max_primes is None else {"max_primes": max_primes}
     return learn_over_primes(K, run_prime, confirm, rng,
                              rank_check=None if keep else _check_design_rank_plan, **kw)
+
+
+def plan_exponents(plan, heads, D) -> dict:
+    """``{configuration index: [D e^T W_h x for h]}`` over ``plan``'s configurations (x, e)
+    for ``heads`` (their W exact; one ``fmpz_mat`` product ``E^T (D W_h) X`` per head, the
+    matching configurations' exponents sums of two of its entries); {} when some D W_h is
+    not integral.  A later prime's analysis tries them first
+    (:meth:`~exactlearn.fields.modular.Modular.know_exponents`).
+
+    >>> from exactlearn.pipeline.plan import paper_plan
+    >>> plan = paper_plan([[1, 0], [0, 1]], [[1, 1], [0, 1]], 1)
+    >>> got = plan_exponents(plan, [Head(((mpq(1), mpq(2)), (mpq(0), mpq(3))), (1, 1))], 1)
+    >>> [(c.kind, c.i, c.j, got[n]) for n, c in enumerate(plan.configs)]   # doctest: +NORMALIZE_WHITESPACE
+    [('basis', 0, 0, [1]), ('basis', 0, 1, [0]), ('within', 0, 1, [1]),
+     ('basis', 1, 0, [5]), ('basis', 1, 1, [3]), ('within', 1, 1, [8]), ('across', 1, 0, [6])]
+    """
+    d = plan.d
+    X = flint.fmpz_mat(d, d, [plan.X[i][r] for r in range(d) for i in range(d)])
+    Et = flint.fmpz_mat(d, d, [plan.E[j][r] for j in range(d) for r in range(d)])
+    Ms = []
+    for h in heads:
+        DW = [x * D for row in h.W for x in row]
+        if any(x.denominator != 1 for x in DW):
+            return {}
+        M = Et * flint.fmpz_mat(d, d, [int(x) for x in DW]) * X       # M[j, i] = D e_j^T W x_i
+        Ms.append([[int(M[j, i]) for i in range(d)] for j in range(d)])
+    out = {}
+    for n, c in enumerate(plan.configs):
+        if c.kind == "basis":
+            out[n] = [M[c.j][c.i] for M in Ms]
+        elif c.kind == "within":
+            out[n] = [M[0][c.i] + M[c.j][c.i] for M in Ms]
+        else:                                    # across: x = x_1 + x_i
+            out[n] = [M[c.j][0] + M[c.j][c.i] for M in Ms]
+    return out
 
 
 def _check_design_rank_plan(heads, plan, K) -> None:

@@ -9,6 +9,8 @@ then converted with ``K.to_param``: rational reconstruction in F_p).
 
 from __future__ import annotations
 
+import math
+
 from exactlearn.algebra import linalg
 from exactlearn.model import Head
 
@@ -83,19 +85,24 @@ def solve_heads(plan, labelled, K, log=None) -> list:
 
 
 def _solve_W_all_flint(plan, logs_per_head) -> list:
-    """:func:`_solve_W_flint` for every head at once: one ``fmpq_mat`` solve, one inverse."""
+    """:func:`_solve_W_flint` for every head at once: ``E^T Y = [M_1 ... M_m]`` and then
+    ``X^T [W_1^T ... W_m^T] = [Y_1^T ... Y_m^T]``, two python-flint solves (fraction-free,
+    in C) instead of products with X^{-1}, whose entries are tall rationals: the same
+    exact W."""
     import flint
     from gmpy2 import mpq
     d, m = plan.d, len(logs_per_head)
-    X = flint.fmpq_mat(d, d, [plan.X[i][r] for r in range(d) for i in range(d)])
-    Et = flint.fmpq_mat(d, d, [plan.E[j][r] for j in range(d) for r in range(d)])
-    M = flint.fmpq_mat(d, d * m, [flint.fmpq(int(lg[(i, j)].numerator), int(lg[(i, j)].denominator))
-                                  for j in range(d) for lg in logs_per_head for i in range(d)])
-    A = Et.solve(M)                        # E^{-T} [M_1 ... M_m]
-    Xinv = X.inv()
-    out = []
-    for h in range(m):
-        Ah = flint.fmpq_mat(d, d, [A[r, h * d + c] for r in range(d) for c in range(d)])
-        W = Ah * Xinv
-        out.append(tuple(tuple(mpq(int(W[r, c].p), int(W[r, c].q)) for c in range(d)) for r in range(d)))
-    return out
+    X = flint.fmpz_mat(d, d, [plan.X[i][r] for r in range(d) for i in range(d)])
+    Et = flint.fmpz_mat(d, d, [plan.E[j][r] for j in range(d) for r in range(d)])
+    den = 1
+    for lg in logs_per_head:
+        for x in lg.values():
+            den = den * int(x.denominator) // math.gcd(den, int(x.denominator))
+    N = flint.fmpz_mat(d, d * m, [int(lg[(i, j)] * den) for j in range(d) for lg in logs_per_head
+                                  for i in range(d)])
+    Y = Et.solve(N).entries()              # E^{-T} [M_1 ... M_m] den, row-major d x dm
+    dm = d * m
+    YT = flint.fmpq_mat(d, dm, [Y[r * dm + h * d + c] for c in range(d) for h in range(m) for r in range(d)])
+    Z = flint.fmpq_mat(X.transpose()).solve(YT).entries()     # Z[c, h d + r] = den W_h[r, c]
+    return [tuple(tuple(mpq(int(z.p), int(z.q) * den) for z in (Z[c * dm + h * d + r] for c in range(d)))
+                  for r in range(d)) for h in range(m)]
