@@ -250,3 +250,14 @@ def _excess(fam, parts, W, V):
         total += float(np.sum((r / fam.eta[f]) ** 2))
         n += len(r)
     return total / n
+
+
+def spectrum(heads, rec, start, etas) -> np.ndarray:
+    """The eigenvalues of the Jacobi-scaled normal matrix at ``heads`` over the observations
+    since ``start``, ascending: how well they determine every direction of the parameters
+    (:func:`polish` solves when the smallest is above the largest over ``COND_LIMIT``)."""
+    W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
+    V = np.array([[float(a) for a in h.v] for h in heads])
+    A = _normal(_Families(rec, start, etas), W, V)[0]
+    s = np.sqrt(np.maximum(np.diag(A), 1e-300))
+    return np.linalg.eigvalsh(A / s[:, None] / s[None, :])
