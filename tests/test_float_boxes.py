@@ -373,3 +373,19 @@ def test_polish_names_the_directions_no_observation_sees():
     heads, (fW, rW), _, excess, weak = got
     err = max(abs(float(heads[0].W[r][c]) - W[r][c]) for r in range(2) for c in range(2))
     assert err <= float((2 * fW + rW).max()) < 1e-9 and excess <= 1
+
+
+def test_targeted_families_rescue_a_direction_no_family_sees():
+    """d=12, H=3, seed 6: one entry of one head's W lies in no family's range, so the first
+    polish cannot solve and the solve alone erred by 2.9e-8 (bound 1.1e-5). The targeted
+    families bring it into range: the polish then errs by about 3e-15, and every targeted
+    query is counted."""
+    box = NumpyAttention.from_seed(12, 3, 6)
+    res = learn_box(box, 12, 3, 6)
+    assert res.certified, res.error
+    assert res.real_detail["targeted_families"] > 0
+    assert res.real_detail["estimate"] == "polish"
+    err, _ = max_parameter_error(res.heads, truth(box), res.field)
+    assert err <= res.error_bound <= 1e-10
+    assert err <= 1e-13
+    assert res.queries == box.calls

@@ -21,6 +21,21 @@ from exactlearn.errors import NoisierThanDeclared
 from exactlearn.strategies.real.sensitivity import rounding
 
 
+def family_key(tokens):
+    """``(a, x, k, m)`` of a stable-plan query: ``k`` copies of ``a``, then ``m >= 1`` of the
+    final token ``x`` (``a == x``, ``k == 0`` for a single token repeated).
+
+    >>> family_key(((1, 2), (1, 2), (3, 4)))
+    ((1, 2), (3, 4), 2, 1)
+    """
+    x = tuple(tokens[-1])
+    m = sum(1 for t in tokens if tuple(t) == x)
+    others = {tuple(t) for t in tokens} - {x}
+    if len(others) > 1:
+        raise AssertionError("a stable-plan query has at most two distinct tokens")
+    return (others.pop() if others else x), x, len(tokens) - m, m
+
+
 def certify_two_token(heads, BW, Bv, K, rec, start, etas):
     """Every observation since ``start`` recomputed from the heads within its tolerance
     (module doc, step 6); returns the largest residual / tolerance.  Every query of this
@@ -54,13 +69,7 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas):
 
     for q in range(start, len(rec.observations)):
         tokens, y = rec.observations[q]
-        x_tok = tuple(tokens[-1])
-        others = {tuple(t) for t in tokens} - {x_tok}
-        if len(others) > 1:
-            raise AssertionError("a stable-plan query has at most two distinct tokens")
-        m = sum(1 for t in tokens if tuple(t) == x_tok)
-        k = len(tokens) - m
-        a_tok = others.pop() if others else x_tok
+        a_tok, x_tok, k, m = family_key(tokens)
         f, grad, size = ctx.zero, 0.0, 0.0
         for rho, ua, ux, kw, va, vx in per_head(a_tok, x_tok):
             den = k * rho + m

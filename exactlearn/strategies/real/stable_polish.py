@@ -35,8 +35,6 @@ observations (:func:`_excess`): at most 1 when the outputs are within their ``et
 :class:`~exactlearn.errors.NoisierThanDeclared` -- a box about twice as noisy as declared
 fails here, whatever the propagated tolerances of the certificate allow.
 
->>> family_key(((1, 2), (1, 2), (3, 4)))
-((1, 2), (3, 4), 2, 1)
 """
 
 from __future__ import annotations
@@ -44,21 +42,13 @@ from __future__ import annotations
 import numpy as np
 
 from exactlearn.model import Head
+from exactlearn.strategies.real.stable_certificate import family_key
 
 COND_LIMIT = 1e12        # the Jacobi-scaled normal matrix's condition at most this
 WEAK_COND = 1e8          # directions with eigenvalues below the largest over this are weak
 MAX_PARAMETERS = 4096    # H (d^2 + d) at most this: the dense normal matrix stays <= 128 MB
 MAX_STEPS = 8            # Gauss--Newton steps
 EPS = 2.0 ** -52
-
-
-def family_key(tokens):
-    """``(a, x, k, m)`` of a two-token query: ``k`` copies of ``a``, then ``m`` of ``x``."""
-    x = tuple(tokens[-1])
-    m = sum(1 for t in tokens if tuple(t) == x)
-    others = {tuple(t) for t in tokens} - {x}
-    a = others.pop() if others else x
-    return a, x, len(tokens) - m, m
 
 
 class _Families:
@@ -128,7 +118,7 @@ def _normal(fam, W, V):
         A[H * dd:, H * dd:] += Jv.T @ (w[:, None] * Jv)
         bz[f] = gz.T @ (w * r)
         bv += Jv.T @ (w * r)
-        parts.append((gz, Jv, w, size))
+        parts.append((gz, Jv, w, size, r))
     Dm = fam.D
     for h in range(H):
         rows = slice(h * dd, (h + 1) * dd)
@@ -205,12 +195,12 @@ def polish(heads, K, rec, start, etas):
     if inv is None or step is None:
         return None
     step = np.abs(nxt)            # the step still to go from the estimate: its distance to the fit
-    excess = _excess(fam, parts, W, V)
+    excess = _excess(fam, parts)
     first, rnd = np.zeros(len(b)), np.zeros(len(b))
     # columns of A^-1 T_f^T: the W-part of family f's z_h is D_f placed at head h's rows
     Zcols = [inv[:, h * dd:(h + 1) * dd] @ fam.D.T for h in range(H)]         # P x F each
     Vcols = inv[:, H * dd:]
-    for f, (gz, Jv, w, size) in enumerate(parts):
+    for f, (gz, Jv, w, size, _) in enumerate(parts):
         C = np.concatenate([np.stack([Zcols[h][:, f] for h in range(H)], axis=1), Vcols], axis=1)
         S = C @ np.concatenate([gz, Jv], axis=1).T * w[None, :]               # P x n
         aS = np.abs(S)
@@ -238,16 +228,16 @@ def _direction(u, H, d):
     return h, Wu[h]
 
 
-def _excess(fam, parts, W, V):
-    """The weighted residual sum of squares at the estimate, each residual first reduced by
-    its float64 rounding, over the number of observations.  When every output is within its
-    ``eta_q`` of the model's value, the true heads leave at most ``N`` (each term at most 1),
-    and the least-squares estimate no more: a larger value convicts the declared noise."""
+def _excess(fam, parts):
+    """The weighted residual sum of squares at the estimate (the residuals its normal
+    equations were built from), each residual first reduced by its float64 rounding, over
+    the number of observations.  When every output is within its ``eta_q`` of the model's
+    value, the true heads leave at most ``N`` (each term at most 1), and the least-squares
+    estimate no more: a larger value convicts the declared noise."""
     total, n = 0.0, 0
-    for f, (_, _, w, size) in enumerate(parts):
-        val = _values(fam, f, W, V)[0]
-        r = np.maximum(np.abs(fam.y[f] - val) - 8 * EPS * (size + np.abs(fam.y[f])), 0.0)
-        total += float(np.sum((r / fam.eta[f]) ** 2))
+    for f, (_, _, _, size, r) in enumerate(parts):
+        red = np.maximum(np.abs(r) - 8 * EPS * (size + np.abs(fam.y[f])), 0.0)
+        total += float(np.sum((red / fam.eta[f]) ** 2))
         n += len(r)
     return total / n
 
