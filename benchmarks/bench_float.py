@@ -74,7 +74,8 @@ def one(d, H, seed, args):
            "paper_count": paper_count(d, H), "max_length": res.max_length,
            "attempts": res.attempts, "wall": wall, "error": None, "bound": None, "covers": None,
            "reason": (res.error or "")[:100],
-           "estimate": (res.real_detail or {}).get("estimate", "-")}
+           "estimate": (res.real_detail or {}).get("estimate", "-"),
+           "start": (res.real_detail or {}).get("start", "-")}
     if res.certified:
         err, _ = max_parameter_error(res.heads, truth(box), K)
         row.update(error=float(err), bound=float(res.error_bound), covers=bool(err <= res.error_bound))
@@ -112,6 +113,7 @@ def main(argv=None):
             print(f"d={d} H={H} seed={seed} {r['status']} err={r['error']} bound={r['bound']} "
                   f"covers={r['covers']} queries={r['queries']} (paper {r['paper_count']}) "
                   f"longest={r['max_length']} attempts={r['attempts']} estimate={r['estimate']} "
+                  f"start={r['start']} "
                   f"{r['wall']:.1f}s {r['reason']}",
                   flush=True)
         cert = [r for r in rows if r["status"] == "certified"]

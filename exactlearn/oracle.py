@@ -371,7 +371,13 @@ class TokenAdapter:
         return row
 
     def _convert(self, tokens):
-        rows = [self._row(tuple(t)) for t in tokens]
+        seen: dict = {}             # a query repeats its tokens: each distinct object once
+        rows = []
+        for t in tokens:
+            row = seen.get(id(t))
+            if row is None:
+                row = seen[id(t)] = self._row(tuple(t))
+            rows.append(row)
         if self.kind == "float":
             return rows
         import numpy as np

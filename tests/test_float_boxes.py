@@ -389,3 +389,34 @@ def test_targeted_families_rescue_a_direction_no_family_sees():
     assert err <= res.error_bound <= 1e-10
     assert err <= 1e-13
     assert res.queries == box.calls
+
+
+# -- the pencil start (docs "The real field", step 3b) ------------------------------------
+
+def test_the_pencil_reads_every_head_off_a_float_box():
+    """stable_pencil.pencil_heads on d=4, H=3: each head's (W_h, v_h) within 1e-8 of the
+    box's own weights (compared apart: the nearest true head), every query counted."""
+    from exactlearn.strategies.real.stable_pencil import pencil_heads
+    box = NumpyAttention.from_seed(4, 3, 0)
+    adapter = TokenAdapter(box, "float64")
+    heads, info = pencil_heads(lambda qs: [float(adapter(q)) for q in qs], 4, 3, 1.0, 0.5)
+    assert info["used"] >= 4
+    errs = [min(max(np.abs(W - box.W[g]).max(), np.abs(v - box.v[g]).max()) for g in range(3))
+            for W, v in heads]
+    assert max(errs) <= 1e-8, errs
+
+
+def test_twice_as_many_heads_as_dimensions_certified_from_the_pencil_start():
+    """Pinned: d=4, H=8, seed 0 -- 11 of 31 configurations crowd beyond any per-family fit,
+    so the plan starts from the pencil; the polish then fits all observations (error about
+    8e-15 within a bound about 4e-12).  Every query, the pencil's 1025-token ones too, is
+    counted."""
+    box = NumpyAttention.from_seed(4, 8, 0)
+    res = learn_box(box, 4, 8, 0, retries=0)
+    assert res.certified, res.error
+    assert res.real_detail["start"] == "pencil"
+    assert res.real_detail["estimate"] == "polish"
+    err, _ = max_parameter_error(res.heads, truth(box), res.field)
+    assert err <= res.error_bound <= 1e-9
+    assert err <= 1e-12
+    assert res.queries == box.calls and res.max_length == 1025

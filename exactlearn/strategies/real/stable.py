@@ -22,6 +22,12 @@ is sampled, labelled and solved:
 4. **Labelling** (:mod:`~exactlearn.strategies.real.labels`): ties both ways and predicted
    c-values; entries left undetermined or weakly determined get supplementary families
    ``(x_i, e_j - e_k)`` (:func:`_supplement`).
+3b. **The pencil start** (:mod:`~exactlearn.strategies.real.stable_pencil`): when the probe
+   or too many families fail with ``H`` given (``H >= PENCIL_MIN_HEADS``: many heads whose
+   exponents crowd in every family, e.g. twelve MiniLM heads in d' = 8), the heads are read
+   off a matrix pencil per final token instead, the configurations are asked at
+   ``PENCIL_SCALES`` times the ``sigma`` their exponents suggest, and the polish
+   (Levenberg--Marquardt first) must fit every observation; nothing is certified without it.
 5. **Solve** (:mod:`~exactlearn.strategies.real.stable_solve`), **polish**
    (:mod:`~exactlearn.strategies.real.stable_polish`: every head fitted to every observation
    at once, kept when its bound is smaller; its residuals also test the declared noise) and
@@ -31,7 +37,8 @@ is sampled, labelled and solved:
    bounds; each entry's bound is ``SAFETY = 2`` times its first-order bound plus rounding.
 
 Query count: ``(2d^2 - 1) n_t + (2d^2 - 1) + (2d - 1)`` (:func:`stable_count`, ``n_t``
-the finite nodes), plus the probe, rescues and supplementary families, all counted.
+the finite nodes), plus the probe, rescues and supplementary families, all counted; the
+pencil start adds about ``(d + 1) (d + 1) (2H + 2)(2H + 3) / 2 * 5`` queries of up to 1025 tokens.
 """
 
 from __future__ import annotations
@@ -40,9 +47,10 @@ from __future__ import annotations
 import numpy as np
 from gmpy2 import mpq
 
-from exactlearn.errors import (DegenerateDraw, InterpolationError, LearningFailure,
-                               NoisierThanDeclared)
+from exactlearn.errors import (DegenerateDraw, InterpolationError, LearningFailure, MatchError,
+                               NoisierThanDeclared, SingularMatrix)
 from exactlearn.fields.rational import QQ
+from exactlearn.model import Head
 from exactlearn.noise import noise_bound
 from exactlearn.pipeline.match import WithinBounds
 from exactlearn.pipeline.plan import Config, paper_plan
@@ -54,8 +62,9 @@ from exactlearn.strategies.real.ratio import (MAX_COPIES, family_tokens, fit_rat
                                               node_t, ratio_nodes)
 from exactlearn.strategies.real.sensitivity import LO, rounding
 from exactlearn.strategies.real.stable_certificate import certify_two_token
+from exactlearn.strategies.real.stable_pencil import pencil_heads
 from exactlearn.strategies.real.stable_polish import Weak, polish
-from exactlearn.strategies.real.stable_probe import TARGET, ask_family, probe_scale
+from exactlearn.strategies.real.stable_probe import TARGET, ask_family, probe_scale, sigma_for
 from exactlearn.strategies.real.stable_solve import (rows_of, solve_stable_heads, undetermined,
                                                      weak_entries)
 
@@ -70,6 +79,8 @@ ROOTS_TRIED = 4          # basis families of x_1 tried as the root of the labell
 SUPPLEMENT_ROUNDS = 5    # rounds of supplementary families for undetermined entries
 SUPPLEMENT_PER_ENTRY = 3
 GRID = 20                # token entries on the dyadic grid 2^-GRID
+PENCIL_MIN_HEADS = 2     # the pencil start (step 3b) when the families fail, from this many heads
+PENCIL_SCALES = (mpq(1, 2), mpq(1), mpq(2))   # the plan's families after it, around sigma
 
 
 def stable_count(d: int, H: int) -> int:
@@ -294,41 +305,14 @@ def _poles(K, fit, m):
             for x, c, b, b2 in zip(fit.logs, fit.cs, bl, bc)]
 
 
-def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
-               probe_log=None):
-    """Probe, scale, ask, fit, label, solve and certify (module doc).  Returns
-    ``(heads, certified observations, RealOutcome)``."""
-    H, d = plan.H, plan.d
-    eta = K(0) if noise is None else noise_bound(K, noise)
-    eta_rel = K(0) if noise_rel is None else noise_bound(K, noise_rel)
-    nz = _Noise(K, eta, eta_rel)
-    if float(eta) == 0 and float(eta_rel) == 0:
-        nz.eta = float(rounding(K, 1))      # an exact box: its field's rounding only
-    start = len(rec.observations)
-    asker = _Asker(rec)
-    nodes = ratio_nodes(H)
-    X0, E0 = dyadic_basis(plan.X), dyadic_basis(plan.E)
-    plan0 = paper_plan(X0, E0, H)
-    probe_log = [] if probe_log is None else probe_log
-    probe_log.append(0)
-    m = H if heads_exact else None
-    tries = []
-    if query_scale is None:
-        try:
-            sigma, m, tries = probe_scale(plan0, K, asker, nz, nodes, H, m)
-        finally:
-            probe_log[-1] = len(rec.observations) - start
-    else:
-        sigma = mpq(query_scale) if not isinstance(query_scale, str) else QQ(query_scale)
-        if m is None:
-            m = H
-    n_probe = len(rec.observations) - start
-    X = [tuple(sigma * a for a in x) for x in X0]
-    E = [tuple(sigma * a for a in e) for e in E0]
+def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
+    """Steps 3--5 up to the solve (module doc): the plan at scale ``sigma``, its families fitted,
+    labelled, supplemented and solved.  Raises when too many families do not resolve."""
+    d = plan0.d
+    X = [tuple(sigma * a for a in x) for x in plan0.X]
+    E = [tuple(sigma * a for a in e) for e in plan0.E]
     splan = paper_plan(X, E, H)
     fits, ids, rescued, bad = _fit_all(splan, K, asker, nz, nodes, m, H)
-    probe_log[-1] = n_probe
-    name = lambda n: f"{splan.configs[n].kind}{(splan.configs[n].i + 1, splan.configs[n].j + 1)}"
     if len(bad) > MAX_UNRESOLVED * len(splan.configs) or not fits:
         first = bad[min(bad)]
         raise type(first)(f"{len(bad)} of {len(splan.configs)} configurations could not be "
@@ -354,22 +338,115 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     rows = [rows_of(c) for c in configs]
     n_supp = _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz, nodes,
                          m, H, relation)
+    heads, SW, Sv, rounds = solve_stable_heads(splan, rows, fits, ids, index, K, m,
+                                               len(rec.observations))
+    return {"splan": splan, "heads": heads, "SW": SW, "Sv": Sv, "rounds": rounds, "fits": fits,
+            "bad": bad, "rescued": rescued, "index": index, "supplementary": n_supp,
+            "worst_rel": worst_rel, "start": None}
+
+
+def _pencil_route(plan0, K, asker, nz, nodes, H, why):
+    """Step 3b (module doc): the heads started by
+    :mod:`~exactlearn.strategies.real.stable_pencil`, then the plan's configurations asked as
+    ratio families at ``PENCIL_SCALES`` times the ``sigma`` at which the start's exponents have
+    an rms of about TARGET; the polish that follows fits all of them."""
+    d = plan0.d
+
+    def ask(queries):
+        return [float(y) for y, _ in asker.ask(queries)]
+
+    start, info = pencil_heads(ask, d, H, x_norm=1.0, e_norm=0.5)
+    Xm = np.array([[float(a) for a in x] for x in plan0.X]).T
+    Em = np.array([[float(a) for a in e] for e in plan0.E]).T
+    logs = np.array([Em.T @ W @ Xm for W, _ in start])
+    rms = float(np.sqrt(np.mean(logs ** 2)))
+    sigma = sigma_for(rms)
+    X = [tuple(sigma * a for a in x) for x in plan0.X]
+    E = [tuple(sigma * a for a in e) for e in plan0.E]
+    splan = paper_plan(X, E, H)
+    asker.ask([family_tokens(tuple(f * a for a in c.x), tuple(f * b for b in c.a), k, mm)
+               for f in PENCIL_SCALES for c in splan.configs for k, mm in nodes])
+    mpf = K.ctx.mpf                 # a float64 is exact in any precision
+    heads = [Head(tuple(tuple(mpf(float(a)) for a in row) for row in W), tuple(mpf(float(a)) for a in v))
+             for W, v in start]
+    info["why"] = str(why)[:200]
+    return {"splan": splan, "heads": heads, "SW": None, "Sv": None, "rounds": None, "fits": {},
+            "bad": {}, "rescued": {}, "index": {}, "supplementary": 0, "worst_rel": 0.0,
+            "sigma": sigma, "pencil": info}
+
+
+def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
+               probe_log=None):
+    """Probe, scale, ask, fit, label, solve and certify (module doc).  Returns
+    ``(heads, certified observations, RealOutcome)``."""
+    H, d = plan.H, plan.d
+    eta = K(0) if noise is None else noise_bound(K, noise)
+    eta_rel = K(0) if noise_rel is None else noise_bound(K, noise_rel)
+    nz = _Noise(K, eta, eta_rel)
+    if float(eta) == 0 and float(eta_rel) == 0:
+        nz.eta = float(rounding(K, 1))      # an exact box: its field's rounding only
+    start = len(rec.observations)
+    asker = _Asker(rec)
+    nodes = ratio_nodes(H)
+    X0, E0 = dyadic_basis(plan.X), dyadic_basis(plan.E)
+    plan0 = paper_plan(X0, E0, H)
+    probe_log = [] if probe_log is None else probe_log
+    probe_log.append(0)
+    m = H if heads_exact else None
+    tries = []
+    route = None
+    try:
+        if query_scale is None:
+            try:
+                sigma, m, tries = probe_scale(plan0, K, asker, nz, nodes, H, m)
+            finally:
+                probe_log[-1] = len(rec.observations) - start
+        else:
+            sigma = mpq(query_scale) if not isinstance(query_scale, str) else QQ(query_scale)
+            if m is None:
+                m = H
+        n_probe = len(rec.observations) - start
+        route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start)
+    except (DegenerateDraw, InterpolationError, MatchError, SingularMatrix) as exc:
+        # crowded exponents in every family (many heads for d): the pencil start (step 3b)
+        if not heads_exact or H < PENCIL_MIN_HEADS:
+            raise
+        n_probe = len(rec.observations) - start
+        probe_log[-1] = n_probe
+        try:
+            route = _pencil_route(plan0, K, asker, nz, nodes, H, exc)
+        except LearningFailure as exc2:
+            raise type(exc)(f"{exc}; the pencil start failed too: {str(exc2)[:400]}") from None
+        sigma, m = route["sigma"], H
+    probe_log[-1] = n_probe
+    splan, heads = route["splan"], route["heads"]
+    fits, bad, rescued, index = route["fits"], route["bad"], route["rescued"], route["index"]
+    n_supp, worst_rel = route["supplementary"], route["worst_rel"]
+    name = lambda n: f"{splan.configs[n].kind}{(splan.configs[n].i + 1, splan.configs[n].j + 1)}"
     obs = rec.observations[start:]
     n_obs = len(rec.observations)
-    heads, SW, Sv, rounds = solve_stable_heads(splan, rows, fits, ids, index, K, m, n_obs)
     etas_all = np.zeros(n_obs)
     size = H * max(abs(float(y)) for _, y in obs)
     for q in range(start, n_obs):
         etas_all[q] = nz.of(rec.observations[q][1], size)
-    BW = [[[SAFETY * float(np.abs(SW[h][r * d + q]) @ etas_all) + rounds[h][0] for q in range(d)]
-           for r in range(d)] for h in range(m)]
-    Bv = [[SAFETY * float(np.abs(Sv[h][r]) @ etas_all) + rounds[h][1] for r in range(d)]
-          for h in range(m)]
+    if route["SW"] is None:             # the pencil route: only the polish gives bounds
+        BW = [[[float("inf")] * d for _ in range(d)] for _ in range(m)]
+        Bv = [[float("inf")] * d for _ in range(m)]
+    else:
+        SW, Sv, rounds = route["SW"], route["Sv"], route["rounds"]
+        BW = [[[SAFETY * float(np.abs(SW[h][r * d + q]) @ etas_all) + rounds[h][0]
+                for q in range(d)] for r in range(d)] for h in range(m)]
+        Bv = [[SAFETY * float(np.abs(Sv[h][r]) @ etas_all) + rounds[h][1] for r in range(d)]
+              for h in range(m)]
     # the polish computes in float64: worth it (and its noise test meaningful) only when the
     # declared noise is above float64 rounding (an exact high-precision box keeps the solve)
     ys = np.array([abs(float(y)) for _, y in obs])
     float_noise = float(np.median(etas_all[start:] / np.maximum(8 * 2.0 ** -52 * ys, 1e-300))) >= 1
-    polished = polish(heads, K, rec, start, etas_all) if float_noise else None
+    far = "pencil" in route
+    if far and not float_noise:
+        raise DegenerateDraw("the pencil start needs the polish, which runs in float64 only for "
+                             "a declared noise above float64 rounding")
+    polished = polish(heads, K, rec, start, etas_all, far=far) if float_noise else None
     n_target = 0
     weak = polished if isinstance(polished, Weak) else polished[-1] if polished else None
     if weak is not None and weak.directions:   # directions few observations see: ask for them
@@ -379,14 +456,24 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
             etas_all = np.concatenate([etas_all, np.zeros(len(rec.observations) - n_obs)])
             for q in range(n_obs, len(rec.observations)):
                 etas_all[q] = nz.of(rec.observations[q][1], size)
-            again = polish(heads, K, rec, start, etas_all)
+            again = polish(polished[0] if isinstance(polished, tuple) else heads, K, rec, start,
+                           etas_all, far=far)
             if not isinstance(again, Weak) and again is not None:
                 polished = again
     if isinstance(polished, Weak):
         polished = None
+    if far and polished is None:
+        raise DegenerateDraw(f"the pencil start ({route['pencil']['why'][:80]}...) did not "
+                             f"converge to a well-determined fit of all {len(obs)} observations")
     method = "solve"
     if polished is not None:
         pheads, (fW, rW), (fV, rV), excess, _ = polished
+        if far and excess > 1:
+            raise DegenerateDraw(
+                f"the fit of all {len(obs)} observations from the pencil start leaves a weighted "
+                f"residual sum of squares {excess:.3g} times their number (at most 1 when every "
+                f"output is within its eta): it did not converge, or the outputs are noisier "
+                f"than declared")
         if excess > 1:
             raise NoisierThanDeclared(
                 f"outputs noisier than the declared eta (or a black box outside the model "
@@ -415,7 +502,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "
                     f"{UNEQUAL_FACTOR} first-order bounds",
         "max_relative_pole_error_bound": f"{worst_rel:.3g}",
-        "max_abs_exponent": f"{max(abs(float(x)) for f in fits.values() for x in f.logs):.4g}",
+        "max_abs_exponent": f"{max((abs(float(x)) for f in fits.values() for x in f.logs), default=0.0):.4g}",
         "query_scale": str(sigma), "scale_rule": "dyadic near-orthogonal X, E; sigma^2 brings the "
         f"probe's rms log rho to about {TARGET}", "probe": tries, "probe_queries": n_probe,
         "stable_plan_queries": stable_count(d, H),
@@ -423,9 +510,12 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         "unlabelled_configurations": [name(n) for n in fits if n not in index and n < len(splan.configs)],
         "supplementary_families": n_supp,
         "estimate": method,
+        "start": "pencil" if far else "solve",
         "targeted_families": n_target,
         "rescued_configurations": {name(n): f for n, f in rescued.items()},
     }
+    if far:
+        detail["pencil"] = route["pencil"]
     out = RealOutcome(sigma=sigma, probe_queries=n_probe, error_bound=LO.convert(err),
                       head_bounds=[LO.convert(b) for b in head_b], eta=eta, detail=detail,
                       W_bounds=[[[LO.convert(x) for x in row] for row in bw] for bw in BW],

@@ -48,6 +48,7 @@ COND_LIMIT = 1e12        # the Jacobi-scaled normal matrix's condition at most t
 WEAK_COND = 1e8          # directions with eigenvalues below the largest over this are weak
 MAX_PARAMETERS = 4096    # H (d^2 + d) at most this: the dense normal matrix stays <= 128 MB
 MAX_STEPS = 8            # Gauss--Newton steps
+LM_STEPS = 100           # Levenberg--Marquardt steps from a far start
 EPS = 2.0 ** -52
 
 
@@ -160,9 +161,42 @@ def _solve(A, b):
     return inv @ b, inv, weak
 
 
-def polish(heads, K, rec, start, etas):
+def _levenberg(fam, W, V, steps):
+    """Levenberg--Marquardt from a start farther off (the pencil start of
+    :mod:`~exactlearn.strategies.real.stable_pencil`): damped steps ``(A + lam diag A)^-1 b``
+    until the cost settles or no damped step decreases it; ``(W, V)``, or ``None`` after
+    ``steps`` steps."""
+    H, d = V.shape
+    dd = d * d
+    A, b, _, cost = _normal(fam, W, V)
+    lam = 1e-3
+    for _ in range(steps):
+        dA = np.diag(np.diag(A)) + 1e-300 * np.eye(len(b))
+        while True:
+            try:
+                delta = np.linalg.solve(A + lam * dA, b)
+            except np.linalg.LinAlgError:
+                delta = None
+            if delta is not None:
+                W1 = W + delta[:H * dd].reshape(H, d, d)
+                V1 = V + delta[H * dd:].reshape(H, d)
+                A1, b1, _, cost1 = _normal(fam, W1, V1)
+                if cost1 < cost:
+                    break
+            lam *= 4
+            if lam > 1e12:
+                return W, V                 # no damped step decreases the cost: stationary
+        settled = cost - cost1 <= 1e-9 * cost
+        W, V, A, b, cost, lam = W1, V1, A1, b1, cost1, max(lam / 3, 1e-12)
+        if settled:
+            return W, V
+    return None
+
+
+def polish(heads, K, rec, start, etas, far=False):
     """Heads fitted to every observation since ``start`` and their bounds ``(BW, Bv)`` before
-    ``SAFETY`` (first-order bound, rounding), or ``None`` (module doc)."""
+    ``SAFETY`` (first-order bound, rounding), or ``None`` (module doc).  ``far``: the heads
+    are only a start (the pencil's), so Levenberg--Marquardt (``LM_STEPS``) runs first."""
     H, d = len(heads), len(heads[0].v)
     dd = d * d
     if H * (dd + d) > MAX_PARAMETERS:
@@ -170,8 +204,13 @@ def polish(heads, K, rec, start, etas):
     W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
     V = np.array([[float(a) for a in h.v] for h in heads])
     fam = _Families(rec, start, etas)
+    if far:
+        got = _levenberg(fam, W, V, LM_STEPS)
+        if got is None:
+            return None
+        W, V = got
     A, b, parts, cost = _normal(fam, W, V)
-    step = None
+    step = np.zeros(len(b)) if far else None    # after Levenberg--Marquardt: settled already
     weak0 = None
     for it in range(MAX_STEPS):
         delta, inv, weak = _solve(A, b)

@@ -1,0 +1,262 @@
+"""The stable plan's start for many heads: a matrix pencil per final token (docs "The real
+field", "The stable plan for float black boxes", step 3b).
+
+When the heads' exponents crowd in every family, as for the twelve heads of a MiniLM layer
+in d' = 8, no fit of a single family separates them (docs "Known limits"), but the global
+fit of the polish (:mod:`~exactlearn.strategies.real.stable_polish`) is well posed once it
+starts close enough.  This module finds that start without fitting any family's poles.
+
+Fix a final token ``x`` and write ``q_h = W_h x``.  The query of one copy of ``a = x + e``
+followed by ``m`` copies of ``x`` has the value
+
+    f_m = A + sum_h (v_h . e) rho_h / (rho_h + m),   A = sum_h v_h . x,  rho_h = exp(q_h . e),
+
+so its first coefficient in ``u = 1/m`` is ``N(e) = sum_h (v_h . e) exp(q_h . e)``.  It is
+extrapolated from ``m`` in ``COPIES`` (``rho_h / m`` small; the ``(x)`` query gives ``A``).
+On the sums ``e = alpha_i + alpha_j + g`` of a set of small vectors ``alpha``,
+
+    N(alpha_i + alpha_j + g) = sum_h rho_h(g) Phi_h(alpha_i)^T C_h(g) Phi_h(alpha_j),
+    Phi_h(alpha) = (rho_h(alpha), (v_h . alpha) rho_h(alpha)),  C_h(g) = [[v_h . g, 1], [1, 0]],
+
+a matrix of rank ``2H`` for every shift ``g``.  With ``N_0`` (``g = 0``) reduced to its
+``2H`` leading singular vectors, ``T_g = U^T N_g V S^-1`` has the eigenvalue ``rho_h(g)`` on
+each head's two-dimensional invariant subspace (a Jordan block: ``rho_h(g)`` twice).  The
+subspaces come from a random combination of the shifts ``g_k = delta e_k`` (the heads'
+eigenvalues then differ in all ``d`` coordinates at once), and on each of them
+``trace(T_{g_k}) / 2 = exp(delta q_h[k])`` gives ``q_h`` coordinate by coordinate.  Gauss--Newton
+on ``N`` itself then refines ``(q_h, v_h)``.  This is multidimensional ESPRIT: two heads
+close in one direction are told apart by the others.
+
+Over ``d + 4`` final tokens, the heads are matched by ``v_h`` (the same for every ``x``), and
+``W_h`` is the least-squares solution of ``W_h x = q_h(x)``.  A final token whose pencil has no
+clear rank ``2H``, whose pairs are ambiguous or whose refined fit leaves residuals is
+asked again at a smaller ``e`` (``rho_h / m`` was too large) and then dropped; fewer than
+``d`` usable tokens is a :class:`~exactlearn.errors.DegenerateDraw`.  The start is only a
+start: the polish, its noise test and the certificate decide (docs "The real field").
+
+Every token is on the dyadic grid ``2^-GRID`` with at most 24 significant bits, so a float32
+or float64 box evaluates exactly the query asked; every query is counted and certified.
+
+>>> np.round(_extrapolate_weights((256, 512)), 6).tolist()
+[-256.0, 1024.0]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from gmpy2 import mpq
+
+from exactlearn.errors import DegenerateDraw
+
+COPIES = (256, 384, 512, 768, 1024)   # m of the extrapolation; the longest query has 1025 tokens
+ALPHA_MARGIN = 2                      # vectors alpha beyond 2H (the rank of each matrix)
+SPARE_TOKENS = 1                      # final tokens used beyond d
+EXTRA_TOKENS = 4                      # final tokens asked at most beyond d
+FIRST_TOKENS = 2                      # when none of the first this many resolves, stop
+SHRINK = 1.6                          # e scaled down by this when a token fails
+TRIES = 3                             # scales of e tried per final token
+MIXES = 6                             # random combinations of the shifts tried
+SMALL_SINGULAR = 1e-9                 # value 2H below this times the largest: e too small
+RANK_GAP = 1e-3                       # singular value 2H + 1 below this times value 2H
+FIT_LIMIT = 1e-7                      # refined fit: max residual / max |N| at most this
+MATCH_LIMIT = 1e-3                    # v_h of two tokens agree within this (relative)
+GRID = 20
+
+
+def _extrapolate_weights(copies) -> np.ndarray:
+    """Weights ``w`` with ``N ~ sum_m w_m (f_m - A)``: the value at ``u = 0`` of the
+    polynomial through ``(1/m, m (f_m - A))``."""
+    us = np.array([1.0 / m for m in copies])
+    V = np.vander(us, len(us), increasing=True)
+    return np.linalg.inv(V)[0] / us
+
+
+def _dyadic(vec):
+    scale = 2 ** GRID
+    return tuple(mpq(int(round(float(a) * scale)), scale) for a in vec)
+
+
+def _refine(pts, vals, Q, v, steps=60):
+    """Levenberg--Marquardt on ``N(e) = sum_h (v_h . e) exp(q_h . e)``: ``(Q, v, max relative
+    residual)``."""
+    H, d = Q.shape
+    scale = float(np.abs(vals).max()) or 1.0
+
+    def res_jac(Q, v):
+        rho = np.exp(pts @ Q.T)                         # n x H
+        c = pts @ v.T                                   # n x H
+        r = ((rho * c).sum(axis=1) - vals) / scale
+        JQ = (rho * c)[:, :, None] * pts[:, None, :]
+        Jv = rho[:, :, None] * pts[:, None, :]
+        return r, np.concatenate([JQ.reshape(len(pts), -1), Jv.reshape(len(pts), -1)], axis=1) / scale
+
+    r, J = res_jac(Q, v)
+    cost, lam = float(r @ r), 1e-6
+    for _ in range(steps):
+        A = J.T @ J
+        g = J.T @ r
+        dA = np.diag(A).copy() + 1e-300
+        while lam < 1e12:
+            try:
+                step = np.linalg.solve(A + lam * np.diag(dA), -g)
+            except np.linalg.LinAlgError:
+                lam *= 10
+                continue
+            Q2, v2 = Q + step[:H * d].reshape(H, d), v + step[H * d:].reshape(H, d)
+            r2, J2 = res_jac(Q2, v2)
+            c2 = float(r2 @ r2)
+            if c2 < cost:
+                done = cost - c2 < 1e-10 * cost
+                Q, v, r, J, cost, lam = Q2, v2, r2, J2, c2, max(lam / 3, 1e-12)
+                break
+            lam *= 4
+        else:
+            break
+        if done:
+            break
+    return Q, v, float(np.abs(r).max())
+
+
+def _pairs(lam):
+    """The eigenvalues paired (each head's Jordan block), closest first; ``None`` when a pair
+    is not clearly closer than its members are to any other eigenvalue."""
+    n = len(lam)
+    dist = np.abs(lam[:, None] - lam[None, :]) + np.diag(np.full(n, np.inf))
+    left, pairs = list(range(n)), []
+    while left:
+        sub = dist[np.ix_(left, left)]
+        i, j = np.unravel_index(int(np.argmin(sub)), sub.shape)
+        a, b = left[i], left[j]
+        pairs.append((a, b))
+        left = [k for k in left if k not in (a, b)]
+    for a, b in pairs:
+        others = [k for k in range(n) if k not in (a, b)]
+        if others and dist[a, b] > 0.5 * min(dist[a, others].min(), dist[b, others].min()):
+            return None
+    return pairs
+
+
+class _Token:
+    """One final token's queries and heads."""
+
+    def __init__(self, x):
+        self.x = x
+        self.Q = self.v = None
+        self.residual = np.inf
+        self.note = ""
+
+
+def _per_token(ask, x, alphas, shifts, delta, H, rng):
+    """``(Q, v, residual)`` from the pencil at the final token ``x`` (module doc), or
+    ``("shrink" | "grow", why not)``: the scale of ``e`` to try next."""
+    d = len(x)
+    n = len(alphas)
+    iu = np.triu_indices(n)
+    xf = np.array([float(t) for t in x])
+    pts, queries = [], []
+    for g in shifts:
+        for i, j in zip(*iu):
+            e = alphas[i] + alphas[j] + g
+            a = tuple(p + q for p, q in zip(x, _dyadic(e)))
+            pts.append(np.array([float(t) for t in a]) - xf)
+            queries.extend([a] + [x] * m for m in COPIES)
+    ys = ask([[x]] + queries)
+    A = ys[0]
+    f = np.array(ys[1:]).reshape(-1, len(COPIES))
+    vals = (f - A) @ _extrapolate_weights(COPIES)
+    pts = np.array(pts)
+    per = len(iu[0])
+    Ms = []
+    for s in range(len(shifts)):
+        M = np.zeros((n, n))
+        M[iu] = vals[s * per:(s + 1) * per]
+        Ms.append(M + np.triu(M, 1).T)
+    U, S, Vt = np.linalg.svd(Ms[0])
+    r = 2 * H
+    if not (S[r - 1] > 0 and S[r] < RANK_GAP * S[r - 1]):
+        small = S[r - 1] < SMALL_SINGULAR * S[0]
+        return ("grow" if small else "shrink",
+                f"no clear rank {r} (singular values {S[r - 1] / S[0]:.2g}, {S[r] / S[0]:.2g})")
+    Ur, Vr, Sr = U[:, :r], Vt[:r].T, S[:r]
+    T = [Ur.T @ M @ Vr / Sr for M in Ms[1:]]
+    for _ in range(MIXES):             # the random combination: another when two pairs crowd
+        mix = rng.normal(size=d)
+        lam, Y = np.linalg.eig(sum(c * Tk for c, Tk in zip(mix, T)))
+        pairs = _pairs(lam)
+        if pairs is not None:
+            break
+    else:
+        return "shrink", "two heads' eigenvalues crowd in every combination tried"
+    Yi = np.linalg.inv(Y)
+    Q = np.zeros((H, d))
+    for h, (a, b) in enumerate(pairs):
+        P, Pi = Y[:, [a, b]], Yi[[a, b]]
+        for k in range(d):
+            val = (np.trace(Pi @ T[k] @ P) / 2).real
+            if not val > 0:
+                return "shrink", "an eigenvalue is not positive"
+            Q[h, k] = np.log(val) / delta
+    rho = np.exp(pts @ Q.T)
+    Phi = (rho[:, :, None] * pts[:, None, :]).reshape(len(pts), -1)
+    v = np.linalg.lstsq(Phi, vals, rcond=None)[0].reshape(H, d)
+    Q, v, res = _refine(pts, vals, Q, v)
+    if not res <= FIT_LIMIT:
+        return "shrink", f"the refined fit leaves a relative residual {res:.2g}"
+    return Q, v, res
+
+
+def pencil_heads(ask, d: int, H: int, x_norm: float, e_norm: float, seed: int = 0):
+    """Float64 heads ``[(W_h, v_h)]`` from the pencils of ``d + SPARE_TOKENS`` final tokens
+    (module doc), and a dict of what was done.  ``ask(queries)`` returns the outputs (floats)
+    of a list of token lists; ``x_norm`` is the final tokens' norm, ``e_norm`` that of the
+    vectors ``alpha`` (their sums keep ``|q_h . e|`` small against ``m``)."""
+    rng = np.random.default_rng(seed)
+    n_alpha = 2 * H + ALPHA_MARGIN
+    unit = rng.normal(size=(n_alpha, d)) / np.sqrt(d)
+    notes: dict = {}
+    tokens, used, good_ra = [], [], e_norm
+    while len(used) < d + SPARE_TOKENS and len(tokens) < d + EXTRA_TOKENS:
+        if len(tokens) >= FIRST_TOKENS and not any(t.Q is not None for t in tokens):
+            break                       # the first tokens all failed: not a matter of luck
+        n = len(tokens)
+        tok = _Token(_dyadic(rng.normal(size=d) * x_norm / np.sqrt(d)))
+        tokens.append(tok)
+        ra = good_ra
+        for _ in range(TRIES):
+            delta = ra / np.sqrt(d)
+            alphas = [np.array([float(t) for t in _dyadic(a * ra)]) for a in unit]
+            shifts = [np.zeros(d)] + [delta * np.eye(d)[k] for k in range(d)]
+            got = _per_token(ask, tok.x, alphas, shifts, delta, H, rng)
+            if not isinstance(got[0], str):
+                tok.Q, tok.v, tok.residual = got
+                good_ra = ra
+                break
+            notes[f"x{n + 1} at {ra:.3g}"] = got[1]
+            ra = ra / SHRINK if got[0] == "shrink" else ra * SHRINK
+        if tok.Q is None:
+            continue
+        if not used:
+            used.append(tok)
+            continue
+        ref = used[0]
+        vnorm = np.linalg.norm(ref.v, axis=1)
+        C = np.linalg.norm(ref.v[:, None, :] - tok.v[None, :, :], axis=2) / vnorm[:, None]
+        order = np.argmin(C, axis=1)
+        best = C[np.arange(H), order]
+        if len(set(order.tolist())) < H or best.max() > MATCH_LIMIT:
+            notes[f"x{n + 1} match"] = f"its v differ from x{tokens.index(ref) + 1}'s by {best.max():.2g}"
+            continue
+        tok.Q, tok.v = tok.Q[order], tok.v[order]
+        used.append(tok)
+    if len(used) < d:
+        raise DegenerateDraw(f"the pencil start resolved and matched the heads of {len(used)} of "
+                             f"{len(tokens)} final tokens (at least {d} needed): {notes}")
+    Xm = np.array([[float(t) for t in tok.x] for tok in used]).T        # d x n
+    if np.linalg.cond(Xm) > 1e6:
+        raise DegenerateDraw("the pencil start's final tokens are nearly dependent")
+    Xp = np.linalg.pinv(Xm)
+    heads = [(np.stack([tok.Q[h] for tok in used], axis=1) @ Xp,
+              np.mean([tok.v[h] for tok in used], axis=0)) for h in range(H)]
+    detail = {"final_tokens": len(tokens), "used": len(used),
+              "worst_residual": f"{max(t.residual for t in used):.3g}", "dropped": notes}
+    return heads, detail
