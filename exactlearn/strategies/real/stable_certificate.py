@@ -28,12 +28,18 @@ def family_key(tokens):
     >>> family_key(((1, 2), (1, 2), (3, 4)))
     ((1, 2), (3, 4), 2, 1)
     """
-    x = tuple(tokens[-1])
-    m = sum(1 for t in tokens if tuple(t) == x)
-    others = {tuple(t) for t in tokens} - {x}
-    if len(others) > 1:
-        raise AssertionError("a stable-plan query has at most two distinct tokens")
-    return (others.pop() if others else x), x, len(tokens) - m, m
+    last = tokens[-1]
+    x = tuple(last)
+    a = a_obj = None
+    m = 0
+    for t in tokens:                    # identity first: a long query repeats two objects
+        if t is last or tuple(t) == x:
+            m += 1
+        elif a is None:
+            a, a_obj = tuple(t), t
+        elif not (t is a_obj or tuple(t) == a):
+            raise AssertionError("a stable-plan query has at most two distinct tokens")
+    return (x if a is None else a), x, len(tokens) - m, m
 
 
 def certify_two_token(heads, BW, Bv, K, rec, start, etas):
