@@ -29,8 +29,9 @@ close in one direction are told apart by the others.
 
 Over ``d + 4`` final tokens, the heads are matched by ``v_h`` (the same for every ``x``), and
 ``W_h`` is the least-squares solution of ``W_h x = q_h(x)``.  A final token whose pencil has no
-clear rank ``2H``, whose pairs are ambiguous or whose refined fit leaves residuals is
-asked again at a smaller ``e`` (``rho_h / m`` was too large) and then dropped; fewer than
+clear rank ``2H``, or whose refined fit leaves residuals is asked again at a smaller
+``e`` (``rho_h / m`` too large) or a larger one (the rank drowned in noise), then dropped; one
+whose eigenvalue pairs stay ambiguous is dropped at once; fewer than
 ``d`` usable tokens is a :class:`~exactlearn.errors.DegenerateDraw`.  The start is only a
 start: the polish, its noise test and the certificate decide (docs "The real field").
 
@@ -148,7 +149,8 @@ class _Token:
 
 def _per_token(ask, x, alphas, shifts, delta, H, rng):
     """``(Q, v, residual)`` from the pencil at the final token ``x`` (module doc), or
-    ``("shrink" | "grow", why not)``: the scale of ``e`` to try next."""
+    ``("shrink" | "grow" | "drop", why not)``: the scale of ``e`` to try next, or another
+    final token (two heads' ``q_h`` nearly alike at this one)."""
     d = len(x)
     n = len(alphas)
     iu = np.triu_indices(n)
@@ -186,7 +188,7 @@ def _per_token(ask, x, alphas, shifts, delta, H, rng):
         if pairs is not None:
             break
     else:
-        return "shrink", "two heads' eigenvalues crowd in every combination tried"
+        return "drop", "two heads' eigenvalues crowd in every combination tried"
     Yi = np.linalg.inv(Y)
     Q = np.zeros((H, d))
     for h, (a, b) in enumerate(pairs):
@@ -232,6 +234,8 @@ def pencil_heads(ask, d: int, H: int, x_norm: float, e_norm: float, seed: int = 
                 good_ra = ra
                 break
             notes[f"x{n + 1} at {ra:.3g}"] = got[1]
+            if got[0] == "drop":        # two heads nearly alike at this x: another x
+                break
             ra = ra / SHRINK if got[0] == "shrink" else ra * SHRINK
         if tok.Q is None:
             continue
