@@ -364,6 +364,7 @@ def _pencil_route(plan0, K, asker, nz, nodes, H, why):
     X = [tuple(sigma * a for a in x) for x in plan0.X]
     E = [tuple(sigma * a for a in e) for e in plan0.E]
     splan = paper_plan(X, E, H)
+    plan_start = len(asker.rec.observations)
     asker.ask([family_tokens(tuple(f * a for a in c.x), tuple(f * b for b in c.a), k, mm)
                for f in PENCIL_SCALES for c in splan.configs for k, mm in nodes])
     mpf = K.ctx.mpf                 # a float64 is exact in any precision
@@ -372,7 +373,7 @@ def _pencil_route(plan0, K, asker, nz, nodes, H, why):
     info["why"] = str(why)[:200]
     return {"splan": splan, "heads": heads, "SW": None, "Sv": None, "rounds": None, "fits": {},
             "bad": {}, "rescued": {}, "index": {}, "supplementary": 0, "worst_rel": 0.0,
-            "sigma": sigma, "pencil": info}
+            "sigma": sigma, "pencil": info, "plan_start": plan_start}
 
 
 def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
@@ -446,7 +447,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     if far and not float_noise:
         raise DegenerateDraw("the pencil start needs the polish, which runs in float64 only for "
                              "a declared noise above float64 rounding")
-    polished = polish(heads, K, rec, start, etas_all, far=far) if float_noise else None
+    lm_from = route.get("plan_start") if far else None
+    polished = polish(heads, K, rec, start, etas_all, far=lm_from) if float_noise else None
     n_target = 0
     weak = polished if isinstance(polished, Weak) else polished[-1] if polished else None
     if weak is not None and weak.directions:   # directions few observations see: ask for them
@@ -457,7 +459,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
             for q in range(n_obs, len(rec.observations)):
                 etas_all[q] = nz.of(rec.observations[q][1], size)
             again = polish(polished[0] if isinstance(polished, tuple) else heads, K, rec, start,
-                           etas_all, far=far)
+                           etas_all, far=lm_from)
             if not isinstance(again, Weak) and again is not None:
                 polished = again
     if isinstance(polished, Weak):

@@ -193,24 +193,25 @@ def _levenberg(fam, W, V, steps):
     return None
 
 
-def polish(heads, K, rec, start, etas, far=False):
+def polish(heads, K, rec, start, etas, far=None):
     """Heads fitted to every observation since ``start`` and their bounds ``(BW, Bv)`` before
     ``SAFETY`` (first-order bound, rounding), or ``None`` (module doc).  ``far``: the heads
-    are only a start (the pencil's), so Levenberg--Marquardt (``LM_STEPS``) runs first."""
+    are only a start (the pencil's), so Levenberg--Marquardt (``LM_STEPS``) runs first, on
+    the observations from index ``far`` on (the plan's families: fewer, and all of ``t``)."""
     H, d = len(heads), len(heads[0].v)
     dd = d * d
     if H * (dd + d) > MAX_PARAMETERS:
         return None
     W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
     V = np.array([[float(a) for a in h.v] for h in heads])
-    fam = _Families(rec, start, etas)
-    if far:
-        got = _levenberg(fam, W, V, LM_STEPS)
+    if far is not None:
+        got = _levenberg(_Families(rec, far, etas), W, V, LM_STEPS)
         if got is None:
             return None
         W, V = got
+    fam = _Families(rec, start, etas)
     A, b, parts, cost = _normal(fam, W, V)
-    step = np.zeros(len(b)) if far else None    # after Levenberg--Marquardt: settled already
+    step = np.zeros(len(b)) if far is not None else None    # after Levenberg--Marquardt
     weak0 = None
     for it in range(MAX_STEPS):
         delta, inv, weak = _solve(A, b)
