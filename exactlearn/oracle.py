@@ -371,6 +371,7 @@ class TokenAdapter:
         return row
 
     def _convert(self, tokens):
+        tokens = list(tokens)       # alive while the ids below are used
         seen: dict = {}             # a query repeats its tokens: each distinct object once
         rows = []
         for t in tokens:

@@ -396,6 +396,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     m = H if heads_exact else None
     tries = []
     route = None
+    n_probe = None
     try:
         if query_scale is None:
             try:
@@ -410,9 +411,10 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start)
     except (DegenerateDraw, InterpolationError, MatchError, SingularMatrix) as exc:
         # crowded exponents in every family (many heads for d): the pencil start (step 3b)
-        if not heads_exact or H < PENCIL_MIN_HEADS:
+        if not heads_exact or H < PENCIL_MIN_HEADS or query_scale is not None:
             raise
-        n_probe = len(rec.observations) - start
+        if n_probe is None:             # the probe itself failed: all it asked was probing
+            n_probe = len(rec.observations) - start
         probe_log[-1] = n_probe
         try:
             route = _pencil_route(plan0, K, asker, nz, nodes, H, exc)
@@ -484,8 +486,10 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
                 f"output is within its eta")
         pBW = (SAFETY * fW + rW).tolist()
         pBv = (SAFETY * fV + rV).tolist()
-        if max(np.max(pBW), np.max(pBv)) < max(np.max(BW), np.max(Bv)):
+        if far or max(np.max(pBW), np.max(pBv)) < max(np.max(BW), np.max(Bv)):
             heads, BW, Bv, method = pheads, pBW, pBv, "polish"
+    if not (np.all(np.isfinite(BW)) and np.all(np.isfinite(Bv))):
+        raise DegenerateDraw("a parameter's error bound is not finite: nothing to certify")
     order = sorted(range(m), key=lambda h: heads[h])
     heads = [heads[h] for h in order]
     BW = [BW[h] for h in order]
@@ -518,6 +522,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     }
     if far:
         detail["pencil"] = route["pencil"]
+        detail["max_relative_pole_error_bound"] = "n/a (pencil start: no family fitted)"
     out = RealOutcome(sigma=sigma, probe_queries=n_probe, error_bound=LO.convert(err),
                       head_bounds=[LO.convert(b) for b in head_b], eta=eta, detail=detail,
                       W_bounds=[[[LO.convert(x) for x in row] for row in bw] for bw in BW],

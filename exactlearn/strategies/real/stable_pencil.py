@@ -23,11 +23,11 @@ a matrix of rank ``2H`` for every shift ``g``.  With ``N_0`` (``g = 0``) reduced
 each head's two-dimensional invariant subspace (a Jordan block: ``rho_h(g)`` twice).  The
 subspaces come from a random combination of the shifts ``g_k = delta e_k`` (the heads'
 eigenvalues then differ in all ``d`` coordinates at once), and on each of them
-``trace(T_{g_k}) / 2 = exp(delta q_h[k])`` gives ``q_h`` coordinate by coordinate.  Gauss--Newton
+``trace(T_{g_k}) / 2 = exp(delta q_h[k])`` gives ``q_h`` coordinate by coordinate.  Levenberg--Marquardt
 on ``N`` itself then refines ``(q_h, v_h)``.  This is multidimensional ESPRIT: two heads
 close in one direction are told apart by the others.
 
-Over ``d + 4`` final tokens, the heads are matched by ``v_h`` (the same for every ``x``), and
+Over ``d + 1`` final tokens (at most ``d + 5`` asked), the heads are matched by ``v_h`` (the same for every ``x``), and
 ``W_h`` is the least-squares solution of ``W_h x = q_h(x)``.  A final token whose pencil has no
 clear rank ``2H``, or whose refined fit leaves residuals is asked again at a smaller
 ``e`` (``rho_h / m`` too large) or a larger one (the rank drowned in noise), then dropped; one
@@ -151,7 +151,6 @@ def _per_token(ask, x, alphas, shifts, delta, H, rng):
     """``(Q, v, residual)`` from the pencil at the final token ``x`` (module doc), or
     ``("shrink" | "grow" | "drop", why not)``: the scale of ``e`` to try next, or another
     final token (two heads' ``q_h`` nearly alike at this one)."""
-    d = len(x)
     n = len(alphas)
     iu = np.triu_indices(n)
     xf = np.array([float(t) for t in x])
@@ -163,6 +162,16 @@ def _per_token(ask, x, alphas, shifts, delta, H, rng):
             pts.append(np.array([float(t) for t in a]) - xf)
             queries.extend([a] + [x] * m for m in COPIES)
     ys = ask([[x]] + queries)
+    try:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return _pencil(x, ys, pts, shifts, n, iu, delta, H, rng)
+    except (np.linalg.LinAlgError, ValueError) as exc:
+        return "drop", f"the pencil's linear algebra failed ({exc})"
+
+
+def _pencil(x, ys, pts, shifts, n, iu, delta, H, rng):
+    """:func:`_per_token` once its queries are answered."""
+    d = len(x)
     A = ys[0]
     f = np.array(ys[1:]).reshape(-1, len(COPIES))
     vals = (f - A) @ _extrapolate_weights(COPIES)
@@ -202,7 +211,7 @@ def _per_token(ask, x, alphas, shifts, delta, H, rng):
     Phi = (rho[:, :, None] * pts[:, None, :]).reshape(len(pts), -1)
     v = np.linalg.lstsq(Phi, vals, rcond=None)[0].reshape(H, d)
     Q, v, res = _refine(pts, vals, Q, v)
-    if not res <= FIT_LIMIT:
+    if not (np.all(np.isfinite(Q)) and np.all(np.isfinite(v)) and res <= FIT_LIMIT):
         return "shrink", f"the refined fit leaves a relative residual {res:.2g}"
     return Q, v, res
 

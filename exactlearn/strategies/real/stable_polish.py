@@ -27,7 +27,7 @@ the last Gauss--Newton step.  :func:`polish` returns ``None`` when the normal ma
 ill-conditioned for float64 (``COND_LIMIT``; at the solve's heads it returns the
 undetermined directions instead, :class:`Weak`), too large (more than ``MAX_PARAMETERS``
 unknowns, e.g. d = 32 with H = 4) or the iteration does not settle; the plan then keeps the
-solve's heads.
+solve's heads (from the pencil start it has none: the run fails).
 
 :func:`polish` also reports the estimate's weighted residual sum of squares over the number of
 observations (:func:`_excess`): at most 1 when the outputs are within their ``eta_q``
@@ -170,7 +170,7 @@ def _levenberg(fam, W, V, steps):
     dd = d * d
     A, b, _, cost = _normal(fam, W, V)
     lam = 1e-3
-    for _ in range(steps):
+    for it in range(steps):
         dA = np.diag(np.diag(A)) + 1e-300 * np.eye(len(b))
         while True:
             try:
@@ -184,8 +184,8 @@ def _levenberg(fam, W, V, steps):
                 if cost1 < cost:
                     break
             lam *= 4
-            if lam > 1e12:
-                return W, V                 # no damped step decreases the cost: stationary
+            if lam > 1e12:                  # no damped step decreases the cost: stationary
+                return (W, V) if it else None
         settled = cost - cost1 <= 1e-9 * cost
         W, V, A, b, cost, lam = W1, V1, A1, b1, cost1, max(lam / 3, 1e-12)
         if settled:
