@@ -1,5 +1,6 @@
-"""Why twelve MiniLM heads in d' = 8 defeat the stable plan, and what would not (docs "Known
-limits"; needs the ``minilm`` extra).
+"""Why twelve MiniLM heads in d' = 8 defeat the stable plan's per-family fits, and why the
+global fit from a close start (the pencil start) does not (docs "Known limits"; needs the
+``minilm`` extra).
 
 Part 1 (families): for basis-like families ``(x, x + s e_j)`` of a float64 numpy copy of
 all-MiniLM-L6-v2 layer ``--layer`` restricted to d' = 8 (exactlearn.demo.minilm.subspace_model,
