@@ -420,3 +420,15 @@ def test_twice_as_many_heads_as_dimensions_certified_from_the_pencil_start():
     assert err <= res.error_bound <= 1e-9
     assert err <= 1e-12
     assert res.queries == box.calls and res.max_length == 1025
+
+
+def test_a_noisier_box_is_never_certified_from_the_pencil_start():
+    """Pinned: the d=4, H=8, seed 0 layer with uniform noise of 3 eta.  The families fail
+    and the pencil start is tried; amplified by its extrapolation in 1/m, the noise hides
+    the rank 2H, so the run fails explicitly, naming both failures."""
+    base = NumpyAttention.from_seed(4, 8, 0)
+    box = UniformNoise(list(zip(base.W, base.v)), 3 * F64["noise"], 0)
+    res = learn_box(box, 4, 8, 0, retries=0)
+    assert not res.certified
+    assert "could not be resolved" in res.error and "pencil start failed too" in res.error
+    assert res.queries == box.calls
