@@ -48,6 +48,8 @@ from gmpy2 import mpq
 from exactlearn.errors import DegenerateDraw, InterpolationError
 from exactlearn.strategies.real.sensitivity import LO, check_noise, rounding
 
+#: token entries on the dyadic grid 2^-GRID (exact in float32 and float64 at the plan's sizes)
+GRID = 20
 #: finite nodes per head (oversampling: 2H + 1 unknowns)
 NODES_PER_HEAD = 4
 #: the longest query: t = k/m ranges over [1/L, L], queries have at most L + 1 tokens
@@ -72,6 +74,16 @@ def ratio_nodes(H: int, L: int = MAX_COPIES) -> list:
             out.append(node)
     out.sort(key=lambda km: km[0] / km[1])
     return [(0, 1)] + out + [(1, 0)]
+
+
+def dyadic(values) -> tuple:
+    """``values`` rounded to the nearest multiple of ``2^-GRID``, as exact rationals.
+
+    >>> dyadic([0.5, 1 / 3])
+    (mpq(1,2), mpq(349525,1048576))
+    """
+    scale = 2 ** GRID
+    return tuple(mpq(int(round(float(a) * scale)), scale) for a in values)
 
 
 def node_t(k: int, m: int):

@@ -58,8 +58,8 @@ from exactlearn.strategies.real.analysis import EQUAL_FACTOR
 from exactlearn.strategies.real.certificate import SAFETY, RealOutcome
 from exactlearn.strategies.real.labels import label_by_c, label_families, references
 from exactlearn.strategies.real.probe import cayley
-from exactlearn.strategies.real.ratio import (MAX_COPIES, family_tokens, fit_ratio_family,
-                                              node_t, ratio_nodes)
+from exactlearn.strategies.real.ratio import (MAX_COPIES, dyadic, family_tokens,
+                                              fit_ratio_family, node_t, ratio_nodes)
 from exactlearn.strategies.real.sensitivity import LO, rounding
 from exactlearn.strategies.real.stable_certificate import certify_two_token
 from exactlearn.strategies.real.stable_pencil import pencil_heads
@@ -78,7 +78,6 @@ MAX_UNRESOLVED = 0.25
 ROOTS_TRIED = 4          # basis families of x_1 tried as the root of the labelling
 SUPPLEMENT_ROUNDS = 5    # rounds of supplementary families for undetermined entries
 SUPPLEMENT_PER_ENTRY = 3
-GRID = 20                # token entries on the dyadic grid 2^-GRID
 PENCIL_MIN_HEADS = 2     # the pencil start (step 3b) when the families fail, from this many heads
 PENCIL_SCALES = (mpq(1, 2), mpq(1), mpq(2))   # the plan's families after it, around sigma
 
@@ -97,11 +96,11 @@ def stable_count(d: int, H: int) -> int:
 
 def dyadic_basis(cols):
     """The Cayley-orthogonal matrix of ``cols`` (a drawn integer matrix, columns), rounded
-    to the grid ``2^-GRID``: columns of exact dyadic rationals."""
+    to the grid ``2^-GRID`` (:func:`~exactlearn.strategies.real.ratio.dyadic`): columns of exact
+    dyadic rationals."""
     d = len(cols)
     Q = cayley([[cols[j][i] for j in range(d)] for i in range(d)])
-    scale = 2 ** GRID
-    return [tuple(mpq(round(Q[i][j] * scale), scale) for i in range(d)) for j in range(d)]
+    return [dyadic(Q[i][j] for i in range(d)) for j in range(d)]
 
 
 class _Asker:

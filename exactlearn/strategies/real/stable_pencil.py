@@ -45,9 +45,10 @@ or float64 box evaluates exactly the query asked; every query is counted and cer
 from __future__ import annotations
 
 import numpy as np
-from gmpy2 import mpq
 
 from exactlearn.errors import DegenerateDraw
+from exactlearn.strategies.real.damped import levenberg
+from exactlearn.strategies.real.ratio import dyadic
 
 COPIES = (256, 384, 512, 768, 1024)   # m of the extrapolation; the longest query has 1025 tokens
 ALPHA_MARGIN = 2                      # vectors alpha beyond 2H (the rank of each matrix)
@@ -61,7 +62,6 @@ SMALL_SINGULAR = 1e-9                 # value 2H below this times the largest: e
 RANK_GAP = 1e-3                       # singular value 2H + 1 below this times value 2H
 FIT_LIMIT = 1e-7                      # refined fit: max residual / max |N| at most this
 MATCH_LIMIT = 1e-3                    # v_h of two tokens agree within this (relative)
-GRID = 20
 
 
 def _extrapolate_weights(copies) -> np.ndarray:
@@ -72,50 +72,28 @@ def _extrapolate_weights(copies) -> np.ndarray:
     return np.linalg.inv(V)[0] / us
 
 
-def _dyadic(vec):
-    scale = 2 ** GRID
-    return tuple(mpq(int(round(float(a) * scale)), scale) for a in vec)
-
-
 def _refine(pts, vals, Q, v, steps=60):
-    """Levenberg--Marquardt on ``N(e) = sum_h (v_h . e) exp(q_h . e)``: ``(Q, v, max relative
-    residual)``."""
+    """Levenberg--Marquardt (:func:`~exactlearn.strategies.real.damped.levenberg`) on
+    ``N(e) = sum_h (v_h . e) exp(q_h . e)``: ``(Q, v, max relative residual)``."""
     H, d = Q.shape
     scale = float(np.abs(vals).max()) or 1.0
 
-    def res_jac(Q, v):
-        rho = np.exp(pts @ Q.T)                         # n x H
-        c = pts @ v.T                                   # n x H
-        r = ((rho * c).sum(axis=1) - vals) / scale
-        JQ = (rho * c)[:, :, None] * pts[:, None, :]
-        Jv = rho[:, :, None] * pts[:, None, :]
-        return r, np.concatenate([JQ.reshape(len(pts), -1), Jv.reshape(len(pts), -1)], axis=1) / scale
+    def residual(theta):
+        rho = np.exp(pts @ theta[:H * d].reshape(H, d).T)          # n x H
+        c = pts @ theta[H * d:].reshape(H, d).T                     # n x H
+        return rho, c, ((rho * c).sum(axis=1) - vals) / scale
 
-    r, J = res_jac(Q, v)
-    cost, lam = float(r @ r), 1e-6
-    for _ in range(steps):
-        A = J.T @ J
-        g = J.T @ r
-        dA = np.diag(A).copy() + 1e-300
-        while lam < 1e12:
-            try:
-                step = np.linalg.solve(A + lam * np.diag(dA), -g)
-            except np.linalg.LinAlgError:
-                lam *= 10
-                continue
-            Q2, v2 = Q + step[:H * d].reshape(H, d), v + step[H * d:].reshape(H, d)
-            r2, J2 = res_jac(Q2, v2)
-            c2 = float(r2 @ r2)
-            if c2 < cost:
-                done = cost - c2 < 1e-10 * cost
-                Q, v, r, J, cost, lam = Q2, v2, r2, J2, c2, max(lam / 3, 1e-12)
-                break
-            lam *= 4
-        else:
-            break
-        if done:
-            break
-    return Q, v, float(np.abs(r).max())
+    def normal(theta):
+        rho, c, r = residual(theta)
+        J = np.concatenate([((rho * c)[:, :, None] * pts[:, None, :]).reshape(len(pts), -1),
+                            (rho[:, :, None] * pts[:, None, :]).reshape(len(pts), -1)], axis=1)
+        J /= scale
+        return J.T @ J, -(J.T @ r), float(r @ r)
+
+    theta, _ = levenberg(normal, np.concatenate([Q.ravel(), v.ravel()]), steps,
+                         lam=1e-6, settle=1e-10)
+    return (theta[:H * d].reshape(H, d), theta[H * d:].reshape(H, d),
+            float(np.abs(residual(theta)[2]).max()))
 
 
 def _pairs(lam):
@@ -158,7 +136,7 @@ def _per_token(ask, x, alphas, shifts, delta, H, rng):
     for g in shifts:
         for i, j in zip(*iu):
             e = alphas[i] + alphas[j] + g
-            a = tuple(p + q for p, q in zip(x, _dyadic(e)))
+            a = tuple(p + q for p, q in zip(x, dyadic(e)))
             pts.append(np.array([float(t) for t in a]) - xf)
             queries.extend([a] + [x] * m for m in COPIES)
     ys = ask([[x]] + queries)
@@ -230,12 +208,12 @@ def pencil_heads(ask, d: int, H: int, x_norm: float, e_norm: float, seed: int = 
         if len(tokens) >= FIRST_TOKENS and not any(t.Q is not None for t in tokens):
             break                       # the first tokens all failed: not a matter of luck
         n = len(tokens)
-        tok = _Token(_dyadic(rng.normal(size=d) * x_norm / np.sqrt(d)))
+        tok = _Token(dyadic(rng.normal(size=d) * x_norm / np.sqrt(d)))
         tokens.append(tok)
         ra = good_ra
         for _ in range(TRIES):
             delta = ra / np.sqrt(d)
-            alphas = [np.array([float(t) for t in _dyadic(a * ra)]) for a in unit]
+            alphas = [np.array([float(t) for t in dyadic(a * ra)]) for a in unit]
             shifts = [np.zeros(d)] + [delta * np.eye(d)[k] for k in range(d)]
             got = _per_token(ask, tok.x, alphas, shifts, delta, H, rng)
             if not isinstance(got[0], str):

@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from exactlearn.model import Head
+from exactlearn.strategies.real.damped import levenberg
 from exactlearn.strategies.real.stable_certificate import family_key
 
 COND_LIMIT = 1e12        # the Jacobi-scaled normal matrix's condition at most this
@@ -162,35 +163,20 @@ def _solve(A, b):
 
 
 def _levenberg(fam, W, V, steps):
-    """Levenberg--Marquardt from a start farther off (the pencil start of
-    :mod:`~exactlearn.strategies.real.stable_pencil`): damped steps ``(A + lam diag A)^-1 b``
-    until the cost settles or no damped step decreases it; ``(W, V)``, or ``None`` after
-    ``steps`` steps."""
+    """Levenberg--Marquardt (:func:`~exactlearn.strategies.real.damped.levenberg`) from a start
+    farther off (the pencil start of :mod:`~exactlearn.strategies.real.stable_pencil`):
+    ``(W, V)`` once the cost settles or no damped step decreases it, else ``None``."""
     H, d = V.shape
-    dd = d * d
-    A, b, _, cost = _normal(fam, W, V)
-    lam = 1e-3
-    for it in range(steps):
-        dA = np.diag(np.diag(A)) + 1e-300 * np.eye(len(b))
-        while True:
-            try:
-                delta = np.linalg.solve(A + lam * dA, b)
-            except np.linalg.LinAlgError:
-                delta = None
-            if delta is not None:
-                W1 = W + delta[:H * dd].reshape(H, d, d)
-                V1 = V + delta[H * dd:].reshape(H, d)
-                A1, b1, _, cost1 = _normal(fam, W1, V1)
-                if cost1 < cost:
-                    break
-            lam *= 4
-            if lam > 1e12:                  # no damped step decreases the cost: stationary
-                return (W, V) if it else None
-        settled = cost - cost1 <= 1e-9 * cost
-        W, V, A, b, cost, lam = W1, V1, A1, b1, cost1, max(lam / 3, 1e-12)
-        if settled:
-            return W, V
-    return None
+    n = H * d * d
+
+    def normal(theta):
+        A, b, _, cost = _normal(fam, theta[:n].reshape(H, d, d), theta[n:].reshape(H, d))
+        return A, b, cost
+
+    theta, how = levenberg(normal, np.concatenate([W.reshape(-1), V.reshape(-1)]), steps)
+    if how not in ("settled", "stationary"):
+        return None
+    return theta[:n].reshape(H, d, d), theta[n:].reshape(H, d)
 
 
 def polish(heads, K, rec, start, etas, far=None):
