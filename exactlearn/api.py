@@ -43,7 +43,57 @@ PLANS = ("paper", "efficient", "stable")
 
 @dataclass
 class LearnResult:
-    """What :func:`learn` returns; ``status`` is ``"certified"`` or ``"failed"``."""
+    """What [`learn`][exactlearn.api.learn] returns (docs: reference/json.md).
+
+    Attributes
+    ----------
+    status : str
+        ``"certified"`` or ``"failed"``.
+    heads : tuple
+        The canonical heads (equal W merged, their v summed, zero sums dropped), sorted;
+        empty when the run failed.
+    error : str or None
+        The failure's reason (``"kind: message"``); None when certified.
+    d : int
+        Token dimension.
+    heads_bound : int
+        H, or the bound H0 the plan was drawn for.
+    field : Field
+        The field the run was certified over.
+    queries : int
+        Every query the black box answered: all attempts, all primes, the probe.
+    max_length : int
+        The longest query, in tokens.
+    plan : str
+        ``"paper"``, ``"efficient"`` or ``"stable"``.
+    plan_queries : int
+        The plan's own count (the paper's ``4 H d^2 - 2H + 1``, or the efficient or stable
+        plan's).
+    attempts : int
+        Draws used: 1 plus the redraws of ``retries``.
+    query_range : int or None
+        The query range R used.
+    learner_seconds : float
+        Wall time of the learner, the black box's excluded.
+    oracle_seconds : float
+        Wall time spent in the black box.
+    certified_observations : int
+        How many observed values the certificate checked.
+    trace : list
+        With ``trace=True``: the per-family steps of the final attempt.
+    verify_queries : int
+        With ``verify=N``: the fresh verification queries asked.
+    verified : bool or None
+        With ``verify=N``: whether they agreed; None without.
+    snap : dict or None
+        With ``snap=True``: the bounded-height rationals and their certificate.
+    multimodular : dict or None
+        Modular field: the primes asked with their queries, the reconstruction's bound, or
+        for a box fixed to one prime the residues (docs: explanation/multimodular.md).
+    detail : object
+        The strategy's own detail (an ``EfficientDetail``, a ``RealDetail``, or None), read
+        through the properties below.
+    """
 
     status: str
     heads: tuple
@@ -95,6 +145,7 @@ class LearnResult:
 
     @property
     def certified(self) -> bool:
+        """True when ``status`` is ``"certified"``."""
         return self.status == "certified"
 
     @property
@@ -207,48 +258,101 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
           noise=None, query_scale=None, snap: bool = False,
           max_primes: int | None = None, noise_rel=None, tokens: str = "exact",
           executor=None) -> LearnResult:
-    """Learn the canonical heads of ``oracle`` (arXiv:2608.03294; README, "How it works", "What a failure means").
+    """Learn the canonical heads of ``oracle`` (arXiv:2608.03294; docs: explanation/algorithm.md).
 
-    ``heads`` (H) or ``max_heads`` (a bound H0) sets the plan.  Query entries
-    are random integers in ``[-query_range, query_range]`` (the directions E
-    in ``[-e_range, e_range]`` when given).  A detected degenerate draw fails
-    with a reason, or with ``retries=N`` is redrawn up to N times (the extra
-    queries are counted in ``queries`` and reported as ``extra_queries``).
-    ``verify=N`` spends N fresh random queries after certification comparing
-    the learned heads with the black box; they are reported separately
-    (``verify_queries``) and never counted in ``queries``.
-    ``plan="efficient"`` (optionally with ``rank=r``, a promise that every head
-    has rank <= r) uses the efficient plan of :mod:`exactlearn.strategies.efficient.plan`
-    (analysed by :mod:`exactlearn.strategies.efficient.learn`); ``plan_queries`` is then
-    that plan's count, and ``plan_fallbacks`` lists any fallback with its queries.
-    Over the real field (paper plan) :mod:`exactlearn.strategies.real.learn` runs it: queries
-    scaled by a probe (``probe_queries``) or by ``query_scale``, ``noise`` the bound
-    eta on the black box's output error (default: ``oracle.noise``, else 0), and
-    ``error_bound`` the a-posteriori bound on the largest parameter error.
-    ``snap=True`` adds bounded-height rationals certified against the observations.
-    Over the modular field a model-backed black box (one with ``.over(field)``) is
-    asked modulo as many primes as the heights need, up to ``max_primes``
-    (:mod:`exactlearn.pipeline.multimodular`): the heads are exact over Q, and
-    ``multimodular`` lists the primes with their queries (the paper's count holds
-    per prime; ``queries`` is the total).  A black box fixed to one prime gets v
-    certified modulo p only (``exact_over_Q`` False, v as residues).
+    Asks the black box a planned set of value queries and returns either *certified* heads
+    (they reproduce every observed value: exactly over an exact field, within the declared
+    tolerance over the real field) or an explicit failure with its reason, never an
+    uncertified answer.  With the paper's plan the count is ``4 H d^2 - 2H + 1`` queries, the
+    longest of ``2H + 1`` tokens (per prime over the modular field).
 
-    ``field`` may be a field object or a name (``"rational"``, ``"modular"``,
-    ``"symbolic"``, ``"real"``).  ``plan`` defaults to ``"paper"``, and over the real field to
-    ``"stable"`` when ``tokens`` is a float kind (a float box:
-    :mod:`exactlearn.strategies.real.stable`, ratio families at geometric t = k/m, least
-    squares; the paper plan's tokens are not floats).  ``noise_rel`` adds a relative
-    output error: every output is trusted to ``noise + noise_rel * |y|`` (stable plan).
-    ``tokens`` says what the box is sent: ``"exact"`` (tuples of gmpy2 ``mpq``, the
-    default), ``"float"`` (lists of Python floats), ``"float64"`` or ``"float32"`` (a 2-D
-    numpy array, a row per token); a box with ``batch(queries)`` is asked a whole family
-    at once.  Answers may be field elements or, over the real field, floats (Python,
-    numpy, or anything with ``.item()``).
-    ``executor``, a Dask ``distributed.Client``, spreads the paper plan over the modular
-    field on its cluster, group of configurations by group, and evaluates the model there
-    when ``oracle`` is an :class:`~exactlearn.oracle.Oracle`
-    (:mod:`exactlearn.pipeline.distributed`): the result and the counts are those of the
-    serial run.
+    Parameters
+    ----------
+    oracle : callable
+        The black box: ``oracle(tokens) -> value``.  A model's
+        [`Oracle`][exactlearn.oracle.Oracle] carries its field; any other callable needs
+        ``field``.  A box with ``batch(queries)`` is asked a whole family at once.  Answers
+        may be field elements or, over the real field, floats (Python, numpy, or anything
+        with ``.item()``).
+    d : int
+        Token dimension (positive).
+    heads : int, optional
+        The number H of heads.  Give ``heads`` or ``max_heads``, not both.
+    max_heads : int, optional
+        A bound H0 on the number of heads; the plan is drawn for H0.
+    field : Field or str, optional
+        The field of the answers: a field object or a name (``"rational"``, ``"modular"``,
+        ``"symbolic"``, ``"real"``); default: ``oracle.field``
+        (docs: howto/field-and-range.md).
+    seed : int, optional
+        Seed of the random query draw; the same seed repeats the run.
+    query_range : int, optional
+        Half-width R of the random integer query entries, in ``[-R, R]``; default per field
+        (``DEFAULT_RANGES``), halved when a plan is too tall for the rational field.
+    retries : int, default 0
+        How many times a detected degenerate draw is redrawn before the run fails; the
+        redraws' queries are counted in ``queries`` (``extra_queries``).
+    e_range : int, optional
+        Half-width of the directions E, when it differs from ``query_range``.
+    trace : bool, default False
+        Keep the per-family steps in ``LearnResult.trace`` (``exactlearn demo`` prints them).
+    verify : int, default 0
+        After certification, compare the learned heads with the black box on N fresh
+        random queries.  The box answers them, so they are part of ``queries``;
+        ``verify_queries`` says how many of them were verification (fewer than N when a
+        disagreement stops it) and ``verified`` whether they agreed.  A disagreement turns
+        the result into a failure.
+    plan : str, optional
+        ``"paper"`` (default), ``"efficient"`` (docs: explanation/efficient-plan.md) or
+        ``"stable"``, the real field's plan for float boxes (ratio families at geometric
+        ``t = k/m``, least squares), the default over the real field when ``tokens`` is a
+        float kind (docs: explanation/real-field.md).
+    rank : int, optional
+        With ``plan="efficient"`` only: a promise that every head has rank at most r.
+    noise : optional
+        Real field: the declared bound eta on the absolute error of every output (default
+        ``oracle.noise``, else 0).  An output noisier than declared fails the certificate.
+    query_scale : optional
+        Real field, paper plan: the scale of the queries (default: found by a probe, whose
+        queries are counted in ``queries`` and reported as ``probe_queries``).
+    snap : bool, default False
+        Real field: add bounded-height rationals certified against the observations
+        (``LearnResult.snap``).
+    max_primes : int, optional
+        Modular field: at most this many primes (>= 2) for the multi-modular method
+        (docs: explanation/multimodular.md).
+    noise_rel : optional
+        Real field: a relative output error on top of ``noise``; every output is trusted to
+        ``noise + noise_rel * |y|`` (stable plan).
+    tokens : str, default "exact"
+        What the box is sent: ``"exact"`` (tuples of gmpy2 ``mpq``), ``"float"`` (lists of
+        Python floats), ``"float64"`` or ``"float32"`` (a 2-D numpy array, a row per token).
+    executor : distributed.Client, optional
+        A Dask client: spreads the paper plan over the modular field on its cluster, group of
+        configurations by group, and evaluates the model there when ``oracle`` is an
+        [`Oracle`][exactlearn.oracle.Oracle]; the result and the counts are those of the
+        serial run (docs: howto/dask-campaign.md).
+
+    Returns
+    -------
+    LearnResult
+        ``status`` ``"certified"`` with the canonical heads, or ``"failed"`` with the reason
+        in ``error``; every query the black box answered is counted in ``queries``.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments (sizes, a head count and a bound together, an unknown plan, an option
+        of another field or plan), before any query is asked.
+
+    Examples
+    --------
+    >>> from exactlearn import MultiHeadAttention, Oracle, learn
+    >>> from exactlearn.fields import Rational
+    >>> model = MultiHeadAttention([([[1, 0], [0, -1]], [1, 2]), ([[0, 1], [1, 0]], [-1, 1])])
+    >>> res = learn(Oracle(model, Rational()), d=2, heads=2, seed=1)
+    >>> res.status, res.heads == model.canonical_heads(), res.queries, res.max_length
+    ('certified', True, 29, 5)
     """
     t_start = time.perf_counter()
     H = head_bound(d, heads, max_heads)
