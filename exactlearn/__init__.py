@@ -2,7 +2,7 @@
 
 Recovers the canonical heads of a multi-head softmax attention black box
 exactly (arXiv:2608.03294, "Provably Learning Multi-Head Attention with
-Queries"); the README says how, and which module does each step.
+Queries"); docs: explanation/algorithm.md#how-it-works says how, and which module does each step.
 
 The names a user needs are here: models, black boxes, fields, the learners
 and their results, and the exception tree.

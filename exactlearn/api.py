@@ -1,4 +1,4 @@
-"""``learn()``: validate, choose a strategy, retry, and report (README, "How it works").
+"""``learn()``: validate, choose a strategy, retry, and report (docs: explanation/algorithm.md#how-it-works).
 
 :func:`learn` recovers the canonical heads of any black box that is a
 multi-head attention over the given field (arXiv:2608.03294, main theorem):
@@ -33,7 +33,7 @@ from exactlearn.pipeline.multimodular import learn_modular
 from exactlearn.pipeline.plan import head_bound, paper_count
 
 #: Default half-width R of the random integer query entries, per field name.
-#: Rational: bit sizes grow like |D e^T W x| (see README, "Choosing the range").
+#: Rational: bit sizes grow like |D e^T W x| (see docs: howto/field-and-range.md#choosing-the-range).
 #: Symbolic: degrees in T grow the same way.  Real: the integers only seed exactly
 #: orthogonal X and E (exactlearn.strategies.real.learn.orthogonal_plan).
 DEFAULT_RANGES = {"rational": 30, "modular": 2 ** 32, "symbolic": 8, "real": 1000}

@@ -1,4 +1,4 @@
-"""The module paths of exactlearn 0.1, kept working (README, "How it works").
+"""The module paths of exactlearn 0.1, kept working (docs: explanation/algorithm.md#how-it-works).
 
 exactlearn 0.1 was a flat package (``exactlearn.learner``,
 ``exactlearn.learn_real``, ``exactlearn.plan``, ...).  Its modules now live in

@@ -1,4 +1,4 @@
-"""One exception tree for exactlearn (README, "What a failure means").
+"""One exception tree for exactlearn (docs: explanation/algorithm.md#what-a-failure-means).
 
 Every exception the package raises on purpose derives from
 :class:`ExactLearnError`.  Three families sit under it:
@@ -142,7 +142,7 @@ class PrimesDisagree(LearningFailure):
 
 
 class TransformerFailure(LearningFailure):
-    """A detected violation of the one-layer Transformer learner's conditions (README)."""
+    """A detected violation of the one-layer Transformer learner's conditions (docs: howto/transformer.md#what-is-recovered-and-how)."""
 
 
 __all__ = ["ExactLearnError", "ModelError", "FieldError", "ExactnessError", "NotExponential",

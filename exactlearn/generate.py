@@ -19,8 +19,8 @@ its own draw sequence, so a seed gives the model it always gave.
 * :func:`redraw`: draw until a model is accepted, at most ``tries`` times;
 * :func:`random_model`: the generator of ``exactlearn random-model``.
 
-The canonical form (arXiv:2608.03294; README, "The model and its sign
-convention") groups heads with equal W, sums their v and drops groups whose
+The canonical form (arXiv:2608.03294; docs: explanation/algorithm.md#the-model-and-its-sign-convention)
+groups heads with equal W, sums their v and drops groups whose
 sum is 0.
 
 >>> m = random_model(2, 3, seed=1, merge=True)

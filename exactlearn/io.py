@@ -1,4 +1,4 @@
-"""Model files: exact JSON in and out (README, "Model files").
+"""Model files: exact JSON in and out (docs: reference/model-files.md).
 
 Both formats (``exactlearn.mha/1`` for multi-head attention,
 ``exactlearn.transformer/1`` for the one-layer Transformer) are JSON objects;

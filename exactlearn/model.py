@@ -1,4 +1,4 @@
-"""Multi-head attention with exact weights, its canonical form and evaluation (README, "The model and its sign convention").
+"""Multi-head attention with exact weights, its canonical form and evaluation (docs: explanation/algorithm.md#the-model-and-its-sign-convention).
 
 Convention (that of arXiv:2601.16873): head h has a merged query-key matrix
 W_h (d x d) and a merged value-readout vector v_h (d).  For a query
@@ -51,7 +51,7 @@ class Head:
 
 
 def canonicalize(heads: Iterable[Head]) -> tuple:
-    """Canonical form (README, "The model and its sign convention"): merge equal W, sum v, drop zero sums; sorted.
+    """Canonical form (docs: explanation/algorithm.md#the-model-and-its-sign-convention): merge equal W, sum v, drop zero sums; sorted.
 
     Sorting makes the result a *value*: two canonical forms are equal as sets
     exactly when the tuples are equal.
@@ -72,7 +72,7 @@ class Structure(NamedTuple):
 
 
 def structure(heads: Iterable[Head]) -> Structure:
-    """Count the merges, cancellations and zero heads the canonical form resolves (README, "The model and its sign convention").
+    """Count the merges, cancellations and zero heads the canonical form resolves (docs: explanation/algorithm.md#the-model-and-its-sign-convention).
 
     A model is canonical (its own canonical form, up to order) exactly when all
     three counts are 0.  Generators of "merged" or "cancelling" test models use it
@@ -140,15 +140,15 @@ class MultiHeadAttention:
         return len(self.heads)
 
     def canonical_heads(self) -> tuple:
-        """The canonical heads (README, "The model and its sign convention") as a sorted tuple of :class:`Head`."""
+        """The canonical heads (docs: explanation/algorithm.md#the-model-and-its-sign-convention) as a sorted tuple of :class:`Head`."""
         return canonicalize(self.heads)
 
     def scale(self) -> int:
-        """lcm of the denominators of the *raw* heads' W entries: the D of README, "Number systems (fields)".
+        """lcm of the denominators of the *raw* heads' W entries: the D of docs: howto/field-and-range.md#number-systems-fields.
 
         Taken from the heads as written, so that the oracle evaluates the model
         it was given -- every raw head, cancelling or merging ones included --
-        and never a substitute for it (README, "Exactness").  A canonical head's
+        and never a substitute for it (docs: howto/field-and-range.md#number-systems-fields).  A canonical head's
         W is a raw head's W, so D also realises the canonical form.
 
         >>> MultiHeadAttention([([["1/3", 0], [0, 1]], [1, 1]), ([["1/3", 0], [0, 1]], [-1, -1]),
@@ -165,7 +165,7 @@ class MultiHeadAttention:
 
     # ---- evaluation -----------------------------------------------------------------
     def evaluate(self, tokens, field: Field):
-        """f(X) in ``field`` for a token sequence (README, "The model and its sign convention"), summed over the raw heads.
+        """f(X) in ``field`` for a token sequence (docs: explanation/algorithm.md#the-model-and-its-sign-convention), summed over the raw heads.
 
         Work is in the number of *distinct* tokens: repeated tokens are
         weighted by their multiplicity.  A field left on auto scale takes
@@ -255,7 +255,7 @@ class _NotInt(Exception):
 
 
 class HeadEvaluator:
-    """Evaluates raw or recovered heads through a field (README, "The model and its sign convention").
+    """Evaluates raw or recovered heads through a field (docs: explanation/algorithm.md#the-model-and-its-sign-convention).
 
     Work is in the number of *distinct* tokens (multiplicities weight them) and
     each head's ``W_h x_n`` is computed once per final token.  For an exact

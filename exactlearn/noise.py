@@ -1,4 +1,4 @@
-"""The approximate oracle (arXiv:2608.03294; README, "The real field, noisy oracles and real model weights"): every output perturbed by a seeded uniform amount.
+"""The approximate oracle (arXiv:2608.03294; docs: explanation/real-field.md): every output perturbed by a seeded uniform amount.
 
 ``NoisyOracle(oracle, noise=eta, seed=s)`` answers ``f(X) + eta * u`` with ``u`` drawn
 uniformly from ``[-1, 1]`` (64 random bits, an exact dyadic rational) by

@@ -7,7 +7,7 @@ copies of one token costs work in the number of *distinct* tokens, not in k,
 and each head's ``W_h x_n`` is computed once per final token.
 
 When the field's scale D is left on auto (``scale=None``) the oracle fixes it to
-the lcm of the W denominators of the model's *raw* heads, as written (README, "Number systems (fields)"):
+the lcm of the W denominators of the model's *raw* heads, as written (docs: howto/field-and-range.md#number-systems-fields):
 the black box evaluates every raw head -- cancelling and merging ones included
 -- and never substitutes the canonical form for the model.  ``oracle.field`` is
 the resolved field, which the learner uses by default.
@@ -188,7 +188,7 @@ class Recorder:
     """The learner's side of the black box: counts, times and records every observation.
 
     Every learner asks through one Recorder, so ``queries``, ``max_length`` and
-    ``seconds`` cover every call the black box answered (README, "Counts").
+    ``seconds`` cover every call the black box answered (docs: explanation/algorithm.md#how-it-works).
     ``convert`` turns answers into elements of ``K``; an answer outside ``K``
     raises :class:`~exactlearn.errors.DegenerateDraw` (it was answered, so it
     is counted).  A :meth:`child` records its own observations (e.g. modulo
@@ -333,7 +333,7 @@ TOKEN_KINDS = ("exact", "float", "float64", "float32")
 
 class TokenAdapter:
     """A black box that takes float tokens, seen by the learner as one that takes exact
-    rationals (``learn(tokens=...)``; README, "Float black boxes"; docs "Learn a float black box").
+    rationals (``learn(tokens=...)``; docs: howto/float-black-box.md).
 
     ``kind``: ``"float"`` sends a list of lists of Python floats, ``"float64"`` /
     ``"float32"`` a 2-D numpy array (one row per token) of that dtype.  A token entry that

@@ -1,4 +1,4 @@
-"""One-layer Transformer: multi-head attention, then a bias-free ReLU FFN (arXiv:2608.03294, one-layer Transformer; README, "One-layer Transformer").
+"""One-layer Transformer: multi-head attention, then a bias-free ReLU FFN (arXiv:2608.03294, one-layer Transformer; docs: howto/transformer.md).
 
 Model (file format ``exactlearn.transformer/1``)::
 
@@ -146,7 +146,7 @@ class OneLayerTransformer:
                                  for c in range(self.d)) for _, O in self.heads) for b in self.B)
 
     def scale(self) -> int:
-        """lcm of the W denominators: the D of README, "Number systems (fields)"."""
+        """lcm of the W denominators: the D of docs: howto/field-and-range.md#number-systems-fields."""
         return lcm_of_denominators(x for W, _ in self.heads for row in W for x in row)
 
     def __eq__(self, other):

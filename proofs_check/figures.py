@@ -72,7 +72,7 @@ REAL_DPS = 30
 
 def available_fields() -> list:
     """The field names of :mod:`exactlearn.fields` that import, in the order of the
-    README's table ("Number systems (fields)")."""
+    table in docs: howto/field-and-range.md#number-systems-fields."""
     from exactlearn import fields
     return [n for n, cls in (("rational", "Rational"), ("modular", "Modular"),
                              ("symbolic", "Symbolic"), ("real", "Real")) if hasattr(fields, cls)]

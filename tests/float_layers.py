@@ -2,7 +2,7 @@
 
 They are what a user points exactlearn at: a multi-head attention layer computed in
 float64 (or float32) by numpy, no biases, the readout at the final token
-(arXiv:2608.03294; README "The model and its sign convention"): score
+(arXiv:2608.03294; docs: explanation/algorithm.md#the-model-and-its-sign-convention): score
 ``s_{h,i} = x_i^T W_h x_n``, output ``sum_h sum_i softmax_i(s_h) v_h.x_i``.  Tokens
 arrive as a 2-D float array (one row per token); the output is a numpy scalar.
 

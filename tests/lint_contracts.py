@@ -1,4 +1,4 @@
-"""A custom import-linter contract: private names stay inside their module (README, "Layers").
+"""A custom import-linter contract: private names stay inside their module (docs: explanation/algorithm.md#how-it-works).
 
 ``lint-imports`` (run by ``.ci/run``) loads it from ``pyproject.toml``.  A
 ``from a.b import _x`` -- or ``import a._b`` from outside ``a`` -- in a module

@@ -1,4 +1,4 @@
-"""Failure reasons name the real cause (README, "When it fails").
+"""Failure reasons name the real cause (docs: explanation/algorithm.md#what-a-failure-means).
 
 Pinned: ``--heads 1`` on a two-head model used to fail with only "an additive
 constant or a bias is present", never mentioning that the black box may have

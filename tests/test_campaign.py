@@ -1,4 +1,4 @@
-"""Campaigns at scale (README, "proofs-check: the claims, and campaigns at scale"):
+"""Campaigns at scale (docs: explanation/claims.md):
 executors, progress, figures, report.
 
 * a tiny campaign on a ``dask.distributed.LocalCluster`` (two worker processes,

@@ -1,6 +1,6 @@
 """The command line: bad input exits 2 cleanly; good runs print what they promise.
 
-Bad input (README, "What a failure means"): exit status 2, exactly one line on stderr, no
+Bad input (docs: explanation/algorithm.md#what-a-failure-means): exit status 2, exactly one line on stderr, no
 "Traceback", nothing on stdout.  The CLI runs in-process through
 ``exactlearn.cli.main.main([...])`` (fast); one test runs the installed
 ``exactlearn`` script in a subprocess.

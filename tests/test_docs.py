@@ -155,5 +155,41 @@ def test_readme_keeps_two_quickstart_commands_and_links_to_pages_that_exist():
         assert (ROOT / link).exists(), link
 
 
+# -- docstrings and comments cite docs pages that exist ----------------------------------------
+
+_CITE = re.compile(r"docs: ([\w./-]+\.md)(?:#([\w-]+))?")
+_README_CITE = re.compile(r"README(?:,|'s table \()?\s+\"([^\"]+)\"")
+
+
+def _anchors(page: Path) -> set:
+    """The ids mkdocs gives the page's headings (the toc extension's default slugify)."""
+    from markdown.extensions.toc import slugify
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return {slugify(re.sub(r"[`*]", "", h), "-") for h in re.findall(r"^#{1,6} (.+)$", text, re.M)}
+
+
+def test_docstrings_cite_docs_pages_that_exist():
+    """Every ``docs: PAGE[#anchor]`` citation in exactlearn/, proofs_check/, hooks/ and tests/
+    names a page of docs/ (and a heading of it), and every README section cited by its quoted
+    title is a heading of the README."""
+    readme = {h.strip() for h in re.findall(r"^#{2,3} (.+)$", (ROOT / "README.md").read_text(), re.M)}
+    cited, bad = 0, []
+    for path in sorted(p for d in ("exactlearn", "proofs_check", "hooks", "tests")
+                       for p in (ROOT / d).rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        where = path.relative_to(ROOT)
+        for page, anchor in _CITE.findall(text):
+            cited += 1
+            if not (DOCS / page).is_file():
+                bad.append(f"{where}: docs: {page} does not exist")
+            elif anchor and anchor not in _anchors(DOCS / page):
+                bad.append(f"{where}: docs: {page} has no heading #{anchor}")
+        for section in _README_CITE.findall(text):
+            if " ".join(section.split()) not in readme:
+                bad.append(f'{where}: README has no section "{section}"')
+    assert not bad, "\n".join(bad)
+    assert cited > 50
+
+
 if __name__ == "__main__":
     refresh_cli_reference()

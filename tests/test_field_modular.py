@@ -1,4 +1,4 @@
-"""The modular field F_p (exactlearn.fields.modular; README, "Number systems (fields)").
+"""The modular field F_p (exactlearn.fields.modular; docs: howto/field-and-range.md#number-systems-fields).
 
 Expected values come from independent code where one exists: sympy's
 ``discrete_log`` and ``primitive_root``, python-flint's ``discrete_log``, and

@@ -43,7 +43,7 @@ def poly_from_roots(K, roots, lead=1):
 
 
 def poly_from_rhos(K, rhos):
-    """Coefficients of prod(1 + k rho): the denominator Q(k) of the query family (README, "How it works")."""
+    """Coefficients of prod(1 + k rho): the denominator Q(k) of the query family (docs: explanation/algorithm.md#how-it-works)."""
     cs = [K.one]
     for rho in rhos:
         new = [K.zero] * (len(cs) + 1)
@@ -320,7 +320,7 @@ def test_model_evaluation_matches_spec_formula():
 
 # -- rational interpolation (the hook of exactlearn.pipeline.interpolate) ------------------------------
 def family(K, rhos, cs, const, ks):
-    """f(q_k) = const + sum_h c_h / (1 + k rho_h) (README, "How it works") at the points ks."""
+    """f(q_k) = const + sum_h c_h / (1 + k rho_h) (docs: explanation/algorithm.md#how-it-works) at the points ks."""
     return [K(const) + sum((K(c) / (1 + k * r) for c, r in zip(cs, rhos)), K.zero) for k in ks]
 
 

@@ -76,7 +76,7 @@ def test_log_accepts_exact_monomials_in_any_form():
 @given(st.lists(st.integers(-12, 12), min_size=1, max_size=4, unique=True),
        st.sampled_from([1, mpq(-3, 7), T + 2, (T**2 + 1) / (5 * T - 1)]))
 def test_roots_of_one_plus_k_t_n(ns, common):
-    """Q(k) = prod(1 + k T^n) (the query family's denominator with rho = T^n; README, "How it works"),
+    """Q(k) = prod(1 + k T^n) (the query family's denominator with rho = T^n; docs: explanation/algorithm.md#how-it-works),
     times a common factor."""
     cs = [c * common for c in poly_from_factors([(K.one, T**n) for n in ns])]
     got = K.roots(cs)

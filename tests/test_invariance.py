@@ -1,4 +1,4 @@
-"""Invariance (README, "The model and its sign convention"): permuting, splitting or
+"""Invariance (docs: explanation/algorithm.md#the-model-and-its-sign-convention): permuting, splitting or
 merging heads changes nothing.
 
 Each transformation keeps the canonical form.  Both models are evaluated *as
@@ -179,8 +179,8 @@ def test_keeps_learned_heads(transformation, data, seed):
 
 
 def test_model_and_its_canonical_form_are_the_same_oracle():
-    """A model and the model of its canonical heads are one function (README, "The model
-    and its sign convention"), even
+    """A model and the model of its canonical heads are one function (docs: explanation/algorithm.md#the-model-and-its-sign-convention),
+    even
     when a dropped group carries a denominator the rest lacks.  Both oracles
     evaluate their raw heads at one D (here 2, which the dropped group needs);
     the oracle of ``b`` on auto scale takes D = 2 from its raw heads, never the

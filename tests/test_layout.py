@@ -1,4 +1,4 @@
-"""The layered layout (README, "How it works") and the paths of exactlearn 0.1.
+"""The layered layout (docs: explanation/algorithm.md#how-it-works) and the paths of exactlearn 0.1.
 
 ``lint-imports`` (in ``.ci/run``) holds the layers; these tests pin what a user
 sees: every public name at the top level, the old module paths still working,

@@ -115,7 +115,7 @@ def test_key_bias_is_not_certified(box, seed):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "LIMITATION of the paper's query set (README, Known limits): with d = 1 the paper plan has one configuration, so a key-bias box "
+    "LIMITATION of the paper's query set (docs: explanation/limits.md): with d = 1 the paper plan has one configuration, so a key-bias box "
     "x_i (W x_n + b) is indistinguishable on the plan from the in-class W' = W + b/x_1; "
     "the certificate (observed values only) certifies the wrong W'"))
 def test_key_bias_d1_is_not_certified():
@@ -125,7 +125,7 @@ def test_key_bias_d1_is_not_certified():
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "LIMITATION of the paper's query set (README, Known limits): a key-bias box with b.e_1 = 0 for the drawn e_1 passes every check (the bias "
+    "LIMITATION of the paper's query set (docs: explanation/limits.md): a key-bias box with b.e_1 = 0 for the drawn e_1 passes every check (the bias "
     "only enters the across match through b.e_1); with b = (1, 0) this happens on about "
     "1 seed in 2R+1 at the default range"))
 def test_key_bias_blind_spot_is_not_certified():

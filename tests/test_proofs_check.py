@@ -1,4 +1,4 @@
-"""The proofs-check claims (README, "proofs-check: the claims, and campaigns at scale"):
+"""The proofs-check claims (docs: explanation/claims.md):
 each is verified on small seeded campaigns, and each reports ``refuted`` when handed a
 counterexample.
 

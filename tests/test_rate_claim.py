@@ -1,5 +1,4 @@
-"""The ``probability-one-rate`` claim can fail on its quantitative part (README,
-"Choosing the range").
+"""The ``probability-one-rate`` claim can fail on its quantitative part (docs: howto/field-and-range.md#choosing-the-range).
 
 * exact binomial (Clopper–Pearson) limits against published values (R's
   ``binom.test``), closed forms and an independent implementation (mpmath's

@@ -1,6 +1,5 @@
 """The learner over the real field: differential against the exact fields, the error bound,
-noisy oracles, snapping, query scaling and the CLI's decimal-string JSON (README, "The real
-field, noisy oracles and real model weights")."""
+noisy oracles, snapping, query scaling and the CLI's decimal-string JSON (docs: explanation/real-field.md)."""
 
 from __future__ import annotations
 

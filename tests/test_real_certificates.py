@@ -1,5 +1,5 @@
-"""Real-field certificates (README, "The real field, noisy oracles and real model weights",
-"Certificate"; README, "What a failure means").
+"""Real-field certificates (docs: explanation/real-field.md,
+"Certificate"; docs: explanation/algorithm.md#what-a-failure-means).
 
 * A real result is certified *within tolerance*, never exact: JSON ``"exact": false``
   (``true`` over the exact fields), and the human output says so.
@@ -53,8 +53,8 @@ def f32_sum(xs) -> float:
 class Float32Attention:
     """Two-head softmax attention evaluated in float32 arithmetic: every input, weight and
     intermediate result rounded to single precision.  Score ``s_{h,i} = x_i^T W_h x_n``,
-    output ``sum_h sum_i softmax_i(s_h) v_h.x_i`` (the model of arXiv:2608.03294; README, "The
-    model and its sign convention"), returned as the exact value of
+    output ``sum_h sum_i softmax_i(s_h) v_h.x_i`` (the model of arXiv:2608.03294; docs: explanation/algorithm.md#the-model-and-its-sign-convention),
+    returned as the exact value of
     the float32 result.  Its error is about 1e-7 relative to the outputs."""
 
     def __init__(self, heads):

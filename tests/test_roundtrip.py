@@ -1,4 +1,4 @@
-"""Round trip (arXiv:2608.03294; README, "How it works" and "What a failure means"):
+"""Round trip (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works and docs: explanation/algorithm.md#what-a-failure-means):
 learn(Oracle(model)) is the model's canonical form.
 
 Whenever the learner certifies, its heads must *equal* ``model.canonical_heads()``

@@ -1,4 +1,4 @@
-"""Scale (README, "Scale"): the batched routines of the modular field against the
+"""Scale (docs: explanation/performance.md#scale): the batched routines of the modular field against the
 routines they replace, on random inputs; and one learn spread over Dask (a loopback
 LocalCluster of two worker processes, through ``learn(executor=)`` and the CLI's
 ``--workers``) against the serial run: identical results and counts."""

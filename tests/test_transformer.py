@@ -1,5 +1,5 @@
 """The one-layer Transformer (arXiv:2608.03294, its one-layer Transformer extension;
-README, "One-layer Transformer"): model file, exact evaluation, learning up to
+docs: howto/transformer.md): model file, exact evaluation, learning up to
 functional equivalence, explicit failures, CLI.
 
 Named examples (``*_EXAMPLES``) pin the cases found while building the learner;

@@ -1,4 +1,4 @@
-"""All complex roots of a polynomial in an mpmath context: Aberth--Ehrlich (README, "The real field").
+"""All complex roots of a polynomial in an mpmath context: Aberth--Ehrlich (docs: explanation/real-field.md).
 
 The real field's ``roots`` decides which roots are real and distinct; the
 numbers come from here.  Every function takes the mpmath context ``ctx`` first

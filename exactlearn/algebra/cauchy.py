@@ -1,4 +1,4 @@
-"""Cauchy (rational) interpolation on python-flint polynomials (README, "How it works").
+"""Cauchy (rational) interpolation on python-flint polynomials (docs: explanation/algorithm.md#how-it-works).
 
 The exact fields' fast path of :func:`exactlearn.pipeline.interpolate.cauchy_interpolate`:
 the same algorithm (Newton interpolation, then the extended Euclidean algorithm

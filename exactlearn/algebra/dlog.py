@@ -1,7 +1,7 @@
 """Discrete logarithms in F_p^* for p - 1 smooth: windowed Pohlig--Hellman.
 
-The modular field's ``log`` (a score back from omega^(D*s); README, "Number
-systems (fields)") is one call of :class:`DiscreteLog`;
+The modular field's ``log`` (a score back from omega^(D*s); docs: howto/field-and-range.md#number-systems-fields)
+is one call of :class:`DiscreteLog`;
 ``benchmarks/bench_dlog.py`` measures it against sympy.  :func:`factor_smooth`
 and :func:`is_primitive_root` check the field's prime and generator.
 

@@ -1,8 +1,8 @@
 """Small exact linear algebra over any field (Gauss–Jordan).
 
-The solves of the paper's plan (arXiv:2608.03294; README, "How it works":
+The solves of the paper's plan (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works:
 ``W_h = E^{-T} M_h X^{-1}``, ``v_h = -E^{-T} c_h``) and the rank factorisation
-of the one-layer Transformer's neurons (README, "One-layer Transformer").
+of the one-layer Transformer's neurons (docs: howto/transformer.md).
 Matrices are lists of rows.  Uses ``+ - * /`` and ``K.is_zero`` only.
 
 >>> from exactlearn.fields import QQ

@@ -1,7 +1,7 @@
 """Rational interpolation from noisy samples in an mpmath context: Loewner matrices and SVD.
 
-The real field's replacement (README, "The real field, noisy oracles and real
-model weights") for the extended Euclidean algorithm of
+The real field's replacement (docs: explanation/real-field.md)
+for the extended Euclidean algorithm of
 :func:`exactlearn.pipeline.interpolate.cauchy_interpolate`: that algorithm needs
 degree decisions on remainders whose coefficients span many orders of magnitude,
 and with a zero test against a fixed scale it miscounts poles from H = 3 on.

@@ -1,6 +1,6 @@
 """Q(T) on python-flint: fractions of integer polynomials in one indeterminate T.
 
-The symbolic field's elements (:class:`QT`; README, "Number systems (fields)"):
+The symbolic field's elements (:class:`QT`; docs: howto/field-and-range.md#number-systems-fields):
 a numerator and a denominator in ``Z[T]`` (python-flint ``fmpz_poly``), coprime in
 ``Z[T]`` -- contents included -- with a positive leading coefficient of the
 denominator, so every element has exactly one representation (equality and hashing

@@ -1,4 +1,4 @@
-"""Exact rationals from floats and intervals (README, "Real field"; "One-layer Transformer").
+"""Exact rationals from floats and intervals (docs: explanation/real-field.md; docs: howto/transformer.md).
 
 :func:`mpf_to_mpq` is the exact dyadic value of an mpmath float (no rounding);
 :func:`simplest_rational` the rational of smallest denominator in an interval,

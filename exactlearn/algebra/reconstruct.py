@@ -1,4 +1,4 @@
-"""Rational reconstruction and the Chinese remainder theorem (README, "Exact over Q").
+"""Rational reconstruction and the Chinese remainder theorem (docs: explanation/multimodular.md).
 
 A residue modulo m comes back as the rational n/d with n = a*d (mod m) and
 |n|, d small (Wang's method), and residues modulo several primes combine by CRT

@@ -1,5 +1,5 @@
 """``exactlearn learn --workers N | --scheduler tcp://HOST:PORT``: one learn on a Dask
-cluster (README, "Scale"; :mod:`exactlearn.pipeline.distributed`).
+cluster (docs: explanation/performance.md#scale; :mod:`exactlearn.pipeline.distributed`).
 
 ``--workers N`` starts a loopback ``LocalCluster`` of N single-threaded worker processes
 for the run (without the workers' statistical profiler); ``--scheduler`` connects to an existing cluster (every worker must import

@@ -269,7 +269,7 @@ def _plan_counts(res) -> str:
 
 
 def _modular_lines(res) -> list:
-    """The modular field's primes and what is certified (README, "Exact over Q")."""
+    """The modular field's primes and what is certified (docs: explanation/multimodular.md)."""
     mm = res.multimodular
     runs = mm["primes"]
     per = ", ".join(f"{r['queries']} ({r['role']}{', refuted' if 'refuted' in r else ''})"

@@ -1,4 +1,4 @@
-"""``exactlearn learn`` on a one-layer Transformer file (README, "One-layer Transformer").
+"""``exactlearn learn`` on a one-layer Transformer file (docs: howto/transformer.md).
 
 :func:`run_cli` builds the black box, runs
 :func:`~exactlearn.strategies.transformer.learn.learn_transformer` and prints

@@ -1,4 +1,4 @@
-"""The walk-throughs: ``exactlearn demo`` step by step (README, "Example").
+"""The walk-throughs: ``exactlearn demo`` step by step (docs: index.md#example).
 
 :mod:`~exactlearn.demo.walkthrough` (exact fields), :mod:`~exactlearn.demo.symbolic`
 (the ground truth in Q(T)) and :mod:`~exactlearn.demo.minilm` (real MiniLM heads).

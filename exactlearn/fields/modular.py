@@ -1,6 +1,6 @@
 """The modular field F_p: softmax realised exactly modulo a prime.
 
-README, "Number systems (fields)" and "Exact over ℚ from the modular field".
+docs: howto/field-and-range.md#number-systems-fields and docs: explanation/multimodular.md.
 
 ``Modular(p, omega, scale=D)`` is the specialisation ``T -> omega`` of
 ``Q(T)``, ``T = e^(1/D)``, followed by reduction modulo ``p``:

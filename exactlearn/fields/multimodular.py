@@ -4,7 +4,7 @@ The rational field's exact values grow to thousands of bits; its learner
 analyses them instead in :class:`ModularImage` -- the reduction of Q (T -> b)
 modulo a large prime, where interpolation, roots and discrete logs are fast --
 and certifies the result back over Q exactly, so a bad reduction can only cause
-a failure, never a wrong certified answer (README, "Choosing the range").
+a failure, never a wrong certified answer (docs: howto/field-and-range.md#choosing-the-range).
 :func:`analysis_fields` is the policy: the reductions modulo
 :data:`ANALYSIS_PRIMES` in turn, then Q itself.
 

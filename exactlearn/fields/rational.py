@@ -1,4 +1,4 @@
-"""The rational field: softmax at base b realised exactly over Q (README, "Number systems (fields)").
+"""The rational field: softmax at base b realised exactly over Q (docs: howto/field-and-range.md#number-systems-fields).
 
 ``Rational(base=2, scale=D)`` is the specialisation ``T -> b`` of ``Q(T)``,
 ``T = e^(1/D)``: ``exp(s) = b^(D*s)``, which must have ``D*s`` an integer
@@ -11,8 +11,8 @@ this field *is* the standard (natural-exp) softmax model with every W_h scaled
 by ``D ln 2`` (by ``ln 2`` for integer W, where D = 1).  The learner recovers
 the W_h of the model as given, not the scaled ones.
 
-Elements are gmpy2 ``mpq``.  Bit sizes grow like ``|D * e^T W x|``: see the
-README for how the query range trades size against degenerate draws.
+Elements are gmpy2 ``mpq``.  Bit sizes grow like ``|D * e^T W x|``: see
+docs: howto/field-and-range.md#choosing-the-range for how the query range trades size against degenerate draws.
 
 >>> K = Rational(scale=2)
 >>> K.exp(mpq(3, 2)), K.log(mpq(1, 8))
@@ -32,7 +32,7 @@ from exactlearn.fields.base import (ExactnessError, Field, NotExponential, NotSp
                                     flint_rational_interpolate)
 
 #: exp() refuses to build numbers larger than this many bits (bit sizes grow with |s|:
-#: README, "Choosing the range").  The CLI checks the whole plan against it before querying.
+#: docs: howto/field-and-range.md#choosing-the-range).  The CLI checks the whole plan against it before querying.
 DEFAULT_MAX_BITS = 1_000_000
 
 

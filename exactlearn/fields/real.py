@@ -1,7 +1,7 @@
 """The real field: true softmax ``e^s`` in mpmath at a chosen precision.
 
-README, "Number systems (fields)" and "The real field, noisy oracles and real model
-weights"; the approximate oracles of arXiv:2608.03294.
+docs: howto/field-and-range.md#number-systems-fields and docs: explanation/real-field.md;
+the approximate oracles of arXiv:2608.03294.
 
 ``Real(dps=50, tol=None, scale=None, *, sep=None, noise=None)`` works in its **own** mpmath
 context (``mpmath.MPContext()``) with ``dps`` significant digits; the global

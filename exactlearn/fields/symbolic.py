@@ -1,4 +1,4 @@
-"""The symbolic field Q(T), T = e^(1/D): the exact ground truth (README, "Number systems (fields)").
+"""The symbolic field Q(T), T = e^(1/D): the exact ground truth (docs: howto/field-and-range.md#number-systems-fields).
 
 ``Symbolic(scale=D)`` keeps ``T`` as an indeterminate (legitimately: ``T`` is
 transcendental by Lindemann, so ``Q(T)`` is isomorphic to rational functions in

@@ -1,4 +1,4 @@
-"""The exact analysis core of the paper's plan (arXiv:2608.03294; README, "How it works").
+"""The exact analysis core of the paper's plan (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works).
 
 :func:`ask_plan` asks every query of a plan (the plan is data: its length is
 the count).  :func:`analyse` turns the answers into canonical heads: Cauchy
@@ -63,7 +63,7 @@ def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
     """Interpolate, read poles, get V, match and solve: the recovered canonical heads."""
     d, H = plan.d, plan.H
     configs = plan.configs
-    # 2. the group of x_1 shares the k = 0 query; it gives V (arXiv:2608.03294; README, "How it works")
+    # 2. the group of x_1 shares the k = 0 query; it gives V (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works)
     rfs, poles_of, V = first_group(plan, y_shared, values, K)
     ks = [K(k) for k in range(2 * H + 1)]
 
@@ -75,7 +75,7 @@ def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
     # poles: root finding for the basis configurations -- over F_p, (x_i, e_j) with i, j >= 2
     # from (x_i, e_1) and (x_i, e_1 + e_j) by gcds instead (poles_paired, the same poles); a
     # matching configuration's poles can only be products of two basis configurations' rho
-    # (arXiv:2608.03294; README, "How it works"), so they are looked for among those first
+    # (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works), so they are looked for among those first
     # (poles_among falls back to roots)
     joint_roots: dict = {}
     for n, c in enumerate(configs):
@@ -124,7 +124,7 @@ def fit(rfs, ns, y0s, values, ks, H, K) -> None:
 
 
 def check_limit(plan, n, rf, V, K) -> None:
-    """lim f(q_k) = V.a (arXiv:2608.03294; README, "How it works"), or DegenerateDraw."""
+    """lim f(q_k) = V.a (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works), or DegenerateDraw."""
     c = plan.configs[n]
     if not K.eq(rf.limit(K), dot(V, c.a, K)):
         raise DegenerateDraw(f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) "

@@ -1,4 +1,4 @@
-"""Asking a plan once per distinct query (README, "How it works": plan -> queries).
+"""Asking a plan once per distinct query (docs: explanation/algorithm.md#how-it-works: plan -> queries).
 
 The learners ask through :class:`exactlearn.oracle.Recorder`, which counts every
 call the black box answers and keeps every observation.  :class:`AskOnce` sits on

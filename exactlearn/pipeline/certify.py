@@ -1,4 +1,4 @@
-"""The certificate (README, "What a failure means"): recompute every observed value from the recovered heads.
+"""The certificate (docs: explanation/algorithm.md#what-a-failure-means): recompute every observed value from the recovered heads.
 
 It costs no queries.  Exact fields compare with ``==``; the real field with its
 own tolerance (``K.eq``).  The first mismatching observation is reported.

@@ -1,5 +1,5 @@
 """One learn spread over a Dask cluster: the paper plan's configurations, group by group
-(README, "Scale"; arXiv:2608.03294, the plan of README "How it works").
+(docs: explanation/performance.md#scale; arXiv:2608.03294, the plan of docs: explanation/algorithm.md#how-it-works).
 
 The 2d^2 - 1 configurations are independent until matching, except that every
 configuration outside the group of x_1 needs V (from that group) for its k = 0 value,

@@ -1,4 +1,4 @@
-"""Cauchy (rational) interpolation and the poles of f(q_k) (arXiv:2608.03294; README, "How it works").
+"""Cauchy (rational) interpolation and the poles of f(q_k) (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works).
 
 Along the query family q_k = (a, ..., a [k times], x), a = x + e,
 
@@ -49,7 +49,7 @@ class RationalFunction:
         return polys.evaluate(self.P, k, K) / polys.evaluate(self.Q, k, K)
 
     def limit(self, K):
-        """lim_{k->oo} P/Q (the V.a of README, "How it works"); 0 when deg P < deg Q."""
+        """lim_{k->oo} P/Q (the V.a of docs: explanation/algorithm.md#how-it-works); 0 when deg P < deg Q."""
         if polys.degree(self.P) > polys.degree(self.Q):
             raise InterpolationError("deg P > deg Q: not a bounded rational function of k")
         if polys.degree(self.P) < polys.degree(self.Q):
@@ -60,7 +60,7 @@ class RationalFunction:
 def cauchy_interpolate(ks, ys, H, K) -> RationalFunction:
     """Minimal P/Q with deg P, deg Q <= H through the 2H+1 points (ks, ys).
 
-    Uses only field operations (arXiv:2608.03294; README, "How it works").  Raises :class:`InterpolationError`
+    Uses only field operations (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works).  Raises :class:`InterpolationError`
     when no P/Q of that type in lowest terms interpolates the data, or when
     Q(0) = 0 (a pole at k = 0 is impossible for attention).
     """
@@ -138,7 +138,7 @@ def _normalise(P, Q, K, trimmed=False) -> RationalFunction:
 
 
 def poles(rf: RationalFunction, K):
-    """[(rho_h, c_h)] for the poles p_h = -1/rho_h of P/Q (arXiv:2608.03294; README, "How it works").
+    """[(rho_h, c_h)] for the poles p_h = -1/rho_h of P/Q (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works).
 
     Raises :class:`~exactlearn.errors.NotSplit` when Q does not split into
     distinct linear factors over K, and :class:`InterpolationError` when a
@@ -154,7 +154,7 @@ def poles(rf: RationalFunction, K):
 
 
 def _with_coefficients(rf: RationalFunction, rhos, K, ps=None) -> list:
-    """[(rho, c)] with c = rho P(p)/Q'(p) at p = -1/rho (arXiv:2608.03294; README, "How it works"); c = 0 is an error.
+    """[(rho, c)] with c = rho P(p)/Q'(p) at p = -1/rho (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works); c = 0 is an error.
 
     ``ps``: the p = -1/rho when the caller has them (the roots themselves).  Over F_p the
     polynomials are evaluated by python-flint and the inversions batched (one inversion
@@ -259,7 +259,7 @@ def poles_among(rf: RationalFunction, candidates, K, roots=None):
     its roots (a polynomial has no more roots than its degree) and the result
     equals :func:`poles`; otherwise, and over an inexact field, it *is*
     :func:`poles`.  Used for matching configurations, whose rho are products of
-    basis rho (arXiv:2608.03294; README, "How it works").  Over F_p a candidate is
+    basis rho (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works).  Over F_p a candidate is
     tested as a root of the reversed Q (``z^n Q(-1/z)``, evaluated in C, no inversion);
     ``roots``, a set of rho already known to be poles (:func:`poles_paired`), replaces
     the test (and ``candidates`` may then be just those).
@@ -299,7 +299,7 @@ def poles_among(rf: RationalFunction, candidates, K, roots=None):
 def poles_paired(rf_b: RationalFunction, rf_w: RationalFunction, alphas, K):
     """The poles of a basis configuration (x_i, e_j) as :func:`poles` returns them, found
     without root finding from its matching configuration (x_i, e_1 + e_j), whose rho are
-    ``alpha_g * gamma_g`` (arXiv:2608.03294; README, "How it works"): for each rho
+    ``alpha_g * gamma_g`` (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works): for each rho
     ``alpha_g`` of (x_i, e_1), the pole -1/gamma_g of Q_b is the common root of
     ``Q_b(k)`` and ``Q_w(k / alpha_g)`` (a gcd over F_p, in C); each root found is divided
     out of Q_b (and its partner out of Q_w), so the later gcds have lower degrees.

@@ -1,5 +1,5 @@
 """Matching heads across configurations, and labelling every configuration by head
-(the paper's plan, arXiv:2608.03294; README, "How it works", step 5).
+(the paper's plan, arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works).
 
 Poles come unlabelled.  A labelled configuration ``base`` (one (rho_h, c_h) per
 head h) labels another configuration ``other`` through a *matching*
@@ -30,10 +30,10 @@ an equality of c -- is decided by a *relation* object:
 * :class:`WithinBounds` -- equal within ``equal`` first-order error bounds,
   unequal beyond ``unequal`` of them, and *undecided* in between, which is a
   failure (:class:`~exactlearn.errors.Undecided`), never a guess.  The real field
-  uses it (README, "The real field, noisy oracles and real model weights"); its
+  uses it (docs: explanation/real-field.md); its
   poles carry their bounds, ``(rho, c, bound of rho, bound of c)``.
 
-The efficient plan (README, "Beyond the paper: the efficient plan") walks the same
+The efficient plan (docs: explanation/efficient-plan.md) walks the same
 way with ``by_c=True``: a configuration outside the group of x_1 whose heads'
 c-values at e_j are decided pairwise distinct is labelled by them; only the others
 are tied by products.

@@ -1,4 +1,4 @@
-"""Exact rationals from modular images: the multi-modular method (README, "Exact over Q").
+"""Exact rationals from modular images: the multi-modular method (docs: explanation/multimodular.md).
 
 Over the modular field one prime p certifies a run *modulo p*: the discrete
 logs give every W exactly (an exponent lifted to the symmetric range is the

@@ -1,4 +1,4 @@
-"""The query plan as a value (arXiv:2608.03294; README, "How it works"): configurations and queries, before any is asked.
+"""The query plan as a value (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works): configurations and queries, before any is asked.
 
 Given invertible X = [x_1 ... x_d] and E = [e_1 ... e_d] (columns), the paper
 plan has 2d^2 - 1 configurations (x, e):
@@ -110,7 +110,7 @@ def paper_count(d: int, H: int) -> int:
 
 
 def paper_plan(X, E, H: int) -> Plan:
-    """The paper's plan (README, "How it works") for columns X, E (given as lists of column vectors)."""
+    """The paper's plan (docs: explanation/algorithm.md#how-it-works) for columns X, E (given as lists of column vectors)."""
     X = tuple(tuple(x) for x in X)
     E = tuple(tuple(e) for e in E)
     d = len(X)

@@ -1,4 +1,4 @@
-"""Solve for the heads from labelled configurations (arXiv:2608.03294; README, "How it works").
+"""Solve for the heads from labelled configurations (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works).
 
 For head h, ``M_h[j][i] = log rho_h(x_i, e_j) = e_j^T W_h x_i``, so
 ``M_h = E^T W_h X`` and ``W_h = E^{-T} M_h X^{-1}`` (in the parameter domain:

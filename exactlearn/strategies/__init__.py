@@ -1,4 +1,4 @@
-"""Learning strategies: peers that use the layers below and never each other (README, "How it works").
+"""Learning strategies: peers that use the layers below and never each other (docs: explanation/algorithm.md#how-it-works).
 
 * :mod:`~exactlearn.strategies.paper` -- the paper's plan over the exact fields;
 * :mod:`~exactlearn.strategies.efficient` -- the efficient plan (exact fields);

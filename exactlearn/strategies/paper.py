@@ -1,4 +1,4 @@
-"""The paper's plan over the exact fields (arXiv:2608.03294, main theorem; README, "How it works").
+"""The paper's plan over the exact fields (arXiv:2608.03294, main theorem; docs: explanation/algorithm.md#how-it-works).
 
 Exactly ``4 H d^2 - 2H + 1`` queries, the longest of ``2H + 1`` tokens: the
 plan is drawn (:func:`draw_plan`), asked and analysed
@@ -37,7 +37,7 @@ def new_state():
 
 
 def draw_plan(d, H, rng, R, e_range=None, rank=None):
-    """A random paper plan (README, "How it works"); ``rank`` does not apply."""
+    """A random paper plan (docs: explanation/algorithm.md#how-it-works); ``rank`` does not apply."""
     return draw_paper_plan(d, H, rng, R, e_range)
 
 

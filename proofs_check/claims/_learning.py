@@ -27,7 +27,7 @@ from exactlearn.cli.main import field_by_name
 from ..claim import verdict
 from ..models import heads_json, kind_holds, random_model, trial_rng
 
-#: The rational field's query half-width in the campaigns (README, "Choosing the range":
+#: The rational field's query half-width in the campaigns (docs: howto/field-and-range.md#choosing-the-range:
 #: degenerate draws are common over small ranges, rare over large ones; bit sizes grow with R).
 RATIONAL_RANGE = 20
 RATIONAL_RANGES = (20, 30)

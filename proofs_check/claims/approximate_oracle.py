@@ -1,7 +1,6 @@
 """Claim ``approximate-oracle``: with outputs only within eta of the truth, the parameter
 error is at most C(model, queries) * eta (arXiv:2608.03294, approximate oracles;
-2601.16873 Thm 6.1 for one head; README, "The real field, noisy oracles and real
-model weights").
+2601.16873 Thm 6.1 for one head; docs: explanation/real-field.md).
 
 Campaign.  Random models with exact rational weights (d = 3, H = 3 and d = 2, H = 2; the
 truth is known exactly) are learned over ``Real(dps)`` through a

@@ -1,6 +1,5 @@
 """Claim ``canonical-form``: f depends only on the canonical form, and distinct
-canonical forms give distinct functions (arXiv:2608.03294; README, "The model
-and its sign convention").
+canonical forms give distinct functions (arXiv:2608.03294; docs: explanation/algorithm.md#the-model-and-its-sign-convention).
 
 Two checks per random model (every kind of :mod:`proofs_check.models`):
 

@@ -1,6 +1,6 @@
 """Claim ``efficient-plan``: fewer queries than the paper, still exact and certified.
 
-Beyond arXiv:2608.03294 (README, "Beyond the paper: the efficient plan"):
+Beyond arXiv:2608.03294 (docs: explanation/efficient-plan.md):
 ``learn(..., plan="efficient")`` (:mod:`exactlearn.strategies.efficient.plan`,
 :mod:`exactlearn.strategies.efficient.learn`) against the paper's
 4Hd² − 2H + 1 and the prior work's d² + d (arXiv:2601.16873, one head).

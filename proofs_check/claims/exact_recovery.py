@@ -1,7 +1,7 @@
 """Claim ``exact-recovery``: with H known, learn(oracle(model)) == canonical(model).
 
-arXiv:2608.03294, main theorem (README, "How it works" and "What a failure
-means"): the learner returns exactly the
+arXiv:2608.03294, main theorem (docs: explanation/algorithm.md#how-it-works and docs: explanation/algorithm.md#what-a-failure-means):
+the learner returns exactly the
 canonical heads (merged W, summed v, zero groups dropped), as exact rationals,
 or an explicit failure -- never a wrong answer.  The campaign runs random
 models of every kind (:mod:`proofs_check.models`) through the rational field

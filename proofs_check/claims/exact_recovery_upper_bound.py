@@ -1,6 +1,6 @@
 """Claim ``exact-recovery-upper-bound``: with only a bound H0 > H, recovery is still exact.
 
-arXiv:2608.03294 (abstract; README, "How it works", step 3): with
+arXiv:2608.03294 (abstract; docs: explanation/algorithm.md#how-it-works): with
 ``max_heads=H0`` the plan uses H0 in place of H and the interpolation reveals
 the true number of canonical heads.  The campaign is
 that of ``exact-recovery`` with H0 = H + 1 and H + 2 in turn; verified under

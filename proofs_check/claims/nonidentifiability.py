@@ -1,6 +1,6 @@
 """Claim ``nonidentifiability-resolved``: raw multi-head parameters are not
 identifiable, and the canonical form resolves it (arXiv:2608.03294, building on
-arXiv:2601.16873; README, "The model and its sign convention").
+arXiv:2601.16873; docs: explanation/algorithm.md#the-model-and-its-sign-convention).
 
 Per trial, from a random canonical model A:
 

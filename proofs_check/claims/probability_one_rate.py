@@ -5,7 +5,7 @@ and recovers the canonical pairs ... with probability one".  With a *finite*
 sampling range the theorem becomes a rate: query entries uniform on the
 N = 2R + 1 integers of [-R, R] fail with probability at most B/N.
 
-Schwartz–Zippel bound (derived here; README "Choosing the range").  Let m be the number of
+Schwartz–Zippel bound (derived here; docs: howto/field-and-range.md#choosing-the-range).  Let m be the number of
 canonical heads (pairwise distinct W_h, nonzero v_h).  A paper-plan run
 succeeds when none of these polynomials in the random entries of X and E
 vanishes:
@@ -452,7 +452,7 @@ def summarise(rows, alpha: float = ALPHA) -> tuple:
         "wrong": len(wrong),
         "bound": "P(fail) <= [m(2d-1) + (2d^2-1)m(m-1) + 2(d^2-1)m(m^2-1)] / N / (1-d/N)^2, "
                  "N = 2R+1 (Schwartz-Zippel + union bound; derivation in the module docstring)",
-        "derivation": __doc__.split('Schwartz–Zippel bound (derived here; README "Choosing the range").')[1]
+        "derivation": __doc__.split('Schwartz–Zippel bound (derived here; docs: howto/field-and-range.md#choosing-the-range).')[1]
                       .split("The campaign measures")[0].strip(),
         "statistics": {"alpha": alpha, "tests": n_tests, "alpha_each": _sig(alpha_each),
                        "limits": "exact binomial (Clopper-Pearson), one-sided at 1 - alpha_each",

@@ -1,7 +1,7 @@
 """Claim ``query-count``: the learner asks exactly 4Hd^2 - 2H + 1 queries.
 
-arXiv:2608.03294 (abstract); the plan and its count: README, "How it works",
-step 3.  Every learning run asks a black box wrapped in a
+arXiv:2608.03294 (abstract); the plan and its count: docs: explanation/algorithm.md#how-it-works.
+ Every learning run asks a black box wrapped in a
 :class:`CountedBlackBox`, which counts the queries it answers and the longest
 one itself (not through exactlearn's recorder or oracle counters).
 Checks, each able to fail:

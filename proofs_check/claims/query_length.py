@@ -1,6 +1,6 @@
 """Claim ``query-length``: the longest query has exactly 2H + 1 tokens.
 
-arXiv:2608.03294 (abstract); README, "How it works", steps 3-4: each
+arXiv:2608.03294 (abstract); docs: explanation/algorithm.md#how-it-works: each
 configuration is sampled at k = 0..2H on q_k = (a^k, x).  Checked on the plan
 for a grid of (d, H) without running anything (the longest token list the plan
 would ask), and on a seeded

@@ -1,5 +1,5 @@
 """Claim ``rational-function-form``: along q_k = (a^k, x), a = x + e (arXiv:2608.03294;
-README, "How it works", step 4),
+docs: explanation/algorithm.md#how-it-works),
 
     f(q_k) = V.a + sum_h c_h / (1 + k rho_h),   rho_h = exp(e^T W_h x),  c_h = -v_h.e,
 

@@ -1,5 +1,5 @@
 """Claim ``transformer-equivalence``: a one-layer Transformer is recovered up to
-functional equivalence (arXiv:2608.03294, last result; README, "One-layer Transformer").
+functional equivalence (arXiv:2608.03294, last result; docs: howto/transformer.md).
 
 The paper states that, "under additional conditions", a one-layer Transformer
 (multi-head attention, then a bias-free ReLU FFN) is learned up to functional

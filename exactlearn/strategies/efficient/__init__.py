@@ -1,4 +1,4 @@
-"""The efficient plan over the exact fields: fewer queries, still exact (README, "Beyond the paper").
+"""The efficient plan over the exact fields: fewer queries, still exact (docs: explanation/efficient-plan.md).
 
 :mod:`~exactlearn.strategies.efficient.plan` draws it and reads its counts off
 it; :mod:`~exactlearn.strategies.efficient.learn` analyses it.  This module is

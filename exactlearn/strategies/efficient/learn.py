@@ -1,8 +1,7 @@
-"""Analysis of the efficient plan: V first, labels from v, CUR for low rank (README,
-"Beyond the paper: the efficient plan").
+"""Analysis of the efficient plan: V first, labels from v, CUR for low rank (docs: explanation/efficient-plan.md).
 
 :func:`run_efficient` asks an :class:`~exactlearn.strategies.efficient.plan.EfficientPlan`,
-analyses it and certifies the result (README, "What a failure means": certified or
+analyses it and certifies the result (docs: explanation/algorithm.md#what-a-failure-means: certified or
 an explicit failure); :func:`exactlearn.learn` calls it for ``plan="efficient"``.
 The steps, reusing the paper learner's parts:
 
@@ -62,7 +61,7 @@ from exactlearn.pipeline.solve import solve_v, solve_W
 
 def poles_through_limit(y0, samples, limit, H, K) -> list:
     """[(rho_h, c_h)] of f(q_k) = V·a + Σ_h c_h / (1 + k rho_h) (the query family of
-    arXiv:2608.03294; README, "How it works", step 4), exactly, from its
+    arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works), exactly, from its
     value y0 at k = 0, ``samples`` at k = 1..n (n = 2H − 1) and its limit V·a.
 
     In t = 1/(k* − k), k* = n + 1 (not sampled), k = ∞ becomes t = 0, so the

@@ -1,4 +1,4 @@
-"""The efficient query plan as a value (README, "Beyond the paper: the efficient plan"): fewer queries, still exact.
+"""The efficient query plan as a value (docs: explanation/efficient-plan.md): fewer queries, still exact.
 
 The paper's plan (:mod:`exactlearn.pipeline.plan`) samples every configuration (x, e) at
 k = 1..2H and spends half of its configurations on matching heads.  This plan

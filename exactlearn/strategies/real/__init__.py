@@ -1,6 +1,6 @@
 """The paper's plan over the real field: scaled queries, error propagation, a tolerance
-certificate and an a-posteriori error bound (README, "The real field, noisy oracles and
-real model weights"; the paper's approximate-oracle conditions, arXiv:2608.03294).
+certificate and an a-posteriori error bound (docs: explanation/real-field.md;
+the paper's approximate-oracle conditions, arXiv:2608.03294).
 
 :mod:`~exactlearn.strategies.real.learn` does the work (its docstring names the module
 of each step: probe, sensitivity, fit, analysis, solve, evaluate, certificate, snap);

@@ -1,5 +1,5 @@
 """The analysis of the paper's plan over the real field: fits, V, the noise checks, labelling
-(README, "The real field, noisy oracles and real model weights"; the paper's
+(docs: explanation/real-field.md; the paper's
 approximate-oracle conditions, arXiv:2608.03294).
 
 The steps of the exact analysis (:mod:`exactlearn.pipeline.analysis`), each with its
@@ -9,7 +9,7 @@ first-order error bounds (:mod:`~exactlearn.strategies.real.sensitivity`):
   the group of x_1 shares the k = 0 query.
 * **V** from the group of x_1: ``V = E^-T s``, ``s_j = -sum_h c_h(x_1, e_j)``; a
   configuration outside the group takes ``y_0 = V.x`` with ``S = sum_r x_r S_V_r``.
-* **Noise consistency** (README, "What a failure means": a box noisier than the
+* **Noise consistency** (docs: explanation/algorithm.md#what-a-failure-means: a box noisier than the
   declared eta is not certified).  The limit ``A = V.a`` of every configuration is an
   overdetermined relation (V comes from the group of x_1); its residual beyond
   ``NOISE_FACTOR`` first-order bounds fails the run

@@ -1,5 +1,5 @@
-"""The real field's certificate: within tolerance, never exact (README, "The real field,
-noisy oracles and real model weights", "Certificate"; README, "What a failure means").
+"""The real field's certificate: within tolerance, never exact (docs: explanation/real-field.md,
+"Certificate"; docs: explanation/algorithm.md#what-a-failure-means).
 
 Every observation is recomputed from the recovered heads
 (:func:`~exactlearn.strategies.real.evaluate.evaluate_with_bounds`) and must agree

@@ -1,5 +1,5 @@
-"""Evaluating recovered heads over the real field *with* their error bounds (README, "The real
-field, noisy oracles and real model weights", "Certificate").
+"""Evaluating recovered heads over the real field *with* their error bounds (docs: explanation/real-field.md,
+"Certificate").
 
 The certificate, ``verify`` and the snapped model's certificate all recompute an
 observation from real heads and compare it with the black box's value within a

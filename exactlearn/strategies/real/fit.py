@@ -1,6 +1,5 @@
 """One query family over the real field: a Loewner start, a Gauss-Newton refinement and the
-first-order sensitivities of its poles (README, "The real field, noisy oracles and real
-model weights").
+first-order sensitivities of its poles (docs: explanation/real-field.md).
 
 Along ``q_k = (a^k, x)`` the outputs are ``f(k) = A + sum_h c_h / (1 + k rho_h)`` (the query
 family of arXiv:2608.03294).  The Loewner fit (:meth:`~exactlearn.fields.real.Real.rational_interpolate`

@@ -12,8 +12,8 @@ run.  The stable plan has redundancy to spare, and this traversal uses it:
 * **c-values.**  ``c_h(x, e) = -v_h.e`` does not depend on x and adds over the directions
   of e: any family whose directions e_j have a labelled basis family ``(x_k, e_j)`` is
   labelled by the predicted c-values, when each head's is decided equal to exactly one pole's
-  and unequal to the others' (the efficient plan's rule, README "Beyond the paper: the
-  efficient plan", extended to sums).
+  and unequal to the others' (the efficient plan's rule, docs: explanation/efficient-plan.md,
+  extended to sums).
 * **Joint families** whose two sides are labelled are labelled by the same relations (a
   joint that fits no labelling is left out of the solve; its queries are still certified).
 

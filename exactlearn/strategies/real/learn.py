@@ -1,5 +1,5 @@
 """Learning over the real field: query scaling, error propagation, tolerance certificate
-(README, "The real field, noisy oracles and real model weights"; the paper's
+(docs: explanation/real-field.md; the paper's
 approximate-oracle conditions, arXiv:2608.03294).
 
 Over :class:`~exactlearn.fields.real.Real` nothing is exact, so the paper's plan is run

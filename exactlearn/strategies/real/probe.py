@@ -1,5 +1,5 @@
 """Query directions and scale over the real field: the Cayley plan and the scaling probe
-(README, "The real field, noisy oracles and real model weights", "Scaling rule").
+(docs: explanation/real-field.md, "Scaling rule").
 
 Conditioning depends on how spread the exponents ``s = e^T W_h x`` are: at ``|s| >> 1``
 some ``rho_h = e^s`` are huge or tiny and their heads all but vanish from the samples;

@@ -1,5 +1,5 @@
 """First-order error propagation over the real field: sensitivities, bounds and the noise
-check (README, "The real field, noisy oracles and real model weights"; the paper's
+check (docs: explanation/real-field.md; the paper's
 approximate-oracle conditions, arXiv:2608.03294: outputs within eta of the truth).
 
 Every observation ``y_q`` differs from the true ``f(q)`` by at most
@@ -14,7 +14,7 @@ added up).
 
 Where the observations fix a quantity more than once, its residual is compared with
 its first-order bound (:func:`check_noise`): a residual above ``NOISE_FACTOR B + r``
-means the box is noisier than declared (README, "What a failure means").
+means the box is noisier than declared (docs: explanation/algorithm.md#what-a-failure-means).
 
 Precision
 ---------

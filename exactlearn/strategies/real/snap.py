@@ -1,8 +1,8 @@
 """Snapping real results to exact rationals of bounded height, certified against the oracle.
 
 A real run returns each parameter ``x`` with an a-posteriori bound ``B`` on its error
-(:mod:`exactlearn.strategies.real.certificate`; README, "The real field, noisy oracles and
-real model weights", "Noise").  :func:`simplest_rational` finds the rational with the
+(:mod:`exactlearn.strategies.real.certificate`; docs: explanation/real-field.md,
+"Noise").  :func:`simplest_rational` finds the rational with the
 smallest denominator in ``[x - B, x + B]`` (continued fractions on the exact binary
 endpoints: the Stern-Brocot "simplest rational between two numbers"), and accepts it
 only if its denominator is at most the *height bound*

@@ -1,12 +1,12 @@
 """The heads from labelled poles over the real field: weighted least squares with
-sensitivities (README, "The real field, noisy oracles and real model weights").
+sensitivities (docs: explanation/real-field.md).
 
 Every configuration ``(x, e)`` -- basis, within and across -- measures
 ``e^T W_h x = log rho_h`` and ``-v_h.e = c_h`` linearly: ``2d^2 - 1`` measurements of
 the ``d^2`` entries of ``W_h`` and the ``d`` of ``v_h`` (``d log rho = d rho / rho``).
 They are combined by weighted least squares with weights ``1 / B^2`` (``u = G m``,
 ``G = (A^T Om A)^-1 A^T Om``; with exact data this is the paper's
-``W_h = E^-T M_h X^-1``, ``v_h = -E^-T c_h``, README, "How it works", step 6), so a
+``W_h = E^-T M_h X^-1``, ``v_h = -E^-T c_h``, docs: explanation/algorithm.md#how-it-works), so a
 configuration whose poles crowd is outweighed by the others; ``S_u = G S_m`` (the
 weights depend on the data only through the bounds: a second-order effect).
 The rounding of the final solves is ``r = 2^-prec 64 N sum_n |G_n m_n|``.

@@ -1,5 +1,5 @@
 """The one-layer Transformer strategy (arXiv:2608.03294, its one-layer Transformer
-extension; README, "One-layer Transformer").
+extension; docs: howto/transformer.md).
 
 :func:`learn_transformer` (:mod:`.learn`) drives one module per step:
 :mod:`.path` (single tokens along a path, exact kinks), :mod:`.cones` (the

@@ -2,7 +2,7 @@
 
 The cones (:mod:`.cones`) give, for each piece of the path (:mod:`.path`), the
 heads ``(W_h, w_h^S)`` with ``w_h^S = sum_{j in S} u_j gamma_{jh}`` over the
-active neurons S (README, "One-layer Transformer"; the paper,
+active neurons S (docs: howto/transformer.md; the paper,
 arXiv:2608.03294, claims the one-layer Transformer "under additional
 conditions": ours are :data:`.result.CONDITIONS`).
 

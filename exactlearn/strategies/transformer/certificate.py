@@ -3,7 +3,7 @@
 arXiv:2608.03294 claims the one-layer Transformer up to functional equivalence
 "under additional conditions"; a learner that relies on its own conditions
 (:data:`.result.CONDITIONS`) must check equivalence on fresh queries,
-including queries that cross ReLU boundaries (README, "One-layer Transformer").
+including queries that cross ReLU boundaries (docs: howto/transformer.md).
 
 6. **Certificate** (:func:`fresh_certificate`).  The returned model must
    reproduce every observed output exactly (real field: within its tolerance)

@@ -14,8 +14,7 @@ paper's plan does not apply to T, so the single-token query is asked at
 agree with the recovered cone heads: the whole cone is certified (every
 observation recomputed exactly).  A failure redraws, with M doubled from the
 third draw on (condition C3 of :data:`.result.CONDITIONS`).  Per cone
-``2d + 2H(2d^2 - 1)`` queries, longest ``2H + 1`` (README, "One-layer
-Transformer").
+``2d + 2H(2d^2 - 1)`` queries, longest ``2H + 1`` (docs: howto/transformer.md).
 
 >>> import random
 >>> E = draw_directions(3, random.Random(0))

@@ -1,5 +1,5 @@
 """Learn a one-layer Transformer up to functional equivalence (arXiv:2608.03294, its
-one-layer Transformer extension; README, "One-layer Transformer").
+one-layer Transformer extension; docs: howto/transformer.md).
 
 The black box is ``T(X) = sum_j u_j ReLU(sum_h gamma_{jh} . y_h(X))`` (see
 :mod:`exactlearn.transformer_model`), with ``y_h`` head h's softmax average and

@@ -2,7 +2,7 @@
 
 On one token every softmax is 1, so the one-layer Transformer is
 ``T(x) = sum_j u_j ReLU(beta_j . x)`` with ``beta_j = sum_h O_h^T b_j``
-(README, "One-layer Transformer"; the model is :mod:`exactlearn.transformer_model`).
+(docs: howto/transformer.md; the model is :mod:`exactlearn.transformer_model`).
 
 1. **Path** (:class:`Path`).  Random integer A, P; the path A -> P -> -A (two
    segments) sweeps a half-plane of directions once, so it crosses every

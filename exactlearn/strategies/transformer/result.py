@@ -3,7 +3,7 @@
 arXiv:2608.03294 states that a one-layer Transformer is learned up to
 functional equivalence "under additional conditions", which it does not spell
 out in the material available to us.  :data:`CONDITIONS` are this learner's
-(README, "One-layer Transformer"); every result's JSON repeats them.
+(docs: howto/transformer.md); every result's JSON repeats them.
 
 C1  every neuron that matters (u_j != 0, some gamma_{jh} != 0) has
     beta_j != 0, i.e. single tokens can switch it;
