@@ -155,6 +155,12 @@ def test_readme_keeps_two_quickstart_commands_and_links_to_pages_that_exist():
         assert (ROOT / link).exists(), link
 
 
+def test_markdown_images_have_alt_text():
+    pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+    images = [(p.name, alt) for p in pages for alt in re.findall(r"!\[([^\]]*)\]\(", p.read_text())]
+    assert images and all(alt.strip() for _, alt in images), images
+
+
 # -- docstrings and comments cite docs pages that exist ----------------------------------------
 
 _CITE = re.compile(r"docs: ([\w./-]+\.md)(?:#([\w-]+))?")

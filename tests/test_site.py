@@ -9,6 +9,8 @@ executed, as in .ci/run; about 40 s from a fresh clone, about 10 s once mkdocs-j
   any page's text, and each notebook's display formulas are all there;
 - every script and stylesheet a page loads is a file of the site (the site works offline, and a
   ``<script src="">``, the MathJax loader that nothing filled in, fails);
+- every image has an alt text of its own (nbconvert's placeholder for notebook figures is
+  replaced from each cell's ``metadata.alt`` by hooks/notebooks.py);
 - the Python API page shows a parameter table for ``learn`` and the fields of ``LearnResult``,
   with no raw Sphinx roles (``:mod:``, ``:class:``, ...).
 """
@@ -43,12 +45,15 @@ class _Page(HTMLParser):
         self.scripts: list[str | None] = []     # src of each <script>, None for inline ones
         self.styles: list[str] = []             # href of each <link rel="stylesheet">
         self.formulas: list[str] = []           # the TeX of each arithmatex element
+        self.alts: list[str | None] = []        # the alt text of each <img>
         self._skip: list = []                   # [tag, nesting, is_formula] while inside one
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         if tag == "script":
             self.scripts.append(a.get("src"))
+        if tag == "img":
+            self.alts.append(a.get("alt"))
         if tag == "link" and "stylesheet" in (a.get("rel") or "").split():
             self.styles.append(a.get("href") or "")
         if self._skip:
@@ -143,6 +148,18 @@ def test_every_script_and_stylesheet_is_a_file_of_the_site(site):
     css = (site / "javascripts" / "katex" / "katex.min.css").read_text()
     fonts = re.findall(r"url\((fonts/[^)]+)\)", css)
     assert fonts and all((site / "javascripts" / "katex" / f).is_file() for f in fonts)
+
+
+def test_every_image_has_an_alt_text(site):
+    placeholder = "No description has been provided for this image"     # nbconvert's
+    bad, images = [], 0
+    for path in _pages(site):
+        for alt in _parse(path).alts:
+            images += 1
+            if not (alt or "").strip() or alt == placeholder:
+                bad.append(f"{path.relative_to(site)}: {alt!r}")
+    assert not bad, bad
+    assert images >= 10          # the two docs figures and the notebooks' nine
 
 
 def _api_section(site: Path, name: str) -> str:
