@@ -158,8 +158,12 @@ def test_every_image_has_an_alt_text(site):
             images += 1
             if not (alt or "").strip() or alt == placeholder:
                 bad.append(f"{path.relative_to(site)}: {alt!r}")
+    for alt in re.findall(r"!\[([^\]]*)\]\(", (ROOT / "README.md").read_text()):
+        images += 1                 # the README is not a page of the site
+        if not alt.strip():
+            bad.append(f"README.md: {alt!r}")
     assert not bad, bad
-    assert images >= 10          # the two docs figures and the notebooks' nine
+    assert images >= 11          # the README's figure, the docs' two and the notebooks' nine
 
 
 def _api_section(site: Path, name: str) -> str:
