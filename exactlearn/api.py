@@ -249,6 +249,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     when ``oracle`` is an :class:`~exactlearn.oracle.Oracle`
     (:mod:`exactlearn.pipeline.distributed`): the result and the counts are those of the
     serial run.
+
+    A d or a head bound whose plan would exceed :mod:`exactlearn.limits` (its queries, tokens
+    or memory; docs/reference/cli.md, "Limits") raises a one-line ``ValueError`` before
+    anything is drawn.
     """
     t_start = time.perf_counter()
     H = head_bound(d, heads, max_heads)
