@@ -124,9 +124,10 @@ def _int_at_least(what, low, high=None, limit=None):
     """argparse type: an integer >= low (and <= high, the limit named ``limit`` of
     :mod:`exactlearn.limits`), with a one-line message naming the option."""
     def conv(text):
-        if len(text) > 40:                        # never convert a huge literal
-            raise argparse.ArgumentTypeError(f"{what} must be an integer of at most 40 "
-                                             f"characters, got {len(text)}")
+        if len(text.strip().lstrip("+-")) > limits.MAX_ENTRY_DIGITS:   # never convert it
+            raise argparse.ArgumentTypeError(f"{what} must be an integer of at most "
+                                             f"{limits.MAX_ENTRY_DIGITS} digits (MAX_ENTRY_DIGITS), "
+                                             f"got {len(text)} characters")
         try:
             n = int(text)
         except ValueError:
