@@ -173,7 +173,8 @@ def check_model_size(d: int, H: int, neurons: int = 0, m: int | None = None,
     n = model_entries(d, H, neurons, m)
     if n > MAX_MODEL_ENTRIES:
         extra = f" and {neurons} neurons" if neurons else ""
-        raise ModelError(f"{what}: d = {d} with {H} heads{extra} holds {n} numbers, more than "
+        raise ModelError(f"{what}: d = {d} with {H} head{'s' if H != 1 else ''}{extra} holds {n} "
+                         f"numbers, more than "
                          f"the limit {MAX_MODEL_ENTRIES} (MAX_MODEL_ENTRIES; "
                          f"docs/reference/cli.md, \"Limits\")")
 
