@@ -60,8 +60,9 @@ MAX_JSON_VALUES = 2 * MAX_MODEL_ENTRIES
 #: Most decimal digits of a number written as text (an entry, an option such as --noise):
 #: of a numerator or a denominator, a decimal exponent counting as its size.
 MAX_ENTRY_DIGITS = 4000
-#: Largest --dps (decimal digits of the real field).
-MAX_DPS = 10_000
+#: Largest --dps (decimal digits of the real field): below :data:`MAX_ENTRY_DIGITS`, so that
+#: a model written at that precision (``demo --minilm --write``) reads back as a model file.
+MAX_DPS = 3_000
 
 
 @dataclass(frozen=True)
