@@ -343,7 +343,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     ------
     ValueError
         Bad arguments (sizes, a head count and a bound together, an unknown plan, an option
-        of another field or plan), before any query is asked.
+        of another field or plan), before any query is asked.  A d or a head bound whose plan
+        would exceed ``exactlearn.limits`` (its queries, tokens or memory;
+        docs: reference/cli.md#limits) raises a one-line ``ValueError`` before anything is
+        drawn.
 
     Examples
     --------

@@ -37,6 +37,7 @@ from __future__ import annotations
 import random
 from fractions import Fraction
 
+from exactlearn.limits import check_model_size
 from exactlearn.model import MultiHeadAttention, structure
 
 #: draws before :func:`redraw` gives up (a structured draw is rejected mostly at d = 1,
@@ -118,7 +119,9 @@ def random_model(d: int, H: int, seed=None, merge: bool = False, cancel: bool = 
     0, or whose cancelling pair has v = 0 or shares its W with another head, is
     redrawn from the same generator.  With both flags, H = 2 gives the cancelling
     pair only and H = 3 a merged group of three (v, u, -u); H >= 4 gives both.
-    ValueError when no draw in :data:`MAX_DRAWS` has the structure."""
+    ValueError when no draw in :data:`MAX_DRAWS` has the structure, or (before anything is
+    drawn) when the model would be beyond :mod:`exactlearn.limits`."""
+    check_model_size(d, H)
     rng = random.Random(seed)
     want_merge = merge and H >= 2 and not (cancel and H == 2)
     want_cancel = cancel and H >= 2 and not (merge and H == 3)

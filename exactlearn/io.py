@@ -15,6 +15,7 @@ import json
 
 from exactlearn.errors import ModelError
 from exactlearn.fields.base import as_mpq
+from exactlearn.limits import MAX_ENTRY_DIGITS, MAX_JSON_VALUES, MAX_MODEL_FILE_BYTES
 
 
 def dump_json(obj, path) -> None:
@@ -25,21 +26,67 @@ def dump_json(obj, path) -> None:
 
 
 def load_json(path):
-    """Read a JSON file, turning every failure into a one-line ModelError."""
-    try:
-        with open(path) as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise ModelError(f"model file not found: {path}") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as exc:
-        raise ModelError(f"cannot read model file {path}: {exc.__class__.__name__}") from None
+    """Read a JSON file, turning every failure into a one-line ModelError.
+
+    Sizes are checked before they cost anything (docs/reference/model-files.md, "Limits"): a
+    regular file larger than :data:`~exactlearn.limits.MAX_MODEL_FILE_BYTES` is refused before
+    it is read, anything else (a pipe, a device) is read in chunks up to that size; a NUL
+    byte (never in JSON text) stops the read at once; a text with more than
+    :data:`~exactlearn.limits.MAX_JSON_VALUES` values, or an integer literal of more than
+    :data:`~exactlearn.limits.MAX_ENTRY_DIGITS` digits, is refused before it is converted.
+    """
+    text = _read_text(path)
+    if text.count(",") >= MAX_JSON_VALUES:
+        raise ModelError(f"model file {path} holds more than {MAX_JSON_VALUES} values "
+                         f"(MAX_JSON_VALUES; docs/reference/model-files.md)")
     try:
         # JSON number literals are decimals: keep their text so they are read exactly
-        return json.loads(text, parse_constant=_reject_constant, parse_float=str)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=str,
+                          parse_int=_parse_int)
     except json.JSONDecodeError as exc:
         raise ModelError(f"model file {path} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
     except RecursionError:
         raise ModelError(f"model file {path} is nested too deeply to be a model") from None
+    except MemoryError:
+        raise ModelError(f"model file {path} is too large to parse in this memory") from None
+
+
+_CHUNK = 1 << 20
+
+
+def _read_text(path) -> str:
+    """The file's text, read within :data:`MAX_MODEL_FILE_BYTES` (see :func:`load_json`)."""
+    import os
+    limit = MAX_MODEL_FILE_BYTES
+    too_big = (f"model file {path} is larger than {limit} bytes "
+               f"(MAX_MODEL_FILE_BYTES; docs/reference/model-files.md)")
+    try:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size > limit:
+                raise ModelError(too_big)
+            data = bytearray()
+            while True:
+                chunk = fh.read(min(_CHUNK, limit + 1 - len(data)))
+                if not chunk:
+                    break
+                if b"\0" in chunk:
+                    raise ModelError(f"model file {path} is not a text file (it holds a NUL byte)")
+                data += chunk
+                if len(data) > limit:
+                    raise ModelError(too_big)
+        return data.decode("utf-8")
+    except FileNotFoundError:
+        raise ModelError(f"model file not found: {path}") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as exc:
+        raise ModelError(f"cannot read model file {path}: {exc.__class__.__name__}") from None
+
+
+def _parse_int(text: str) -> int:
+    """JSON integer literals, with their digits counted before the conversion."""
+    if len(text) > MAX_ENTRY_DIGITS + 1:
+        raise ModelError(f"model file: an integer of {len(text.lstrip('-'))} digits; numbers are "
+                         f"limited to {MAX_ENTRY_DIGITS} digits (MAX_ENTRY_DIGITS)")
+    return int(text)
 
 
 def _reject_constant(name):
@@ -69,10 +116,13 @@ def exact_vector(v, n: int, what: str) -> tuple:
     :class:`ModelError` that starts with ``what``."""
     if not isinstance(v, (list, tuple)) or len(v) != n:
         raise ModelError(f"{what} must be a vector of length {n}")
-    try:
-        return tuple(as_mpq(x) for x in v)
-    except ValueError as exc:
-        raise ModelError(f"{what} entry: {exc}") from None
+    out = []
+    for k, x in enumerate(v):
+        try:
+            out.append(as_mpq(x))
+        except ValueError as exc:
+            raise ModelError(f"{what} entry {k + 1}: {exc}") from None
+    return tuple(out)
 
 
 def exact_matrix(A, rows: int, cols: int, what: str) -> tuple:
@@ -85,4 +135,4 @@ def exact_matrix(A, rows: int, cols: int, what: str) -> tuple:
     if (not isinstance(A, (list, tuple)) or len(A) != rows
             or any(not isinstance(r, (list, tuple)) or len(r) != cols for r in A)):
         raise ModelError(f"{what} must be a {rows}x{cols} matrix")
-    return tuple(exact_vector(r, cols, what) for r in A)
+    return tuple(exact_vector(r, cols, f"{what} row {i + 1}") for i, r in enumerate(A))

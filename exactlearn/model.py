@@ -30,6 +30,7 @@ import flint
 
 from exactlearn.errors import BadReduction, ExactnessError, ModelError
 from exactlearn.fields.base import Field, as_mpq, format_rational, lcm_of_denominators
+from exactlearn.limits import check_model_size
 from exactlearn.io import check_format, dump_json, exact_matrix, exact_vector, load_json
 
 FORMAT = "exactlearn.mha/1"
@@ -212,6 +213,7 @@ class MultiHeadAttention:
             raise ModelError(f"model file: d must be a positive integer, got {d!r}")
         if not isinstance(obj["heads"], list):
             raise ModelError("model file: 'heads' must be a list")
+        check_model_size(d, len(obj["heads"]), what="model file")     # before any entry is read
         return cls(obj["heads"], d=d)
 
     @classmethod

@@ -30,6 +30,7 @@ from gmpy2 import mpq
 
 from exactlearn.errors import DegenerateDraw, ExactnessError, FieldError, ModelError
 from exactlearn.fields.base import Field
+from exactlearn.limits import readable_int
 from exactlearn.model import HeadEvaluator, MultiHeadAttention
 from exactlearn.transformer_model import OneLayerTransformer, TransformerEvaluator, require_ordered
 
@@ -141,7 +142,8 @@ class Oracle(CountingOracle):
         limit = self.field.max_exponent
         if limit is not None and worst > limit:
             raise ExactnessError(
-                f"the plan needs exp of exponents up to {int(worst)} but the {self.field.name} field "
+                f"the plan needs exp of exponents up to {readable_int(int(worst))} but the "
+                f"{self.field.name} field "
                 f"realises at most {limit}" + self.field.exponent_hint)
         return int(worst)
 

@@ -44,6 +44,7 @@ import random
 from fractions import Fraction
 
 from exactlearn.fields.base import Field, FieldError, as_mpq, format_rational, lcm_of_denominators
+from exactlearn.limits import check_model_size
 from exactlearn.io import check_format, dump_json, exact_matrix, exact_vector, load_json
 from exactlearn.model import Head, HeadEvaluator, ModelError, distinct_tokens
 from exactlearn.errors import NotOrdered
@@ -188,6 +189,8 @@ class OneLayerTransformer:
         for key in ("B", "u"):
             if key not in ffn:
                 raise ModelError(f"model file: ffn: missing key {key!r}")
+        r = len(ffn["B"]) if isinstance(ffn["B"], list) else 0
+        check_model_size(d, len(obj["heads"]), neurons=r, m=m, what="model file")
         return cls(obj["heads"], ffn["B"], ffn["u"], d=d, m=m)
 
     @classmethod
@@ -234,6 +237,7 @@ def random_transformer(d: int, H: int, r: int, seed=None, w_range: int = 2,
                        num: int = 3, den: int = 3) -> OneLayerTransformer:
     """A random model of the acceptance distribution: m = d, integer W in
     [-w_range, w_range], O, B, u with entries p/q, |p| <= num, 1 <= q <= den."""
+    check_model_size(d, H, neurons=r, m=d)          # before anything is drawn
     rng = random.Random(seed)
 
     def q():

@@ -180,6 +180,42 @@ class _NoProgress:
         return False
 
 
+# ---- output paths ---------------------------------------------------------------
+
+def check_output_path(path: str, what: str, directory: bool) -> None:
+    """Refuse (BadInput, one line) an output path that cannot be written, *before* any
+    campaign runs: ``directory`` for ``--plots``, else a file (``--report``).  The directory
+    (for a file, its parent) is created as the run would create it, and a file is opened
+    for appending (never truncated; removed again if it did not exist), so that what the
+    operating system refuses is refused now, not after the campaigns."""
+    import os
+    import tempfile
+    p = Path(path)
+    if directory and p.exists() and not p.is_dir():
+        raise BadInput(f"{what} {path}: exists and is not a directory")
+    if not directory and p.is_dir():
+        raise BadInput(f"{what} {path}: is a directory, not a file")
+    folder = p if directory else p.absolute().parent
+    q = folder.absolute()
+    while not q.exists():
+        q = q.parent
+    if not q.is_dir():
+        raise BadInput(f"{what} {path}: {q} is not a directory")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if directory:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        else:
+            existed = p.exists()
+            with open(p, "a"):
+                pass
+            if not existed:
+                os.unlink(p)
+    except OSError as exc:
+        raise BadInput(f"{what} {path}: cannot write there ({exc.strerror or exc.__class__.__name__})") from None
+
+
 # ---- main -----------------------------------------------------------------------
 
 def _level(args) -> str:
@@ -235,6 +271,11 @@ def _main(argv=None) -> int:
             raise BadInput("--plots needs matplotlib: pip install 'exactlearn[campaign]'")
         if not matplotlib_available():
             plots = None
+        if args.report:                   # output paths are checked before anything runs
+            check_output_path(args.report, "--report", directory=False)
+        if plots:
+            check_output_path(plots, "--plots" if args.plots else "--report's figures",
+                              directory=True)
         try:
             ex = make_executor(args.scheduler, args.workers or 1, timeout=args.scheduler_timeout)
         except ExecutorError as exc:

@@ -17,6 +17,7 @@ import sys
 from exactlearn.errors import FieldError, ModelError
 from exactlearn.generate import random_model
 from exactlearn.io import load_json
+from exactlearn import limits
 from exactlearn.model import MultiHeadAttention
 
 FIELD_NAMES = ("rational", "modular", "real", "symbolic")
@@ -119,17 +120,29 @@ def make_field(name: str, args=None, scale: int | None = None):
         raise BadInput(str(exc)) from None
 
 
-def _int_at_least(what, low):
-    """argparse type: an integer >= low, with a one-line message naming the option."""
+def _int_at_least(what, low, high=None, limit=None):
+    """argparse type: an integer >= low (and <= high, the limit named ``limit`` of
+    :mod:`exactlearn.limits`), with a one-line message naming the option."""
     def conv(text):
+        if len(text.strip().lstrip("+-")) > limits.MAX_ENTRY_DIGITS:   # never convert it
+            raise argparse.ArgumentTypeError(f"{what} must be an integer of at most "
+                                             f"{limits.MAX_ENTRY_DIGITS} digits (MAX_ENTRY_DIGITS), "
+                                             f"got {len(text)} characters")
         try:
             n = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
         if n < low:
             raise argparse.ArgumentTypeError(f"{what} must be >= {low}, got {n}")
+        if high is not None and n > high:
+            raise argparse.ArgumentTypeError(f"{what} must be <= {high} ({limit}; "
+                                             f"docs/reference/cli.md, \"Limits\"), got {n}")
         return n
     return conv
+
+
+def _heads_option(what):
+    return _int_at_least(what, 1, limits.MAX_HEADS, "MAX_HEADS")
 
 
 def _positive(what):
@@ -151,8 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     lp.add_argument("--field", default="rational", choices=FIELD_NAMES,
                     help="number system of the black box and the learner (docs: choose a field)")
     g = lp.add_mutually_exclusive_group(required=True)
-    g.add_argument("--heads", type=_positive("--heads"), help="number of heads H (required: this or --max-heads)")
-    g.add_argument("--max-heads", type=_positive("--max-heads"), help="upper bound H0 on the heads (required: this or --heads)")
+    g.add_argument("--heads", type=_heads_option("--heads"), help="number of heads H (required: this or --max-heads)")
+    g.add_argument("--max-heads", type=_heads_option("--max-heads"), help="upper bound H0 on the heads (required: this or --heads)")
     lp.add_argument("--seed", type=int, default=None,
                     help="random seed of the query draw (default: a fresh one, printed as "
                          "\"seed\" in the JSON and in the summary)")
@@ -165,8 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="redraw up to N times after a detected degenerate draw")
     lp.add_argument("--verify", type=_nonneg("--verify"), default=0,
                     help="N extra fresh random queries comparing the result with the oracle")
-    lp.add_argument("--dps", type=_positive("--dps"), default=None,
-                    help="real field: decimal digits (default 50)")
+    lp.add_argument("--dps", type=_int_at_least("--dps", 1, limits.MAX_DPS, "MAX_DPS"),
+                    default=None, help="real field: decimal digits (default 50)")
     lp.add_argument("--prime", type=_positive("--prime"), default=None,
                     help="modular field: the first prime p (default 7*2^120+1; further primes "
                          "are c*2^120+1)")
@@ -187,8 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("random-model", help="write a random model file (attention or, with "
                                              "--transformer, a one-layer Transformer)")
-    rp.add_argument("--d", type=_positive("--d"), required=True, help="token dimension d")
-    rp.add_argument("--heads", type=_positive("--heads"), required=True, help="number of heads H")
+    rp.add_argument("--d", type=_int_at_least("--d", 1, limits.MAX_DIMENSION, "MAX_DIMENSION"),
+                    required=True, help="token dimension d")
+    rp.add_argument("--heads", type=_heads_option("--heads"), required=True,
+                    help="number of heads H")
     rp.add_argument("--seed", type=int, default=None,
                     help="seed of the draw (default: a fresh one, written as \"seed\" in the file)")
     rp.add_argument("--merge", action="store_true",
@@ -208,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     dp = sub.add_parser("demo", help="step-by-step walk-through on a small model")
     dp.add_argument("--model", default=None, help="model file (default: a built-in d=2, H=2 model)")
-    dp.add_argument("--heads", type=_positive("--heads"), default=None,
+    dp.add_argument("--heads", type=_heads_option("--heads"), default=None,
                     help="head bound H (default: the model's number of heads)")
     dp.add_argument("--seed", type=int, default=1, help="seed of the query draw")
     dp.add_argument("--range", type=_positive("--range"), default=4, dest="range",
@@ -232,6 +247,7 @@ def _cmd_learn(args) -> int:
         from exactlearn.cli.transformer import run_cli
         return run_cli(args, obj, make_field)
     model = MultiHeadAttention.from_json(obj)
+    limits.check_plan_size(model.d, args.heads or args.max_heads)   # before any allocation
     if args.rank is not None and args.plan != "efficient":
         raise BadInput("--rank needs --plan efficient")
     field = make_field(args.field, args, scale=None)
@@ -331,10 +347,12 @@ def _cmd_random_model(args) -> int:
             if given:
                 raise BadInput(f"{opt} applies to attention models, not --transformer")
         from exactlearn.transformer_model import random_transformer
+        limits.check_model_size(args.d, args.heads, neurons=args.neurons or args.d, m=args.d)
         obj = random_transformer(args.d, args.heads, args.neurons or args.d, seed=seed).to_json()
     else:
         if args.neurons is not None:
             raise BadInput("--neurons applies to --transformer only")
+        limits.check_model_size(args.d, args.heads)     # before anything is drawn
         obj = random_model(args.d, args.heads, seed, args.merge, args.cancel,
                            3 if args.entries is None else args.entries,
                            2 if args.den is None else args.den).to_json()
@@ -354,6 +372,10 @@ def _cmd_random_model(args) -> int:
 def _cmd_demo(args) -> int:
     from exactlearn.demo.walkthrough import run_demo
     model = MultiHeadAttention.from_json(load_json(args.model)) if args.model else None
+    if not args.minilm:                    # the walk-through's plan: refused before any output
+        from exactlearn.demo.walkthrough import DEFAULT_MODEL
+        shown = model or DEFAULT_MODEL
+        limits.check_plan_size(shown.d, args.heads or shown.H or 1)
     from exactlearn.cli.real import run_demo_extra
     extra = run_demo_extra(args, model, BadInput)          # --symbolic, --minilm
     if extra is not None:

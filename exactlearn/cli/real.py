@@ -169,6 +169,9 @@ def run_demo_extra(args, model, bad_input) -> int | None:
                 setattr(args, dest, default)
         if not 0 <= args.layer < 6 or args.dprime < 1 or args.dps < 20:
             raise bad_input("--layer must be 0..5, --dprime >= 1 and --dps >= 20")
+        from exactlearn.limits import check_dps, check_plan_size
+        check_dps(args.dps)
+        check_plan_size(args.dprime, 12)           # the layer's 12 heads in d' dimensions
         try:
             return run_minilm_demo(layer=args.layer, dprime=args.dprime, seed=args.subspace_seed,
                                    dps=args.dps, learn_seed=args.seed, write=args.write)

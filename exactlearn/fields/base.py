@@ -51,11 +51,14 @@ from gmpy2 import mpq, mpz
 
 from exactlearn.algebra.cauchy import cauchy_flint
 from exactlearn.errors import ExactnessError, FieldError, NotExponential, NotOrdered, NotSplit
+from exactlearn.limits import MAX_ENTRY_DIGITS, check_entry_text
 
 
 #: Largest |exponent| accepted in a decimal string such as "1e-30" (a bigger one
-#: would build an enormous integer before anything else could object).
-MAX_DECIMAL_EXPONENT = 100_000
+#: would build an enormous integer before anything else could object).  Since every
+#: number written as text is limited to :data:`~exactlearn.limits.MAX_ENTRY_DIGITS`
+#: digits (a decimal exponent counting as its size), this is that limit.
+MAX_DECIMAL_EXPONENT = MAX_ENTRY_DIGITS
 
 
 def as_mpq(x) -> mpq:
@@ -77,6 +80,7 @@ def as_mpq(x) -> mpq:
         return mpq(x.numerator, x.denominator)
     if isinstance(x, str):
         s = x.strip()
+        check_entry_text(s)               # digits before any conversion (MAX_ENTRY_DIGITS)
         try:
             if "/" in s:
                 num, den = s.split("/")
@@ -87,8 +91,8 @@ def as_mpq(x) -> mpq:
             if s.lower() in {"nan", "inf", "-inf", "+inf", "infinity", "-infinity"}:
                 raise ValueError(f"not a finite rational number: {x!r}")
             mant, _, expo = s.lower().partition("e")
-            if expo and (not expo.lstrip("+-").isdigit() or abs(int(expo)) > MAX_DECIMAL_EXPONENT):
-                raise ValueError(f"decimal exponent out of range (|e| <= {MAX_DECIMAL_EXPONENT}): {x!r}")
+            if expo and not expo.lstrip("+-").isdigit():
+                raise ValueError(f"not a rational number: {x!r}")
             return mpq(Fraction(s))
         except ValueError as exc:
             if any(w in str(exc) for w in ("division by zero", "finite", "exponent out of range")):

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from exactlearn.fields.rational import QQ
 from exactlearn.algebra.linalg import is_invertible
+from exactlearn.limits import check_plan_size
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,10 @@ def draw_paper_plan(d: int, H: int, rng: random.Random, x_range: int, e_range: i
 
 
 def head_bound(d, heads, max_heads) -> int:
-    """Validate d and the head count H or bound H0; return the bound the plan uses."""
+    """Validate d and the head count H or bound H0; return the bound the plan uses.
+
+    A plan beyond :mod:`exactlearn.limits` (its queries, tokens or memory) is refused here,
+    in one line (a ValueError), before anything is drawn."""
     if heads is not None and max_heads is not None:
         raise ValueError("give heads= or max_heads=, not both")
     H = heads if heads is not None else max_heads
@@ -158,4 +162,5 @@ def head_bound(d, heads, max_heads) -> int:
         raise ValueError(f"the head count/bound must be a positive integer, got {H!r}")
     if isinstance(d, bool) or not isinstance(d, int) or d < 1:
         raise ValueError(f"d must be a positive integer, got {d!r}")
+    check_plan_size(d, H)        # the plan's cost, before anything is drawn (exactlearn.limits)
     return H

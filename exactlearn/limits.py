@@ -1,0 +1,242 @@
+"""Size limits: what exactlearn refuses, in one line, before it allocates anything.
+
+Every limit is a named constant here (docs/reference/cli.md, "Limits"; docs/reference/model-files.md).
+The plan limits are limits on what the paper plan *costs* (README, "How it works"),
+computed from d and the head bound H before anything is drawn:
+
+* ``queries``: ``4 H d^2 - 2H + 1``, the black box's calls per attempt (and per prime);
+* ``tokens``: ``1 + (2d^2 - 1)(2H^2 + 3H)``, the tokens the box reads over the plan (the
+  query of configuration c at k has k + 1 tokens, k = 1 .. 2H);
+* ``bytes``: an estimate of the plan's memory, :data:`PLAN_BYTES_PER_QUERY` per query plus
+  :data:`PLAN_BYTES_PER_D3` times d^3 (the 2d^2 - 1 configurations each keep d-entry tokens;
+  measured with ``tracemalloc`` on paper plans at d = 64 and 128 over the modular field's
+  default range 2^32).
+
+The efficient plan asks fewer queries; the real field's stable plan at most about twice the
+paper plan's.  :data:`MAX_DIMENSION` and :data:`MAX_HEADS` are *derived*: the largest d whose
+plan fits with one head, and the largest H whose plan fits at d = 1.  Within them d and H
+are limited jointly, by the cost:
+
+>>> plan_cost(384, 12).queries           # all-MiniLM-L6-v2 at full width: accepted
+7077865
+>>> plan_size_problem(384, 12) is None, plan_size_problem(64, 32) is None
+(True, True)
+>>> print(plan_size_problem(2, 10 ** 6))
+d = 2, H = 1000000: the plan would send 14000021000001 tokens, more than the limit 1073741824 (MAX_PLAN_TOKENS; docs/reference/cli.md, "Limits")
+>>> MAX_DIMENSION, MAX_HEADS
+(501, 23169)
+
+Entries are limited in digits before any text becomes a number (Python itself refuses
+integers of more than 4300 digits, and a decimal exponent builds its power of ten first):
+
+>>> entry_digits("-12.5e3"), entry_digits("1/300"), entry_digits("1e100000")
+(6, 3, 100001)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exactlearn.errors import ModelError
+
+#: Most queries one plan may ask (per attempt, per prime).
+MAX_PLAN_QUERIES = 2 ** 25
+#: Most tokens the black box may be sent over one plan (the sum of the query lengths).
+MAX_PLAN_TOKENS = 2 ** 30
+#: Largest estimated memory of one plan, in bytes (16 GiB).
+MAX_PLAN_BYTES = 2 ** 34
+#: Bytes of one query in the plan's list (a slotted Query and its list slot).
+PLAN_BYTES_PER_QUERY = 64
+#: Bytes per d^3 of the configurations' tokens (measured: 129 at d = 128, 133 at d = 64).
+PLAN_BYTES_PER_D3 = 136
+
+#: Most numbers a model may hold: H (d^2 + d) for attention, plus r (d + 1) for a
+#: Transformer's ReLU layer (and H m d for its O).
+MAX_MODEL_ENTRIES = 2 ** 24
+#: Largest model file, in bytes (checked before it is read; 16 bytes per entry).
+MAX_MODEL_FILE_BYTES = 16 * MAX_MODEL_ENTRIES
+#: Most JSON values a model file may hold (checked on the text before it is parsed).
+MAX_JSON_VALUES = 2 * MAX_MODEL_ENTRIES
+#: Most decimal digits of a number written as text (an entry, an option such as --noise):
+#: of a numerator or a denominator, a decimal exponent counting as its size.
+MAX_ENTRY_DIGITS = 4000
+#: Largest --dps (decimal digits of the real field): below :data:`MAX_ENTRY_DIGITS`, so that
+#: a model written at that precision (``demo --minilm --write``) reads back as a model file.
+MAX_DPS = 3_000
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    """What the paper plan for (d, H) costs (see the module docstring)."""
+
+    queries: int
+    tokens: int
+    bytes: int
+
+
+def plan_cost(d: int, H: int) -> PlanCost:
+    """The paper plan's cost for dimension d and head bound H, from the formulas alone.
+
+    >>> plan_cost(2, 2)
+    PlanCost(queries=29, tokens=99, bytes=2944)
+    """
+    queries = 4 * H * d * d - 2 * H + 1
+    tokens = 1 + (2 * d * d - 1) * (2 * H * H + 3 * H)
+    return PlanCost(queries, tokens, PLAN_BYTES_PER_QUERY * queries + PLAN_BYTES_PER_D3 * d ** 3)
+
+
+def plan_size_problem(d: int, H: int) -> str | None:
+    """None when the plan for (d, H) is within the limits, else a one-line reason naming
+    the limit that is exceeded."""
+    cost = plan_cost(d, H)
+    for what, n, limit, name in (("ask", cost.queries, MAX_PLAN_QUERIES, "queries"),
+                                 ("send", cost.tokens, MAX_PLAN_TOKENS, "tokens"),
+                                 ("need about", cost.bytes, MAX_PLAN_BYTES, "bytes")):
+        if n > limit:
+            return (f"d = {d}, H = {H}: the plan would {what} {n} {name}, more than the limit "
+                    f"{limit} (MAX_PLAN_{name.upper()}; docs/reference/cli.md, \"Limits\")")
+    return None
+
+
+def check_plan_size(d: int, H: int) -> None:
+    """Refuse (ModelError, a ValueError, one line) a plan beyond the limits, before anything
+    is drawn.
+
+    >>> check_plan_size(3000, 1)
+    Traceback (most recent call last):
+    ...
+    exactlearn.errors.ModelError: d = 3000, H = 1: the plan would ask 35999999 queries, more than the limit 33554432 (MAX_PLAN_QUERIES; docs/reference/cli.md, "Limits")
+    """
+    problem = plan_size_problem(d, H)
+    if problem is not None:
+        raise ModelError(problem)
+
+
+def _largest(fits) -> int:
+    """The largest n >= 1 with fits(n) (fits is monotone and fits(1))."""
+    lo, hi = 1, 2
+    while fits(hi):
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+#: Largest dimension d: the largest whose plan with one head is within the limits.
+MAX_DIMENSION = _largest(lambda d: plan_size_problem(d, 1) is None)
+#: Largest head count or bound H: the largest whose plan at d = 1 is within the limits.
+MAX_HEADS = _largest(lambda h: plan_size_problem(1, h) is None)
+
+
+def check_dimension(d: int, what: str = "d") -> None:
+    """Refuse d > :data:`MAX_DIMENSION` (one-line ModelError)."""
+    if d > MAX_DIMENSION:
+        raise ModelError(f"{what} = {d} is more than the largest dimension {MAX_DIMENSION} "
+                         f"(MAX_DIMENSION: a larger plan exceeds the limits; docs/reference/cli.md, "
+                         f"\"Limits\")")
+
+
+def check_heads(H: int, what: str = "H") -> None:
+    """Refuse H > :data:`MAX_HEADS` (one-line ModelError)."""
+    if H > MAX_HEADS:
+        raise ModelError(f"{what} = {H} is more than the largest head count {MAX_HEADS} "
+                         f"(MAX_HEADS: a larger plan exceeds the limits; docs/reference/cli.md, "
+                         f"\"Limits\")")
+
+
+def model_entries(d: int, H: int, neurons: int = 0, m: int | None = None) -> int:
+    """Numbers in a model: H (d^2 + d) for attention; with ``neurons`` r (a Transformer of
+    width m) H (d^2 + m d) + r (m + 1).
+
+    >>> model_entries(2, 2), model_entries(2, 1, neurons=3, m=2)
+    (12, 17)
+    """
+    if not neurons and m is None:
+        return H * (d * d + d)
+    m = d if m is None else m
+    return H * (d * d + m * d) + neurons * (m + 1)
+
+
+def check_model_size(d: int, H: int, neurons: int = 0, m: int | None = None,
+                     what: str = "model") -> None:
+    """Refuse a model with d > :data:`MAX_DIMENSION` or more than :data:`MAX_MODEL_ENTRIES`
+    numbers, before any of them is read or drawn (one-line ModelError).
+
+    >>> check_model_size(2, 10 ** 8)
+    Traceback (most recent call last):
+    ...
+    exactlearn.errors.ModelError: model: d = 2 with 100000000 heads holds 600000000 numbers, more than the limit 16777216 (MAX_MODEL_ENTRIES; docs/reference/cli.md, "Limits")
+    """
+    check_dimension(d, f"{what}: d")
+    if m is not None:
+        check_dimension(m, f"{what}: m")
+    n = model_entries(d, H, neurons, m)
+    if n > MAX_MODEL_ENTRIES:
+        extra = f" and {neurons} neurons" if neurons else ""
+        raise ModelError(f"{what}: d = {d} with {H} head{'s' if H != 1 else ''}{extra} holds {n} "
+                         f"numbers, more than "
+                         f"the limit {MAX_MODEL_ENTRIES} (MAX_MODEL_ENTRIES; "
+                         f"docs/reference/cli.md, \"Limits\")")
+
+
+_HUGE = 10 ** 15
+
+
+def entry_digits(text: str) -> int:
+    """An upper bound on the decimal digits of the numerator or the denominator that a
+    number's text (``"p/q"``, ``"-1.25e-3"``, an integer) would build; a decimal exponent
+    counts as its size.  Text that is not a number counts its characters (the reader then
+    refuses it for what it is)."""
+    s = text.strip().lower()
+    if "/" in s:
+        return max(len(part.strip().lstrip("+-")) for part in s.split("/"))
+    mant, _, expo = s.partition("e")
+    digits = sum(c.isdigit() for c in mant)
+    expo = expo.strip().lstrip("+-")
+    if not expo:
+        return digits
+    if not expo.isdigit():
+        return len(s)
+    if len(expo) > 15:                  # never convert a huge exponent's text
+        return _HUGE
+    return digits + int(expo)
+
+
+def check_entry_text(text: str) -> None:
+    """Refuse number text with more than :data:`MAX_ENTRY_DIGITS` digits, before it is
+    converted (ValueError, one line; the caller names the entry)."""
+    n = entry_digits(text)
+    if n > MAX_ENTRY_DIGITS:
+        shown = text if len(text) <= 40 else text[:20] + "..." + text[-10:]
+        why = "decimal exponent out of range" if "e" in text.lower() and "/" not in text else "too many digits"
+        size = "more than 10^15" if n >= _HUGE else str(n)
+        raise ValueError(f"{why}: {shown!r} would have {size} digits; numbers are limited to {MAX_ENTRY_DIGITS} digits "
+                         f"(MAX_ENTRY_DIGITS)")
+
+
+def readable_int(n: int) -> str:
+    """An integer for a message: its digits, or its size in bits when it has too many digits
+    to print (Python refuses to print more than 4300).
+
+    >>> readable_int(12345), readable_int(10 ** 5000)
+    ('12345', 'about 2^16609')
+    """
+    if n.bit_length() <= 3 * MAX_ENTRY_DIGITS:
+        return str(n)
+    return f"{'-' if n < 0 else ''}about 2^{abs(n).bit_length() - 1}"
+
+
+def check_dps(dps: int, what: str = "--dps") -> None:
+    """Refuse more than :data:`MAX_DPS` digits for the real field (one-line ModelError)."""
+    if dps > MAX_DPS:
+        raise ModelError(f"{what} = {dps} is more than the limit {MAX_DPS} digits (MAX_DPS; "
+                         f"docs/reference/cli.md, \"Limits\")")
+
+
+__all__ = ["MAX_PLAN_QUERIES", "MAX_PLAN_TOKENS", "MAX_PLAN_BYTES", "PLAN_BYTES_PER_QUERY",
+           "PLAN_BYTES_PER_D3", "MAX_MODEL_ENTRIES", "MAX_MODEL_FILE_BYTES", "MAX_JSON_VALUES",
+           "MAX_ENTRY_DIGITS", "MAX_DPS", "MAX_DIMENSION", "MAX_HEADS", "PlanCost", "plan_cost",
+           "plan_size_problem", "check_plan_size", "check_dimension", "check_heads",
+           "model_entries", "check_model_size", "entry_digits", "check_entry_text", "readable_int",
+           "check_dps"]
