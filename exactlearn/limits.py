@@ -1,7 +1,7 @@
 """Size limits: what exactlearn refuses, in one line, before it allocates anything.
 
 Every limit is a named constant here (docs/reference/cli.md, "Limits"; docs/reference/model-files.md).
-The plan limits are limits on what the paper plan *costs* (README, "How it works"),
+The plan limits are limits on what the paper plan *costs* (docs: explanation/algorithm.md#how-it-works),
 computed from d and the head bound H before anything is drawn:
 
 * ``queries``: ``4 H d^2 - 2H + 1``, the black box's calls per attempt (and per prime);
