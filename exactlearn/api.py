@@ -395,7 +395,7 @@ def _draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank, adapt) -> 
 def _bound_hint(exc, H) -> str:
     """A black box with more canonical heads than the bound fails like a degenerate draw or
     a box outside the class: say so, since the bound is the user's to raise."""
-    if isinstance(exc, (ExactnessError, HeightExceeded)):
+    if isinstance(exc, (ExactnessError, HeightExceeded)) or not getattr(exc, "bound_hint", True):
         return ""
     return (f" [note: a black box with more than {H} canonical head{'s' if H > 1 else ''} "
             f"(the bound) fails this way too: raise --heads / --max-heads]")
