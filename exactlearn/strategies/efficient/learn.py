@@ -60,7 +60,7 @@ from exactlearn.errors import ExactLearnError
 from exactlearn.fields.multimodular import analysis_fields
 from exactlearn.fields.rational import QQ
 from exactlearn.strategies.efficient.plan import (MAX_CHECK_MISS, MISS_TARGET_BITS, RangeTooSmall, check_miss_bound,
-                                                  checks_needed, skeleton)
+                                                  checks_needed, min_range, skeleton)
 from exactlearn.pipeline.solve import solve_v, solve_W
 
 
@@ -141,7 +141,7 @@ def run_efficient(plan, ask, K, observations, trace=None) -> tuple:
             dropped = ([{"kind": "rank", "reason": f"rank promise not used: {plan.rank_dropped}",
                          "configs": 0, "queries": 0}] if plan.rank_dropped else [])
             extra = ([{"kind": "checks", "reason": plan.check_reason, "configs": len(plan.extra_checks),
-                       "queries": len(plan.extra_checks) * plan.samples}] if plan.extra_checks else [])
+                       "queries": plan.extra_queries}] if plan.extra_checks else [])
             plan.fallbacks = dropped + ([rank_fallback] if rank_fallback else []) + matching + extra
             return heads, n_cert
         full = True
@@ -202,9 +202,7 @@ def _enough_checks(plan, values, K, heads, full, rank_plan, observations):
     try:
         need = checks_needed(per, MISS_TARGET_BITS, candidates)
     except RangeTooSmall:
-        R = plan.x_range or 1
-        while check_miss_bound(plan.H, R, R, learned=len(heads)) > MAX_CHECK_MISS:
-            R += 1
+        R = min_range(plan.H, len(heads))
         raise RangeTooSmall(
             f"the query range {plan.x_range} is too small to certify this answer: it has "
             f"{len(heads)} of at most {plan.H} head(s), so {'the rank promise' if rank_plan else 'the observations'} "
@@ -219,9 +217,11 @@ def _enough_checks(plan, values, K, heads, full, rank_plan, observations):
                              f"of at most {plan.H}, the observations alone do not determine the model, and "
                              f"one check at this range misses a wrong model with probability up to "
                              f"{per:.3g}; {need} checks bring the miss bound to <= 2^-{MISS_TARGET_BITS}")
+        before = values.rec.queries
         for c in plan.extra_checks:
             for k in range(1, plan.samples + 1):
                 values(c.tokens(k))
+        plan.extra_queries = values.rec.queries - before    # a repeated query is not asked again
     plan.miss_bound = min(1.0, candidates * per ** need)
     return certify(heads, plan.d, observations(), K)
 

@@ -52,7 +52,7 @@ from exactlearn.errors import LearningFailure
 from exactlearn.pipeline.plan import Config, Plan, Query, vector_sum, draw_matrix, paper_count
 
 __all__ = ["EfficientPlan", "efficient_plan", "draw_efficient_plan", "efficient_count",
-           "check_miss_bound", "checks_needed", "rank_checks", "RangeTooSmall", "prior_count",
+           "check_miss_bound", "checks_needed", "min_range", "rank_checks", "RangeTooSmall", "prior_count",
            "paper_count", "MISS_TARGET_BITS", "MAX_CHECK_MISS"]
 
 #: A rank plan asks enough check configurations that a false rank promise is
@@ -127,8 +127,7 @@ class RangeTooSmall(LearningFailure, ValueError):
     bound_hint = False         # not a symptom of too many heads (exactlearn.api)
 
 
-def checks_needed(per_check: float, target_bits: int = MISS_TARGET_BITS, candidates: int = 1,
-                  x_range: int | None = None) -> int:
+def checks_needed(per_check: float, target_bits: int = MISS_TARGET_BITS, candidates: int = 1) -> int:
     """How many independent check configurations, each missing a wrong model with probability
     at most ``per_check``, make ``candidates`` x per_check^n <= 2^-target_bits.
 
@@ -138,24 +137,42 @@ def checks_needed(per_check: float, target_bits: int = MISS_TARGET_BITS, candida
     (2, 2, 40)
     """
     if per_check > MAX_CHECK_MISS:
-        where = "" if x_range is None else f" (query range {x_range})"
         raise RangeTooSmall(
-            f"the query range is too small to certify the efficient plan{where}: one check "
-            f"configuration misses a wrong model with probability up to {per_check:.3g} > "
-            f"{MAX_CHECK_MISS}; use a larger range (query_range=..., e.g. query_range=30, or "
-            f"--range) or the paper plan (plan='paper')")
+            f"one check configuration misses a wrong model with probability up to {per_check:.3g} "
+            f"> {MAX_CHECK_MISS}: the query range is too small (see min_range)")
     if per_check <= 0:
         return 1
     need = target_bits + math.log2(candidates)
     return max(1, math.ceil(need / -math.log2(per_check) - 1e-12))
 
 
+def min_range(H: int, learned: int | None = None) -> int:
+    """The smallest query range R (x and e alike) at which one check misses with
+    probability at most MAX_CHECK_MISS (:func:`check_miss_bound`).
+
+    >>> min_range(1), min_range(2), min_range(2, learned=1), min_range(3)
+    (3, 7, 5, 11)
+    """
+    R = 1
+    while check_miss_bound(H, R, R, learned) > MAX_CHECK_MISS:
+        R += 1
+    return R
+
+
 def rank_checks(H: int, x_range: int, e_range: int | None = None,
                 target_bits: int = MISS_TARGET_BITS) -> int:
     """Number of independent check configurations that push the miss bound of a rank plan
     below 2^-target_bits, counting both candidates it may certify (the rank reconstruction
-    and, after a refuted promise, the full plan's); ValueError when the ranges are too small."""
-    return checks_needed(check_miss_bound(H, x_range, e_range), target_bits, candidates=2, x_range=x_range)
+    and, after a refuted promise, the full plan's); ValueError (:class:`RangeTooSmall`)
+    when the ranges are too small."""
+    try:
+        return checks_needed(check_miss_bound(H, x_range, e_range), target_bits, candidates=2)
+    except RangeTooSmall:
+        raise RangeTooSmall(
+            f"the query range {x_range} is too small to check a rank promise: one check "
+            f"configuration misses a wrong model with probability up to "
+            f"{check_miss_bound(H, x_range, e_range):.3g} > {MAX_CHECK_MISS}; use query_range >= "
+            f"{min_range(H)} (--range {min_range(H)})") from None
 
 
 @dataclass
@@ -183,6 +200,7 @@ class EfficientPlan(Plan):
     certificate: str | None = None     # "unique" or "checks" once certified (see the learner)
     extra_checks: list = field(default_factory=list)   # further check configurations, in order
     check_reason: str = ""             # why they were asked (the ``checks`` fallback's reason)
+    extra_queries: int = 0             # the queries they asked (a query asked before is not asked again)
 
     @property
     def samples(self) -> int:
