@@ -170,6 +170,7 @@ class Options:
     query_scale: object = None
     snap: bool = False
     heads_given: bool = False          # heads=H (an exact count), not a bound max_heads
+    attempts: int = 1                  # retries + 1: a bound over one attempt's checks counts them all
     state: object = None
 
 
@@ -286,6 +287,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     options = Options(noise=getattr(oracle, "noise", None) if noise is None else noise,
                       noise_rel=noise_rel, plan=plan,
                       query_scale=query_scale, snap=snap, heads_given=heads is not None,
+                      attempts=retries + 1,
                       state=strategy.new_state())
     error = None
     recovered: tuple = ()

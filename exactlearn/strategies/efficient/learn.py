@@ -102,7 +102,7 @@ class _CoreSingular(Exception):
     """The r x r core of some head's skeleton is singular (rank plan)."""
 
 
-def run_efficient(plan, ask, K, observations, trace=None) -> tuple:
+def run_efficient(plan, ask, K, observations, trace=None, attempts: int = 1) -> tuple:
     """Ask ``plan`` through ``ask``, analyse it in ``K`` and certify.
 
     ``observations()`` returns every (tokens, value) observed so far in this
@@ -114,6 +114,8 @@ def run_efficient(plan, ask, K, observations, trace=None) -> tuple:
     and reported as a ``checks`` fallback, until it is at most 2^-40).
     Raises what the paper learner raises on a detected degenerate draw, and
     :class:`RangeTooSmall` when the query range cannot make the bound small.
+    ``attempts``: how many attempts (``retries + 1``) the caller may make, each with
+    fresh checks; the bound is a union over all of them.
     """
     values = AskOnce(ask)
     for q in plan.queries:              # the plan is a value: ask all of it first
@@ -125,7 +127,7 @@ def run_efficient(plan, ask, K, observations, trace=None) -> tuple:
     while True:
         try:
             heads, matching, n_cert = _analyse_and_certify(plan, values, K, full, observations, trace)
-            checks = _enough_checks(plan, values, K, heads, full, rank_plan, observations)
+            checks = _enough_checks(plan, values, K, heads, full, rank_plan, observations, attempts)
         except _CoreSingular as exc:
             reason = str(exc)
         except (CertificateError, ExactnessError) as exc:
@@ -152,7 +154,8 @@ def run_efficient(plan, ask, K, observations, trace=None) -> tuple:
         plan.name = "efficient"
 
 
-def miss_bound(plan, heads, K, full: bool, rank_plan: bool, n_checks: int, asked=None) -> tuple:
+def miss_bound(plan, heads, K, full: bool, rank_plan: bool, n_checks: int, asked=None,
+               attempts: int = 1) -> tuple:
     """``(certificate, per-check bound, candidates, bound)`` for certified ``heads``
     (docs/explanation/efficient-plan.md, "When a certificate can miss").
 
@@ -165,7 +168,8 @@ def miss_bound(plan, heads, K, full: bool, rank_plan: bool, n_checks: int, asked
       :func:`~exactlearn.strategies.efficient.plan.check_miss_bound` (with the number
       of heads learned), and a union bound over the ``candidates`` the run may certify
       (one per analysis field of K, times two for a rank plan: its reconstruction and
-      the full plan's) gives ``candidates * per_check ** n_checks``.
+      the full plan's, times the ``attempts`` a run with retries may make) gives
+      ``candidates * per_check ** n_checks``.
     """
     if full and len(heads) == plan.H and unique_on_plan(heads, plan, K, asked):
         return "unique", 0.0, 1, 0.0
@@ -174,11 +178,11 @@ def miss_bound(plan, heads, K, full: bool, rank_plan: bool, n_checks: int, asked
     if rank_plan:                        # the rank candidate may have had any number of heads <= H
         per = max(per, check_miss_bound(plan.H, plan.x_range, plan.e_range)) \
             if plan.x_range is not None else 1.0
-    candidates = len(analysis_fields(K)) * (2 if rank_plan else 1)
+    candidates = len(analysis_fields(K)) * (2 if rank_plan else 1) * max(1, attempts)
     return "checks", per, candidates, min(1.0, candidates * per ** n_checks)
 
 
-def _enough_checks(plan, values, K, heads, full, rank_plan, observations):
+def _enough_checks(plan, values, K, heads, full, rank_plan, observations, attempts=1):
     """Set ``plan.certificate`` and ``plan.miss_bound`` for certified ``heads``; when the
     bound exceeds 2^-MISS_TARGET_BITS ask further check configurations
     (``plan.more_checks``, counted; the same in every run of the plan), certify them
@@ -190,7 +194,7 @@ def _enough_checks(plan, values, K, heads, full, rank_plan, observations):
     asked = [c for c in plan.configs
              if all(tuple(tuple(t) for t in c.tokens(k)) in seen for k in range(1, plan.samples + 1))]
     kind, per, candidates, bound = miss_bound(plan, heads, K, full, rank_plan, n0 + len(plan.extra_checks),
-                                              asked)
+                                              asked, attempts)
     plan.certificate, plan.miss_bound = kind, bound
     if bound <= 2.0 ** -MISS_TARGET_BITS:
         return None
