@@ -264,18 +264,25 @@ def unique_on_plan(heads, plan, K, asked=None) -> bool:
     if len(cells) != d * d:
         return False
 
-    def score(W, e, x):
-        return sum((e[r] * W[r][t] * x[t] for r in range(d) for t in range(d)), QQ(0))
+    Wx: dict = {}                       # (head, x) -> W_h x, once per final token
+
+    def score(h, e, x):
+        y = Wx.get((h, x))
+        if y is None:
+            W = heads[h].W
+            y = Wx[(h, x)] = [sum((W[r][t] * x[t] for t in range(d)), QQ(0)) for r in range(d)]
+        return sum((e[r] * y[r] for r in range(d)), QQ(0))
 
     try:
-        Ws = [h.W for h in heads]
         vs = [[K(x) for x in h.v] for h in heads]
         rho = {}
         for c in asked:
-            rho[(c.kind, c.i, c.j)] = [K.exp(score(W, c.e, c.x)) for W in Ws]
+            rho[(c.kind, c.i, c.j)] = [K.exp(score(h, c.e, c.x)) for h in range(H)]
         cval = {}
         for c in asked:
-            cval[c.e] = [-sum((K(e) * y for e, y in zip(c.e, v)), K.zero) for v in vs]
+            if c.e not in cval:
+                ke = [K(e) for e in c.e]
+                cval[c.e] = [-sum((e * y for e, y in zip(ke, v)), K.zero) for v in vs]
     except (ExactLearnError, ArithmeticError, ValueError):
         return False
     def distinct(ys):

@@ -23,9 +23,14 @@ keeps the paper's configurations (x_i, e_j) but asks less of each:
   invertible, otherwise the learner asks the rest (a reported fallback).
 * **Check configurations.** Random fresh configurations (x', e'), sampled like the
   others and never used by the analysis: the certificate must reproduce them.
-  They are what keeps a wrong promise from being certified (see
-  :func:`check_miss_bound`).  One for the full plan; for a rank plan as many as
-  make the miss bound ≤ 2^−40.
+  One for the full plan; for a rank plan as many as make the miss bound ≤ 2^−40
+  (:func:`rank_checks`).  A certificate is either *unique* -- no other model with
+  at most H heads reproduces the observations (checked exactly on the learned
+  heads), miss bound 0 -- or rests on the checks: each misses a wrong model with
+  probability at most :func:`check_miss_bound`, and the learner asks further
+  checks (drawn from ``check_seed``, counted, a ``checks`` fallback) until the
+  bound is ≤ 2^−40, or fails explicitly (:class:`RangeTooSmall`) when the range is
+  too small for that (docs/explanation/efficient-plan.md).
 
 The count is read off the plan (d singles, then 2H − 1 samples per asked
 configuration)::
@@ -55,8 +60,8 @@ __all__ = ["EfficientPlan", "efficient_plan", "draw_efficient_plan", "efficient_
            "check_miss_bound", "checks_needed", "min_range", "rank_checks", "RangeTooSmall", "prior_count",
            "paper_count", "MISS_TARGET_BITS", "MAX_CHECK_MISS"]
 
-#: A rank plan asks enough check configurations that a false rank promise is
-#: certified with probability at most 2^-MISS_TARGET_BITS (Schwartz-Zippel bound).
+#: No efficient-plan answer is certified unless the probability that it is wrong (over the
+#: check configurations; 0 for a unique certificate) is at most 2^-MISS_TARGET_BITS.
 MISS_TARGET_BITS = 40
 
 
@@ -236,7 +241,7 @@ class EfficientPlan(Plan):
         return {"rank": self.rank, "rank_dropped": self.rank_dropped, "samples_per_config": self.samples,
                 "single_token_queries": self.d, "asked_configs": self.n_asked,
                 "check_configs": len(self.checks) + len(self.extra_checks),
-                "check_miss_bound": float(f"{b:.3g}"),
+                "check_miss_bound": float(b),
                 "check_miss_bound_log2": None if b <= 0 else round(math.log2(b), 2),
                 "certificate": self.certificate,
                 "planned_queries": self.count, "paper_queries": paper_count(self.d, self.H)}
