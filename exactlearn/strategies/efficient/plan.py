@@ -92,8 +92,8 @@ def check_miss_bound(H: int, x_range: int, e_range: int | None = None, learned: 
     """Bound on the probability that one random check configuration misses a wrong model.
 
     The check (x', e') has entries uniform on [-x_range, x_range] and [-e_range, e_range],
-    drawn independently of the learned heads (docs/explanation/efficient-plan.md, "Why a
-    check catches a wrong model", has the proof).  Let the learned canonical heads
+    drawn independently of the learned heads (docs/explanation/efficient-plan.md, "When a
+    certificate can miss", has the proof).  Let the learned canonical heads
     (``learned`` of them, default H) differ from the true ones (at most H).  Both models
     reproduce the single tokens, so they share V; if they also reproduce the check family
     at k = 1..2H−1 they agree as rational functions of k.  With A_1..A_m (m ≤ H + learned)
