@@ -166,3 +166,31 @@ def test_cli_json_states_the_bound(tmp_path, capsys):
         out = json.loads(capsys.readouterr().out)
         assert code == 1 and out["status"] == "failed" and out["exact_over_Q"] is False
         assert out["plan_detail"]["check_miss_bound"] == 1.0 and out["heads"] == []
+
+
+def test_unique_certificate_is_refused_where_two_models_fit():
+    """Why a bound above the true head count needs the checks: with X = E = I and H = 2, the
+    one-head model A and the two-head model B (a second head differing from A's only in the
+    score e_1^T W x_2, with v orthogonal to e_1) answer every query of the efficient plan
+    alike -- evaluated here on both raw models -- yet differ.  ``unique_on_plan`` must not
+    call either unique; with H = 1 it calls A unique."""
+    from exactlearn.strategies.efficient.learn import unique_on_plan
+    from exactlearn.strategies.efficient.plan import efficient_plan
+    K = Rational()
+    A = MultiHeadAttention([([[1, 2], [0, -1]], [1, 3])])
+    B = MultiHeadAttention([([[1, 2], [0, -1]], [1, 2]), ([[1, 5], [0, -1]], [0, 1])])
+    plan = efficient_plan([[1, 0], [0, 1]], [[1, 0], [0, 1]], 2)
+    for q in plan.queries:
+        tokens = plan.tokens(q)
+        assert A.evaluate(tokens, K) == B.evaluate(tokens, K)
+    probe = [(1, 2), (1, 2), (2, 1)]
+    assert A.evaluate(probe, K) != B.evaluate(probe, K)
+    assert A.canonical_heads() != B.canonical_heads()
+    assert not unique_on_plan(A.canonical_heads(), plan, K)
+    assert not unique_on_plan(B.canonical_heads(), plan, K)
+    assert unique_on_plan(A.canonical_heads(), efficient_plan([[1, 0], [0, 1]], [[1, 0], [0, 1]], 1), K)
+    for box in (A, B):                        # either box: never certified as the other
+        for seed in range(4):
+            oracle = Oracle(box, Modular())
+            res = learn(oracle, d=2, max_heads=2, seed=seed, plan="efficient")
+            check_run(box, oracle, res)
