@@ -28,11 +28,18 @@ The steps, reusing the paper learner's parts:
    false rank promise, caught by the check configurations -- falls back to the
    full plan as well; so does one whose W is not exact in the field.
 
-Under its promise (at most H heads; rank ≤ r) every step is forced by the
-observations: the fits are unique, labels are unique or the learner fails, and
-with an invertible core the CUR completion is the only rank-≤ r completion.
-The check configurations guard the promise itself (see
-:func:`~exactlearn.strategies.efficient.plan.check_miss_bound`).
+7. **Certificate** (:func:`miss_bound`): *unique* when H heads come out with every
+   label tied (:func:`unique_on_plan`: no other model with at most H heads
+   reproduces the observations), else *by checks*: further check configurations
+   are asked until the probability that a wrong model passes them is at most
+   2^-40, or the run fails explicitly (``RangeTooSmall``) when the range is too
+   small for that.
+
+Unlike the paper's plan, the efficient plan's observations need not determine
+the model (a head can hide in every configuration it asks: issue 20), which is
+what step 7 is for; the check configurations also guard a rank promise (see
+:func:`~exactlearn.strategies.efficient.plan.check_miss_bound` and
+docs/explanation/efficient-plan.md).
 
 >>> from exactlearn import MultiHeadAttention, Oracle, learn
 >>> from exactlearn.fields import Modular
