@@ -130,7 +130,7 @@ def run_efficient(plan, ask, K, observations, trace=None, attempts: int = 1) -> 
     full = plan.rank is None
     rank_plan = not full
     rank_fallback = None
-    plan.extra_checks = []
+    plan.extra_checks, plan.extra_queries = [], 0
     while True:
         try:
             heads, matching, n_cert = _analyse_and_certify(plan, values, K, full, observations, trace)
@@ -232,7 +232,7 @@ def _enough_checks(plan, values, K, heads, full, rank_plan, observations, attemp
         for c in plan.extra_checks:
             for k in range(1, plan.samples + 1):
                 values(c.tokens(k))
-        plan.extra_queries = values.rec.queries - before    # a repeated query is not asked again
+        plan.extra_queries += values.rec.queries - before   # a repeated query is not asked again
     plan.miss_bound = min(1.0, candidates * per ** need)
     return certify(heads, plan.d, observations(), K)
 
