@@ -221,6 +221,7 @@ class Options:
     query_scale: object = None
     snap: bool = False
     heads_given: bool = False          # heads=H (an exact count), not a bound max_heads
+    attempts: int = 1                  # retries + 1: a bound over one attempt's checks counts them all
     state: object = None
 
 
@@ -393,6 +394,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     options = Options(noise=getattr(oracle, "noise", None) if noise is None else noise,
                       noise_rel=noise_rel, plan=plan,
                       query_scale=query_scale, snap=snap, heads_given=heads is not None,
+                      attempts=retries + 1,
                       state=strategy.new_state())
     error = None
     recovered: tuple = ()
@@ -502,7 +504,7 @@ def _draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank, adapt) -> 
 def _bound_hint(exc, H) -> str:
     """A black box with more canonical heads than the bound fails like a degenerate draw or
     a box outside the class: say so, since the bound is the user's to raise."""
-    if isinstance(exc, (ExactnessError, HeightExceeded)):
+    if isinstance(exc, (ExactnessError, HeightExceeded)) or not getattr(exc, "bound_hint", True):
         return ""
     return (f" [note: a black box with more than {H} canonical head{'s' if H > 1 else ''} "
             f"(the bound) fails this way too: raise --heads / --max-heads]")

@@ -20,8 +20,8 @@ from exactlearn.fields import Modular, Rational
 from exactlearn.strategies.efficient.learn import run_efficient
 from exactlearn.oracle import Recorder
 from exactlearn.pipeline.plan import paper_count
-from exactlearn.strategies.efficient.plan import (draw_efficient_plan, efficient_count, efficient_plan,
-                                       rank_checks)
+from exactlearn.strategies.efficient.plan import (RangeTooSmall, draw_efficient_plan, efficient_count,
+                                                  efficient_plan, rank_checks)
 from proofs_check.claim import Context, discover
 from proofs_check.claims.efficient_plan import limit, row_model
 from proofs_check.models import trial_rng
@@ -107,17 +107,21 @@ def test_rank_promise_above_the_true_rank_falls_back_on_a_singular_core():
 def test_check_configurations_catch_an_exact_false_completion(checks):
     """X = E = I and W = I (rank 2) under rank=1: the skeleton completes to
     diag(1, 0), exact in the field and reproducing every skeleton observation.
-    Only a check configuration can tell; without one a wrong model is certified."""
+    Only a check configuration can tell: with one the promise is refuted; without
+    any (and no range to draw them from) the learner refuses to certify (issue 20:
+    it used to certify the wrong completion)."""
     model = MultiHeadAttention([([[1, 0], [0, 1]], [2, 3])], d=2)
     K = Modular().with_scale(1)
     plan = efficient_plan([[1, 0], [0, 1]], [[1, 0], [0, 1]], 1, rank=1, checks=checks)
     rec = Recorder(Oracle(model, K), K, False)
-    heads, _ = run_efficient(plan, rec, K, lambda: rec.observations)
     if checks:
+        heads, _ = run_efficient(plan, rec, K, lambda: rec.observations)
         assert heads == model.canonical_heads() and plan.fallbacks[0]["kind"] == "rank"
         assert "certificate rejects" in plan.fallbacks[0]["reason"]
+        assert plan.certificate == "unique" and plan.miss_bound == 0   # the full plan, H = 1
     else:
-        assert heads != model.canonical_heads()        # why the plan always has checks
+        with pytest.raises(RangeTooSmall, match="miss bound"):
+            run_efficient(plan, rec, K, lambda: rec.observations)
 
 
 def test_rational_field_multimodular_path():

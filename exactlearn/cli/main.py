@@ -300,10 +300,23 @@ def _modular_lines(res) -> list:
         return out
     if not res.certified:
         return [f"primes asked: queries per prime: {per}"]
-    return [f"exact over Q: stable after {mm['stable_after']} analysis prime(s), confirmed "
-            f"modulo an independent prime; queries per prime: {per}",
-            f"probability that a wrong reconstruction survives the confirmation: "
-            f"<= 2^{mm['log2_wrong_reconstruction_bound']}"]
+    out = [f"exact over Q: stable after {mm['stable_after']} analysis prime(s), confirmed "
+           f"modulo an independent prime; queries per prime: {per}",
+           f"probability that a wrong reconstruction survives the confirmation: "
+           f"<= 2^{mm['log2_wrong_reconstruction_bound']}"]
+    return out
+
+
+def _certificate_lines(res) -> list:
+    """The efficient plan's certificate: unique, or by check configurations with their bound."""
+    pd = res.plan_detail
+    if not res.certified or not pd or not pd.get("certificate"):
+        return []
+    if pd["certificate"] == "unique":
+        return ["efficient plan: unique certificate (no other model with at most "
+                f"{res.heads_bound} head(s) reproduces the observations): miss bound 0"]
+    return [f"efficient plan: certified by {pd['check_configs']} random check configuration(s); "
+            f"probability that a wrong model passes them: <= 2^{pd['check_miss_bound_log2']}"]
 
 
 def summary(res, model=None) -> str:
@@ -320,6 +333,7 @@ def summary(res, model=None) -> str:
              + (f"  attempts: {res.attempts}" if res.attempts > 1 else "")]
     if res.multimodular is not None:
         lines.extend(_modular_lines(res))
+    lines.extend(_certificate_lines(res))
     if res.certified:
         lines.append(f"canonical heads: {len(res.heads)}"
                      + ("  (v as residues modulo p: certified modulo p only)"

@@ -28,13 +28,21 @@ Checks, each able to fail:
    never certified wrong (each run is certified equal -- after a reported rank
    fallback -- or fails).
 4. *Control*: a hand-made false rank promise whose skeleton completion is exact
-   in the field (X = E = I, W = I): without check configurations the analysis
-   certifies a wrong model; with them the learner falls back and is right.
+   in the field (X = E = I, W = I): without check configurations (and no range
+   to draw them from) the learner refuses to certify -- the completion
+   reproduces every skeleton observation; with them it falls back and is right.
    This shows the check configurations are what catches such a promise.
+5. *Small ranges* (R = 1, 2, 3, both exact fields; issue 20): the two-head model
+   of the issue, whose second head hides in every configuration of many draws at
+   R = 1, and random models (d <= 3, H <= 3, plain, merged and cancelling heads,
+   the exact count or a bound H + 1).  Degenerate draws are common there, so a
+   failure is fine; every *certified* answer must equal the canonical heads and
+   report ``plan_detail.check_miss_bound`` <= 2^-40.
 
-Refuted on a certified wrong answer, a count over its limit or a count
-mismatch; verified when every run passes; inconclusive otherwise (e.g. a run
-that failed).  ``evidence["series"]`` holds the counts for the plots.
+Refuted on a certified wrong answer, a certificate whose miss bound is over
+2^-40, a count over its limit or a count mismatch; verified when every run
+passes; inconclusive otherwise (e.g. an acceptance run that failed).
+``evidence["series"]`` holds the counts for the plots.
 """
 
 from __future__ import annotations
@@ -42,12 +50,12 @@ from __future__ import annotations
 import random
 from fractions import Fraction
 
-from exactlearn import Modular, MultiHeadAttention, Oracle, learn, paper_count
-from exactlearn.strategies.efficient.plan import (check_miss_bound, draw_efficient_plan, efficient_count,
-                                                  efficient_plan, prior_count, rank_checks)
+from exactlearn import Modular, MultiHeadAttention, Oracle, Rational, learn, paper_count
+from exactlearn.strategies.efficient.plan import (MISS_TARGET_BITS, RangeTooSmall, draw_efficient_plan,
+                                                  efficient_count, efficient_plan, prior_count, rank_checks)
 
 from ..claim import ClaimResult, claim
-from ..models import heads_json, random_v, random_W, trial_rng
+from ..models import heads_json, kinds_for, random_model, random_v, random_W, trial_rng
 from ._learning import level
 
 ID = "efficient-plan"
@@ -58,6 +66,15 @@ ROWS = (("H=1", 3, 1, None), ("H=1", 4, 1, None), ("H=1", 5, 1, None),
         ("equal v", 3, 2, None), ("equal v", 4, 2, None),
         ("rank 1", 6, 2, 1))
 FALSE_ROWS = (("false rank (true 2)", 4, 2, 1, 2), ("false rank (full)", 4, 2, 1, None))
+
+#: Small query ranges (issue 20) and the exact fields they run on.
+SMALL_RANGES = (1, 2, 3)
+SMALL_FIELDS = {"rational": Rational, "modular": Modular}
+
+#: The model of issue 20: at R = 1 its second head hides in every configuration of many draws.
+ISSUE_20 = {"format": "exactlearn.mha/1", "d": 2, "heads": [
+    {"W": [[-1, "1/2"], [0, 1]], "v": ["2/3", "-1/3"]},
+    {"W": [[-1, "1/2"], [-2, -1]], "v": ["-3/2", "-3/2"]}]}
 
 
 def limit(row: str, d: int, H: int) -> int:
@@ -121,6 +138,47 @@ def efficient_trial(args) -> dict:
     return out
 
 
+def small_range_trial(args) -> dict:
+    """One run at a small range: ``args = (seed, index, R, field name, "issue 20" | "random")``."""
+    seed, index, R, fname, which = args
+    rng = trial_rng(seed, ID + ":small", index)
+    if which == "issue 20":
+        model, d, heads, bound = MultiHeadAttention.from_json(ISSUE_20), 2, 2, None
+    else:
+        d, H = rng.randint(1, 3), rng.randint(1, 3)
+        model = random_model(rng, d, H, rng.choice(kinds_for(H)))
+        heads, bound = (H, None) if rng.random() < 0.5 else (None, H + 1)
+    out = {"R": R, "field": fname, "model_kind": which, "d": d}
+    oracle = Oracle(model, SMALL_FIELDS[fname]())
+    try:
+        res = learn(oracle, d=d, heads=heads, max_heads=bound, seed=rng.randrange(2 ** 32),
+                    plan="efficient", query_range=R)
+    except Exception as exc:        # learn() must return flagged failures, never raise
+        out.update(status="crash", error=f"{type(exc).__name__}: {exc}", model=model.to_json())
+        return out
+    detail = res.plan_detail or {}
+    equal = res.certified and res.heads == model.canonical_heads()
+    out.update(status=res.status, equal=equal, miss_bound=detail.get("check_miss_bound"),
+               certificate=detail.get("certificate"), counted=res.queries == oracle.queries,
+               error=None if res.certified else res.error)
+    if res.certified and not equal:
+        out.update(model=model.to_json(), learned=heads_json(res.heads))
+    return out
+
+
+def small_range_problems(r) -> list:
+    """What is wrong with one small-range run (a failure is not)."""
+    if r["status"] == "crash":
+        return [f"crashed: {r['error']}"]
+    out = [] if r["counted"] else ["queries != the oracle's own count"]
+    if r["status"] == "certified":
+        if not r["equal"]:
+            out.append("certified but not equal to the canonical heads")
+        if r["miss_bound"] is None or r["miss_bound"] > 2.0 ** -MISS_TARGET_BITS:
+            out.append(f"certified with a miss bound of {r['miss_bound']} > 2^-{MISS_TARGET_BITS}")
+    return out
+
+
 def problems(r) -> list:
     """What is wrong with one run (empty: nothing)."""
     if r["status"] == "crash":
@@ -180,13 +238,18 @@ def control() -> dict:
     out = {}
     for name, checks in (("without_checks", ()), ("with_checks", [((3, -2), (1, 4))])):
         K = Modular().with_scale(1)
-        plan = efficient_plan([[1, 0], [0, 1]], [[1, 0], [0, 1]], 1, rank=1, checks=checks,
-                              miss_bound=check_miss_bound(1, 4) ** len(checks))
+        plan = efficient_plan([[1, 0], [0, 1]], [[1, 0], [0, 1]], 1, rank=1, checks=checks)
         rec = Recorder(Oracle(model, K), K, False)
-        heads, _ = run_efficient(plan, rec, K, lambda: rec.observations)
-        out[name] = {"certified_equal": heads == model.canonical_heads(), "plan": plan.name,
-                     "fallbacks": [f["kind"] for f in plan.fallbacks], "queries": rec.queries}
-    out["ok"] = (not out["without_checks"]["certified_equal"] and out["with_checks"]["certified_equal"]
+        try:
+            heads, _ = run_efficient(plan, rec, K, lambda: rec.observations)
+        except RangeTooSmall as exc:
+            out[name] = {"certified": False, "certified_equal": False, "refused": str(exc),
+                         "queries": rec.queries}
+            continue
+        out[name] = {"certified": True, "certified_equal": heads == model.canonical_heads(), "plan": plan.name,
+                     "fallbacks": [f["kind"] for f in plan.fallbacks], "queries": rec.queries,
+                     "certificate": getattr(plan, "certificate", None), "check_miss_bound": plan.miss_bound}
+    out["ok"] = (not out["without_checks"]["certified"] and out["with_checks"]["certified_equal"]
                  and out["with_checks"]["fallbacks"] == ["rank"])
     return out
 
@@ -194,7 +257,8 @@ def control() -> dict:
 @claim(ID, "Beyond the paper: the efficient plan learns exactly and certifiably with at most "
            "d^2+d+1 queries for one head, 2Hd^2+2Hd+1 for H >= 2, the paper's count with equal v, "
            "and 40% of it for rank-1 heads at d=6 under a rank-1 promise; a false rank promise is "
-           "never certified wrong.", order=100)
+           "never certified wrong; at small ranges (R = 1, 2, 3) every certified answer is right "
+           "and reports a miss bound <= 2^-40.", order=100)
 def check(ctx):
     lv = level(ctx)
     reps = {"tiny": 2, "quick": 8, "full": 40}[lv]
@@ -208,6 +272,30 @@ def check(ctx):
     runs = ctx.map(efficient_trial, items)
     grid = plan_grid()
     ctl = control()
+    n_issue, n_random = {"tiny": (3, 6), "quick": (10, 20), "full": (200, 200)}[lv]
+    if not ctx.quick:
+        n_issue, n_random = ctx.size(10, 200), ctx.size(20, 200)
+    small_items = []
+    for R in SMALL_RANGES:
+        for fname in SMALL_FIELDS:
+            small_items += [(ctx.seed, len(small_items) + n, R, fname, "issue 20") for n in range(n_issue)]
+            small_items += [(ctx.seed, len(small_items) + n, R, fname, "random") for n in range(n_random)]
+    small = ctx.map(small_range_trial, small_items)
+    small_bad = [{"R": r["R"], "field": r["field"], "model_kind": r["model_kind"], "problems": p,
+                  **({"model": r["model"], "learned": r.get("learned")} if "model" in r else {})}
+                 for r in small for p in [small_range_problems(r)] if p]
+    small_cells: dict = {}
+    for r in small:
+        c = small_cells.setdefault((r["R"], r["field"], r["model_kind"]),
+                                   {"R": r["R"], "field": r["field"], "models": r["model_kind"], "runs": 0,
+                                    "certified": 0, "wrong": 0, "failed": 0, "unique": 0, "by_checks": 0})
+        c["runs"] += 1
+        if r["status"] == "certified":
+            c["certified"] += 1
+            c["wrong"] += not r["equal"]
+            c["unique" if r.get("certificate") == "unique" else "by_checks"] += 1
+        else:
+            c["failed"] += 1
 
     cells: dict = {}
     for r in runs:
@@ -261,6 +349,8 @@ def check(ctx):
                                      if f["kind"] == "rank" and "not exact" in f["reason"]),
         },
         "control_false_promise": ctl,
+        "small_ranges": {"runs": len(small), "table": list(small_cells.values()),
+                         "problems": len(small_bad), "problem_examples": small_bad[:5]},
         "plan_grid": {"cells": len(grid), "mismatches": [g for g in grid if not g["ok"]][:5],
                       "examples": [g for g in grid if (g["d"], g["H"]) in ((3, 1), (3, 2), (4, 3), (6, 2))]},
         "problem_examples": bad[:5],
@@ -279,7 +369,7 @@ def check(ctx):
             "prior_queries": [c["prior"] for c in series_cells],
         },
     }
-    if wrong or over or mismatch or not ctl["ok"] or evidence["plan_grid"]["mismatches"]:
+    if wrong or over or mismatch or small_bad or not ctl["ok"] or evidence["plan_grid"]["mismatches"]:
         return ClaimResult("refuted", evidence)
     if bad or len(acc) == 0:
         evidence["why_not_verified"] = [f"{b['row']} d={b['d']} H={b['H']}: {p}" for b in bad[:5]

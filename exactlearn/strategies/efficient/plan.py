@@ -23,9 +23,14 @@ keeps the paper's configurations (x_i, e_j) but asks less of each:
   invertible, otherwise the learner asks the rest (a reported fallback).
 * **Check configurations.** Random fresh configurations (x', e'), sampled like the
   others and never used by the analysis: the certificate must reproduce them.
-  They are what keeps a wrong promise from being certified (see
-  :func:`check_miss_bound`).  One for the full plan; for a rank plan as many as
-  make the miss bound ≤ 2^−40.
+  One for the full plan; for a rank plan as many as make the miss bound ≤ 2^−40
+  (:func:`rank_checks`).  A certificate is either *unique* -- no other model with
+  at most H heads reproduces the observations (checked exactly on the learned
+  heads), miss bound 0 -- or rests on the checks: each misses a wrong model with
+  probability at most :func:`check_miss_bound`, and the learner asks further
+  checks (drawn from ``check_seed``, counted, a ``checks`` fallback) until the
+  bound is ≤ 2^−40, or fails explicitly (:class:`RangeTooSmall`) when the range is
+  too small for that (docs/explanation/efficient-plan.md).
 
 The count is read off the plan (d singles, then 2H − 1 samples per asked
 configuration)::
@@ -48,13 +53,15 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from exactlearn.errors import LearningFailure
 from exactlearn.pipeline.plan import Config, Plan, Query, vector_sum, draw_matrix, paper_count
 
 __all__ = ["EfficientPlan", "efficient_plan", "draw_efficient_plan", "efficient_count",
-           "check_miss_bound", "rank_checks", "prior_count", "paper_count", "MISS_TARGET_BITS"]
+           "check_miss_bound", "checks_needed", "min_range", "rank_checks", "RangeTooSmall", "prior_count",
+           "paper_count", "MISS_TARGET_BITS", "MAX_CHECK_MISS"]
 
-#: A rank plan asks enough check configurations that a false rank promise is
-#: certified with probability at most 2^-MISS_TARGET_BITS (Schwartz-Zippel bound).
+#: No efficient-plan answer is certified unless the probability that it is wrong (over the
+#: check configurations; 0 for a unique certificate) is at most 2^-MISS_TARGET_BITS.
 MISS_TARGET_BITS = 40
 
 
@@ -81,35 +88,96 @@ def efficient_count(d: int, H: int, rank: int | None = None, checks: int = 1) ->
     return d + samples_per_config(H) * (len(skeleton(d, rank)) + within + checks)
 
 
-def check_miss_bound(H: int, x_range: int, e_range: int | None = None) -> float:
-    """Probability bound that one random check configuration misses a wrong model.
+def check_miss_bound(H: int, x_range: int, e_range: int | None = None, learned: int | None = None) -> float:
+    """Bound on the probability that one random check configuration misses a wrong model.
 
-    Let the recovered canonical heads differ from the true ones (both at most H
-    heads).  If every observed value of the check family (x', e') -- k = 1..2H−1,
-    together with the known k = 0 value V·x' and limit V·a' -- is reproduced, the
-    two rational functions of k agree (numerator of degree ≤ 2H−1 with 2H zeros),
-    so their poles and coefficients agree.  Unless one of at most 2H² + H
-    polynomials of degree ≤ 2 in the entries of (x', e') vanishes -- e'ᵀ(A − B)x'
-    for two distinct matrices among the ≤ 2H true and recovered W's, u·e' for a
-    nonzero v or difference of v's -- that forces the two sets of heads to be
-    equal.  x', e' are uniform on integer boxes of half-widths x_range, e_range,
-    independent of everything else, so by Schwartz-Zippel each vanishes with
-    probability ≤ 1/(2R_x+1) + 1/(2R_e+1).
+    The check (x', e') has entries uniform on [-x_range, x_range] and [-e_range, e_range],
+    drawn independently of the learned heads (docs/explanation/efficient-plan.md, "When a
+    certificate can miss", has the proof).  Let the learned canonical heads
+    (``learned`` of them, default H) differ from the true ones (at most H).  Both models
+    reproduce the single tokens, so they share V; if they also reproduce the check family
+    at k = 1..2H−1 they agree as rational functions of k.  With A_1..A_m (m ≤ H + learned)
+    the distinct W's of either model and u_t the true v minus the learned v at A_t, pick a
+    t0 with u_t0 ≠ 0: agreement forces u_t0·e' = 0 or e'ᵀ(A_t − A_t0)x' = 0 for one of the
+    other m − 1 matrices.  By Schwartz–Zippel on the grids (s_x = 2 x_range + 1 values per
+    coordinate of x', s_e = 2 e_range + 1 of e') that is at most
+
+        1/s_e + (m − 1) (1/s_x + (1 − 1/s_x)/s_e).
+
+    >>> check_miss_bound(1, 1)                         # R = 1, one head: 1/3 + 5/9
+    0.8888888888888888
+    >>> check_miss_bound(2, 1) == 1.0, check_miss_bound(2, 1, learned=1) < 1
+    (True, False)
+    >>> check_miss_bound(2, 2 ** 32) < 2 ** -30
+    True
     """
     e_range = x_range if e_range is None else e_range
-    per = 1 / (2 * x_range + 1) + 1 / (2 * e_range + 1)
-    return min(1.0, (2 * H * H + H) * per)
+    learned = H if learned is None else learned
+    s_x, s_e = 2 * x_range + 1, 2 * e_range + 1
+    pair = 1 / s_x + (1 - 1 / s_x) / s_e
+    return min(1.0, 1 / s_e + (H + learned - 1) * pair)
+
+
+#: A check misses with probability at most 1/2 before more checks are drawn; above it the
+#: range is too small to certify with a reasonable number of checks (at most about
+#: MISS_TARGET_BITS of them).
+MAX_CHECK_MISS = 0.5
+
+
+class RangeTooSmall(LearningFailure, ValueError):
+    """The query range cannot make the check configurations' miss bound small: an explicit
+    failure of the run (a ValueError too, for callers of :func:`rank_checks`)."""
+
+    kind = "query range too small to certify"
+    bound_hint = False         # not a symptom of too many heads (exactlearn.api)
+
+
+def checks_needed(per_check: float, target_bits: int = MISS_TARGET_BITS, candidates: int = 1) -> int:
+    """How many independent check configurations, each missing a wrong model with probability
+    at most ``per_check``, make ``candidates`` x per_check^n <= 2^-target_bits.
+
+    Raises :class:`RangeTooSmall` (a ValueError) when ``per_check`` > 1/2 (MAX_CHECK_MISS).
+
+    >>> checks_needed(2 ** -31), checks_needed(2 ** -31, candidates=2), checks_needed(0.5)
+    (2, 2, 40)
+    """
+    if per_check > MAX_CHECK_MISS:
+        raise RangeTooSmall(
+            f"one check configuration misses a wrong model with probability up to {per_check:.3g} "
+            f"> {MAX_CHECK_MISS}: the query range is too small (see min_range)")
+    if per_check <= 0:
+        return 1
+    need = target_bits + math.log2(candidates)
+    return max(1, math.ceil(need / -math.log2(per_check) - 1e-12))
+
+
+def min_range(H: int, learned: int | None = None) -> int:
+    """The smallest query range R (x and e alike) at which one check misses with
+    probability at most MAX_CHECK_MISS (:func:`check_miss_bound`).
+
+    >>> min_range(1), min_range(2), min_range(2, learned=1), min_range(3)
+    (3, 7, 5, 11)
+    """
+    R = 1
+    while check_miss_bound(H, R, R, learned) > MAX_CHECK_MISS:
+        R += 1
+    return R
 
 
 def rank_checks(H: int, x_range: int, e_range: int | None = None,
                 target_bits: int = MISS_TARGET_BITS) -> int:
-    """Number of independent check configurations that push the miss bound of a
-    rank plan below 2^-target_bits; ValueError when the ranges are too small."""
-    b = check_miss_bound(H, x_range, e_range)
-    if b >= 0.5:
-        raise ValueError(f"the query range is too small to check a rank promise (one check "
-                         f"misses a wrong model with probability up to {b:.3g}): use a larger --range")
-    return max(1, math.ceil(target_bits / -math.log2(b)))
+    """Number of independent check configurations that push the miss bound of a rank plan
+    below 2^-target_bits, counting both candidates it may certify (the rank reconstruction
+    and, after a refuted promise, the full plan's); ValueError (:class:`RangeTooSmall`)
+    when the ranges are too small."""
+    try:
+        return checks_needed(check_miss_bound(H, x_range, e_range), target_bits, candidates=2)
+    except RangeTooSmall:
+        raise RangeTooSmall(
+            f"the query range {x_range} is too small to check a rank promise: one check "
+            f"configuration misses a wrong model with probability up to "
+            f"{check_miss_bound(H, x_range, e_range):.3g} > {MAX_CHECK_MISS}; use query_range >= "
+            f"{min_range(H)} (--range {min_range(H)})") from None
 
 
 @dataclass
@@ -128,9 +196,16 @@ class EfficientPlan(Plan):
     rank: int | None = None
     n_asked: int = 0           # configs[:n_asked] are asked (including the checks)
     checks: tuple = ()         # indices of the check configurations
-    miss_bound: float = 1.0    # check_miss_bound ** len(checks)
+    miss_bound: float = 1.0    # bound on P(a wrong certified answer) over the checks (see describe)
     fallbacks: list = field(default_factory=list)
     rank_dropped: str | None = None    # why a rank promise was not used (see draw_efficient_plan)
+    x_range: int | None = None         # the checks' ranges (None: unknown, no further checks drawn)
+    e_range: int | None = None
+    check_seed: int | None = None      # seeds the further check configurations (the same in every run)
+    certificate: str | None = None     # "unique" or "checks" once certified (see the learner)
+    extra_checks: list = field(default_factory=list)   # further check configurations, in order
+    check_reason: str = ""             # why they were asked (the ``checks`` fallback's reason)
+    extra_queries: int = 0             # the queries they asked (a query asked before is not asked again)
 
     @property
     def samples(self) -> int:
@@ -140,11 +215,35 @@ class EfficientPlan(Plan):
     def asked(self) -> list:
         return self.configs[:self.n_asked]
 
+    def more_checks(self, n: int) -> list:
+        """The first ``n`` further check configurations (x', e'): uniform on the plan's
+        ranges, from ``check_seed`` -- drawn before anything is asked, so independent of
+        every answer, and the same in every run of the plan (each prime of the
+        multi-modular method asks the same ones)."""
+        if self.check_seed is None or self.x_range is None:
+            raise RangeTooSmall("this plan has no ranges to draw further check configurations from")
+        rng = random.Random(self.check_seed)
+        R_x, R_e = self.x_range, self.e_range if self.e_range is not None else self.x_range
+        return [Config("check", len(self.checks) + t, len(self.checks) + t,
+                       tuple(rng.randint(-R_x, R_x) for _ in range(self.d)),
+                       tuple(rng.randint(-R_e, R_e) for _ in range(self.d))) for t in range(n)]
+
     def describe(self) -> dict:
-        """JSON-able summary (the learner reports it as ``plan_detail``)."""
+        """JSON-able summary (the learner reports it as ``plan_detail``).
+
+        ``check_miss_bound``: an upper bound on the probability that the certified answer is
+        wrong although the box keeps the promise (at most H heads; rank <= r), over the
+        check configurations' draw: 0.0 for a ``unique`` certificate (no other model with
+        at most H heads reproduces the observations), else the checks' Schwartz-Zippel
+        bound (docs/explanation/efficient-plan.md).  ``check_miss_bound_log2`` is its log2
+        (None for 0), ``certificate`` how it was certified."""
+        b = self.miss_bound
         return {"rank": self.rank, "rank_dropped": self.rank_dropped, "samples_per_config": self.samples,
                 "single_token_queries": self.d, "asked_configs": self.n_asked,
-                "check_configs": len(self.checks), "check_miss_bound": float(f"{self.miss_bound:.3g}"),
+                "check_configs": len(self.checks) + len(self.extra_checks),
+                "check_miss_bound": float(b),
+                "check_miss_bound_log2": None if b <= 0 else round(math.log2(b), 2),
+                "certificate": self.certificate,
                 "planned_queries": self.count, "paper_queries": paper_count(self.d, self.H)}
 
 
@@ -186,7 +285,8 @@ def draw_efficient_plan(d: int, H: int, rng: random.Random, x_range: int, e_rang
                         rank: int | None = None) -> EfficientPlan:
     """Random X, E (as :func:`~exactlearn.pipeline.plan.draw_paper_plan`) and random check
     configurations with entries in the same ranges: one for the full plan, and
-    :func:`rank_checks` of them for a rank plan.
+    :func:`rank_checks` of them for a rank plan; and a seed for further checks, which the
+    learner asks when its certificate needs them (:func:`check_miss_bound`).
 
     A rank promise is not used (``rank_dropped`` says why, and the learner
     reports it as a fallback) when the ranges are too small to check it, or
@@ -208,7 +308,7 @@ def draw_efficient_plan(d: int, H: int, rng: random.Random, x_range: int, e_rang
             rank, n = None, 1
     checks = [(tuple(rng.randint(-x_range, x_range) for _ in range(d)),
                tuple(rng.randint(-R_e, R_e) for _ in range(d))) for _ in range(n)]
-    bound = check_miss_bound(H, x_range, R_e) ** n
-    plan = efficient_plan(X, E, H, rank, checks, bound)
+    plan = efficient_plan(X, E, H, rank, checks, 1.0)
     plan.rank_dropped = dropped
+    plan.x_range, plan.e_range, plan.check_seed = x_range, R_e, rng.randrange(2 ** 63)
     return plan
