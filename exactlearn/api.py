@@ -26,7 +26,7 @@ import random
 import time
 from dataclasses import dataclass, field as dc_field
 
-from exactlearn.errors import ExactLearnError, ExactnessError, HeightExceeded
+from exactlearn.errors import BadBlackBox, ExactLearnError, ExactnessError, HeightExceeded
 from exactlearn.fields.base import Field
 from exactlearn.oracle import Recorder, TokenAdapter, resolve_field
 from exactlearn.pipeline.multimodular import learn_modular
@@ -61,8 +61,10 @@ class LearnResult:
     oracle_seconds: float = 0.0
     certified_observations: int = 0
     trace: list = dc_field(default_factory=list)
-    verify_queries: int = 0
+    verify_queries: int = 0                # part of ``queries``: verify=N's fresh queries
     verified: bool | None = None
+    learning_queries: int | None = None    # ``queries`` less ``verify_queries`` (None: all)
+    attempt_log: list = dc_field(default_factory=list)   # per attempt: queries, outcome
     snap: dict | None = None               # snap=True: bounded-height rationals, certified
     multimodular: dict | None = None       # modular field: primes, exact_over_Q, bound
     detail: object = None                  # the strategy's own: EfficientDetail, RealDetail or None
@@ -108,12 +110,24 @@ class LearnResult:
 
     @property
     def extra_queries(self) -> int:
-        """Queries beyond the final attempt's (``plan_runs`` times the plan's count, plus
-        fallbacks): those spent on retries."""
-        if self.attempts == 1:
-            return 0
-        fallbacks = sum(f.get("queries", 0) for f in self.plan_fallbacks)
-        return self.queries - self.plan_runs * (self.plan_queries + fallbacks)
+        """Learning queries spent beyond the final attempt's: those of the earlier attempts
+        (redraws after a failure), never negative.  A draw refused before any query (too
+        large for the field) spent none; the final attempt's probe, fallbacks and every
+        prime it asked are the final attempt's own; ``verify_queries`` come after the
+        attempts and are not extra."""
+        return sum(a["queries"] for a in self.attempt_log[:-1])      # learn() logs every attempt
+
+    @property
+    def learning(self) -> int:
+        """The learning queries: ``queries`` less the verification's (``learning_queries``)."""
+        return self.queries - self.verify_queries if self.learning_queries is None \
+            else self.learning_queries
+
+    @property
+    def refused_draws(self) -> int:
+        """Attempts whose draw was refused before any query: the plan's exponents exceed
+        what the field realises (a range too large; not a degenerate draw)."""
+        return sum(1 for a in self.attempt_log if a["outcome"] == "refused")
 
     def to_json(self) -> dict:
         K = self.field.param
@@ -135,6 +149,8 @@ class LearnResult:
             "attempts": self.attempts,
             "query_range": self.query_range,
             "extra_queries": self.extra_queries,
+            "learning_queries": self.learning,
+            "refused_draws": self.refused_draws,
             "field_info": self.field.describe(),
             "verify_queries": self.verify_queries,
             "verified": self.verified,
@@ -212,11 +228,19 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     ``heads`` (H) or ``max_heads`` (a bound H0) sets the plan.  Query entries
     are random integers in ``[-query_range, query_range]`` (the directions E
     in ``[-e_range, e_range]`` when given).  A detected degenerate draw fails
-    with a reason, or with ``retries=N`` is redrawn up to N times (the extra
-    queries are counted in ``queries`` and reported as ``extra_queries``).
-    ``verify=N`` spends N fresh random queries after certification comparing
-    the learned heads with the black box; they are reported separately
-    (``verify_queries``) and never counted in ``queries``.
+    with a reason, or with ``retries=N`` is redrawn up to N times (the earlier
+    attempts' queries are counted in ``queries`` and reported as
+    ``extra_queries``).  A draw whose exponents the field cannot realise is
+    refused before any query (not a degenerate draw: the reason names the range
+    and the field's limit; ``refused_draws`` counts them).
+    ``queries`` is every query the black box answered: every attempt, probe,
+    fallback and prime, and the verification.  ``verify=N`` spends up to N fresh
+    random queries after certification comparing the learned heads with the
+    black box (fewer when one disagrees): ``verify_queries`` says how many, a
+    part of ``queries``; ``learning_queries`` is the rest (with ``verify=0``,
+    the default, the two are equal).  A ``batch`` that does not answer one
+    value per query is bad input: the run fails at once, naming the box, with
+    the values it returned counted (:class:`~exactlearn.errors.BadBlackBox`).
     ``plan="efficient"`` (optionally with ``rank=r``, a promise that every head
     has rank <= r) uses the efficient plan of :mod:`exactlearn.strategies.efficient.plan`
     (analysed by :mod:`exactlearn.strategies.efficient.learn`); ``plan_queries`` is then
@@ -294,12 +318,18 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     tr: list = []
     n_cert = 0
     multimodular = None
+    attempt_log: list = []                 # per attempt: its queries and outcome
     while attempts <= retries:
         attempts += 1
         tr = []
+        ask, outcome = None, "failed"
         try:
-            drawn, R = _draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank,
-                                          adapt=query_range is None and e_range is None)
+            try:
+                drawn, R = _draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank,
+                                              adapt=query_range is None and e_range is None)
+            except ExactnessError:
+                outcome = "refused"            # before any query: too large, not degenerate
+                raise
             ask = rec.child(oracle, K, convert)           # this attempt's observations
             trace_to = tr if trace else None
             if K.multimodular and strategy.EXACT and executor is not None:
@@ -315,14 +345,29 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                     max_primes, trace_to, plan=drawn if strategy.ASKS_PLAN else None)
             else:
                 recovered, n_cert = strategy.run(drawn, ask, K, trace_to, options)
-            error = None
+            error, outcome = None, "certified"
+            break
+        except BadBlackBox as exc:                # the box broke its interface: no redraw
+            error = f"{exc.kind}: {exc}"
+            recovered = ()
+            multimodular = getattr(exc, "report", None)
             break
         except ExactLearnError as exc:            # every failure says what it is
             error = f"{exc.kind}: {exc}" + _bound_hint(exc, H)
             recovered = ()
             multimodular = getattr(exc, "report", None)     # the primes asked, on failures too
+        finally:
+            attempt_log.append({"queries": 0 if ask is None else ask.queries, "outcome": outcome})
+    refused = sum(1 for a in attempt_log if a["outcome"] == "refused")
+    if error is not None and refused and attempts > 1:
+        error += (f" [{refused} of the {attempts} draws were refused before any query as too "
+                  f"large for the {K.name} field; the others were degenerate or failed]"
+                  if refused < attempts else
+                  f" [all {attempts} draws were refused before any query as too large for the "
+                  f"{K.name} field: none was degenerate]")
+    learning_queries = rec.queries
     verified = None
-    verify_box = _Tally(oracle)
+    verify_box = rec.child(oracle, K, convert=False, keep=False)    # counted in queries too
     if error is None and verify:
         verified, error = strategy.verify(verify_box, recovered, d, H, K, convert, rng, R, verify,
                                           options.state)
@@ -331,7 +376,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     total = time.perf_counter() - t_start
     detail = strategy.detail(drawn, options.state, error is None) if drawn is not None else None
     return LearnResult(
-        verify_queries=verify_box.answered, verified=verified,
+        verify_queries=verify_box.queries, verified=verified,
+        learning_queries=learning_queries, attempt_log=attempt_log,
         status="certified" if error is None else "failed",
         heads=recovered if error is None else (),
         error=error, d=d, heads_bound=H, field=K,
@@ -343,23 +389,6 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         oracle_seconds=rec.seconds, certified_observations=n_cert, trace=tr,
         snap=_snap(detail, recovered) if snap and error is None else None,
         multimodular=multimodular, detail=detail)
-
-
-class _Tally:
-    """The black box for ``verify=N``, counting the queries it answers (a verification that
-    stops at its first disagreement asks fewer than N)."""
-
-    def __init__(self, oracle):
-        self._oracle = oracle
-        self.answered = 0
-
-    def __call__(self, tokens):
-        y = self._oracle(tokens)
-        self.answered += 1
-        return y
-
-    def __getattr__(self, name):
-        return getattr(self._oracle, name)
 
 
 def _snap(detail, heads) -> dict:
@@ -376,8 +405,9 @@ def _draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank, adapt) -> 
 
     With the default range (``adapt``), a plan whose exponents the oracle's
     field cannot realise (numbers past the rational field's size limit) is
-    redrawn at half the range, down to R = 2; no query is spent on it.
-    Returns ``(plan, R)``."""
+    redrawn at half the range, down to R = 2; no query is spent on it.  A draw refused
+    for good raises :class:`~exactlearn.errors.ExactnessError` naming the range and the
+    field's limit (a refused draw, not a degenerate one).  Returns ``(plan, R)``."""
     check = getattr(oracle, "check_plan", None)
     while True:
         plan = strategy.draw_plan(d, H, rng, R, e_range, rank)
@@ -386,9 +416,12 @@ def _draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank, adapt) -> 
         try:
             check(plan)
             return plan, R
-        except ExactnessError:
+        except ExactnessError as exc:
             if not adapt or R <= 2:
-                raise
+                ranges = f"range R = {R}" + (f", e-range {e_range}" if e_range is not None else "")
+                raise ExactnessError(f"the draw at query {ranges} was refused before any query, "
+                                     f"too large for the field (not a degenerate draw): {exc}") \
+                    from None
             R //= 2
 
 
