@@ -171,3 +171,60 @@ def test_transformer_verify_n_is_the_certificates_fresh_queries(transformer_file
         assert rc == 0 and out["certificate"]["fresh_kinds"]["random"] == n
     assert main(["learn", "--model", transformer_file, "--heads", "1", "--seed", "1",
                  "--verify", "0", "--json"]) == 2
+
+
+# -- proofs-check query-count covers every route that asks ------------------------------------
+def _tiny(seed=0):
+    from proofs_check.claim import Context
+    ctx = Context(quick=True, seed=seed)
+    ctx.tiny = True
+    return ctx
+
+
+def test_query_count_claim_covers_every_route():
+    from proofs_check.claim import discover
+    res = discover()["query-count"].run(_tiny())
+    assert res.status == "verified", res.evidence.get("why_not_verified")
+    assert {"verify", "verify-modular", "real-paper", "real-stable-batch", "bad-batch", "redraws",
+            "real-redraws", "refused"} <= set(res.evidence["routes"])
+    assert res.evidence["route_mismatches"] == []
+
+
+def test_query_count_claim_refuted_by_an_uncounted_verification(monkeypatch):
+    """A verification that asks the black box past the recorder (as before, when
+    verify_queries were left out of queries): the wrapper's count exceeds ``queries``."""
+    import exactlearn.strategies.paper as paper
+    real = paper.verify
+
+    def verify(oracle, *args):
+        return real(oracle.oracle, *args)            # the box itself, not the counting child
+    monkeypatch.setattr(paper, "verify", verify)
+    from proofs_check.claim import discover
+    res = discover()["query-count"].run(_tiny())
+    assert res.status == "refuted"
+    assert any("route verify" in m for m in res.evidence["route_mismatches"])
+
+
+def test_query_count_route_checks_can_fail():
+    """The old extra_queries (the final attempt's probe counted as a redraw), a negative
+    one, and a batch of the wrong length that was not refused are each a mismatch."""
+    from proofs_check.claims import query_count as qc
+    good = qc.route_trial((0, 0, "real-redraws"))
+    assert good["attempts"] == 3 and qc.route_problems(good) == []
+    assert qc.route_problems(dict(good, extra_queries=good["extra_queries"] + 10))
+    refused = qc.route_trial((0, 0, "refused"))
+    assert qc.route_problems(refused) == []
+    assert qc.route_problems(dict(refused, extra_queries=-29))
+    bad = qc.route_trial((0, 0, "bad-batch"))
+    assert bad["queries"] == bad["answered"] > 0 and qc.route_problems(bad) == []
+    assert qc.route_problems(dict(bad, status="failed", error="degenerate draw ..."))
+
+
+def test_query_count_cluster_route_counts_as_serial():
+    pytest.importorskip("distributed")
+    from proofs_check.claims import query_count as qc
+    rows = {r["route"]: r for r in qc.cluster_rows(0)}
+    assert set(rows) == {"serial", "cluster", "cluster-workers"}
+    assert all(qc.route_problems(r) == [] for r in rows.values())
+    assert rows["cluster"]["queries"] == rows["serial"]["answered"] == rows["cluster-workers"]["queries"]
+    assert qc.route_problems(dict(rows["cluster-workers"], queries=rows["serial"]["answered"] - 1))
