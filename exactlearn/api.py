@@ -63,7 +63,6 @@ class LearnResult:
     trace: list = dc_field(default_factory=list)
     verify_queries: int = 0                # part of ``queries``: verify=N's fresh queries
     verified: bool | None = None
-    learning_queries: int | None = None    # ``queries`` less ``verify_queries`` (None: all)
     attempt_log: list = dc_field(default_factory=list)   # per attempt: queries, outcome
     snap: dict | None = None               # snap=True: bounded-height rationals, certified
     multimodular: dict | None = None       # modular field: primes, exact_over_Q, bound
@@ -118,10 +117,10 @@ class LearnResult:
         return sum(a["queries"] for a in self.attempt_log[:-1])      # learn() logs every attempt
 
     @property
-    def learning(self) -> int:
-        """The learning queries: ``queries`` less the verification's (``learning_queries``)."""
-        return self.queries - self.verify_queries if self.learning_queries is None \
-            else self.learning_queries
+    def learning_queries(self) -> int:
+        """The learning attempts' queries: ``queries`` less ``verify_queries`` (equal to
+        ``queries`` without ``verify=N``)."""
+        return self.queries - self.verify_queries
 
     @property
     def refused_draws(self) -> int:
@@ -149,7 +148,7 @@ class LearnResult:
             "attempts": self.attempts,
             "query_range": self.query_range,
             "extra_queries": self.extra_queries,
-            "learning_queries": self.learning,
+            "learning_queries": self.learning_queries,
             "refused_draws": self.refused_draws,
             "field_info": self.field.describe(),
             "verify_queries": self.verify_queries,
@@ -365,7 +364,6 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                   if refused < attempts else
                   f" [all {attempts} draws were refused before any query as too large for the "
                   f"{K.name} field: none was degenerate]")
-    learning_queries = rec.queries
     verified = None
     verify_box = rec.child(oracle, K, convert=False, keep=False)    # counted in queries too
     if error is None and verify:
@@ -377,7 +375,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     detail = strategy.detail(drawn, options.state, error is None) if drawn is not None else None
     return LearnResult(
         verify_queries=verify_box.queries, verified=verified,
-        learning_queries=learning_queries, attempt_log=attempt_log,
+        attempt_log=attempt_log,
         status="certified" if error is None else "failed",
         heads=recovered if error is None else (),
         error=error, d=d, heads_bound=H, field=K,
