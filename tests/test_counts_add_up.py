@@ -17,6 +17,7 @@ import pytest
 
 from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.cli.main import main
+from exactlearn.errors import ExactLearnError
 from exactlearn.fields import Rational
 from exactlearn.fields.real import Real
 from exactlearn.oracle import TokenAdapter
@@ -111,8 +112,9 @@ def test_token_adapter_checks_the_batch_length():
     base = NumpyAttention.from_seed(2, 1, 0)
     box = OneTooMany(list(zip(base.W, base.v)))
     adapter = TokenAdapter(box, "float64")
-    with pytest.raises(Exception, match="OneTooMany's batch"):
+    with pytest.raises(ExactLearnError, match="OneTooMany's batch") as info:
         adapter.batch([[(1, 0), (0, 1)], [(1, 1)]])
+    assert info.value.kind == "bad input" and info.value.answered == 3
 
 
 # -- verify is counted in queries ------------------------------------------------------------
