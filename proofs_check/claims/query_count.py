@@ -415,7 +415,8 @@ def routes_evidence(routes) -> tuple:
 
 @claim(ID, "The learner asks exactly 4Hd^2 - 2H + 1 queries (H0 in place of H with a bound), "
            "as read from the plan and counted by an independent wrapper around the black box "
-           "(attempts x that with retries).", order=30)
+           "(attempts x that with retries); on every route that asks (verify, the real field, "
+           "batches, redraws, a Dask cluster) queries is every answered query.", order=30)
 def check(ctx):
     d_max, H_max = {"tiny": (4, 3), "quick": (8, 6), "full": (12, 8)}[level(ctx)]
     plan_rows = ctx.map(plan_count_trial, [(ctx.seed, d, H) for d in range(1, d_max + 1)
