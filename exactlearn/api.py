@@ -26,7 +26,7 @@ import random
 import time
 from dataclasses import dataclass, field as dc_field
 
-from exactlearn.errors import ExactLearnError, ExactnessError, HeightExceeded
+from exactlearn.errors import BadBlackBox, ExactLearnError, ExactnessError, HeightExceeded
 from exactlearn.fields.base import Field
 from exactlearn.oracle import Recorder, TokenAdapter, resolve_field
 from exactlearn.pipeline.multimodular import learn_modular
@@ -111,8 +111,9 @@ class LearnResult:
     oracle_seconds: float = 0.0
     certified_observations: int = 0
     trace: list = dc_field(default_factory=list)
-    verify_queries: int = 0
+    verify_queries: int = 0                # part of ``queries``: verify=N's fresh queries
     verified: bool | None = None
+    attempt_log: list = dc_field(default_factory=list)   # per attempt: queries, outcome
     snap: dict | None = None               # snap=True: bounded-height rationals, certified
     multimodular: dict | None = None       # modular field: primes, exact_over_Q, bound
     detail: object = None                  # the strategy's own: EfficientDetail, RealDetail or None
@@ -159,12 +160,24 @@ class LearnResult:
 
     @property
     def extra_queries(self) -> int:
-        """Queries beyond the final attempt's (``plan_runs`` times the plan's count, plus
-        fallbacks): those spent on retries."""
-        if self.attempts == 1:
-            return 0
-        fallbacks = sum(f.get("queries", 0) for f in self.plan_fallbacks)
-        return self.queries - self.plan_runs * (self.plan_queries + fallbacks)
+        """Learning queries spent beyond the final attempt's: those of the earlier attempts
+        (redraws after a failure), never negative.  A draw refused before any query (too
+        large for the field) spent none; the final attempt's probe, fallbacks and every
+        prime it asked are the final attempt's own; ``verify_queries`` come after the
+        attempts and are not extra."""
+        return sum(a["queries"] for a in self.attempt_log[:-1])      # learn() logs every attempt
+
+    @property
+    def learning_queries(self) -> int:
+        """The learning attempts' queries: ``queries`` less ``verify_queries`` (equal to
+        ``queries`` without ``verify=N``)."""
+        return self.queries - self.verify_queries
+
+    @property
+    def refused_draws(self) -> int:
+        """Attempts whose draw was refused before any query: the plan's exponents exceed
+        what the field realises (a range too large; not a degenerate draw)."""
+        return sum(1 for a in self.attempt_log if a["outcome"] == "refused")
 
     def to_json(self) -> dict:
         K = self.field.param
@@ -186,6 +199,8 @@ class LearnResult:
             "attempts": self.attempts,
             "query_range": self.query_range,
             "extra_queries": self.extra_queries,
+            "learning_queries": self.learning_queries,
+            "refused_draws": self.refused_draws,
             "field_info": self.field.describe(),
             "verify_queries": self.verify_queries,
             "verified": self.verified,
@@ -292,7 +307,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         (``DEFAULT_RANGES``), halved when a plan is too tall for the rational field.
     retries : int, default 0
         How many times a detected degenerate draw is redrawn before the run fails; the
-        redraws' queries are counted in ``queries`` (``extra_queries``).
+        earlier attempts' queries are counted in ``queries`` (``extra_queries``).  A draw
+        whose exponents the field cannot realise is refused before any query: not a
+        degenerate draw, the reason names the range and the field's limit, and
+        ``refused_draws`` counts them.
     e_range : int, optional
         Half-width of the directions E, when it differs from ``query_range``.
     trace : bool, default False
@@ -301,8 +319,9 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         After certification, compare the learned heads with the black box on N fresh
         random queries.  The box answers them, so they are part of ``queries``;
         ``verify_queries`` says how many of them were verification (fewer than N when a
-        disagreement stops it) and ``verified`` whether they agreed.  A disagreement turns
-        the result into a failure.
+        disagreement stops it), ``learning_queries`` is the rest (with ``verify=0``, the
+        default, the two counts are equal) and ``verified`` says whether they agreed.  A
+        disagreement turns the result into a failure.
     plan : str, optional
         ``"paper"`` (default), ``"efficient"`` (docs: explanation/efficient-plan.md) or
         ``"stable"``, the real field's plan for float boxes (ratio families at geometric
@@ -338,7 +357,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     -------
     LearnResult
         ``status`` ``"certified"`` with the canonical heads, or ``"failed"`` with the reason
-        in ``error``; every query the black box answered is counted in ``queries``.
+        in ``error``; every query the black box answered is counted in ``queries``: every
+        attempt, probe, fallback and prime, and the verification.  A ``batch`` that does not
+        answer one value per query is bad input: the run fails at once, naming the box
+        (``BadBlackBox``).
 
     Raises
     ------
@@ -403,12 +425,18 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     tr: list = []
     n_cert = 0
     multimodular = None
+    attempt_log: list = []                 # per attempt: its queries and outcome
     while attempts <= retries:
         attempts += 1
         tr = []
+        ask, outcome = None, "failed"
         try:
-            drawn, R = _draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank,
-                                          adapt=query_range is None and e_range is None)
+            try:
+                drawn, R = _draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank,
+                                              adapt=query_range is None and e_range is None)
+            except ExactnessError:
+                outcome = "refused"            # before any query: too large, not degenerate
+                raise
             ask = rec.child(oracle, K, convert)           # this attempt's observations
             trace_to = tr if trace else None
             if K.multimodular and strategy.EXACT and executor is not None:
@@ -424,14 +452,28 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                     max_primes, trace_to, plan=drawn if strategy.ASKS_PLAN else None)
             else:
                 recovered, n_cert = strategy.run(drawn, ask, K, trace_to, options)
-            error = None
+            error, outcome = None, "certified"
+            break
+        except BadBlackBox as exc:                # the box broke its interface: no redraw
+            error = f"{exc.kind}: {exc}"
+            recovered = ()
+            multimodular = getattr(exc, "report", None)
             break
         except ExactLearnError as exc:            # every failure says what it is
             error = f"{exc.kind}: {exc}" + _bound_hint(exc, H)
             recovered = ()
             multimodular = getattr(exc, "report", None)     # the primes asked, on failures too
+        finally:
+            attempt_log.append({"queries": 0 if ask is None else ask.queries, "outcome": outcome})
+    refused = sum(1 for a in attempt_log if a["outcome"] == "refused")
+    if error is not None and refused and attempts > 1:
+        error += (f" [{refused} of the {attempts} draws were refused before any query as too "
+                  f"large for the {K.name} field; the others were degenerate or failed]"
+                  if refused < attempts else
+                  f" [all {attempts} draws were refused before any query as too large for the "
+                  f"{K.name} field: none was degenerate]")
     verified = None
-    verify_box = _Tally(oracle)
+    verify_box = rec.child(oracle, K, convert=False, keep=False)    # counted in queries too
     if error is None and verify:
         verified, error = strategy.verify(verify_box, recovered, d, H, K, convert, rng, R, verify,
                                           options.state)
@@ -440,7 +482,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     total = time.perf_counter() - t_start
     detail = strategy.detail(drawn, options.state, error is None) if drawn is not None else None
     return LearnResult(
-        verify_queries=verify_box.answered, verified=verified,
+        verify_queries=verify_box.queries, verified=verified,
+        attempt_log=attempt_log,
         status="certified" if error is None else "failed",
         heads=recovered if error is None else (),
         error=error, d=d, heads_bound=H, field=K,
@@ -452,23 +495,6 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         oracle_seconds=rec.seconds, certified_observations=n_cert, trace=tr,
         snap=_snap(detail, recovered) if snap and error is None else None,
         multimodular=multimodular, detail=detail)
-
-
-class _Tally:
-    """The black box for ``verify=N``, counting the queries it answers (a verification that
-    stops at its first disagreement asks fewer than N)."""
-
-    def __init__(self, oracle):
-        self._oracle = oracle
-        self.answered = 0
-
-    def __call__(self, tokens):
-        y = self._oracle(tokens)
-        self.answered += 1
-        return y
-
-    def __getattr__(self, name):
-        return getattr(self._oracle, name)
 
 
 def _snap(detail, heads) -> dict:
@@ -485,8 +511,9 @@ def _draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank, adapt) -> 
 
     With the default range (``adapt``), a plan whose exponents the oracle's
     field cannot realise (numbers past the rational field's size limit) is
-    redrawn at half the range, down to R = 2; no query is spent on it.
-    Returns ``(plan, R)``."""
+    redrawn at half the range, down to R = 2; no query is spent on it.  A draw refused
+    for good raises :class:`~exactlearn.errors.ExactnessError` naming the range and the
+    field's limit (a refused draw, not a degenerate one).  Returns ``(plan, R)``."""
     check = getattr(oracle, "check_plan", None)
     while True:
         plan = strategy.draw_plan(d, H, rng, R, e_range, rank)
@@ -495,9 +522,12 @@ def _draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank, adapt) -> 
         try:
             check(plan)
             return plan, R
-        except ExactnessError:
+        except ExactnessError as exc:
             if not adapt or R <= 2:
-                raise
+                ranges = f"range R = {R}" + (f", e-range {e_range}" if e_range is not None else "")
+                raise ExactnessError(f"the draw at query {ranges} was refused before any query, "
+                                     f"too large for the field (not a degenerate draw): {exc}") \
+                    from None
             R //= 2
 
 

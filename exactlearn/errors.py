@@ -4,7 +4,9 @@ Every exception the package raises on purpose derives from
 :class:`ExactLearnError`.  Three families sit under it:
 
 * :class:`ModelError` -- bad input: a malformed model, file or option.  The
-  command line reports it in one line with exit status 2.
+  command line reports it in one line with exit status 2.  Its sibling
+  :class:`BadBlackBox` is a black box that broke its interface (a ``batch`` of
+  the wrong length): the run stops, failed, naming the box.
 * :class:`FieldError` -- the number system cannot do what was asked: an
   exponential it cannot realise exactly (:class:`ExactnessError`), a logarithm of
   a non-exponential (:class:`NotExponential`), a polynomial that does not split
@@ -47,6 +49,20 @@ class ModelError(ExactLearnError, ValueError):
     """A malformed model (wrong shapes, non-numbers, bad file)."""
 
     kind = "bad input"
+
+
+class BadBlackBox(ExactLearnError):
+    """The black box broke its interface: a ``batch(queries)`` that does not answer one value
+    per query.  Bad input, not a degenerate draw: a learner stops at once (no redraw) and
+    fails naming the box.  ``answered`` is how many values it returned (counted as answered
+    queries), ``longest`` the longest query of the batch."""
+
+    kind = "bad input"
+
+    def __init__(self, message, answered: int = 0, longest: int = 0):
+        super().__init__(message)
+        self.answered = answered
+        self.longest = longest
 
 
 # -- the fields ---------------------------------------------------------------------------
@@ -145,7 +161,7 @@ class TransformerFailure(LearningFailure):
     """A detected violation of the one-layer Transformer learner's conditions (docs: howto/transformer.md#what-is-recovered-and-how)."""
 
 
-__all__ = ["ExactLearnError", "ModelError", "FieldError", "ExactnessError", "NotExponential",
+__all__ = ["ExactLearnError", "ModelError", "BadBlackBox", "FieldError", "ExactnessError", "NotExponential",
            "NotSplit", "NotOrdered", "BadReduction", "ReconstructionError", "HeightExceeded",
            "Undecided", "LearningFailure", "DegenerateDraw", "InterpolationError", "MatchError",
            "PoleCountMismatch", "SingularMatrix", "CertificateError", "NoisierThanDeclared",

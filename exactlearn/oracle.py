@@ -28,7 +28,7 @@ import flint
 
 from gmpy2 import mpq
 
-from exactlearn.errors import DegenerateDraw, ExactnessError, FieldError, ModelError
+from exactlearn.errors import BadBlackBox, DegenerateDraw, ExactnessError, FieldError, ModelError
 from exactlearn.fields.base import Field
 from exactlearn.limits import readable_int
 from exactlearn.model import HeadEvaluator, MultiHeadAttention
@@ -300,7 +300,10 @@ class Recorder:
     def ask_many(self, queries) -> list:
         """The answers to a list of queries: one call of the box's ``batch(queries)`` when
         it has one (a jitted or GPU model), else one call per query.  Every query is
-        counted and recorded, as by ``__call__``.
+        counted and recorded, as by ``__call__``.  A batch that does not answer one value
+        per query is bad input (:class:`~exactlearn.errors.BadBlackBox`, naming the box);
+        the queries it did answer are counted (every query sent when it returned one value
+        too many, the values it returned when too few).
 
         >>> from exactlearn.fields import QQ
         >>> class Box:
@@ -309,24 +312,60 @@ class Recorder:
         >>> rec = Recorder(Box(), QQ, convert=True)
         >>> rec.ask_many([[(1,)], [(1,), (2,)]]), rec.queries, rec.max_length
         ([mpq(1,1), mpq(2,1)], 2, 2)
+        >>> class OneTooMany(Box):
+        ...     def batch(self, queries): return [len(q) for q in queries] + [0]
+        >>> rec = Recorder(OneTooMany(), QQ, convert=True)
+        >>> rec.ask_many([[(1,)], [(1,), (2,)]])
+        Traceback (most recent call last):
+        ...
+        exactlearn.errors.BadBlackBox: the black box OneTooMany's batch() answered 3 values for 2 queries (it must answer one value per query, in order)
+        >>> rec.queries, rec.observations
+        (2, [])
         """
         batch = getattr(self.oracle, "batch", None)
         if batch is None or not queries:
             return [self(q) for q in queries]
         t0 = time.perf_counter()
         try:
-            ys = list(batch(queries))
+            ys = checked_batch(self.oracle, batch, queries)
+        except BadBlackBox as exc:             # what it answered is counted, then it fails
+            self._count_many(exc.answered, exc.longest if exc.answered else 0,
+                             time.perf_counter() - t0)
+            raise
         except BaseException:
             self._count(None, time.perf_counter() - t0)
             raise
         seconds = time.perf_counter() - t0
-        if len(ys) != len(queries):
-            self._count(None, seconds)
-            raise DegenerateDraw(f"the black box's batch answered {len(ys)} values for "
-                                 f"{len(queries)} queries")
         for n, q in enumerate(queries):
             self._count(len(q), seconds if n == 0 else 0.0)
         return [self._record(q, y) for q, y in zip(queries, ys)]
+
+
+def box_name(box) -> str:
+    """How a failure names a black box: its function's or class's name (the box inside a
+    :class:`TokenAdapter`)."""
+    box = box.box if isinstance(box, TokenAdapter) else box
+    name = getattr(box, "__qualname__", None)
+    return name if isinstance(name, str) else type(box).__qualname__
+
+
+def checked_batch(box, batch, queries) -> list:
+    """``batch(queries)`` as a list of exactly one answer per query; anything else raises
+    :class:`~exactlearn.errors.BadBlackBox` naming ``box``, with ``answered`` the number of
+    queries it answered: every query sent when it returned too many values (the extra ones
+    answer nothing that was asked), the values it returned when too few."""
+    out = batch(queries)
+    longest = max((len(q) for q in queries), default=0)
+    try:
+        ys = list(out)
+    except TypeError:
+        raise BadBlackBox(f"the black box {box_name(box)}'s batch() returned "
+                          f"{type(out).__name__}, not one value per query", 0, longest) from None
+    if len(ys) != len(queries):
+        raise BadBlackBox(f"the black box {box_name(box)}'s batch() answered {len(ys)} values "
+                          f"for {len(queries)} queries (it must answer one value per query, in "
+                          f"order)", min(len(ys), len(queries)), longest)
+    return ys
 
 
 #: What ``learn(tokens=...)`` sends a black box: the exact rationals (default), or floats.
@@ -340,7 +379,8 @@ class TokenAdapter:
     ``kind``: ``"float"`` sends a list of lists of Python floats, ``"float64"`` /
     ``"float32"`` a 2-D numpy array (one row per token) of that dtype.  A token entry that
     the float type cannot hold exactly is refused (:class:`~exactlearn.errors.ModelError`),
-    never rounded: the learner analyses the query it asked.  ``batch`` is forwarded.
+    never rounded: the learner analyses the query it asked.  ``batch`` is forwarded, and
+    must answer one value per query (else :class:`~exactlearn.errors.BadBlackBox`).
 
     >>> box = TokenAdapter(lambda X: float(X.sum()), "float64")
     >>> from gmpy2 import mpq
@@ -356,8 +396,9 @@ class TokenAdapter:
         self.field = getattr(box, "field", None)
         self.noise = getattr(box, "noise", None)
         self._cache: dict = {}
-        if hasattr(box, "batch"):
-            self.batch = lambda queries: box.batch([self._convert(q) for q in queries])
+        if hasattr(box, "batch"):           # one value per query, checked (BadBlackBox)
+            self.batch = lambda queries: checked_batch(
+                box, box.batch, [self._convert(q) for q in queries])
 
     def _row(self, t):
         row = self._cache.get(t)

@@ -39,8 +39,8 @@ def test_issue_example_is_exact_over_q():
     runs = res.multimodular["primes"]
     assert [r["role"] for r in runs][-1] == "confirmation" and len(runs) >= 3
     assert all(r["queries"] == paper_count(2, 1) for r in runs)       # the count holds per prime
-    assert res.queries == sum(r["queries"] for r in runs)
-    assert res.queries + res.verify_queries == oracle.queries     # the views count into the oracle
+    assert res.learning_queries == sum(r["queries"] for r in runs)
+    assert res.queries == res.learning_queries + res.verify_queries == oracle.queries  # views count too
     assert len({r["p"] for r in runs}) == len(runs)                    # distinct primes
     assert res.multimodular["log2_wrong_reconstruction_bound"] < -64
 

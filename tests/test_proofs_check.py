@@ -142,12 +142,38 @@ def test_rational_function_form_detects_a_wrong_identity():
     f, rhs = rff.query_family_value(2, 2, "sign")
     assert not rff.is_zero_rational(f - rhs)
     poles = [rff.poles_trial(2)]
+    box = [rff.box_poles_trial((0, 2, 0, "paper")), rff.box_poles_trial((0, 2, 1, "control"))]
     ok = [{"H": 2, "d": 2, "variant": "paper", "zero": True},
           {"H": 2, "d": 2, "variant": "sign", "zero": False}]
-    assert rff.form_summary(ok, poles)[0] == "verified"
-    assert rff.form_summary([dict(ok[0], zero=False), ok[1]], poles)[0] == "refuted"
-    assert rff.form_summary([ok[0], dict(ok[1], zero=True)], poles)[0] == "inconclusive"
-    assert rff.form_summary(ok, [dict(poles[0], coefficients_ok=False)])[0] == "refuted"
+    assert rff.form_summary(ok, poles, box)[0] == "verified"
+    assert rff.form_summary([dict(ok[0], zero=False), ok[1]], poles, box)[0] == "refuted"
+    assert rff.form_summary([ok[0], dict(ok[1], zero=True)], poles, box)[0] == "inconclusive"
+    assert rff.form_summary(ok, [dict(poles[0], coefficients_ok=False)], box)[0] == "refuted"
+    assert rff.form_summary(ok, poles, box[:1])[0] == "inconclusive"     # no control asked
+
+
+def test_rational_function_form_poles_come_from_the_black_box(monkeypatch):
+    """poles_ok compares the Q interpolated from a black box's answers with the poles of the
+    model's weights: a perturbed box (the control) fails it, and so does an interpolation
+    that returns a wrong Q -- the claim is then refuted (before, Q was built as
+    prod(1 + k rho_h) and Q(-1/rho_h) = 0 could not fail)."""
+    ok = [{"H": H, "d": 1, "variant": "paper", "zero": True} for H in (1, 2)] + [
+        {"H": 1, "d": 1, "variant": "sign", "zero": False}]
+    poles = [rff.poles_trial(H) for H in (1, 2)]
+    rows = [rff.box_poles_trial((0, H, 0, v)) for H in (1, 2) for v in ("paper", "control")]
+    assert [r["poles_ok"] for r in rows] == [True, False, True, False]
+    assert all(r["answered"] == 2 * r["H"] + 1 for r in rows)
+    assert rff.form_summary(ok, poles, rows)[0] == "verified"
+    import exactlearn.pipeline.interpolate as interp
+    real = interp.cauchy_interpolate
+
+    def shifted(ks, ys, H, K):      # a wrong Q: Q(2k), every pole halved
+        rf = real(ks, ys, H, K)
+        return interp.RationalFunction(rf.P, [rf.Q[0]] + [2 * c for c in rf.Q[1:]])
+    monkeypatch.setattr(interp, "cauchy_interpolate", shifted)
+    bad = [rff.box_poles_trial((0, H, 0, "paper")) for H in (1, 2)]
+    assert not any(r["poles_ok"] for r in bad)
+    assert rff.form_summary(ok, poles, bad + rows[1::2])[0] == "refuted"
 
 
 def test_nonidentifiability_refuted_by_a_counterexample():

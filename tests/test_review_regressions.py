@@ -41,7 +41,7 @@ def test_verify_queries_counts_the_queries_actually_asked():
     lying = Counter(lambda t: honest(t) + (K.one if len(t) >= 3 and t[0] != t[1] else K.zero))
     res = learn(lying, d=2, heads=1, field=K, seed=0, verify=30)
     assert res.status == "failed" and res.verified is False
-    assert res.queries + res.verify_queries == lying.n
+    assert res.queries == res.learning_queries + res.verify_queries == lying.n   # verify included
     assert res.verify_queries < 30
 
 

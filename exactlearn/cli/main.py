@@ -176,8 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="separate range for the directions e (default: --range)")
     lp.add_argument("--retries", type=_nonneg("--retries"), default=0,
                     help="redraw up to N times after a detected degenerate draw")
-    lp.add_argument("--verify", type=_nonneg("--verify"), default=0,
-                    help="N extra fresh random queries comparing the result with the oracle")
+    lp.add_argument("--verify", type=_nonneg("--verify"), default=None,
+                    help="N extra fresh random queries comparing the result with the oracle, "
+                         "counted in queries (default: 0; a Transformer file: the certificate's "
+                         "fresh random queries, default 200)")
     lp.add_argument("--dps", type=_int_at_least("--dps", 1, limits.MAX_DPS, "MAX_DPS"),
                     default=None, help="real field: decimal digits (default 50)")
     lp.add_argument("--prime", type=_positive("--prime"), default=None,
@@ -257,7 +259,7 @@ def _cmd_learn(args) -> int:
     with cli_cluster.executor(args, BadInput) as client:
         res = learn(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads,
                     field=oracle.field, seed=args.seed, query_range=args.range,
-                    e_range=args.e_range, retries=cli_real.retries(args), verify=args.verify,
+                    e_range=args.e_range, retries=cli_real.retries(args), verify=args.verify or 0,
                     plan=args.plan, rank=args.rank, max_primes=args.max_primes,
                     **cli_real.learn_options(args, BadInput),
                     **({} if client is None else {"executor": client}))
@@ -329,6 +331,8 @@ def summary(res, model=None) -> str:
              f"queries: {res.queries} (" + (f"{'stable plan' if res.plan == 'stable' else 'paper'} count "
                                             f"{res.plan_queries}" if res.plan_detail is None
                                             else _plan_counts(res))
+             + (f"; verification {res.verify_queries}" if res.verify_queries else "")
+             + (f"; earlier attempts {res.extra_queries}" if res.extra_queries else "")
              + f")  longest: {res.max_length}"
              + (f"  attempts: {res.attempts}" if res.attempts > 1 else "")]
     if res.multimodular is not None:

@@ -21,7 +21,10 @@ def run_cli(args, obj, make_field) -> int:
     input raises ModelError/ValueError/FieldError (exit 2 there); returns 0
     when certified, 1 on a flagged failure.  ``--retries N`` adds N path
     redraws to the learner's own 2; ``--verify N`` sets the number of fresh
-    random certificate queries (default 200, plus the boundary queries).
+    random certificate queries (default 200, plus the boundary queries; N >= 1:
+    the certificate needs them).  Options that do not apply to a Transformer
+    (the attention plans' options, ``--workers``, ``--scheduler``) are refused, never
+    ignored.
     """
     model = OneLayerTransformer.from_json(obj)
     if args.field not in ("rational", "real", "modular", "symbolic"):
@@ -33,10 +36,18 @@ def run_cli(args, obj, make_field) -> int:
             why = ("the Transformer learner chooses its query tokens per cone"
                    if opt in ("plan", "rank", "range", "e_range") else "not to a Transformer file")
             raise ValueError(f"--{opt.replace('_', '-')} applies to attention models only; {why}")
+    for opt in ("workers", "scheduler"):
+        if getattr(args, opt, None) is not None:
+            raise ValueError(f"--{opt} spreads the paper plan of an attention model over a Dask "
+                             f"cluster; the Transformer learner runs serially (drop --{opt})")
+    if args.verify == 0:
+        raise ValueError("--verify 0 does not apply to a Transformer file: its certificate needs "
+                         "fresh random queries (give --verify N >= 1; default 200)")
     field = make_field(args.field, args, scale=None)
     oracle = TransformerOracle(model, field)       # refuses unordered fields (NotOrdered)
     res = learn_transformer(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads,
-                            seed=args.seed, retries=2 + args.retries, fresh=args.verify or 200)
+                            seed=args.seed, retries=2 + args.retries,
+                            fresh=200 if args.verify is None else args.verify)
     if args.json:
         out = res.to_json()
         out["seed"] = args.seed            # a run without --seed can be repeated

@@ -17,7 +17,7 @@ and docs: howto/field-and-range.md#number-systems-fields):
 
 from __future__ import annotations
 
-from exactlearn.demo.walkthrough import DEFAULT_MODEL, show_model
+from exactlearn.demo.walkthrough import DEFAULT_MODEL, redraw_text, show_model
 from exactlearn.api import learn
 from exactlearn.oracle import Oracle
 
@@ -55,8 +55,7 @@ def run_symbolic_demo(model=None, heads=None, seed=1, query_range=2, retries=10,
         out(f"\nThe run failed: {res.error}")
         return 1
     if res.attempts > 1:
-        out(f"\n0. {res.attempts - 1} degenerate draw(s) detected and redrawn "
-            f"({res.extra_queries} extra queries).")
+        out("\n0. " + redraw_text(res))
     first = res.trace[0]
     c = first["config"]
     expr, k, T = closed_form(model, c.x, c.e, K)

@@ -43,6 +43,36 @@ def _poly(cs) -> str:
     return " + ".join(terms) if terms else "0"
 
 
+def redraw_text(res) -> str:
+    """What happened to the draws before the final one: degenerate draws (detected, their
+    queries spent) and draws refused before any query (too large for the field).
+
+    >>> from types import SimpleNamespace as NS
+    >>> print(redraw_text(NS(attempt_log=[{"outcome": "refused"}, {"outcome": "failed"},
+    ...                                   {"outcome": "certified"}], extra_queries=29)))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    Of the first 2 random draws, 1 was refused before any query: its exponents exceed what
+    the field realises (the range is too large for it; not a degenerate draw); 1 was
+    degenerate and detected as such (e.g. two heads' rho coincide or some v_h.e = 0 at a
+    small range).  The learner redrew, spending 29 extra queries.
+    """
+    earlier = res.attempt_log[:-1]
+    refused = sum(1 for a in earlier if a["outcome"] == "refused")
+    degenerate = len(earlier) - refused
+    parts = []
+    if refused:
+        parts.append(f"{refused} {'was' if refused == 1 else 'were'} refused before any query: "
+                     f"{'its' if refused == 1 else 'their'} exponents exceed what the field "
+                     f"realises (the range is too large for it; not a degenerate draw)")
+    if degenerate:
+        parts.append(f"{degenerate} {'was' if degenerate == 1 else 'were'} degenerate and "
+                     f"detected as such (e.g. two heads' rho coincide or some v_h.e = 0 at a "
+                     f"small range)")
+    n = len(earlier)
+    return (f"Of the first {n} random draw{'s' if n > 1 else ''}, " + "; ".join(parts)
+            + f".  The learner redrew, spending {res.extra_queries} extra queries.")
+
+
 def run_demo(model=None, heads=None, seed=1, query_range=4, retries=5, out=print,
              symbolic=False, plot=None) -> int:
     """Print the walk-through (steps 1-7 of the module docstring); with ``plot=FILE.png``
@@ -64,9 +94,7 @@ def run_demo(model=None, heads=None, seed=1, query_range=4, retries=5, out=print
     res = learn(oracle, d=model.d, heads=H, seed=seed, query_range=query_range, trace=True,
                 retries=retries)
     if res.attempts > 1:
-        out(f"\n0. The first {res.attempts - 1} random draw(s) were degenerate and detected as such "
-            f"(e.g. two heads' rho coincide or some v_h.e = 0 at a small range); the learner redrew, "
-            f"spending {res.extra_queries} extra queries.")
+        out("\n0. " + redraw_text(res))
     if not res.trace:
         out(f"\nThe draw failed: {res.error}")
         return 1

@@ -19,6 +19,16 @@ Checks, each able to fail:
 4. *Certified runs*: the longest query asked is 2H + 1; over the modular field
    (which may ask the plan modulo several primes) the count is a multiple of
    the plan's, at least ``attempts x`` it.
+5. *Every route that asks* (:func:`route_trial`): ``verify=N`` (its fresh queries are
+   part of ``queries``), the real field's paper plan (with its probe) and stable plan
+   (a float64 box answering whole families through ``batch``), a ``batch`` of the wrong
+   length (bad input, its answers counted), failed redraws at a small range and over the
+   real field, draws refused as too large for the field, and a Dask cluster (the
+   ``--workers`` route: asked through the wrapper, and with the model evaluated on the
+   workers, whose count must be the serial run's).  Each compares ``queries`` and
+   ``max_length`` with the wrapper's count, ``extra_queries`` with what the box had
+   answered when the final draw was checked (``check_plan`` runs once per attempt,
+   before its first query), and ``verify_queries`` with N.
 
 Refuted on any mismatch; verified when there is none and enough certified runs
 were checked; inconclusive otherwise.
@@ -64,22 +74,37 @@ class CountedBlackBox:
         self.parent = parent
         self.asked = 0
         self.longest = 0
+        self.marks = []          # ``asked`` each time a draw was checked (once per attempt)
 
     def __call__(self, tokens):
         y = self.box(tokens)
-        box = self
-        while box is not None:
-            box.asked += 1
-            box.longest = max(box.longest, len(tokens))
-            box = box.parent
+        self._add(1, len(tokens))
         return y
 
+    def _add(self, n, length):
+        box = self
+        while box is not None:
+            box.asked += n
+            box.longest = max(box.longest, length)
+            box = box.parent
+
     def __getattr__(self, name):          # only names not set in __init__
-        if name in ("box", "parent"):
+        if name in ("box", "parent", "marks"):
             raise AttributeError(name)
         attr = getattr(self.box, name)
         if name == "over":
             return lambda field: CountedBlackBox(attr(field), parent=self)
+        if name == "batch":              # every query a batch answers: one per value, at most
+            def batch(queries):          # one per query (an extra value answers nothing asked)
+                ys = list(attr(queries))
+                self._add(min(len(ys), len(queries)), max((len(q) for q in queries), default=0) if ys else 0)
+                return ys
+            return batch
+        if name == "check_plan":         # the learner checks each attempt's draw first
+            def check_plan(plan):
+                self.marks.append(self.asked)
+                return attr(plan)
+            return check_plan
         return attr
 
 
@@ -121,7 +146,8 @@ def count_problems(row) -> list:
     return out
 
 
-def count_summary(plan_rows, rows, min_certified: int) -> tuple:
+def count_summary(plan_rows, rows, min_certified: int, routes=None) -> tuple:
+    """The verdict of checks 1-4 on ``rows`` and, with ``routes``, check 5."""
     bad_plans = [r for r in plan_rows if not r["ok"]]
     mismatches = []
     for r in rows:
@@ -160,7 +186,11 @@ def count_summary(plan_rows, rows, min_certified: int) -> tuple:
     evidence["series"]["queries_vs_d"]["points"] = [
         {"plan": "paper", "d": d, "H": H, "queries": q, "limit": paper_count(d, H)}
         for d, H, q in evidence["series"]["queries_vs_d"]["points"]]
-    return runs_verdict(evidence, bool(bad_plans or mismatches), len(cert), min_certified)
+    route_bad = []
+    if routes is not None:
+        more, route_bad = routes_evidence(routes)
+        evidence.update(more)
+    return runs_verdict(evidence, bool(bad_plans or mismatches or route_bad), len(cert), min_certified)
 
 
 def runs_verdict(evidence, refuted: bool, certified: int, min_certified: int) -> tuple:
@@ -197,11 +227,206 @@ def count_grid(ctx, claim_id: str) -> list:
     return items
 
 
+# -- every route that asks -------------------------------------------------------------------
+class FloatAttention:
+    """A float64 attention layer (numpy) from a model's weights, with ``batch(queries)``
+    (a whole family at once): the black box of the stable plan's route.  ``extra``
+    answers one value too many (or, negative, too few) per batch: a broken box."""
+
+    def __init__(self, model, extra=0):
+        import numpy as np
+        self.W = np.array([[[float(a) for a in row] for row in h.W] for h in model.heads])
+        self.v = np.array([[float(a) for a in h.v] for h in model.heads])
+        self.extra = extra
+
+    def __call__(self, X):
+        import numpy as np
+        X = np.asarray(X, dtype=np.float64)
+        s = np.einsum("ic,hcr,r->hi", X, self.W, X[-1])
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        p = p / p.sum(axis=1, keepdims=True)
+        return float((p * np.einsum("hc,ic->hi", self.v, X)).sum())
+
+    def batch(self, queries):
+        ys = [self(X) for X in queries]
+        return ys + ys[:self.extra] if self.extra >= 0 else ys[:self.extra]
+
+
+#: The routes of check 5: name -> (field, d, H, learn() keywords).  ``R`` None: the default.
+ROUTES = {
+    "verify": ("rational", 2, 2, dict(verify=5)),
+    "verify-modular": ("modular", 2, 1, dict(verify=5)),
+    "real-paper": ("real", 2, 1, dict(plan="paper")),
+    "real-stable-batch": ("real", 2, 1, dict(plan="stable", tokens="float64", noise=5e-14,
+                                              noise_rel=1e-15)),
+    "bad-batch": ("real", 2, 1, dict(plan="stable", tokens="float64", noise=5e-14,
+                                      noise_rel=1e-15, retries=2)),
+    "redraws": ("rational", 2, 2, dict(query_range=2, retries=12, verify=3)),
+    "real-redraws": ("real", 2, 1, dict(plan="paper", retries=2)),
+    "refused": ("rational", 2, 2, dict(query_range=10 ** 30, retries=2)),
+}
+
+
+def route_trial(args) -> dict:
+    """One run of a route of :data:`ROUTES` on a :class:`CountedBlackBox`: the learner's
+    counts and the wrapper's (``answered``, ``longest``, ``marks``)."""
+    from exactlearn import MultiHeadAttention, Oracle, learn
+    from ..models import random_model, trial_rng
+    from ._learning import modular_field
+    seed, index, route = args
+    field, d, H, kw = ROUTES[route]
+    rng = trial_rng(seed, ID + ":route", index)
+    model = random_model(rng, d, H, "plain")
+    row = {"route": route, "field": field, "d": d, "H": H, "verify_asked": kw.get("verify", 0)}
+    if field == "modular" and modular_field() is None:
+        return dict(row, status="skipped")
+    from exactlearn.cli.main import field_by_name
+    K = field_by_name(field, dps=30 if field == "real" else None)
+    if route in ("real-stable-batch", "bad-batch"):
+        box = CountedBlackBox(FloatAttention(model, extra=1 if route == "bad-batch" else 0))
+        kw = dict(kw, field=K)
+    elif route == "real-redraws":       # more canonical heads than the bound: every attempt fails
+        two = MultiHeadAttention([(h.W, h.v) for h in
+                                  random_model(rng, d, 2, "plain").heads])
+        box = CountedBlackBox(Oracle(two, K))
+    else:
+        box = CountedBlackBox(Oracle(model, K))
+    try:
+        res = learn(box, d=d, heads=H, seed=rng.randrange(2 ** 32), **kw)
+    except Exception as exc:            # learn() must return flagged failures, never raise
+        return dict(row, status="crash", error=f"{type(exc).__name__}: {exc}"[:200])
+    return dict(row, **route_row(res, box), expected_queries=paper_count(d, H))
+
+
+def route_row(res, box) -> dict:
+    """The counts of one run, the learner's and the wrapper's."""
+    return {"status": res.status, "error": (res.error or "")[:200], "queries": res.queries,
+            "answered": box.asked, "max_length": res.max_length, "longest": box.longest,
+            "attempts": res.attempts, "extra_queries": res.extra_queries, "marks": list(box.marks),
+            "verify_queries": res.verify_queries, "verified": res.verified,
+            "learning_queries": res.learning_queries, "refused_draws": res.refused_draws}
+
+
+def cluster_rows(seed) -> list:
+    """The ``--workers`` route on an in-process Dask cluster (when Dask is installed): the
+    modular field's paper plan asked through the wrapper on the cluster, and with the model
+    evaluated on the workers -- whose ``queries`` must be the serial run's, counted by the
+    wrapper on the same seed.  Run in the driver (a cluster is not started inside a task)."""
+    from ._learning import modular_field
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        return []
+    if modular_field() is None:
+        return []
+    import logging
+    from exactlearn import Oracle, learn
+    from ..models import random_model, trial_rng
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    rng = trial_rng(seed, ID + ":cluster", 0)
+    d, H = 2, 2
+    model = random_model(rng, d, H, "plain")
+    s = rng.randrange(2 ** 32)
+    rows = []
+    serial = CountedBlackBox(Oracle(model, modular_field()))
+    res = learn(serial, d=d, heads=H, seed=s)
+    base = {"field": "modular", "d": d, "H": H, "verify_asked": 0, "expected_queries": paper_count(d, H)}
+    rows.append(dict(base, route="serial", **route_row(res, serial)))
+
+    def on(client):
+        box = CountedBlackBox(Oracle(model, modular_field()))
+        res = learn(box, d=d, heads=H, seed=s, executor=client)
+        rows.append(dict(base, route="cluster", **route_row(res, box)))
+        oracle = Oracle(model, modular_field())     # evaluated on the workers
+        res = learn(oracle, d=d, heads=H, seed=s, executor=client)
+        rows.append(dict(base, route="cluster-workers", **route_row(res, serial),
+                         reported_by_oracle=oracle.queries))
+
+    try:                                 # proofs-check --scheduler: that cluster's client
+        from distributed import default_client
+        client = default_client()
+    except ValueError:
+        client = None
+    if client is not None:
+        on(client)
+        return rows
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        on(client)
+    return rows
+
+
+def route_problems(row) -> list:
+    """The count mismatches of one route row (empty when all is consistent)."""
+    if row.get("status") == "skipped":
+        return []
+    if row.get("status") == "crash":
+        return [f"route {row['route']}: learn() raised {row['error']}"]
+    out = []
+    q, n = row["queries"], row["answered"]
+    if row["route"] == "cluster-workers":          # n: the serial run's, counted by the wrapper
+        if q != n or row["reported_by_oracle"] != n:
+            out.append(f"route cluster-workers: {q} queries reported ({row['reported_by_oracle']} "
+                       f"by the driver's oracle), the serial run's box answered {n}")
+        return out
+    if q != n:
+        out.append(f"route {row['route']}: learner reports {q} queries, the black box answered {n}")
+    if row["max_length"] != row["longest"]:
+        out.append(f"route {row['route']}: learner reports longest query {row['max_length']}, "
+                   f"the longest answered was {row['longest']}")
+    if row["learning_queries"] + row["verify_queries"] != q:
+        out.append(f"route {row['route']}: learning {row['learning_queries']} + verify "
+                   f"{row['verify_queries']} != queries {q}")
+    marks = row["marks"]
+    if marks and len(marks) == row["attempts"] and row["extra_queries"] != marks[-1]:
+        out.append(f"route {row['route']}: extra_queries {row['extra_queries']}, but the box had "
+                   f"answered {marks[-1]} when the final draw was checked")
+    if row["extra_queries"] < 0:
+        out.append(f"route {row['route']}: negative extra_queries {row['extra_queries']}")
+    if row["verified"] is True and row["verify_queries"] != row["verify_asked"]:
+        out.append(f"route {row['route']}: verified with {row['verify_queries']} fresh queries, "
+                   f"{row['verify_asked']} asked for")
+    if row["route"] == "bad-batch" and not (row["status"] == "failed"
+                                           and row["error"].startswith("bad input")):
+        out.append("route bad-batch: a batch of the wrong length was not refused as bad input")
+    if row["route"] == "refused" and (q or row["refused_draws"] != row["attempts"]):
+        out.append(f"route refused: {q} queries, {row['refused_draws']} of {row['attempts']} "
+                   f"draws refused")
+    if row["field"] == "rational" and row["status"] != "crash" and row["route"] != "refused":
+        want = (row["attempts"] - row["refused_draws"]) * row["expected_queries"]
+        if row["learning_queries"] != want:
+            out.append(f"route {row['route']}: {row['learning_queries']} learning queries over "
+                       f"{row['attempts']} attempt(s); attempts x (4Hd^2-2H+1) = {want}")
+    return out
+
+
+def routes_evidence(routes) -> tuple:
+    """``(evidence, problems)`` of check 5."""
+    problems = [p for r in routes for p in route_problems(r)]
+    ran = [r for r in routes if r.get("status") != "skipped"]
+    return {"routes": sorted({r["route"] for r in ran}),
+            "route_runs": len(ran),
+            "route_examples": [{k: r.get(k) for k in ("route", "status", "queries", "answered",
+                                                      "attempts", "extra_queries", "marks",
+                                                      "verify_queries", "learning_queries")}
+                               for r in ran],
+            "route_mismatches": problems[:5]}, problems
+
+
 @claim(ID, "The learner asks exactly 4Hd^2 - 2H + 1 queries (H0 in place of H with a bound), "
            "as read from the plan and counted by an independent wrapper around the black box "
-           "(attempts x that with retries).", order=30)
+           "(attempts x that with retries); on every route that asks (verify, the real field, "
+           "batches, redraws, a Dask cluster) queries is every answered query.", order=30)
 def check(ctx):
-    return plan_and_runs(ctx, ID, plan_count_trial, count_summary)
+    d_max, H_max = {"tiny": (4, 3), "quick": (8, 6), "full": (12, 8)}[level(ctx)]
+    plan_rows = ctx.map(plan_count_trial, [(ctx.seed, d, H) for d in range(1, d_max + 1)
+                                           for H in range(1, H_max + 1)])
+    rows = ctx.map(counted_trial, count_grid(ctx, ID))
+    reps = {"tiny": 1, "quick": 1, "full": 3}[level(ctx)]
+    routes = ctx.map(route_trial, [(ctx.seed, n, r) for n in range(reps) for r in ROUTES])
+    routes = list(routes) + ([] if level(ctx) == "tiny" else cluster_rows(ctx.seed))
+    status, evidence = count_summary(plan_rows, rows, max(3, len(rows) // 2), routes)
+    return ClaimResult(status, evidence)
 
 
 def plan_and_runs(ctx, claim_id, plan_trial, summary):

@@ -121,7 +121,7 @@ class _Asker:
         if new:
             start = len(self.rec.observations)
             ys = self.rec.ask_many([q for _, q in new])
-            for n, ((key, _), y) in enumerate(zip(new, ys)):
+            for n, ((key, _), y) in enumerate(zip(new, ys, strict=True)):
                 self.seen[key] = (y, start + n)
         return [self.seen[k] for k in keys]
 
