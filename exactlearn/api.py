@@ -206,7 +206,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
           verify: int = 0, plan: str | None = None, rank: int | None = None,
           noise=None, query_scale=None, snap: bool = False,
           max_primes: int | None = None, noise_rel=None, tokens: str = "exact",
-          executor=None) -> LearnResult:
+          executor=None, max_height: int | None = None) -> LearnResult:
     """Learn the canonical heads of ``oracle`` (arXiv:2608.03294; README, "How it works", "What a failure means").
 
     ``heads`` (H) or ``max_heads`` (a bound H0) sets the plan.  Query entries
@@ -231,7 +231,14 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     (:mod:`exactlearn.pipeline.multimodular`): the heads are exact over Q, and
     ``multimodular`` lists the primes with their queries (the paper's count holds
     per prime; ``queries`` is the total).  A black box fixed to one prime gets v
-    certified modulo p only (``exact_over_Q`` False, v as residues).
+    certified modulo p only (``exact_over_Q`` False, v as residues).  Two passes of the
+    plan suffice for ordinary heights: one analysis prime, then a confirmation prime that
+    joins the CRT when it refutes.  ``max_height=B`` (the paper plan) declares B on the
+    numerators and denominators of the canonical heads: primes are combined until their
+    product exceeds 2 B^2 -- one pass for B < 2^60 -- and the rationals of height <= B are
+    then the answer, with no confirmation prime when the plan's degeneracy bound allows
+    (``multimodular.route`` ``"height bound"``; docs/explanation/multimodular.md).  A black
+    box past B fails explicitly when its residues have no preimage within B.
 
     ``field`` may be a field object or a name (``"rational"``, ``"modular"``,
     ``"symbolic"``, ``"real"``).  ``plan`` defaults to ``"paper"``, and over the real field to
@@ -272,6 +279,13 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         raise ValueError(f"max_primes must be an integer >= 2, got {max_primes!r}")
     if max_primes is not None and not K.multimodular:
         raise ValueError(f"max_primes applies to the modular field only, not the {K.name} field")
+    if max_height is not None:
+        if isinstance(max_height, bool) or not isinstance(max_height, int) or max_height < 1:
+            raise ValueError(f"max_height must be an integer >= 1, got {max_height!r}")
+        if not K.multimodular:
+            raise ValueError(f"max_height applies to the modular field only, not the {K.name} field")
+        if (plan or "paper") != "paper":
+            raise ValueError("max_height applies to the paper plan (plan='paper')")
     strategy = strategy_for(plan, K)
     if executor is not None and not (K.multimodular and getattr(oracle, "over", None)
                                      and strategy.ASKS_PLAN and not trace):
@@ -307,12 +321,14 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                 cluster = ClusterPlan(executor, drawn, oracle)
                 recovered, n_cert, multimodular = learn_modular(
                     oracle, ask, K, d, rng, lambda sub, Kr, t: cluster.run_prime(sub, Kr),
-                    max_primes, None, plan=drawn, confirm_at=cluster.confirm)
+                    max_primes, None, plan=drawn, confirm_at=cluster.confirm,
+                    max_height=max_height, answers_at=lambda: cluster.first_group)
             elif K.multimodular and strategy.EXACT:
                 recovered, n_cert, multimodular = learn_modular(
                     oracle, ask, K, d, rng,
                     lambda sub, Kr, t: strategy.run(drawn, sub, Kr, t, options),
-                    max_primes, trace_to, plan=drawn if strategy.ASKS_PLAN else None)
+                    max_primes, trace_to, plan=drawn if strategy.ASKS_PLAN else None,
+                    max_height=max_height)
             else:
                 recovered, n_cert = strategy.run(drawn, ask, K, trace_to, options)
             error = None
