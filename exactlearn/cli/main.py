@@ -290,7 +290,16 @@ def _modular_lines(res) -> list:
         return out
     if not res.certified:
         return [f"primes asked: queries per prime: {per}"]
-    return [f"exact over Q: stable after {mm['stable_after']} analysis prime(s), confirmed "
+    if mm.get("route") == "height bound":
+        confirmed = any(r["role"] == "confirmation" for r in runs)
+        return [f"exact over Q: residues of {mm['stable_after']} prime(s) combined, their product "
+                f"above 2B^2 for the declared height bound B = {mm['max_height']}"
+                + (", confirmed modulo an independent prime" if confirmed else "")
+                + f"; queries per prime: {per}",
+                f"probability of a false certification (a degenerate reduction of the plan"
+                + (", or a wrong reconstruction surviving the confirmation" if confirmed else "")
+                + f"): <= 2^{mm['log2_wrong_reconstruction_bound']}, if the bound holds"]
+    return [f"exact over Q: residues of {mm['stable_after']} prime(s) combined, confirmed "
             f"modulo an independent prime; queries per prime: {per}",
             f"probability that a wrong reconstruction survives the confirmation: "
             f"<= 2^{mm['log2_wrong_reconstruction_bound']}"]
