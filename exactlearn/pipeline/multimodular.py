@@ -10,28 +10,39 @@ exactly are dyadic rationals of heights 2^45 to 2^85, well past one prime.
 
 :func:`learn_over_primes` therefore
 
-1. asks the plan modulo the analysis primes ``c*2**120 + 1`` in turn (the first
-   is the field's own prime), analyses each run modulo its prime without
-   reconstruction (:class:`~exactlearn.fields.modular.ResidueModular`) and
-   certifies it there; every prime must give the same canonical W;
-2. combines the residues of v by CRT and reconstructs (with the margin of
-   :func:`~exactlearn.fields.modular.reconstruction_bound`) until the value is
-   *stable*: the same rationals from the first k - 1 and the first k primes;
-3. confirms the rationals modulo one further, independent prime p' that it
-   draws itself, uniformly among the primes in [2^126, 2^127), with a random
-   omega': the plan is asked again modulo p' and the rational heads must
-   reproduce every answer exactly, with the answers determining v modulo p'
-   (the design matrix of v has full rank).
+1. asks the plan modulo one analysis prime ``c*2**120 + 1`` (the field's own prime;
+   the next one when a bad reduction skips it), analyses the run there without
+   reconstruction (:class:`~exactlearn.fields.modular.ResidueModular`) and certifies
+   it there: W exactly, v as residues;
+2. reconstructs v from the residues so far by CRT (with the margin of
+   :func:`~exactlearn.fields.modular.reconstruction_bound`) and confirms the rationals
+   modulo a further, independent prime p' that it draws itself, uniformly among the
+   primes in [2^126, 2^127), with a random omega': the plan is asked again modulo p'
+   and the rational heads must reproduce every answer exactly, with the answers
+   determining v modulo p' (the design matrix of v has full rank);
+3. when the confirmation is refuted (or nothing reconstructs yet), p' is an analysis
+   prime too: with W exact, its answers give v modulo p' by a linear solve
+   (:func:`solve_v_plan`), (W, v mod p') is certified on every answer, those residues
+   join the CRT, and step 2 repeats with the next random prime.
 
-The paper's count holds *per prime*; the result lists each prime with its
-queries.  **Wrong-reconstruction bound.**  W is exact from the logs, so a
-wrong answer is a wrong v: a coordinate r != v survives the confirmation only
-if p' divides the numerator N of r - v, a nonzero integer of at most
-h(r) + h(v) + 1 bits (h = bits of the height).  At most that many bits / 126
-primes of [2^126, 2^127) divide N, and there are more than 2^119 of them
-(Rosser--Schoenfeld), so the probability is at most
-(h(r) + h(v) + 1) / (126 * 2^119).  Any model held in memory has h(v) < 2^38
-(32 GiB), which gives about 2^-88 (:func:`log2_wrong_bound`), far below 2^-64.
+Ordinary heights cost two passes of the plan (the analysis prime and the
+confirmation), not three.  **Wrong-reconstruction bound.**  W is exact from the logs,
+so a wrong answer is a wrong v: a coordinate r != v survives a confirmation only if
+p' divides the numerator N of r - v, a nonzero integer of at most h(r) + h(v) + 1
+bits (h = bits of the height), and r is fixed before p' is drawn.  At most that many
+bits / 126 primes of [2^126, 2^127) divide N, and there are more than 2^119 of them
+(Rosser--Schoenfeld), so the probability is at most (h(r) + h(v) + 1) / (126 * 2^119)
+per confirmation, and a union bound multiplies it by the confirmations asked.  Any
+model held in memory has h(v) < 2^38 (32 GiB), which gives about 2^-88
+(:func:`log2_wrong_bound`), far below 2^-64.
+
+**A declared height bound** B (``max_height``): primes are joined until their product
+M exceeds 2 B^2 -- the analysis prime alone for B < 2^60 -- and the rationals of height
+<= B congruent to the residues are unique, so the reconstruction within B is the
+answer, with no confirmation prime when the plan's degeneracy bound
+(:func:`log2_plan_degeneracy`) is at most 2^-20 (the proof:
+docs/explanation/multimodular.md, "A declared height bound").  A box past B fails
+explicitly when its residues have no preimage within B.
 
 A black box fixed to one prime (a callable returning F_p values) cannot be
 asked modulo another: its result is certified *modulo p* only
@@ -44,8 +55,14 @@ rationals appear only as a labelled guess (:func:`residue_report`).
 >>> res = learn(Oracle(tall, Modular()), d=2, heads=1, seed=0)
 >>> res.status, res.heads == tall.canonical_heads()
 ('certified', True)
->>> [(r["role"], r["queries"]) for r in res.multimodular["primes"]]
-[('analysis', 15), ('analysis', 15), ('analysis', 15), ('confirmation', 15)]
+>>> [(r["role"], r["queries"], "refuted" in r) for r in res.multimodular["primes"]]
+[('analysis', 15, False), ('confirmation', 15, True), ('confirmation', 15, False)]
+>>> short = MultiHeadAttention([([[1, 0], [0, 1]], ["1/3", 1])])
+>>> [r["role"] for r in learn(Oracle(short, Modular()), d=2, heads=1, seed=0).multimodular["primes"]]
+['analysis', 'confirmation']
+>>> res = learn(Oracle(short, Modular()), d=2, heads=1, seed=0, max_height=3)
+>>> res.heads == short.canonical_heads(), res.multimodular["route"], len(res.multimodular["primes"])
+(True, 'height bound', 1)
 """
 
 from __future__ import annotations
