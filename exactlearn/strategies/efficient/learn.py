@@ -42,7 +42,7 @@ The check configurations guard the promise itself (see
 >>> res.status, res.heads == model.canonical_heads(), res.plan_queries, res.plan, res.plan_fallbacks
 ('certified', True, 39, 'efficient', [])
 >>> [r["queries"] for r in res.multimodular["primes"]]      # the count holds per prime
-[39, 39, 39]
+[39, 39]
 """
 
 from __future__ import annotations
