@@ -176,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     lp.add_argument("--max-height", type=_positive("--max-height"), default=None,
                     help="modular field, paper plan: a declared bound B on the numerators and "
                          "denominators of the canonical heads; primes are combined until their "
-                         "product exceeds 2B^2 (one pass for B < 2^60), no confirmation prime")
+                         "product exceeds 2B^2 (one pass for B < 2^60), no confirmation prime "
+                         "(default: no bound; two passes)")
     lp.add_argument("--plan", choices=("paper", "efficient", "stable"), default="paper",
                     help="query plan: the paper's (4Hd^2-2H+1 queries), the efficient one "
                          "(exact fields), or the stable one for finite-precision boxes (real "

@@ -334,7 +334,7 @@ def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEF
                 if len(moduli) >= max_primes:
                     raise too_tall(f"; {refuted} reconstruction(s) refuted by the confirmation "
                                    f"prime, as for a black box outside the model class")
-            if observations is None or Kc is None:
+            if observations is None or Kc is None or residues_at is None:
                 raise failing(PrimesDisagree("the answers modulo the further prime are not at hand"))
             try:
                 vs, n_more = residues_at(W_set, observations, Kc)
