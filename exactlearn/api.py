@@ -322,7 +322,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                 recovered, n_cert, multimodular = learn_modular(
                     oracle, ask, K, d, rng, lambda sub, Kr, t: cluster.run_prime(sub, Kr),
                     max_primes, None, plan=drawn, confirm_at=cluster.confirm,
-                    max_height=max_height, answers_at=lambda: cluster.first_group)
+                    max_height=max_height, answers_at=lambda: getattr(cluster, "first_group", None))
             elif K.multimodular and strategy.EXACT:
                 recovered, n_cert, multimodular = learn_modular(
                     oracle, ask, K, d, rng,

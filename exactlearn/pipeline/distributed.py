@@ -350,6 +350,7 @@ class ClusterPlan:
         per chunk that asks and certifies (a model), else :meth:`ask` and :meth:`certify`.
         The answers of the group of x_1 stay here (``first_group``, ints): a refuted
         confirmation's v comes from them (:func:`~exactlearn.pipeline.multimodular.solve_v_plan`)."""
+        self.first_group = None
         if self._model_f is None:
             futs = self.ask(rec, K)
             self.first_group = self.client.gather(futs[0])[:2]

@@ -476,6 +476,8 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
         kind, got = observations
         if kind == "cluster":
             got = got() if callable(got) else got
+            if got is None:
+                raise PrimesDisagree("the answers of the group of x_1 did not come back from the cluster")
             y0, vals = got
             return solve_v_plan(W_set, plan, Kc(y0), {n: [Kc(y) for y in ys] for n, ys in vals.items()},
                                 Kc, certify_all=False)
