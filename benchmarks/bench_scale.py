@@ -6,11 +6,16 @@ field for d = 8 .. 64, with H = d/2 and with H = 4.
     python benchmarks/bench_scale.py --only 64:32 --workers 2   # one case, serial and on 2 Dask workers
 
 Each case is one process (``random-model --seed 3 --den 1``, then ``learn --field modular
---heads H --seed 1 --json``).  Printed per case: wall time of the whole process, the
-learner's and the oracle's seconds (``learner_seconds``, ``oracle_seconds`` of the JSON),
-their ratio, the process's peak resident memory (``ru_maxrss``), the queries per prime
-(the paper's ``4Hd^2 - 2H + 1``) and in total (every prime of the multi-modular method),
-and ``uptime``'s load average before the case (the machine is shared).  The exponent of
+--heads H --seed 1 --json``), run twice: without a height bound (the analysis prime and a
+confirmation prime: 2 passes of the plan) and with ``--max-height B`` (``--max-height``,
+default 2^20, above the model's heights: one pass).  Printed per run: wall time of the
+whole process, the learner's and the oracle's seconds (``learner_seconds``,
+``oracle_seconds`` of the JSON), their ratio, the passes of the plan (primes asked) and
+**the whole run / one oracle pass** ratio (wall time over ``oracle_seconds / passes``: 1
+would be the oracle's own time for one pass), the process's peak resident memory
+(``ru_maxrss``), the queries per prime (the paper's ``4Hd^2 - 2H + 1``) and in total
+(every prime of the multi-modular method), and ``uptime``'s load average before the run
+(the machine is shared).  The exponent of
 each quantity against d is fitted by least squares on log-log (per series, cases with
 d >= 16), and the projection for d = 384, H = 12 (a MiniLM layer) is printed from them:
 T(d, H) = C d^a H^b with a from the H = 4 series, a + b from the H = d/2 series and C
@@ -46,7 +51,7 @@ def load() -> str:
         return "?"
 
 
-def run_case(d, H, tmp, workers=None) -> dict:
+def run_case(d, H, tmp, workers=None, max_height=None) -> dict:
     path = os.path.join(tmp, f"m{d}_{H}.json")
     if not os.path.exists(path):
         subprocess.run([sys.executable, "-m", "exactlearn.cli", "random-model", "--d", str(d),
@@ -55,6 +60,8 @@ def run_case(d, H, tmp, workers=None) -> dict:
            "--heads", str(H), "--seed", "1", "--json"]
     if workers:
         cmd += ["--workers", str(workers)]
+    if max_height:
+        cmd += ["--max-height", str(max_height)]
     before = load()
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -62,9 +69,13 @@ def run_case(d, H, tmp, workers=None) -> dict:
     rss = next((int(line.split()[1]) for line in p.stderr.splitlines() if line.startswith("maxrss_kb")), 0)
     r = json.loads(p.stdout)
     per = [q["queries"] for q in r["multimodular"]["primes"]]
+    passes = sum(1 for q in per if q)
+    one_pass = r["oracle_seconds"] / passes if passes else float("nan")
     return {"d": d, "H": H, "workers": workers or 0, "wall": wall, "learner": r["learner_seconds"],
             "oracle": r["oracle_seconds"], "rss_mb": rss / 1024, "queries": r["queries"],
-            "per_prime": per, "status": r["status"], "load": before, "json": r}
+            "per_prime": per, "status": r["status"], "load": before, "json": r,
+            "max_height": max_height, "passes": passes, "one_pass": one_pass,
+            "run_per_pass": wall / one_pass if one_pass else float("nan")}
 
 
 def fit(points) -> float:
@@ -78,10 +89,12 @@ def fit(points) -> float:
 def show(c) -> None:
     ratio = c["learner"] / c["oracle"] if c["oracle"] else float("nan")
     where = f"{c['workers']} Dask workers" if c["workers"] else "serial"
-    print(f"d={c['d']:3d} H={c['H']:2d} {where:15} wall {c['wall']:7.1f} s  learner {c['learner']:7.1f} s  "
-          f"oracle {c['oracle']:7.1f} s  learner/oracle {ratio:4.2f}  peak {c['rss_mb']:6.0f} MB  "
-          f"queries {c['queries']} ({'+'.join(map(str, c['per_prime']))})  {c['status']}  "
-          f"load before {c['load']}", flush=True)
+    bound = f"B=2^{c['max_height'].bit_length() - 1}" if c.get("max_height") else "no bound"
+    print(f"d={c['d']:3d} H={c['H']:2d} {where:15} {bound:9} wall {c['wall']:7.1f} s  "
+          f"learner {c['learner']:7.1f} s  oracle {c['oracle']:7.1f} s  learner/oracle {ratio:4.2f}  "
+          f"passes {c['passes']}  whole run / one oracle pass {c['run_per_pass']:5.2f}  "
+          f"peak {c['rss_mb']:6.0f} MB  queries {c['queries']} ({'+'.join(map(str, c['per_prime']))})  "
+          f"{c['status']}  load before {c['load']}", flush=True)
 
 
 def plot(series, path) -> None:
@@ -96,7 +109,7 @@ def plot(series, path) -> None:
         axes[1].loglog(ds, [c["rss_mb"] for c in cases], "-o", label=label)
     axes[0].set_xlabel("d")
     axes[0].set_ylabel("seconds (whole process)")
-    axes[0].set_title("modular field, 3 primes per run")
+    axes[0].set_title("modular field, 2 primes per run (no height bound)")
     axes[0].legend(fontsize=7)
     axes[1].set_xlabel("d")
     axes[1].set_ylabel("peak resident memory (MB)")
@@ -118,6 +131,8 @@ def main(argv=None):
     ap.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "..", "docs", "img", "scale.png"))
     ap.add_argument("--json-out", default=None, help="write every case as JSON")
+    ap.add_argument("--max-height", type=int, default=2 ** 20,
+                    help="the declared height bound of the bounded runs (default 2^20; 0: none)")
     args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp()
     print(f"{os.cpu_count()} cores; modular field, whole processes (bench_scale.py)", flush=True)
@@ -125,6 +140,9 @@ def main(argv=None):
         d, H = map(int, args.only.split(":"))
         cases = [run_case(d, H, tmp)]
         show(cases[0])
+        if args.max_height:
+            cases.append(run_case(d, H, tmp, max_height=args.max_height))
+            show(cases[-1])
         if args.workers:
             c = run_case(d, H, tmp, args.workers)
             show(c)
@@ -133,6 +151,7 @@ def main(argv=None):
         _dump(args, {"only": cases})
         return
     series = {"H = d/2": [], "H = 4": []}
+    bounded = {"H = d/2": [], "H = 4": []}
     for d in [x for x in DS if x <= args.max_d]:
         for label, H in (("H = d/2", d // 2), ("H = 4", 4)):
             if H < 1 or (label == "H = 4" and d // 2 == 4):
@@ -142,6 +161,9 @@ def main(argv=None):
             c = run_case(d, H, tmp)
             show(c)
             series[label].append(c)
+            if args.max_height:
+                bounded[label].append(run_case(d, H, tmp, max_height=args.max_height))
+                show(bounded[label][-1])
     print("\nfitted exponents against d (least squares on log-log, d >= 16):")
     expo = {}
     for label, cases in series.items():
@@ -160,7 +182,7 @@ def main(argv=None):
         bm = expo["H = d/2"]["rss_mb"] - am
         mem = big["rss_mb"] / (big["d"] ** am * big["H"] ** bm) * 384 ** am * 12 ** bm
         q = 4 * 12 * 384 ** 2 - 2 * 12 + 1
-        print(f"\nPROJECTION (not measured): d=384, H=12 ({q} queries per prime, {3 * q} in all): "
+        print(f"\nPROJECTION (not measured): d=384, H=12 ({q} queries per prime, {2 * q} in all): "
               f"T = C d^{a:.2f} H^{b:.2f} = {t:.0f} s serial ({t / 3600:.1f} h), about "
               f"{t / 8:.0f} s on 8 workers and {t / 32:.0f} s on 32 at perfect speed-up; "
               f"peak memory about {mem:.0f} MB")
@@ -172,7 +194,7 @@ def main(argv=None):
     if args.png:
         plot(series, args.png)
         print(f"figure: {os.path.normpath(args.png)}")
-    _dump(args, series)
+    _dump(args, {**series, **{f"{k}, bounded": v for k, v in bounded.items()}})
 
 
 def _same(a, b) -> bool:

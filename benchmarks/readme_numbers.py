@@ -136,10 +136,12 @@ def cmd_multimodular(args) -> None:
     print(f"1/(2^78-1) modulo 7*2^120+1 reconstructs as {rational_reconstruct(x, DEFAULT_P)} "
           f"(one prime: heights up to 2^{reconstruction_bound(DEFAULT_P).bit_length()})")
     n = DEFAULT_MAX_PRIMES
-    ps = list(islice(analysis_primes(), n))
-    stable = reconstruction_bound(math.prod(ps[:-1])).bit_length()
-    print(f"--max-primes {n} (default): stability needs the first {n - 1} primes to reconstruct, "
-          f"so heights up to about 2^{stable} (all {n}: 2^{reconstruction_bound(math.prod(ps)).bit_length()})")
+    low = DEFAULT_P * 2 ** (126 * (n - 1))       # the analysis prime and n - 1 primes >= 2^126
+    print(f"--max-primes {n} (default): the analysis prime and {n - 1} random primes of "
+          f"[2^126, 2^127) combined reconstruct heights up to at least about "
+          f"2^{reconstruction_bound(low).bit_length()}")
+    print(f"--max-height B: one prime suffices while 2B^2 < 7*2^120+1, i.e. B <= "
+          f"2^{(math.isqrt((DEFAULT_P - 1) // 2)).bit_length() - 1}")
     tmp = tempfile.mkdtemp()
     cases = [("README example model, d=2, H=3 (small heights)", 2, 3,
               [([[1, 0], [0, -1]], [1, 2]), ([[1, 0], [0, -1]], [0, "1/2"]), ([[0, "1/2"], [1, 0]], ["-1/3", 1])]),
@@ -151,12 +153,18 @@ def cmd_multimodular(args) -> None:
             json.dump({"format": "exactlearn.mha/1", "d": d,
                        "heads": [{"W": [[str(a) for a in row] for row in W], "v": [str(a) for a in v]}
                                  for W, v in heads]}, fh)
-        r = cli_json(["learn", "--model", path, "--heads", str(H), "--field", "modular", "--seed", "0", "--json"])
-        mm = r["multimodular"] or {}
-        per = [f"{p['role']} {p['queries']}" for p in mm.get("primes", [])]
-        print(f"{name}: {r['status']}, exact_over_Q {r['exact_over_Q']}, queries {r['queries']} = "
-              f"{' + '.join(per)} (paper count {r['plan_queries']} per prime), "
-              f"log2 wrong-reconstruction bound {mm.get('log2_wrong_reconstruction_bound')}")
+        for extra in ([], ["--max-height", "5"] if H == 3 else ["--max-height", str(2 ** 80),
+                                                               "--range", "256"]):
+            r = cli_json(["learn", "--model", path, "--heads", str(H), "--field", "modular",
+                          "--seed", "0", "--json"] + extra)
+            mm = r["multimodular"] or {}
+            per = [f"{p['role']}{' (refuted)' if 'refuted' in p else ''}"
+                   f"{' (joined)' if p.get('joined') else ''} {p['queries']}"
+                   for p in mm.get("primes", [])]
+            print(f"{name}{' ' + ' '.join(extra) if extra else ''}: {r['status']}, exact_over_Q "
+                  f"{r['exact_over_Q']}, queries {r['queries']} = {' + '.join(per)} (paper count "
+                  f"{r['plan_queries']} per prime), route {mm.get('route')}, log2 bound "
+                  f"{mm.get('log2_wrong_reconstruction_bound')}")
 
 
 # ------------------------------------------------------------------ blind-spot

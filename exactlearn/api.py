@@ -273,7 +273,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
           verify: int = 0, plan: str | None = None, rank: int | None = None,
           noise=None, query_scale=None, snap: bool = False,
           max_primes: int | None = None, noise_rel=None, tokens: str = "exact",
-          executor=None) -> LearnResult:
+          executor=None, max_height: int | None = None) -> LearnResult:
     """Learn the canonical heads of ``oracle`` (arXiv:2608.03294; docs: explanation/algorithm.md).
 
     Asks the black box a planned set of value queries and returns either *certified* heads
@@ -340,13 +340,21 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         (``LearnResult.snap``).
     max_primes : int, optional
         Modular field: at most this many primes (>= 2) for the multi-modular method
-        (docs: explanation/multimodular.md).
+        (docs: explanation/multimodular.md).  Two passes of the plan suffice for ordinary heights: one
+        analysis prime, then a confirmation prime that joins the CRT when it refutes.
     noise_rel : optional
         Real field: a relative output error on top of ``noise``; every output is trusted to
         ``noise + noise_rel * |y|`` (stable plan).
     tokens : str, default "exact"
         What the box is sent: ``"exact"`` (tuples of gmpy2 ``mpq``), ``"float"`` (lists of
         Python floats), ``"float64"`` or ``"float32"`` (a 2-D numpy array, a row per token).
+    max_height : int, optional
+        Modular field, paper plan: a declared bound B on the numerators and denominators of
+        the canonical heads.  Primes are combined until their product exceeds ``2 B^2`` (one
+        pass for B < 2^60); the rationals of height <= B are then the answer, with no
+        confirmation prime when the plan's degeneracy bound allows (``multimodular.route``
+        ``"height bound"``; docs: explanation/multimodular.md).  A black box past B fails
+        explicitly when its residues have no preimage within B.
     executor : distributed.Client, optional
         A Dask client: spreads the paper plan over the modular field on its cluster, group of
         configurations by group, and evaluates the model there when ``oracle`` is an
@@ -402,6 +410,13 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         raise ValueError(f"max_primes must be an integer >= 2, got {max_primes!r}")
     if max_primes is not None and not K.multimodular:
         raise ValueError(f"max_primes applies to the modular field only, not the {K.name} field")
+    if max_height is not None:
+        if isinstance(max_height, bool) or not isinstance(max_height, int) or max_height < 1:
+            raise ValueError(f"max_height must be an integer >= 1, got {max_height!r}")
+        if not K.multimodular:
+            raise ValueError(f"max_height applies to the modular field only, not the {K.name} field")
+        if (plan or "paper") != "paper":
+            raise ValueError("max_height applies to the paper plan (plan='paper')")
     strategy = strategy_for(plan, K)
     if executor is not None and not (K.multimodular and getattr(oracle, "over", None)
                                      and strategy.ASKS_PLAN and not trace):
@@ -444,12 +459,14 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                 cluster = ClusterPlan(executor, drawn, oracle)
                 recovered, n_cert, multimodular = learn_modular(
                     oracle, ask, K, d, rng, lambda sub, Kr, t: cluster.run_prime(sub, Kr),
-                    max_primes, None, plan=drawn, confirm_at=cluster.confirm)
+                    max_primes, None, plan=drawn, confirm_at=cluster.confirm,
+                    max_height=max_height, answers_at=lambda: getattr(cluster, "first_group", None))
             elif K.multimodular and strategy.EXACT:
                 recovered, n_cert, multimodular = learn_modular(
                     oracle, ask, K, d, rng,
                     lambda sub, Kr, t: strategy.run(drawn, sub, Kr, t, options),
-                    max_primes, trace_to, plan=drawn if strategy.ASKS_PLAN else None)
+                    max_primes, trace_to, plan=drawn if strategy.ASKS_PLAN else None,
+                    max_height=max_height)
             else:
                 recovered, n_cert = strategy.run(drawn, ask, K, trace_to, options)
             error, outcome = None, "certified"

@@ -158,8 +158,9 @@ def test_json_keys_and_cli(tmp_path, capsys):
         assert OLD_KEYS | {"plan_fallbacks", "plan_detail"} <= set(obj)
     assert paper["plan"] == "paper" and paper["plan_fallbacks"] == [] and paper["plan_detail"] is None
     assert eff["plan"] == "efficient" and eff["plan_queries"] == 39
-    assert [r["queries"] for r in eff["multimodular"]["primes"]] == [39] * 3    # per prime
-    assert eff["queries"] == 3 * 39 and eff["exact_over_Q"] is True
+    # per prime; 2 passes (analysis prime + confirmation) since issue 23, 3 before
+    assert [r["queries"] for r in eff["multimodular"]["primes"]] == [39] * 2
+    assert eff["queries"] == 2 * 39 and eff["exact_over_Q"] is True
     assert eff["plan_detail"]["paper_queries"] == 69 and eff["heads"] == paper["heads"]
     assert main(["learn", "--model", str(path), "--heads", "2", "--rank", "1"]) == 2
     assert "--plan efficient" in capsys.readouterr().err

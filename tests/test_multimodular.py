@@ -130,12 +130,16 @@ def test_values_congruent_over_the_first_primes_are_learned():
 
 
 def test_a_bad_reduction_skips_the_prime():
-    """A v denominator divisible by the second analysis prime: that prime is skipped."""
-    p2 = list(islice(mm.analysis_primes(), 2))[1]
-    model = MultiHeadAttention([([[1, 0], [0, 1]], [mpq(1, p2), 1]), ([[0, 1], [1, 0]], [1, 1])])
-    res = learn(Oracle(model, Modular()), d=2, heads=2, seed=1)
+    """A softmax denominator vanishing modulo the first prime (p = 257): that prime is
+    skipped and the next analysis prime analyses.  (Only the first prime is an analysis
+    prime c*2^120 + 1 now; the later ones are random.)"""
+    model = MultiHeadAttention([([[1, 0], [0, 1]], [1, 2]), ([[0, 1], [1, 0]], [2, -1])])
+    oracle = Oracle(model, Modular(p=257))
+    res = learn(oracle, d=2, heads=2, seed=3, query_range=8)
     assert res.certified and res.heads == expected(model)
-    assert [r["role"] for r in res.multimodular["primes"]][:2] == ["analysis", "skipped"]
+    runs = res.multimodular["primes"]
+    assert [r["role"] for r in runs][:2] == ["skipped", "analysis"]
+    assert res.queries == oracle.queries == sum(r["queries"] for r in runs)
 
 
 def test_a_small_prime_with_vanishing_softmax_denominators_never_crashes():
@@ -172,8 +176,159 @@ def test_cli_reports_primes_and_exactness(tmp_path, capsys):
     assert out["status"] == "certified" and out["exact_over_Q"] is True
     assert out["heads"][0]["v"] == ["1/" + str(2 ** 78 - 1), "1"]
     assert out["queries"] == sum(r["queries"] for r in out["multimodular"]["primes"])
+    # the analysis prime and one refuted confirmation reconstruct 2^-78-ish values: 2 primes
+    # combined now suffice (the old protocol needed 3 analysis primes and failed with 2)
+    assert main(["learn", "--model", str(path), "--heads", "1", "--field", "modular",
+                 "--max-primes", "2", "--seed", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "residues of 2 prime(s) combined" in text, text
+    tall2 = MultiHeadAttention([([[1, 0], [0, 1]], ["1/" + str(2 ** 150 - 1), 1])])
+    tall2.dump(path)
     assert main(["learn", "--model", str(path), "--heads", "1", "--field", "modular",
                  "--max-primes", "2"]) == 1
     text = capsys.readouterr().out
     assert "rational height exceeds what 2 primes reconstruct" in text
     assert main(["learn", "--model", str(path), "--heads", "1", "--max-primes", "3"]) == 2
+
+
+# ---- issue 23: two passes for ordinary heights, one with a declared height bound ----------
+
+def _small_model(rng, d, H):
+    return MultiHeadAttention(
+        [([[rng.randint(-3, 3) for _ in range(d)] for _ in range(d)],
+          [mpq(rng.randint(-9, 9), rng.randint(1, 9)) for _ in range(d)]) for _ in range(H)], d=d)
+
+
+@pytest.mark.parametrize("d,H,seed", [(2, 1, 0), (3, 2, 1), (4, 3, 2)])
+def test_ordinary_heights_take_two_passes(d, H, seed):
+    """The analysis prime, then one confirmation: 2 passes of the plan (3 before)."""
+    model = _small_model(random.Random(f"two:{seed}"), d, H)
+    oracle = Oracle(model, Modular())
+    res = learn(oracle, d=d, heads=H, seed=seed)
+    assert res.certified and res.heads == expected(model)
+    runs = res.multimodular["primes"]
+    assert [r["role"] for r in runs] == ["analysis", "confirmation"]
+    assert res.queries == oracle.queries == 2 * paper_count(d, H) and res.plan_runs == 2
+    assert res.multimodular["route"] == "confirmation"
+    assert res.multimodular["log2_wrong_reconstruction_bound"] < -64
+
+
+@pytest.mark.parametrize("d,H,seed", [(2, 1, 0), (3, 2, 1), (4, 3, 2)])
+def test_a_height_bound_takes_one_pass(d, H, seed):
+    model = _small_model(random.Random(f"two:{seed}"), d, H)
+    oracle = Oracle(model, Modular())
+    res = learn(oracle, d=d, heads=H, seed=seed, max_height=9)
+    assert res.certified and res.heads == expected(model)
+    mm_ = res.multimodular
+    assert [r["role"] for r in mm_["primes"]] == ["analysis"] and mm_["route"] == "height bound"
+    assert res.queries == oracle.queries == paper_count(d, H)
+    assert mm_["max_height"] == "9" and mm_["exact_over_Q"] is True
+    assert -64 < mm_["log2_wrong_reconstruction_bound"] <= mm.MAX_LOG2_BOUNDED   # stated, weaker
+    assert res.to_json()["exact_over_Q"] is True
+
+
+def test_a_box_past_the_height_bound_never_certifies():
+    """v or W taller than the declared B: an explicit failure naming the bound, every query
+    counted -- never certified (a residue of a random tall value reconstructs within B with
+    probability about 2B^2/p)."""
+    rng = random.Random(5)
+    checked = 0
+    for n in range(12):
+        d, H = rng.choice((1, 2, 3)), rng.choice((1, 2))
+        tall_v = n % 3 != 0
+        heads = []
+        for _ in range(H):
+            W = [[rng.randint(-3, 3) for _ in range(d)] for _ in range(d)]
+            v = [mpq(rng.randint(-9, 9), rng.randint(1, 9)) for _ in range(d)]
+            if tall_v:
+                v[0] = _tall_rational(rng, rng.choice((20, 60, 78)))
+            else:
+                W[0][0] = rng.choice((-1, 1)) * rng.randint(2 ** 12, 2 ** 20)
+            heads.append((W, v))
+        model = MultiHeadAttention(heads, d=d)
+        B = 2 ** 10
+        if all(max(abs(x.numerator), x.denominator) <= B for h in model.canonical_heads()
+               for x in list(h.v) + [y for row in h.W for y in row]):
+            continue
+        oracle = Oracle(model, Modular())
+        res = learn(oracle, d=d, heads=H, seed=n, max_height=B, query_range=2 ** 20)
+        assert not res.certified, (n, model.canonical_heads())
+        assert "height bound" in res.error, res.error
+        assert res.queries == oracle.queries == sum(r["queries"] for r in res.multimodular["primes"])
+        checked += 1
+    assert checked >= 8
+    res = learn(Oracle(TALL, Modular()), d=2, heads=1, seed=0, max_height=2 ** 40)
+    assert res.status == "failed" and "declared height bound" in res.error
+    assert res.multimodular["route"] == "height bound" and not res.multimodular["exact_over_Q"]
+
+
+def test_a_tall_height_bound_joins_primes_past_two_b_squared():
+    """B = 2^80 > sqrt(p/2): a random prime joins the CRT (v from its answers, W exact),
+    then the reconstruction within B is unique.  A small query range makes the plan's
+    degeneracy bound weak (above 2^-20), so a confirmation prime is added."""
+    oracle = Oracle(TALL, Modular())
+    res = learn(oracle, d=2, heads=1, seed=0, max_height=2 ** 80, query_range=2 ** 8)
+    assert res.certified and res.heads == expected(TALL)
+    runs = res.multimodular["primes"]
+    assert [r["role"] for r in runs] == ["analysis", "analysis", "confirmation"]
+    assert runs[1]["joined"] is True and res.multimodular["stable_after"] == 2
+    assert res.queries == oracle.queries == 3 * paper_count(2, 1)
+    # exponents past (p - 1)/3 under the bound: refused before any query
+    oracle = Oracle(TALL, Modular())
+    res = learn(oracle, d=2, heads=1, seed=0, max_height=2 ** 80)
+    assert res.status == "failed" and "--range" in res.error and res.queries == oracle.queries == 0
+
+
+def test_a_refuted_confirmation_joins_the_crt():
+    """1/(2^78 - 1): the analysis prime reconstructs a wrong small value, the confirmation
+    refutes it, its residues join, and the next confirmation certifies: 3 passes (4 before)."""
+    oracle = Oracle(TALL, Modular())
+    res = learn(oracle, d=2, heads=1, seed=0)
+    assert res.certified and res.heads == expected(TALL)
+    runs = res.multimodular["primes"]
+    assert [(r["role"], "refuted" in r, r.get("joined", False)) for r in runs] == [
+        ("analysis", False, False), ("confirmation", True, True), ("confirmation", False, False)]
+    assert res.multimodular["stable_after"] == 2 and res.multimodular["refuted_confirmations"] == 1
+    assert res.queries == oracle.queries == 3 * paper_count(2, 1)
+
+
+def test_a_refuted_confirmation_joins_on_the_efficient_plan():
+    """The recorded route (efficient plan): v modulo the refuting prime from all its answers."""
+    oracle = Oracle(TALL, Modular())
+    res = learn(oracle, d=2, heads=1, seed=0, plan="efficient")
+    assert res.certified and res.heads == expected(TALL)
+    runs = res.multimodular["primes"]
+    assert any(r.get("joined") for r in runs) and runs[-1]["role"] == "confirmation"
+    assert res.queries == oracle.queries == sum(r["queries"] for r in runs)
+
+
+def test_max_height_input_is_checked(tmp_path, capsys):
+    model = MultiHeadAttention([([[1, 0], [0, 1]], [1, 2])])
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="max_height"):
+            learn(Oracle(model, Modular()), d=2, heads=1, max_height=bad)
+    with pytest.raises(ValueError, match="max_height"):
+        learn(Oracle(model, Modular()), d=2, heads=1, max_height=4, plan="efficient")
+    path = tmp_path / "m.json"
+    model.dump(path)
+    assert main(["learn", "--model", str(path), "--heads", "1", "--max-height", "4"]) == 2
+    assert "--max-height" in capsys.readouterr().err
+    assert main(["learn", "--model", str(path), "--heads", "1", "--field", "modular",
+                 "--max-height", "0"]) == 2
+    assert main(["learn", "--model", str(path), "--heads", "1", "--field", "modular",
+                 "--max-height", "4", "--json", "--seed", "0"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "certified" and out["multimodular"]["route"] == "height bound"
+    assert out["queries"] == paper_count(2, 1) and out["heads"][0]["v"] == ["1", "2"]
+
+
+def test_a_box_fixed_to_one_prime_with_a_height_bound_is_exact():
+    """One prime is all a fixed-prime box offers; with p > 2B^2 it is enough."""
+    model = MultiHeadAttention([([[1, 0], [0, 1]], ["-7/3", 1]), ([[0, 1], [1, 0]], [2, "1/5"])])
+    K = Modular(scale=1)
+    inner = Oracle(model, K)
+    res = learn(lambda tokens: inner(tokens), d=2, heads=2, field=K, seed=0, max_height=7)
+    assert res.certified and res.exact_over_q and res.heads == expected(model)
+    assert res.multimodular["route"] == "height bound"
+    res = learn(lambda tokens: inner(tokens), d=2, heads=2, field=K, seed=0, max_height=2)
+    assert res.status == "failed" and "height bound" in res.error

@@ -236,6 +236,28 @@ def test_executor_equals_serial(client, d, H, seed):
     assert spread.heads == model.canonical_heads()
 
 
+def test_executor_follows_the_two_pass_protocol(client):
+    """Issue 23 on the cluster: a refuted confirmation joins the CRT (v modulo that prime
+    from the group of x_1's answers, which the cluster sends back), ordinary heights take 2
+    passes and a declared height bound 1; every JSON equals the serial run's."""
+    tall = MultiHeadAttention([([[1, 0, 2], [0, 1, 0], [1, 1, 1]],
+                                ["1/" + str(2 ** 78 - 1), 1, "3/7"])], d=3)
+    small = random_model(3, 2, 4, den=1)
+    B = max(int(max(abs(x.numerator), x.denominator)) for h in small.canonical_heads()
+            for x in list(h.v) + [y for row in h.W for y in row])
+    for model, kw, roles in ((tall, {}, ["analysis", "confirmation", "confirmation"]),
+                             (small, {}, ["analysis", "confirmation"]),
+                             (small, {"max_height": B}, ["analysis"])):
+        H = len(model.heads)
+        o1, o2 = Oracle(model, Modular()), Oracle(model, Modular())
+        serial = learn(o1, d=3, heads=H, seed=1, **kw)
+        spread = learn(o2, d=3, heads=H, seed=1, executor=client, **kw)
+        assert serial.certified and spread.heads == model.canonical_heads()
+        assert _json(serial) == _json(spread)
+        assert [r["role"] for r in spread.multimodular["primes"]] == roles
+        assert spread.queries == o2.queries == len(roles) * (4 * H * 9 - 2 * H + 1)
+
+
 def test_executor_with_a_callable_black_box(client):
     """A black box that is not a model's Oracle is asked here; the analysis runs there."""
     model = random_model(3, 2, 4, den=1)

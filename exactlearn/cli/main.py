@@ -63,7 +63,8 @@ FIELD_OPTIONS = {"--dps": ("dps", None, "real"), "--noise": ("noise", None, "rea
                  "--query-scale": ("query_scale", None, "real"),
                  "--noise-rel": ("noise_rel", None, "real"),
                  "--prime": ("prime", None, "modular"),
-                 "--max-primes": ("max_primes", None, "modular")}
+                 "--max-primes": ("max_primes", None, "modular"),
+                 "--max-height": ("max_height", None, "modular")}
 
 
 def check_field_options(args) -> None:
@@ -186,7 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="modular field: the first prime p (default 7*2^120+1; further primes "
                          "are c*2^120+1)")
     lp.add_argument("--max-primes", type=_int_at_least("--max-primes", 2), default=None,
-                    help="modular field: most analysis primes for tall rationals (default 12)")
+                    help="modular field: most primes combined for tall rationals (default 12)")
+    lp.add_argument("--max-height", type=_positive("--max-height"), default=None,
+                    help="modular field, paper plan: a declared bound B on the numerators and "
+                         "denominators of the canonical heads; primes are combined until their "
+                         "product exceeds 2B^2 (one pass for B < 2^60), no confirmation prime "
+                         "(default: no bound; two passes)")
     lp.add_argument("--plan", choices=("paper", "efficient", "stable"), default="paper",
                     help="query plan: the paper's (4Hd^2-2H+1 queries), the efficient one "
                          "(exact fields), or the stable one for finite-precision boxes (real "
@@ -261,6 +267,7 @@ def _cmd_learn(args) -> int:
                     field=oracle.field, seed=args.seed, query_range=args.range,
                     e_range=args.e_range, retries=cli_real.retries(args), verify=args.verify or 0,
                     plan=args.plan, rank=args.rank, max_primes=args.max_primes,
+                    max_height=args.max_height,
                     **cli_real.learn_options(args, BadInput),
                     **({} if client is None else {"executor": client}))
     if args.json:
@@ -302,11 +309,19 @@ def _modular_lines(res) -> list:
         return out
     if not res.certified:
         return [f"primes asked: queries per prime: {per}"]
-    out = [f"exact over Q: stable after {mm['stable_after']} analysis prime(s), confirmed "
-           f"modulo an independent prime; queries per prime: {per}",
-           f"probability that a wrong reconstruction survives the confirmation: "
-           f"<= 2^{mm['log2_wrong_reconstruction_bound']}"]
-    return out
+    if mm.get("route") == "height bound":
+        confirmed = any(r["role"] == "confirmation" for r in runs)
+        return [f"exact over Q: residues of {mm['stable_after']} prime(s) combined, their product "
+                f"above 2B^2 for the declared height bound B = {mm['max_height']}"
+                + (", confirmed modulo an independent prime" if confirmed else "")
+                + f"; queries per prime: {per}",
+                f"probability of a false certification (a degenerate reduction of the plan"
+                + (", or a wrong reconstruction surviving the confirmation" if confirmed else "")
+                + f"): <= 2^{mm['log2_wrong_reconstruction_bound']}, if the bound holds"]
+    return [f"exact over Q: residues of {mm['stable_after']} prime(s) combined, confirmed "
+            f"modulo an independent prime; queries per prime: {per}",
+            f"probability that a wrong reconstruction survives the confirmation: "
+            f"<= 2^{mm['log2_wrong_reconstruction_bound']}"]
 
 
 def _certificate_lines(res) -> list:

@@ -31,7 +31,7 @@ def run_cli(args, obj, make_field) -> int:
         raise ValueError(f"unknown field {args.field!r} (choose from rational, real)")
     for opt, default in (("plan", "paper"), ("rank", None), ("range", None), ("e_range", None),
                          ("noise", None), ("query_scale", None), ("snap", False),
-                         ("max_primes", None)):
+                         ("max_primes", None), ("max_height", None)):
         if getattr(args, opt, default) != default:
             why = ("the Transformer learner chooses its query tokens per cone"
                    if opt in ("plan", "rank", "range", "e_range") else "not to a Transformer file")

@@ -211,7 +211,7 @@ def confirm_task(model, K, plan, ns, shared, heads, run, token) -> tuple:
     counts of the ask follow."""
     asked = ask_task(model, K, plan, ns, shared, run)
     n = certify_task(K, plan, asked, heads, run, token)
-    return (n, None if n is not None else asked[:2]) + asked[2:]
+    return (n, asked[:2] if n is None or shared else None) + asked[2:]
 
 
 # -- the driver ------------------------------------------------------------------------------
@@ -347,9 +347,14 @@ class ClusterPlan:
 
     def confirm(self, rec, heads, K) -> int:
         """Ask the plan modulo the confirmation prime and certify ``heads`` there: one task
-        per chunk that asks and certifies (a model), else :meth:`ask` and :meth:`certify`."""
+        per chunk that asks and certifies (a model), else :meth:`ask` and :meth:`certify`.
+        The answers of the group of x_1 stay here (``first_group``, ints): a refuted
+        confirmation's v comes from them (:func:`~exactlearn.pipeline.multimodular.solve_v_plan`)."""
+        self.first_group = None
         if self._model_f is None:
-            return self.certify(self.ask(rec, K), heads, K)
+            futs = self.ask(rec, K)
+            self.first_group = self.client.gather(futs[0])[:2]
+            return self.certify(futs, heads, K)
         client = self.client
         heads_f = client.scatter(heads, broadcast=True, hash=False)
         token = uuid.uuid4().hex
@@ -358,6 +363,7 @@ class ClusterPlan:
                  for g, ns in enumerate(self.groups)]
         got = client.gather(tasks)
         self._add_counts(rec, [r[2:] for r in got])
+        self.first_group = got[0][1]          # the group of x_1's answers: v modulo this prime
         if any(r[0] is None for r in got):    # the serial certificate, on the chunks that failed
             failing = [r[1] for r in got if r[0] is None]
             y0 = next((a[0] for a in failing if a[0] is not None), None)

@@ -10,28 +10,39 @@ exactly are dyadic rationals of heights 2^45 to 2^85, well past one prime.
 
 :func:`learn_over_primes` therefore
 
-1. asks the plan modulo the analysis primes ``c*2**120 + 1`` in turn (the first
-   is the field's own prime), analyses each run modulo its prime without
-   reconstruction (:class:`~exactlearn.fields.modular.ResidueModular`) and
-   certifies it there; every prime must give the same canonical W;
-2. combines the residues of v by CRT and reconstructs (with the margin of
-   :func:`~exactlearn.fields.modular.reconstruction_bound`) until the value is
-   *stable*: the same rationals from the first k - 1 and the first k primes;
-3. confirms the rationals modulo one further, independent prime p' that it
-   draws itself, uniformly among the primes in [2^126, 2^127), with a random
-   omega': the plan is asked again modulo p' and the rational heads must
-   reproduce every answer exactly, with the answers determining v modulo p'
-   (the design matrix of v has full rank).
+1. asks the plan modulo one analysis prime ``c*2**120 + 1`` (the field's own prime;
+   the next one when a bad reduction skips it), analyses the run there without
+   reconstruction (:class:`~exactlearn.fields.modular.ResidueModular`) and certifies
+   it there: W exactly, v as residues;
+2. reconstructs v from the residues so far by CRT (with the margin of
+   :func:`~exactlearn.fields.modular.reconstruction_bound`) and confirms the rationals
+   modulo a further, independent prime p' that it draws itself, uniformly among the
+   primes in [2^126, 2^127), with a random omega': the plan is asked again modulo p'
+   and the rational heads must reproduce every answer exactly, with the answers
+   determining v modulo p' (the design matrix of v has full rank);
+3. when the confirmation is refuted (or nothing reconstructs yet), p' is an analysis
+   prime too: with W exact, its answers give v modulo p' by a linear solve
+   (:func:`solve_v_plan`), (W, v mod p') is certified on every answer, those residues
+   join the CRT, and step 2 repeats with the next random prime.
 
-The paper's count holds *per prime*; the result lists each prime with its
-queries.  **Wrong-reconstruction bound.**  W is exact from the logs, so a
-wrong answer is a wrong v: a coordinate r != v survives the confirmation only
-if p' divides the numerator N of r - v, a nonzero integer of at most
-h(r) + h(v) + 1 bits (h = bits of the height).  At most that many bits / 126
-primes of [2^126, 2^127) divide N, and there are more than 2^119 of them
-(Rosser--Schoenfeld), so the probability is at most
-(h(r) + h(v) + 1) / (126 * 2^119).  Any model held in memory has h(v) < 2^38
-(32 GiB), which gives about 2^-88 (:func:`log2_wrong_bound`), far below 2^-64.
+Ordinary heights cost two passes of the plan (the analysis prime and the
+confirmation), not three.  **Wrong-reconstruction bound.**  W is exact from the logs,
+so a wrong answer is a wrong v: a coordinate r != v survives a confirmation only if
+p' divides the numerator N of r - v, a nonzero integer of at most h(r) + h(v) + 1
+bits (h = bits of the height), and r is fixed before p' is drawn.  At most that many
+bits / 126 primes of [2^126, 2^127) divide N, and there are more than 2^119 of them
+(Rosser--Schoenfeld), so the probability is at most (h(r) + h(v) + 1) / (126 * 2^119)
+per confirmation, and a union bound multiplies it by the confirmations asked.  Any
+model held in memory has h(v) < 2^38 (32 GiB), which gives about 2^-88
+(:func:`log2_wrong_bound`), far below 2^-64.
+
+**A declared height bound** B (``max_height``): primes are joined until their product
+M exceeds 2 B^2 -- the analysis prime alone for B < 2^60 -- and the rationals of height
+<= B congruent to the residues are unique, so the reconstruction within B is the
+answer, with no confirmation prime when the plan's degeneracy bound
+(:func:`log2_plan_degeneracy`) is at most 2^-20 (the proof:
+docs/explanation/multimodular.md, "A declared height bound").  A box past B fails
+explicitly when its residues have no preimage within B.
 
 A black box fixed to one prime (a callable returning F_p values) cannot be
 asked modulo another: its result is certified *modulo p* only
@@ -44,8 +55,14 @@ rationals appear only as a labelled guess (:func:`residue_report`).
 >>> res = learn(Oracle(tall, Modular()), d=2, heads=1, seed=0)
 >>> res.status, res.heads == tall.canonical_heads()
 ('certified', True)
->>> [(r["role"], r["queries"]) for r in res.multimodular["primes"]]
-[('analysis', 15), ('analysis', 15), ('analysis', 15), ('confirmation', 15)]
+>>> [(r["role"], r["queries"], "refuted" in r) for r in res.multimodular["primes"]]
+[('analysis', 15, False), ('confirmation', 15, True), ('confirmation', 15, False)]
+>>> short = MultiHeadAttention([([[1, 0], [0, 1]], ["1/3", 1])])
+>>> [r["role"] for r in learn(Oracle(short, Modular()), d=2, heads=1, seed=0).multimodular["primes"]]
+['analysis', 'confirmation']
+>>> res = learn(Oracle(short, Modular()), d=2, heads=1, seed=0, max_height=3)
+>>> res.heads == short.canonical_heads(), res.multimodular["route"], len(res.multimodular["primes"])
+(True, 'height bound', 1)
 """
 
 from __future__ import annotations
@@ -62,8 +79,8 @@ from exactlearn.fields.base import FieldError
 from exactlearn.fields.modular import (DEFAULT_P, BadReduction, ConfirmationModular, Modular, ReconstructionError,
                              ResidueModular, crt_reconstruct, rational_reconstruct)
 from exactlearn.model import Head, HeadEvaluator, canonicalize
-from exactlearn.errors import (CertificateError, ExactLearnError, HeightExceeded,
-                               PrimesDisagree)
+from exactlearn.errors import (CertificateError, ExactLearnError, ExactnessError, HeightExceeded,
+                               PrimesDisagree, SingularMatrix)
 
 #: Analysis primes are ``c * 2**ANALYSIS_SHIFT + 1`` for odd c (p - 1 smooth: discrete logs).
 ANALYSIS_SHIFT = 120
@@ -107,13 +124,14 @@ def draw_confirmation_field(rng, scale: int, bits: int = CONFIRM_BITS) -> Confir
             return ConfirmationModular(n, rng.randrange(2, n - 1), scale)
 
 
-def log2_wrong_bound(heads) -> float:
-    """log2 of the bound on the probability that a wrong reconstruction survives the
-    confirmation: (max h(r) + 2^38 + 1) / (126 * 2^119), h in bits (module docstring)."""
+def log2_wrong_bound(heads, confirmations: int = 1) -> float:
+    """log2 of the bound on the probability that a wrong reconstruction survives a
+    confirmation: (max h(r) + 2^38 + 1) / (126 * 2^119), h in bits (module docstring),
+    times the number of confirmations asked (a union bound over them)."""
     h = max((max(int(abs(x.numerator)), int(x.denominator)).bit_length()
              for hd in heads for x in hd.v), default=1)
     return round(math.log2(h + 2 ** MODEL_BITS_LOG2 + 1) - math.log2(CONFIRM_BITS - 1)
-                 - LOG2_CONFIRM_PRIMES, 1)
+                 - LOG2_CONFIRM_PRIMES + math.log2(max(1, confirmations)), 1)
 
 
 def _reconstruct(W_set, residues, moduli):
@@ -127,21 +145,86 @@ def _reconstruct(W_set, residues, moduli):
         return None
 
 
+def height(x) -> int:
+    """max(|numerator|, denominator) of a rational."""
+    x = mpq(x)
+    return max(abs(int(x.numerator)), int(x.denominator))
+
+
+def reconstruct_bounded(W_set, residues, moduli, B: int) -> tuple:
+    """The heads whose v are *the* rationals of height <= B congruent to the residues
+    (unique since the product M of the moduli exceeds 2 B^2), their W checked against B.
+    Raises :class:`HeightExceeded` when a value has no such preimage or a W entry is
+    taller than B: the box breaks the declared bound."""
+    M = math.prod(moduli)
+    if M <= 2 * B * B:
+        raise ValueError("reconstruct_bounded needs a product of moduli above 2 B^2")
+    tall = [x for W in W_set for row in W for x in row if height(x) > B]
+    if tall:
+        raise HeightExceeded(f"W has an entry of height {height(tall[0])} > {B}: the black box "
+                             f"breaks the declared height bound (--max-height / max_height)")
+    try:
+        return tuple(Head(W, tuple(crt_reconstruct([r[h][i] for r in residues], moduli, B)
+                                   for i in range(len(residues[0][h]))))
+                     for h, W in enumerate(W_set))
+    except ReconstructionError:
+        raise HeightExceeded(
+            f"a value of v has no rational preimage of height <= {B} modulo the "
+            f"{len(moduli)} prime(s) asked: the black box breaks the declared height bound "
+            f"(--max-height / max_height)") from None
+
+
+def worst_exponent_factor(plan) -> int:
+    """max over the plan's configurations of ||e||_1 ||x||_1: |e^T W x| <= B times it when
+    every entry of W has height <= B."""
+    return max(sum(abs(a) for a in c.e) * sum(abs(a) for a in c.x) for c in plan.configs)
+
+
+def log2_plan_degeneracy(plan, H: int) -> float:
+    """log2 of the bound on the probability, over the draw of the plan, that a reduction
+    modulo the analysis prime is degenerate in a way the analysis cannot see
+    (docs/explanation/multimodular.md, "A declared height bound"):
+    ((2d - 1) H + H (H - 1)) / (2R + 1), divided by the probability 1 - 2d/(2R + 1) that
+    the draw is invertible; R the smallest largest entry of X and E (at most the range the
+    entries were drawn from, so the bound is conservative)."""
+    d = plan.d
+    R = min(max(abs(a) for col in plan.X for a in col), max(abs(a) for col in plan.E for a in col))
+    n = (2 * d - 1) * H + H * (H - 1)
+    inv = 1 - 2 * d / (2 * R + 1)
+    if inv <= 0:
+        return 0.0
+    return round(min(0.0, math.log2(n / (2 * R + 1) / inv)), 1)
+
+
+#: The height-bound route certifies from its primes alone when the plan's degeneracy bound is
+#: at most 2^MAX_LOG2_BOUNDED; otherwise it adds a confirmation prime.
+MAX_LOG2_BOUNDED = -20
+
+
 def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEFAULT_MAX_PRIMES,
-                      rank_check=None):
+                      rank_check=None, residues_at=None, bounded=None):
     """The multi-modular method (module docstring).
 
     ``run_prime(Kr)`` asks the plan modulo ``Kr.p`` (Kr a :class:`ResidueModular`),
     analyses and certifies it there, and returns ``(heads, n_certified, queries)`` with
     v as residues.  ``confirm(heads, Kc)`` asks the same queries modulo the confirmation
-    field, certifies ``heads`` there and returns ``(observations, n_certified, queries)``.
+    field and returns ``(observations, n_certified, queries)``, having certified
+    ``heads`` there (``heads`` None: ask only, ``n_certified`` 0); a failing certificate
+    raises with ``exc.observations`` set.  ``residues_at(W_set, observations, Kc)``
+    solves v modulo ``Kc.p`` from those answers, the W exact, and returns
+    ``(residue vectors in the order of W_set, n_certified)``.
     Returns ``(heads, n_certified, report)``.
 
+    Reconstruct from the primes so far, confirm on the next random prime; a refuted
+    confirmation (or a prime asked while nothing reconstructs yet) adds its residues
+    to the CRT.  Ordinary heights cost two passes of the plan.  ``bounded``
+    (``{"B", "worst", "log2_degeneracy"}``, a declared height bound): the primes are
+    joined until their product exceeds 2 B^2 and the reconstruction within B is the
+    answer (one pass for B < 2^60), confirmed on a further prime only when the plan's
+    degeneracy bound is above 2^MAX_LOG2_BOUNDED.
+
     A prime whose reduction is bad (a denominator of the model divisible by it, a
-    softmax denominator vanishing modulo it) is skipped and reported.  A stable
-    reconstruction that the confirmation prime refutes is not a failure of the box: it
-    was stable by coincidence (values congruent modulo the primes so far), so more
-    analysis primes are asked until a new stable value survives its own confirmation.
+    softmax denominator vanishing modulo it) is skipped and reported.
     Every exception raised carries the per-prime report as ``exc.report``.
     ``rank_check(heads, observations, Kc)`` checks that the confirmation's answers
     determine v (default :func:`_check_design_rank`).
@@ -150,79 +233,137 @@ def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEF
     runs: list = []
     W_set = None
     residues, moduli = [], []
-    previous = None
     n_cert = 0
     refuted = 0
+    confirmations = 0
     primes = analysis_primes(K.p)
 
     def report(exact):
-        return {"exact_over_Q": exact, "primes": runs, "stable_after": len(moduli),
-                "refuted_confirmations": refuted}
+        out = {"exact_over_Q": exact, "primes": runs, "stable_after": len(moduli),
+               "refuted_confirmations": refuted,
+               "route": "height bound" if bounded else "confirmation"}
+        if bounded:
+            out["max_height"] = str(bounded["B"])
+        return out
 
     def failing(exc):
         exc.report = report(False)
         return exc
 
+    def too_tall(why=""):
+        bits = int(math.prod(moduli)).bit_length() // 2 - 17 if moduli else 0
+        return failing(HeightExceeded(
+            f"rational height exceeds what {len(moduli)} primes reconstruct (|num|, den up "
+            f"to about 2^{bits}{why}); allow more primes (max_primes / --max-primes)"))
+
+    # 1. the analysis prime: discrete logs give W exactly, v comes back as residues
+    while W_set is None:
+        if len(runs) >= max_primes:
+            raise too_tall()
+        p = next(primes)
+        if bounded and 3 * K.D * bounded["B"] * bounded["worst"] >= p - 1:
+            raise failing(ExactnessError(
+                f"with the declared height bound B = {bounded['B']} the plan's exponents "
+                f"D e^T W x may reach {K.D * bounded['B'] * bounded['worst']}, which the analysis "
+                f"prime {p.bit_length()} bits cannot keep apart (3 |D e^T W x| < p - 1 is "
+                f"needed); use a smaller --range / --e-range"))
+        Kr = ResidueModular(p, K.omega if p == K.p else None, K.D)
+        try:
+            heads, n, asked = run_prime(Kr)
+        except BadReduction as exc:
+            runs.append({"p": str(p), "role": "skipped", "queries": getattr(exc, "queries", 0),
+                         "reason": str(exc)})
+            continue
+        except ExactLearnError as exc:
+            runs.append({"p": str(p), "role": "analysis", "queries": getattr(exc, "queries", None),
+                         "failed": str(exc)})
+            raise failing(exc)
+        n_cert += n
+        runs.append({"p": str(p), "role": "analysis", "queries": asked})
+        W_set = tuple(h.W for h in heads)
+        residues.append([h.v for h in heads])
+        moduli.append(p)
+
+    # 2. reconstruct, confirm on the next random prime; a refuted one joins the CRT
     while True:
-        stable = None
-        while stable is None:
-            if len(moduli) >= max_primes or len(runs) >= 2 * max_primes + 3:
-                # stable means the first k-1 primes already reconstruct it: their bound counts
-                bits = int(math.prod(moduli[:-1])).bit_length() // 2 - 17 if len(moduli) > 1 else 0
-                raise failing(HeightExceeded(
-                    f"rational height exceeds what {len(moduli)} primes reconstruct (|num|, den up "
-                    f"to about 2^{bits}, stable over two primes"
-                    + (f"; {refuted} stable value(s) refuted by the confirmation prime, as for a "
-                       f"black box outside the model class" if refuted else "")
-                    + "); allow more primes (max_primes / --max-primes)"))
-            p = next(primes)
-            Kr = ResidueModular(p, K.omega if p == K.p else None, K.D)
+        if bounded and math.prod(moduli) > 2 * bounded["B"] ** 2:
             try:
-                heads, n, asked = run_prime(Kr)
-            except BadReduction as exc:
-                runs.append({"p": str(p), "role": "skipped", "queries": getattr(exc, "queries", 0),
-                             "reason": str(exc)})
-                continue
-            except ExactLearnError as exc:
-                runs.append({"p": str(p), "role": "analysis", "queries": getattr(exc, "queries", None),
-                             "failed": str(exc)})
+                heads = canonicalize(reconstruct_bounded(W_set, residues, moduli, bounded["B"]))
+            except HeightExceeded as exc:
                 raise failing(exc)
-            n_cert += n
-            runs.append({"p": str(p), "role": "analysis", "queries": asked})
-            if W_set is None:
-                W_set = tuple(h.W for h in heads)
-            elif tuple(h.W for h in heads) != W_set:
-                raise failing(PrimesDisagree(
-                    f"the analyses modulo {len(moduli) + 1} primes disagree on the canonical W "
-                    f"({len(W_set)} vs {len(heads)} heads): a bad reduction, or a black box "
-                    f"outside the model class"))
-            residues.append([h.v for h in heads])
-            moduli.append(p)
-            current = _reconstruct(W_set, residues, moduli)
-            if current is not None and current == previous:
-                stable = current
-            previous = current
-        heads = canonicalize(stable)
+            if bounded["log2_degeneracy"] <= MAX_LOG2_BOUNDED:
+                out = report(True)
+                out.update(log2_wrong_reconstruction_bound=bounded["log2_degeneracy"],
+                           method=f"CRT over {len(moduli)} prime(s) whose product exceeds 2 B^2, "
+                                  f"B = {bounded['B']} the declared height bound: the rationals "
+                                  f"of height <= B are unique; no confirmation prime")
+                return heads, n_cert, out
+            candidate = heads
+        elif bounded:
+            candidate = None                 # more primes until their product exceeds 2 B^2
+        else:
+            candidate = _reconstruct(W_set, residues, moduli)
+        if candidate is None and len(moduli) >= max_primes:
+            raise too_tall()
+        if len(runs) >= 2 * max_primes + 3:
+            raise too_tall(f"; {refuted} reconstruction(s) refuted by the confirmation prime")
+        heads = None if candidate is None else canonicalize(candidate)
+        role = "analysis" if heads is None else "confirmation"
+        observations = Kc = None
         try:
             observations, n, Kc, asked = _confirm_once(heads, confirm, rng, K.D)
-            runs.append({"p": str(Kc.p), "role": "confirmation", "omega": str(Kc.omega),
-                         "queries": asked})
+            runs.append({"p": str(Kc.p), "role": role, "omega": str(Kc.omega), "queries": asked})
+            if heads is None:
+                raise _Unconfirmed
             rank_check(heads, observations, Kc)
-        except (CertificateError, PrimesDisagree) as exc:
-            if runs[-1]["role"] != "confirmation":
+        except (CertificateError, PrimesDisagree, _Unconfirmed) as exc:
+            if Kc is None:                   # the further prime's own certificate failed
                 Kc = getattr(exc, "field", None)
-                runs.append({"p": None if Kc is None else str(Kc.p), "role": "confirmation",
+                observations = getattr(exc, "observations", None)
+                runs.append({"p": None if Kc is None else str(Kc.p), "role": role,
+                             "omega": None if Kc is None else str(Kc.omega),
                              "queries": getattr(exc, "queries", None)})
-            runs[-1]["refuted"] = str(exc)
-            refuted += 1
-            previous = None          # stable by coincidence: a new value must stabilise
+            if heads is not None:
+                runs[-1]["refuted"] = str(exc)
+                refuted += 1
+                if bounded:                  # unique below B: the box breaks the bound
+                    raise failing(HeightExceeded(
+                        f"the reconstruction within the declared height bound B = "
+                        f"{bounded['B']} is refuted modulo a further prime ({exc}): the black "
+                        f"box breaks the bound, or lies outside the model class"))
+                if len(moduli) >= max_primes:
+                    raise too_tall(f"; {refuted} reconstruction(s) refuted by the confirmation "
+                                   f"prime, as for a black box outside the model class")
+            if observations is None or Kc is None or residues_at is None:
+                raise failing(PrimesDisagree("the answers modulo the further prime are not at hand"))
+            try:
+                vs, n_more = residues_at(W_set, observations, Kc)
+            except (CertificateError, PrimesDisagree, SingularMatrix) as exc2:
+                raise failing(PrimesDisagree(
+                    f"modulo the further prime {Kc.p} the answers are not those of the analysed W "
+                    f"with any v ({exc2}): a bad reduction of the analysis prime, or a black box "
+                    f"outside the model class"))
+            runs[-1]["joined"] = True
+            n_cert += n_more
+            residues.append(vs)
+            moduli.append(Kc.p)
             continue
         n_cert += n
+        confirmations = refuted + 1
         out = report(True)
-        out.update(log2_wrong_reconstruction_bound=log2_wrong_bound(heads),
-                   method="CRT over the analysis primes, rational reconstruction once stable, "
-                          "confirmed modulo an independent random prime")
+        out.update(log2_wrong_reconstruction_bound=log2_wrong_bound(heads, confirmations),
+                   method="CRT over the primes asked, rational reconstruction, confirmed modulo an "
+                          "independent random prime (a refuted confirmation's residues join the CRT)")
+        if bounded:
+            out["method"] = (f"CRT over {len(moduli)} prime(s) whose product exceeds 2 B^2 (B = "
+                             f"{bounded['B']}), confirmed modulo an independent random prime: the "
+                             f"plan's degeneracy bound 2^{bounded['log2_degeneracy']} is above "
+                             f"2^{MAX_LOG2_BOUNDED}")
         return heads, n_cert, out
+
+
+class _Unconfirmed(Exception):
+    """A further prime asked while nothing reconstructs: its residues join the CRT."""
 
 
 def _confirm_once(heads, confirm, rng, D) -> tuple:
@@ -239,10 +380,11 @@ def _confirm_once(heads, confirm, rng, D) -> tuple:
 
 
 def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=None,
-                  trace=None, plan=None, confirm_at=None) -> tuple:
+                  trace=None, plan=None, confirm_at=None, max_height=None,
+                  answers_at=None) -> tuple:
     """The modular field's run of an exact strategy: the multi-modular method when the
     black box can be asked modulo other primes (``oracle.over``), else one prime with v
-    certified modulo p only.
+    certified modulo p only (exact over Q with ``max_height``, when the prime allows it).
 
     ``analyse_at(ask, Kr, trace)`` asks a strategy's plan through ``ask`` (a child
     :class:`~exactlearn.oracle.Recorder` of ``rec``), analyses it in ``Kr`` and certifies
@@ -251,15 +393,24 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
 
     ``plan``: the strategy asks exactly ``plan.queries``, in order (the paper plan).  Then
     the observations are streamed, not kept (the recorders count without recording;
-    the strategy certifies the plan's values itself), and the confirmation asks the plan
+    the strategy certifies the plan's values itself), and a further prime asks the plan
     again and certifies it family by family (:func:`~exactlearn.pipeline.certify.certify_plan`);
     the asked queries, the counts and every verdict are those of the recorded run.
     ``confirm_at(ask, heads, Kc)`` (with ``plan``) replaces that confirmation: it asks the
     plan through ``ask`` and returns the number of observations certified (a cluster's,
-    :mod:`exactlearn.pipeline.distributed`)."""
+    :mod:`exactlearn.pipeline.distributed`); ``answers_at()`` then gives the last such
+    prime's answers of the group of x_1, ``(y_shared, {configuration: [ints]})``.
+    ``max_height`` (with ``plan``): the declared bound B on the numerators and
+    denominators of the canonical heads (docs/explanation/multimodular.md)."""
     over = getattr(oracle, "over", None)
     asked: list = []
     keep = plan is None
+    bounded = None
+    if max_height is not None:
+        if plan is None:
+            raise ValueError("max_height applies to the paper plan")
+        bounded = {"B": int(max_height), "worst": worst_exponent_factor(plan),
+                   "log2_degeneracy": log2_plan_degeneracy(plan, plan.H)}
 
     def at(Kr, box, tr):
         sub = rec.child(box, Kr, keep=keep)
@@ -273,6 +424,8 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
         return heads, n, sub.queries
 
     if over is None:
+        if bounded is not None:
+            return _bounded_one_prime(K, bounded, lambda Kr: at(Kr, oracle, trace))
         heads, n, asked_p = at(ResidueModular(K.p, K.omega, K.D), oracle, trace)
         return heads, n, residue_report(heads, K, asked_p)
 
@@ -288,22 +441,161 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
 
     def confirm(heads, Kc):
         sub = rec.child(over(Kc), Kc, keep=keep)
+        got = None
         try:
             if keep:
                 for tokens in asked:
                     sub(tokens)
-                return sub.observations, certify(heads, d, sub.observations, Kc), sub.queries
+                got = sub.observations
+                n = 0 if heads is None else certify(heads, d, got, Kc)
+                return got, n, sub.queries
             if confirm_at is not None:
-                return plan, confirm_at(sub, heads, Kc), sub.queries
+                if heads is None:            # nothing to certify: v = 0 fails at once
+                    heads = tuple(Head(W, (mpq(0),) * d) for W in (found[0] if found else ()))
+                    try:
+                        confirm_at(sub, heads, Kc)
+                    except CertificateError:
+                        pass
+                    return ("cluster", answers_at()), 0, sub.queries
+                n = confirm_at(sub, heads, Kc)
+                return ("cluster", answers_at), n, sub.queries
             y_shared, values = ask_plan(plan, sub)
-            return plan, certify_plan(heads, plan, y_shared, values, Kc), sub.queries
+            got = ("plan", (y_shared, values))
+            n = 0 if heads is None else certify_plan(heads, plan, y_shared, values, Kc)
+            return got, n, sub.queries
         except ExactLearnError as exc:
             exc.queries, exc.field = sub.queries, Kc
+            if confirm_at is not None and answers_at is not None:
+                got = ("cluster", answers_at())
+            exc.observations = got
             raise
 
+    def residues_at(W_set, observations, Kc):
+        if keep:
+            return solve_v_observations(W_set, d, observations, Kc)
+        kind, got = observations
+        if kind == "cluster":
+            got = got() if callable(got) else got
+            if got is None:
+                raise PrimesDisagree("the answers of the group of x_1 did not come back from the cluster")
+            y0, vals = got
+            return solve_v_plan(W_set, plan, Kc(y0), {n: [Kc(y) for y in ys] for n, ys in vals.items()},
+                                Kc, certify_all=False)
+        return solve_v_plan(W_set, plan, got[0], got[1], Kc)
+
+    def rank_check(heads, observations, Kc):
+        if keep:
+            return _check_design_rank(heads, observations, Kc)
+        return _check_design_rank_plan(heads, plan, Kc)
+
     kw = {} if max_primes is None else {"max_primes": max_primes}
-    return learn_over_primes(K, run_prime, confirm, rng,
-                             rank_check=None if keep else _check_design_rank_plan, **kw)
+    return learn_over_primes(K, run_prime, confirm, rng, rank_check=rank_check,
+                             residues_at=residues_at, bounded=bounded, **kw)
+
+
+def _bounded_one_prime(K, bounded, run) -> tuple:
+    """A black box fixed to one prime p, with a declared height bound B: exact over Q when
+    p > 2 B^2, the exponents fit (3 D B max ||e||_1 ||x||_1 < p - 1) and the plan's
+    degeneracy bound is at most 2^MAX_LOG2_BOUNDED; else certified modulo p only."""
+    B = bounded["B"]
+    Kr = ResidueModular(K.p, K.omega, K.D)
+    heads, n, asked = run(Kr)
+    fits = 3 * K.D * B * bounded["worst"] < K.p - 1
+    if K.p <= 2 * B * B or not fits or bounded["log2_degeneracy"] > MAX_LOG2_BOUNDED:
+        out = residue_report(heads, K, asked)
+        out["note"] += (" The declared height bound does not make it exact over Q here: "
+                        + ("p <= 2 B^2" if K.p <= 2 * B * B else
+                           "the exponents may reach (p - 1)/3" if not fits else
+                           f"the plan's degeneracy bound 2^{bounded['log2_degeneracy']} is above "
+                           f"2^{MAX_LOG2_BOUNDED}") + ".")
+        out["max_height"] = str(B)
+        return heads, n, out
+    runs = [{"p": str(K.p), "role": "analysis", "queries": asked}]
+    try:
+        exact = canonicalize(reconstruct_bounded(tuple(h.W for h in heads), [[h.v for h in heads]],
+                                                 [K.p], B))
+    except HeightExceeded as exc:
+        exc.report = {"exact_over_Q": False, "primes": runs, "stable_after": 1,
+                      "refuted_confirmations": 0, "route": "height bound", "max_height": str(B)}
+        raise
+    return exact, n, {"exact_over_Q": True, "primes": runs, "stable_after": 1,
+                      "refuted_confirmations": 0, "route": "height bound", "max_height": str(B),
+                      "log2_wrong_reconstruction_bound": bounded["log2_degeneracy"],
+                      "method": f"one prime p > 2 B^2, B = {B} the declared height bound: the "
+                                f"rationals of height <= B are unique"}
+
+
+def solve_v_plan(W_set, plan, y_shared, values, Kc, certify_all=True) -> tuple:
+    """v modulo ``Kc.p`` for heads with the exact ``W_set``, from a paper plan's answers
+    there: for each direction e_j the family (x_1, e_j) gives
+    ``f(q_k) = V.x_1 + sum_h t_h(k) v_h.e_j``, ``t_h(k) = k w_h / (k w_h + 1)``, a
+    (2H+1) x (m+1) linear system (the one :func:`_check_design_rank_plan` checks), and
+    ``E^T v_h = (v_h.e_j)_j``.  Then (``certify_all``) every answer is recomputed from
+    (W, v).  Returns ``(residue vectors in the order of W_set, n_certified)``; raises
+    :class:`PrimesDisagree` when the system is undetermined or inconsistent, and
+    :class:`CertificateError` when (W, v) do not reproduce an answer."""
+    d, m = plan.d, len(W_set)
+    if m == 0:
+        return [], (certify_plan((), plan, y_shared, values, Kc) if certify_all else 0)
+    ev = HeadEvaluator([Head(W, (mpq(0),) * d) for W in W_set], d, Kc)
+    ctx = Kc.scalar_ctx
+    C = []                                   # C[j] = [v_h . e_j for h]
+    for j in range(d):
+        n = plan.index("basis", 0, j)
+        c = plan.configs[n]
+        fam = ev.family(c.a, c.x)
+        if fam is None:
+            raise PrimesDisagree("the family (x_1, e_j) has no integer path modulo the further prime")
+        rows = [Kc.one] + [Kc.zero] * m + [Kc(y_shared)]
+        for k, y in enumerate(values[n], start=1):
+            rows.append(Kc.one)
+            rows.extend(k * w / (k * w + 1) for w, _, _ in fam)
+            rows.append(Kc(y))
+        R, rank = flint.fmpz_mod_mat(len(values[n]) + 1, m + 2, rows, ctx).rref()
+        if rank != m + 1 or any(R[i, i] != 1 for i in range(m + 1)):
+            raise PrimesDisagree(
+                f"the family (x_1, e_{j + 1}) modulo the further prime is "
+                + ("inconsistent with the analysed W" if rank == m + 2 else "undetermined")
+                + f" (rank {rank} of {m + 1})")
+        C.append([R[1 + h, m + 1] for h in range(m)])
+    Et = flint.fmpz_mod_mat(d, d, [plan.E[j][r] for j in range(d) for r in range(d)], ctx)
+    if Et.rank() < d:
+        raise SingularMatrix("E is singular modulo the further prime")
+    V = Et.solve(flint.fmpz_mod_mat(d, m, [C[j][h] for j in range(d) for h in range(m)], ctx))
+    vs = [tuple(mpq(int(V[r, h])) for r in range(d)) for h in range(m)]
+    n_cert = 0
+    if certify_all:
+        n_cert = certify_plan([Head(W, v) for W, v in zip(W_set, vs)], plan, y_shared, values, Kc)
+    return vs, n_cert
+
+
+def solve_v_observations(W_set, d, observations, Kc) -> tuple:
+    """:func:`solve_v_plan` for any recorded observations: ``f(X) = sum_h v_h . y_h(X)``
+    with the softmax averages y_h from the exact W; rows are taken as
+    :func:`_check_design_rank` takes them until the rank is full, the system solved, and
+    every observation certified with (W, v)."""
+    m = len(W_set)
+    if m == 0:
+        return [], certify((), d, observations, Kc)
+    cols = m * d
+    averages = HeadEvaluator([Head(W, (mpq(0),) * d) for W in W_set], d, Kc).averages
+    groups: dict = {}
+    for tokens, y in observations:
+        groups.setdefault(tuple(tokens[-1]), []).append((tokens, y))
+    rows: list = []
+    rank = 0
+    for group in sorted(groups.values(), key=len, reverse=True):
+        for tokens, y in group:
+            rows.extend(x for yh in averages(tokens) for x in yh)
+            rows.append(Kc(y))
+        R, rank = flint.fmpz_mod_mat(len(rows) // (cols + 1), cols + 1, rows, Kc.scalar_ctx).rref()
+        if rank == cols and all(R[i, i] == 1 for i in range(cols)):
+            break
+    else:
+        raise PrimesDisagree(f"the answers modulo the further prime determine v only up to rank "
+                             f"{rank} of {cols}, or contradict the analysed W")
+    vs = [tuple(mpq(int(R[h * d + r, cols])) for r in range(d)) for h in range(m)]
+    return vs, certify([Head(W, v) for W, v in zip(W_set, vs)], d, observations, Kc)
 
 
 def plan_exponents(plan, heads, D) -> dict:

@@ -48,7 +48,7 @@ docs/explanation/efficient-plan.md).
 >>> res.status, res.heads == model.canonical_heads(), res.plan_queries, res.plan, res.plan_fallbacks
 ('certified', True, 39, 'efficient', [])
 >>> [r["queries"] for r in res.multimodular["primes"]]      # the count holds per prime
-[39, 39, 39]
+[39, 39]
 """
 
 from __future__ import annotations
