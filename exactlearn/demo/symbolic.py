@@ -17,8 +17,8 @@ step 4, and "Number systems (fields)"):
 
 from __future__ import annotations
 
-from exactlearn.demo.walkthrough import DEFAULT_MODEL, show_model
 from exactlearn.api import learn
+from exactlearn.demo.header import DEFAULT_MODEL, show_model
 from exactlearn.oracle import Oracle
 
 

@@ -16,21 +16,9 @@ from __future__ import annotations
 
 from exactlearn.fields.rational import Rational
 from exactlearn.api import learn
-from exactlearn.model import MultiHeadAttention
+from exactlearn.demo.header import DEFAULT_MODEL, show_model
+from exactlearn.demo.symbolic import run_symbolic_demo
 from exactlearn.oracle import Oracle
-
-DEFAULT_MODEL = MultiHeadAttention([
-    ([[1, 0], [0, -1]], [1, 2]),
-    ([[0, 1], [1, 0]], ["-1/2", 1]),
-])
-
-
-def show_model(model, field_text, out) -> None:
-    """The demo's header: the model, its convention, and the field."""
-    out(f"Model: d = {model.d}, {model.H} raw heads; score x_i^T W_h x_n (key left, query right).")
-    out(f"Field: {field_text}")
-    for n, h in enumerate(model.heads, 1):
-        out(f"  raw head {n}: W = {[[str(x) for x in r] for r in h.W]}, v = {[str(x) for x in h.v]}")
 
 
 def _poly(cs) -> str:
@@ -50,7 +38,6 @@ def run_demo(model=None, heads=None, seed=1, query_range=4, retries=5, out=print
     numbered as the result lists its canonical heads, in every step.  Returns 0 when the
     heads are certified and equal to the model's canonical heads, else 1."""
     if symbolic:        # the same walk-through over Q(T): exactlearn.demo.symbolic
-        from exactlearn.demo.symbolic import run_symbolic_demo
         return run_symbolic_demo(model, heads, seed, query_range, out=out)
     model = model or DEFAULT_MODEL
     H = heads or model.H
