@@ -165,7 +165,7 @@ class Noisier(NumpyAttention):
         return super().__call__(X) + self.size * self.rng.uniform(-1, 1)
 
 
-@pytest.mark.parametrize("H", [1, 2])
+@pytest.mark.parametrize("H", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_a_box_noisier_than_declared_is_never_certified(H):
     base = NumpyAttention.from_seed(4, H, 1)
     box = Noisier(list(zip(base.W, base.v)))
@@ -314,6 +314,7 @@ class KeyBias(NumpyAttention):
         return (p * np.einsum("hc,ic->hi", self.v, X)).sum()
 
 
+@pytest.mark.slow
 def test_stable_plan_more_heads_than_given_fails_explicitly():
     res = learn_box(NumpyAttention.from_seed(4, 3, 0), 4, 2, 0, retries=1)
     assert not res.certified and "could not be resolved" in res.error
@@ -396,6 +397,7 @@ def test_polish_names_the_directions_no_observation_sees():
     assert err <= float((2 * fW + rW).max()) < 1e-9 and excess <= 1
 
 
+@pytest.mark.slow
 def test_targeted_families_rescue_a_direction_no_family_sees():
     """d=12, H=3, seed 6: one entry of one head's W lies in no family's range, so the first
     polish cannot solve and the solve alone erred by 2.9e-8 (bound 1.1e-5). The targeted
@@ -427,6 +429,7 @@ def test_the_pencil_reads_every_head_off_a_float_box():
     assert max(errs) <= 1e-8, errs
 
 
+@pytest.mark.slow
 def test_twice_as_many_heads_as_dimensions_certified_from_the_pencil_start():
     """Pinned: d=4, H=8, seed 0 -- 11 of 31 configurations crowd beyond any per-family fit,
     so the plan starts from the pencil; the polish then fits all observations (error about
@@ -443,6 +446,7 @@ def test_twice_as_many_heads_as_dimensions_certified_from_the_pencil_start():
     assert res.queries == box.calls and res.max_length == 1025
 
 
+@pytest.mark.slow
 def test_a_noisier_box_is_never_certified_from_the_pencil_start():
     """Pinned: the d=4, H=8, seed 0 layer with uniform noise of 3 eta.  The families fail
     and the pencil start is tried; amplified by its extrapolation in 1/m, the noise hides
