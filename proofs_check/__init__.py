@@ -8,6 +8,6 @@ return a :class:`~proofs_check.claim.ClaimResult` with a status among
 """
 
 from .claim import CLAIMS, Claim, ClaimResult, Context, claim, run_claims
-from . import claims  # noqa: F401,E402 (after .claim: every claim module registers itself)
+from . import claims  # noqa: F401 (after .claim: every claim module registers itself)
 
 __all__ = ["Claim", "ClaimResult", "Context", "claim", "CLAIMS", "run_claims"]
