@@ -130,7 +130,7 @@ def cmd_multimodular(args) -> None:
     from itertools import islice
 
     from exactlearn.fields.modular import DEFAULT_P, rational_reconstruct, reconstruction_bound
-    from exactlearn.multimodular import DEFAULT_MAX_PRIMES, analysis_primes
+    from exactlearn.pipeline.multimodular import DEFAULT_MAX_PRIMES, analysis_primes
     header("the modular field: one prime vs the multi-modular method")
     x = pow(2 ** 78 - 1, -1, DEFAULT_P)
     print(f"1/(2^78-1) modulo 7*2^120+1 reconstructs as {rational_reconstruct(x, DEFAULT_P)} "

@@ -8,7 +8,6 @@ The names a user needs are here: models, black boxes, fields, the learners
 and their results, and the exception tree.
 """
 
-from exactlearn import compat as _compat
 from exactlearn.api import LearnResult, learn
 from exactlearn.errors import (CertificateError, DegenerateDraw, ExactLearnError, ExactnessError,
                                FieldError, LearningFailure, MatchError, ModelError)
@@ -18,8 +17,6 @@ from exactlearn.model import Head, MultiHeadAttention, canonicalize
 from exactlearn.oracle import CountingOracle, Oracle, Recorder, TransformerOracle
 from exactlearn.pipeline.plan import paper_count, paper_plan
 from exactlearn.transformer_model import OneLayerTransformer, random_transformer
-
-_compat.install()
 
 __all__ = [
     # models and black boxes

@@ -237,20 +237,39 @@ def test_natural_degenerate_draws_recover_with_retries():
 
 
 # -- the rational field's multi-modular analysis: a reconstruction collision ----------------
-def test_reconstruction_collision_is_not_certified_wrong():
+@pytest.mark.parametrize("seed", range(3))
+def test_reconstruction_collision_is_not_certified_wrong(seed, monkeypatch):
     """v = 1/(2^78 - 1) reduces modulo the first analysis prime 7*2^120 + 1 to the
     residue of a *small* rational (-7*2^42/(7*2^42 + 1)), so the modular analysis
     recovers a wrong v; only the certificate over Q can reject it.  The run must
-    never certify that wrong head."""
-    mod = pytest.importorskip("exactlearn.fields.modular")
+    never certify that wrong head: the certificate rejects it, the next prime's analysis
+    of the same answers is certified, and the result is the canonical heads, with no
+    query beyond the one plan."""
+    import exactlearn.pipeline.analysis as analysis_mod
+    from exactlearn.errors import CertificateError
+    from exactlearn.fields.modular import Modular
     v = "1/" + str(2 ** 78 - 1)
     model = MultiHeadAttention([([[1, 0], [0, 1]], [v, 1])])
-    K = mod.Modular(p=7 * 2 ** 120 + 1)
+    truth = model.canonical_heads()
+    K = Modular(p=7 * 2 ** 120 + 1)
     true_v = model.heads[0].v[0]
     assert K.to_param(K(true_v)) != true_v                     # the collision is real
-    for seed in range(3):
-        res = learn(Oracle(model, Rational()), d=2, heads=1, seed=seed)
-        if res.certified:
-            assert res.heads == model.canonical_heads()
-        else:
-            assert res.error and res.heads == ()
+    verdicts = []                                              # (candidate right?, certified?)
+    certify_plan = analysis_mod.certify_plan
+
+    def spy(heads, *args):
+        try:
+            out = certify_plan(heads, *args)
+        except CertificateError:
+            verdicts.append((heads == truth, False))
+            raise
+        verdicts.append((heads == truth, True))
+        return out
+
+    monkeypatch.setattr(analysis_mod, "certify_plan", spy)
+    res = learn(Oracle(model, Rational()), d=2, heads=1, seed=seed)
+    assert verdicts == [(False, False), (True, True)]          # wrong one rejected, then right
+    assert res.certified, res.error
+    assert res.heads == truth
+    assert res.queries == paper_count(2, 1) and res.attempts == 1
+

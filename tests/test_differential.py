@@ -7,9 +7,9 @@
   k, and arbitrary data that fits nothing).
 * The learner over the rational field by each of its analysis routes (the
   default multi-modular analysis, the flint fast path over Q, the generic code
-  over Q), and over the symbolic field Q(T) and the modular field F_p, on the same
-  model with the same seed and query range (hence the same plan): same status,
-  same heads.
+  over Q), and over the other exact fields of the field table (tests/field_table.py:
+  the modular field F_p and the symbolic field Q(T)), on the same model with the same
+  seed and query range (hence the same plan): same status, same heads.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from exactlearn.fields import ConfirmationModular, Modular, ModularImage, Ration
 from exactlearn.pipeline.interpolate import cauchy_interpolate, poles
 from exactlearn.pipeline.plan import draw_paper_plan
 
+from field_table import LEARNER_FIELDS, over
 from strategies import any_models, nonzero_models, scaled, seeds
 
 
@@ -203,37 +204,22 @@ def test_learner_rational_routes_agree(model, seed, R):
     event(r.status)
 
 
-TINY = st.one_of(any_models(max_d=2, max_heads=2, w_num=1, w_den=1, v_num=2, v_den=2),
-                 any_models(max_d=2, heads=2, merged=True, w_num=1, w_den=1),
-                 any_models(d=1, heads=2, cancelling=True, w_num=2, w_den=2))
-
-
-@settings(max_examples=scaled(12))
-@given(model=TINY, seed=seeds)
-def test_learner_symbolic_agrees_with_rational(model, seed):
-    """Q(T) is the ground truth; T -> 2 is the rational field (range 2 keeps T-degrees small)."""
-    from exactlearn.fields import Symbolic
-    rq = learn(Oracle(model, Rational()), d=model.d, heads=model.H, seed=seed, query_range=2)
-    rs = learn(Oracle(model, Symbolic()), d=model.d, heads=model.H, seed=seed, query_range=2)
-    assert _key(rq) == _key(rs), (rq.error, rs.error)
-    if rs.certified:
-        assert rs.heads == model.canonical_heads()
-    event(rs.status)
-
-
+@over(LEARNER_FIELDS)
 @settings(max_examples=scaled(30))
-@given(model=st.one_of(any_models(max_d=3, max_heads=2), any_models(max_d=2, merged=True),
-                       any_models(max_d=2, cancelling=True)),
-       seed=seeds, R=st.sampled_from([2, 30]))
-def test_learner_modular_agrees_with_rational(model, seed, R):
-    mod = pytest.importorskip("exactlearn.fields.modular",
-                              reason="the modular field (exactlearn/fields/modular.py) is not written yet")
+@given(data=st.data(), seed=seeds)
+def test_learner_agrees_with_rational(F, data, seed):
+    """The same model, seed and query range (hence the same plan) in another exact field:
+    the modular field F_p, and Q(T), the ground truth whose T -> 2 is the rational field.
+    Same status and heads; certified heads are the canonical ones.  Each field's row of
+    the table (tests/field_table.py) gives its models and ranges (Q(T): tiny, range 2)."""
+    model = data.draw(F.models, label="model")
+    R = data.draw(st.sampled_from(F.ranges), label="range")
     rq = learn(Oracle(model, Rational()), d=model.d, heads=model.H, seed=seed, query_range=R)
-    rm = learn(Oracle(model, mod.Modular()), d=model.d, heads=model.H, seed=seed, query_range=R)
-    assert _key(rq) == _key(rm), (rq.error, rm.error)
-    if rm.certified:
-        assert rm.heads == model.canonical_heads()
-    event(rm.status)
+    rf = learn(Oracle(model, F()), d=model.d, heads=model.H, seed=seed, query_range=R)
+    assert _key(rq) == _key(rf), (rq.error, rf.error)
+    if rf.certified:
+        assert rf.heads == model.canonical_heads()
+    event(f"{F.name}: {rf.status}")
 
 
 def test_rational_routes_agree_on_high_height_values():

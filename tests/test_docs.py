@@ -202,5 +202,19 @@ def test_docstrings_cite_docs_pages_that_exist():
     assert cited > 50
 
 
+def test_the_fast_profile_is_documented_and_the_quickstart_still_runs_everything():
+    """``-m "not slow"`` is the developer's fast profile (docs: explanation/tests.md); the
+    Quickstart's ``python -m pytest`` selects no marker, so it runs the slow tests too."""
+    import tomllib
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    opts = conf["addopts"].split()
+    assert "--strict-markers" in opts and "-m" not in opts
+    assert any(m.startswith("slow:") for m in conf["markers"])
+    quick = (ROOT / "README.md").read_text().split("## Quickstart\n", 1)[1].split("\n## ", 1)[0]
+    assert "not slow" not in quick
+    for page in ("README.md", "docs/explanation/tests.md"):
+        assert 'python -m pytest -m "not slow"' in (ROOT / page).read_text(), page
+
+
 if __name__ == "__main__":
     refresh_cli_reference()

@@ -259,7 +259,6 @@ def test_complex_pair_with_tiny_imaginary_part():
 # -- embedding, identity ----------------------------------------------------------------------
 def test_embedding():
     K = Real(dps=30)
-    assert K(3) == 3 and K(mpq(1, 4)) == K("0.25") == K("1/4") == K(Fraction(1, 4))
     assert K("0.1") == K(Fraction(1, 10))            # read exactly, rounded once
     assert K("0.1") != mpmath.mpf(0.1)
     x = K200(1) / 3
@@ -284,7 +283,6 @@ def test_own_context_leaves_global_mpmath_alone():
 
 
 def test_identity_pickle_and_scale():
-    assert Real(50) == Real(50) and hash(Real(50)) == hash(Real(50))
     assert Real(50) != Real(60) and Real(50) != Real(50, tol="1e-20")
     K = Real(40, tol="1e-15", scale=3)
     assert pickle.loads(pickle.dumps(K)) == K

@@ -1,50 +1,30 @@
-"""The layered layout (docs: explanation/algorithm.md#how-it-works) and the paths of exactlearn 0.1.
+"""The layered layout (docs: explanation/algorithm.md#how-it-works) and what a user imports.
 
 ``lint-imports`` (in ``.ci/run``) holds the layers; these tests pin what a user
-sees: every public name at the top level, the old module paths still working,
-and the exception tree.
+sees: every public name at the top level, one home per module path (no import
+hook, no ``importlib`` detour), and the exception tree.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import sys
+from pathlib import Path
 
 import pytest
 
 import exactlearn
 from exactlearn import errors
-from exactlearn.compat import MOVED
 
-#: a few names per old module path, as user code of exactlearn 0.1 imported them
-OLD_NAMES = {
-    "exactlearn.learner": ["learn", "LearnResult", "Degenerate", "DEFAULT_RANGES", "head_bound"],
-    "exactlearn.learn_real": ["run_real", "max_parameter_error", "orthogonal_plan", "fit_family"],
-    "exactlearn.learn_efficient": ["run_efficient", "fit_family"],
-    "exactlearn.plan_efficient": ["draw_efficient_plan", "efficient_count"],
-    "exactlearn.snap": ["snap_heads", "simplest_rational"],
-    "exactlearn.transformer_learn": ["learn_transformer", "CONDITIONS", "run_cli", "E_RANGE"],
-    "exactlearn.transformer": ["OneLayerTransformer", "TransformerOracle", "random_transformer"],
-    "exactlearn.plan": ["paper_plan", "paper_count", "draw_paper_plan", "across_direction"],
-    "exactlearn.interpolate": ["cauchy_interpolate", "poles", "InterpolationError", "cauchy_flint"],
-    "exactlearn.match": ["match", "label_basis", "MatchError", "PoleCountMismatch"],
-    "exactlearn.solve": ["solve_heads"],
-    "exactlearn.certify": ["certify", "CertificateError"],
-    "exactlearn.multimodular": ["learn_over_primes", "HeightExceeded"],
-    "exactlearn.polys": ["evaluate"],
-    "exactlearn.linalg": ["inverse", "SingularMatrix"],
-    "exactlearn.cli_real": ["learn_options"],
-    "exactlearn.demo_symbolic": ["run_symbolic_demo"],
-    "exactlearn.minilm": ["MiniLMUnavailable"],
-}
+#: the flat module paths of the first layout; no hook makes them import any more (issue 21)
+OLD_PATHS = ["exactlearn.learner", "exactlearn.learn_real", "exactlearn.learn_efficient",
+             "exactlearn.plan_efficient", "exactlearn.snap", "exactlearn.transformer_learn",
+             "exactlearn.transformer", "exactlearn.plan", "exactlearn.interpolate", "exactlearn.match",
+             "exactlearn.solve", "exactlearn.certify", "exactlearn.multimodular", "exactlearn.polys",
+             "exactlearn.linalg", "exactlearn.cli_real", "exactlearn.demo_symbolic", "exactlearn.minilm"]
 
-
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_old_module_paths_still_import(old):
-    module = importlib.import_module(old)
-    for name in OLD_NAMES[old]:
-        assert getattr(module, name) is not None, (old, name)
-    with pytest.raises(AttributeError, match="no attribute"):
-        getattr(module, "no_such_name")
+PACKAGE = Path(exactlearn.__file__).parent
 
 
 def test_every_public_name_is_exported():
@@ -67,17 +47,41 @@ def test_one_exception_tree():
     assert issubclass(exactlearn.ModelError, ValueError)                  # bad input stays a ValueError
 
 
-def test_old_paths_cover_star_imports_and_moved_names():
-    """Found by the final review: star imports, renamed errors, and names that moved out of a
-    module that still exists."""
-    namespace: dict = {}
-    exec("from exactlearn.learner import *", namespace)
-    assert "learn" in namespace and "LearnResult" in namespace
-    from exactlearn.fields.modular import ANALYSIS_PRIMES, ModularImage
-    from exactlearn.learn_efficient import Degenerate
-    from exactlearn.transformer_learn import TransformerEvaluator
-    assert Degenerate is errors.DegenerateDraw and ModularImage and ANALYSIS_PRIMES
-    assert TransformerEvaluator.__name__ == "TransformerEvaluator"
+@pytest.mark.parametrize("old", OLD_PATHS)
+def test_the_old_flat_paths_are_gone(old):
+    """No import hook: an old path fails like any missing module (compat.py is dropped)."""
+    sys.modules.pop(old, None)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
+
+
+@pytest.mark.parametrize("root", [PACKAGE, PACKAGE.parent / "proofs_check"], ids=lambda p: p.name)
+def test_no_module_imports_through_importlib(root):
+    """Every import between the packages' modules is a plain import statement that
+    ``lint-imports`` sees: no ``importlib`` (only ``importlib.metadata``, which reads the
+    installed version and imports nothing)."""
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            offenders += [f"{path.relative_to(root)}:{node.lineno} {n}" for n in names
+                          if n.split(".")[0] == "importlib" and n != "importlib.metadata"]
+    assert offenders == []
+
+
+def test_moved_names_have_one_home():
+    """ModularImage and ANALYSIS_PRIMES live in fields.multimodular only: fields.modular,
+    below it, does not reach up for them (the dependency is one-way)."""
+    from exactlearn.fields import modular, multimodular
+    assert multimodular.ModularImage is exactlearn.ModularImage and multimodular.ANALYSIS_PRIMES
+    for name in ("ModularImage", "ANALYSIS_PRIMES"):
+        with pytest.raises(AttributeError):
+            getattr(modular, name)
 
 
 def test_max_primes_outside_the_modular_field_is_refused():

@@ -185,3 +185,16 @@ def test_nonidentifiability_refuted_by_a_counterexample():
                 dict(rows[0], differing_queries=0),
                 dict(rows[0], B_learned_A=True)):
         assert nonidentifiability.nonident_summary(rows + [bad])[0] == "refuted"
+
+
+def test_every_claim_module_is_imported_and_registers_a_claim():
+    """proofs_check.claims imports its modules by name (no importlib discovery, so that
+    lint-imports sees the edges): a module missing from that list would silently drop its
+    claims.  Each module file of the package registers at least one claim."""
+    from pathlib import Path
+
+    import proofs_check.claims as pkg
+    files = {p.stem for p in Path(pkg.__file__).parent.glob("*.py") if not p.stem.startswith("_")}
+    registering = {c.run.__module__.rsplit(".", 1)[1] for c in discover().values()}
+    assert registering == files
+    assert len(discover()) == 11

@@ -173,6 +173,7 @@ def test_learner_at_a_realistic_rate_is_verified(monkeypatch):
 
 # ---- the real claim -------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_real_claim_verified_on_quick_campaign():
     res = por.check(quick_context())
     ev = res.evidence

@@ -42,6 +42,7 @@ def test_real_agrees_with_the_exact_fields_within_its_bound(d, H, seed):
     assert res.real_detail["certificate"].startswith("within tolerance")
 
 
+@pytest.mark.slow
 def test_error_bound_covers_the_true_error_with_and_without_noise():
     m = _model(3, 3, 11)
     K = Real(dps=60)

@@ -2,7 +2,8 @@
 learn(Oracle(model)) is the model's canonical form.
 
 Whenever the learner certifies, its heads must *equal* ``model.canonical_heads()``
-(exact rationals) and the canonical form computed apart (tests/reference.py), with exactly ``4Hd^2 - 2H + 1`` queries, the longest of
+(exact rationals) and the canonical form computed apart (tests/reference.py), with exactly ``4Hd^2 - 2H + 1`` queries
+per plan (the modular field asks the plan once per prime), the longest of
 ``2H + 1`` tokens (H the head count given, or the bound H0).  A failure must
 be explicit: status "failed", a reason, no heads.  A certified wrong answer
 fails every test here.
@@ -18,6 +19,7 @@ from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.fields import Rational
 from exactlearn.pipeline.plan import paper_count
 
+from field_table import USER_FIELDS, over
 from reference import as_set, reference_canonical
 from strategies import any_models, bounded_models, models, random_models, scaled, seeded_model, seeds
 
@@ -29,7 +31,13 @@ def check_round_trip(res, model, H):
         assert res.heads == model.canonical_heads(), "certified a wrong answer"
         assert as_set(res.heads) == reference_canonical(model)      # computed apart from canonicalize
         assert res.error is None
-        assert res.queries == 4 * H * model.d ** 2 - 2 * H + 1 == paper_count(model.d, H)
+        assert res.plan_queries == 4 * H * model.d ** 2 - 2 * H + 1 == paper_count(model.d, H)
+        primes = res.multimodular["primes"] if res.multimodular else None    # the modular field
+        if primes is None:
+            assert res.queries == res.plan_queries
+        else:                                  # asks the whole plan once per prime, each counted
+            assert [p["queries"] for p in primes] == [res.plan_queries] * len(primes)
+            assert res.queries == len(primes) * res.plan_queries
         assert res.max_length == 2 * H + 1
         assert res.heads_bound == H
     else:
@@ -51,13 +59,15 @@ EMPTY_BY_CANCELLING = MultiHeadAttention([([[1, 0], [0, 1]], [1, 2]), ([[1, 0], 
 ZERO_W = MultiHeadAttention([([[0, 0], [0, 0]], [1, 2]), ([[0, 0], [0, 0]], [3, -2])])
 
 
+@over(USER_FIELDS)
 @given(model=st.one_of(models(d=2, heads=2), random_models(d=2, heads=2)), seed=seeds)
 @example(model=EMPTY_BY_CANCELLING, seed=0)
 @example(model=ZERO_W, seed=0)
 @example(model=MultiHeadAttention([([[0, 0], [0, 0]], [0, 0]), ([[1, 0], [0, 1]], [0, 0])]), seed=1)
 @settings(max_examples=scaled(10))
-def test_round_trip_edge_cases(model, seed):
-    res = learn(Oracle(model, Rational()), d=model.d, heads=model.H, seed=seed)
+def test_round_trip_edge_cases(F, model, seed):
+    """In every exact field a user asks in (tests/field_table.py), at that field's own range."""
+    res = learn(Oracle(model, F()), d=model.d, heads=model.H, seed=seed, query_range=F.ranges[-1])
     check_round_trip(res, model, model.H)
 
 

@@ -319,6 +319,7 @@ def test_executor_refused_where_it_does_not_apply(client):
         learn(Oracle(model, Modular()), d=2, heads=1, seed=0, plan="efficient", executor=client)
 
 
+@pytest.mark.slow
 def test_cli_workers_equals_serial(tmp_path, capsys):
     pytest.importorskip("distributed")
     from exactlearn.cli import main

@@ -43,6 +43,7 @@ def test_named_tiny_models(name, model, H):
     assert sym.field.name == "symbolic"
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None)
 @given(st.integers(1, 2), st.integers(1, 2), st.integers(0, 10 ** 6), st.integers(0, 100))
 def test_symbolic_equals_modular_on_random_tiny_models(d, H, model_seed, seed):

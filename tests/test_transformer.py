@@ -99,6 +99,7 @@ def test_round_trip_equivalent_on_fresh_queries(d, H, r, seed):
     assert equivalent_on(T, res.model, oracle.field, fresh_queries(d, 300, seed))
 
 
+@pytest.mark.slow
 @settings(max_examples=6)
 @given(st.integers(0, 10 ** 6))
 def test_never_certified_wrong(seed):

@@ -17,8 +17,8 @@ and docs: howto/field-and-range.md#number-systems-fields):
 
 from __future__ import annotations
 
-from exactlearn.demo.walkthrough import DEFAULT_MODEL, redraw_text, show_model
 from exactlearn.api import learn
+from exactlearn.demo.header import DEFAULT_MODEL, redraw_text, show_model
 from exactlearn.oracle import Oracle
 
 

@@ -58,7 +58,6 @@ mpq(22,7)
 from __future__ import annotations
 
 import functools
-import importlib
 
 import flint
 import gmpy2
@@ -386,12 +385,3 @@ class ConfirmationModular(Modular):
     def log(self, a, max_exponent: int | None = None):
         raise NotExponential("the confirmation field has no discrete logarithm")
 
-
-def __getattr__(name):
-    """``ModularImage`` and ``ANALYSIS_PRIMES`` moved to :mod:`exactlearn.fields.multimodular`
-    (the rational field's policy); the 0.1 import path keeps working."""
-    if name in ("ModularImage", "ANALYSIS_PRIMES"):
-        # resolved at run time, like the other 0.1 paths (exactlearn.compat): multimodular
-        # sits above this module, which never imports it
-        return getattr(importlib.import_module("exactlearn.fields.multimodular"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
