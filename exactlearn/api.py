@@ -26,7 +26,7 @@ import random
 import time
 from dataclasses import dataclass, field as dc_field
 
-from exactlearn.errors import ExactLearnError, ExactnessError, HeightExceeded
+from exactlearn.errors import ClusterError, ExactLearnError, ExactnessError, HeightExceeded
 from exactlearn.fields.base import Field
 from exactlearn.oracle import Recorder, TokenAdapter, resolve_field
 from exactlearn.pipeline.multimodular import learn_modular
@@ -248,7 +248,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     field on its cluster, group of configurations by group, and evaluates the model there
     when ``oracle`` is an :class:`~exactlearn.oracle.Oracle`
     (:mod:`exactlearn.pipeline.distributed`): the result and the counts are those of the
-    serial run.
+    serial run.  A worker that dies costs recomputation, counted in ``queries``; a cluster
+    that cannot go on fails the run (``status`` failed, the reason "the Dask cluster
+    failed: ...", no redraw) within the bounds of docs/explanation/performance.md
+    ("A worker that dies").
     """
     t_start = time.perf_counter()
     H = head_bound(d, heads, max_heads)
@@ -321,6 +324,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
             error = f"{exc.kind}: {exc}" + _bound_hint(exc, H)
             recovered = ()
             multimodular = getattr(exc, "report", None)     # the primes asked, on failures too
+            if isinstance(exc, ClusterError):               # the cluster's, not the draw's
+                break
     verified = None
     verify_box = _Tally(oracle)
     if error is None and verify:
@@ -395,7 +400,7 @@ def _draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank, adapt) -> 
 def _bound_hint(exc, H) -> str:
     """A black box with more canonical heads than the bound fails like a degenerate draw or
     a box outside the class: say so, since the bound is the user's to raise."""
-    if isinstance(exc, (ExactnessError, HeightExceeded)):
+    if isinstance(exc, (ExactnessError, HeightExceeded, ClusterError)):
         return ""
     return (f" [note: a black box with more than {H} canonical head{'s' if H > 1 else ''} "
             f"(the bound) fails this way too: raise --heads / --max-heads]")

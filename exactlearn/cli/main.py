@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from exactlearn.errors import FieldError, ModelError
+from exactlearn.errors import ClusterError, FieldError, ModelError
 from exactlearn.generate import random_model
 from exactlearn.io import load_json
 from exactlearn.model import MultiHeadAttention
@@ -391,6 +391,9 @@ def _main(argv=None) -> int:
     except (ValueError, FieldError) as exc:
         print(f"exactlearn: error: {exc}", file=sys.stderr)
         return 2
+    except ClusterError as exc:         # --workers / --scheduler: the cluster, not the input
+        print(f"exactlearn: error: {exc.kind}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover
