@@ -22,12 +22,12 @@ def add_learn_options(lp) -> None:
     g = lp.add_mutually_exclusive_group()
     g.add_argument("--workers", type=int, default=None, metavar="N",
                    help="spread the configurations over N local Dask worker processes "
-                        "(paper plan, modular field; same result and counts as serial; "
-                        "default: serial)")
+                        "(paper plan, modular field; same result and counts as serial, "
+                        "a dead worker's recomputed answers counted too; default: serial)")
     g.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
                    help="spread the configurations over an existing Dask cluster "
-                        "(paper plan, modular field; same result and counts as serial; "
-                        "default: serial)")
+                        "(paper plan, modular field; same result and counts as serial, "
+                        "a dead worker's recomputed answers counted too; default: serial)")
 
 
 @contextlib.contextmanager

@@ -238,13 +238,22 @@ def _cmd_learn(args) -> int:
     from exactlearn.cli import real as cli_real
     oracle = cli_real.wrap_oracle(args, Oracle(model, field), BadInput)
     from exactlearn.cli import cluster as cli_cluster
-    with cli_cluster.executor(args, BadInput) as client:
-        res = learn(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads,
-                    field=oracle.field, seed=args.seed, query_range=args.range,
-                    e_range=args.e_range, retries=cli_real.retries(args), verify=args.verify,
-                    plan=args.plan, rank=args.rank, max_primes=args.max_primes,
-                    **cli_real.learn_options(args, BadInput),
-                    **({} if client is None else {"executor": client}))
+    try:
+        with cli_cluster.executor(args, BadInput) as client:
+            res = learn(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads,
+                        field=oracle.field, seed=args.seed, query_range=args.range,
+                        e_range=args.e_range, retries=cli_real.retries(args), verify=args.verify,
+                        plan=args.plan, rank=args.rank, max_primes=args.max_primes,
+                        **cli_real.learn_options(args, BadInput),
+                        **({} if client is None else {"executor": client}))
+    except ClusterError as exc:         # a cluster that never started: nothing was asked
+        reason = f"{exc.kind}: {exc}"
+        if args.json:
+            print(json.dumps({"status": "failed", "error": reason, "queries": 0, "attempts": 0,
+                              **seeds(args)}))
+        else:
+            print(f"exactlearn: error: {reason}", file=sys.stderr)
+        return 1
     if args.json:
         print(cli_real.to_json(res, model, seeds(args)))
     else:
@@ -391,9 +400,6 @@ def _main(argv=None) -> int:
     except (ValueError, FieldError) as exc:
         print(f"exactlearn: error: {exc}", file=sys.stderr)
         return 2
-    except ClusterError as exc:         # --workers / --scheduler: the cluster, not the input
-        print(f"exactlearn: error: {exc.kind}: {exc}", file=sys.stderr)
-        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,13 +9,13 @@ the shared query); group i >= 1 holds (x_i, e_j), (x_i, e_1 + e_j) for every j a
 across configuration (x_1 + x_i, e_j(i)), whose other basis configuration (x_1, e_j(i))
 is in group 0 (the groups >= 1 travel in chunks, about four per worker thread: fewer,
 larger tasks).  One analysis prime runs on the cluster with Dask's own futures
-(``scatter`` of the plan's configurations and of the model, ``submit`` with futures as
-arguments, ``as_completed``; no scheduler of our own), the driver stopping twice:
+(the plan's configurations and the model are each the result of a task, ``submit`` with
+futures as arguments; no scheduler of our own), the driver stopping twice:
 
 1. **ask and analyse**: every chunk's queries are asked on the workers when the black
-   box is a model (:class:`~exactlearn.oracle.Oracle`: the model is scattered and
+   box is a model (:class:`~exactlearn.oracle.Oracle`: the model is sent once and
    evaluated there, one oracle per worker and prime), else here and the answers
-   scattered; the answers stay on the workers.  A task fed by group 0's answers reads its
+   sent as tasks; the answers stay on the workers.  A task fed by group 0's answers reads its
    fits, poles and V (:func:`~exactlearn.pipeline.analysis.first_group`), and every other
    chunk's analysis task, fed by its answers and that result, interpolates,
    limit-checks, reads the poles (the steps of the serial
@@ -32,11 +32,37 @@ on it, and only the counts come back.
 Every step is the serial one applied to the same values, so the heads, the counts and
 the report are those of the serial run.  A failure anywhere (a degenerate draw, a
 certificate that fails) is replayed here on all the answers with the serial code, so
-its message is the serial one too.  Counts: every query a worker's oracle answers is
-added to the recorders and to the driver's oracle (``add_remote``).  The one difference
-from a serial run: a query that raises in the oracle (a softmax denominator vanishing
-modulo a prime, probability about 2^-100) stops the serial run at that query, while
-the other groups' queries were already asked on the cluster and are counted.
+its message is the serial one too.  The one difference from a serial run: a query that
+raises in the oracle (a softmax denominator vanishing modulo a prime, probability about
+2^-100) stops the serial run at that query, while the other groups' queries were already
+asked on the cluster and are counted.
+
+**Counts.**  Every answer a worker's oracle gives is added to the recorders and to the
+driver's oracle (``add_remote``), whichever execution of a task gave it: a task that a
+dead worker was running, and a task Dask runs again because the worker holding its
+result died, each count what they were answered.  A query counts as *answered* once the
+oracle has returned its value to the ask task, which records the count before it uses
+the value: each execution of an ask task keeps one file in a private folder of the
+driver's (:class:`_Tally`), rewritten after every answer and locked while the task
+runs.  At the end of a stage (a prime's run, a confirmation) the driver marks the stage
+stopped (its tasks still running raise before their next query), waits for every lock
+(a dead process holds none; at most STOP_SECONDS) and adds what the files gained.  So
+the killed execution's answers count up to the last one its oracle returned; a query
+it was computing when it died was never answered and does not count.  A worker that
+does not share this machine's file system (a remote ``--scheduler`` cluster) sends its
+counts with its result instead: exact while no worker dies, and when one does, the
+stage fails rather than return counts that could miss its answers.
+
+**A worker that dies** costs recomputation, never a hang or a raw traceback: the shared
+data (the plan, the model, the heads, a callable box's answers) are tasks the scheduler
+can recompute (``scatter`` cannot: lost scattered data is lost for good), and every wait
+looks at the cluster each POLL_SECONDS.  A stage fails with
+:class:`~exactlearn.errors.ClusterError` (``status`` failed, the reason "the Dask cluster
+failed: ...", its answers counted, no redraw) when the cluster has had no live worker for
+NO_WORKER_SECONDS (30 s), when a task has killed Dask's ``allowed-failures`` + 1 workers
+(``KilledWorker``, at once), when the scheduler reports a task erred or forgotten whose
+result never arrives (checked every 5 polls), or when the scheduler connection is lost
+(docs/explanation/performance.md, "A worker that dies").
 """
 
 from __future__ import annotations
@@ -102,12 +128,13 @@ _RECORD = struct.Struct("<qqd")
 
 class _Tap:
     """The worker's side of the tally (:class:`_Tally`): one file per execution of an ask
-    task, locked while it runs, holding the counts of every answer the oracle has returned
-    so far (rewritten after each answer, before the answer is used).  A worker that dies
-    leaves its file behind with the answers it was given; a driver that has stopped the
-    stage (``stop-<stage>``) makes it stop before the next query.  None of this when the
-    driver's folder is not on this worker's file system (``self.fd`` None): the counts then
-    travel with the result."""
+    task, locked while it runs, holding the counts of every answer the oracle has given
+    so far -- a store into the file's shared mapping from the oracle's own count, the first
+    thing after each answer (:attr:`~exactlearn.oracle.CountingOracle.listener`), no
+    system call in between.  A worker that dies leaves its file behind with the answers it
+    was given; a driver that has stopped the stage (``stop-<stage>``) makes it stop before
+    the next query.  None of this when the driver's folder is not on this worker's file
+    system (``self.fd`` None): the counts then travel with the result."""
 
     def __init__(self, tally):
         self.fd = None
@@ -120,9 +147,12 @@ class _Tap:
             return
         if not os.path.exists(os.path.join(folder, "run-" + run)):
             return
+        import mmap
         self.stop = os.path.join(folder, "stop-" + stage)
         fd = os.open(os.path.join(folder, "ask-" + uuid.uuid4().hex), os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, _RECORD.size)
+        self.map = mmap.mmap(fd, _RECORD.size)
         self.fd = fd
 
     def check(self) -> None:
@@ -131,11 +161,15 @@ class _Tap:
             raise RuntimeError("exactlearn: the driver has stopped this stage")
 
     def note(self, oracle) -> None:
-        if self.fd is not None:
-            os.pwrite(self.fd, _RECORD.pack(oracle.queries, oracle.max_length, oracle.seconds), 0)
+        """Record ``oracle``'s counts: the longest query and the seconds, then the count of
+        queries (a process killed between the two stores leaves that answer uncounted and
+        its time counted, never the reverse)."""
+        struct.pack_into("<qd", self.map, 8, oracle.max_length, oracle.seconds)
+        struct.pack_into("<q", self.map, 0, oracle.queries)
 
     def close(self) -> None:
         if self.fd is not None:
+            self.map.close()
             os.close(self.fd)               # releases the lock
             self.fd = None
 
@@ -148,17 +182,17 @@ def ask_task(model, K, plan, ns, shared, run=None, tally=None) -> tuple:
     oracle = _cached(run, "oracle", K, lambda: Oracle(model, K)) if run else Oracle(model, K)
     oracle.reset()
     tap = _Tap(tally)
+    oracle.listener = tap.note if tap.fd is not None else None
     try:
         def one(tokens):
             tap.check()
-            y = int(oracle(tokens))
-            tap.note(oracle)
-            return y
+            return int(oracle(tokens))
         y0 = one(plan.configs[ns[0]].tokens(0)) if shared else None
         values = {n: [one(plan.configs[n].tokens(k)) for k in range(1, 2 * plan.H + 1)]
                   for n in ns}
         return y0, values, oracle.queries, oracle.max_length, oracle.seconds, tap.fd is not None
     finally:
+        oracle.listener = None
         tap.close()
 
 
@@ -256,7 +290,8 @@ def analyse_task(K, plan, asked, first, hints=None) -> dict | Exception | None:
 def certify_task(K, plan, asked, heads, run, token) -> int | None:
     """Certify one group's answers: the number checked, or None when some value is not
     reproduced (the driver replays the certificate to report it).  ``heads`` is
-    scattered once per round; its evaluator is built once per worker and round (``token``)."""
+    sent once per round (a task's result); its evaluator is built once per worker and round
+    (``token``)."""
     ev = _cached(run, token, K, lambda: HeadEvaluator(heads, plan.d, K))
     y0, values = _field_values(ev.K, asked)
     try:
@@ -372,6 +407,7 @@ class ClusterPlan:
         self.tally = _Tally(self.token)
         self.lost: set = set()
         self._stage = None
+        self._suspect: set = set()
         try:
             nthreads = client.nthreads()
             self._seen = set(nthreads)
@@ -440,16 +476,20 @@ class ClusterPlan:
 
     def _check_scheduler(self, futs) -> None:
         """ClusterError when the scheduler has given up on a task whose future here still
-        waits (an error whose traceback the client failed to read, a task it forgot): the
-        future would wait forever."""
+        waits, at two checks in a row (an error whose traceback the client failed to read,
+        a task it forgot; a report merely on its way arrives in between): the future would
+        wait forever."""
         keys = [f.key for f in futs]
 
         def states(dask_scheduler=None):      # a closure: pickled by value, no import there
             return [getattr(dask_scheduler.tasks.get(k), "state", None) for k in keys]
-        for f, state in zip(futs, self.client.run_on_scheduler(states)):
-            if state in (None, "erred", "forgotten") and not f.done():
-                raise ClusterError(f"the scheduler reports a task {state or 'unknown'} while "
-                                   f"its result never arrived")
+        suspect = {k for k, state in zip(keys, self.client.run_on_scheduler(states))
+                   if state in (None, "erred", "forgotten")}
+        for f in futs:
+            if f.key in suspect and f.key in self._suspect and not f.done():
+                raise ClusterError("the scheduler gave up on a task whose result never "
+                                   "arrived here")
+        self._suspect = suspect
 
     def _tally(self):
         return self.tally.arg(self._stage)
@@ -484,6 +524,12 @@ class ClusterPlan:
                 raise ClusterError(f"{exc.kind}: {exc}; {note}") from None
             raise
         except Exception as exc:
+            note = self._count(rec, stage)
+            raise ClusterError(_describe(exc) + (f"; {note}" if note else "")) from None
+        try:
+            if not self.shared:             # a worker lost since the last look
+                self._watch()
+        except Exception as exc:            # noqa: BLE001 -- distributed's own
             note = self._count(rec, stage)
             raise ClusterError(_describe(exc) + (f"; {note}" if note else "")) from None
         note = self._count(rec, stage)
