@@ -30,6 +30,11 @@ def add_learn_options(lp) -> None:
                         "a dead worker's recomputed answers counted too; default: serial)")
 
 
+#: Tries at starting the local cluster of ``--workers`` (a worker process killed while it
+#: starts fails the start).
+STARTS = 2
+
+
 @contextlib.contextmanager
 def executor(args, bad_input):
     """A Dask ``Client`` for ``--workers`` / ``--scheduler`` (None without either); bad
@@ -50,7 +55,9 @@ def executor(args, bad_input):
         raise bad_input(f"{flag} needs Dask: pip install 'exactlearn[dask]'") from None
     # a worker that dies is the run's to report (docs/explanation/performance.md, "A worker
     # that dies"), not Dask's logs' tracebacks
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    for name in ["distributed"] + [n for n in logging.root.manager.loggerDict
+                                   if n.startswith("distributed.")]:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     stack = contextlib.ExitStack()
     try:
         if workers is not None:
@@ -59,14 +66,20 @@ def executor(args, bad_input):
             # second, taking the GIL from the oracle and the analysis (about 15 % of a run at
             # d = 32)
             stack.enter_context(dask.config.set({"distributed.worker.profile.enabled": False}))
-            try:
-                cluster = stack.enter_context(LocalCluster(
-                    n_workers=workers, threads_per_worker=1, processes=True,
-                    dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL))
-                client = stack.enter_context(Client(cluster))
-            except Exception as exc:        # distributed's own: a nanny that failed to start, ...
-                raise ClusterError(f"{flag} {workers}: cannot start the local Dask cluster "
-                                   f"({_one_line(exc)})") from None
+            for attempt in range(STARTS):   # a worker killed while it starts: start again
+                inner = contextlib.ExitStack()
+                try:
+                    cluster = inner.enter_context(LocalCluster(
+                        n_workers=workers, threads_per_worker=1, processes=True,
+                        dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL))
+                    client = inner.enter_context(Client(cluster))
+                    stack.push(inner.pop_all())
+                    break
+                except Exception as exc:    # distributed's own: a nanny that failed to start, ...
+                    _close(inner)
+                    if attempt == STARTS - 1:
+                        raise ClusterError(f"{flag} {workers}: cannot start the local Dask "
+                                           f"cluster, {STARTS} tries ({_one_line(exc)})") from None
         else:
             try:
                 client = stack.enter_context(Client(address, timeout=10))
