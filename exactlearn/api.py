@@ -26,7 +26,7 @@ import random
 import time
 from dataclasses import dataclass, field as dc_field
 
-from exactlearn.errors import BadBlackBox, ExactLearnError, ExactnessError, HeightExceeded
+from exactlearn.errors import BadBlackBox, ClusterError, ExactLearnError, ExactnessError, HeightExceeded
 from exactlearn.fields.base import Field
 from exactlearn.oracle import Recorder, TokenAdapter, resolve_field
 from exactlearn.pipeline.multimodular import learn_modular
@@ -359,7 +359,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         A Dask client: spreads the paper plan over the modular field on its cluster, group of
         configurations by group, and evaluates the model there when ``oracle`` is an
         [`Oracle`][exactlearn.oracle.Oracle]; the result and the counts are those of the
-        serial run (docs: howto/dask-campaign.md).
+        serial run (docs: howto/dask-campaign.md).  A worker that dies costs recomputation,
+        counted in ``queries``; a cluster that cannot go on fails the run (``status``
+        failed, the reason "the Dask cluster failed: ...", no redraw) within the bounds of
+        docs: explanation/performance.md#a-worker-that-dies.
 
     Returns
     -------
@@ -471,7 +474,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                 recovered, n_cert = strategy.run(drawn, ask, K, trace_to, options)
             error, outcome = None, "certified"
             break
-        except BadBlackBox as exc:                # the box broke its interface: no redraw
+        except (BadBlackBox, ClusterError) as exc:    # the box broke its interface, or the
+            # cluster failed: not the draw's fault, so no redraw
             error = f"{exc.kind}: {exc}"
             recovered = ()
             multimodular = getattr(exc, "report", None)
@@ -551,7 +555,8 @@ def _draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank, adapt) -> 
 def _bound_hint(exc, H) -> str:
     """A black box with more canonical heads than the bound fails like a degenerate draw or
     a box outside the class: say so, since the bound is the user's to raise."""
-    if isinstance(exc, (ExactnessError, HeightExceeded)) or not getattr(exc, "bound_hint", True):
+    if (isinstance(exc, (ExactnessError, HeightExceeded, ClusterError))
+            or not getattr(exc, "bound_hint", True)):
         return ""
     return (f" [note: a black box with more than {H} canonical head{'s' if H > 1 else ''} "
             f"(the bound) fails this way too: raise --heads / --max-heads]")

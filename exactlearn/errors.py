@@ -22,6 +22,8 @@ Every exception the package raises on purpose derives from
   certificate that fails (:class:`CertificateError`), or primes that disagree
   (:class:`PrimesDisagree`).
 
+A fourth, :class:`ClusterError`, is a Dask cluster that failed a spread run.
+
 A learner turns any of them into ``status: failed`` with the reason
 ``f"{exc.kind}: {exc}"``: the *kind* is a class attribute, so the reason comes
 from the exception itself and never from a type switch.
@@ -161,8 +163,17 @@ class TransformerFailure(LearningFailure):
     """A detected violation of the one-layer Transformer learner's conditions (docs: howto/transformer.md#what-is-recovered-and-how)."""
 
 
+# -- the executor -------------------------------------------------------------------------
+class ClusterError(ExactLearnError):
+    """The Dask cluster of a spread run failed: no live worker for too long, a task that
+    dying workers took down too often, the scheduler gone (docs: explanation/performance.md#a-worker-that-dies).
+    Not a degenerate draw: the learner does not redraw on it."""
+
+    kind = "the Dask cluster failed"
+
+
 __all__ = ["ExactLearnError", "ModelError", "BadBlackBox", "FieldError", "ExactnessError", "NotExponential",
            "NotSplit", "NotOrdered", "BadReduction", "ReconstructionError", "HeightExceeded",
            "Undecided", "LearningFailure", "DegenerateDraw", "InterpolationError", "MatchError",
            "PoleCountMismatch", "SingularMatrix", "CertificateError", "NoisierThanDeclared",
-           "PrimesDisagree", "TransformerFailure", "DEGENERATE"]
+           "PrimesDisagree", "TransformerFailure", "ClusterError", "DEGENERATE"]

@@ -43,6 +43,11 @@ class CountingOracle:
     to a model (:class:`Oracle`, :class:`~exactlearn.transformer_model.TransformerOracle`).
     """
 
+    #: Called with this oracle right after each count, answer or not (``None``: nothing
+    #: to call); a Dask worker's ask task records its counts there, so that a worker that
+    #: dies leaves them behind (:mod:`exactlearn.pipeline.distributed`).
+    listener = None
+
     def __init__(self, d: int, field: Field, evaluate):
         self.d = d
         self.field = field
@@ -68,6 +73,8 @@ class CountingOracle:
             self.queries += 1
             self.max_length = max(self.max_length, length)
         self.seconds += seconds
+        if self.listener is not None:
+            self.listener(self)
         if self._parent is not None:            # a view over another field counts here too
             self._parent._count(length, seconds)
 

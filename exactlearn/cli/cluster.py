@@ -4,7 +4,9 @@ cluster (docs: explanation/performance.md#scale; :mod:`exactlearn.pipeline.distr
 ``--workers N`` starts a loopback ``LocalCluster`` of N single-threaded worker processes
 for the run (without the workers' statistical profiler); ``--scheduler`` connects to an existing cluster (every worker must import
 the same exactlearn).  Either needs the paper plan over the modular field, and the
-``dask`` extra (``pip install 'exactlearn[dask]'``).
+``dask`` extra (``pip install 'exactlearn[dask]'``).  A cluster that cannot start is
+:class:`~exactlearn.errors.ClusterError` (exit 1); one that fails mid-run fails the run
+(docs/explanation/performance.md, "A worker that dies").
 """
 
 from __future__ import annotations
@@ -12,18 +14,25 @@ from __future__ import annotations
 import contextlib
 import logging
 
+from exactlearn.errors import ClusterError
+
 
 def add_learn_options(lp) -> None:
     """The cluster options of ``exactlearn learn`` (additive: the serial run is the default)."""
     g = lp.add_mutually_exclusive_group()
     g.add_argument("--workers", type=int, default=None, metavar="N",
                    help="spread the configurations over N local Dask worker processes "
-                        "(paper plan, modular field; same result and counts as serial; "
-                        "default: serial)")
+                        "(paper plan, modular field; same result and counts as serial, "
+                        "a dead worker's recomputed answers counted too; default: serial)")
     g.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
                    help="spread the configurations over an existing Dask cluster "
-                        "(paper plan, modular field; same result and counts as serial; "
-                        "default: serial)")
+                        "(paper plan, modular field; same result and counts as serial, "
+                        "a dead worker's recomputed answers counted too; default: serial)")
+
+
+#: Tries at starting the local cluster of ``--workers`` (a worker process killed while it
+#: starts fails the start).
+STARTS = 2
 
 
 @contextlib.contextmanager
@@ -44,19 +53,54 @@ def executor(args, bad_input):
         from distributed import Client, LocalCluster
     except ImportError:
         raise bad_input(f"{flag} needs Dask: pip install 'exactlearn[dask]'") from None
-    logging.getLogger("distributed").setLevel(logging.ERROR)
-    if workers is not None:
-        import dask
-        # the workers' statistical profiler samples every thread's stack 100 times a second,
-        # taking the GIL from the oracle and the analysis (about 15 % of a run at d = 32)
-        with dask.config.set({"distributed.worker.profile.enabled": False}), \
-                LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                             dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
-            yield client
-        return
+    # a worker that dies is the run's to report (docs/explanation/performance.md, "A worker
+    # that dies"), not Dask's logs' tracebacks
+    for name in ["distributed"] + [n for n in logging.root.manager.loggerDict
+                                   if n.startswith("distributed.")]:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    stack = contextlib.ExitStack()
     try:
-        client = Client(address, timeout=10)
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise bad_input(f"--scheduler {address}: cannot reach the Dask scheduler ({exc})") from None
-    with client:
+        if workers is not None:
+            import dask
+            # the workers' statistical profiler samples every thread's stack 100 times a
+            # second, taking the GIL from the oracle and the analysis (about 15 % of a run at
+            # d = 32)
+            stack.enter_context(dask.config.set({"distributed.worker.profile.enabled": False}))
+            for attempt in range(STARTS):   # a worker killed while it starts: start again
+                inner = contextlib.ExitStack()
+                try:
+                    cluster = inner.enter_context(LocalCluster(
+                        n_workers=workers, threads_per_worker=1, processes=True,
+                        dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL))
+                    client = inner.enter_context(Client(cluster))
+                    stack.push(inner.pop_all())
+                    break
+                except Exception as exc:    # distributed's own: a nanny that failed to start, ...
+                    _close(inner)
+                    if attempt == STARTS - 1:
+                        raise ClusterError(f"{flag} {workers}: cannot start the local Dask "
+                                           f"cluster, {STARTS} tries ({_one_line(exc)})") from None
+        else:
+            try:
+                client = stack.enter_context(Client(address, timeout=10))
+            except (OSError, TimeoutError, ValueError) as exc:
+                raise bad_input(f"--scheduler {address}: cannot reach the Dask scheduler "
+                                f"({exc})") from None
         yield client
+    finally:
+        _close(stack)
+
+
+def _close(stack) -> None:
+    """Close the client and the local cluster; the run's result is already made, so a
+    cluster that fails to close (a nanny that cannot restart a killed worker, a scheduler
+    gone) does not replace it with a traceback."""
+    try:
+        stack.close()
+    except Exception:       # noqa: BLE001 -- distributed's errors on shutdown
+        pass
+
+
+def _one_line(exc) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from exactlearn.errors import FieldError, ModelError
+from exactlearn.errors import ClusterError, FieldError, ModelError
 from exactlearn.generate import random_model
 from exactlearn.io import load_json
 from exactlearn import limits
@@ -262,14 +262,23 @@ def _cmd_learn(args) -> int:
     from exactlearn.cli import real as cli_real
     oracle = cli_real.wrap_oracle(args, Oracle(model, field), BadInput)
     from exactlearn.cli import cluster as cli_cluster
-    with cli_cluster.executor(args, BadInput) as client:
-        res = learn(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads,
-                    field=oracle.field, seed=args.seed, query_range=args.range,
-                    e_range=args.e_range, retries=cli_real.retries(args), verify=args.verify or 0,
-                    plan=args.plan, rank=args.rank, max_primes=args.max_primes,
-                    max_height=args.max_height,
-                    **cli_real.learn_options(args, BadInput),
-                    **({} if client is None else {"executor": client}))
+    try:
+        with cli_cluster.executor(args, BadInput) as client:
+            res = learn(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads,
+                        field=oracle.field, seed=args.seed, query_range=args.range,
+                        e_range=args.e_range, retries=cli_real.retries(args), verify=args.verify or 0,
+                        plan=args.plan, rank=args.rank, max_primes=args.max_primes,
+                        max_height=args.max_height,
+                        **cli_real.learn_options(args, BadInput),
+                        **({} if client is None else {"executor": client}))
+    except ClusterError as exc:         # a cluster that never started: nothing was asked
+        reason = f"{exc.kind}: {exc}"
+        if args.json:
+            print(json.dumps({"status": "failed", "error": reason, "queries": 0, "attempts": 0,
+                              **seeds(args)}))
+        else:
+            print(f"exactlearn: error: {reason}", file=sys.stderr)
+        return 1
     if args.json:
         print(cli_real.to_json(res, model, seeds(args)))
     else:

@@ -1,0 +1,219 @@
+"""A Dask worker that dies mid-run (issue 20, section 3; docs/explanation/performance.md,
+"A worker that dies").
+
+Each test starts a loopback ``LocalCluster`` of worker processes with a preload script
+that counts, in its own files, every answer the workers' oracles give (one byte per
+answer, written when the model's value is computed: an independent count, not the
+learner's), and kills its worker process with SIGKILL at a chosen point: at the start of
+the n-th query a worker process is asked (before that query is answered), or at its first
+analysis task.  A run then either ends with the true canonical heads and ``queries`` equal
+to that independent count (the killed execution's answers and every recomputation
+included), or fails explicitly with the cluster's reason, its answers counted the same
+way -- within a time bound, never a hang or a raw traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+
+import pytest
+
+from exactlearn import Oracle, learn
+from exactlearn.fields import Modular
+from exactlearn.generate import random_model
+
+#: Every test must end within this (the runs themselves take a few seconds).
+BOUND = 90.0
+
+PRELOAD = '''
+import os, signal
+import exactlearn.oracle as _o
+import exactlearn.pipeline.distributed as _d
+
+ANSWERS, TOKEN = {answers!r}, {token!r}
+KILL_AT_QUERY, KILL_AT_ANALYSIS, EVERY_TIME = {kill_at_query!r}, {kill_at_analysis!r}, {every_time!r}
+
+
+def _die():
+    """SIGKILL this worker process: once per test (the first process to create TOKEN),
+    or every time (EVERY_TIME)."""
+    if not EVERY_TIME:
+        try:
+            os.close(os.open(TOKEN, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+if not hasattr(_o.CountingOracle, "_faults_call"):      # a preload may run twice
+    _fd = os.open(os.path.join(ANSWERS, str(os.getpid())), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    _o.CountingOracle._faults_call = _o.CountingOracle.__call__
+    _asked = [0]
+
+    def _call(self, tokens):
+        _asked[0] += 1
+        if _asked[0] == KILL_AT_QUERY:
+            _die()                     # before this query is answered
+        y = _o.CountingOracle._faults_call(self, tokens)
+        os.write(_fd, b"x")            # one byte per answer the model gave
+        return y
+    _o.CountingOracle.__call__ = _call
+
+    if KILL_AT_ANALYSIS:
+        _analyse = _d.analyse_task
+
+        def analyse_task(*args, **kwargs):
+            _die()
+            return _analyse(*args, **kwargs)
+        _d.analyse_task = analyse_task
+'''
+
+
+@contextlib.contextmanager
+def _cluster(tmp_path, n_workers=2, kill_at_query=None, kill_at_analysis=False,
+             every_time=False, allowed_failures=3):
+    distributed = pytest.importorskip("distributed")
+    import dask
+    answers = tmp_path / "answers"
+    answers.mkdir()
+    preload = tmp_path / "faults_preload.py"
+    preload.write_text(PRELOAD.format(answers=str(answers), token=str(tmp_path / "killed"),
+                                      kill_at_query=kill_at_query,
+                                      kill_at_analysis=kill_at_analysis, every_time=every_time))
+    with dask.config.set({"distributed.scheduler.allowed-failures": allowed_failures}), \
+            distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                                     host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                                     preload=[str(preload)],
+                                     silence_logs=logging.CRITICAL) as cluster, \
+            distributed.Client(cluster) as client:
+        yield client, cluster, answers, tmp_path / "killed"
+
+
+def _answered(answers) -> int:
+    """The independent count: every answer a worker process's oracle gave."""
+    return sum(p.stat().st_size for p in answers.iterdir())
+
+
+def _bounded(fn):
+    """``fn()`` in a thread, failing the test (not hanging it) past BOUND seconds."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:        # re-raised in the test's thread
+            out["error"] = exc
+    t0 = time.monotonic()
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    th.join(BOUND)
+    assert not th.is_alive(), f"the run hung (> {BOUND:g} s)"
+    if "error" in out:
+        raise out["error"]
+    return out["value"], time.monotonic() - t0
+
+
+def _serial(model, d, H, seed):
+    res = learn(Oracle(model, Modular()), d=d, heads=H, seed=seed)
+    assert res.status == "certified" and res.heads == model.canonical_heads()
+    return res
+
+
+def _check_counts(res, oracle, answers):
+    """``queries`` is every answer the workers gave, per prime too."""
+    assert res.queries == _answered(answers) == oracle.queries
+    assert res.queries == sum(p["queries"] for p in res.multimodular["primes"])
+
+
+def test_worker_killed_mid_ask_counts_every_answer(tmp_path):
+    """A worker dies before its 30th answer (inside an ask task of 66 or more queries):
+    the task is recomputed elsewhere; the 29 answers the dead worker was given, and every
+    recomputation, are in ``queries``."""
+    d, H, seed, kill = 6, 3, 1, 30
+    model = random_model(d, H, 7, den=1)
+    serial = _serial(model, d, H, seed)
+    with _cluster(tmp_path, kill_at_query=kill) as (client, _, answers, killed):
+        oracle = Oracle(model, Modular())
+        res, seconds = _bounded(lambda: learn(oracle, d=d, heads=H, seed=seed, executor=client))
+        assert killed.exists(), "no worker was killed: the test did not test a kill"
+        # one kill with a live worker left: recomputed, not failed
+        assert res.status == "certified", res.error
+        assert res.heads == model.canonical_heads() == serial.heads
+        _check_counts(res, oracle, answers)
+        assert res.queries >= serial.queries + kill - 1       # the lost answers too
+    assert seconds < BOUND
+
+
+def test_worker_killed_mid_ask_on_scheduler_cli(tmp_path, capsys):
+    """The same through ``exactlearn learn --scheduler``: exit 0 and the serial heads, with
+    every answer counted and no traceback."""
+    from exactlearn.cli import main
+    d, H, seed, kill = 6, 3, 2, 40
+    model = random_model(d, H, 8, den=1)
+    path = tmp_path / "m.json"
+    model.dump(path)
+    serial = _serial(model, d, H, seed)
+    with _cluster(tmp_path, kill_at_query=kill) as (_, cluster, answers, killed):
+        argv = ["learn", "--model", str(path), "--field", "modular", "--heads", str(H),
+                "--seed", str(seed), "--json", "--scheduler", cluster.scheduler_address]
+        rc, _ = _bounded(lambda: main(argv))
+        captured = capsys.readouterr()
+        assert killed.exists()
+        out = json.loads(captured.out)
+        assert "Traceback" not in captured.err
+        assert rc == 0 and out["status"] == "certified", out.get("error")
+        assert out["heads"] == serial.to_json()["heads"]
+        assert out["queries"] == _answered(answers) >= serial.queries + kill - 1
+        assert out["queries"] == sum(p["queries"] for p in out["multimodular"]["primes"])
+
+
+def test_worker_killed_in_analysis_recomputes_lost_data(tmp_path):
+    """A black box asked here (not a model's Oracle): its answers go to the workers, and
+    the worker running the first analysis task dies.  The answers it held are sent again
+    (recomputed from their tasks), never waited on forever; the counts are the serial
+    run's (every query is asked here, once)."""
+    d, H, seed = 6, 3, 3
+    model = random_model(d, H, 9, den=1)
+    serial = _serial(model, d, H, seed)
+    inner = Oracle(model, Modular())
+
+    class Box:
+        field = inner.field
+
+        def __call__(self, tokens):
+            return inner(tokens)
+
+        def over(self, K):
+            return inner.over(K)
+
+    with _cluster(tmp_path, kill_at_analysis=True) as (client, _, answers, killed):
+        res, seconds = _bounded(lambda: learn(Box(), d=d, heads=H, seed=seed, executor=client))
+        assert killed.exists()
+        assert res.status == "certified", res.error
+        assert res.heads == model.canonical_heads()
+        assert res.queries == inner.queries == serial.queries
+        assert _answered(answers) == 0          # nothing was asked on the workers
+    assert seconds < BOUND
+
+
+def test_worker_that_keeps_dying_fails_explicitly(tmp_path):
+    """One worker that dies at its 20th query every time it is restarted: Dask gives up on
+    the task (KilledWorker) and the run fails with the cluster's reason, every answer the
+    dying workers gave counted, within the bound -- no raw exception."""
+    d, H, seed, kill = 6, 3, 4, 20
+    model = random_model(d, H, 10, den=1)
+    with _cluster(tmp_path, n_workers=1, kill_at_query=kill, every_time=True,
+                  allowed_failures=1) as (client, _, answers, _killed):
+        oracle = Oracle(model, Modular())
+        res, seconds = _bounded(lambda: learn(oracle, d=d, heads=H, seed=seed, executor=client,
+                                              retries=2))
+        assert res.status == "failed" and res.heads == ()
+        assert res.error.startswith("the Dask cluster failed: "), res.error
+        assert "KilledWorker" in res.error
+        assert res.attempts == 1                 # the cluster's failure is not redrawn
+        assert res.queries == oracle.queries == _answered(answers) >= 2 * (kill - 1)
+    assert seconds < BOUND
