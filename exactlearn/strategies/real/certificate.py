@@ -9,6 +9,19 @@ effect of the parameter uncertainty; a miss is
 eta").  The result says ``"certificate": "within tolerance"`` (the learner's JSON
 ``"exact": false``) and reports the largest residual/tolerance ratio.
 
+**The residual test** (:func:`residual_bounds`).  That tolerance lets each observation move
+by the parameter bounds entry by entry, so a model of too few heads -- two heads closer than
+one configuration resolves, fitted as one with bounds to match -- can pass it.  So the
+certified model's residuals must also stay within what the declared eta allows: to first
+order the residual ``f(q) - y_q = sum_p ((J S)_qp - [p = q]) eps_p`` (``J`` the model's
+gradient at q, ``S`` the parameters' sensitivities) is a linear functional of the output
+errors, and its worst case ``b_q = sum_p |(J S)_qp - [p = q]| eta_p`` keeps the cancellations
+between parameters.  A residual beyond ``SAFETY b_q``, plus ``SECOND_ORDER`` of the
+entry-by-entry effect, the solves' rounding and the evaluation's, is
+:class:`~exactlearn.errors.ResidualsBeyondNoise`: a box noisier than declared, or more heads
+than were fitted -- with a head bound the learner then fits more heads
+(:func:`exactlearn.strategies.real.run`).
+
 The reported bound of each parameter is ``SAFETY B + r = 2 B + r``: ``B`` its first-order
 bound, the factor 2 covering second-order terms (below ``1e-3`` of the first-order ones,
 since the analysis fails when a relative first-order bound exceeds ``1e-3``), and ``r``
@@ -20,11 +33,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field as dc_field
 
-from exactlearn.errors import NoisierThanDeclared
-from exactlearn.strategies.real.evaluate import evaluate_with_bounds
+import numpy as np
+
+from exactlearn.errors import NoisierThanDeclared, ResidualsBeyondNoise
+from exactlearn.strategies.real.evaluate import evaluate_with_bounds, evaluate_with_gradient
 from exactlearn.strategies.real.sensitivity import LO, rounding
+from exactlearn.strategies.real.stable_polish import polish
 
 SAFETY = 2               # reported bound = SAFETY * first-order bound + rounding
+#: the residual test's allowance for second-order terms, as a share of the entry-by-entry
+#: first-order effect of the parameter errors (those terms are below LINEAR_LIMIT -- 1e-3,
+#: the stable plan's 1e-2 -- of the first-order ones, or the analysis fails)
+SECOND_ORDER = 0.02
+_CHUNK = 256             # rows of J S formed at a time
 
 
 @dataclass
@@ -55,6 +76,7 @@ class Certificate:
     head_bounds: list
     error_bound: object
     rounding_size: object           # the size of terms the rounding allowance is taken at
+    residual_ratio: object = None   # largest residual over what eta allows (residual test)
 
 
 def certify_within_tolerance(raw, obs, start, K, etas, eta, H) -> Certificate:
@@ -89,9 +111,125 @@ def certify_within_tolerance(raw, obs, start, K, etas, eta, H) -> Certificate:
                 f"class): the recovered heads miss an observation of length {len(tokens)} by "
                 f"{K.ctx.nstr(abs(f - y), 3)} > tolerance {LO.nstr(tol_q, 3)} (noise "
                 f"{LO.nstr(etas[start + i], 3)} + parameter uncertainty {LO.nstr(grad, 3)})")
+    resid_ratio = _residual_test(raw, obs, start, K, etas)
     head_b = [max([x for row in bw for x in row] + list(bv)) for bw, bv in zip(BW, Bv)]
     return Certificate(heads, BW, Bv, etas, worst_ratio, head_b, max(head_b, default=LO.zero),
-                       max(Ymax, Y0))
+                       max(Ymax, Y0), resid_ratio)
+
+
+def residual_bounds(J, G, eta_hat):
+    """``(b, T)``, per observation q (rows of ``J``): ``b_q``, the first-order worst case of the
+    residual ``sum_p ((J G)_qp - [p = q]) eps_p`` over output errors ``|eps_p| <= eta_hat_p``
+    (module doc), with the float64 rounding of forming it added; and ``T_q = sum_i |J_qi|
+    sum_p |G_ip| eta_hat_p``, the entry-by-entry effect of the first-order parameter bounds.
+
+    ``J`` is N x P (the model's gradient at each observation), ``G`` P x N (each parameter's
+    sensitivity to each observation, columns in the order of J's rows), ``eta_hat`` the N
+    observation bounds (in any common unit: the results are in that unit).
+
+    >>> J = np.array([[1.0], [1.0]]); G = np.array([[0.5, 0.5]])     # the mean of two outputs
+    >>> b, T = residual_bounds(J, G, np.array([1.0, 1.0]))
+    >>> [round(x, 9) for x in b], [round(x, 9) for x in T]
+    ([1.0, 1.0], [1.0, 1.0])
+    """
+    N, P = J.shape
+    b = np.empty(N)
+    for s in range(0, N, _CHUNK):
+        M = J[s:s + _CHUNK] @ G
+        rows = np.arange(M.shape[0])
+        M[rows, s + rows] -= 1.0
+        b[s:s + _CHUNK] = np.abs(M) @ eta_hat
+    T = np.abs(J) @ (np.abs(G) @ eta_hat)
+    # each entry of J G is a sum of P products, each |M| @ eta_hat a sum of N terms
+    return b + 4 * (P + N + 2) * 2.0 ** -52 * (T + eta_hat), T
+
+
+def _residual_test(raw, obs, start, K, etas):
+    """The residual tests (module doc) of the paper plan's heads ``raw`` on ``obs``; returns the
+    largest residual over its allowance."""
+    heads = [t[0] for t in raw]
+    N = len(obs)
+    sens = [s for _, SW, _, Sv, _ in raw for s in [x for row in SW for x in row] + list(Sv)]
+    rnd = np.array([float(r) for _, _, RW, _, Rv in raw for r in [x for row in RW for x in row]
+                    + list(Rv)])
+    G = np.zeros((len(sens), N))
+    for i, s in enumerate(sens):
+        for q, x in s.c.items():
+            G[i, q - start] = float(x)
+    eta_list = [etas[start + i] for i in range(N)]
+    least_squares_test(heads, obs, K, eta_list)
+    return residual_test(heads, obs, K, G, eta_list, rnd)
+
+
+def residual_test(heads, obs, K, G, etas, rnd) -> object:
+    """Every observation ``obs[i] = (tokens, y)`` recomputed from ``heads`` within what the
+    declared noise allows to first order (module doc): ``SAFETY b + SECOND_ORDER T`` of
+    :func:`residual_bounds` plus the parameters' rounding ``rnd`` (one per parameter, in the
+    order of :func:`~exactlearn.strategies.real.evaluate.evaluate_with_gradient`) and the
+    evaluation's.  ``G`` (P x N) holds the parameters' sensitivities, ``etas`` the N bounds.
+    Returns the largest residual over its allowance (None when the sensitivities exceed the
+    float64 range); raises :class:`~exactlearn.errors.ResidualsBeyondNoise` beyond 1."""
+    N = len(obs)
+    unit = max(LO.convert(e) for e in etas)
+    eta_hat = np.array([float(LO.convert(e) / unit) if unit else 0.0 for e in etas])
+    rows = [evaluate_with_gradient(heads, tokens, K) for tokens, _ in obs]
+    J = np.array([g for _, g, _ in rows]).reshape(N, -1)
+    b, T = residual_bounds(J, G, eta_hat)
+    if not (np.all(np.isfinite(b)) and np.all(np.isfinite(T))):
+        return None                 # sensitivities beyond float64: the test cannot be formed
+    worst = LO.zero
+    for i, ((tokens, y), (f, g, size)) in enumerate(zip(obs, rows)):
+        allow = (unit * LO.convert(SAFETY * b[i] + SECOND_ORDER * T[i])
+                 + LO.convert(float(np.abs(g) @ rnd)) + 2 * rounding(K, size))
+        r = LO.convert(abs(f - y))
+        ratio = r / allow if allow else (LO.zero if r == 0 else LO.inf)
+        worst = max(worst, ratio)
+        if ratio > 1:
+            raise ResidualsBeyondNoise(
+                f"the recovered model ({_heads(len(heads))}) misses an observation of length "
+                f"{len(tokens)} by {K.ctx.nstr(abs(f - y), 3)}, {LO.nstr(ratio, 3)} times what "
+                f"the declared eta allows ({LO.nstr(allow, 3)}: the noise propagated through the "
+                f"fit, to first order): outputs noisier than declared, or more heads than "
+                f"{len(heads)} (heads closer than the fit resolved)", heads=len(heads))
+    return worst
+
+
+def least_squares_test(heads, obs, K, etas) -> object:
+    """The least-squares test (module doc): ``heads`` fitted to every observation at once
+    (:func:`~exactlearn.strategies.real.stable_polish.polish`, float64: run only when the
+    declared noise is above float64 rounding); a weighted residual sum of squares above the
+    number of observations is :class:`~exactlearn.errors.ResidualsBeyondNoise` -- no model
+    of that many heads keeps every output within its eta.  Returns that ratio, or None when
+    the test does not apply (noise at float64 rounding, an ill-conditioned or unsettled fit)."""
+    eta = np.array([float(LO.convert(e)) for e in etas])
+    ys = np.array([abs(float(y)) for _, y in obs])
+    if not np.median(eta / np.maximum(8 * 2.0 ** -52 * ys, 1e-300)) >= 1:
+        return None
+    try:
+        got = polish(list(heads), K, _Observed(obs), 0, eta)
+    except AssertionError:          # a query of more than two distinct tokens: not this test's
+        return None
+    if not isinstance(got, tuple):
+        return None
+    excess = got[3]
+    if excess > 1:
+        raise ResidualsBeyondNoise(
+            f"the least-squares fit of all {len(obs)} observations with {_heads(len(heads))} "
+            f"leaves a weighted residual sum of squares {excess:.3g} times their number (at most "
+            f"1 when every output is within its eta): outputs noisier than declared, or more "
+            f"heads than {len(heads)} (heads closer than the fit resolved)", heads=len(heads))
+    return excess
+
+
+class _Observed:
+    """``obs`` as a recorder's observations (what the polish reads)."""
+
+    def __init__(self, obs):
+        self.observations = list(obs)
+
+
+def _heads(m):
+    return f"{m} head{'s' if m != 1 else ''}"
 
 
 def verify_real(oracle, outcome, heads, d, H, K, convert, rng, R, n) -> tuple:

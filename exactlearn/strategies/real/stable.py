@@ -48,14 +48,14 @@ import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import (DegenerateDraw, InterpolationError, LearningFailure, MatchError,
-                               NoisierThanDeclared, SingularMatrix)
+                               NoisierThanDeclared, ResidualsBeyondNoise, SingularMatrix)
 from exactlearn.fields.rational import QQ
 from exactlearn.model import Head
 from exactlearn.noise import noise_bound
 from exactlearn.pipeline.match import WithinBounds
 from exactlearn.pipeline.plan import Config, paper_plan
 from exactlearn.strategies.real.analysis import EQUAL_FACTOR
-from exactlearn.strategies.real.certificate import SAFETY, RealOutcome
+from exactlearn.strategies.real.certificate import SAFETY, RealOutcome, residual_test
 from exactlearn.strategies.real.labels import label_by_c, label_families, references
 from exactlearn.strategies.real.probe import cayley
 from exactlearn.strategies.real.ratio import (MAX_COPIES, dyadic, family_tokens,
@@ -375,10 +375,49 @@ def _pencil_route(plan0, K, asker, nz, nodes, H, why):
             "sigma": sigma, "pencil": info, "plan_start": plan_start}
 
 
+def _sorted(heads, BW, Bv):
+    """The heads in their canonical order, their bounds with them."""
+    order = sorted(range(len(heads)), key=lambda h: heads[h])
+    return [heads[h] for h in order], [BW[h] for h in order], [Bv[h] for h in order]
+
+
+def order_of(before, after) -> list:
+    """``[index in before of after[i]]`` (the heads are the same objects, reordered)."""
+    return [next(j for j, h in enumerate(before) if h is a) for a in after]
+
+
+#: the solve route's residual test forms J S (N x N x P products): skipped beyond this
+RESIDUAL_TEST_WORK = 2 * 10 ** 9
+
+
+def _solve_residual_test(heads, route, order, K, rec, start, etas_all, d):
+    """The first-order residual test of :mod:`~exactlearn.strategies.real.certificate` for the
+    solve's heads (no polish: a declared noise at float64 rounding): their sensitivities
+    ``route["SW"], route["Sv"]`` give ``G``.  Returns the largest residual over its allowance,
+    or None when the work would exceed ``RESIDUAL_TEST_WORK``."""
+    obs = rec.observations[start:]
+    N, P = len(obs), len(heads) * (d * d + d)
+    if N * N * P > RESIDUAL_TEST_WORK:
+        return None
+    SW, Sv, rounds = route["SW"], route["Sv"], route["rounds"]
+    G = np.zeros((P, N))            # observations asked after the solve did not enter it
+    rnd = []
+    for k, h in enumerate(order):
+        rows = [np.asarray(SW[h][e], dtype=float) for e in range(d * d)]
+        rows += [np.asarray(Sv[h][r], dtype=float) for r in range(d)]
+        for i, row in enumerate(rows):
+            part = row[start:start + N]
+            G[k * (d * d + d) + i, :len(part)] = part
+        rnd += [rounds[h][0]] * (d * d) + [rounds[h][1]] * d
+    return residual_test(heads, obs, K, G, list(etas_all[start:]), np.array(rnd, dtype=float))
+
+
 def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
-               probe_log=None):
+               probe_log=None, fit_heads=None):
     """Probe, scale, ask, fit, label, solve and certify (module doc).  Returns
-    ``(heads, certified observations, RealOutcome)``."""
+    ``(heads, certified observations, RealOutcome)``.  ``fit_heads``: fit exactly that many heads
+    (at most ``plan.H``; the escalation of :func:`exactlearn.strategies.real.run`), where
+    ``heads_exact`` is False."""
     H, d = plan.H, plan.d
     eta = K(0) if noise is None else noise_bound(K, noise)
     eta_rel = K(0) if noise_rel is None else noise_bound(K, noise_rel)
@@ -392,7 +431,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     plan0 = paper_plan(X0, E0, H)
     probe_log = [] if probe_log is None else probe_log
     probe_log.append(0)
-    m = H if heads_exact else None
+    m = fit_heads if fit_heads is not None else H if heads_exact else None
     tries = []
     route = None
     n_probe = None
@@ -478,22 +517,37 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
                 f"output is within its eta): it did not converge, or the outputs are noisier "
                 f"than declared")
         if excess > 1:
-            raise NoisierThanDeclared(
+            raise ResidualsBeyondNoise(
                 f"outputs noisier than the declared eta (or a black box outside the model "
-                f"class): the heads that fit all {len(obs)} observations best leave a weighted "
-                f"residual sum of squares {excess:.3g} times their number, at most 1 when every "
-                f"output is within its eta")
+                f"class, or more heads than {m}): the heads that fit all {len(obs)} observations "
+                f"best leave a weighted residual sum of squares {excess:.3g} times their number, "
+                f"at most 1 when every output is within its eta", heads=m)
         pBW = (SAFETY * fW + rW).tolist()
         pBv = (SAFETY * fV + rV).tolist()
         if far or max(np.max(pBW), np.max(pBv)) < max(np.max(BW), np.max(Bv)):
             heads, BW, Bv, method = pheads, pBW, pBv, "polish"
     if not (np.all(np.isfinite(BW)) and np.all(np.isfinite(Bv))):
         raise DegenerateDraw("a parameter's error bound is not finite: nothing to certify")
-    order = sorted(range(m), key=lambda h: heads[h])
-    heads = [heads[h] for h in order]
-    BW = [BW[h] for h in order]
-    Bv = [Bv[h] for h in order]
-    worst_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all)
+    heads, BW, Bv = _sorted(heads, BW, Bv)
+    # the residual test (docs "The real field"): the least-squares heads' residuals within eta
+    resid_ratio = None
+    if polished is not None:
+        try:
+            worst_ratio, resid_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all,
+                                                         strict=True)
+        except ResidualsBeyondNoise:
+            if method == "polish":
+                raise
+            # the solve's heads are not a least-squares fit: certify the polish's instead
+            heads, BW, Bv = _sorted(pheads, pBW, pBv)
+            method = "polish"
+            worst_ratio, resid_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all,
+                                                         strict=True)
+    else:
+        worst_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all)
+        if route["SW"] is not None:     # the solve's sensitivities: the first-order residual test
+            resid_ratio = _solve_residual_test(heads, route, order_of(route["heads"], heads), K,
+                                               rec, start, etas_all, d)
     head_b = [max([x for row in bw for x in row] + list(bv)) for bw, bv in zip(BW, Bv)]
     err = max(head_b, default=0.0)
     detail = {
@@ -502,6 +556,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         "certificate": "within tolerance (noise + propagated parameter uncertainty); not exact",
         "certified_observations": len(obs),
         "max_residual_over_tolerance": f"{worst_ratio:.3g}",
+        "max_residual_over_noise_allowance": (None if resid_ratio is None
+                                              else f"{float(resid_ratio):.3g}"),
         "eta": f"{float(eta):.6g}", "eta_rel": f"{float(eta_rel):.6g}",
         "head_error_bounds": [f"{b:.3g}" for b in head_b],
         "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "

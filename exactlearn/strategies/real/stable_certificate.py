@@ -8,7 +8,12 @@ alone), so each head's value is ``f_h = (k rho u_a + m u_x) / (k rho + m)`` with
 ``rho = exp((a - x)^T W x)``, ``u = v.token``, computed once per distinct ``(a, x)``.  The
 tolerance is ``eta_q`` plus the first-order effect of the parameter bounds
 (``df_h/dv = p_a a + p_x x``; ``df_h/dW_rc = p_a p_x (u_a - u_x) e_r x_c``) plus rounding;
-a miss is :class:`~exactlearn.errors.NoisierThanDeclared`.  The general evaluator
+a miss is :class:`~exactlearn.errors.NoisierThanDeclared`.  With ``strict`` (the heads the
+polish fitted to every observation: a least-squares fit, whose residuals are the output
+errors less their projection on the model) each residual must moreover stay within what the
+declared noise allows, ``eta_q`` plus the rounding of the evaluation, whatever the parameter
+bounds: a miss is :class:`~exactlearn.errors.ResidualsBeyondNoise` (a box noisier than
+declared, or more heads than were fitted).  The general evaluator
 (:mod:`~exactlearn.strategies.real.evaluate`) gives the same numbers on these queries,
 at d^2 work per query instead of H.
 """
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from exactlearn.errors import NoisierThanDeclared
+from exactlearn.errors import NoisierThanDeclared, ResidualsBeyondNoise
 from exactlearn.strategies.real.sensitivity import rounding
 
 
@@ -42,9 +47,10 @@ def family_key(tokens):
     return (x if a is None else a), x, len(tokens) - m, m
 
 
-def certify_two_token(heads, BW, Bv, K, rec, start, etas):
+def certify_two_token(heads, BW, Bv, K, rec, start, etas, strict=False):
     """Every observation since ``start`` recomputed from the heads within its tolerance
-    (module doc, step 6); returns the largest residual / tolerance.  Every query of this
+    (module doc, step 6); returns the largest residual / tolerance, and with ``strict`` the
+    largest residual / (``eta_q`` + rounding) as well, ``(worst, worst_strict)``.  Every query of this
     plan (probe and rescues included) is ``k`` copies of a token ``a`` and ``m >= 1`` of a
     final token ``x`` (or ``a`` alone), so each head is evaluated in closed form once per
     distinct ``(a, x)`` pair."""
@@ -73,6 +79,7 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas):
             cache[key] = got
         return got
 
+    worst_strict = 0.0
     for q in range(start, len(rec.observations)):
         tokens, y = rec.observations[q]
         a_tok, x_tok, k, m = family_key(tokens)
@@ -87,9 +94,20 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas):
         tol = float(etas[q]) + grad + float(rounding(K, 4 * size))
         ratio = abs(float(f - y)) / tol
         worst = max(worst, ratio)
+        if strict and ratio <= 1:
+            allow = float(etas[q]) + float(rounding(K, 4 * size))
+            worst_strict = max(worst_strict, abs(float(f - y)) / allow)
+            if abs(float(f - y)) > allow:
+                raise ResidualsBeyondNoise(
+                    f"the least-squares fit of all observations with {len(heads)} "
+                    f"head{'s' if len(heads) != 1 else ''} misses an observation of length "
+                    f"{len(tokens)} by {abs(float(f - y)):.3g}, {abs(float(f - y)) / allow:.3g} "
+                    f"times what the declared noise allows ({allow:.3g}): outputs noisier than "
+                    f"declared, or more heads than {len(heads)} (heads closer than the fit "
+                    f"resolved)", heads=len(heads))
         if ratio > 1:
             raise NoisierThanDeclared(
                 f"outputs noisier than the declared eta (or a black box outside the model "
                 f"class): the recovered heads miss an observation of length {len(tokens)} by "
                 f"{abs(float(f - y)):.3g} > tolerance {tol:.3g}")
-    return worst
+    return (worst, worst_strict) if strict else worst
