@@ -38,7 +38,7 @@ import numpy as np
 from exactlearn.errors import NoisierThanDeclared, ResidualsBeyondNoise
 from exactlearn.strategies.real.evaluate import evaluate_with_bounds, evaluate_with_gradient
 from exactlearn.strategies.real.sensitivity import LO, rounding
-from exactlearn.strategies.real.stable_polish import polish
+from exactlearn.strategies.real.stable_polish import minimax_bound, polish
 
 SAFETY = 2               # reported bound = SAFETY * first-order bound + rounding
 #: the residual test's allowance for second-order terms, as a share of the entry-by-entry
@@ -117,31 +117,31 @@ def certify_within_tolerance(raw, obs, start, K, etas, eta, H) -> Certificate:
                        max(Ymax, Y0), resid_ratio)
 
 
-def residual_bounds(J, G, eta_hat):
-    """``(b, T)``, per observation q (rows of ``J``): ``b_q``, the first-order worst case of the
-    residual ``sum_p ((J G)_qp - [p = q]) eps_p`` over output errors ``|eps_p| <= eta_hat_p``
-    (module doc), with the float64 rounding of forming it added; and ``T_q = sum_i |J_qi|
-    sum_p |G_ip| eta_hat_p``, the entry-by-entry effect of the first-order parameter bounds.
+def residual_bounds(J, G, eta_hat, rows=None):
+    """``(b, T)`` for the observations ``rows`` (default: all; ``J`` has their gradients):
+    ``b_q``, the first-order worst case of the residual ``sum_p ((J G)_qp - [p = q]) eps_p``
+    over output errors ``|eps_p| <= eta_hat_p`` (module doc), with the float64 rounding of
+    forming it added; and ``T_q = sum_i |J_qi| sum_p |G_ip| eta_hat_p``, the entry-by-entry
+    effect of the first-order parameter bounds.
 
-    ``J`` is N x P (the model's gradient at each observation), ``G`` P x N (each parameter's
-    sensitivity to each observation, columns in the order of J's rows), ``eta_hat`` the N
-    observation bounds (in any common unit: the results are in that unit).
+    ``J`` is n x P (the model's gradient at each observation of ``rows``), ``G`` P x N (each
+    parameter's sensitivity to each observation), ``eta_hat`` the N observation bounds (in any
+    common unit: the results are in that unit).  The work is ``n N P``.
 
     >>> J = np.array([[1.0], [1.0]]); G = np.array([[0.5, 0.5]])     # the mean of two outputs
     >>> b, T = residual_bounds(J, G, np.array([1.0, 1.0]))
-    >>> [round(x, 9) for x in b], [round(x, 9) for x in T]
+    >>> [round(float(x), 9) for x in b], [round(float(x), 9) for x in T]
     ([1.0, 1.0], [1.0, 1.0])
     """
-    N, P = J.shape
-    b = np.empty(N)
-    for s in range(0, N, _CHUNK):
-        M = J[s:s + _CHUNK] @ G
-        rows = np.arange(M.shape[0])
-        M[rows, s + rows] -= 1.0
-        b[s:s + _CHUNK] = np.abs(M) @ eta_hat
+    n, P = J.shape
+    N = G.shape[1]
+    rows = np.arange(n) if rows is None else np.asarray(rows)
+    M = J @ G
+    M[np.arange(n), rows] -= 1.0
+    b = np.abs(M) @ eta_hat
     T = np.abs(J) @ (np.abs(G) @ eta_hat)
     # each entry of J G is a sum of P products, each |M| @ eta_hat a sum of N terms
-    return b + 4 * (P + N + 2) * 2.0 ** -52 * (T + eta_hat), T
+    return b + 4 * (P + N + 2) * 2.0 ** -52 * (T + eta_hat[rows]), T
 
 
 def _residual_test(raw, obs, start, K, etas):
@@ -163,61 +163,74 @@ def _residual_test(raw, obs, start, K, etas):
 
 def residual_test(heads, obs, K, G, etas, rnd) -> object:
     """Every observation ``obs[i] = (tokens, y)`` recomputed from ``heads`` within what the
-    declared noise allows to first order (module doc): ``SAFETY b + SECOND_ORDER T`` of
-    :func:`residual_bounds` plus the parameters' rounding ``rnd`` (one per parameter, in the
-    order of :func:`~exactlearn.strategies.real.evaluate.evaluate_with_gradient`) and the
+    declared noise allows (module doc): ``eta_i`` or, where larger, the first-order bound
+    ``SAFETY b + SECOND_ORDER T`` of :func:`residual_bounds` (formed only for the observations
+    beyond ``eta_i``), plus the parameters' rounding ``rnd`` (one per parameter, in the order
+    of :func:`~exactlearn.strategies.real.evaluate.evaluate_with_gradient`) and the
     evaluation's.  ``G`` (P x N) holds the parameters' sensitivities, ``etas`` the N bounds.
-    Returns the largest residual over its allowance (None when the sensitivities exceed the
-    float64 range); raises :class:`~exactlearn.errors.ResidualsBeyondNoise` beyond 1."""
-    N = len(obs)
+    Returns the largest residual over its allowance; raises
+    :class:`~exactlearn.errors.ResidualsBeyondNoise` beyond 1."""
     unit = max(LO.convert(e) for e in etas)
     eta_hat = np.array([float(LO.convert(e) / unit) if unit else 0.0 for e in etas])
-    rows = [evaluate_with_gradient(heads, tokens, K) for tokens, _ in obs]
-    J = np.array([g for _, g, _ in rows]).reshape(N, -1)
-    b, T = residual_bounds(J, G, eta_hat)
-    if not (np.all(np.isfinite(b)) and np.all(np.isfinite(T))):
-        return None                 # sensitivities beyond float64: the test cannot be formed
     worst = LO.zero
-    for i, ((tokens, y), (f, g, size)) in enumerate(zip(obs, rows)):
-        allow = (unit * LO.convert(SAFETY * b[i] + SECOND_ORDER * T[i])
-                 + LO.convert(float(np.abs(g) @ rnd)) + 2 * rounding(K, size))
+    for i, (tokens, y) in enumerate(obs):
+        f, g, size = evaluate_with_gradient(heads, tokens, K)
+        g = np.array(g)
+        base = LO.convert(float(np.abs(g) @ rnd)) + 2 * rounding(K, size)
+        allow = LO.convert(etas[i]) + base
         r = LO.convert(abs(f - y))
+        if r > allow:
+            b, T = residual_bounds(g[None, :], G, eta_hat, [i])
+            if np.isfinite(b[0]) and np.isfinite(T[0]):
+                allow = max(allow, unit * LO.convert(SAFETY * b[0] + SECOND_ORDER * T[0]) + base)
+            else:                       # sensitivities beyond float64: no bound to test against
+                allow = LO.inf
         ratio = r / allow if allow else (LO.zero if r == 0 else LO.inf)
         worst = max(worst, ratio)
         if ratio > 1:
             raise ResidualsBeyondNoise(
                 f"the recovered model ({_heads(len(heads))}) misses an observation of length "
                 f"{len(tokens)} by {K.ctx.nstr(abs(f - y), 3)}, {LO.nstr(ratio, 3)} times what "
-                f"the declared eta allows ({LO.nstr(allow, 3)}: the noise propagated through the "
-                f"fit, to first order): outputs noisier than declared, or more heads than "
-                f"{len(heads)} (heads closer than the fit resolved)", heads=len(heads))
+                f"the declared eta allows ({LO.nstr(allow, 3)}: eta, or the noise propagated "
+                f"through the fit to first order): outputs noisier than declared, or more heads "
+                f"than {len(heads)} (heads closer than the fit resolved)", heads=len(heads))
     return worst
 
 
 def least_squares_test(heads, obs, K, etas) -> object:
     """The least-squares test (module doc): ``heads`` fitted to every observation at once
     (:func:`~exactlearn.strategies.real.stable_polish.polish`, float64: run only when the
-    declared noise is above float64 rounding); a weighted residual sum of squares above the
-    number of observations is :class:`~exactlearn.errors.ResidualsBeyondNoise` -- no model
-    of that many heads keeps every output within its eta.  Returns that ratio, or None when
+    declared noise is above float64 rounding).  A weighted residual sum of squares above the
+    number of observations, or a Chebyshev bound
+    (:func:`~exactlearn.strategies.real.stable_polish.minimax_bound`) above ``1 +
+    SECOND_ORDER``, is :class:`~exactlearn.errors.ResidualsBeyondNoise`: no model of that many
+    heads keeps every output within its eta.  Returns the sum-of-squares ratio, or None when
     the test does not apply (noise at float64 rounding, an ill-conditioned or unsettled fit)."""
     eta = np.array([float(LO.convert(e)) for e in etas])
     ys = np.array([abs(float(y)) for _, y in obs])
     if not np.median(eta / np.maximum(8 * 2.0 ** -52 * ys, 1e-300)) >= 1:
         return None
+    seen = _Observed(obs)
     try:
-        got = polish(list(heads), K, _Observed(obs), 0, eta)
+        got = polish(list(heads), K, seen, 0, eta)
     except AssertionError:          # a query of more than two distinct tokens: not this test's
         return None
     if not isinstance(got, tuple):
         return None
-    excess = got[3]
+    m, excess = len(heads), got[3]
     if excess > 1:
         raise ResidualsBeyondNoise(
-            f"the least-squares fit of all {len(obs)} observations with {_heads(len(heads))} "
-            f"leaves a weighted residual sum of squares {excess:.3g} times their number (at most "
-            f"1 when every output is within its eta): outputs noisier than declared, or more "
-            f"heads than {len(heads)} (heads closer than the fit resolved)", heads=len(heads))
+            f"the least-squares fit of all {len(obs)} observations with {_heads(m)} leaves a "
+            f"weighted residual sum of squares {excess:.3g} times their number (at most 1 when "
+            f"every output is within its eta): outputs noisier than declared, or more heads "
+            f"than {m} (heads closer than the fit resolved)", heads=m)
+    chebyshev = minimax_bound(got, seen, 0, eta)
+    if chebyshev is not None and chebyshev > 1 + SECOND_ORDER:
+        raise ResidualsBeyondNoise(
+            f"no model of {_heads(m)} keeps every output within the declared eta: about the "
+            f"least-squares fit of all {len(obs)} observations, the smallest largest residual "
+            f"over its eta is at least {chebyshev:.3g} (outputs noisier than declared, or more "
+            f"heads than {m}: heads closer than the fit resolved)", heads=m)
     return excess
 
 

@@ -55,7 +55,8 @@ from exactlearn.noise import noise_bound
 from exactlearn.pipeline.match import WithinBounds
 from exactlearn.pipeline.plan import Config, paper_plan
 from exactlearn.strategies.real.analysis import EQUAL_FACTOR
-from exactlearn.strategies.real.certificate import SAFETY, RealOutcome, residual_test
+from exactlearn.strategies.real.certificate import (SAFETY, SECOND_ORDER, RealOutcome,
+                                                    residual_bounds)
 from exactlearn.strategies.real.labels import label_by_c, label_families, references
 from exactlearn.strategies.real.probe import cayley
 from exactlearn.strategies.real.ratio import (MAX_COPIES, dyadic, family_tokens,
@@ -63,7 +64,8 @@ from exactlearn.strategies.real.ratio import (MAX_COPIES, dyadic, family_tokens,
 from exactlearn.strategies.real.sensitivity import LO, rounding
 from exactlearn.strategies.real.stable_certificate import certify_two_token
 from exactlearn.strategies.real.stable_pencil import pencil_heads
-from exactlearn.strategies.real.stable_polish import Weak, polish
+from exactlearn.strategies.real.evaluate import evaluate_with_gradient
+from exactlearn.strategies.real.stable_polish import Weak, hat, minimax_bound, polish
 from exactlearn.strategies.real.stable_probe import TARGET, ask_family, probe_scale, sigma_for
 from exactlearn.strategies.real.stable_solve import (rows_of, solve_stable_heads, undetermined,
                                                      weak_entries)
@@ -386,30 +388,41 @@ def order_of(before, after) -> list:
     return [next(j for j, h in enumerate(before) if h is a) for a in after]
 
 
-#: the solve route's residual test forms J S (N x N x P products): skipped beyond this
-RESIDUAL_TEST_WORK = 2 * 10 ** 9
+class _SolveAllowance:
+    """The first-order residual bound of :mod:`~exactlearn.strategies.real.certificate`
+    (:func:`~exactlearn.strategies.real.certificate.residual_bounds`) for the solve's heads,
+    one observation at a time: their sensitivities ``route["SW"], route["Sv"]`` give ``G``
+    (formed at the first call)."""
 
+    def __init__(self, heads, route, K, rec, start, etas_all, d):
+        self.heads, self.route, self.K, self.rec, self.start, self.d = heads, route, K, rec, start, d
+        self.order = [next(j for j, h in enumerate(route["heads"]) if h is a) for a in heads]
+        self.etas = np.asarray(etas_all[start:], dtype=float)
+        self.unit = float(self.etas.max()) or 1.0
+        self.G = None
 
-def _solve_residual_test(heads, route, order, K, rec, start, etas_all, d):
-    """The first-order residual test of :mod:`~exactlearn.strategies.real.certificate` for the
-    solve's heads (no polish: a declared noise at float64 rounding): their sensitivities
-    ``route["SW"], route["Sv"]`` give ``G``.  Returns the largest residual over its allowance,
-    or None when the work would exceed ``RESIDUAL_TEST_WORK``."""
-    obs = rec.observations[start:]
-    N, P = len(obs), len(heads) * (d * d + d)
-    if N * N * P > RESIDUAL_TEST_WORK:
-        return None
-    SW, Sv, rounds = route["SW"], route["Sv"], route["rounds"]
-    G = np.zeros((P, N))            # observations asked after the solve did not enter it
-    rnd = []
-    for k, h in enumerate(order):
-        rows = [np.asarray(SW[h][e], dtype=float) for e in range(d * d)]
-        rows += [np.asarray(Sv[h][r], dtype=float) for r in range(d)]
-        for i, row in enumerate(rows):
-            part = row[start:start + N]
-            G[k * (d * d + d) + i, :len(part)] = part
-        rnd += [rounds[h][0]] * (d * d) + [rounds[h][1]] * d
-    return residual_test(heads, obs, K, G, list(etas_all[start:]), np.array(rnd, dtype=float))
+    def _form(self):
+        d, start, N = self.d, self.start, len(self.etas)
+        SW, Sv, rounds = self.route["SW"], self.route["Sv"], self.route["rounds"]
+        G = np.zeros((len(self.heads) * (d * d + d), N))   # later observations: not in the solve
+        rnd = []
+        for k, h in enumerate(self.order):
+            rows = [np.asarray(SW[h][e], dtype=float) for e in range(d * d)]
+            rows += [np.asarray(Sv[h][r], dtype=float) for r in range(d)]
+            for i, row in enumerate(rows):
+                part = row[start:start + N]
+                G[k * (d * d + d) + i, :len(part)] = part
+            rnd += [rounds[h][0]] * (d * d) + [rounds[h][1]] * d
+        self.G, self.rnd = G, np.array(rnd, dtype=float)
+
+    def __call__(self, q) -> float:
+        if self.G is None:
+            self._form()
+        _, g, _ = evaluate_with_gradient(self.heads, self.rec.observations[q][0], self.K)
+        g = np.array(g)
+        b, T = residual_bounds(g[None, :], self.G, self.etas / self.unit, [q - self.start])
+        return (self.unit * float(SAFETY * b[0] + SECOND_ORDER * T[0])
+                + float(np.abs(g) @ self.rnd))
 
 
 def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
@@ -516,6 +529,14 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
                 f"residual sum of squares {excess:.3g} times their number (at most 1 when every "
                 f"output is within its eta): it did not converge, or the outputs are noisier "
                 f"than declared")
+        chebyshev = None if far else minimax_bound(polished, rec, start, etas_all)
+        if chebyshev is not None and chebyshev > 1 + SECOND_ORDER:
+            raise ResidualsBeyondNoise(
+                f"no model of {m} head{'s' if m != 1 else ''} keeps every output within the "
+                f"declared eta: about the least-squares fit of all {len(obs)} observations, the "
+                f"smallest largest residual over its eta is at least {chebyshev:.3g} (outputs "
+                f"noisier than declared, or more heads than {m}: heads closer than the fit "
+                f"resolved)", heads=m)
         if excess > 1:
             raise ResidualsBeyondNoise(
                 f"outputs noisier than the declared eta (or a black box outside the model "
@@ -529,25 +550,26 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     if not (np.all(np.isfinite(BW)) and np.all(np.isfinite(Bv))):
         raise DegenerateDraw("a parameter's error bound is not finite: nothing to certify")
     heads, BW, Bv = _sorted(heads, BW, Bv)
-    # the residual test (docs "The real field"): the least-squares heads' residuals within eta
-    resid_ratio = None
-    if polished is not None:
-        try:
-            worst_ratio, resid_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all,
-                                                         strict=True)
-        except ResidualsBeyondNoise:
-            if method == "polish":
-                raise
-            # the solve's heads are not a least-squares fit: certify the polish's instead
-            heads, BW, Bv = _sorted(pheads, pBW, pBv)
-            method = "polish"
-            worst_ratio, resid_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all,
-                                                         strict=True)
+    # the residual test (docs/explanation/real-field.md): every residual within eta or, where
+    # larger, its first-order bound through the estimate (the polish's or the solve's)
+    if method == "polish":
+        fitted = hat(polished, rec, start, etas_all)
+        allowance = (lambda q: fitted.allowance(q, SAFETY, SECOND_ORDER)) if fitted else None
     else:
-        worst_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all)
-        if route["SW"] is not None:     # the solve's sensitivities: the first-order residual test
-            resid_ratio = _solve_residual_test(heads, route, order_of(route["heads"], heads), K,
-                                               rec, start, etas_all, d)
+        allowance = _SolveAllowance(heads, route, K, rec, start, etas_all, d)
+    try:
+        worst_ratio, resid_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all,
+                                                     allowance=allowance)
+    except ResidualsBeyondNoise:
+        if method == "polish" or polished is None:
+            raise
+        # the solve's heads miss: certify the polish's least-squares heads instead
+        heads, BW, Bv = _sorted(pheads, pBW, pBv)
+        method = "polish"
+        fitted = hat(polished, rec, start, etas_all)
+        allowance = (lambda q: fitted.allowance(q, SAFETY, SECOND_ORDER)) if fitted else None
+        worst_ratio, resid_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all,
+                                                     allowance=allowance)
     head_b = [max([x for row in bw for x in row] + list(bv)) for bw, bv in zip(BW, Bv)]
     err = max(head_b, default=0.0)
     detail = {
