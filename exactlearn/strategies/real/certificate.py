@@ -189,11 +189,11 @@ def residual_test(heads, obs, K, G, etas, rnd) -> object:
         worst = max(worst, ratio)
         if ratio > 1:
             raise ResidualsBeyondNoise(
-                f"the recovered model ({_heads(len(heads))}) misses an observation of length "
-                f"{len(tokens)} by {K.ctx.nstr(abs(f - y), 3)}, {LO.nstr(ratio, 3)} times what "
-                f"the declared eta allows ({LO.nstr(allow, 3)}: eta, or the noise propagated "
-                f"through the fit to first order): outputs noisier than declared, or more heads "
-                f"than {len(heads)} (heads closer than the fit resolved)", heads=len(heads))
+                f"outputs noisier than the declared eta (or a black box outside the model class, "
+                f"or more heads than {len(heads)}): the recovered model misses an observation of "
+                f"length {len(tokens)} by {K.ctx.nstr(abs(f - y), 3)}, {LO.nstr(ratio, 3)} times "
+                f"what the declared eta allows ({LO.nstr(allow, 3)}: eta, or the noise propagated "
+                f"through the fit to first order)", heads=len(heads))
     return worst
 
 
@@ -220,17 +220,17 @@ def least_squares_test(heads, obs, K, etas) -> object:
     m, excess = len(heads), got[3]
     if excess > 1:
         raise ResidualsBeyondNoise(
-            f"the least-squares fit of all {len(obs)} observations with {_heads(m)} leaves a "
-            f"weighted residual sum of squares {excess:.3g} times their number (at most 1 when "
-            f"every output is within its eta): outputs noisier than declared, or more heads "
-            f"than {m} (heads closer than the fit resolved)", heads=m)
+            f"outputs noisier than the declared eta (or a black box outside the model class, or "
+            f"more heads than {m}): the least-squares fit of all {len(obs)} observations with "
+            f"{_heads(m)} leaves a weighted residual sum of squares {excess:.3g} times their "
+            f"number, at most 1 when every output is within its eta", heads=m)
     chebyshev = minimax_bound(got, seen, 0, eta)
     if chebyshev is not None and chebyshev > 1 + SECOND_ORDER:
         raise ResidualsBeyondNoise(
-            f"no model of {_heads(m)} keeps every output within the declared eta: about the "
-            f"least-squares fit of all {len(obs)} observations, the smallest largest residual "
-            f"over its eta is at least {chebyshev:.3g} (outputs noisier than declared, or more "
-            f"heads than {m}: heads closer than the fit resolved)", heads=m)
+            f"outputs noisier than the declared eta (or a black box outside the model class, or "
+            f"more heads than {m}): no model of {_heads(m)} keeps every output within its eta -- "
+            f"about the least-squares fit of all {len(obs)} observations the smallest largest "
+            f"residual over its eta is at least {chebyshev:.3g}", heads=m)
     return excess
 
 

@@ -529,20 +529,20 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
                 f"residual sum of squares {excess:.3g} times their number (at most 1 when every "
                 f"output is within its eta): it did not converge, or the outputs are noisier "
                 f"than declared")
-        chebyshev = None if far else minimax_bound(polished, rec, start, etas_all)
-        if chebyshev is not None and chebyshev > 1 + SECOND_ORDER:
-            raise ResidualsBeyondNoise(
-                f"no model of {m} head{'s' if m != 1 else ''} keeps every output within the "
-                f"declared eta: about the least-squares fit of all {len(obs)} observations, the "
-                f"smallest largest residual over its eta is at least {chebyshev:.3g} (outputs "
-                f"noisier than declared, or more heads than {m}: heads closer than the fit "
-                f"resolved)", heads=m)
         if excess > 1:
             raise ResidualsBeyondNoise(
                 f"outputs noisier than the declared eta (or a black box outside the model "
                 f"class, or more heads than {m}): the heads that fit all {len(obs)} observations "
                 f"best leave a weighted residual sum of squares {excess:.3g} times their number, "
                 f"at most 1 when every output is within its eta", heads=m)
+        chebyshev = None if far else minimax_bound(polished, rec, start, etas_all)
+        if chebyshev is not None and chebyshev > 1 + SECOND_ORDER:
+            raise ResidualsBeyondNoise(
+                f"outputs noisier than the declared eta (or a black box outside the model "
+                f"class, or more heads than {m}): no model of {m} head{'s' if m != 1 else ''} "
+                f"keeps every output within its eta -- about the least-squares fit of all "
+                f"{len(obs)} observations the smallest largest residual over its eta is at "
+                f"least {chebyshev:.3g}", heads=m)
         pBW = (SAFETY * fW + rW).tolist()
         pBv = (SAFETY * fV + rV).tolist()
         if far or max(np.max(pBW), np.max(pBv)) < max(np.max(BW), np.max(Bv)):

@@ -105,12 +105,12 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False):
             worst_resid = max(worst_resid, abs(float(f - y)) / allow)
             if abs(float(f - y)) > allow:
                 raise ResidualsBeyondNoise(
-                    f"the least-squares fit of all observations with {len(heads)} "
-                    f"head{'s' if len(heads) != 1 else ''} misses an observation of length "
-                    f"{len(tokens)} by {abs(float(f - y)):.3g}, {abs(float(f - y)) / allow:.3g} "
-                    f"times what the declared noise allows ({allow:.3g}): outputs noisier than "
-                    f"declared, or more heads than {len(heads)} (heads closer than the fit "
-                    f"resolved)", heads=len(heads))
+                    f"outputs noisier than the declared eta (or a black box outside the model "
+                    f"class, or more heads than {len(heads)}): the recovered heads miss an "
+                    f"observation of length {len(tokens)} by {abs(float(f - y)):.3g}, "
+                    f"{abs(float(f - y)) / allow:.3g} times what the declared noise allows "
+                    f"({allow:.3g}: eta, or the noise propagated through the fit to first "
+                    f"order)", heads=len(heads))
         if ratio > 1:
             raise NoisierThanDeclared(
                 f"outputs noisier than the declared eta (or a black box outside the model "
