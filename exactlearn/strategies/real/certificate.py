@@ -20,7 +20,10 @@ between parameters.  A residual beyond ``SAFETY b_q``, plus ``SECOND_ORDER`` of 
 entry-by-entry effect, the solves' rounding and the evaluation's, is
 :class:`~exactlearn.errors.ResidualsBeyondNoise`: a box noisier than declared, or more heads
 than were fitted -- with a head bound the learner then fits more heads
-(:func:`exactlearn.strategies.real.run`).
+(:func:`exactlearn.strategies.real.run`).  Where a residual exceeds its eta, ``b_q`` is formed
+for that observation (``N P`` work).  The head count is tested apart
+(:func:`least_squares_test`): a least-squares refit of every observation whose misfit no model
+of that many heads could avoid (sum of squares, Chebyshev bound) fails the same way.
 
 The reported bound of each parameter is ``SAFETY B + r = 2 B + r``: ``B`` its first-order
 bound, the factor 2 covering second-order terms (below ``1e-3`` of the first-order ones,
@@ -38,7 +41,7 @@ import numpy as np
 from exactlearn.errors import NoisierThanDeclared, ResidualsBeyondNoise
 from exactlearn.strategies.real.evaluate import evaluate_with_bounds, evaluate_with_gradient
 from exactlearn.strategies.real.sensitivity import LO, rounding
-from exactlearn.strategies.real.stable_polish import minimax_bound, polish
+from exactlearn.strategies.real.stable_polish import chebyshev_bound
 
 SAFETY = 2               # reported bound = SAFETY * first-order bound + rounding
 #: the residual test's allowance for second-order terms, as a share of the entry-by-entry
@@ -198,47 +201,80 @@ def residual_test(heads, obs, K, G, etas, rnd) -> object:
 
 
 def least_squares_test(heads, obs, K, etas) -> object:
-    """The least-squares test (module doc): ``heads`` fitted to every observation at once
-    (:func:`~exactlearn.strategies.real.stable_polish.polish`, float64: run only when the
-    declared noise is above float64 rounding).  A weighted residual sum of squares above the
-    number of observations, or a Chebyshev bound
-    (:func:`~exactlearn.strategies.real.stable_polish.minimax_bound`) above ``1 +
+    """The least-squares test (module doc): ``heads`` refitted to every observation at once by
+    Gauss--Newton (:func:`_refit`: residuals in the field's precision, steps in float64), then
+    a weighted residual sum of squares above the number of observations, or a Chebyshev bound
+    (:func:`~exactlearn.strategies.real.stable_polish.chebyshev_bound`) above ``1 +
     SECOND_ORDER``, is :class:`~exactlearn.errors.ResidualsBeyondNoise`: no model of that many
     heads keeps every output within its eta.  Returns the sum-of-squares ratio, or None when
-    the test does not apply (noise at float64 rounding, an ill-conditioned or unsettled fit)."""
-    eta = np.array([float(LO.convert(e)) for e in etas])
-    ys = np.array([abs(float(y)) for _, y in obs])
-    if not np.median(eta / np.maximum(8 * 2.0 ** -52 * ys, 1e-300)) >= 1:
+    the refit cannot be formed in float64 (residuals or gradients out of its range)."""
+    got = _refit(heads, obs, K, etas)
+    if got is None:
         return None
-    seen = _Observed(obs)
-    try:
-        got = polish(list(heads), K, seen, 0, eta)
-    except AssertionError:          # a query of more than two distinct tokens: not this test's
-        return None
-    if not isinstance(got, tuple):
-        return None
-    m, excess = len(heads), got[3]
+    s, Js = got
+    m, N = len(heads), len(obs)
+    excess = float(s @ s) / N
     if excess > 1:
         raise ResidualsBeyondNoise(
             f"outputs noisier than the declared eta (or a black box outside the model class, or "
-            f"more heads than {m}): the least-squares fit of all {len(obs)} observations with "
+            f"more heads than {m}): the least-squares fit of all {N} observations with "
             f"{_heads(m)} leaves a weighted residual sum of squares {excess:.3g} times their "
             f"number, at most 1 when every output is within its eta", heads=m)
-    chebyshev = minimax_bound(got, seen, 0, eta)
-    if chebyshev is not None and chebyshev > 1 + SECOND_ORDER:
+    chebyshev = chebyshev_bound(Js, s) if np.max(np.abs(s)) > 1 else 0.0
+    if chebyshev > 1 + SECOND_ORDER:
         raise ResidualsBeyondNoise(
             f"outputs noisier than the declared eta (or a black box outside the model class, or "
             f"more heads than {m}): no model of {_heads(m)} keeps every output within its eta -- "
-            f"about the least-squares fit of all {len(obs)} observations the smallest largest "
+            f"about the least-squares fit of all {N} observations the smallest largest "
             f"residual over its eta is at least {chebyshev:.3g}", heads=m)
     return excess
 
 
-class _Observed:
-    """``obs`` as a recorder's observations (what the polish reads)."""
+REFIT_STEPS = 8          # Gauss--Newton steps of :func:`_refit`
 
-    def __init__(self, obs):
-        self.observations = list(obs)
+
+def _refit(heads, obs, K, etas):
+    """``(s, Js)`` at the weighted least-squares fit of ``heads`` to ``obs``: the residuals over
+    their eta (computed in the field, then rounded to float64) and the gradient over eta (in a
+    common unit of the parameters' steps); None when they leave the float64 range."""
+    ctx = K.ctx
+    unit = max(LO.convert(e) for e in etas)
+    eta_hat = np.array([float(LO.convert(e) / unit) for e in etas])
+    d = len(heads[0].v)
+    theta = [x for h in heads for x in [a for row in h.W for a in row] + list(h.v)]
+
+    def rebuild(th):
+        per = d * d + d
+        out = []
+        for k in range(len(heads)):
+            p = th[k * per:(k + 1) * per]
+            out.append(type(heads[k])(tuple(tuple(p[r * d:(r + 1) * d]) for r in range(d)),
+                                      tuple(p[d * d:])))
+        return out
+
+    def scaled(th):
+        s, J = [], []
+        for (tokens, y), e in zip(obs, etas):
+            f, g, _ = evaluate_with_gradient(rebuild(th), tokens, K)
+            s.append(float((y - f) / ctx.mpf(LO.convert(e))))
+            J.append(g)
+        s, J = np.array(s), np.array(J) / eta_hat[:, None]
+        return (s, J) if np.all(np.isfinite(s)) and np.all(np.isfinite(J)) else (None, None)
+
+    s, Js = scaled(theta)
+    if s is None:
+        return None
+    for _ in range(REFIT_STEPS):
+        step = np.linalg.lstsq(Js, s, rcond=None)[0]      # in units of `unit`
+        trial = [t + ctx.mpf(float(x)) * ctx.mpf(unit) for t, x in zip(theta, step)]
+        s1, J1 = scaled(trial)
+        if s1 is None or float(s1 @ s1) > float(s @ s) * (1 + 1e-9):
+            break
+        settled = float(s @ s) - float(s1 @ s1) <= 1e-6 * float(s @ s)
+        theta, s, Js = trial, s1, J1
+        if settled:
+            break
+    return s, Js
 
 
 def _heads(m):

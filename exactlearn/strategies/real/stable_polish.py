@@ -297,7 +297,12 @@ def minimax_bound(polished, rec, start, etas):
         return float(np.max(np.abs(s)))
     if len(s) * H * (d * d + d) > MAX_DENSE:
         return None
-    Js = np.concatenate(cols) / eta[:, None]
+    return chebyshev_bound(np.concatenate(cols) / eta[:, None], s, err)
+
+
+def chebyshev_bound(Js, s, err=0.0) -> float:
+    """Lawson's lower bound (:func:`minimax_bound`) on ``min_d max_q |s_q - (Js d)_q|``, less
+    ``err`` (the rounding of ``s``)."""
     c = np.full(len(s), 1.0 / len(s))
     best = 0.0
     for _ in range(LAWSON_STEPS):
