@@ -73,6 +73,8 @@ def run(plan, ask, K, trace, options) -> tuple:
     while True:
         try:
             heads, n, options.state.outcome = _run_once(plan, ask, K, options, fit_heads)
+            if tried:                   # the counts refuted before this one, and why
+                options.state.outcome.detail["head_counts_refuted"] = [t[:300] for t in tried]
             break
         except ResidualsBeyondNoise as exc:
             m = exc.heads
