@@ -83,7 +83,7 @@ def run(plan, ask, K, trace, options) -> tuple:
                 if len(tried) > 1:
                     raise ResidualsBeyondNoise(_history(tried), heads=m) from None
                 raise
-            fit_heads = m + 1
+            fit_heads = max(m, fit_heads or 0) + 1
         except LearningFailure as exc:
             if not tried:
                 raise
@@ -111,7 +111,7 @@ def _heads(m):
 
 
 def _history(tried):
-    return ("no head count up to the bound keeps the residuals within the declared eta; "
+    return ("no head count up to the bound fits the observations within the declared eta; "
             + "; ".join(tried))
 
 
