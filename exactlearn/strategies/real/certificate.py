@@ -48,7 +48,6 @@ SAFETY = 2               # reported bound = SAFETY * first-order bound + roundin
 #: first-order effect of the parameter errors (those terms are below LINEAR_LIMIT -- 1e-3,
 #: the stable plan's 1e-2 -- of the first-order ones, or the analysis fails)
 SECOND_ORDER = 0.02
-_CHUNK = 256             # rows of J S formed at a time
 
 
 @dataclass
