@@ -210,9 +210,9 @@ def least_squares_test(heads, obs, K, etas) -> object:
     got = _refit(heads, obs, K, etas)
     if got is None:
         return None
-    s, Js = got
+    s, Js, rr = got
     m, N = len(heads), len(obs)
-    excess = float(s @ s) / N
+    excess = float(rr @ rr) / N
     if excess > 1:
         raise ResidualsBeyondNoise(
             f"outputs noisier than the declared eta (or a black box outside the model class, or "
@@ -233,9 +233,11 @@ REFIT_STEPS = 8          # Gauss--Newton steps of :func:`_refit`
 
 
 def _refit(heads, obs, K, etas):
-    """``(s, Js)`` at the weighted least-squares fit of ``heads`` to ``obs``: the residuals over
-    their eta (computed in the field, then rounded to float64) and the gradient over eta (in a
-    common unit of the parameters' steps); None when they leave the float64 range."""
+    """``(s, Js, rr)`` at the weighted least-squares fit of ``heads`` to ``obs``: the residuals
+    over their eta (computed in the field, then rounded to float64), the gradient over eta (in
+    a common unit of the parameters' steps) and the linear least-squares residual about that
+    point; None when they leave the float64 range or float64 cannot form ``rr`` to 1e-2 (an
+    ill-conditioned fit far above the noise, e.g. an exact box at high precision)."""
     ctx = K.ctx
     unit = max(LO.convert(e) for e in etas)
     eta_hat = np.array([float(LO.convert(e) / unit) for e in etas])
@@ -273,7 +275,13 @@ def _refit(heads, obs, K, etas):
         theta, s, Js = trial, s1, J1
         if settled:
             break
-    return s, Js
+    # the linear least-squares residual about the last point: its smallest sum of squares to
+    # first order, trusted only when float64 forms it to within 1e-2 of eta
+    step = np.linalg.lstsq(Js, s, rcond=None)[0]
+    rr = s - Js @ step
+    if np.max(8 * 2.0 ** -52 * (np.abs(s) + np.abs(Js) @ np.abs(step))) > 1e-2:
+        return None
+    return s, Js, rr
 
 
 def _heads(m):
