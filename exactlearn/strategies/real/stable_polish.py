@@ -281,22 +281,18 @@ def minimax_bound(polished, rec, start, etas):
     V = np.array([[float(a) for a in h.v] for h in heads])
     H, d = V.shape
     fam = _Families(rec, start, etas)
-    cols, res, eta, slack = [], [], [], []
-    for f in range(len(fam.pairs)):
-        val, gz, gv, size = _values(fam, f, W, V)
-        cols.append(np.concatenate([np.concatenate([gz[:, h:h + 1] * fam.D[f][None, :]
-                                                    for h in range(H)], axis=1),
-                                    gv.reshape(len(val), H * d)], axis=1))
-        res.append(fam.y[f] - val)
-        eta.append(fam.eta[f])
-        slack.append(8 * EPS * (size + np.abs(fam.y[f])))
-    eta = np.concatenate(eta)
-    s = np.concatenate(res) / eta
-    err = float(np.max(np.concatenate(slack) / eta))
+    vals = [_values(fam, f, W, V) for f in range(len(fam.pairs))]
+    eta = np.concatenate(fam.eta)
+    s = np.concatenate([fam.y[f] - v[0] for f, v in enumerate(vals)]) / eta
+    err = float(np.max(np.concatenate([8 * EPS * (v[3] + np.abs(fam.y[f]))
+                                       for f, v in enumerate(vals)]) / eta))
     if np.max(np.abs(s)) <= 1:
         return float(np.max(np.abs(s)))
     if len(s) * H * (d * d + d) > MAX_DENSE:
         return None
+    cols = [np.concatenate([np.concatenate([gz[:, h:h + 1] * fam.D[f][None, :] for h in range(H)],
+                                           axis=1), gv.reshape(len(val), H * d)], axis=1)
+            for f, (val, gz, gv, _) in enumerate(vals)]
     return chebyshev_bound(np.concatenate(cols) / eta[:, None], s, err)
 
 
