@@ -153,6 +153,16 @@ class NoisierThanDeclared(CertificateError):
     """Residuals far beyond the declared eta: the box is noisier than declared (real field)."""
 
 
+class ResidualsBeyondNoise(NoisierThanDeclared):
+    """Real field: the certified model, ``heads`` canonical heads, misses an observation by more
+    than the declared eta allows -- a box noisier than declared, or more heads than were
+    fitted (two heads merged)."""
+
+    def __init__(self, message, heads=None):
+        super().__init__(message)
+        self.heads = heads
+
+
 class PrimesDisagree(LearningFailure):
     """Two primes gave different canonical W (a bad reduction, or a box outside the class)."""
 
@@ -176,4 +186,5 @@ __all__ = ["ExactLearnError", "ModelError", "BadBlackBox", "FieldError", "Exactn
            "NotSplit", "NotOrdered", "BadReduction", "ReconstructionError", "HeightExceeded",
            "Undecided", "LearningFailure", "DegenerateDraw", "InterpolationError", "MatchError",
            "PoleCountMismatch", "SingularMatrix", "CertificateError", "NoisierThanDeclared",
+           "ResidualsBeyondNoise",
            "PrimesDisagree", "TransformerFailure", "ClusterError", "DEGENERATE"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from exactlearn.errors import DegenerateDraw
+from exactlearn.errors import DegenerateDraw, LearningFailure, ResidualsBeyondNoise
 from exactlearn.pipeline.plan import draw_paper_plan
 from exactlearn.strategies.real.learn import run_real, verify_real
 from exactlearn.strategies.real.stable import run_stable, stable_count
@@ -56,26 +56,63 @@ def plan_count(name, d, H) -> int:
 def run(plan, ask, K, trace, options) -> tuple:
     """Probe, scale, ask and analyse ``plan`` over the real field: ``(heads, n_certified)``;
     ``options.plan`` is ``"stable"`` (:mod:`~exactlearn.strategies.real.stable`, the
-    default over this field) or ``"paper"`` (:mod:`~exactlearn.strategies.real.learn`)."""
-    if options.plan == "stable":
-        if options.snap:
-            raise ValueError("snap=True is available with plan='paper' over the real field")
-        heads, n, options.state.outcome = run_stable(
-            plan, ask, K, noise=options.noise, noise_rel=options.noise_rel,
-            query_scale=options.query_scale, heads_exact=options.heads_given,
-            probe_log=options.state.probes)
-    else:
-        if options.noise_rel is not None:
-            raise ValueError("noise_rel= (relative noise) needs plan='stable' over the real field")
-        heads, n, options.state.outcome = run_real(
-            plan, ask, K, noise=options.noise, query_scale=options.query_scale,
-            snap=options.snap, probe_log=options.state.probes)
+    default over this field) or ``"paper"`` (:mod:`~exactlearn.strategies.real.learn`).
+
+    **Head-count escalation** (a head bound ``max_heads``): the count the families show comes
+    first; when the certified model's residuals exceed what the declared eta allows
+    (:class:`~exactlearn.errors.ResidualsBeyondNoise`, docs/explanation/real-field.md) with m
+    heads below the bound, the run is repeated fitting exactly m + 1 heads, and so on up to
+    the bound: the smallest count whose residuals are within eta is certified.  If none is,
+    the run fails naming every count tried.  Every query of every try is counted.
+    """
+    if options.plan == "stable" and options.snap:
+        raise ValueError("snap=True is available with plan='paper' over the real field")
+    if options.plan != "stable" and options.noise_rel is not None:
+        raise ValueError("noise_rel= (relative noise) needs plan='stable' over the real field")
+    fit_heads, tried = None, []
+    while True:
+        try:
+            heads, n, options.state.outcome = _run_once(plan, ask, K, options, fit_heads)
+            if tried:                   # the counts refuted before this one, and why
+                options.state.outcome.detail["head_counts_refuted"] = [t[:300] for t in tried]
+            break
+        except ResidualsBeyondNoise as exc:
+            m = exc.heads
+            tried.append(f"with {_heads(m) if m is not None else 'the heads found'}: {exc}")
+            if options.heads_given or m is None or m >= plan.H:
+                if len(tried) > 1:
+                    raise ResidualsBeyondNoise(_history(tried), heads=m) from None
+                raise
+            fit_heads = max(m, fit_heads or 0) + 1
+        except LearningFailure as exc:
+            if not tried:
+                raise
+            tried.append(f"refitting with exactly {_heads(fit_heads)}: {exc.kind}: {exc}")
+            raise ResidualsBeyondNoise(_history(tried), heads=fit_heads) from None
     if options.heads_given and len(heads) < plan.H:
         raise DegenerateDraw(
             f"{len(heads)} of the {plan.H} heads given were resolved: over the real field "
             f"two heads closer than the noise resolves look like one, and no error bound "
             f"covers that (give max_heads / --max-heads when heads may merge exactly)")
     return heads, n
+
+
+def _run_once(plan, ask, K, options, fit_heads):
+    if options.plan == "stable":
+        return run_stable(plan, ask, K, noise=options.noise, noise_rel=options.noise_rel,
+                          query_scale=options.query_scale, heads_exact=options.heads_given,
+                          probe_log=options.state.probes, fit_heads=fit_heads)
+    return run_real(plan, ask, K, noise=options.noise, query_scale=options.query_scale,
+                    snap=options.snap, probe_log=options.state.probes, fit_heads=fit_heads)
+
+
+def _heads(m):
+    return f"{m} head{'s' if m != 1 else ''}"
+
+
+def _history(tried):
+    return ("no head count up to the bound fits the observations within the declared eta; "
+            + "; ".join(tried))
 
 
 def verify(oracle, heads, d, H, K, convert, rng, R, n, state) -> tuple:

@@ -59,8 +59,10 @@ def label_real(plan, fits, etas) -> dict:
     return label_heads(plan, poles_of.__getitem__, relation).index
 
 
-def analyse_real(plan, y_shared, q_shared, values, K, S, etas, eta, obs, start) -> tuple:
+def analyse_real(plan, y_shared, q_shared, values, K, S, etas, eta, obs, start,
+                 fit_heads=None) -> tuple:
     """Fit, check, label, solve and certify the scaled plan's answers (module doc).
+    ``fit_heads``: fit exactly that many heads in every family (the head-count escalation).
 
     ``values[n]`` are configuration n's ``(y, observation index)`` at k = 1..2H,
     ``S`` the run's sensitivity context.  Returns ``(heads, certified observations,
@@ -73,7 +75,7 @@ def analyse_real(plan, y_shared, q_shared, values, K, S, etas, eta, obs, start) 
         if c.shares_k0:
             ys = [y_shared] + [y for y, _ in values[n]]
             ss = [Sens.unit(S, q_shared)] + [Sens.unit(S, q) for _, q in values[n]]
-            fits[n] = fit_family_with_sensitivities(K, H, ys, ss, etas)
+            fits[n] = fit_family_with_sensitivities(K, H, ys, ss, etas, exact_poles=fit_heads)
     # V from the group of x_1: E^T V = (V.e_j)_j, V.e_j = -sum_h c_h(x_1, e_j)
     Etinv_q = linalg.inverse([[QQ(plan.E[j][r]) for r in range(d)] for j in range(d)], QQ)
     s_val, s_sens = [], []
@@ -95,7 +97,8 @@ def analyse_real(plan, y_shared, q_shared, values, K, S, etas, eta, obs, start) 
             y0, s0 = dot_V(c.x)
             ys = [y0] + [y for y, _ in values[n]]
             ss = [s0] + [Sens.unit(S, q) for _, q in values[n]]
-            fits[n] = fit_family_with_sensitivities(K, H, ys, ss, etas, computed0=True, m=m_shared)
+            fits[n] = fit_family_with_sensitivities(K, H, ys, ss, etas, computed0=True, m=m_shared,
+                                                    exact_poles=fit_heads)
     # every family's limit is V.a (an overdetermined relation: V comes from the group of x_1)
     for n, c in enumerate(configs):
         f = fits[n]
@@ -124,6 +127,8 @@ def analyse_real(plan, y_shared, q_shared, values, K, S, etas, eta, obs, start) 
         "certificate": "within tolerance (noise + propagated parameter uncertainty); not exact",
         "certified_observations": len(obs),
         "max_residual_over_tolerance": LO.nstr(cert.worst_ratio, 3),
+        "max_residual_over_noise_allowance": (None if cert.residual_ratio is None
+                                              else LO.nstr(cert.residual_ratio, 3)),
         "eta": LO.nstr(LO.convert(eta), 6),
         "rounding_per_output": LO.nstr(rounding(K, cert.rounding_size), 3),
         "head_error_bounds": [LO.nstr(b, 3) for b in cert.head_bounds],

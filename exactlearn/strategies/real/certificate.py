@@ -9,6 +9,22 @@ effect of the parameter uncertainty; a miss is
 eta").  The result says ``"certificate": "within tolerance"`` (the learner's JSON
 ``"exact": false``) and reports the largest residual/tolerance ratio.
 
+**The residual test** (:func:`residual_bounds`).  That tolerance lets each observation move
+by the parameter bounds entry by entry, so a model of too few heads -- two heads closer than
+one configuration resolves, fitted as one with bounds to match -- can pass it.  So the
+certified model's residuals must also stay within what the declared eta allows: to first
+order the residual ``f(q) - y_q = sum_p ((J S)_qp - [p = q]) eps_p`` (``J`` the model's
+gradient at q, ``S`` the parameters' sensitivities) is a linear functional of the output
+errors, and its worst case ``b_q = sum_p |(J S)_qp - [p = q]| eta_p`` keeps the cancellations
+between parameters.  A residual beyond ``SAFETY b_q``, plus ``SECOND_ORDER`` of the
+entry-by-entry effect, the solves' rounding and the evaluation's, is
+:class:`~exactlearn.errors.ResidualsBeyondNoise`: a box noisier than declared, or more heads
+than were fitted -- with a head bound the learner then fits more heads
+(:func:`exactlearn.strategies.real.run`).  Where a residual exceeds its eta, ``b_q`` is formed
+for that observation (``N P`` work).  The head count is tested apart
+(:func:`least_squares_test`): a least-squares refit of every observation whose misfit no model
+of that many heads could avoid (sum of squares, Chebyshev bound) fails the same way.
+
 The reported bound of each parameter is ``SAFETY B + r = 2 B + r``: ``B`` its first-order
 bound, the factor 2 covering second-order terms (below ``1e-3`` of the first-order ones,
 since the analysis fails when a relative first-order bound exceeds ``1e-3``), and ``r``
@@ -20,11 +36,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field as dc_field
 
-from exactlearn.errors import NoisierThanDeclared
-from exactlearn.strategies.real.evaluate import evaluate_with_bounds
+import numpy as np
+
+from exactlearn.errors import NoisierThanDeclared, ResidualsBeyondNoise
+from exactlearn.strategies.real.evaluate import evaluate_with_bounds, evaluate_with_gradient
 from exactlearn.strategies.real.sensitivity import LO, rounding
+from exactlearn.strategies.real.stable_polish import chebyshev_bound
 
 SAFETY = 2               # reported bound = SAFETY * first-order bound + rounding
+#: the residual test's allowance for second-order terms, as a share of the entry-by-entry
+#: first-order effect of the parameter errors (those terms are below LINEAR_LIMIT -- 1e-3,
+#: the stable plan's 1e-2 -- of the first-order ones, or the analysis fails)
+SECOND_ORDER = 0.02
 
 
 @dataclass
@@ -55,6 +78,7 @@ class Certificate:
     head_bounds: list
     error_bound: object
     rounding_size: object           # the size of terms the rounding allowance is taken at
+    residual_ratio: object = None   # largest residual over what eta allows (residual test)
 
 
 def certify_within_tolerance(raw, obs, start, K, etas, eta, H) -> Certificate:
@@ -89,9 +113,179 @@ def certify_within_tolerance(raw, obs, start, K, etas, eta, H) -> Certificate:
                 f"class): the recovered heads miss an observation of length {len(tokens)} by "
                 f"{K.ctx.nstr(abs(f - y), 3)} > tolerance {LO.nstr(tol_q, 3)} (noise "
                 f"{LO.nstr(etas[start + i], 3)} + parameter uncertainty {LO.nstr(grad, 3)})")
+    resid_ratio = _residual_test(raw, obs, start, K, etas)
     head_b = [max([x for row in bw for x in row] + list(bv)) for bw, bv in zip(BW, Bv)]
     return Certificate(heads, BW, Bv, etas, worst_ratio, head_b, max(head_b, default=LO.zero),
-                       max(Ymax, Y0))
+                       max(Ymax, Y0), resid_ratio)
+
+
+def residual_bounds(J, G, eta_hat, rows=None):
+    """``(b, T)`` for the observations ``rows`` (default: all; ``J`` has their gradients):
+    ``b_q``, the first-order worst case of the residual ``sum_p ((J G)_qp - [p = q]) eps_p``
+    over output errors ``|eps_p| <= eta_hat_p`` (module doc), with the float64 rounding of
+    forming it added; and ``T_q = sum_i |J_qi| sum_p |G_ip| eta_hat_p``, the entry-by-entry
+    effect of the first-order parameter bounds.
+
+    ``J`` is n x P (the model's gradient at each observation of ``rows``), ``G`` P x N (each
+    parameter's sensitivity to each observation), ``eta_hat`` the N observation bounds (in any
+    common unit: the results are in that unit).  The work is ``n N P``.
+
+    >>> J = np.array([[1.0], [1.0]]); G = np.array([[0.5, 0.5]])     # the mean of two outputs
+    >>> b, T = residual_bounds(J, G, np.array([1.0, 1.0]))
+    >>> [round(float(x), 9) for x in b], [round(float(x), 9) for x in T]
+    ([1.0, 1.0], [1.0, 1.0])
+    """
+    n, P = J.shape
+    N = G.shape[1]
+    rows = np.arange(n) if rows is None else np.asarray(rows)
+    M = J @ G
+    M[np.arange(n), rows] -= 1.0
+    b = np.abs(M) @ eta_hat
+    T = np.abs(J) @ (np.abs(G) @ eta_hat)
+    # each entry of J G is a sum of P products, each |M| @ eta_hat a sum of N terms
+    return b + 4 * (P + N + 2) * 2.0 ** -52 * (T + eta_hat[rows]), T
+
+
+def _residual_test(raw, obs, start, K, etas):
+    """The residual tests (module doc) of the paper plan's heads ``raw`` on ``obs``; returns the
+    largest residual over its allowance."""
+    heads = [t[0] for t in raw]
+    N = len(obs)
+    sens = [s for _, SW, _, Sv, _ in raw for s in [x for row in SW for x in row] + list(Sv)]
+    rnd = np.array([float(r) for _, _, RW, _, Rv in raw for r in [x for row in RW for x in row]
+                    + list(Rv)])
+    G = np.zeros((len(sens), N))
+    for i, s in enumerate(sens):
+        for q, x in s.c.items():
+            G[i, q - start] = float(x)
+    eta_list = [etas[start + i] for i in range(N)]
+    least_squares_test(heads, obs, K, eta_list)
+    return residual_test(heads, obs, K, G, eta_list, rnd)
+
+
+def residual_test(heads, obs, K, G, etas, rnd) -> object:
+    """Every observation ``obs[i] = (tokens, y)`` recomputed from ``heads`` within what the
+    declared noise allows (module doc): ``eta_i`` or, where larger, the first-order bound
+    ``SAFETY b + SECOND_ORDER T`` of :func:`residual_bounds` (formed only for the observations
+    beyond ``eta_i``), plus the parameters' rounding ``rnd`` (one per parameter, in the order
+    of :func:`~exactlearn.strategies.real.evaluate.evaluate_with_gradient`) and the
+    evaluation's.  ``G`` (P x N) holds the parameters' sensitivities, ``etas`` the N bounds.
+    Returns the largest residual over its allowance; raises
+    :class:`~exactlearn.errors.ResidualsBeyondNoise` beyond 1."""
+    unit = max(LO.convert(e) for e in etas)
+    eta_hat = np.array([float(LO.convert(e) / unit) if unit else 0.0 for e in etas])
+    worst = LO.zero
+    for i, (tokens, y) in enumerate(obs):
+        f, g, size = evaluate_with_gradient(heads, tokens, K)
+        g = np.array(g)
+        base = LO.convert(float(np.abs(g) @ rnd)) + 2 * rounding(K, size)
+        allow = LO.convert(etas[i]) + base
+        r = LO.convert(abs(f - y))
+        if r > allow:
+            b, T = residual_bounds(g[None, :], G, eta_hat, [i])
+            if np.isfinite(b[0]) and np.isfinite(T[0]):
+                allow = max(allow, unit * LO.convert(SAFETY * b[0] + SECOND_ORDER * T[0]) + base)
+            else:                       # sensitivities beyond float64: no bound to test against
+                allow = LO.inf
+        ratio = r / allow if allow else (LO.zero if r == 0 else LO.inf)
+        worst = max(worst, ratio)
+        if ratio > 1:
+            raise ResidualsBeyondNoise(
+                f"outputs noisier than the declared eta (or a black box outside the model class, "
+                f"or more heads than {len(heads)}): the recovered model misses an observation of "
+                f"length {len(tokens)} by {K.ctx.nstr(abs(f - y), 3)}, {LO.nstr(ratio, 3)} times "
+                f"what the declared eta allows ({LO.nstr(allow, 3)}: eta, or the noise propagated "
+                f"through the fit to first order)", heads=len(heads))
+    return worst
+
+
+def least_squares_test(heads, obs, K, etas) -> object:
+    """The least-squares test (module doc): ``heads`` refitted to every observation at once by
+    Gauss--Newton (:func:`_refit`: residuals in the field's precision, steps in float64), then
+    a weighted residual sum of squares above the number of observations, or a Chebyshev bound
+    (:func:`~exactlearn.strategies.real.stable_polish.chebyshev_bound`) above ``1 +
+    SECOND_ORDER``, is :class:`~exactlearn.errors.ResidualsBeyondNoise`: no model of that many
+    heads keeps every output within its eta.  Returns the sum-of-squares ratio, or None when
+    the refit cannot be formed in float64 (residuals or gradients out of its range)."""
+    got = _refit(heads, obs, K, etas)
+    if got is None:
+        return None
+    s, Js, rr = got
+    m, N = len(heads), len(obs)
+    excess = float(rr @ rr) / N
+    if excess > 1:
+        raise ResidualsBeyondNoise(
+            f"outputs noisier than the declared eta (or a black box outside the model class, or "
+            f"more heads than {m}): the least-squares fit of all {N} observations with "
+            f"{_heads(m)} leaves a weighted residual sum of squares {excess:.3g} times their "
+            f"number, at most 1 when every output is within its eta", heads=m)
+    chebyshev = chebyshev_bound(Js, s) if np.max(np.abs(s)) > 1 else 0.0
+    if chebyshev > 1 + SECOND_ORDER:
+        raise ResidualsBeyondNoise(
+            f"outputs noisier than the declared eta (or a black box outside the model class, or "
+            f"more heads than {m}): no model of {_heads(m)} keeps every output within its eta -- "
+            f"about the least-squares fit of all {N} observations the smallest largest "
+            f"residual over its eta is at least {chebyshev:.3g}", heads=m)
+    return excess
+
+
+REFIT_STEPS = 8          # Gauss--Newton steps of :func:`_refit`
+
+
+def _refit(heads, obs, K, etas):
+    """``(s, Js, rr)`` at the weighted least-squares fit of ``heads`` to ``obs``: the residuals
+    over their eta (computed in the field, then rounded to float64), the gradient over eta (in
+    a common unit of the parameters' steps) and the linear least-squares residual about that
+    point; None when they leave the float64 range or float64 cannot form ``rr`` to 1e-2 (an
+    ill-conditioned fit far above the noise, e.g. an exact box at high precision)."""
+    ctx = K.ctx
+    unit = max(LO.convert(e) for e in etas)
+    eta_hat = np.array([float(LO.convert(e) / unit) for e in etas])
+    d = len(heads[0].v)
+    theta = [x for h in heads for x in [a for row in h.W for a in row] + list(h.v)]
+
+    def rebuild(th):
+        per = d * d + d
+        out = []
+        for k in range(len(heads)):
+            p = th[k * per:(k + 1) * per]
+            out.append(type(heads[k])(tuple(tuple(p[r * d:(r + 1) * d]) for r in range(d)),
+                                      tuple(p[d * d:])))
+        return out
+
+    def scaled(th):
+        s, J = [], []
+        for (tokens, y), e in zip(obs, etas):
+            f, g, _ = evaluate_with_gradient(rebuild(th), tokens, K)
+            s.append(float((y - f) / ctx.mpf(LO.convert(e))))
+            J.append(g)
+        s, J = np.array(s), np.array(J) / eta_hat[:, None]
+        return (s, J) if np.all(np.isfinite(s)) and np.all(np.isfinite(J)) else (None, None)
+
+    s, Js = scaled(theta)
+    if s is None:
+        return None
+    for _ in range(REFIT_STEPS):
+        step = np.linalg.lstsq(Js, s, rcond=None)[0]      # in units of `unit`
+        trial = [t + ctx.mpf(float(x)) * ctx.mpf(unit) for t, x in zip(theta, step)]
+        s1, J1 = scaled(trial)
+        if s1 is None or float(s1 @ s1) > float(s @ s) * (1 + 1e-9):
+            break
+        settled = float(s @ s) - float(s1 @ s1) <= 1e-6 * float(s @ s)
+        theta, s, Js = trial, s1, J1
+        if settled:
+            break
+    # the linear least-squares residual about the last point: its smallest sum of squares to
+    # first order, trusted only when float64 forms it to within 1e-2 of eta
+    step = np.linalg.lstsq(Js, s, rcond=None)[0]
+    rr = s - Js @ step
+    if np.max(8 * 2.0 ** -52 * (np.abs(s) + np.abs(Js) @ np.abs(step))) > 1e-2:
+        return None
+    return s, Js, rr
+
+
+def _heads(m):
+    return f"{m} head{'s' if m != 1 else ''}"
 
 
 def verify_real(oracle, outcome, heads, d, H, K, convert, rng, R, n) -> tuple:

@@ -66,3 +66,40 @@ def evaluate_with_bounds(heads, tokens, K, BW=None, Bv=None) -> tuple:
             for c in range(d):
                 grad += gw * abs(LO.convert(xn[c])) * BW[h][r][c]
     return total, grad, size
+
+
+def evaluate_with_gradient(heads, tokens, K) -> tuple:
+    """``(f, gradient, size of the terms)`` for one query: the *signed* partial derivatives
+    of f, as floats, in the order of the parameters of
+    :func:`~exactlearn.strategies.real.certificate.residual_bounds` -- per head the rows of
+    W, then v (the formulas of :func:`evaluate_with_bounds`).
+
+    >>> from exactlearn.fields.real import Real
+    >>> from exactlearn.model import Head
+    >>> f, g, _ = evaluate_with_gradient([Head(((0,),), (2,))], [(1,), (3,)], Real(dps=30))
+    >>> [round(x, 6) for x in g]                 # df/dW = p1 p2 (u1 - u2)(x1 - x2) x_n, df/dv
+    [6.0, 2.0]
+    """
+    ctx = K.ctx
+    pairs, final = distinct_tokens(tokens)
+    toks = [([K(a) for a in t], m) for t, m in pairs]
+    xn = [K(a) for a in final]
+    total = K.zero
+    size = LO.zero
+    grad = []
+    for head in heads:
+        W, v = head.W, head.v
+        d = len(v)
+        wx = [ctx.fsum(a * b for a, b in zip(row, xn)) for row in W]
+        s_n = ctx.fsum(a * b for a, b in zip(xn, wx))
+        ws = [ctx.exp(ctx.fsum(a * b for a, b in zip(t, wx)) - s_n) * m for t, m in toks]
+        Z = ctx.fsum(ws)
+        ps = [w / Z for w in ws]
+        us = [ctx.fsum(a * b for a, b in zip(v, t)) for t, _ in toks]
+        fh = ctx.fsum(p * u for p, u in zip(ps, us))
+        total += fh
+        size += LO.convert(ctx.fsum(p * abs(u) for p, u in zip(ps, us)))
+        gw = [ctx.fsum(p * (u - fh) * t[r] for p, u, (t, _) in zip(ps, us, toks)) for r in range(d)]
+        grad += [float(gw[r] * xn[c]) for r in range(d) for c in range(d)]
+        grad += [float(ctx.fsum(p * t[r] for p, (t, _) in zip(ps, toks))) for r in range(d)]
+    return total, grad, size

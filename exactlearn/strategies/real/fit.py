@@ -49,7 +49,8 @@ class Fit:
         return self.sA.bound(etas), [s.bound(etas) for s in self.srho], [s.bound(etas) for s in self.sc]
 
 
-def fit_family_with_sensitivities(K, H, ys, ssens, etas, computed0=False, m=None) -> Fit:
+def fit_family_with_sensitivities(K, H, ys, ssens, etas, computed0=False, m=None,
+                                  exact_poles=None) -> Fit:
     """Fit ``ys`` (k = 0..2H) and propagate the sample sensitivities ``ssens`` (module doc).
 
     The sensitivities are kept in the context of ``ssens``
@@ -63,6 +64,10 @@ def fit_family_with_sensitivities(K, H, ys, ssens, etas, computed0=False, m=None
     ``k = 1 .. 2m + 1`` when ``m < H``.  The refinement then uses every sample.  With fewer
     unknowns than samples (``m < H``) the fit is least squares and its residual is checked
     against the samples' bounds (:func:`~exactlearn.strategies.real.sensitivity.check_noise`).
+    ``exact_poles``: fit exactly that many poles (at most H; the head-count escalation of
+    :func:`exactlearn.strategies.real.run`): the start interpolates the first ``2 poles + 1``
+    observed samples with the pole count decided at the field's rounding, not the noise, and a
+    family that still shows fewer poles fails.
     """
     ctx = K.ctx
     S = ssens[0].ctx
@@ -74,7 +79,15 @@ def fit_family_with_sensitivities(K, H, ys, ssens, etas, computed0=False, m=None
     noise = max(eta_k[1:] if computed0 else eta_k) / LO.convert(ymax)
     noise = min(max(noise, LO.ldexp(1, -K.prec)), LO.mpf("1e-3"))
     Kc = K.with_tolerance(K.tol, K.sep, noise=K(noise))
-    if computed0 and m is not None and m < H:
+    if exact_poles is not None:
+        Kf = K.with_tolerance(K.tol, K.sep, noise=K(LO.ldexp(1, -K.prec)))
+        lo, top = (1 if computed0 else 0), 2 * exact_poles + 1
+        rf = cauchy_interpolate([Kf(k) for k in range(lo, lo + top)], ys[lo:lo + top],
+                                exact_poles, Kf)
+        if rf.n_poles != exact_poles:
+            raise DegenerateDraw(f"a family's samples show {rf.n_poles} poles, not the "
+                                 f"{exact_poles} fitted")
+    elif computed0 and m is not None and m < H:
         rf = cauchy_interpolate([Kc(k) for k in range(1, 2 * m + 2)], ys[1:2 * m + 2], m, Kc)
     else:
         rf = cauchy_interpolate([Kc(k) for k in range(n)], ys, H, Kc)

@@ -63,7 +63,7 @@ __all__ = ["run_real", "verify_real", "max_parameter_error", "RealOutcome", "ort
 
 
 def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_height=None,
-             probe_log=None):
+             probe_log=None, fit_heads=None):
     """Probe, scale, ask and analyse the paper plan over the real field ``K``.
 
     Returns ``(heads, certified_observations, RealOutcome)``; raises the learner's
@@ -113,7 +113,8 @@ def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_hei
     obs = rec.observations[start:]
     Y = yguess([y for _, y in obs])
     etas = {start + i: LO.convert(eta) + rounding(K, Y) for i in range(len(obs))}
-    heads, n_cert, out = analyse_real(splan, y_shared, q_shared, values, K, S, etas, eta, obs, start)
+    heads, n_cert, out = analyse_real(splan, y_shared, q_shared, values, K, S, etas, eta, obs, start,
+                                      fit_heads=fit_heads)
     out.sigma = sigma
     out.probe_queries = probe_queries
     out.detail.update({"query_scale": str(sigma), "scale_rule": "orthogonal X, E (Cayley); "

@@ -48,14 +48,15 @@ import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import (DegenerateDraw, InterpolationError, LearningFailure, MatchError,
-                               NoisierThanDeclared, SingularMatrix)
+                               NoisierThanDeclared, ResidualsBeyondNoise, SingularMatrix)
 from exactlearn.fields.rational import QQ
 from exactlearn.model import Head
 from exactlearn.noise import noise_bound
 from exactlearn.pipeline.match import WithinBounds
 from exactlearn.pipeline.plan import Config, paper_plan
 from exactlearn.strategies.real.analysis import EQUAL_FACTOR
-from exactlearn.strategies.real.certificate import SAFETY, RealOutcome
+from exactlearn.strategies.real.certificate import (SAFETY, SECOND_ORDER, RealOutcome,
+                                                    residual_bounds)
 from exactlearn.strategies.real.labels import label_by_c, label_families, references
 from exactlearn.strategies.real.probe import cayley
 from exactlearn.strategies.real.ratio import (MAX_COPIES, dyadic, family_tokens,
@@ -63,7 +64,8 @@ from exactlearn.strategies.real.ratio import (MAX_COPIES, dyadic, family_tokens,
 from exactlearn.strategies.real.sensitivity import LO, rounding
 from exactlearn.strategies.real.stable_certificate import certify_two_token
 from exactlearn.strategies.real.stable_pencil import pencil_heads
-from exactlearn.strategies.real.stable_polish import Weak, polish
+from exactlearn.strategies.real.evaluate import evaluate_with_gradient
+from exactlearn.strategies.real.stable_polish import Weak, hat, minimax_bound, polish
 from exactlearn.strategies.real.stable_probe import TARGET, ask_family, probe_scale, sigma_for
 from exactlearn.strategies.real.stable_solve import (rows_of, solve_stable_heads, undetermined,
                                                      weak_entries)
@@ -375,10 +377,60 @@ def _pencil_route(plan0, K, asker, nz, nodes, H, why):
             "sigma": sigma, "pencil": info, "plan_start": plan_start}
 
 
+def _sorted(heads, BW, Bv):
+    """The heads in their canonical order, their bounds with them."""
+    order = sorted(range(len(heads)), key=lambda h: heads[h])
+    return [heads[h] for h in order], [BW[h] for h in order], [Bv[h] for h in order]
+
+
+def order_of(before, after) -> list:
+    """``[index in before of after[i]]`` (the heads are the same objects, reordered)."""
+    return [next(j for j, h in enumerate(before) if h is a) for a in after]
+
+
+class _SolveAllowance:
+    """The first-order residual bound of :mod:`~exactlearn.strategies.real.certificate`
+    (:func:`~exactlearn.strategies.real.certificate.residual_bounds`) for the solve's heads,
+    one observation at a time: their sensitivities ``route["SW"], route["Sv"]`` give ``G``
+    (formed at the first call)."""
+
+    def __init__(self, heads, route, K, rec, start, etas_all, d):
+        self.heads, self.route, self.K, self.rec, self.start, self.d = heads, route, K, rec, start, d
+        self.order = [next(j for j, h in enumerate(route["heads"]) if h is a) for a in heads]
+        self.etas = np.asarray(etas_all[start:], dtype=float)
+        self.unit = float(self.etas.max()) or 1.0
+        self.G = None
+
+    def _form(self):
+        d, start, N = self.d, self.start, len(self.etas)
+        SW, Sv, rounds = self.route["SW"], self.route["Sv"], self.route["rounds"]
+        G = np.zeros((len(self.heads) * (d * d + d), N))   # later observations: not in the solve
+        rnd = []
+        for k, h in enumerate(self.order):
+            rows = [np.asarray(SW[h][e], dtype=float) for e in range(d * d)]
+            rows += [np.asarray(Sv[h][r], dtype=float) for r in range(d)]
+            for i, row in enumerate(rows):
+                part = row[start:start + N]
+                G[k * (d * d + d) + i, :len(part)] = part
+            rnd += [rounds[h][0]] * (d * d) + [rounds[h][1]] * d
+        self.G, self.rnd = G, np.array(rnd, dtype=float)
+
+    def __call__(self, q) -> float:
+        if self.G is None:
+            self._form()
+        _, g, _ = evaluate_with_gradient(self.heads, self.rec.observations[q][0], self.K)
+        g = np.array(g)
+        b, T = residual_bounds(g[None, :], self.G, self.etas / self.unit, [q - self.start])
+        return (self.unit * float(SAFETY * b[0] + SECOND_ORDER * T[0])
+                + float(np.abs(g) @ self.rnd))
+
+
 def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
-               probe_log=None):
+               probe_log=None, fit_heads=None):
     """Probe, scale, ask, fit, label, solve and certify (module doc).  Returns
-    ``(heads, certified observations, RealOutcome)``."""
+    ``(heads, certified observations, RealOutcome)``.  ``fit_heads``: fit exactly that many heads
+    (at most ``plan.H``; the escalation of :func:`exactlearn.strategies.real.run`), where
+    ``heads_exact`` is False."""
     H, d = plan.H, plan.d
     eta = K(0) if noise is None else noise_bound(K, noise)
     eta_rel = K(0) if noise_rel is None else noise_bound(K, noise_rel)
@@ -392,7 +444,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     plan0 = paper_plan(X0, E0, H)
     probe_log = [] if probe_log is None else probe_log
     probe_log.append(0)
-    m = H if heads_exact else None
+    m = fit_heads if fit_heads is not None else H if heads_exact else None
     tries = []
     route = None
     n_probe = None
@@ -478,22 +530,46 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
                 f"output is within its eta): it did not converge, or the outputs are noisier "
                 f"than declared")
         if excess > 1:
-            raise NoisierThanDeclared(
+            raise ResidualsBeyondNoise(
                 f"outputs noisier than the declared eta (or a black box outside the model "
-                f"class): the heads that fit all {len(obs)} observations best leave a weighted "
-                f"residual sum of squares {excess:.3g} times their number, at most 1 when every "
-                f"output is within its eta")
+                f"class, or more heads than {m}): the heads that fit all {len(obs)} observations "
+                f"best leave a weighted residual sum of squares {excess:.3g} times their number, "
+                f"at most 1 when every output is within its eta", heads=m)
+        chebyshev = None if far else minimax_bound(polished, rec, start, etas_all)
+        if chebyshev is not None and chebyshev > 1 + SECOND_ORDER:
+            raise ResidualsBeyondNoise(
+                f"outputs noisier than the declared eta (or a black box outside the model "
+                f"class, or more heads than {m}): no model of {m} head{'s' if m != 1 else ''} "
+                f"keeps every output within its eta -- about the least-squares fit of all "
+                f"{len(obs)} observations the smallest largest residual over its eta is at "
+                f"least {chebyshev:.3g}", heads=m)
         pBW = (SAFETY * fW + rW).tolist()
         pBv = (SAFETY * fV + rV).tolist()
         if far or max(np.max(pBW), np.max(pBv)) < max(np.max(BW), np.max(Bv)):
             heads, BW, Bv, method = pheads, pBW, pBv, "polish"
     if not (np.all(np.isfinite(BW)) and np.all(np.isfinite(Bv))):
         raise DegenerateDraw("a parameter's error bound is not finite: nothing to certify")
-    order = sorted(range(m), key=lambda h: heads[h])
-    heads = [heads[h] for h in order]
-    BW = [BW[h] for h in order]
-    Bv = [Bv[h] for h in order]
-    worst_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all)
+    heads, BW, Bv = _sorted(heads, BW, Bv)
+    # the residual test (docs/explanation/real-field.md): every residual within eta or, where
+    # larger, its first-order bound through the estimate (the polish's or the solve's)
+    if method == "polish":
+        fitted = hat(polished, rec, start, etas_all)
+        allowance = (lambda q: fitted.allowance(q, SAFETY, SECOND_ORDER)) if fitted else None
+    else:
+        allowance = _SolveAllowance(heads, route, K, rec, start, etas_all, d)
+    try:
+        worst_ratio, resid_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all,
+                                                     allowance=allowance)
+    except ResidualsBeyondNoise:
+        if method == "polish" or polished is None:
+            raise
+        # the solve's heads miss: certify the polish's least-squares heads instead
+        heads, BW, Bv = _sorted(pheads, pBW, pBv)
+        method = "polish"
+        fitted = hat(polished, rec, start, etas_all)
+        allowance = (lambda q: fitted.allowance(q, SAFETY, SECOND_ORDER)) if fitted else None
+        worst_ratio, resid_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all,
+                                                     allowance=allowance)
     head_b = [max([x for row in bw for x in row] + list(bv)) for bw, bv in zip(BW, Bv)]
     err = max(head_b, default=0.0)
     detail = {
@@ -502,6 +578,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         "certificate": "within tolerance (noise + propagated parameter uncertainty); not exact",
         "certified_observations": len(obs),
         "max_residual_over_tolerance": f"{worst_ratio:.3g}",
+        "max_residual_over_noise_allowance": (None if resid_ratio is None
+                                              else f"{float(resid_ratio):.3g}"),
         "eta": f"{float(eta):.6g}", "eta_rel": f"{float(eta_rel):.6g}",
         "head_error_bounds": [f"{b:.3g}" for b in head_b],
         "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "

@@ -8,7 +8,14 @@ alone), so each head's value is ``f_h = (k rho u_a + m u_x) / (k rho + m)`` with
 ``rho = exp((a - x)^T W x)``, ``u = v.token``, computed once per distinct ``(a, x)``.  The
 tolerance is ``eta_q`` plus the first-order effect of the parameter bounds
 (``df_h/dv = p_a a + p_x x``; ``df_h/dW_rc = p_a p_x (u_a - u_x) e_r x_c``) plus rounding;
-a miss is :class:`~exactlearn.errors.NoisierThanDeclared`.  The general evaluator
+a miss is :class:`~exactlearn.errors.NoisierThanDeclared`.  With ``allowance`` each residual
+must moreover stay within what the declared noise allows, whatever the parameter bounds:
+``eta_q`` plus the rounding of the evaluation -- or, where it is larger, the estimate's own
+first-order bound on that residual, ``allowance(q)`` (for the polish's least-squares heads
+:class:`~exactlearn.strategies.real.stable_polish.Hat`: their residuals are the output
+errors less their projection on the model).  A miss is
+:class:`~exactlearn.errors.ResidualsBeyondNoise` (a box noisier than declared, or more heads
+than were fitted).  The general evaluator
 (:mod:`~exactlearn.strategies.real.evaluate`) gives the same numbers on these queries,
 at d^2 work per query instead of H.
 """
@@ -17,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from exactlearn.errors import NoisierThanDeclared
+from exactlearn.errors import NoisierThanDeclared, ResidualsBeyondNoise
 from exactlearn.strategies.real.sensitivity import rounding
 
 
@@ -42,9 +49,11 @@ def family_key(tokens):
     return (x if a is None else a), x, len(tokens) - m, m
 
 
-def certify_two_token(heads, BW, Bv, K, rec, start, etas):
+def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False):
     """Every observation since ``start`` recomputed from the heads within its tolerance
-    (module doc, step 6); returns the largest residual / tolerance.  Every query of this
+    (module doc, step 6); returns the largest residual / tolerance, and with ``allowance``
+    (None, or a function of the observation index) the largest residual over what the noise
+    allows as well, ``(worst, worst_residual)``.  Every query of this
     plan (probe and rescues included) is ``k`` copies of a token ``a`` and ``m >= 1`` of a
     final token ``x`` (or ``a`` alone), so each head is evaluated in closed form once per
     distinct ``(a, x)`` pair."""
@@ -73,6 +82,7 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas):
             cache[key] = got
         return got
 
+    worst_resid = 0.0
     for q in range(start, len(rec.observations)):
         tokens, y = rec.observations[q]
         a_tok, x_tok, k, m = family_key(tokens)
@@ -87,9 +97,23 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas):
         tol = float(etas[q]) + grad + float(rounding(K, 4 * size))
         ratio = abs(float(f - y)) / tol
         worst = max(worst, ratio)
+        if allowance is not False and ratio <= 1:
+            allow = float(etas[q]) + float(rounding(K, 4 * size))
+            if abs(float(f - y)) > allow:
+                allow = (float("inf") if allowance is None      # no bound formed: not tested
+                         else max(allow, allowance(q) + float(rounding(K, 4 * size))))
+            worst_resid = max(worst_resid, abs(float(f - y)) / allow)
+            if abs(float(f - y)) > allow:
+                raise ResidualsBeyondNoise(
+                    f"outputs noisier than the declared eta (or a black box outside the model "
+                    f"class, or more heads than {len(heads)}): the recovered heads miss an "
+                    f"observation of length {len(tokens)} by {abs(float(f - y)):.3g}, "
+                    f"{abs(float(f - y)) / allow:.3g} times what the declared noise allows "
+                    f"({allow:.3g}: eta, or the noise propagated through the fit to first "
+                    f"order)", heads=len(heads))
         if ratio > 1:
             raise NoisierThanDeclared(
                 f"outputs noisier than the declared eta (or a black box outside the model "
                 f"class): the recovered heads miss an observation of length {len(tokens)} by "
                 f"{abs(float(f - y)):.3g} > tolerance {tol:.3g}")
-    return worst
+    return worst if allowance is False else (worst, worst_resid)

@@ -49,6 +49,8 @@ COND_LIMIT = 1e12        # the Jacobi-scaled normal matrix's condition at most t
 WEAK_COND = 1e8          # directions with eigenvalues below the largest over this are weak
 MAX_PARAMETERS = 4096    # H (d^2 + d) at most this: the dense normal matrix stays <= 128 MB
 MAX_STEPS = 8            # Gauss--Newton steps
+LAWSON_STEPS = 60        # reweightings of :func:`minimax_bound`
+MAX_DENSE = 2 * 10 ** 7  # N P at most this for the dense Jacobian of :func:`minimax_bound`
 LM_STEPS = 100           # Levenberg--Marquardt steps from a far start
 EPS = 2.0 ** -52
 
@@ -242,6 +244,110 @@ def polish(heads, K, rec, start, etas, far=None):
     fV = first[H * dd:].reshape(H, d)
     rV = rnd[H * dd:].reshape(H, d)
     return out, (fW, rW), (fV, rV), excess, weak0
+
+
+def hat(polished, rec, start, etas):
+    """The :class:`Hat` of a :func:`polish` result (its heads, bounds) on the observations it
+    fitted, or None when its normal matrix no longer solves."""
+    heads, (fW, rW), (fV, rV) = polished[:3]
+    W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
+    V = np.array([[float(a) for a in h.v] for h in heads])
+    fam = _Families(rec, start, etas)
+    A, _, parts, _ = _normal(fam, W, V)
+    _, inv, _ = _solve(A, np.zeros(len(A)))
+    if inv is None:
+        return None
+    first = np.concatenate([np.ravel(fW), np.ravel(fV)])
+    rnd = np.concatenate([np.ravel(rW), np.ravel(rV)])
+    return Hat(fam, parts, inv, len(heads), W.shape[1], first, rnd)
+
+
+def minimax_bound(polished, rec, start, etas):
+    """A lower bound, to first order about the fit, on ``min max_q |y_q - f(q)| / eta_q`` over
+    every model with as many heads as ``polished`` (a :func:`polish` result): above 1, no such
+    model keeps every output within its eta (docs/explanation/real-field.md, "The residual
+    test").  The fit's own largest ratio when that is at most 1 (no bound needed), None when
+    the dense Jacobian would exceed ``MAX_DENSE``.
+
+    With scaled residuals ``s = r / eta`` and Jacobian ``Js = J / eta``, every ``u`` with
+    ``Js^T u = 0`` and ``|u|_1 = 1`` gives ``max_q |s_q - (Js d)_q| >= u.s`` for every step d
+    (weak duality of the Chebyshev fit).  The residual ``rr`` of a least-squares fit with
+    weights ``c`` gives ``u = c rr / |c rr|_1``, ``u.s = sum c rr^2 / sum c |rr|``; Lawson's
+    reweighting ``c <- c |rr|`` drives it up to the Chebyshev value (``LAWSON_STEPS``).  The
+    float64 rounding of the residuals is taken off; the linearisation and float64 solves are
+    what the caller's margin covers."""
+    heads = polished[0]
+    W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
+    V = np.array([[float(a) for a in h.v] for h in heads])
+    H, d = V.shape
+    fam = _Families(rec, start, etas)
+    vals = [_values(fam, f, W, V) for f in range(len(fam.pairs))]
+    eta = np.concatenate(fam.eta)
+    s = np.concatenate([fam.y[f] - v[0] for f, v in enumerate(vals)]) / eta
+    err = float(np.max(np.concatenate([8 * EPS * (v[3] + np.abs(fam.y[f]))
+                                       for f, v in enumerate(vals)]) / eta))
+    if np.max(np.abs(s)) <= 1:
+        return float(np.max(np.abs(s)))
+    if len(s) * H * (d * d + d) > MAX_DENSE:
+        return None
+    cols = [np.concatenate([np.concatenate([gz[:, h:h + 1] * fam.D[f][None, :] for h in range(H)],
+                                           axis=1), gv.reshape(len(val), H * d)], axis=1)
+            for f, (val, gz, gv, _) in enumerate(vals)]
+    return chebyshev_bound(np.concatenate(cols) / eta[:, None], s, err)
+
+
+def chebyshev_bound(Js, s, err=0.0) -> float:
+    """Lawson's lower bound (:func:`minimax_bound`) on ``min_d max_q |s_q - (Js d)_q|``, less
+    ``err`` (the rounding of ``s``)."""
+    c = np.full(len(s), 1.0 / len(s))
+    best = 0.0
+    for _ in range(LAWSON_STEPS):
+        sq = np.sqrt(c)
+        step = np.linalg.lstsq(Js * sq[:, None], s * sq, rcond=None)[0]
+        rr = s - Js @ step
+        a = np.abs(rr)
+        if not a.sum() > 0:
+            break
+        best = max(best, float(c @ (rr * rr)) / float(c @ a) - err)
+        if best > 2:
+            break
+        c = c * a
+        c = c / c.sum()
+    return best
+
+
+class Hat:
+    """The estimate's first-order residuals, one observation at a time: with output errors
+    ``eps``, the fitted model's residual at q is ``sum_p ([p = q] - (J S)_qp) eps_p``, ``S`` the
+    sensitivity of the module doc; :meth:`allowance` bounds it (docs/explanation/real-field.md,
+    "The residual test") at ``N P`` work for the one row of ``J S``."""
+
+    def __init__(self, fam, parts, inv, H, d, first, rnd):
+        self.fam, self.parts, self.inv, self.H, self.d = fam, parts, inv, H, d
+        self.first, self.rnd = first, rnd
+        self.where = {int(q): (f, i) for f, idx in enumerate(fam.q) for i, q in enumerate(idx)}
+
+    def allowance(self, q, safety, second_order) -> float:
+        """``safety b_q + second_order T_q + |J_q| rnd``: ``b_q = sum_p |[p = q] - (J S)_qp|
+        eta_p`` the first-order worst case of the residual at observation q, ``T_q = |J_q|
+        first`` the entry-by-entry effect of the parameter bounds, ``rnd`` the parameters'
+        rounding."""
+        fam, H, d = self.fam, self.H, self.d
+        dd = d * d
+        f0, i0 = self.where[q]
+        gz, Jv = self.parts[f0][0], self.parts[f0][1]
+        Jq = np.concatenate([np.concatenate([gz[i0, h] * fam.D[f0] for h in range(H)]), Jv[i0]])
+        u = self.inv @ Jq
+        Zu = np.stack([fam.D @ u[h * dd:(h + 1) * dd] for h in range(H)], axis=1)    # F x H
+        uv = u[H * dd:]
+        b = 0.0
+        for f, (gz, Jv, w, _, _) in enumerate(self.parts):
+            row = (gz @ Zu[f] + Jv @ uv) * w                 # (J S)_q,p over family f
+            if f == f0:
+                row[i0] -= 1.0
+            b += float(np.abs(row) @ fam.eta[f])
+        aJ = np.abs(Jq)
+        return safety * b + second_order * float(aJ @ self.first) + float(aJ @ self.rnd)
 
 
 def _direction(u, H, d):

@@ -1,0 +1,130 @@
+"""Issue 20, section 2: a head bound over the real field never certifies fewer heads than the
+observations resolve (docs/explanation/real-field.md, "The residual test").
+
+Two heads with v = (1, 2) whose W differ in one entry.  On 43b826e both plans certified them as
+one head, with an error bound thousands of times below the true error: the paper plan at
+separation 1e-3 and eta = 1e-10 (near.json of the issue), the stable plan on a float64 box at
+separation 5e-7.  Now the result is either the two heads with a bound that covers their true
+error, or an explicit failure naming the head count -- never one head -- and every query the
+box answered is counted, the refits included.  The truth is the raw model's canonical form
+(computed apart from the learner).
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from gmpy2 import mpq
+
+from exactlearn import MultiHeadAttention, Oracle, learn
+from exactlearn.cli import main
+from exactlearn.fields.real import Real
+from exactlearn.model import Head, canonicalize
+from exactlearn.noise import NoisyOracle
+from exactlearn.strategies.real.learn import max_parameter_error
+from float_layers import NumpyAttention
+
+W1 = [["1", "1/2"], ["-1/4", "3/4"]]
+NEAR = {"format": "exactlearn.mha/1", "d": 2,
+        "heads": [{"W": W1, "v": ["1", "2"]},
+                  {"W": [["1001/1000", "1/2"], ["-1/4", "3/4"]], "v": ["1", "2"]}]}
+
+
+def assert_not_merged(res, truth, K):
+    """Two heads within a covering bound, or an explicit failure naming the head count."""
+    if res.certified:
+        assert len(res.heads) == len(truth), res.heads
+        err, _ = max_parameter_error(res.heads, truth, K)
+        assert err <= res.error_bound
+    else:
+        assert res.status == "failed"
+        assert "more heads than 1" in res.error, res.error
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_near_heads_paper_plan_under_a_head_bound(seed):
+    """near.json, paper plan, eta = 1e-10: 43b826e certified one head with bound 1.1e-7 (true
+    W error 5e-4, v off by 2).  One head leaves a least-squares misfit 19 to 559 times eta^2 per
+    observation; two heads do not resolve at this noise: an explicit failure."""
+    model = MultiHeadAttention.from_json(NEAR)
+    K = Real(dps=50)
+    inner = Oracle(model, K)
+    res = learn(NoisyOracle(inner, 1e-10, seed=seed), d=2, max_heads=2, field=K, seed=seed)
+    assert_not_merged(res, model.canonical_heads(), K)
+    assert res.queries == inner.queries                 # the refit with two heads is counted
+
+
+def test_near_heads_cli_reproduction(tmp_path, capsys):
+    """The issue's command line: `learn --model near.json --max-heads 2 --field real
+    --noise 1e-10 --seed 3` (43b826e: certified, 1 canonical head, error bound 1.1e-7)."""
+    path = tmp_path / "near.json"
+    path.write_text(json.dumps(NEAR))
+    code = main(["learn", "--model", str(path), "--max-heads", "2", "--field", "real",
+                 "--noise", "1e-10", "--seed", "3", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert (code, out["status"], out["canonical_heads"]) != (0, "certified", 1)
+    if out["status"] == "certified":
+        assert out["canonical_heads"] == 2
+    else:
+        assert code == 1 and "more heads than 1" in out["error"]
+
+
+def near_box(sep):
+    W = np.array([[1.0, 0.5], [-0.25, 0.75]])
+    v = np.array([1.0, 2.0])
+    W2 = W.copy()
+    W2[0, 0] += sep
+    return NumpyAttention([(W, v), (W2, v)])
+
+
+def truth(box):
+    return canonicalize([Head(tuple(tuple(mpq(a) for a in r) for r in W), tuple(mpq(a) for a in v))
+                         for W, v in box.exact_heads()])
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_near_heads_stable_plan_float64_box(seed):
+    """A float64 box, heads 5e-7 apart in W[0][0], max_heads=2, eta = 5e-14: 43b826e
+    certified one head with bound 7e-14 (true W error 2.5e-7).  No model of one head keeps
+    every output within eta (the Chebyshev bound about the least-squares fit exceeds 1)."""
+    box = near_box(5e-7)
+    K = Real(dps=30)
+    res = learn(box, d=2, max_heads=2, field=K, tokens="float64", plan="stable", noise=5e-14,
+                seed=seed)
+    assert_not_merged(res, truth(box), K)
+    assert res.queries == box.calls
+
+
+def test_a_single_head_under_a_head_bound_is_still_certified():
+    """The residual test does not refuse a model the observations fit: one head, bound 2,
+    eta = 1e-10 (paper plan) and a float64 box (stable plan) are certified with one head."""
+    model = MultiHeadAttention([(W1, ["1", "2"])])
+    K = Real(dps=50)
+    res = learn(NoisyOracle(Oracle(model, K), 1e-10, seed=1), d=2, max_heads=2, field=K, seed=1)
+    assert res.certified, res.error
+    err, _ = max_parameter_error(res.heads, model.canonical_heads(), K)
+    assert len(res.heads) == 1 and err <= res.error_bound
+    box = NumpyAttention([(np.array([[1.0, 0.5], [-0.25, 0.75]]), np.array([1.0, 2.0]))])
+    res = learn(box, d=2, max_heads=2, field=Real(dps=30), tokens="float64", plan="stable",
+                noise=5e-14, seed=0)
+    assert res.certified, res.error
+    err, _ = max_parameter_error(res.heads, truth(box), Real(dps=30))
+    assert len(res.heads) == 1 and err <= res.error_bound
+    assert res.real_detail["max_residual_over_noise_allowance"] is not None
+
+
+def test_a_model_of_too_few_heads_fails_the_residual_test_with_its_count():
+    """The residual test itself: with one head fitted where two are, the escalation refits
+    with two; its failure names both counts (ResidualsBeyondNoise carries the count)."""
+    model = MultiHeadAttention([(W1, ["1", "2"]),
+                                ([[str(1 + Fraction(3, 100)), "1/2"], ["-1/4", "3/4"]], ["1", "2"])])
+    K = Real(dps=50)
+    inner = Oracle(model, K)
+    res = learn(NoisyOracle(inner, 1e-10, seed=0), d=2, max_heads=2, field=K, seed=0)
+    assert_not_merged(res, model.canonical_heads(), K)
+    if not res.certified:
+        assert "with 1 head" in res.error and "exactly 2 heads" in res.error
+    assert res.queries == inner.queries
