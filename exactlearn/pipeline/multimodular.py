@@ -116,11 +116,13 @@ def log2_wrong_bound(heads) -> float:
                  - LOG2_CONFIRM_PRIMES, 1)
 
 
-def _reconstruct(W_set, residues, moduli, bias=False):
+def _reconstruct(W_set, residues, moduli):
     """Rational heads from per-prime residue vectors, or None when some value is past the
     reconstruction bound of the product of the moduli.  ``W_set``: each head's (W, u)
-    (exact from the logs); with ``bias`` the last residue vector is the constant c
-    (docs: explanation/biases.md) and the result a :class:`~exactlearn.model.HeadSet`."""
+    (exact from the logs).  A run with biases has one residue vector more than heads, the
+    constant ``(c,)`` (docs: explanation/biases.md), and gives a
+    :class:`~exactlearn.model.HeadSet`."""
+    bias = len(residues[0]) == len(W_set) + 1
     try:
         vs = [tuple(crt_reconstruct([r[h][i] for r in residues], moduli)
                     for i in range(len(residues[0][h]))) for h in range(len(residues[0]))]
@@ -202,7 +204,7 @@ def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEF
                     f"outside the model class"))
             residues.append([h.v for h in heads] + ([(constant_of(heads),)] if bias else []))
             moduli.append(p)
-            current = _reconstruct(W_set, residues, moduli, bias)
+            current = _reconstruct(W_set, residues, moduli)
             if current is not None and current == previous:
                 stable = current
             previous = current
