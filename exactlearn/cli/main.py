@@ -244,6 +244,8 @@ def _cmd_learn(args) -> int:
         raise BadInput("--rank needs --plan efficient")
     if args.bias and args.plan != "paper":
         raise BadInput(f"--bias is not supported yet with --plan {args.plan} (the paper plan only)")
+    if args.bias and (getattr(args, "workers", None) is not None or getattr(args, "scheduler", None)):
+        raise BadInput("--bias is not supported yet with --workers or --scheduler")
     if args.bias and args.field == "real":
         raise BadInput("--bias is not supported yet over the real field (use --field rational, "
                        "modular or symbolic)")

@@ -49,8 +49,18 @@ def run(plan, ask, K, trace, options) -> tuple:
     """Ask ``plan`` through ``ask``, analyse it in K (or K's analysis fields) and certify
     every observation over K, with u and c.
 
+    The plan's count and longest query are checked against the formulas, and the queries
+    this run asked (the recorder's own count) against the count.
+
     Returns ``(canonical heads with their constant, number of certified observations)``."""
+    if plan.count != bias_count(plan.d, plan.H) or plan.max_length != 2 * plan.H + 1:
+        raise AssertionError(f"the plan for biases has {plan.count} queries, the longest of "
+                             f"{plan.max_length} tokens; the formulas give {bias_count(plan.d, plan.H)} "
+                             f"and {2 * plan.H + 1}")
+    before = ask.queries
     y_shared, values = ask_plan(plan, ask)
+    if ask.queries - before != plan.count:
+        raise AssertionError(f"{ask.queries - before} queries asked for a plan of {plan.count}")
     return analyse_and_certify(plan, y_shared, values, K, None, trace)
 
 

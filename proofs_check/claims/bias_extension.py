@@ -204,7 +204,7 @@ def summary(plan_rows, rows) -> tuple:
 @claim(ID, "With bias=True the learner recovers biased models (scores x_i^T W_h x_n + u_h^T x_i, "
            "a constant c) exactly over every exact field -- canonical form merging equal (W, u) -- "
            "with 4Hd^2 + 4Hd - 2H + 1 queries, the longest of 2H + 1 tokens, counted by the box; "
-           "the bias-free plan on a biased box fails explicitly.", order=105)
+           "the bias-free plan on a box with a constant c != 0 fails explicitly.", order=105)
 def check(ctx):
     d_max, H_max = {"tiny": (3, 2), "quick": (6, 4), "full": (10, 6)}[level(ctx)]
     plan_rows = ctx.map(plan_trial, [(ctx.seed, d, H) for d in range(1, d_max + 1)
