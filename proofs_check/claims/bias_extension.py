@@ -137,16 +137,20 @@ def problems_of(row) -> list:
     return out
 
 
+#: (d_max, H_max) per field and level; the symbolic field's degrees grow fast.
+SIZES = {"tiny": {"rational": (2, 2), "modular": (2, 2), "symbolic": (2, 1)},
+         "quick": {"rational": (3, 3), "modular": (4, 3), "symbolic": (2, 2)},
+         "full": {"rational": (3, 3), "modular": (6, 4), "symbolic": (2, 2)}}
+
+
 def grid(ctx) -> list:
-    """(field, d, H, H0, kind) cells: rational and modular d <= 3 (tiny: <= 2), H <= 3, every
-    kind; symbolic d <= 2, H <= 2 (its degrees grow fast); a bound H0 = H + 1 on every
-    third run."""
+    """(field, d, H, H0, kind) cells: every d <= d_max and H <= H_max of :data:`SIZES`, every
+    kind that H allows (the symbolic field: plain and merged); a bound H0 = H + 1 on every
+    third run; the full campaign repeats each cell 3 times (times ``--scale``)."""
     lv = level(ctx)
     reps = 1 if lv != "full" else ctx.size(1, 3)
     cells = []
-    for field_name, d_max, H_max in (("rational", 2 if lv == "tiny" else 3, 2 if lv == "tiny" else 3),
-                                     ("modular", 2 if lv == "tiny" else 3, 2 if lv == "tiny" else 3),
-                                     ("symbolic", 2, 1 if lv == "tiny" else 2)):
+    for field_name, (d_max, H_max) in SIZES[lv].items():
         for d in range(1, d_max + 1):
             for H in range(1, H_max + 1):
                 kinds = [k for k in KINDS if H >= 2 or k == "plain"]
