@@ -103,6 +103,21 @@ def test_biased_model_evaluates_as_its_definition():
         assert m.evaluate(X, Rational()) == truth_value(m, X)
 
 
+def test_biased_model_evaluates_over_the_real_field():
+    m = MultiHeadAttention([([[1, 0], ["1/2", 1]], [1, 2], ["1/2", -1]), ([[0, 1], [1, 0]], [3, 1])],
+                           constant="2/3")
+    X = [[1, 2], [3, -1], [0, 1]]
+    total = 2 / 3
+    for h in m.heads:                       # e^s in floats, from the definition
+        W = [[float(a) for a in row] for row in h.W]
+        u, v = [float(a) for a in h.u], [float(a) for a in h.v]
+        s = [sum(x[r] * W[r][c] * X[-1][c] for r in range(2) for c in range(2))
+             + sum(a * b for a, b in zip(u, x)) for x in X]
+        w = [math.exp(t) for t in s]
+        total += sum(wi * sum(a * b for a, b in zip(v, x)) for wi, x in zip(w, X)) / sum(w)
+    assert abs(float(m.evaluate(X, Real())) - total) < 1e-12
+
+
 def test_same_W_different_u_is_not_merged():
     W = [[1, 0], [0, 1]]
     apart = MultiHeadAttention([(W, [1, 0], [1, 0]), (W, [0, 1], [0, 1])])
