@@ -93,6 +93,13 @@ class LearnResult:
     detail : object
         The strategy's own detail (an ``EfficientDetail``, a ``RealDetail``, or None), read
         through the properties below.
+    constant : rational
+        With ``bias=True``: the additive constant c of the canonical form (0 when absent,
+        and on a failure); each head then has its query-bias vector ``u``
+        (docs: explanation/biases.md).
+    bias : bool
+        Whether the run learned biases (``bias=True``); only then does the JSON carry
+        ``heads[i].u`` and ``constant``.
     """
 
     status: str
@@ -117,6 +124,8 @@ class LearnResult:
     snap: dict | None = None               # snap=True: bounded-height rationals, certified
     multimodular: dict | None = None       # modular field: primes, exact_over_Q, bound
     detail: object = None                  # the strategy's own: EfficientDetail, RealDetail or None
+    constant: object = 0                   # bias=True: the additive constant c
+    bias: bool = False                     # bias=True: the plan for biases (u, c in the JSON)
 
     # -- the strategies' details, as attributes (stable names) -------------------------
     @property
@@ -190,7 +199,7 @@ class LearnResult:
             "canonical_heads": len(self.heads),
             "queries": self.queries,
             "max_length": self.max_length,
-            "heads": [h.to_json(K.format) for h in self.heads],
+            "heads": [h.to_json(K.format, bias=self.bias) for h in self.heads],
             "error": self.error,
             "learner_seconds": round(self.learner_seconds, 6),
             "oracle_seconds": round(self.oracle_seconds, 6),
@@ -212,7 +221,7 @@ class LearnResult:
             "snap": self.snap,
             "exact_over_Q": self.exact_over_q,
             "multimodular": self.multimodular,
-        }
+        } | ({"constant": K.format(self.constant)} if self.bias else {})
 
     @property
     def exact_over_q(self) -> bool:
@@ -273,7 +282,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
           verify: int = 0, plan: str | None = None, rank: int | None = None,
           noise=None, query_scale=None, snap: bool = False,
           max_primes: int | None = None, noise_rel=None, tokens: str = "exact",
-          executor=None, max_height: int | None = None) -> LearnResult:
+          executor=None, max_height: int | None = None,
+          bias: bool = False) -> LearnResult:
     """Learn the canonical heads of ``oracle`` (arXiv:2608.03294; docs: explanation/algorithm.md).
 
     Asks the black box a planned set of value queries and returns either *certified* heads
@@ -363,6 +373,13 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         counted in ``queries``; a cluster that cannot go on fails the run (``status``
         failed, the reason "the Dask cluster failed: ...", no redraw) within the bounds of
         docs: explanation/performance.md#a-worker-that-dies.
+    bias : bool, default False
+        Learn a layer with biases (docs: explanation/biases.md): scores
+        ``x_i^T W_h x_n + u_h^T x_i`` and an additive constant c, exactly over the exact
+        fields, with ``4 H d^2 + 4 H d - 2H + 1`` queries, the longest of ``2H + 1`` tokens;
+        each head gains ``u`` and the result ``constant``.  Not supported yet over the real
+        field, nor with ``plan="efficient"``, ``executor=`` or ``max_height=``
+        (ValueError).
 
     Returns
     -------
@@ -420,7 +437,16 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
             raise ValueError(f"max_height applies to the modular field only, not the {K.name} field")
         if (plan or "paper") != "paper":
             raise ValueError("max_height applies to the paper plan (plan='paper')")
-    strategy = strategy_for(plan, K)
+    if bias not in (True, False):
+        raise ValueError(f"bias must be True or False, got {bias!r}")
+    if bias:
+        _check_bias_options(K, plan, executor)
+        if max_height is not None:
+            raise ValueError("max_height= does not apply to bias=True yet (the biased plan's "
+                             "exponent check is not written for a height bound)")
+        from exactlearn.strategies import bias as strategy
+    else:
+        strategy = strategy_for(plan, K)
     if executor is not None and not (K.multimodular and getattr(oracle, "over", None)
                                      and strategy.ASKS_PLAN and not trace):
         raise ValueError("executor= spreads the paper plan over the modular field with a black "
@@ -515,7 +541,20 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         attempts=attempts, query_range=R, learner_seconds=max(0.0, total - rec.seconds),
         oracle_seconds=rec.seconds, certified_observations=n_cert, trace=tr,
         snap=_snap(detail, recovered) if snap and error is None else None,
-        multimodular=multimodular, detail=detail)
+        multimodular=multimodular, detail=detail,
+        constant=getattr(recovered, "constant", 0) if error is None and bias else 0, bias=bias)
+
+
+def _check_bias_options(K, plan, executor) -> None:
+    """``bias=True`` runs the plan for biases over the exact fields only (docs: explanation/biases.md)."""
+    if not K.is_exact:
+        raise ValueError(f"bias=True is not supported yet over the {K.name} field (the exact "
+                         f"fields only: rational, modular, symbolic)")
+    if plan not in ("paper", None):
+        raise ValueError(f"bias=True is not supported yet with plan={plan!r} (the paper plan, "
+                         f"extended, only)")
+    if executor is not None:
+        raise ValueError("bias=True is not supported yet with executor=")
 
 
 def _snap(detail, heads) -> dict:

@@ -108,8 +108,19 @@ def redraw(draw, accept, *, tries: int = MAX_DRAWS, failure: str = "no draw was 
     raise ValueError(failure)
 
 
+def add_biases(randint, heads: list, d: int, num: int, den: int, same=()) -> tuple:
+    """Biased heads ``[(W, v, u), ...]`` and a constant c (docs: explanation/biases.md):
+    u and c drawn after the heads (entries as :func:`random_rational`); heads that
+    share their W by construction (``same``: pairs ``(src, dst)``) get one u, so that
+    the canonical form merges them.  Returns ``(heads, c)``."""
+    us = [random_vector(randint, d, num, den) for _ in heads]
+    for src, dst in same:
+        us[dst] = us[src]
+    return [(W, v, u) for (W, v), u in zip(heads, us)], random_rational(randint, num, den)
+
+
 def random_model(d: int, H: int, seed=None, merge: bool = False, cancel: bool = False,
-                 entries: int = 3, den: int = 2) -> MultiHeadAttention:
+                 entries: int = 3, den: int = 2, bias: bool = False) -> MultiHeadAttention:
     """``exactlearn random-model``: H heads, W entries p/q with |p| <= ``entries`` and
     q <= ``den``, v entries with q <= 3, drawn from ``random.Random(seed)``.
 
@@ -119,6 +130,9 @@ def random_model(d: int, H: int, seed=None, merge: bool = False, cancel: bool = 
     0, or whose cancelling pair has v = 0 or shares its W with another head, is
     redrawn from the same generator.  With both flags, H = 2 gives the cancelling
     pair only and H = 3 a merged group of three (v, u, -u); H >= 4 gives both.
+    ``bias``: every head gets a random u and the model a random constant
+    (:func:`add_biases`; the merged and cancelling heads share their u); without it the
+    draws are those of a bias-free model.
     ValueError when no draw in :data:`MAX_DRAWS` has the structure, or (before anything is
     drawn) when the model would be beyond :mod:`exactlearn.limits`."""
     check_model_size(d, H)
@@ -128,11 +142,17 @@ def random_model(d: int, H: int, seed=None, merge: bool = False, cancel: bool = 
 
     def draw():
         heads = random_heads(rng.randint, d, H, w=(entries, den), v=(entries, 3))
+        same = []
         if merge and H >= 2:
             share_W(heads, 0, 1)
+            same.append((0, 1))
         if cancel and H >= 2:
             src = H - 2 if not (merge and H == 2) else 0
             heads[src], heads[-1] = cancelling_group(heads[src][0], [heads[src][1]])
+            same.append((src, H - 1))
+        if bias:
+            heads, c = add_biases(rng.randint, heads, d, entries, den, same)
+            return MultiHeadAttention(heads, d=d, constant=c, bias=True)
         return MultiHeadAttention(heads, d=d)
 
     return redraw(draw, lambda m: structure_holds(m, merged=int(want_merge), cancelled=int(want_cancel)),

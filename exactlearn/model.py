@@ -35,33 +35,115 @@ from exactlearn.io import check_format, dump_json, exact_matrix, exact_vector, l
 
 FORMAT = "exactlearn.mha/1"
 
+#: The model file format with biases: per-head ``u`` and a top-level ``constant``
+#: (docs: explanation/biases.md).
+FORMAT_BIAS = "exactlearn.mha/2"
+
 
 @dataclass(frozen=True, order=True)
 class Head:
-    """One (canonical or raw) head: W as a tuple of row tuples, v as a tuple."""
+    """One (canonical or raw) head: W as a tuple of row tuples, v as a tuple, and the
+    query-bias vector u (docs: explanation/biases.md): the score of token i is
+    ``x_i^T W x_n + u^T x_i``.  ``u`` defaults to zeros (a head without bias).
+
+    >>> Head(((1,),), (2,)) == Head(((1,),), (2,), (0,)), Head(((1,),), (2,)).u
+    (True, (0,))
+    """
 
     W: tuple
     v: tuple
+    u: tuple = None
+
+    def __post_init__(self):
+        if self.u is None:
+            zero = self.v[0] * 0 if self.v else 0
+            object.__setattr__(self, "u", tuple(zero for _ in self.v))
 
     @property
     def d(self) -> int:
         return len(self.v)
 
-    def to_json(self, fmt=format_rational) -> dict:
-        return {"W": [[fmt(x) for x in row] for row in self.W], "v": [fmt(x) for x in self.v]}
+    @property
+    def biased(self) -> bool:
+        """True when u is not zero."""
+        return any(x != 0 for x in self.u)
+
+    def to_json(self, fmt=format_rational, bias: bool = False) -> dict:
+        """``{"W", "v"}``, and ``"u"`` with ``bias`` (the bias runs' JSON and mha/2 files)."""
+        out = {"W": [[fmt(x) for x in row] for row in self.W], "v": [fmt(x) for x in self.v]}
+        if bias:
+            out["u"] = [fmt(x) for x in self.u]
+        return out
 
 
-def canonicalize(heads: Iterable[Head]) -> tuple:
-    """Canonical form (docs: explanation/algorithm.md#the-model-and-its-sign-convention): merge equal W, sum v, drop zero sums; sorted.
+class HeadSet(tuple):
+    """Canonical heads with the model's additive constant c (docs: explanation/biases.md).
+
+    A tuple of :class:`Head` (so every use of a tuple of heads keeps working) with
+    ``constant`` (0 when absent) and ``bias`` (True for a model or run with biases).
+    Equality also compares the constants: a HeadSet equals a plain tuple of the same
+    heads exactly when its constant is 0.
+
+    >>> h = Head(((1,),), (2,))
+    >>> HeadSet([h], constant=3) == HeadSet([h], constant=3), HeadSet([h], constant=3) == (h,)
+    (True, False)
+    >>> HeadSet([h]) == (h,)
+    True
+    """
+
+    def __new__(cls, heads=(), constant=0, bias: bool = False):
+        self = super().__new__(cls, heads)
+        self.constant = constant
+        self.bias = bool(bias)
+        return self
+
+    def __eq__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        mine = self.constant
+        theirs = getattr(other, "constant", 0)
+        return tuple.__eq__(self, other) and mine == theirs
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self):
+        return hash((tuple(self), self.constant))
+
+    def __getnewargs__(self):
+        return (tuple(self), self.constant, self.bias)
+
+    def __reduce__(self):
+        return (HeadSet, (tuple(self), self.constant, self.bias))
+
+
+def constant_of(heads):
+    """The additive constant of a collection of heads (0 unless it is a :class:`HeadSet`)."""
+    return getattr(heads, "constant", 0)
+
+
+def canonicalize(heads: Iterable[Head], constant=None, bias: bool | None = None) -> tuple:
+    """Canonical form (docs: explanation/algorithm.md#the-model-and-its-sign-convention): merge equal (W, u), sum v, drop zero sums; sorted.
 
     Sorting makes the result a *value*: two canonical forms are equal as sets
-    exactly when the tuples are equal.
+    exactly when the tuples are equal.  Heads with equal W but different u are
+    *not* merged (docs: explanation/biases.md).  With ``constant`` (or a
+    :class:`HeadSet` given) the result is a :class:`HeadSet` carrying it.
     """
+    if constant is None:
+        constant = constant_of(heads)
+    if bias is None:
+        bias = getattr(heads, "bias", False)
     groups: dict = {}
     for h in heads:
-        acc = groups.get(h.W)
-        groups[h.W] = h.v if acc is None else tuple(a + b for a, b in zip(acc, h.v))
-    return tuple(sorted(Head(W, v) for W, v in groups.items() if any(x != 0 for x in v)))
+        key = (h.W, h.u)
+        acc = groups.get(key)
+        groups[key] = h.v if acc is None else tuple(a + b for a, b in zip(acc, h.v))
+    out = tuple(sorted(Head(W, v, u) for (W, u), v in groups.items() if any(x != 0 for x in v)))
+    if bias or constant != 0:
+        return HeadSet(out, constant, bias)
+    return out
 
 
 class Structure(NamedTuple):
@@ -88,7 +170,7 @@ def structure(heads: Iterable[Head]) -> Structure:
     zero = 0
     for h in heads:
         if any(x != 0 for x in h.v):
-            groups.setdefault(h.W, []).append(h.v)
+            groups.setdefault((h.W, h.u), []).append(h.v)
         else:
             zero += 1
     merged = cancelled = 0
@@ -106,34 +188,61 @@ class MultiHeadAttention:
 
     ``MultiHeadAttention([(W, v), ...], d=None)``: W a d x d nested list, v a
     list; entries are ints, Fractions, mpq, or ``"p/q"``/decimal strings.
+
+    With biases (docs: explanation/biases.md) a head is ``(W, v, u)`` and
+    ``constant`` is the additive constant c:
+    ``f(X) = c + sum_h sum_i softmax_i(x_i^T W_h x_n + u_h^T x_i) v_h . x_i``.
+
+    >>> from exactlearn.fields import Rational
+    >>> m = MultiHeadAttention([([[0]], [1], [1])], constant=5)
+    >>> m.bias, m.evaluate([[0], [1]], Rational()) == 5 + Rational(scale=1).exp(1) / (1 + Rational(scale=1).exp(1))
+    (True, True)
     """
 
-    def __init__(self, heads: Sequence, d: int | None = None):
+    def __init__(self, heads: Sequence, d: int | None = None, constant=None, bias: bool | None = None):
         heads = list(heads)
         if d is None:
             if not heads:
                 raise ModelError("a model without heads needs an explicit d")
             first = heads[0]
-            v = first.v if isinstance(first, Head) else first[1]
+            v = first.v if isinstance(first, Head) else (first["v"] if isinstance(first, dict) and "v" in first
+                                                          else first[1])
             d = len(v)
         if isinstance(d, bool) or not isinstance(d, int) or d <= 0:
             raise ModelError(f"d must be a positive integer, got {d!r}")
         self.d = d
         parsed = []
         for idx, h in enumerate(heads):
+            u = None
             if isinstance(h, Head):
-                W, v = h.W, h.v
+                W, v, u = h.W, h.v, h.u
             elif isinstance(h, dict):
                 if "W" not in h or "v" not in h:
                     raise ModelError(f"head {idx + 1}: missing key 'W' or 'v'")
-                W, v = h["W"], h["v"]
+                W, v, u = h["W"], h["v"], h.get("u")
             else:
                 try:
-                    W, v = h
+                    if len(h) == 3:
+                        W, v, u = h
+                    else:
+                        W, v = h
                 except (TypeError, ValueError):
-                    raise ModelError(f"head {idx + 1}: expected a pair (W, v)") from None
-            parsed.append(Head(exact_matrix(W, d, d, f"head {idx + 1}: W"), exact_vector(v, d, f"head {idx + 1}: v")))
+                    raise ModelError(f"head {idx + 1}: expected a pair (W, v) or a triple (W, v, u)") from None
+            if u is not None:
+                u = exact_vector(u, d, f"head {idx + 1}: u")
+            parsed.append(Head(exact_matrix(W, d, d, f"head {idx + 1}: W"),
+                               exact_vector(v, d, f"head {idx + 1}: v"), u))
         self.heads = tuple(parsed)
+        if constant is None:
+            self.constant = as_mpq(0)
+        else:
+            try:
+                self.constant = as_mpq(constant)
+            except (ValueError, TypeError) as exc:
+                raise ModelError(f"constant: {exc}") from None
+        # a model with biases (docs: explanation/biases.md): written as mha/2
+        self.bias = bool(bias) if bias is not None else (
+            constant is not None or any(h.biased for h in self.heads))
 
     # ---- structure ----------------------------------------------------------------
     @property
@@ -141,7 +250,11 @@ class MultiHeadAttention:
         return len(self.heads)
 
     def canonical_heads(self) -> tuple:
-        """The canonical heads (docs: explanation/algorithm.md#the-model-and-its-sign-convention) as a sorted tuple of :class:`Head`."""
+        """The canonical heads (docs: explanation/algorithm.md#the-model-and-its-sign-convention) as a sorted tuple of :class:`Head`;
+        for a model with biases a :class:`HeadSet` that also carries the constant
+        (docs: explanation/biases.md)."""
+        if self.bias:
+            return canonicalize(self.heads, self.constant, True)
         return canonicalize(self.heads)
 
     def scale(self) -> int:
@@ -156,10 +269,11 @@ class MultiHeadAttention:
         ...                     ([["1/2", 0], [0, 0]], [1, 0])]).scale()
         6
         """
-        return lcm_of_denominators(x for h in self.heads for row in h.W for x in row)
+        return lcm_of_denominators(x for h in self.heads for x in _exponent_entries(h))
 
     def __eq__(self, other):
-        return isinstance(other, MultiHeadAttention) and self.d == other.d and self.heads == other.heads
+        return (isinstance(other, MultiHeadAttention) and self.d == other.d and self.heads == other.heads
+                and self.constant == other.constant)
 
     def __repr__(self):
         return f"MultiHeadAttention(d={self.d}, H={self.H})"
@@ -176,7 +290,7 @@ class MultiHeadAttention:
         if field.scale is None:
             field = field.with_scale(self.scale())
         self.check_scale(field)
-        return HeadEvaluator(self.heads, self.d, field)(tokens)
+        return HeadEvaluator(self.heads, self.d, field, self.constant)(tokens)
 
     def check_scale(self, field: Field) -> None:
         """Raise ExactnessError unless ``field`` (exact) realises every raw head.
@@ -188,15 +302,19 @@ class MultiHeadAttention:
         if field.is_exact and field.scale is not None:
             D = field.D
             for idx, h in enumerate(self.heads):
-                if any((x * D).denominator != 1 for row in h.W for x in row):
-                    need = lcm_of_denominators(x for row in h.W for x in row)
+                if any((x * D).denominator != 1 for x in _exponent_entries(h)):
+                    need = lcm_of_denominators(_exponent_entries(h))
                     raise ExactnessError(
-                        f"the {field.name} field's scale D = {D} does not clear the W denominators "
+                        f"the {field.name} field's scale D = {D} does not clear the W (and u) denominators "
                         f"of head {idx + 1} (they need a multiple of {need}); leave the scale on "
                         f"auto (D = {self.scale()}) or choose a multiple of it")
 
     # ---- files -----------------------------------------------------------------------
     def to_json(self) -> dict:
+        if self.bias:
+            return {"format": FORMAT_BIAS, "d": self.d,
+                    "heads": [h.to_json(bias=True) for h in self.heads],
+                    "constant": format_rational(self.constant)}
         return {"format": FORMAT, "d": self.d, "heads": [h.to_json() for h in self.heads]}
 
     def dump(self, path) -> None:
@@ -204,8 +322,12 @@ class MultiHeadAttention:
 
     @classmethod
     def from_json(cls, obj) -> "MultiHeadAttention":
-        check_format(obj, FORMAT, default=FORMAT)
-        for key in ("d", "heads"):
+        """Read an ``exactlearn.mha/1`` or ``exactlearn.mha/2`` (biases) model file
+        (docs: reference/model-files.md)."""
+        biased = isinstance(obj, dict) and obj.get("format") == FORMAT_BIAS
+        if not biased:
+            check_format(obj, FORMAT, default=FORMAT)
+        for key in ("d", "heads") + (("constant",) if biased else ()):
             if key not in obj:
                 raise ModelError(f"model file: missing key {key!r}")
         d = obj["d"]
@@ -214,11 +336,29 @@ class MultiHeadAttention:
         if not isinstance(obj["heads"], list):
             raise ModelError("model file: 'heads' must be a list")
         check_model_size(d, len(obj["heads"]), what="model file")     # before any entry is read
+        for idx, h in enumerate(obj["heads"]):
+            if not isinstance(h, dict):
+                continue
+            if biased and "u" not in h:
+                raise ModelError(f"model file: head {idx + 1}: missing key 'u' ({FORMAT_BIAS})")
+            if not biased and "u" in h:
+                raise ModelError(f"model file: head {idx + 1} has a bias 'u': use format {FORMAT_BIAS!r}")
+        if not biased and "constant" in obj:
+            raise ModelError(f"model file: a 'constant' needs format {FORMAT_BIAS!r}")
+        if biased:
+            return cls(obj["heads"], d=d, constant=obj["constant"], bias=True)
         return cls(obj["heads"], d=d)
 
     @classmethod
     def from_file(cls, path) -> "MultiHeadAttention":
         return cls.from_json(load_json(path))
+
+
+def _exponent_entries(h):
+    """The entries of W and u of a head: the score's coefficients, which D must clear."""
+    for row in h.W:
+        yield from row
+    yield from h.u
 
 
 # ---------------------------------------------------------------------------------
@@ -266,11 +406,17 @@ class HeadEvaluator:
     weight is ``K.power(n) = T^n`` -- the same value as ``K.exp(s)``.
     """
 
-    def __init__(self, heads, d: int, field: Field):
+    def __init__(self, heads, d: int, field: Field, constant=None):
         self.d = d
         self.K = field
         P = field.param
-        self.heads = [([[P(a) for a in row] for row in h.W], [P(a) for a in h.v]) for h in heads]
+        if constant is None:
+            constant = constant_of(heads)
+        #: the additive constant c in the field (docs: explanation/biases.md); None when 0
+        self.constant = None if constant == 0 else field(constant)
+        self.heads = [([[P(a) for a in row] for row in h.W], [P(a) for a in h.v], [P(a) for a in h.u])
+                      for h in heads]
+        self._biased = any(h.biased for h in heads)
         self._cache: dict = {}
         self._int = None
         self._int_mats = None
@@ -279,9 +425,10 @@ class HeadEvaluator:
         self._one_fraction = getattr(field, "scalar_ctx", None) is not None
         if field.is_exact and P.is_exact:
             D = field.D
-            ok = all((x * D).denominator == 1 for h in heads for row in h.W for x in row)
+            ok = all((x * D).denominator == 1 for h in heads for x in _exponent_entries(h))
             if ok:
                 ints = []
+                self._u_ints = [[int((x * D).numerator) for x in h.u] for h in heads]
                 for h in heads:
                     Wn = [[int((x * D).numerator) for x in row] for row in h.W]
                     dv = lcm_of_denominators(h.v)
@@ -297,8 +444,10 @@ class HeadEvaluator:
         if got is None:
             P = self.K.param
             got = []
-            for W, v in self.heads:
+            for W, v, u in self.heads:
                 wx = [sum((a * b for a, b in zip(row, final)), P.zero) for row in W]
+                if self._biased:                                   # W x_n + u
+                    wx = [a + b for a, b in zip(wx, u)]
                 s_final = sum((a * b for a, b in zip(final, wx)), P.zero)
                 got.append((wx, s_final, v))
             self._remember(final, got)
@@ -318,6 +467,8 @@ class HeadEvaluator:
             col = flint.fmpz_mat(self.d, 1, list(final))
             wxs = [Wm * col for Wm in self._int_mats[0]]                    # D W_h x_n
             WX = flint.fmpz_mat([[wx[r, 0] for r in range(self.d)] for wx in wxs])
+            if self._biased:                                                # D (W_h x_n + u_h)
+                WX = WX + flint.fmpz_mat(self._u_ints)
             s_final = [int(x) for x in (WX * col).entries()]                # D x_n^T W_h x_n
             got = (WX, s_final)
             self._remember(key, got)
@@ -362,7 +513,8 @@ class HeadEvaluator:
 
     def __call__(self, tokens):
         try:
-            return self._value(tokens)
+            y = self._value(tokens)
+            return y if self.constant is None else y + self.constant
         except ZeroDivisionError:
             raise BadReduction(f"a softmax denominator vanishes in the {self.K.name} field on a "
                                f"query of length {len(tokens)}: a bad reduction (use another or a "

@@ -103,7 +103,7 @@ class Oracle(CountingOracle):
         model.check_scale(field)
         self.model = model
         self._heads = model.heads
-        super().__init__(model.d, field, HeadEvaluator(self._heads, model.d, field))
+        super().__init__(model.d, field, HeadEvaluator(self._heads, model.d, field, model.constant))
 
     def over(self, field: Field) -> "Oracle":
         """The same model evaluated through another field -- e.g. modulo another
@@ -125,22 +125,25 @@ class Oracle(CountingOracle):
         return view
 
     def check_plan(self, plan) -> int:
-        """Largest |D e^T W_h x| over the plan; raise ExactnessError past the field's limit.
+        """Largest |D e^T (W_h x + u_h)| over the plan; raise ExactnessError past the field's limit.
 
         Called by the learner before any query is asked (fail fast)."""
         D = self.field.D
         Ws = [[[D * x for x in row] for row in h.W] for h in self._heads]
+        us = [[D * x for x in h.u] for h in self._heads]
+        biased = any(h.biased for h in self._heads)
         if all(x.denominator == 1 for W in Ws for row in W for x in row):
             Ws = [[[int(x.numerator) for x in row] for row in W] for W in Ws]   # fast ints
-        fast = _worst_exponent_int(Ws, plan)
+        fast = None if biased else _worst_exponent_int(Ws, plan)
         if fast is not None:
             return self._check_worst(fast)
         worst = 0
-        wxs: dict = {}                     # W_h x per distinct final token (2d - 1 of them)
+        wxs: dict = {}                     # D (W_h x + u_h) per distinct final token
         for c in plan.configs:
             wx = wxs.get(c.x)
             if wx is None:
-                wx = wxs[c.x] = [[sum(a * b for a, b in zip(row, c.x)) for row in W] for W in Ws]
+                wx = wxs[c.x] = [[sum(a * b for a, b in zip(row, c.x)) + b0 for row, b0 in zip(W, u)]
+                                 for W, u in zip(Ws, us)]
             for w in wx:
                 worst = max(worst, abs(sum(a * b for a, b in zip(c.e, w))))
         return self._check_worst(worst)

@@ -185,3 +185,18 @@ def seeded_model(seed, d: int, H: int, **kw):
     return redraw(lambda: build_model(rng.randint, d, H, **kw),
                   lambda model: has_structure(model, merged, cancelling), tries=1000,
                   failure=f"seed {seed}: no model with merged={merged}, cancelling={cancelling} in 1000 draws")
+
+
+@st.composite
+def biased_models(draw, **kw):
+    """A model of :func:`any_models` with biases (docs: explanation/biases.md): every
+    group of heads with one W gets one drawn u (so its merges and cancellations stay),
+    and the model a drawn constant c."""
+    model = draw(any_models(**kw))
+    us: dict = {}
+    heads = []
+    for h in model.heads:
+        if h.W not in us:
+            us[h.W] = [draw(rationals()) for _ in range(model.d)]
+        heads.append((h.W, h.v, us[h.W]))
+    return MultiHeadAttention(heads, d=model.d, constant=draw(rationals()), bias=True)

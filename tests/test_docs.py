@@ -84,11 +84,14 @@ def _json(capsys, argv) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_learn_json_keys_are_documented(model_file, capsys):
+def test_learn_json_keys_are_documented(model_file, capsys, tmp_path):
     base = ["learn", "--model", model_file, "--heads", "2", "--seed", "1", "--json"]
     seen = set()
     for extra in ([], ["--field", "modular"], ["--field", "real", "--dps", "40", "--noise", "1e-30"]):
         seen |= set(_json(capsys, base + extra))
+    biased = str(tmp_path / "b.json")          # --bias adds "constant" (and each head's "u")
+    assert main(["random-model", "--d", "2", "--heads", "2", "--seed", "4", "--bias", "--out", biased]) == 0
+    seen |= set(_json(capsys, ["learn", "--model", biased, "--heads", "2", "--seed", "1", "--json", "--bias"]))
     assert seen == _documented_keys("learn --json")
 
 

@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     lp = sub.add_parser("learn", help="learn the canonical heads of a model file through a black box")
     lp.add_argument("--model", required=True,
-                    help="model file (exactlearn.mha/1 or exactlearn.transformer/1 JSON)")
+                    help="model file (exactlearn.mha/1, exactlearn.mha/2 or exactlearn.transformer/1 JSON)")
     lp.add_argument("--field", default="rational", choices=FIELD_NAMES,
                     help="number system of the black box and the learner (docs: choose a field)")
     g = lp.add_mutually_exclusive_group(required=True)
@@ -201,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="promise that every head has rank <= r (needs --plan efficient; "
                          "default: no promise)")
     lp.add_argument("--json", action="store_true", help="print one JSON object")
+    lp.add_argument("--bias", action="store_true",
+                    help="learn biases too: each head's u and the constant c, with the plan for "
+                         "biases (exact fields, paper plan; docs: explanation/biases.md)")
     from exactlearn.cli.real import add_learn_options
     add_learn_options(lp)
     from exactlearn.cli import cluster as cli_cluster
@@ -227,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "(learn it with `exactlearn learn --model FILE --heads H`)")
     rp.add_argument("--neurons", type=_positive("--neurons"), default=None,
                     help="Transformer: ReLU neurons r (default: d)")
+    rp.add_argument("--bias", action="store_true",
+                    help="attention: give every head a random query bias u and the model a random "
+                         "constant c (writes exactlearn.mha/2)")
     rp.add_argument("--out", default=None, help="output file (default: stdout)")
 
     dp = sub.add_parser("demo", help="step-by-step walk-through on a small model")
@@ -252,12 +258,23 @@ def _cmd_learn(args) -> int:
     if args.seed is None:
         args.seed = fresh_seed()
     if isinstance(obj, dict) and obj.get("format") == "exactlearn.transformer/1":
+        if args.bias:
+            raise BadInput("--bias applies to attention models (exactlearn.mha/1 or /2), not to a Transformer")
         from exactlearn.cli.transformer import run_cli
         return run_cli(args, obj, make_field)
     model = MultiHeadAttention.from_json(obj)
     limits.check_plan_size(model.d, args.heads or args.max_heads)   # before any allocation
     if args.rank is not None and args.plan != "efficient":
         raise BadInput("--rank needs --plan efficient")
+    if args.bias and args.plan != "paper":
+        raise BadInput(f"--bias is not supported yet with --plan {args.plan} (the paper plan only)")
+    if args.bias and (getattr(args, "workers", None) is not None or getattr(args, "scheduler", None)):
+        raise BadInput("--bias is not supported yet with --workers or --scheduler")
+    if args.bias and getattr(args, "max_height", None) is not None:
+        raise BadInput("--bias is not supported yet with --max-height")
+    if args.bias and args.field == "real":
+        raise BadInput("--bias is not supported yet over the real field (use --field rational, "
+                       "modular or symbolic)")
     field = make_field(args.field, args, scale=None)
     from exactlearn.cli import real as cli_real
     oracle = cli_real.wrap_oracle(args, Oracle(model, field), BadInput)
@@ -269,6 +286,7 @@ def _cmd_learn(args) -> int:
                         e_range=args.e_range, retries=cli_real.retries(args), verify=args.verify or 0,
                         plan=args.plan, rank=args.rank, max_primes=args.max_primes,
                         max_height=args.max_height,
+                        **({"bias": True} if args.bias else {}),
                         **cli_real.learn_options(args, BadInput),
                         **({} if client is None else {"executor": client}))
     except ClusterError as exc:         # a cluster that never started: nothing was asked
@@ -352,7 +370,8 @@ def summary(res, model=None) -> str:
              + (" within tolerance (real field: not exact)" if res.certified and not res.field.is_exact
                 else ""),
              f"field: {res.field.name}  d: {res.d}  head bound: {res.heads_bound}",
-             f"queries: {res.queries} (" + (f"{'stable plan' if res.plan == 'stable' else 'paper'} count "
+             f"queries: {res.queries} (" + (f"{'stable plan' if res.plan == 'stable' else 'paper'}"
+                                            f"{' plan for biases' if res.bias else ''} count "
                                             f"{res.plan_queries}" if res.plan_detail is None
                                             else _plan_counts(res))
              + (f"; verification {res.verify_queries}" if res.verify_queries else "")
@@ -369,6 +388,10 @@ def summary(res, model=None) -> str:
         for n, h in enumerate(res.heads, 1):
             lines.append(f"  head {n}: W = {[[K.format(x) for x in r] for r in h.W]}")
             lines.append(f"          v = {[K.format(x) for x in h.v]}")
+            if res.bias:
+                lines.append(f"          u = {[K.format(x) for x in h.u]}")
+        if res.bias:
+            lines.append(f"constant: c = {K.format(res.constant)}")
         if model is not None and res.field.is_exact:
             same = res.heads == model.canonical_heads()
             lines.append(f"equal to the model's canonical heads: {same}")
@@ -385,7 +408,8 @@ def _cmd_random_model(args) -> int:
     seed = fresh_seed() if args.seed is None else args.seed
     if args.transformer:
         for opt, given in (("--merge", args.merge), ("--cancel", args.cancel),
-                           ("--entries", args.entries is not None), ("--den", args.den is not None)):
+                           ("--entries", args.entries is not None), ("--den", args.den is not None),
+                           ("--bias", args.bias)):
             if given:
                 raise BadInput(f"{opt} applies to attention models, not --transformer")
         from exactlearn.transformer_model import random_transformer
@@ -397,7 +421,7 @@ def _cmd_random_model(args) -> int:
         limits.check_model_size(args.d, args.heads)     # before anything is drawn
         obj = random_model(args.d, args.heads, seed, args.merge, args.cancel,
                            3 if args.entries is None else args.entries,
-                           2 if args.den is None else args.den).to_json()
+                           2 if args.den is None else args.den, bias=args.bias).to_json()
     obj["seed"] = seed                  # the draw is repeatable: --seed SEED
     text = json.dumps(obj, indent=1)
     if args.out:

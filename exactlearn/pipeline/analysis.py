@@ -30,7 +30,7 @@ from exactlearn.pipeline.certify import certify, certify_plan
 from exactlearn.pipeline.interpolate import (interpolate_many, poles, poles_among, poles_expected,
                                              poles_paired)
 from exactlearn.pipeline.match import label_basis
-from exactlearn.pipeline.solve import solve_heads
+from exactlearn.pipeline.solve import solve_heads, solve_heads_bias
 
 
 def ask_plan(plan, ask) -> tuple:
@@ -60,7 +60,10 @@ def ask_and_analyse(plan, ask, K: Field, trace) -> tuple:
 
 
 def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
-    """Interpolate, read poles, get V, match and solve: the recovered canonical heads."""
+    """Interpolate, read poles, get V, match and solve: the recovered canonical heads
+    (for the plan for biases, :func:`analyse_bias`)."""
+    if plan.bias:
+        return analyse_bias(plan, y_shared, values, K, trace)
     d, H = plan.d, plan.H
     configs = plan.configs
     # 2. the group of x_1 shares the k = 0 query; it gives V (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works)
@@ -88,6 +91,41 @@ def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
     out, labelled = finish(plan, poles_of, K)
     if trace is not None:
         trace.extend(trace_rows(plan, fits, labelled, V, y_shared, values, K))
+    return out
+
+
+def analyse_bias(plan, y_shared, values, K: Field, trace) -> tuple:
+    """:func:`analyse` for the plan for biases (docs: explanation/biases.md).
+
+    f(q_k) = c + V.a + sum_h c_h / (1 + k rho_h) on every family: the group of x_0
+    gives V as before, then ``c = f((x_0)) - V.x_0``; every other k = 0 value is
+    computed as ``c + V.x`` and every limit checked against ``c + V.a``.  The across
+    configurations (2 x_i - x_0, e_j) have the poles ``rho(x_i)^2 / rho(x_0)``; the
+    labelled poles give ``[W_h | u_h] = E^{-T} M_h X~^{-1}``
+    (:func:`~exactlearn.pipeline.solve.solve_heads_bias`).  Returns a
+    :class:`~exactlearn.model.HeadSet` carrying c."""
+    H = plan.H
+    configs = plan.configs
+    rfs, poles_of, V = first_group(plan, y_shared, values, K)
+    c0 = y_shared - dot(V, plan.X[0], K)
+    ks = [K(k) for k in range(2 * H + 1)]
+    rest = [n for n in range(len(configs)) if n not in rfs]
+    fit(rfs, rest, [c0 + dot(V, configs[n].x, K) for n in rest], values, ks, H, K)
+    for n in range(len(configs)):
+        check_limit(plan, n, rfs[n], V, K, c0)
+    joint_roots: dict = {}
+    for n, c in enumerate(configs):
+        if c.kind == "basis" and n not in poles_of:
+            basis_poles(plan, n, rfs, poles_of, joint_roots, K)
+    for n, c in enumerate(configs):
+        if c.kind != "basis":
+            joint_poles(plan, n, rfs, poles_of, joint_roots, K)
+    labelled = label_basis(plan, poles_of, K)
+    out = canonicalize(solve_heads_bias(plan, labelled, K), K.to_param(c0), True)
+    if trace is not None:
+        fits = {n: (rfs[n], poles_of[n]) for n in rfs}
+        trace.extend(trace_rows(plan, fits, labelled, V, y_shared, values, K))
+        trace.append({"constant": c0})
     return out
 
 
@@ -123,13 +161,19 @@ def fit(rfs, ns, y0s, values, ks, H, K) -> None:
         rfs[n] = rf
 
 
-def check_limit(plan, n, rf, V, K) -> None:
-    """lim f(q_k) = V.a (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works), or DegenerateDraw."""
+def check_limit(plan, n, rf, V, K, constant=None) -> None:
+    """lim f(q_k) = V.a (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works), or DegenerateDraw;
+    with the plan for biases ``c + V.a`` (docs: explanation/biases.md)."""
     c = plan.configs[n]
-    if not K.eq(rf.limit(K), dot(V, c.a, K)):
-        raise DegenerateDraw(f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) "
-                             f"is not V.a (more heads than the bound H = {plan.H}, an additive "
-                             f"constant, or a bias)")
+    if constant is None:
+        if not K.eq(rf.limit(K), dot(V, c.a, K)):
+            raise DegenerateDraw(f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) "
+                                 f"is not V.a (more heads than the bound H = {plan.H}, an additive "
+                                 f"constant, or a bias)")
+    elif not K.eq(rf.limit(K), constant + dot(V, c.a, K)):
+        raise DegenerateDraw(f"configuration {c.kind}{(c.i, c.j + 1)}: the limit of f(q_k) "
+                             f"is not c + V.a (more heads than the bound H = {plan.H}, or a black "
+                             f"box outside the biased model class)")
 
 
 def basis_poles(plan, n, rfs, poles_of, joint_roots, K) -> None:
@@ -166,6 +210,9 @@ def joint_poles(plan, n, rfs, poles_of, joint_roots, K) -> None:
     i0 = 0 if c.kind == "across" else c.i
     a = poles_of[plan.index("basis", i0, 0 if c.kind == "within" else c.j)]
     b = poles_of[plan.index("basis", c.i, c.j)]
+    if plan.bias and c.kind == "across":    # rho(2 x_i - x_0) = rho(x_i)^2 / rho(x_0)
+        poles_of[n] = poles_among(rfs[n], [rb * rb / ra for ra, _ in a for rb, _ in b], K)
+        return
     poles_of[n] = poles_among(rfs[n], [ra * rb for ra, _ in a for rb, _ in b], K)
 
 

@@ -49,7 +49,8 @@ def certify_plan(heads, plan, y_shared, values, K, configs=None, evaluator=None)
     A family q_k = (a^k, x) is evaluated at once: with ``(w_h, A_h, B_h)`` from the
     recovered heads (:meth:`~exactlearn.model.HeadEvaluator.family`: the per-final-token
     work ``W_h x`` done once, from the heads, never from the oracle),
-    ``f(q_k) = N(k) / D(k)`` for ``N / D = sum_h (k w_h A_h + B_h) / (k w_h + 1)``,
+    ``f(q_k) = N(k) / D(k)`` for ``N / D = c + sum_h (k w_h A_h + B_h) / (k w_h + 1)``
+    (c the heads' constant, docs: explanation/biases.md; 0 without biases),
     ``D = prod_h (k w_h + 1)`` (python-flint polynomials, :func:`~exactlearn.algebra.cauchy.sum_of_fractions`),
     and the check is ``N(k) == f_observed D(k)`` with ``D(k) != 0``.  Any other case
     (no integer path, a vanishing D(k), a mismatch) is checked query by query as in
@@ -107,8 +108,11 @@ def _certify_families(ev, plan, idxs, values, K, ring) -> int:
         width = m + 1
         L = max(len(values[idxs[r]]) for r in rows)
         Ncs, Dcs = [], []
+        const = ev.constant                     # c (docs: explanation/biases.md): N + c D
         for r in rows:
             Nk, Dk = sum_of_fractions([(ring([B, w * A]), ring([1, w])) for w, A, B in fams[r]], one)
+            if const is not None:
+                Nk = Nk + Dk * const
             for poly, out in ((Nk, Ncs), (Dk, Dcs)):
                 cs = poly.coeffs()
                 out.extend(cs)

@@ -360,8 +360,16 @@ def label_heads(plan, poles, relation, cells=None, *, across=across_direction,
                 raise AssertionError(f"no matching configuration for (x_{i + 1}, e_{j + 1})")
             out.index[n] = list(range(m))
             return done(i, j)
-        out.index[n], out.index[nj] = tie(labelled(basis(bi, bj)), other, poles(nj), mode,
-                                          relation, plan.configs[nj])
+        if mode == "equal" and getattr(plan, "bias", False):
+            # the plan for biases (docs: explanation/biases.md): the across configuration
+            # (2 x_i - x_0, e_j) has rho(x_0) rho(2 x_i - x_0) = rho(x_i)^2 and equal c, so
+            # (x_0, e_j) is tied to it through the squares of (x_i, e_j)'s rho
+            sq = [(p[0] * p[0],) + tuple(p[1:]) for p in other]
+            out.index[nj], out.index[n] = tie(labelled(basis(bi, bj)), poles(nj), sq, mode,
+                                              relation, plan.configs[nj])
+        else:
+            out.index[n], out.index[nj] = tie(labelled(basis(bi, bj)), other, poles(nj), mode,
+                                              relation, plan.configs[nj])
         out.ties.append((i, j, nj))
         done(i, j)
         if i > 0 and j in ref:
@@ -378,7 +386,8 @@ def label_heads(plan, poles, relation, cells=None, *, across=across_direction,
             cs = out.cells[(0, j)]
             ref[j] = (cs, all(relation.same_c(cs[a], cs[b]) is False
                               for a in range(m) for b in range(a)))
-    for i, j in (cells if cells is not None else [(i, j) for i in range(d) for j in range(d)]):
+    rows = len(plan.X)                # d final tokens; d + 1 for the plan for biases
+    for i, j in (cells if cells is not None else [(i, j) for i in range(rows) for j in range(d)]):
         label(i, j)
     if not by_c:                      # a free consistency check
         for (i, j), lab in out.cells.items():

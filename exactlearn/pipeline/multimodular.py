@@ -78,7 +78,7 @@ from exactlearn.pipeline.certify import certify, certify_plan
 from exactlearn.fields.base import FieldError
 from exactlearn.fields.modular import (DEFAULT_P, BadReduction, ConfirmationModular, Modular, ReconstructionError,
                              ResidueModular, crt_reconstruct, rational_reconstruct)
-from exactlearn.model import Head, HeadEvaluator, canonicalize
+from exactlearn.model import Head, HeadEvaluator, HeadSet, canonicalize, constant_of
 from exactlearn.errors import (CertificateError, ExactLearnError, ExactnessError, HeightExceeded,
                                PrimesDisagree, SingularMatrix)
 
@@ -128,21 +128,28 @@ def log2_wrong_bound(heads, confirmations: int = 1) -> float:
     """log2 of the bound on the probability that a wrong reconstruction survives a
     confirmation: (max h(r) + 2^38 + 1) / (126 * 2^119), h in bits (module docstring),
     times the number of confirmations asked (a union bound over them)."""
-    h = max((max(int(abs(x.numerator)), int(x.denominator)).bit_length()
-             for hd in heads for x in hd.v), default=1)
+    values = [x for hd in heads for x in hd.v] + [constant_of(heads)]
+    h = max((max(int(abs(x.numerator)), int(x.denominator)).bit_length() for x in values), default=1)
     return round(math.log2(h + 2 ** MODEL_BITS_LOG2 + 1) - math.log2(CONFIRM_BITS - 1)
                  - LOG2_CONFIRM_PRIMES + math.log2(max(1, confirmations)), 1)
 
 
 def _reconstruct(W_set, residues, moduli):
     """Rational heads from per-prime residue vectors, or None when some value is past the
-    reconstruction bound of the product of the moduli."""
+    reconstruction bound of the product of the moduli.  ``W_set``: each head's W, or with
+    biases its (W, u) (exact from the logs).  A run with biases has one residue vector more than heads, the
+    constant ``(c,)`` (docs: explanation/biases.md), and gives a
+    :class:`~exactlearn.model.HeadSet`."""
+    bias = len(residues[0]) == len(W_set) + 1
     try:
-        return tuple(Head(W, tuple(crt_reconstruct([r[h][i] for r in residues], moduli)
-                                   for i in range(len(residues[0][h]))))
-                     for h, W in enumerate(W_set))
+        vs = [tuple(crt_reconstruct([r[h][i] for r in residues], moduli)
+                    for i in range(len(residues[0][h]))) for h in range(len(residues[0]))]
     except ReconstructionError:
         return None
+    if not bias:                     # W_set: each head's W
+        return tuple(Head(W, v) for W, v in zip(W_set, vs))
+    heads = tuple(Head(W, v, u) for (W, u), v in zip(W_set, vs))
+    return HeadSet(heads, vs[-1][0], True)
 
 
 def height(x) -> int:
@@ -280,8 +287,9 @@ def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEF
             raise failing(exc)
         n_cert += n
         runs.append({"p": str(p), "role": "analysis", "queries": asked})
-        W_set = tuple(h.W for h in heads)
-        residues.append([h.v for h in heads])
+        bias = getattr(heads, "bias", False)       # the plan for biases: u exact, c a residue
+        W_set = tuple((h.W, h.u) for h in heads) if bias else tuple(h.W for h in heads)
+        residues.append([h.v for h in heads] + ([(constant_of(heads),)] if bias else []))
         moduli.append(p)
 
     # 2. reconstruct, confirm on the next random prime; a refuted one joins the CRT
@@ -334,6 +342,11 @@ def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEF
                 if len(moduli) >= max_primes:
                     raise too_tall(f"; {refuted} reconstruction(s) refuted by the confirmation "
                                    f"prime, as for a black box outside the model class")
+            if bias:                         # v and c from a further prime's answers: not yet
+                raise failing(HeightExceeded(
+                    f"a biased model whose v or c is taller than one analysis prime reconstructs "
+                    f"(|num|, den up to about 2^60) is not supported yet: the confirmation prime "
+                    f"refuted or could not confirm the reconstruction ({exc})"))
             if observations is None or Kc is None or residues_at is None:
                 raise failing(PrimesDisagree("the answers modulo the further prime are not at hand"))
             try:
@@ -613,6 +626,8 @@ def plan_exponents(plan, heads, D) -> dict:
      ('basis', 1, 0, [5]), ('basis', 1, 1, [3]), ('within', 1, 1, [8]), ('across', 1, 0, [6])]
     """
     d = plan.d
+    if plan.bias:
+        return _plan_exponents_bias(plan, heads, D)
     X = flint.fmpz_mat(d, d, [plan.X[i][r] for r in range(d) for i in range(d)])
     Et = flint.fmpz_mat(d, d, [plan.E[j][r] for j in range(d) for r in range(d)])
     Ms = []
@@ -633,6 +648,23 @@ def plan_exponents(plan, heads, D) -> dict:
     return out
 
 
+def _plan_exponents_bias(plan, heads, D) -> dict:
+    """:func:`plan_exponents` for the plan for biases: ``D e^T (W_h x + u_h)`` of every
+    configuration (x, e), directly; {} when some D W_h or D u_h is not integral."""
+    scaled = []
+    for h in heads:
+        DW = [[x * D for x in row] for row in h.W]
+        Du = [x * D for x in h.u]
+        if any(x.denominator != 1 for row in DW for x in row) or any(x.denominator != 1 for x in Du):
+            return {}
+        scaled.append(([[int(x) for x in row] for row in DW], [int(x) for x in Du]))
+    out = {}
+    for n, c in enumerate(plan.configs):
+        out[n] = [sum(e * (sum(w * x for w, x in zip(row, c.x)) + b)
+                      for e, row, b in zip(c.e, W, u)) for W, u in scaled]
+    return out
+
+
 def _check_design_rank_plan(heads, plan, K) -> None:
     """:func:`_check_design_rank` for the observations of a paper plan (the queries of
     ``plan``, in order), with a sufficient condition checked first.
@@ -643,6 +675,9 @@ def _check_design_rank_plan(heads, plan, K) -> None:
     (2H+1) x (m+1) matrix ``[1, t_1(k), ..., t_m(k)]`` (k = 0 is the shared query) has
     full column rank, the rows of that family span ``x_1 (x) 1`` and every
     ``e_j (x) delta_h``, and over all j (E invertible) the whole space: the rank is full.
+    With a constant c (the plan for biases, docs: explanation/biases.md) every row has a
+    further entry 1; the family then spans ``(x_1 (x) 1, 1)`` and every ``(e_j (x) delta_h, 0)``,
+    hence ``(0, 1)`` too: the same condition gives the full rank ``m d + 1``.
     Otherwise the rows are built as :func:`_check_design_rank` builds them, whose
     verdict depends only on the rank of all of them -- the same verdict either way."""
     if not heads:
@@ -674,8 +709,9 @@ def _check_design_rank(heads, observations, K) -> None:
     group first) until the rank is full.  Raises :class:`PrimesDisagree` otherwise."""
     if not heads:
         return
+    bias = getattr(heads, "bias", False)      # c is unknown too: a column of ones
     d = len(heads[0].v)
-    cols = len(heads) * d
+    cols = len(heads) * d + (1 if bias else 0)
     groups: dict = {}
     for tokens, _ in observations:
         groups.setdefault(tuple(tokens[-1]), []).append(tokens)
@@ -685,6 +721,8 @@ def _check_design_rank(heads, observations, K) -> None:
     for group in sorted(groups.values(), key=len, reverse=True):
         for tokens in group:
             rows.extend(int(x) for y in averages(tokens) for x in y)
+            if bias:
+                rows.append(1)
         n = len(rows) // cols
         rank = flint.fmpz_mod_mat(n, cols, rows, K._ctx).rank()
         if rank == cols:
@@ -715,6 +753,7 @@ def residue_report(heads, K: Modular, queries=None) -> dict:
     return {"exact_over_Q": False, "modulus": str(K.p),
             "primes": [{"p": str(K.p), "role": "analysis", "queries": queries}],
             "v_residues": [[str(int(x)) for x in h.v] for h in heads],
+            **({"constant_residue": str(int(constant_of(heads)))} if getattr(heads, "bias", False) else {}),
             "rational_guess": [[guess(x) for x in h.v] for h in heads],
             "note": "certified modulo p only: the black box answers modulo one prime. The heads "
                     "reproduce every answer modulo p; v is given as residues modulo p, and W is "

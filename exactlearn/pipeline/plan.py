@@ -77,6 +77,9 @@ class Plan:
     configs: list
     queries: list = field(default_factory=list)
     name: str = "paper"
+    #: the plan for biases (docs: explanation/biases.md): X holds d + 1 affinely independent
+    #: final tokens x_0..x_d, the across configurations are (2 x_i - x_0, e_j(i))
+    bias: bool = False
 
     @property
     def count(self) -> int:
@@ -132,6 +135,74 @@ def paper_plan(X, E, H: int) -> Plan:
     for n, c in enumerate(configs):
         queries.extend(Query(n, k) for k in range(1, 2 * H + 1))
     return Plan(d, H, X, E, configs, queries)
+
+
+def bias_count(d: int, H: int) -> int:
+    """1 + 2H (2d^2 + 2d - 1) = 4 H d^2 + 4 H d - 2H + 1: the count of the plan for biases
+    (docs: explanation/biases.md).
+
+    >>> bias_count(2, 1), bias_count(3, 2)
+    (23, 93)
+    """
+    return 4 * H * d * d + 4 * H * d - 2 * H + 1
+
+
+def bias_plan(X, E, H: int) -> Plan:
+    """The plan for biases (docs: explanation/biases.md): X the d + 1 final tokens
+    x_0..x_d (affinely independent), E the d directions (invertible).
+
+    * ``basis``  (x_i, e_j)              i = 0..d, j = 1..d        -- (d + 1) d
+    * ``within`` (x_i, e_1 + e_j)        i = 0..d, j = 2..d        -- (d + 1)(d - 1)
+    * ``across`` (2 x_i - x_0, e_j(i))   i = 1..d                  -- d
+
+    2d^2 + 2d - 1 configurations, sampled at k = 1..2H, and the one shared query
+    (x_0): :func:`bias_count` queries, the longest of 2H + 1 tokens.
+
+    >>> p = bias_plan([[0, 0], [1, 0], [0, 1]], [[1, 0], [0, 1]], H=1)
+    >>> len(p.configs), p.count == bias_count(2, 1), p.max_length, p.configs[-1].x
+    (11, True, 3, (0, 2))
+    """
+    X = tuple(tuple(x) for x in X)
+    E = tuple(tuple(e) for e in E)
+    d = len(E)
+    if len(X) != d + 1:
+        raise ValueError(f"the plan for biases needs d + 1 = {d + 1} final tokens, got {len(X)}")
+    if H < 1:
+        raise ValueError("the head bound H must be at least 1")
+    group0, rest = [], []
+    for i in range(d + 1):
+        target = group0 if i == 0 else rest
+        for j in range(d):
+            target.append(Config("basis", i, j, X[i], E[j]))
+        for j in range(1, d):
+            target.append(Config("within", i, j, X[i], vector_sum(E[0], E[j])))
+    for i in range(1, d + 1):
+        j = across_direction(i, d)
+        y = tuple(2 * a - b for a, b in zip(X[i], X[0]))
+        rest.append(Config("across", i, j, y, E[j]))
+    configs = group0 + rest
+    queries = [Query(0, 0)]
+    for n, c in enumerate(configs):
+        queries.extend(Query(n, k) for k in range(1, 2 * H + 1))
+    return Plan(d, H, X, E, configs, queries, bias=True)
+
+
+def draw_affine(d: int, rng: random.Random, R: int) -> tuple:
+    """d + 1 random integer points in [-R, R]^d, affinely independent
+    (``[[x_0 .. x_d], [1 .. 1]]`` invertible)."""
+    for _ in range(1000):
+        pts = tuple(tuple(rng.randint(-R, R) for _ in range(d)) for _ in range(d + 1))
+        if is_invertible([[QQ(p[r]) for p in pts] for r in range(d)] + [[QQ(1)] * (d + 1)], QQ):
+            return pts
+    raise ValueError(f"could not draw {d + 1} affinely independent points from [-{R}, {R}]^{d}")
+
+
+def draw_bias_plan(d: int, H: int, rng: random.Random, x_range: int, e_range: int | None = None) -> Plan:
+    """Random affinely independent x_0..x_d (entries in [-x_range, x_range]) and invertible E,
+    then :func:`bias_plan`."""
+    X = draw_affine(d, rng, x_range)
+    E = draw_matrix(d, rng, e_range if e_range is not None else x_range)
+    return bias_plan(X, E, H)
 
 
 def draw_matrix(d: int, rng: random.Random, R: int) -> tuple:

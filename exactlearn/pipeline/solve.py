@@ -106,3 +106,28 @@ def _solve_W_all_flint(plan, logs_per_head) -> list:
     Z = flint.fmpq_mat(X.transpose()).solve(YT).entries()     # Z[c, h d + r] = den W_h[r, c]
     return [tuple(tuple(mpq(int(z.p), int(z.q) * den) for z in (Z[c * dm + h * d + r] for c in range(d)))
                   for r in range(d)) for h in range(m)]
+
+
+def solve_heads_bias(plan, labelled, K) -> list:
+    """Raw recovered heads (W, v, u) of the plan for biases (docs: explanation/biases.md)
+    from ``labelled[(i, j)] = [(rho_h, c_h)]``, i = 0..d: with
+    ``M_h[j][i] = log rho_h(x_i, e_j) = e_j^T (W_h x_i + u_h)``,
+    ``E^T [W_h | u_h] X~ = M_h`` for ``X~ = [[x_0 .. x_d], [1 .. 1]]``, so
+    ``[W_h | u_h] = E^{-T} M_h X~^{-1}`` (parameter domain); v as in :func:`solve_heads`."""
+    d = plan.d
+    m = len(labelled[(0, 0)])
+    if m == 0:
+        return []
+    P = K.param
+    Etinv_K = linalg.inverse([[K(plan.E[j][r]) for r in range(d)] for j in range(d)], K)
+    Etinv = linalg.inverse([[P(plan.E[j][r]) for r in range(d)] for j in range(d)], P)
+    Xt = [[P(plan.X[i][r]) for i in range(d + 1)] for r in range(d)] + [[P.one] * (d + 1)]
+    Xtinv = linalg.inverse(Xt, P)
+    out = []
+    for h in range(m):
+        M = [[K.log(labelled[(i, j)][h][0]) for i in range(d + 1)] for j in range(d)]
+        v = solve_v(plan, [labelled[(0, j)][h][1] for j in range(d)], K, Etinv_K)
+        WU = linalg.matmul(linalg.matmul(Etinv, M, P), Xtinv, P)
+        out.append(Head(tuple(tuple(row[:d]) for row in WU), tuple(K.to_param(x) for x in v),
+                        tuple(row[d] for row in WU)))
+    return out
