@@ -28,6 +28,7 @@ from dataclasses import dataclass, field as dc_field
 
 from exactlearn.errors import BadBlackBox, ClusterError, ExactLearnError, ExactnessError, HeightExceeded
 from exactlearn.fields.base import Field
+from exactlearn.limits import MAX_RETRIES, MAX_VERIFY_QUERIES, count_problem, readable_int
 from exactlearn.oracle import Recorder, TokenAdapter, resolve_field
 from exactlearn.pipeline.multimodular import learn_modular
 from exactlearn.pipeline.plan import head_bound, paper_count
@@ -397,7 +398,9 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         of another field or plan), before any query is asked.  A d or a head bound whose plan
         would exceed ``exactlearn.limits`` (its queries, tokens or memory;
         docs: reference/cli.md#limits) raises a one-line ``ValueError`` before anything is
-        drawn.
+        drawn, and so do ``verify`` or ``retries`` past ``MAX_VERIFY_QUERIES`` or
+        ``MAX_RETRIES`` and a count that is not an integer in range (``verify``, ``retries``
+        >= 0; ``query_range``, ``e_range``, ``rank`` >= 1).
 
     Examples
     --------
@@ -414,8 +417,15 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         field = field_named(field)
     if tokens != "exact":
         oracle = TokenAdapter(oracle, tokens)
-    if retries < 0:
-        raise ValueError("retries must be >= 0")
+    for name, n, low, high, limit in (
+            ("retries", retries, 0, MAX_RETRIES, "MAX_RETRIES"),
+            ("verify", verify, 0, MAX_VERIFY_QUERIES, "MAX_VERIFY_QUERIES"),
+            ("query_range", query_range, 1, None, ""), ("e_range", e_range, 1, None, ""),
+            ("rank", rank, 1, None, "")):
+        problem = None if n is None and name not in ("retries", "verify") else \
+            count_problem(name, n, low, high, limit)
+        if problem is not None:           # before anything is drawn or asked
+            raise ValueError(problem)
     if plan is not None and plan not in PLANS:
         raise ValueError(f"plan must be one of {', '.join(PLANS)}, got {plan!r}")
     if rank is not None and plan != "efficient":
@@ -584,7 +594,8 @@ def _draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank, adapt) -> 
             return plan, R
         except ExactnessError as exc:
             if not adapt or R <= 2:
-                ranges = f"range R = {R}" + (f", e-range {e_range}" if e_range is not None else "")
+                ranges = f"range R = {readable_int(R)}" + (
+                    f", e-range {readable_int(e_range)}" if e_range is not None else "")
                 raise ExactnessError(f"the draw at query {ranges} was refused before any query, "
                                      f"too large for the field (not a degenerate draw): {exc}") \
                     from None

@@ -35,6 +35,7 @@ integers of more than 4300 digits, and a decimal exponent builds its power of te
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from exactlearn.errors import ModelError
@@ -63,6 +64,15 @@ MAX_ENTRY_DIGITS = 4000
 #: Largest --dps (decimal digits of the real field): below :data:`MAX_ENTRY_DIGITS`, so that
 #: a model written at that precision (``demo --minilm --write``) reads back as a model file.
 MAX_DPS = 3_000
+#: Most fresh verification queries (``--verify``, ``learn(verify=)``): as many as one plan.
+MAX_VERIFY_QUERIES = MAX_PLAN_QUERIES
+#: Most redraws after a failed or refused draw (``--retries``, ``learn(retries=)``): every
+#: attempt may draw and ask a whole plan again.
+MAX_RETRIES = 1000
+#: Largest |D e^T W x| the symbolic field realises: ``T^n`` is a polynomial of n + 1
+#: coefficients, and the interpolation multiplies 2H + 1 of them (a d = 2 model at
+#: ``--range 300`` reaches about 10^5 and takes about 10 s).
+MAX_SYMBOLIC_EXPONENT = 2 ** 17
 
 
 @dataclass(frozen=True)
@@ -227,6 +237,29 @@ def readable_int(n: int) -> str:
     return f"{'-' if n < 0 else ''}about 2^{abs(n).bit_length() - 1}"
 
 
+def count_problem(name: str, n, low: int, high: int | None, limit: str = "") -> str | None:
+    """None when ``n`` is an integer (not a bool; anything with ``__index__``) in
+    ``[low, high]``, else a one-line reason naming ``name`` and, past ``high``, the limit
+    ``limit`` of this module.
+
+    >>> print(count_problem("verify", 10 ** 12, 0, MAX_VERIFY_QUERIES, "MAX_VERIFY_QUERIES"))
+    verify = 1000000000000 is more than the limit 33554432 (MAX_VERIFY_QUERIES; docs/reference/cli.md, "Limits")
+    >>> print(count_problem("retries", 2.5, 0, MAX_RETRIES, "MAX_RETRIES"))
+    retries must be an integer >= 0, got 2.5
+    """
+    shown = n if not isinstance(n, int) or n.bit_length() < 64 else readable_int(n)
+    try:
+        n = None if isinstance(n, bool) else operator.index(n)
+    except TypeError:
+        n = None
+    if n is None or n < low:
+        return f"{name} must be an integer >= {low}, got {shown!r}"
+    if high is not None and n > high:
+        return (f"{name} = {readable_int(n)} is more than the limit {high} ({limit}; "
+                f"docs/reference/cli.md, \"Limits\")")
+    return None
+
+
 def check_dps(dps: int, what: str = "--dps") -> None:
     """Refuse more than :data:`MAX_DPS` digits for the real field (one-line ModelError)."""
     if dps > MAX_DPS:
@@ -239,4 +272,4 @@ __all__ = ["MAX_PLAN_QUERIES", "MAX_PLAN_TOKENS", "MAX_PLAN_BYTES", "PLAN_BYTES_
            "MAX_ENTRY_DIGITS", "MAX_DPS", "MAX_DIMENSION", "MAX_HEADS", "PlanCost", "plan_cost",
            "plan_size_problem", "check_plan_size", "check_dimension", "check_heads",
            "model_entries", "check_model_size", "entry_digits", "check_entry_text", "readable_int",
-           "check_dps"]
+           "check_dps", "MAX_VERIFY_QUERIES", "MAX_RETRIES", "MAX_SYMBOLIC_EXPONENT", "count_problem"]

@@ -193,3 +193,86 @@ def test_the_limits_are_what_the_plan_costs():
         assert limits.plan_size_problem(d, H) is None
     assert limits.plan_size_problem(limits.MAX_DIMENSION + 1, 1) is not None
     assert limits.plan_size_problem(1, limits.MAX_HEADS + 1) is not None
+
+
+# -- hostile review (h10): limits the first round left out ---------------------------------
+
+def test_verify_beyond_limit_is_refused_at_once(tmp_path):
+    """--verify 10^9 ran 10^9 fresh queries (past any timeout); it is bounded like a plan."""
+    path = model_file(tmp_path, SMALL)
+    assert_refused(*run(["learn", "--model", path, "--heads", "2", "--verify", str(10 ** 9)],
+                        tmp_path), "--verify", "MAX_VERIFY_QUERIES")
+
+
+def test_retries_beyond_limit_is_refused_at_once(tmp_path):
+    """--retries 10^30 with every draw refused (--range 10^40) looped 10^30 times."""
+    path = model_file(tmp_path, SMALL)
+    assert_refused(*run(["learn", "--model", path, "--heads", "2", "--retries", str(10 ** 30),
+                         "--range", str(10 ** 40)], tmp_path), "--retries", "MAX_RETRIES")
+
+
+@pytest.mark.parametrize("R", [10 ** 5, 10 ** 100])
+def test_symbolic_range_past_degree_limit_is_refused_before_any_query(tmp_path, R):
+    """The symbolic field had no exponent limit: --range 10^5 built T^(10^10) (MemoryError),
+    10^100 an OverflowError traceback, 10^3 ran past 20 s.  Now the draw is refused before
+    any query, like the rational field's, naming the limit (exit 1, a failed run)."""
+    path = model_file(tmp_path, SMALL)
+    rc, out, err = run(["learn", "--model", path, "--heads", "2", "--field", "symbolic",
+                        "--range", str(R), "--json"], tmp_path)
+    assert rc == 1 and err == "", err[-2000:]
+    res = json.loads(out)
+    assert res["status"] == "failed" and res["queries"] == 0 and res["refused_draws"] == res["attempts"]
+    assert "MAX_SYMBOLIC_EXPONENT" in res["error"]
+
+
+def test_symbolic_power_past_degree_limit_raises_exactness_error():
+    from exactlearn.errors import ExactnessError
+    from exactlearn.fields import Symbolic
+    from exactlearn.limits import MAX_SYMBOLIC_EXPONENT
+    K = Symbolic()
+    assert K.power(MAX_SYMBOLIC_EXPONENT) == K.T ** MAX_SYMBOLIC_EXPONENT
+    with pytest.raises(ExactnessError, match="MAX_SYMBOLIC_EXPONENT"):
+        K.power(-(MAX_SYMBOLIC_EXPONENT + 1))
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"verify": -1}, "verify must be an integer >= 0"),
+    ({"verify": 2.5}, "verify must be an integer >= 0"),
+    ({"verify": 10 ** 12}, "MAX_VERIFY_QUERIES"),
+    ({"retries": 2.5}, "retries must be an integer >= 0"),
+    ({"retries": 10 ** 30, "query_range": 10 ** 40}, "MAX_RETRIES"),
+    ({"query_range": 2.5}, "query_range must be an integer >= 1"),
+    ({"e_range": 0}, "e_range must be an integer >= 1"),
+    ({"plan": "efficient", "rank": 0}, "rank must be an integer >= 1"),
+    ({"plan": "efficient", "rank": -1}, "rank must be an integer >= 1"),
+])
+def test_learn_refuses_absurd_counts_with_a_value_error(kw, words):
+    """learn() silently took verify=-1 and rank=0 (certified), raised TypeError for
+    verify=2.5, ran verify=10^12 and retries=10^30 past any timeout: each is now a
+    ValueError naming the argument, before any query (the box is never asked)."""
+    from exactlearn import MultiHeadAttention, Oracle, learn
+    from exactlearn.fields import Rational
+    model = MultiHeadAttention([([[1, 0], [0, -1]], [1, 2])])
+    box = Oracle(model, Rational())
+    import signal
+
+    def too_long(*_):
+        raise TimeoutError("learn() still running after 10 s: not refused at once")
+    previous = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(10)
+    try:
+        with pytest.raises(ValueError, match=words.replace("(", r"\(")):
+            learn(box, 2, heads=1, seed=1, **kw)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert box.queries == 0
+
+
+def test_real_field_refuses_dps_past_limit_at_construction():
+    """Real(dps=10^8) was accepted by the Python API and learn() then ran past 20 s; the CLI's
+    MAX_DPS now holds for the field itself."""
+    from exactlearn.fields import Real
+    with pytest.raises(ValueError, match="MAX_DPS"):
+        Real(dps=10 ** 8)
+    assert Real(dps=3000).dps == 3000

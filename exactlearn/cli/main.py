@@ -175,9 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "modular 2^32, symbolic 8, real 1000)")
     lp.add_argument("--e-range", type=_positive("--e-range"), default=None,
                     help="separate range for the directions e (default: --range)")
-    lp.add_argument("--retries", type=_nonneg("--retries"), default=0,
+    lp.add_argument("--retries", type=_int_at_least("--retries", 0, limits.MAX_RETRIES, "MAX_RETRIES"),
+                    default=0,
                     help="redraw up to N times after a detected degenerate draw")
-    lp.add_argument("--verify", type=_nonneg("--verify"), default=None,
+    lp.add_argument("--verify", type=_int_at_least("--verify", 0, limits.MAX_VERIFY_QUERIES,
+                                                   "MAX_VERIFY_QUERIES"), default=None,
                     help="N extra fresh random queries comparing the result with the oracle, "
                          "counted in queries (default: 0; a Transformer file: the certificate's "
                          "fresh random queries, default 200)")

@@ -80,6 +80,7 @@ from exactlearn.algebra.aberth import aberth, root_size
 from exactlearn.algebra.loewner import loewner_interpolate
 from exactlearn.algebra.rationals import mpf_to_mpq
 from exactlearn.errors import Undecided
+from exactlearn.limits import check_dps
 from exactlearn.fields.base import Field, FieldError, NotExponential, NotSplit, as_mpq
 
 __all__ = ["Real", "Undecided"]
@@ -101,6 +102,7 @@ class Real(Field):
         super().__init__(scale)
         if isinstance(dps, bool) or not isinstance(dps, int) or dps < 4:
             raise ValueError(f"dps must be an integer >= 4, got {dps!r}")
+        check_dps(dps, "dps")              # before any mpmath context is built
         self.dps = dps
         self.ctx = ctx = mpmath.MPContext()
         ctx.dps = dps

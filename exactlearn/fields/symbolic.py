@@ -47,6 +47,7 @@ from exactlearn.algebra.ratfuncs import (QT, SYMBOL, SYMPY_FIELD, SYMPY_RING, fr
                                          roots_in_k, to_qt)
 from exactlearn.fields.base import ExactnessError, Field, FieldError, NotExponential, NotSplit, as_mpq, format_rational
 from exactlearn.fields.rational import Rational
+from exactlearn.limits import MAX_SYMBOLIC_EXPONENT, readable_int
 
 __all__ = ["Symbolic", "QT"]
 
@@ -59,6 +60,7 @@ class Symbolic(Field):
 
     name = "symbolic"
     is_exact = True
+    exponent_hint = " (polynomials in T past the size limit MAX_SYMBOLIC_EXPONENT): use a smaller --range"
 
     def __init__(self, scale: int | None = None):
         super().__init__(scale)
@@ -126,12 +128,23 @@ class Symbolic(Field):
                                  f"denominators)")
         return int(n.numerator)
 
+    @property
+    def max_exponent(self) -> int:
+        """Largest |D*s| whose ``T^(D*s)`` the field builds: :data:`~exactlearn.limits.MAX_SYMBOLIC_EXPONENT`
+        (a polynomial of that degree; the oracle refuses a plan beyond it before any query,
+        docs: reference/cli.md#limits)."""
+        return MAX_SYMBOLIC_EXPONENT
+
     def exp(self, s):
         """``T^(D*s)``."""
-        return QT.monomial(self.exponent(s))
+        return self.power(self.exponent(s))
 
     def power(self, n: int):
-        """``T^n`` (the oracle's hot path)."""
+        """``T^n`` (the oracle's hot path); ExactnessError past :attr:`max_exponent`."""
+        if abs(n) > MAX_SYMBOLIC_EXPONENT:
+            raise ExactnessError(f"exp = T^{readable_int(n)} would exceed the degree limit "
+                                 f"{MAX_SYMBOLIC_EXPONENT} (MAX_SYMBOLIC_EXPONENT); use a smaller "
+                                 f"query range")
         return QT.monomial(n)
 
     def log(self, a):
