@@ -17,7 +17,7 @@ queries asked.
 For each group (one query and its reorderings) the spread is ``max y - min y``.  The
 envelope ``abs + rel |y|`` is the one of least mean height that lies on or above every
 group's spread (a two-variable linear program, solved over the vertices of the upper hull).
-The declared eta is ``SAFETY`` (10) times that envelope: ``noise = SAFETY * abs``,
+The declared eta is ``SAFETY`` (30) times that envelope: ``noise = SAFETY * abs``,
 ``noise_rel = SAFETY * rel``, the stable plan's ``eta + eta_rel |y|``.
 
 What this cannot see: rounding that is the same in every order (an error in the weights, a
@@ -45,7 +45,7 @@ from gmpy2 import mpq
 from exactlearn.strategies.real.ratio import dyadic, family_tokens, ratio_nodes
 
 #: the declared eta is this multiple of the measured envelope of the spreads
-SAFETY = 10
+SAFETY = 30
 #: token scales measured (tokens of norm about 1 times these): the stable plan's sigma for
 #: weights of order one, and its rescues at 1/4 and 4 times it
 SCALES = (mpq(1, 2), mpq(2), mpq(8))
