@@ -160,3 +160,40 @@ def test_noise_auto_over_an_exact_field_is_refused():
     model = MultiHeadAttention([([[1]], [2])])
     with pytest.raises(ValueError, match="real field, not the rational field"):
         learn(Oracle(model, Rational()), d=1, heads=1, noise="auto")
+
+
+# -- the command line: --declared-noise auto|ETA (--noise still injects noise) --------------
+MODEL = {"format": "exactlearn.mha/1", "d": 2,
+         "heads": [{"W": [["1", "0"], ["0", "-1"]], "v": ["1", "2"]},
+                   {"W": [["0", "1/2"], ["1", "0"]], "v": ["-1", "1/2"]}]}
+
+
+def test_cli_declared_noise_auto_measures_injected_noise_and_counts_it(tmp_path, capsys):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(MODEL))
+    rc = main(["learn", "--model", str(path), "--field", "real", "--dps", "30", "--plan",
+               "stable", "--heads", "2", "--noise", "1e-12", "--declared-noise", "auto",
+               "--seed", "1", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["status"] == "certified"
+    est = out["noise_estimated"]
+    # the injected noise is uniform in [-1e-12, 1e-12] per query: spreads of about 1e-12
+    assert 1e-12 <= float(est["noise"]) + float(est["noise_rel"]) * 10 <= 1e-9
+    assert out["noise_queries"] == est["queries"] > 0
+    assert out["learning_queries"] == out["queries"] - out["noise_queries"]
+    assert float(out["model_error"]) <= float(out["error_bound"])
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (["--field", "real", "--declared-noise", "auto"], "--declared-noise auto needs --plan stable"),
+    (["--field", "real", "--plan", "stable", "--declared-noise", "lots"], "--declared-noise: "),
+    (["--declared-noise", "1e-3"], "--declared-noise needs --field real"),
+    (["--field", "real", "--plan", "stable", "--declared-noise", "auto", "--noise-rel", "1e-15"],
+     "drop --noise-rel"),
+])
+def test_cli_bad_declared_noise_is_bad_input(tmp_path, capsys, extra, msg):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(MODEL))
+    rc = main(["learn", "--model", str(path), "--heads", "2", "--seed", "1"] + extra)
+    err = capsys.readouterr().err
+    assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1, err
