@@ -61,7 +61,8 @@ class LearnResult:
     field : Field
         The field the run was certified over.
     queries : int
-        Every query the black box answered: all attempts, all primes, the probe.
+        Every query the black box answered: all attempts, all primes, the probe, the
+        verification and ``noise="auto"``'s measuring queries.
     max_length : int
         The longest query, in tokens.
     plan : str
@@ -93,6 +94,12 @@ class LearnResult:
     detail : object
         The strategy's own detail (an ``EfficientDetail``, a ``RealDetail``, or None), read
         through the properties below.
+    noise_queries : int
+        With ``noise="auto"``: the queries asked to measure eta (part of ``queries``); 0
+        without.
+    noise_estimated : dict or None
+        With ``noise="auto"``: the measured eta and how it was measured
+        (``NoiseEstimate.to_json()``; docs: howto/float-black-box.md); None without.
     """
 
     status: str
