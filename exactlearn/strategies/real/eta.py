@@ -57,7 +57,9 @@ CLIP = 3.0           # |entries| of x and e at most this before scaling: a = x +
 
 @dataclass
 class NoiseEstimate:
-    """The measured output error of a float box (:func:`measure_noise`)."""
+    """The measured output error of a float box
+    ([`estimate_noise`][exactlearn.strategies.real.eta.estimate_noise]); ``to_json()`` is the
+    JSON's ``noise_estimated``."""
 
     noise: float            # declared absolute eta: SAFETY * envelope_abs
     noise_rel: float        # declared relative eta: SAFETY * envelope_rel
@@ -182,13 +184,14 @@ def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "ex
                    scales=None, draws: int = DRAWS, permutations: int = PERMUTATIONS,
                    safety: int = SAFETY) -> NoiseEstimate:
     """Measure a float box's output error from the spread of its answers under permutations
-    of the non-final tokens (docs: howto/float-black-box.md#3-or-let-the-box-tell-you-eta).
+    of the non-final tokens (docs: howto/float-black-box.md#measure-eta-from-the-box).
 
-    ``box``, ``field`` and ``tokens`` are as in :func:`exactlearn.learn` (``field`` defaults to
-    ``box.field``, else ``Real(dps=30)``; it must be the real field).  ``heads`` sets the
-    stable plan's nodes, hence the lengths measured (up to 257 tokens); ``scales`` the token
-    norms (default ``SCALES``: 1/2, 2, 8).  Returns a :class:`NoiseEstimate` whose
-    ``noise`` and ``noise_rel`` are ``safety`` times the envelope of the spreads, ready for
+    ``box``, ``field`` and ``tokens`` are as in [`learn`][exactlearn.api.learn] (``field``
+    defaults to ``box.field``, else ``Real(dps=30)``; it must be the real field).  ``heads``
+    sets the stable plan's nodes, hence the lengths measured (up to 257 tokens); ``scales``
+    the token norms (default ``SCALES``: 1/2, 2, 8).  Returns a
+    [`NoiseEstimate`][exactlearn.strategies.real.eta.NoiseEstimate] whose ``noise`` and
+    ``noise_rel`` are ``safety`` times the envelope of the spreads, ready for
     ``learn(noise=est.noise, noise_rel=est.noise_rel)``; ``queries`` counts every answer.
     ``learn(..., noise="auto")`` does the same inside the run, its queries counted there.
 
