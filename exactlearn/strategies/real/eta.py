@@ -1,5 +1,6 @@
 """eta measured from the box: the spread of a float box's outputs under permutations of the
-non-final tokens (docs: howto/float-black-box.md, explanation/real-field.md#eta-measured-from-the-box).
+non-final tokens (docs: howto/float-black-box.md,
+explanation/real-field.md#eta-measured-from-the-box).
 
 Attention without positions is invariant under permutations of the non-final tokens: the
 final token attends, and every other token enters the softmax sums as a member of a
