@@ -10,11 +10,14 @@ the longest query and the wall time; then a summary line per case.
     python benchmarks/bench_float.py --cases 4x2 6x3 8x4 --seeds 5
     python benchmarks/bench_float.py --cases 4x2 --plan paper --seeds 5
     python benchmarks/bench_float.py --cases 4x2 --dtype float32 --noise 2e-5 --noise-rel 1e-6
+    python benchmarks/bench_float.py --cases 4x2 6x3 --noise auto   # eta measured from the box
     python benchmarks/bench_float.py --minilm 0 --dprime 8     # needs the minilm extra
 
 The declared noise (``--noise`` absolute, ``--noise-rel`` relative to |y|) must cover the
 layer's real error: a float64 layer here errs by up to about 1.5e-15 times the largest
 output on the stable plan's queries (``--measure`` prints it), hence the default 5e-14.
+``--noise auto`` measures it instead (``learn(noise="auto")``; ``--noise-rel`` is then
+ignored) and prints the queries spent measuring (``noise_queries``, part of ``queries``).
 """
 
 from __future__ import annotations
@@ -66,8 +69,9 @@ def one(d, H, seed, args):
         def target(toks):
             return box(np.array([[float(a) for a in t] for t in toks], dtype=dtype))
     t0 = time.perf_counter()
+    auto = args.noise == "auto"
     res = learn(target, d=d, heads=H, field=K, tokens=tokens, plan=args.plan, noise=args.noise,
-                noise_rel=args.noise_rel if args.plan == "stable" else None, seed=seed,
+                noise_rel=args.noise_rel if args.plan == "stable" and not auto else None, seed=seed,
                 retries=args.retries)
     wall = time.perf_counter() - t0
     row = {"d": d, "H": H, "seed": seed, "status": res.status, "queries": res.queries,
@@ -75,7 +79,8 @@ def one(d, H, seed, args):
            "attempts": res.attempts, "wall": wall, "error": None, "bound": None, "covers": None,
            "reason": (res.error or "")[:100],
            "estimate": (res.real_detail or {}).get("estimate", "-"),
-           "start": (res.real_detail or {}).get("start", "-")}
+           "start": (res.real_detail or {}).get("start", "-"),
+           "noise_queries": res.noise_queries}
     if res.certified:
         err, _ = max_parameter_error(res.heads, truth(box), K)
         row.update(error=float(err), bound=float(res.error_bound), covers=bool(err <= res.error_bound))
@@ -91,7 +96,8 @@ def main(argv=None):
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--plan", default="stable", choices=["stable", "paper"])
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"])
-    ap.add_argument("--noise", type=float, default=5e-14)
+    ap.add_argument("--noise", type=lambda s: s if s == "auto" else float(s), default=5e-14,
+                    help="declared eta (a float), or auto: measured from the box")
     ap.add_argument("--noise-rel", type=float, default=1e-15)
     ap.add_argument("--std", type=float, default=0.5)
     ap.add_argument("--dps", type=int, default=30)
@@ -113,7 +119,7 @@ def main(argv=None):
             print(f"d={d} H={H} seed={seed} {r['status']} err={r['error']} bound={r['bound']} "
                   f"covers={r['covers']} queries={r['queries']} (paper {r['paper_count']}) "
                   f"longest={r['max_length']} attempts={r['attempts']} estimate={r['estimate']} "
-                  f"start={r['start']} "
+                  f"start={r['start']} noise_queries={r['noise_queries']} "
                   f"{r['wall']:.1f}s {r['reason']}",
                   flush=True)
         cert = [r for r in rows if r["status"] == "certified"]

@@ -26,7 +26,7 @@ __all__ = [
     "Field", "Rational", "QQ", "Modular", "ModularImage", "ResidueModular", "ConfirmationModular",
     "Real", "Symbolic",
     # learning
-    "learn", "LearnResult", "learn_transformer", "TransformerLearnResult", "paper_plan",
+    "learn", "LearnResult", "estimate_noise", "learn_transformer", "TransformerLearnResult", "paper_plan",
     "paper_count",
     # errors
     "ExactLearnError", "ModelError", "FieldError", "ExactnessError", "LearningFailure",
@@ -44,6 +44,9 @@ def __getattr__(name):
     if name == "NoisyOracle":
         from exactlearn.noise import NoisyOracle
         return NoisyOracle
+    if name == "estimate_noise":
+        from exactlearn.strategies.real.eta import estimate_noise
+        return estimate_noise
     if name in ("learn_transformer", "TransformerLearnResult"):
         from exactlearn.strategies.transformer import learn as transformer_learn
         return getattr(transformer_learn, name)

@@ -62,7 +62,8 @@ class LearnResult:
     field : Field
         The field the run was certified over.
     queries : int
-        Every query the black box answered: all attempts, all primes, the probe.
+        Every query the black box answered: all attempts, all primes, the probe, the
+        verification and ``noise="auto"``'s measuring queries.
     max_length : int
         The longest query, in tokens.
     plan : str
@@ -101,6 +102,12 @@ class LearnResult:
     bias : bool
         Whether the run learned biases (``bias=True``); only then does the JSON carry
         ``heads[i].u`` and ``constant``.
+    noise_queries : int
+        With ``noise="auto"``: the queries asked to measure eta (part of ``queries``); 0
+        without.
+    noise_estimated : dict or None
+        With ``noise="auto"``: the measured eta and how it was measured
+        (``NoiseEstimate.to_json()``; docs: howto/float-black-box.md); None without.
     """
 
     status: str
@@ -124,6 +131,8 @@ class LearnResult:
     attempt_log: list = dc_field(default_factory=list)   # per attempt: queries, outcome
     snap: dict | None = None               # snap=True: bounded-height rationals, certified
     multimodular: dict | None = None       # modular field: primes, exact_over_Q, bound
+    noise_queries: int = 0                 # part of ``queries``: noise="auto"'s measuring
+    noise_estimated: dict | None = None    # noise="auto": the measured eta and how
     detail: object = None                  # the strategy's own: EfficientDetail, RealDetail or None
     constant: object = 0                   # bias=True: the additive constant c
     bias: bool = False                     # bias=True: the plan for biases (u, c in the JSON)
@@ -179,9 +188,9 @@ class LearnResult:
 
     @property
     def learning_queries(self) -> int:
-        """The learning attempts' queries: ``queries`` less ``verify_queries`` (equal to
-        ``queries`` without ``verify=N``)."""
-        return self.queries - self.verify_queries
+        """The learning attempts' queries: ``queries`` less ``verify_queries`` and less
+        ``noise_queries`` (equal to ``queries`` without ``verify=N`` and ``noise="auto"``)."""
+        return self.queries - self.verify_queries - self.noise_queries
 
     @property
     def refused_draws(self) -> int:
@@ -222,6 +231,8 @@ class LearnResult:
             "snap": self.snap,
             "exact_over_Q": self.exact_over_q,
             "multimodular": self.multimodular,
+            "noise_queries": self.noise_queries,
+            "noise_estimated": self.noise_estimated,
         } | ({"constant": K.format(self.constant)} if self.bias else {})
 
     @property
@@ -343,6 +354,12 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     noise : optional
         Real field: the declared bound eta on the absolute error of every output (default
         ``oracle.noise``, else 0).  An output noisier than declared fails the certificate.
+        ``noise="auto"`` (stable plan, without ``noise_rel``) measures eta from the box
+        first: the spread of its answers when the non-final tokens of the plan's query
+        shapes are permuted, times a safety multiple
+        ([`estimate_noise`][exactlearn.strategies.real.eta.estimate_noise]; docs:
+        howto/float-black-box.md).  Those queries are answered by the box, so they are part
+        of ``queries`` (``noise_queries``); ``noise_estimated`` says what was measured.
     query_scale : optional
         Real field, paper plan: the scale of the queries (default: found by a probe, whose
         queries are counted in ``queries`` and reported as ``probe_queries``).
@@ -435,6 +452,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         plan = "stable" if tokens != "exact" and not K.is_exact else "paper"
     if noise_rel is not None and K.is_exact:
         raise ValueError(f"noise_rel= applies to the real field, not the {K.name} field")
+    auto = _check_noise(noise, noise_rel, K, plan)
     if max_primes is not None and (isinstance(max_primes, bool) or not isinstance(max_primes, int)
                                    or max_primes < 2):
         raise ValueError(f"max_primes must be an integer >= 2, got {max_primes!r}")
@@ -480,6 +498,17 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     n_cert = 0
     multimodular = None
     attempt_log: list = []                 # per attempt: its queries and outcome
+    noise_box, noise_estimated = None, None
+    if auto:                               # measured before any attempt, counted in queries
+        noise_box = rec.child(oracle, K, convert, keep=False)
+        try:
+            from exactlearn.strategies.real.eta import measure_noise
+            est = measure_noise(noise_box, d, H, seed=rng.getrandbits(64))
+            options.noise, options.noise_rel = est.noise, est.noise_rel
+            noise_estimated = est.to_json()
+        except ExactLearnError as exc:           # the box's answers: no attempt follows
+            error = f"{exc.kind}: measuring eta (noise='auto'): {exc}"
+            retries = -1
     while attempts <= retries:
         attempts += 1
         tr = []
@@ -552,7 +581,9 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         oracle_seconds=rec.seconds, certified_observations=n_cert, trace=tr,
         snap=_snap(detail, recovered) if snap and error is None else None,
         multimodular=multimodular, detail=detail,
-        constant=getattr(recovered, "constant", 0) if error is None and bias else 0, bias=bias)
+        constant=getattr(recovered, "constant", 0) if error is None and bias else 0, bias=bias,
+        noise_queries=0 if noise_box is None else noise_box.queries,
+        noise_estimated=noise_estimated)
 
 
 def _check_bias_options(K, plan, executor) -> None:
@@ -565,6 +596,30 @@ def _check_bias_options(K, plan, executor) -> None:
                          f"extended, only)")
     if executor is not None:
         raise ValueError("bias=True is not supported yet with executor=")
+
+
+def _check_noise(noise, noise_rel, K, plan) -> bool:
+    """True for ``noise="auto"`` (checked: real field, stable plan, no ``noise_rel``); any
+    other string must be a number (one-line ``ValueError`` before any query)."""
+    if not isinstance(noise, str):
+        return False
+    if noise == "auto":
+        if K.is_exact:
+            raise ValueError(f"noise='auto' measures a float box over the real field, not the "
+                             f"{K.name} field")
+        if plan != "stable":
+            raise ValueError("noise='auto' measures eta for the stable plan (plan='stable', the "
+                             "default with float tokens)")
+        if noise_rel is not None:
+            raise ValueError("noise='auto' measures noise_rel too: give one or the other")
+        return True
+    from exactlearn.fields import Real
+    from exactlearn.noise import noise_bound
+    try:
+        noise_bound(K if not K.is_exact else Real(dps=30), noise)
+    except ValueError:
+        raise ValueError(f"noise must be a number >= 0 or 'auto', got {noise!r}") from None
+    return False
 
 
 def _snap(detail, heads) -> dict:

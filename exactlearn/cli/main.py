@@ -62,6 +62,7 @@ FIELD_OPTIONS = {"--dps": ("dps", None, "real"), "--noise": ("noise", None, "rea
                  "--noise-seed": ("noise_seed", None, "real"),
                  "--query-scale": ("query_scale", None, "real"),
                  "--noise-rel": ("noise_rel", None, "real"),
+                 "--declared-noise": ("declared_noise", None, "real"),
                  "--prime": ("prime", None, "modular"),
                  "--max-primes": ("max_primes", None, "modular"),
                  "--max-height": ("max_height", None, "modular")}

@@ -4,7 +4,8 @@ Kept out of :mod:`exactlearn.cli.main` so that its start-up stays light: nothing
 mpmath or sympy until a run needs it.
 
 ``exactlearn learn`` gains ``--noise ETA [--noise-seed S]`` (a seeded
-:class:`~exactlearn.noise.NoisyOracle`, real field only), ``--query-scale S`` (fix the
+:class:`~exactlearn.noise.NoisyOracle`, real field only), ``--declared-noise auto|ETA`` (the
+eta the learner trusts, ``learn(noise=)``; ``auto`` measures it), ``--query-scale S`` (fix the
 token scale, no probe), ``--snap``; over the real field the JSON has ``"exact": false``
 (the result is certified within tolerance, not exactly; ``status`` stays ``"certified"``),
 ``error_bound``, ``probe_queries``, ``real_detail`` and ``model_error`` (the largest
@@ -29,6 +30,11 @@ def add_learn_options(lp) -> None:
     lp.add_argument("--noise-rel", default=None, metavar="ETA_REL",
                     help="real field, --plan stable: the outputs are also trusted to ETA_REL "
                          "times |y| (relative output error; default: none)")
+    lp.add_argument("--declared-noise", default=None, metavar="auto|ETA",
+                    help="real field: the output error the learner trusts, a number, or 'auto' "
+                         "(--plan stable): measured from the box's spread under permutations "
+                         "of the non-final tokens, its queries counted (default: --noise's ETA, "
+                         "else 0; unlike --noise it adds no noise)")
     lp.add_argument("--snap", action="store_true",
                     help="turn real results into bounded-height rationals and certify them")
 
@@ -63,6 +69,18 @@ def learn_options(args, bad_input) -> dict:
                                              positive=True)
     if getattr(args, "noise_rel", None) is not None:
         out["noise_rel"] = rational_option(args.noise_rel, "--noise-rel", bad_input,
+                                           positive=False)
+    declared = getattr(args, "declared_noise", None)
+    if declared is not None:
+        if declared == "auto":
+            if args.plan != "stable":
+                raise bad_input("--declared-noise auto needs --plan stable")
+            if "noise_rel" in out:
+                raise bad_input("--declared-noise auto measures the relative part too: drop "
+                                "--noise-rel")
+            out["noise"] = "auto"
+        else:
+            out["noise"] = rational_option(declared, "--declared-noise", bad_input,
                                            positive=False)
     return out
 
@@ -110,6 +128,11 @@ def summary_lines(res, model) -> list:
     if res.probe_queries:
         lines.append(f"probe queries: {res.probe_queries} (included in queries; the "
                      f"{'stable plan' if res.plan == 'stable' else 'paper'} count is {res.plan_queries})")
+    if res.noise_estimated is not None:
+        est = res.noise_estimated
+        lines.append(f"noise measured: eta = {float(est['noise']):.3g} + {float(est['noise_rel']):.3g}"
+                     f" |y| ({est['safety']} x the permutation spread; {res.noise_queries} "
+                     f"queries, included in queries)")
     if res.real_detail is not None and res.certified:
         det = res.real_detail
         lines.append(f"query scale: {det.get('query_scale')}  certificate: {det.get('certificate')}")

@@ -1,0 +1,233 @@
+"""eta measured from the box: the spread of a float box's outputs under permutations of the
+non-final tokens (docs: howto/float-black-box.md,
+explanation/real-field.md#eta-measured-from-the-box).
+
+Attention without positions is invariant under permutations of the non-final tokens: the
+final token attends, and every other token enters the softmax sums as a member of a
+multiset.  So ``f(X)`` and ``f(pi X)`` are the same number, and a float box that answers
+them differently shows its own rounding.  :func:`measure_noise` asks the query shapes of the
+stable plan (:mod:`~exactlearn.strategies.real.stable`): ``k`` copies of ``a = x + e``
+followed by ``m`` copies of ``x`` (final token ``x``), at every ``(k, m)`` of
+:func:`~exactlearn.strategies.real.ratio.ratio_nodes` with at least two non-final tokens (so
+lengths up to the longest, ``MAX_COPIES + 1``), at several token scales, each query in its
+own order and in ``permutations`` random orders of its non-final tokens (the a's mixed
+among the x's: the summation order changes).  Every token entry is a dyadic rational of at
+most 23 significant bits, exact in float32 and float64, so the box evaluates the very
+queries asked.
+
+For each group (one query and its reorderings) the spread is ``max y - min y``.  The
+envelope ``abs + rel |y|`` is the one of least mean height that lies on or above every
+group's spread (a two-variable linear program, solved over the vertices of the upper hull).
+The declared eta is ``SAFETY`` (30) times that envelope: ``noise = SAFETY * abs``,
+``noise_rel = SAFETY * rel``, the stable plan's ``eta + eta_rel |y|``.
+
+What this cannot see: rounding that is the same in every order (an error in the weights, a
+final rounding to a coarser type, noise keyed on the multiset of tokens).  That is why the
+safety multiple is there, and why the learner keeps its own noise tests: a box noisier than
+the measured eta fails the certificate explicitly (its residuals exceed their bound), it is
+never certified with a bound that fails to cover.
+
+>>> from exactlearn.fields import Real
+>>> from exactlearn.oracle import Recorder
+>>> box = lambda X: sum(float(t[0]) for t in X[:-1]) * 0 + 1.0   # order-blind, exact
+>>> est = measure_noise(Recorder(box, Real(dps=30), True), 2, 1, seed=0)
+>>> est.noise, est.noise_rel, est.queries == est.groups * 4
+(0.0, 0.0, True)
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+from gmpy2 import mpq
+
+from exactlearn.strategies.real.ratio import dyadic, family_tokens, ratio_nodes
+
+#: the declared eta is this multiple of the measured envelope of the spreads
+SAFETY = 30
+#: token scales measured (tokens of norm about 1 times these): the stable plan's sigma for
+#: weights of order one, and its rescues at 1/4 and 4 times it
+SCALES = (mpq(1, 2), mpq(2), mpq(8))
+DRAWS = 2            # random (x, e) per scale and length
+PERMUTATIONS = 3     # random orders of the non-final tokens per query, besides its own
+CLIP = 3.0           # |entries| of x and e at most this before scaling: a = x + e stays
+                     # below 8, 23 significant bits on the grid 2^-20
+
+
+@dataclass
+class NoiseEstimate:
+    """The measured output error of a float box
+    ([`estimate_noise`][exactlearn.strategies.real.eta.estimate_noise]); ``to_json()`` is the
+    JSON's ``noise_estimated``."""
+
+    noise: float            # declared absolute eta: SAFETY * envelope_abs
+    noise_rel: float        # declared relative eta: SAFETY * envelope_rel
+    safety: int
+    envelope_abs: float     # the envelope of the spreads, before the safety multiple
+    envelope_rel: float
+    max_spread: float       # the largest spread of a group
+    groups: int             # queries measured with their reorderings
+    queries: int            # every query the box answered while measuring
+    max_length: int
+    lengths: list
+    scales: list
+    permutations: int
+    draws: int
+    method: str
+
+    def to_json(self) -> dict:
+        return {"noise": repr(self.noise), "noise_rel": repr(self.noise_rel),
+                "safety": self.safety, "envelope_abs": repr(self.envelope_abs),
+                "envelope_rel": repr(self.envelope_rel), "max_spread": repr(self.max_spread),
+                "groups": self.groups, "queries": self.queries, "max_length": self.max_length,
+                "lengths": list(self.lengths), "scales": [str(s) for s in self.scales],
+                "permutations": self.permutations, "draws": self.draws, "method": self.method}
+
+
+def _token(rnd, d, scale):
+    """A random token of norm about ``scale``: Gaussian entries / sqrt(d), clipped to CLIP,
+    rounded to the grid 2^-20, times ``scale`` (a power of two keeps them dyadic)."""
+    raw = [max(-CLIP, min(CLIP, rnd.gauss(0.0, 1.0) / d ** 0.5)) for _ in range(d)]
+    return tuple(scale * a for a in dyadic(raw))
+
+
+def envelope(sizes, spreads) -> tuple:
+    """``(abs, rel) >= 0`` of least mean ``abs + rel * size`` with ``abs + rel * size >=
+    spread`` at every point: the vertices of the feasible set (the axes' intercepts and the
+    lines through two points) are the candidates.
+
+    >>> envelope([1.0, 10.0], [1.0, 10.0])
+    (0.0, 1.0)
+    >>> envelope([1.0, 10.0], [2.0, 2.0])
+    (2.0, 0.0)
+    """
+    y = np.asarray(sizes, dtype=float)
+    s = np.asarray(spreads, dtype=float)
+    if not len(s) or not s.max() > 0:
+        return 0.0, 0.0
+    cands = [(float(s.max()), 0.0)]
+    pos = y > 0
+    if pos.any() and not (s[~pos] > 0).any():
+        cands.append((0.0, float((s[pos] / y[pos]).max())))
+    i, j = np.triu_indices(len(y), 1)
+    dy = y[i] - y[j]
+    ok = dy != 0
+    rel = (s[i][ok] - s[j][ok]) / dy[ok]
+    ab = s[i][ok] - rel * y[i][ok]
+    keep = (rel >= 0) & (ab >= 0)
+    cands += list(zip(ab[keep].tolist(), rel[keep].tolist()))
+    best = None
+    for a, r in cands:
+        a_ok = a * (1 + 1e-12) + r * (1 + 1e-12) * y     # ties: rounding of the intercepts
+        if np.all(a_ok >= s):
+            cost = a + r * float(y.mean())
+            if best is None or cost < best[0]:
+                best = (cost, a, r)
+    return best[1], best[2]
+
+
+def shape_lengths(H: int) -> list:
+    """The ``(k, m)`` of the stable plan's families with at least two non-final tokens.
+
+    >>> [k + m for k, m in shape_lengths(1)][-1]
+    257
+    """
+    return [(k, m) for k, m in ratio_nodes(H) if k + m - 1 >= 2]
+
+
+def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = DRAWS,
+                  permutations: int = PERMUTATIONS, safety: int = SAFETY) -> NoiseEstimate:
+    """Ask ``rec`` (a :class:`~exactlearn.oracle.Recorder`: every answer counted) the
+    stable plan's query shapes for ``H`` heads in ``d`` dimensions, each in its own order and
+    ``permutations`` random orders of its non-final tokens, and fit the envelope of the
+    spreads (module doc).  One batch: a box with ``batch`` is asked once."""
+    rnd = random.Random(seed)
+    scales = list(SCALES if scales is None else scales)
+    shapes = shape_lengths(H)
+    queries, groups = [], []
+    for f in scales:
+        for k, m in shapes:
+            for _ in range(draws):
+                x, e = _token(rnd, d, f), _token(rnd, d, f)
+                a = tuple(p + q for p, q in zip(x, e))
+                base = family_tokens(x, a, k, m)
+                rest = base[:-1]
+                orders = [rest]
+                for _ in range(permutations):
+                    p = list(rest)
+                    rnd.shuffle(p)
+                    orders.append(p)
+                groups.append((len(queries), len(orders)))
+                queries += [o + [x] for o in orders]
+    n0 = rec.queries
+    ys = rec.ask_many(queries)
+    sizes, spreads = [], []
+    for start, n in groups:
+        g = ys[start:start + n]
+        spreads.append(abs(float(max(g) - min(g))))
+        sizes.append(max(abs(float(y)) for y in g))
+    ea, er = envelope(sizes, spreads)
+    return NoiseEstimate(
+        noise=safety * ea, noise_rel=safety * er, safety=safety, envelope_abs=ea,
+        envelope_rel=er, max_spread=max(spreads, default=0.0), groups=len(groups),
+        queries=rec.queries - n0, max_length=max(len(q) for q in queries),
+        lengths=sorted({k + m for k, m in shapes}), scales=scales, permutations=permutations,
+        draws=draws,
+        method=(f"permutation spread: {len(groups)} queries of the stable plan's shapes (k copies "
+                f"of a = x + e, m copies of x) each asked in its own order and {permutations} "
+                f"random orders of its non-final tokens; envelope abs + rel |y| of least mean "
+                f"height over the spreads (max - min per query), times {safety}"))
+
+
+def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "exact", seed=None,
+                   scales=None, draws: int = DRAWS, permutations: int = PERMUTATIONS,
+                   safety: int = SAFETY) -> NoiseEstimate:
+    """Measure a float box's output error from the spread of its answers under permutations
+    of the non-final tokens (docs: howto/float-black-box.md#measure-eta-from-the-box).
+
+    ``box``, ``field`` and ``tokens`` are as in [`learn`][exactlearn.api.learn] (``field``
+    defaults to ``box.field``, else ``Real(dps=30)``; it must be the real field).  ``heads``
+    sets the stable plan's nodes, hence the lengths measured (up to 257 tokens); ``scales``
+    the token norms (default ``SCALES``: 1/2, 2, 8).  Returns a
+    [`NoiseEstimate`][exactlearn.strategies.real.eta.NoiseEstimate] whose ``noise`` and
+    ``noise_rel`` are ``safety`` times the envelope of the spreads, ready for
+    ``learn(noise=est.noise, noise_rel=est.noise_rel)``; ``queries`` counts every answer.
+    ``learn(..., noise="auto")`` does the same inside the run, its queries counted there.
+
+    >>> import numpy as np
+    >>> from exactlearn import estimate_noise
+    >>> def box(X):                      # one head, W = I / 2, v = (1, -1), in float64
+    ...     s = X @ X[-1] / 2
+    ...     p = np.exp(s - s.max())
+    ...     return float((p / p.sum()) @ (X @ np.array([1.0, -1.0])))
+    >>> est = estimate_noise(box, d=2, tokens="float64", seed=0)
+    >>> 0 < est.noise + est.noise_rel < 1e-13, est.queries, est.max_length, est.lengths
+    (True, 192, 257, [3, 12, 54, 257])
+    """
+    from exactlearn.fields import Real
+    from exactlearn.oracle import Recorder, TokenAdapter, resolve_field
+    for name, val, low in (("d", d, 1), ("heads", heads, 1), ("draws", draws, 1),
+                           ("permutations", permutations, 1), ("safety", safety, 1)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {val!r}")
+    if scales is not None:
+        try:
+            scales = [mpq(s) for s in scales]
+        except (TypeError, ValueError):
+            raise ValueError(f"scales must be positive powers of two, got {scales!r}") from None
+        if not scales or any(s <= 0 or (s.numerator & (s.numerator - 1)) or
+                             (s.denominator & (s.denominator - 1)) for s in scales):
+            raise ValueError(f"scales must be positive powers of two (the tokens stay dyadic), "
+                             f"got {[str(s) for s in scales]}")
+    if tokens != "exact":
+        box = TokenAdapter(box, tokens)
+    if field is None and getattr(box, "field", None) is None:
+        field = Real(dps=30)
+    K, convert = resolve_field(box, field)
+    if K.is_exact:
+        raise ValueError(f"estimate_noise measures a float box over the real field, not the "
+                         f"{K.name} field (an exact box has no noise)")
+    return measure_noise(Recorder(box, K, convert), d, heads, seed=seed, scales=scales,
+                         draws=draws, permutations=permutations, safety=safety)
