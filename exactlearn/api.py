@@ -376,13 +376,6 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     tokens : str, default "exact"
         What the box is sent: ``"exact"`` (tuples of gmpy2 ``mpq``), ``"float"`` (lists of
         Python floats), ``"float64"`` or ``"float32"`` (a 2-D numpy array, a row per token).
-    max_height : int, optional
-        Modular field, paper plan: a declared bound B on the numerators and denominators of
-        the canonical heads.  Primes are combined until their product exceeds ``2 B^2`` (one
-        pass for B < 2^60); the rationals of height <= B are then the answer, with no
-        confirmation prime when the plan's degeneracy bound allows (``multimodular.route``
-        ``"height bound"``; docs: explanation/multimodular.md).  A black box past B fails
-        explicitly when its residues have no preimage within B.
     executor : distributed.Client, optional
         A Dask client: spreads the paper plan over the modular field on its cluster, group of
         configurations by group, and evaluates the model there when ``oracle`` is an
@@ -391,6 +384,13 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         counted in ``queries``; a cluster that cannot go on fails the run (``status``
         failed, the reason "the Dask cluster failed: ...", no redraw) within the bounds of
         docs: explanation/performance.md#a-worker-that-dies.
+    max_height : int, optional
+        Modular field, paper plan: a declared bound B on the numerators and denominators of
+        the canonical heads.  Primes are combined until their product exceeds ``2 B^2`` (one
+        pass for B < 2^60); the rationals of height <= B are then the answer, with no
+        confirmation prime when the plan's degeneracy bound allows (``multimodular.route``
+        ``"height bound"``; docs: explanation/multimodular.md).  A black box past B fails
+        explicitly when its residues have no preimage within B.
     bias : bool, default False
         Learn a layer with biases (docs: explanation/biases.md): scores
         ``x_i^T W_h x_n + u_h^T x_i`` and an additive constant c, exactly over the exact

@@ -53,11 +53,13 @@ PLAN_BYTES_PER_D3 = 136
 
 #: Most numbers a model may hold: H (d^2 + d) for attention, plus r (d + 1) for a
 #: Transformer's ReLU layer (and H m d for its O).
-MAX_MODEL_ENTRIES = 2 ** 24
+MAX_MODEL_ENTRIES = 2 ** 22
 #: Largest model file, in bytes (checked before it is read; 16 bytes per entry).
 MAX_MODEL_FILE_BYTES = 16 * MAX_MODEL_ENTRIES
+#: Most local Dask worker processes ``--workers`` starts (each is a Python process of its own).
+MAX_LOCAL_WORKERS = 64
 #: Most JSON values a model file may hold (checked on the text before it is parsed).
-MAX_JSON_VALUES = 2 * MAX_MODEL_ENTRIES
+MAX_JSON_VALUES = MAX_MODEL_ENTRIES + 2 ** 20
 #: Most decimal digits of a number written as text (an entry, an option such as --noise):
 #: of a numerator or a denominator, a decimal exponent counting as its size.
 MAX_ENTRY_DIGITS = 4000
@@ -170,15 +172,23 @@ def model_entries(d: int, H: int, neurons: int = 0, m: int | None = None) -> int
 
 def check_model_size(d: int, H: int, neurons: int = 0, m: int | None = None,
                      what: str = "model") -> None:
-    """Refuse a model with d > :data:`MAX_DIMENSION` or more than :data:`MAX_MODEL_ENTRIES`
-    numbers, before any of them is read or drawn (one-line ModelError).
+    """Refuse a model with d > :data:`MAX_DIMENSION`, more than :data:`MAX_HEADS` heads
+    (no plan could learn it) or more than :data:`MAX_MODEL_ENTRIES` numbers, before any of
+    them is read or drawn (one-line ModelError).
 
     >>> check_model_size(2, 10 ** 8)
     Traceback (most recent call last):
     ...
-    exactlearn.errors.ModelError: model: d = 2 with 100000000 heads holds 600000000 numbers, more than the limit 16777216 (MAX_MODEL_ENTRIES; docs/reference/cli.md, "Limits")
+    exactlearn.errors.ModelError: model: 100000000 heads, more than the limit 23169 (MAX_HEADS; docs/reference/cli.md, "Limits")
+    >>> check_model_size(400, 30)
+    Traceback (most recent call last):
+    ...
+    exactlearn.errors.ModelError: model: d = 400 with 30 heads holds 4812000 numbers, more than the limit 4194304 (MAX_MODEL_ENTRIES; docs/reference/cli.md, "Limits")
     """
     check_dimension(d, f"{what}: d")
+    if H > MAX_HEADS:
+        raise ModelError(f"{what}: {H} heads, more than the limit {MAX_HEADS} (MAX_HEADS; "
+                         f"docs/reference/cli.md, \"Limits\")")
     if m is not None:
         check_dimension(m, f"{what}: m")
     n = model_entries(d, H, neurons, m)

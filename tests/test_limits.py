@@ -276,3 +276,30 @@ def test_real_field_refuses_dps_past_limit_at_construction():
     with pytest.raises(ValueError, match="MAX_DPS"):
         Real(dps=10 ** 8)
     assert Real(dps=3000).dps == 3000
+
+
+def test_workers_beyond_limit_are_refused_at_once(tmp_path):
+    """``--workers 1000000`` started processes until the machine gave out (hostile review):
+    refused in one line before any cluster starts."""
+    from exactlearn import limits
+    model = tmp_path / "m.json"
+    model.write_text('{"format": "exactlearn.mha/1", "d": 2, "heads": [{"W": [[1, 0], [0, 1]], "v": [1, 2]}]}')
+    r = subprocess.run([sys.executable, "-m", "exactlearn.cli", "learn", "--model", str(model), "--heads", "1",
+                        "--field", "modular", "--workers", str(limits.MAX_LOCAL_WORKERS + 1)],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and "--workers" in r.stderr, r.stderr
+
+
+def test_a_model_file_with_more_heads_than_any_plan_is_refused(tmp_path):
+    """A model file within the size limits but with more heads than any plan can learn (the
+    hostile review's 3,000,000-head file took 53 s and 1.8 GB): one line, exit 2, at once."""
+    from exactlearn import limits
+    n = limits.MAX_HEADS + 1
+    model = tmp_path / "many.json"
+    model.write_text('{"format": "exactlearn.mha/1", "d": 1, "heads": ['
+                     + ",".join(['{"W": [[1]], "v": [1]}'] * n) + "]}")
+    r = subprocess.run([sys.executable, "-m", "exactlearn.cli", "learn", "--model", str(model), "--heads", "1"],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and "MAX_HEADS" in r.stderr, r.stderr

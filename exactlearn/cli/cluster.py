@@ -46,6 +46,10 @@ def executor(args, bad_input):
     flag = "--workers" if workers is not None else "--scheduler"
     if workers is not None and workers < 1:
         raise bad_input(f"--workers must be >= 1, got {workers}")
+    from exactlearn import limits
+    if workers is not None and workers > limits.MAX_LOCAL_WORKERS:
+        raise bad_input(f"--workers must be <= {limits.MAX_LOCAL_WORKERS} (MAX_LOCAL_WORKERS: each "
+                        f"is a process of its own on this machine), got {workers}")
     if args.field != "modular" or args.plan != "paper":
         raise bad_input(f"{flag} spreads the paper plan over the modular field: needs "
                         f"--field modular and --plan paper")
