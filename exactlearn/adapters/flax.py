@@ -2,7 +2,9 @@
 
 :func:`black_box` / :func:`true_heads` take a ``flax.linen.MultiHeadDotProductAttention`` and
 its parameters (what ``module.init`` returns, or its ``"params"``), used as self-attention
-(``module.apply(variables, X)``: inputs_q = inputs_kv = the tokens).  ``normalize_qk``,
+(``module.apply(variables, X)``: inputs_q = inputs_kv = the tokens; the box asks only the
+final token's query, ``module.apply(variables, X[:, -1:], X)``, which is the same output at the
+last position at O(n) cost).  ``normalize_qk``,
 ``decode`` and a custom ``attention_fn`` are outside the model class and refused.
 
 The box runs one jitted ``apply`` per query length and (padded) batch size, in the layer's own
@@ -86,7 +88,8 @@ def true_heads(module, params, readout=None) -> TrueHeads:
 
 def black_box(module, params, readout=None, dtype=None) -> LayerBox:
     """A ``MultiHeadDotProductAttention`` as a black box: ``box(X)`` answers
-    ``module.apply(params, X[None])[0, -1]`` read out as ``readout . out`` (a float64 scalar),
+    ``module.apply(params, X[None])[0, -1]`` (computed as ``module.apply(params, X[None, -1:],
+    X[None])[0, 0]``, the final token's query only) read out as ``readout . out`` (a float64 scalar),
     or the output vector (the layer's dtype) without a readout -- ``learn()`` takes a scalar
     box today, so give it a readout.  ``box.batch(queries)`` runs each length's queries as one
     jitted batch (padded to a power of two, the padding rows discarded).
@@ -104,7 +107,9 @@ def black_box(module, params, readout=None, dtype=None) -> LayerBox:
         raise ModelError("float64 with JAX needs jax.config.update('jax_enable_x64', True) "
                          "before the parameters are made (JAX would round to float32)")
     variables = {"params": p}
-    run = jax.jit(lambda v, x: module.apply(v, x, deterministic=True)[:, -1])
+    # the output at the last position is the final token's query attending over all tokens:
+    # asking only that query costs O(n), not the O(n^2) of every position
+    run = jax.jit(lambda v, x: module.apply(v, x[:, -1:], x, deterministic=True)[:, 0])
 
     def forward(stack):
         B = stack.shape[0]

@@ -98,8 +98,9 @@ def true_heads(module, readout=None) -> TrueHeads:
 
 def black_box(module, readout=None, dtype=None, threads: int | None = 1) -> LayerBox:
     """A ``torch.nn.MultiheadAttention`` as a black box: ``box(X)`` runs
-    ``module(X, X, X)`` on the tokens X (an (n, d) numpy array, the final token last) and
-    answers at the last position: ``readout . out[-1]`` (a float64 scalar) with a readout, the
+    the module on the tokens X (an (n, d) numpy array, the final token last) and answers at the
+    last position -- ``module(X, X, X)[-1]``, computed as ``module(X[-1:], X, X)``, the final
+    token's query only (the same output at O(n) cost): ``readout . out[-1]`` (a float64 scalar) with a readout, the
     output vector (the module's dtype) without one -- ``learn()`` takes a scalar box today, so
     give it a readout.  ``box.batch(queries)`` runs each length's queries as one batch.
 
@@ -122,11 +123,11 @@ def black_box(module, readout=None, dtype=None, threads: int | None = 1) -> Laye
     def forward(stack):
         x = torch.from_numpy(np.ascontiguousarray(stack))
         with torch.no_grad(), _threads(torch, threads):
+            q = x[:, -1:]                                # the final token's query only: O(n)
             if not bf:
-                x = x.transpose(0, 1)
-            out, _ = module(x, x, x, need_weights=False)
-            last = out[:, -1] if bf else out[-1]
-            return last.numpy()
+                x, q = x.transpose(0, 1), q.transpose(0, 1)
+            out, _ = module(q, x, x, need_weights=False)
+            return (out[:, 0] if bf else out[0]).numpy()
 
     return LayerBox(forward, E, module.out_proj.out_features, readout, td, md,
                     name=f"torch MultiheadAttention(d={E}, heads={module.num_heads})")
