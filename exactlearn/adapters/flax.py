@@ -7,7 +7,7 @@ final token's query, ``module.apply(variables, X[:, -1:], X)``, which is the sam
 last position at O(n) cost).  ``normalize_qk``,
 ``decode`` and a custom ``attention_fn`` are outside the model class and refused.
 
-The box runs one jitted ``apply`` per query length and (padded) batch size, in the layer's own
+The box runs one jitted ``apply`` per padded query length and batch size, in the layer's own
 dtype: float32, or float64 with ``jax.config.update("jax_enable_x64", True)`` set before the
 parameters are made (without it JAX turns float64 into float32, so float64 tokens are refused).
 JAX sizes its thread pool when it starts; the adapter leaves it alone.  jax and flax are
@@ -92,7 +92,8 @@ def black_box(module, params, readout=None, dtype=None) -> LayerBox:
     X[None])[0, 0]``, the final token's query only) read out as ``readout . out`` (a float64 scalar),
     or the output vector (the layer's dtype) without a readout -- ``learn()`` takes a scalar
     box today, so give it a readout.  ``box.batch(queries)`` runs each length's queries as one
-    jitted batch (padded to a power of two, the padding rows discarded).
+    jitted batch (batch and length padded to powers of two, the batch to at least 8: the extra queries discarded, the
+    extra tokens masked out, which weighs them exactly 0).
 
     ``dtype=None``: tokens must have the layer's dtype; ``dtype=`` another float dtype
     converts them exactly or refuses (as the torch adapter).  Dropout is off
@@ -107,16 +108,21 @@ def black_box(module, params, readout=None, dtype=None) -> LayerBox:
         raise ModelError("float64 with JAX needs jax.config.update('jax_enable_x64', True) "
                          "before the parameters are made (JAX would round to float32)")
     variables = {"params": p}
-    # the output at the last position is the final token's query attending over all tokens:
-    # asking only that query costs O(n), not the O(n^2) of every position
-    run = jax.jit(lambda v, x: module.apply(v, x[:, -1:], x, deterministic=True)[:, 0])
+    # The output at the last position is the final token's query attending over all tokens:
+    # asking only that query costs O(n), not the O(n^2) of every position.  Shapes are padded
+    # to powers of two (few shapes, few compilations): extra queries are copies, discarded;
+    # extra tokens are masked out, and a masked score's weight is exactly 0.
+    run = jax.jit(lambda v, q, kv, mask: module.apply(v, q, kv, mask=mask, deterministic=True)[:, 0])
 
     def forward(stack):
-        B = stack.shape[0]
-        size = 1 << (B - 1).bit_length()                     # few shapes, few compilations
-        if size != B:
-            stack = np.concatenate([stack, np.repeat(stack[:1], size - B, axis=0)])
-        out = np.asarray(run(variables, stack))
+        B, n, _ = stack.shape
+        size, length = max(8, 1 << (B - 1).bit_length()), 1 << (n - 1).bit_length()
+        kv = np.zeros((size, length, d), dtype=stack.dtype)
+        kv[:B, :n] = stack
+        kv[B:, :n] = stack[:1]
+        mask = np.zeros((size, 1, 1, length), dtype=bool)
+        mask[..., :n] = True
+        out = np.asarray(run(variables, kv[:, n - 1:n], kv, mask))
         if out.dtype != md:
             raise ModelError(f"the layer answered in {out.dtype}, not its {md}")
         return out[:B]
