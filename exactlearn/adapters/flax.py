@@ -16,6 +16,8 @@ imported when a function here is called, never at import.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from exactlearn.adapters.common import LayerBox, TrueHeads, canonical_parameters, token_dtypes
@@ -29,6 +31,18 @@ def _flax():
     except ImportError:
         raise ModelError("the flax adapter needs jax and flax: pip install exactlearn[flax]") from None
     return jax, nn
+
+
+def _final_query(module, variables, q, kv, mask):
+    return module.apply(variables, q, kv, mask=mask, deterministic=True)[:, 0]
+
+
+@functools.lru_cache(maxsize=1)
+def _jitted():
+    """One jitted apply for every box (the module is a static argument: boxes of equal
+    layers share their compilations)."""
+    jax, _ = _flax()
+    return jax.jit(_final_query, static_argnums=0)
 
 
 def _params(params) -> dict:
@@ -112,7 +126,11 @@ def black_box(module, params, readout=None, dtype=None) -> LayerBox:
     # asking only that query costs O(n), not the O(n^2) of every position.  Shapes are padded
     # to powers of two (few shapes, few compilations): extra queries are copies, discarded;
     # extra tokens are masked out, and a masked score's weight is exactly 0.
-    run = jax.jit(lambda v, q, kv, mask: module.apply(v, q, kv, mask=mask, deterministic=True)[:, 0])
+    try:
+        hash(module)
+        run = functools.partial(_jitted(), module)
+    except TypeError:                                   # an unhashable layer: its own jit
+        run = jax.jit(functools.partial(_final_query, module))
 
     def forward(stack):
         B, n, _ = stack.shape
