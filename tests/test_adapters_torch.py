@@ -169,3 +169,16 @@ def test_learns_a_float64_mha_through_the_adapter(batch_first):
     err, _ = max_parameter_error(res.heads, ta.true_heads(m, readout=r).heads(), res.field)
     assert err <= res.error_bound and err <= 1e-9
     assert res.queries == sum(answered)                # every answered query counted
+
+
+def test_a_biased_layer_is_not_certified_by_the_bias_free_learner():
+    """Today's learn() has no bias terms: a biased MHA (PyTorch's default) fails explicitly,
+    every answered query counted, rather than being certified with wrong heads."""
+    m = mha(4, 2, 0, bias=True, std=0.4)
+    answered = []
+    m.register_forward_hook(lambda mod, inp, out: answered.append(inp[0].shape[0]))
+    res = learn(ta.black_box(m, readout=np.ones(4)), d=4, heads=2, field="real",
+                tokens="float64", seed=0, retries=2, **NOISE)
+    assert not res.certified and res.status == "failed"
+    assert "noisier than the declared eta" in res.error
+    assert res.queries == sum(answered)
