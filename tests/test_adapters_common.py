@@ -3,6 +3,8 @@ torch or flax: the canonical map from weight blocks, the dtype rule, the length-
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -69,6 +71,8 @@ def test_tokens_of_another_dtype_are_refused_or_converted_exactly():
     with pytest.raises(ModelError, match="takes float32 tokens, got float64") as e:
         box(np.array([[0.5, 0.25]]))
     assert "\n" not in str(e.value)
+    with pytest.raises(ModelError, match=r"got object: call learn\(\.\.\., tokens='float32'\)$"):
+        box([(Fraction(1, 2), Fraction(1, 4))])         # exact tokens (learn's default)
     conv = LayerBox(forward, 2, 2, None, *token_dtypes("float32", "float64"))
     assert conv(np.array([[0.5, 0.25]])).dtype == np.float32
     with pytest.raises(ModelError, match="not exactly a float32"):

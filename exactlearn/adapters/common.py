@@ -125,8 +125,8 @@ def token_dtypes(module_dtype, dtype) -> tuple:
     except TypeError:
         md = None
     if md not in FLOAT_DTYPES:
-        md = module_dtype if md is None else md
-        raise ModelError(f"the layer computes in {md}: the adapters take float32 or float64 layers")
+        raise ModelError(f"the layer computes in {module_dtype}: the adapters take float32 or "
+                         f"float64 layers")
     if dtype is None:
         return md, md
     try:
@@ -146,9 +146,10 @@ def as_module_tokens(X, d: int, token_dtype, module_dtype) -> np.ndarray:
     if X.ndim != 2 or X.shape[1] != d or X.shape[0] == 0:
         raise ModelError(f"a query must be a 2-D array of tokens of dimension {d}, got shape {X.shape}")
     if X.dtype != token_dtype:
+        hint = (f", or build the box with dtype='{X.dtype}' to convert (exactly) to the layer's "
+                f"{module_dtype}" if X.dtype in FLOAT_DTYPES else "")
         raise ModelError(f"the box takes {token_dtype} tokens, got {X.dtype}: call "
-                         f"learn(..., tokens='{token_dtype}'), or build the box with "
-                         f"dtype='{X.dtype}' to convert (exactly) to the layer's {module_dtype}")
+                         f"learn(..., tokens='{token_dtype}'){hint}")
     if token_dtype == module_dtype:
         return X
     Y = X.astype(module_dtype)
