@@ -133,6 +133,35 @@ def test_float_black_box_howto_runs(capsys):
     assert res.error_bound < ns["K"]("1e-6")
 
 
+def _torch_jax_howto(sections):
+    text = (DOCS / "howto" / "torch-jax-layer.md").read_text()
+    parts = re.split(r"^## ", text, flags=re.M)
+    code = [b for part in parts if part[:2] in sections
+            for b in re.findall(r"```python\n(.*?)```", part, re.S)]
+    ns: dict = {}
+    exec("\n".join(code), ns)
+    return ns
+
+
+def test_torch_jax_howto_torch_part_runs(capsys):
+    """The how-to's PyTorch code, as written: certified, its error within the bound and its
+    printed count the one shown."""
+    pytest.importorskip("torch")
+    ns = _torch_jax_howto(["1."])
+    assert ns["res"].certified and ns["err"] <= ns["res"].error_bound
+    text = (DOCS / "howto" / "torch-jax-layer.md").read_text()
+    shown = re.search(r"# (certified \d+) error", text).group(1)
+    assert shown in capsys.readouterr().out
+
+
+@pytest.mark.slow                    # the flax part jit-compiles about 15 shapes
+def test_torch_jax_howto_runs():
+    pytest.importorskip("torch")
+    pytest.importorskip("flax")
+    ns = _torch_jax_howto(["1.", "2."])
+    assert ns["fres"].certified and ns["ferr"] <= ns["fres"].error_bound
+
+
 def test_transformer_howto_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     text = (DOCS / "howto" / "transformer.md").read_text()

@@ -1,0 +1,149 @@
+"""A Flax attention layer as an exactlearn black box (docs: howto/torch-jax-layer.md).
+
+:func:`black_box` / :func:`true_heads` take a ``flax.linen.MultiHeadDotProductAttention`` and
+its parameters (what ``module.init`` returns, or its ``"params"``), used as self-attention
+(``module.apply(variables, X)``: inputs_q = inputs_kv = the tokens; the box asks only the
+final token's query, ``module.apply(variables, X[:, -1:], X)``, which is the same output at the
+last position at O(n) cost).  ``normalize_qk``,
+``decode`` and a custom ``attention_fn`` are outside the model class and refused.
+
+The box runs one jitted ``apply`` per padded query length and batch size, in the layer's own
+dtype: float32, or float64 with ``jax.config.update("jax_enable_x64", True)`` set before the
+parameters are made (without it JAX turns float64 into float32, so float64 tokens are refused).
+JAX sizes its thread pool when it starts; the adapter leaves it alone.  jax and flax are
+imported when a function here is called, never at import.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from exactlearn.adapters.common import LayerBox, TrueHeads, canonical_parameters, token_dtypes
+from exactlearn.errors import ModelError
+
+
+def _flax():
+    try:
+        import flax.linen as nn
+        import jax
+    except ImportError:
+        raise ModelError("the flax adapter needs jax and flax: pip install exactlearn[flax]") from None
+    return jax, nn
+
+
+def _final_query(module, variables, q, kv, mask):
+    return module.apply(variables, q, kv, mask=mask, deterministic=True)[:, 0]
+
+
+@functools.lru_cache(maxsize=1)
+def _jitted():
+    """One jitted apply for every box (the module is a static argument: boxes of equal
+    layers share their compilations)."""
+    jax, _ = _flax()
+    return jax.jit(_final_query, static_argnums=0)
+
+
+def _params(params) -> dict:
+    if isinstance(params, dict) or hasattr(params, "keys"):
+        p = params.get("params", params)
+        if all(k in p for k in ("query", "key", "value", "out")):
+            return p
+    raise ModelError("params must be the layer's variables (module.init(...)) or their 'params', "
+                     "with query, key, value and out")
+
+
+def _check(module, params):
+    jax, nn = _flax()
+    if not isinstance(module, nn.MultiHeadDotProductAttention):
+        raise ModelError(f"black_box takes a flax.linen.MultiHeadDotProductAttention, got "
+                         f"{type(module).__name__}")
+    if module.normalize_qk:
+        raise ModelError("MultiHeadDotProductAttention with normalize_qk=True is outside the model class")
+    if module.decode:
+        raise ModelError("MultiHeadDotProductAttention with decode=True is not a self-attention of the tokens")
+    if module.attention_fn is not nn.dot_product_attention:
+        raise ModelError("MultiHeadDotProductAttention with a custom attention_fn is not supported")
+    p = _params(params)
+    dtypes = {np.dtype(leaf.dtype) for leaf in jax.tree_util.tree_leaves(p)}
+    if module.dtype is not None:
+        dtypes = {np.dtype(module.dtype)} | dtypes
+    if len(dtypes) != 1:
+        raise ModelError(f"the layer mixes dtypes {sorted(map(str, dtypes))}: give it one "
+                         f"(dtype= and param_dtype= equal)")
+    return jax, p, dtypes.pop()
+
+
+def _blocks(p):
+    def arr(x):
+        return None if x is None else np.asarray(x, dtype=np.float64)
+    q, k, v, o = (p[name] for name in ("query", "key", "value", "out"))
+    Qk, Kk, Vk, Ok = arr(q["kernel"]), arr(k["kernel"]), arr(v["kernel"]), arr(o["kernel"])
+    if Qk.ndim != 3 or Ok.ndim != 3:
+        raise ModelError("the query kernel must be (d, heads, d_h) and the out kernel (heads, d_h, m)")
+    d, H, dh = Qk.shape
+    dv = Vk.shape[2]
+    Q, K, V = (x.transpose(1, 2, 0) for x in (Qk, Kk, Vk))          # (H, d_h, d): the rows
+    O = Ok.reshape(H * dv, -1).T                                      # (m, H d_v)
+    return (Q, arr(q.get("bias")), K, arr(k.get("bias")), V, arr(v.get("bias")), O,
+            arr(o.get("bias")))
+
+
+def true_heads(module, params, readout=None) -> TrueHeads:
+    """The canonical parameters of a ``MultiHeadDotProductAttention`` (self-attention): with
+    ``Q_h = query.kernel[:, h, :]^T`` (and so on) and ``O_h = out.kernel[h]^T``,
+    ``W_h = K_h^T Q_h / sqrt(d_h)``, ``u_h = K_h^T b_{q,h} / sqrt(d_h)``, ``v_h = r^T O_h V_h``
+    (the m x d matrix without a readout), ``c = r . (O b_v + b_o)``.  See
+    :class:`~exactlearn.adapters.common.TrueHeads`."""
+    _, p, _ = _check(module, params)
+    return canonical_parameters(*_blocks(p), readout=readout)
+
+
+def black_box(module, params, readout=None, dtype=None) -> LayerBox:
+    """A ``MultiHeadDotProductAttention`` as a black box: ``box(X)`` answers
+    ``module.apply(params, X[None])[0, -1]`` (computed as ``module.apply(params, X[None, -1:],
+    X[None])[0, 0]``, the final token's query only) read out as ``readout . out`` (a float64 scalar),
+    or the output vector (the layer's dtype) without a readout -- ``learn()`` takes a scalar
+    box today, so give it a readout.  ``box.batch(queries)`` runs each length's queries as one
+    jitted batch (batch and length padded to powers of two, the batch to at least 8: the extra queries discarded, the
+    extra tokens masked out, which weighs them exactly 0).
+
+    ``dtype=None``: tokens must have the layer's dtype; ``dtype=`` another float dtype
+    converts them exactly or refuses (as the torch adapter).  Dropout is off
+    (``deterministic=True``).
+    """
+    jax, p, md = _check(module, params)
+    Q = _blocks(p)[0]
+    d = Q.shape[2]
+    m = np.asarray(p["out"]["kernel"]).shape[-1]
+    td, md = token_dtypes(md, dtype)
+    if np.dtype(np.float64) in (td, md) and not jax.config.jax_enable_x64:
+        raise ModelError("float64 with JAX needs jax.config.update('jax_enable_x64', True) "
+                         "before the parameters are made (JAX would round to float32)")
+    variables = {"params": p}
+    # The output at the last position is the final token's query attending over all tokens:
+    # asking only that query costs O(n), not the O(n^2) of every position.  Shapes are padded
+    # to powers of two (few shapes, few compilations): extra queries are copies, discarded;
+    # extra tokens are masked out, and a masked score's weight is exactly 0.
+    try:
+        hash(module)
+        run = functools.partial(_jitted(), module)
+    except TypeError:                                   # an unhashable layer: its own jit
+        run = jax.jit(functools.partial(_final_query, module))
+
+    def forward(stack):
+        B, n, _ = stack.shape
+        size, length = max(8, 1 << (B - 1).bit_length()), 1 << (n - 1).bit_length()
+        kv = np.zeros((size, length, d), dtype=stack.dtype)
+        kv[:B, :n] = stack
+        kv[B:, :n] = stack[:1]
+        mask = np.zeros((size, 1, 1, length), dtype=bool)
+        mask[..., :n] = True
+        out = np.asarray(run(variables, kv[:, n - 1:n], kv, mask))
+        if out.dtype != md:
+            raise ModelError(f"the layer answered in {out.dtype}, not its {md}")
+        return out[:B]
+
+    return LayerBox(forward, d, m, readout, td, md,
+                    name=f"flax MultiHeadDotProductAttention(d={d}, heads={module.num_heads})")

@@ -1,0 +1,204 @@
+"""PyTorch attention layers as exactlearn black boxes (docs: howto/torch-jax-layer.md).
+
+* :func:`black_box` / :func:`true_heads`: ``torch.nn.MultiheadAttention`` used as
+  self-attention (query = key = value = the tokens), ``batch_first`` either way, ``bias``
+  either way; ``add_bias_kv`` and ``add_zero_attn`` are outside the model class and refused.
+* :func:`black_box_linear` / :func:`true_heads_linear`: a self-attention built from
+  ``nn.Linear`` maps -- query, key, value and an output map -- split into ``heads`` heads with
+  scores scaled by ``1/sqrt(d_h)`` (Hugging Face's BERT attention: ``attn.self.query``,
+  ``.key``, ``.value`` and ``attn.output.dense``, without the residual and LayerNorm that
+  follow it).
+
+The box runs the module under ``torch.no_grad()`` in the module's own dtype (float32 or
+float64) and, by default, with ``torch.set_num_threads(1)`` for the duration of each call
+(``threads=``; ``None`` leaves torch's setting alone): small attention queries run about 70
+times faster on one thread than on torch's default pool (docs: howto/torch-jax-layer.md).
+torch is imported when a function here is called, never at import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+
+from exactlearn.adapters.common import LayerBox, TrueHeads, canonical_parameters, token_dtypes
+from exactlearn.errors import ModelError
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise ModelError("the torch adapter needs PyTorch: pip install exactlearn[torch]") from None
+    return torch
+
+
+@contextlib.contextmanager
+def _threads(torch, n):
+    if n is None:
+        yield
+        return
+    old = torch.get_num_threads()
+    if old != n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if old != n:
+            torch.set_num_threads(old)
+
+
+def _check_threads(threads):
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ModelError(f"threads must be a positive integer or None, got {threads!r}")
+
+
+def _np(t) -> np.ndarray:
+    return None if t is None else t.detach().cpu().numpy().astype(np.float64)
+
+
+def _mha_blocks(module):
+    """(Q, bq, K, bk, V, bv, O, bo) of a MultiheadAttention, float64 numpy, checked."""
+    torch = _torch()
+    if not isinstance(module, torch.nn.MultiheadAttention):
+        raise ModelError(f"black_box takes a torch.nn.MultiheadAttention, got {type(module).__name__} "
+                         f"(a layer of q/k/v/o nn.Linear maps: black_box_linear)")
+    if module.bias_k is not None or module.bias_v is not None:
+        raise ModelError("MultiheadAttention with add_bias_kv=True is outside the model class")
+    if module.add_zero_attn:
+        raise ModelError("MultiheadAttention with add_zero_attn=True is outside the model class")
+    E, H = module.embed_dim, module.num_heads
+    if module._qkv_same_embed_dim:
+        Wq, Wk, Wv = module.in_proj_weight.chunk(3, dim=0)
+    else:
+        Wq, Wk, Wv = module.q_proj_weight, module.k_proj_weight, module.v_proj_weight
+        if module.kdim != E or module.vdim != E:
+            raise ModelError(f"self-attention needs kdim = vdim = embed_dim = {E}, got "
+                             f"kdim={module.kdim}, vdim={module.vdim}")
+    b = module.in_proj_bias
+    bq, bk, bv = (None, None, None) if b is None else b.chunk(3)
+    dh = E // H
+    Q, K, V = (_np(w).reshape(H, dh, E) for w in (Wq, Wk, Wv))
+    bq, bk, bv = (None if x is None else _np(x).reshape(H, dh) for x in (bq, bk, bv))
+    return Q, bq, K, bk, V, bv, _np(module.out_proj.weight), _np(module.out_proj.bias)
+
+
+def true_heads(module, readout=None) -> TrueHeads:
+    """The canonical parameters of a ``torch.nn.MultiheadAttention`` (self-attention):
+    ``W_h = K_h^T Q_h / sqrt(d_h)`` with ``Q_h, K_h`` the rows ``h d_h .. (h+1) d_h`` of the
+    query and key parts of ``in_proj_weight``, ``u_h = K_h^T b_{q,h} / sqrt(d_h)``,
+    ``v_h = r^T O_h V_h`` (``O_h`` the columns of head h of ``out_proj.weight``; the m x d
+    matrix without a readout), ``c = r . (O b_v + b_o)``.  See
+    :class:`~exactlearn.adapters.common.TrueHeads`."""
+    Q, bq, K, bk, V, bv, O, bo = _mha_blocks(module)
+    return canonical_parameters(Q, bq, K, bk, V, bv, O, bo, readout=readout)
+
+
+def black_box(module, readout=None, dtype=None, threads: int | None = 1) -> LayerBox:
+    """A ``torch.nn.MultiheadAttention`` as a black box: ``box(X)`` runs
+    the module on the tokens X (an (n, d) numpy array, the final token last) and answers at the
+    last position -- ``module(X, X, X)[-1]``, computed as ``module(X[-1:], X, X)``, the final
+    token's query only (the same output at O(n) cost): ``readout . out[-1]`` (a float64 scalar) with a readout, the
+    output vector (the module's dtype) without one -- ``learn()`` takes a scalar box today, so
+    give it a readout.  ``box.batch(queries)`` runs each length's queries as one batch.
+
+    ``dtype=None``: tokens must have the module's dtype (``learn(..., tokens="float64")`` for a
+    float64 module); other tokens are refused, never cast.  ``dtype="float64"`` on a float32
+    module takes float64 tokens and converts them, refusing any that would round.
+    ``threads``: torch's thread count during each call (default 1; ``None``: unchanged).
+    Dropout is off (the module runs under ``no_grad`` and must be in eval mode or have
+    ``dropout=0``).
+    """
+    torch = _torch()
+    _mha_blocks(module)                                  # checks the module
+    _check_threads(threads)
+    if module.training and module.dropout > 0:
+        raise ModelError("the module is in training mode with dropout > 0: call module.eval()")
+    weight = module.in_proj_weight if module._qkv_same_embed_dim else module.q_proj_weight
+    td, md = token_dtypes(_torch_dtype_name(weight.dtype), dtype)
+    E, bf = module.embed_dim, module.batch_first
+
+    def forward(stack):
+        x = torch.from_numpy(np.ascontiguousarray(stack))
+        with torch.no_grad(), _threads(torch, threads):
+            q = x[:, -1:]                                # the final token's query only: O(n)
+            if not bf:
+                x, q = x.transpose(0, 1), q.transpose(0, 1)
+            out, _ = module(q, x, x, need_weights=False)
+            return (out[:, 0] if bf else out[0]).numpy()
+
+    return LayerBox(forward, E, module.out_proj.out_features, readout, td, md,
+                    name=f"torch MultiheadAttention(d={E}, heads={module.num_heads})")
+
+
+def _torch_dtype_name(dt) -> str:
+    return str(dt).replace("torch.", "")
+
+
+def _linear_blocks(query, key, value, out, heads):
+    torch = _torch()
+    for name, lin in (("query", query), ("key", key), ("value", value), ("out", out)):
+        if not isinstance(lin, torch.nn.Linear):
+            raise ModelError(f"{name} must be a torch.nn.Linear, got {type(lin).__name__}")
+    if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
+        raise ModelError(f"heads must be a positive integer, got {heads!r}")
+    d = query.in_features
+    if key.in_features != d or value.in_features != d:
+        raise ModelError(f"query, key and value must take the same input size, got "
+                         f"{query.in_features}, {key.in_features}, {value.in_features}")
+    if query.out_features != key.out_features or query.out_features % heads:
+        raise ModelError(f"query and key must have equal output sizes divisible by heads={heads}, "
+                         f"got {query.out_features}, {key.out_features}")
+    if value.out_features % heads or out.in_features != value.out_features:
+        raise ModelError(f"value's output size ({value.out_features}) must be divisible by "
+                         f"heads={heads} and equal out's input size ({out.in_features})")
+    dh, dv = query.out_features // heads, value.out_features // heads
+    Q, K = _np(query.weight).reshape(heads, dh, d), _np(key.weight).reshape(heads, dh, d)
+    V = _np(value.weight).reshape(heads, dv, d)
+    bq = None if query.bias is None else _np(query.bias).reshape(heads, dh)
+    bk = None if key.bias is None else _np(key.bias).reshape(heads, dh)
+    bv = None if value.bias is None else _np(value.bias).reshape(heads, dv)
+    return Q, bq, K, bk, V, bv, _np(out.weight), _np(out.bias)
+
+
+def true_heads_linear(query, key, value, out, heads: int, readout=None) -> TrueHeads:
+    """The canonical parameters of the self-attention of :func:`black_box_linear` (the same
+    map as :func:`true_heads`, the head blocks being the rows of ``query.weight``,
+    ``key.weight`` and ``value.weight`` and the columns of ``out.weight``)."""
+    return canonical_parameters(*_linear_blocks(query, key, value, out, heads), readout=readout)
+
+
+def black_box_linear(query, key, value, out, heads: int, readout=None, dtype=None,
+                     threads: int | None = 1) -> LayerBox:
+    """A self-attention of ``nn.Linear`` maps as a black box (Hugging Face BERT:
+    ``black_box_linear(a.self.query, a.self.key, a.self.value, a.output.dense,
+    a.self.num_attention_heads, readout=r)`` for ``a = model.encoder.layer[i].attention``).
+
+    Head h takes the h-th block of ``query``/``key``/``value`` outputs; the last token's
+    context ``sum_i softmax_i(k_{h,i} . q_{h,n} / sqrt(d_h)) v_{h,i}``, heads concatenated,
+    goes through ``out``.  The answer, ``dtype`` and ``threads`` are as in :func:`black_box`.
+    """
+    torch = _torch()
+    _linear_blocks(query, key, value, out, heads)
+    _check_threads(threads)
+    td, md = token_dtypes(_torch_dtype_name(query.weight.dtype), dtype)
+    d = query.in_features
+    dh, dv = query.out_features // heads, value.out_features // heads
+    scale = 1.0 / math.sqrt(dh)
+
+    def forward(stack):
+        x = torch.from_numpy(np.ascontiguousarray(stack))
+        with torch.no_grad(), _threads(torch, threads):
+            B, n, _ = x.shape
+            q = query(x[:, -1]).view(B, heads, dh)                       # the final token's query
+            k = key(x).view(B, n, heads, dh)
+            v = value(x).view(B, n, heads, dv)
+            s = torch.einsum("bihk,bhk->bhi", k, q) * scale
+            a = torch.softmax(s, dim=-1)
+            ctx = torch.einsum("bhi,bihv->bhv", a, v).reshape(B, heads * dv)
+            return out(ctx).numpy()
+
+    return LayerBox(forward, d, out.out_features, readout, td, md,
+                    name=f"torch Linear self-attention(d={d}, heads={heads})")
