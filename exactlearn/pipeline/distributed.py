@@ -51,6 +51,7 @@ from exactlearn.oracle import Oracle
 from exactlearn.pipeline import analysis
 from exactlearn.pipeline.certify import certify_plan
 from exactlearn.pipeline.match import label_cells
+from exactlearn.progress import current
 
 
 def groups(plan) -> list:
@@ -339,6 +340,7 @@ class ClusterPlan:
 
     def run_prime(self, rec, K) -> tuple:
         """Ask, analyse and certify the plan modulo one prime: ``(heads, n_certified)``."""
+        current().phase(current().asking, self.plan.count)        # progress=: as the groups come
         futs = self.ask(rec, K)
         heads = self.analyse(rec, futs, K)
         n = self.certify(futs, heads, K)
@@ -348,6 +350,7 @@ class ClusterPlan:
     def confirm(self, rec, heads, K) -> int:
         """Ask the plan modulo the confirmation prime and certify ``heads`` there: one task
         per chunk that asks and certifies (a model), else :meth:`ask` and :meth:`certify`."""
+        current().phase(current().asking, self.plan.count)        # progress=
         if self._model_f is None:
             return self.certify(self.ask(rec, K), heads, K)
         client = self.client

@@ -62,6 +62,7 @@ from exactlearn.fields.base import FieldError
 from exactlearn.fields.modular import (DEFAULT_P, BadReduction, ConfirmationModular, Modular, ReconstructionError,
                              ResidueModular, crt_reconstruct, rational_reconstruct)
 from exactlearn.model import Head, HeadEvaluator, canonicalize
+from exactlearn.progress import current as progress_now
 from exactlearn.errors import (CertificateError, ExactLearnError, HeightExceeded,
                                PrimesDisagree)
 
@@ -176,6 +177,7 @@ def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEF
                        f"black box outside the model class" if refuted else "")
                     + "); allow more primes (max_primes / --max-primes)"))
             p = next(primes)
+            progress_now().at(prime=len(runs) + 1, detail="analysis")      # progress=
             Kr = ResidueModular(p, K.omega if p == K.p else None, K.D)
             try:
                 heads, n, asked = run_prime(Kr)
@@ -203,6 +205,7 @@ def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEF
                 stable = current
             previous = current
         heads = canonicalize(stable)
+        progress_now().at(prime=len(runs) + 1, detail="confirmation", asking="confirm")
         try:
             observations, n, Kc, asked = _confirm_once(heads, confirm, rng, K.D)
             runs.append({"p": str(Kc.p), "role": "confirmation", "omega": str(Kc.omega),
