@@ -124,7 +124,7 @@ class Progress:
         self.finish()
         self._phase, self._unit, self._total, self._done = name, unit, max(0, int(total)), 0
         self._where = (self.prime, self.attempt, self.detail)     # a phase keeps its own
-        self.step = max(1, self._total // self.steps)
+        self.step = max(1, -(-self._total // self.steps))      # at most `steps` looks
         if unit == "queries" and self.root is not None:
             self._start = self.root.queries
             self.next_at = self._start + self.step
