@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -176,6 +177,15 @@ def test_a_tqdm_style_bar_follows_the_events():
 def test_progress_must_be_callable():
     with pytest.raises(ValueError, match="progress must be a callable"):
         learn(Oracle(MODEL, Rational()), d=2, heads=2, seed=1, progress=3)
+
+
+def test_progress_howto_runs(capsys):
+    text = (Path(__file__).parent.parent / "docs" / "howto" / "progress.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 2
+    exec("\n".join(blocks), {})
+    out = capsys.readouterr().out
+    assert "confirm · prime 3 (confirmation) 29/29 queries" in out
 
 
 # ---- the CLI ----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""``exactlearn learn``'s progress on stderr (docs: reference/cli.md#learn; howto/progress.md).
+"""``exactlearn learn``'s progress on stderr (docs: reference/cli.md#exactlearn-learn; howto/progress.md).
 
 A rich bar on stderr shows the phase, the prime or attempt, and how much of the phase
 is done out of its total (:class:`~exactlearn.progress.ProgressEvent`).  It is shown only
