@@ -92,6 +92,7 @@ def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_hei
     probe = []
     nplan = orthogonal_plan(plan)
     if query_scale is None:
+        current().stage("probe")
         try:
             sigma, probe = probe_scale(nplan, ask, K, S, H, eta, yguess)
         finally:

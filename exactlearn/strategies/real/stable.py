@@ -399,6 +399,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     n_probe = None
     try:
         if query_scale is None:
+            current().stage("probe")
             try:
                 sigma, m, tries = probe_scale(plan0, K, asker, nz, nodes, H, m)
             finally:
