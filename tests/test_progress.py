@@ -86,6 +86,17 @@ def test_modular_multimodular_same_result_and_counts_with_progress():
     assert sum(e.done for e in asks) == plain.queries
 
 
+def test_failed_attempts_same_result_and_counts_with_progress():
+    """Two failed draws (a bound below the box's two heads): the same failure, the same
+    counts, and the events name each attempt."""
+    plain, tracked, events = _both(lambda: Oracle(MODEL, Rational()), d=2, heads=1, seed=1,
+                                   retries=1)
+    assert plain.status == "failed" and plain.attempts == 2
+    assert _json(plain) == _json(tracked) and plain.queries == tracked.queries
+    assert [e.attempt for e in events if e.phase == "ask" and e.done == 0] == [1, 2]
+    assert sum(e.done for e in events if e.phase == "ask" and e.done == e.total) == plain.queries
+
+
 def test_efficient_plan_same_result_with_progress():
     model = random_model(3, 2, 4, den=2)
     plain, tracked, events = _both(lambda: Oracle(model, Rational()), d=3, heads=2, seed=3,
