@@ -127,7 +127,7 @@ class Progress:
         self.step = max(1, -(-self._total // self.steps))      # at most `steps` looks
         if unit == "queries" and self.root is not None:
             self._start = self.root.queries
-            self.next_at = self._start + self.step
+            self.next_at = self._start + (min(self.step, self._total) or self.step)
         else:
             self.next_at = _NEVER
         self._emit(force=True)
@@ -141,7 +141,8 @@ class Progress:
         if self._phase is None or self._unit != "queries":
             self.next_at = _NEVER
             return
-        self.next_at = queries + self.step
+        end = self._start + self._total         # look again at the phase's last query too
+        self.next_at = queries + self.step if queries >= end else min(queries + self.step, end)
         self._set(queries - self._start)
 
     def advance(self, n: int = 1) -> None:
@@ -172,7 +173,7 @@ class Progress:
 
     def _emit(self, force: bool) -> None:
         now = time.perf_counter()
-        sent = (self._phase, self._done, self._total)
+        sent = (self._phase, self._done, self._total, self._where)
         if sent == self._sent or (not force and now - self._last < self.min_interval):
             return
         self._last, self._sent = now, sent
@@ -246,7 +247,7 @@ def bar_callback(bar):
 
     def callback(event: ProgressEvent) -> None:
         key = (event.phase, event.prime, event.attempt, event.detail)
-        if key != state["key"]:
+        if key != state["key"] or event.done < state["done"]:     # a new phase
             state["key"], state["done"] = key, 0
             reset = getattr(bar, "reset", None)
             if reset is not None:

@@ -41,10 +41,10 @@ def _check_events(events) -> None:
     """Within each phase ``done`` never decreases and the last event has done == total."""
     assert events and all(isinstance(e, ProgressEvent) for e in events)
     assert all(e.phase in PHASES and 0 <= e.done <= e.total for e in events)
-    runs: list = []                      # consecutive events of one phase (and prime, attempt)
+    runs: list = []                      # the events of one phase: it starts at done = 0
     for e in events:
         key = (e.phase, e.prime, e.attempt, e.detail)
-        if not runs or runs[-1][0] != key:
+        if not runs or runs[-1][0] != key or e.done == 0:
             runs.append((key, []))
         runs[-1][1].append(e)
     for _, run in runs:

@@ -206,7 +206,6 @@ def analyse_and_certify(plan, y_shared, values, K, observations, trace) -> tuple
         else:
             vals = {c: [A(y) for y in vs] for c, vs in values.items()}
             recovered = analyse(plan, A(y_shared), vals, A, trace)
-        current().stage("certify")
         if observations is None:         # the plan's own observations, in its order
             return recovered, certify_plan(recovered, plan, y_shared, values, K)
         return recovered, certify(recovered, plan.d, observations, K)
