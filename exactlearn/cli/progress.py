@@ -50,11 +50,12 @@ class RichBar:
 
     def __call__(self, event) -> None:
         key = (event.phase, event.prime, event.attempt, event.detail)
-        if key != self._key:
+        new = key != self._key
+        if new:
             self._key = key
             self.bars.reset(self.task, total=event.total, description=event.describe(),
                             unit=event.unit)
-        self.bars.update(self.task, completed=event.done, total=event.total)
+        self.bars.update(self.task, completed=event.done, total=event.total, refresh=new)
 
     def __enter__(self):
         self.bars.start()
