@@ -340,7 +340,7 @@ class ClusterPlan:
 
     def run_prime(self, rec, K) -> tuple:
         """Ask, analyse and certify the plan modulo one prime: ``(heads, n_certified)``."""
-        current().phase(current().asking, self.plan.count)        # progress=: as the groups come
+        current().phase(current().asking, self.plan.count)        # progress= (counts come when gathered)
         futs = self.ask(rec, K)
         heads = self.analyse(rec, futs, K)
         n = self.certify(futs, heads, K)
