@@ -22,6 +22,7 @@ real field.  Over the modular field an exact strategy runs once per prime
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from dataclasses import dataclass, field as dc_field
@@ -32,6 +33,7 @@ from exactlearn.limits import MAX_RETRIES, MAX_VERIFY_QUERIES, count_problem, re
 from exactlearn.oracle import Recorder, TokenAdapter, resolve_field
 from exactlearn.pipeline.multimodular import learn_modular
 from exactlearn.pipeline.plan import head_bound, paper_count
+from exactlearn.progress import Progress, current, using
 
 #: Default half-width R of the random integer query entries, per field name.
 #: Rational: bit sizes grow like |D e^T W x| (see docs: howto/field-and-range.md#choosing-the-range).
@@ -288,6 +290,18 @@ def strategy_for(plan: str, K: Field):
     return real
 
 
+def _progress_scope(learn_fn):
+    """Run ``learn`` with its ``progress=`` callback as the current tracker
+    (:func:`exactlearn.progress.current`), and none inside otherwise."""
+    @functools.wraps(learn_fn)
+    def wrapper(*args, **kw):
+        callback = kw.get("progress")
+        with using(Progress(callback) if callable(callback) else None):
+            return learn_fn(*args, **kw)
+    return wrapper
+
+
+@_progress_scope
 def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None,
           field: Field | None = None, seed=None, query_range: int | None = None,
           retries: int = 0, e_range: int | None = None, trace: bool = False,
@@ -295,7 +309,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
           noise=None, query_scale=None, snap: bool = False,
           max_primes: int | None = None, noise_rel=None, tokens: str = "exact",
           executor=None, max_height: int | None = None,
-          bias: bool = False) -> LearnResult:
+          bias: bool = False, *, progress=None) -> LearnResult:
     """Learn the canonical heads of ``oracle`` (arXiv:2608.03294; docs: explanation/algorithm.md).
 
     Asks the black box a planned set of value queries and returns either *certified* heads
@@ -398,6 +412,11 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         each head gains ``u`` and the result ``constant``.  Not supported yet over the real
         field, nor with ``plan="efficient"``, ``executor=`` or ``max_height=``
         (ValueError).
+    progress : callable, optional
+        Called with a :class:`~exactlearn.progress.ProgressEvent` as the run goes: the
+        phase, the prime or attempt, and how much of the phase is done out of its total;
+        throttled, and it never changes a result or a count (docs: howto/progress.md).
+        :func:`exactlearn.progress.bar_callback` adapts a tqdm bar.
 
     Returns
     -------
@@ -429,6 +448,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     ('certified', True, 29, 5)
     """
     t_start = time.perf_counter()
+    if progress is not None and not callable(progress):
+        raise ValueError(f"progress must be a callable taking a ProgressEvent, got {type(progress).__name__}")
     H = head_bound(d, heads, max_heads)
     if isinstance(field, str):
         field = field_named(field)
@@ -485,6 +506,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         raise ValueError("the query range must be >= 1")
     rng = random.Random(seed)
     rec = Recorder(oracle, K, convert)
+    current().bind(rec)                    # progress=: follows every query counted here
     options = Options(noise=getattr(oracle, "noise", None) if noise is None else noise,
                       noise_rel=noise_rel, plan=plan,
                       query_scale=query_scale, snap=snap, heads_given=heads is not None,
@@ -511,6 +533,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
             retries = -1
     while attempts <= retries:
         attempts += 1
+        current().at(attempt=attempts)
         tr = []
         ask, outcome = None, "failed"
         try:
@@ -561,10 +584,14 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     verified = None
     verify_box = rec.child(oracle, K, convert=False, keep=False)    # counted in queries too
     if error is None and verify:
+        current().at(attempt=attempts)         # after the primes: no prime
+        current().phase("verify", verify)
         verified, error = strategy.verify(verify_box, recovered, d, H, K, convert, rng, R, verify,
                                           options.state)
         if error is not None:
             recovered = ()
+    if error is None:
+        current().finish()                 # the last phase ends at its total
     total = time.perf_counter() - t_start
     detail = strategy.detail(drawn, options.state, error is None) if drawn is not None else None
     return LearnResult(

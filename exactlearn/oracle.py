@@ -223,6 +223,7 @@ class Recorder:
         self.queries = 0
         self.max_length = 0
         self.seconds = 0.0
+        self.progress = None              # the root's exactlearn.progress.Progress, if any
 
     def child(self, oracle, K: Field, convert: bool = True, keep: bool = True) -> "Recorder":
         """A recorder of its own observations whose counts also go to this one (with
@@ -237,6 +238,8 @@ class Recorder:
             self.max_length = max(self.max_length, length)
         if self.parent is not None:
             self.parent._count(length, seconds)
+        elif self.progress is not None and self.queries >= self.progress.next_at:
+            self.progress.asked(self.queries)       # every progress.step queries, not each
 
     def add_remote(self, queries: int, max_length: int, seconds: float) -> None:
         """Count ``queries`` answered by a copy of the black box elsewhere (a Dask worker:
@@ -246,6 +249,8 @@ class Recorder:
         self.seconds += seconds
         if self.parent is not None:
             self.parent.add_remote(queries, max_length, seconds)
+        elif self.progress is not None and self.queries >= self.progress.next_at:
+            self.progress.asked(self.queries)
 
     def __call__(self, tokens):
         t0 = time.perf_counter()
@@ -273,6 +278,8 @@ class Recorder:
         oracle, record = self.oracle, self._record
         out = []
         n, longest, seconds = 0, 0, 0.0
+        tracker = self._progress()          # with progress: counts go up every tracker.step
+        flush_at, sent = (tracker.step if tracker is not None else 0), 0
         try:
             for tokens in queries:
                 t0 = clock()
@@ -284,9 +291,19 @@ class Recorder:
                 if len(tokens) > longest:
                     longest = len(tokens)
                 out.append(record(tokens, y))
+                if n == flush_at:           # the same sums, added in parts
+                    self._count_many(n - sent, longest, seconds)
+                    sent, seconds, flush_at = n, 0.0, n + tracker.step
         finally:
-            self._count_many(n, longest, seconds)
+            self._count_many(n - sent, longest, seconds)
         return out
+
+    def _progress(self):
+        """The root recorder's progress tracker, or None."""
+        rec = self
+        while rec.parent is not None:
+            rec = rec.parent
+        return rec.progress
 
     def _count_many(self, n, longest, seconds):
         """``n`` answered queries, the longest of ``longest`` tokens, in ``seconds``."""
@@ -295,6 +312,8 @@ class Recorder:
         self.max_length = max(self.max_length, longest)
         if self.parent is not None:
             self.parent._count_many(n, longest, seconds)
+        elif self.progress is not None and self.queries >= self.progress.next_at:
+            self.progress.asked(self.queries)
 
     def _record(self, tokens, y):
         if self.convert:

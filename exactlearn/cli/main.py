@@ -211,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_learn_options(lp)
     from exactlearn.cli import cluster as cli_cluster
     cli_cluster.add_learn_options(lp)
+    from exactlearn.cli import progress as cli_progress
+    cli_progress.add_learn_options(lp)
 
     rp = sub.add_parser("random-model", help="write a random model file (attention or, with "
                                              "--transformer, a one-layer Transformer)")
@@ -282,8 +284,9 @@ def _cmd_learn(args) -> int:
     from exactlearn.cli import real as cli_real
     oracle = cli_real.wrap_oracle(args, Oracle(model, field), BadInput)
     from exactlearn.cli import cluster as cli_cluster
+    from exactlearn.cli.progress import progress_for
     try:
-        with cli_cluster.executor(args, BadInput) as client:
+        with cli_cluster.executor(args, BadInput) as client, progress_for(args) as progress:
             res = learn(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads,
                         field=oracle.field, seed=args.seed, query_range=args.range,
                         e_range=args.e_range, retries=cli_real.retries(args), verify=args.verify or 0,
@@ -291,7 +294,7 @@ def _cmd_learn(args) -> int:
                         max_height=args.max_height,
                         **({"bias": True} if args.bias else {}),
                         **cli_real.learn_options(args, BadInput),
-                        **({} if client is None else {"executor": client}))
+                        **({} if client is None else {"executor": client}), progress=progress)
     except ClusterError as exc:         # a cluster that never started: nothing was asked
         reason = f"{exc.kind}: {exc}"
         if args.json:

@@ -31,6 +31,7 @@ from exactlearn.pipeline.interpolate import (interpolate_many, poles, poles_amon
                                              poles_paired)
 from exactlearn.pipeline.match import label_basis
 from exactlearn.pipeline.solve import solve_heads, solve_heads_bias
+from exactlearn.progress import current
 
 
 def ask_plan(plan, ask) -> tuple:
@@ -41,6 +42,7 @@ def ask_plan(plan, ask) -> tuple:
     y_shared = None
     many = getattr(ask, "ask_all", None)        # a Recorder: counted once for the plan
     queries = plan.queries
+    current().phase(current().asking, len(queries))      # progress=: "ask" or "confirm"
     if many is not None:
         ys = many(plan.tokens(q) for q in queries)
     else:
@@ -66,6 +68,8 @@ def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
         return analyse_bias(plan, y_shared, values, K, trace)
     d, H = plan.d, plan.H
     configs = plan.configs
+    current().phase("analyse", len(configs), "configurations")     # progress=
+    tick = current().advance
     # 2. the group of x_1 shares the k = 0 query; it gives V (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works)
     rfs, poles_of, V = first_group(plan, y_shared, values, K)
     ks = [K(k) for k in range(2 * H + 1)]
@@ -84,9 +88,11 @@ def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
     for n, c in enumerate(configs):
         if c.kind == "basis" and n not in poles_of:
             basis_poles(plan, n, rfs, poles_of, joint_roots, K)
+        tick(c.kind == "basis")
     for n, c in enumerate(configs):
         if c.kind != "basis":
             joint_poles(plan, n, rfs, poles_of, joint_roots, K)
+        tick(c.kind != "basis")
     fits = {n: (rfs[n], poles_of[n]) for n in rfs}
     out, labelled = finish(plan, poles_of, K)
     if trace is not None:

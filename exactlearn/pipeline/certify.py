@@ -13,6 +13,7 @@ from exactlearn.fields.base import ExactnessError
 from exactlearn.errors import ExactLearnError, FieldError
 from exactlearn.model import HeadEvaluator
 from exactlearn.errors import CertificateError
+from exactlearn.progress import current
 
 
 def certify(heads, d: int, observations, K) -> int:
@@ -20,6 +21,7 @@ def certify(heads, d: int, observations, K) -> int:
 
     Returns the number of observations checked; raises :class:`CertificateError`.
     """
+    current().stage("certify")                     # progress=
     ev = HeadEvaluator(heads, d, K)
     n = 0
     for tokens, value in observations:
@@ -60,6 +62,7 @@ def certify_plan(heads, plan, y_shared, values, K, configs=None, evaluator=None)
     the shared query only when ``y_shared`` is given; ``evaluator``: a
     :class:`~exactlearn.model.HeadEvaluator` of ``heads`` over K already built.
     """
+    current().stage("certify")                     # progress=
     ev = evaluator if evaluator is not None else HeadEvaluator(heads, plan.d, K)
     ring = getattr(K, "poly_ring", None)
     if not isinstance(ring, flint.fmpz_mod_poly_ctx):

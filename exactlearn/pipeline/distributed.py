@@ -84,6 +84,7 @@ from exactlearn.oracle import Oracle
 from exactlearn.pipeline import analysis
 from exactlearn.pipeline.certify import certify_plan
 from exactlearn.pipeline.match import label_cells
+from exactlearn.progress import current
 
 
 def groups(plan) -> list:
@@ -639,6 +640,7 @@ class ClusterPlan:
 
     def run_prime(self, rec, K) -> tuple:
         """Ask, analyse and certify the plan modulo one prime: ``(heads, n_certified)``."""
+        current().phase(current().asking, self.plan.count)        # progress= (counts come when gathered)
         with self._stage_of(rec):
             futs = self.ask(rec, K)
             heads = self.analyse(rec, futs, K)
@@ -652,6 +654,7 @@ class ClusterPlan:
         The answers of the group of x_1 stay here (``first_group``, ints): a refuted
         confirmation's v comes from them (:func:`~exactlearn.pipeline.multimodular.solve_v_plan`)."""
         self.first_group = None
+        current().phase(current().asking, self.plan.count)        # progress=
         with self._stage_of(rec):
             if self._model_f is None:
                 futs = self.ask(rec, K)

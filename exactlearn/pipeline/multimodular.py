@@ -79,6 +79,7 @@ from exactlearn.fields.base import FieldError
 from exactlearn.fields.modular import (DEFAULT_P, BadReduction, ConfirmationModular, Modular, ReconstructionError,
                              ResidueModular, crt_reconstruct, rational_reconstruct)
 from exactlearn.model import Head, HeadEvaluator, HeadSet, canonicalize, constant_of
+from exactlearn.progress import current as progress_now
 from exactlearn.errors import (CertificateError, ExactLearnError, ExactnessError, HeightExceeded,
                                PrimesDisagree, SingularMatrix)
 
@@ -268,6 +269,7 @@ def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEF
         if len(runs) >= max_primes:
             raise too_tall()
         p = next(primes)
+        progress_now().at(prime=len(runs) + 1, detail="analysis")      # progress=
         if bounded and 3 * K.D * bounded["B"] * bounded["worst"] >= p - 1:
             raise failing(ExactnessError(
                 f"with the declared height bound B = {bounded['B']} the plan's exponents "
@@ -318,6 +320,8 @@ def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEF
         heads = None if candidate is None else canonicalize(candidate)
         role = "analysis" if heads is None else "confirmation"
         observations = Kc = None
+        progress_now().at(prime=len(runs) + 1, detail=role,                # progress=
+                          asking="ask" if heads is None else "confirm")
         try:
             observations, n, Kc, asked = _confirm_once(heads, confirm, rng, K.D)
             runs.append({"p": str(Kc.p), "role": role, "omega": str(Kc.omega), "queries": asked})

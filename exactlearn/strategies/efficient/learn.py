@@ -60,6 +60,7 @@ from exactlearn.fields.base import ExactnessError
 from exactlearn.pipeline.interpolate import InterpolationError, cauchy_interpolate, poles
 from exactlearn.pipeline.analysis import over_analysis_fields
 from exactlearn.pipeline.ask import AskOnce
+from exactlearn.progress import current
 from exactlearn.pipeline.match import Exact, PoleCounts, label_heads
 from exactlearn.model import Head, canonicalize
 from exactlearn.errors import ExactLearnError
@@ -124,6 +125,7 @@ def run_efficient(plan, ask, K, observations, trace=None, attempts: int = 1) -> 
     fresh checks; the bound is a union over all of them.
     """
     values = AskOnce(ask)
+    current().phase("ask", len(plan.queries))          # progress=
     for q in plan.queries:              # the plan is a value: ask all of it first
         values(plan.tokens(q))
     full = plan.rank is None

@@ -42,6 +42,7 @@ from exactlearn.errors import CertificateError, NoisierThanDeclared
 from exactlearn.fields.rational import QQ
 from exactlearn.noise import noise_bound
 from exactlearn.pipeline.ask import AskOnce
+from exactlearn.progress import current
 from exactlearn.strategies.real.analysis import (EQUAL_FACTOR, LINEAR_LIMIT, UNEQUAL_FACTOR,
                                                  analyse_real, label_real)
 from exactlearn.strategies.real.certificate import SAFETY, RealOutcome, verify_real
@@ -91,12 +92,14 @@ def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_hei
     probe = []
     nplan = orthogonal_plan(plan)
     if query_scale is None:
+        current().stage("probe")
         try:
             sigma, probe = probe_scale(nplan, ask, K, S, H, eta, yguess)
         finally:
             probe_log[-1] = len(rec.observations) - start
     n_probe = len(rec.observations) - start
     splan = scaled_plan(nplan, sigma)
+    current().phase("ask", len(splan.queries))          # progress=
     reused = set()           # probe queries the plan repeats (sigma = 1): plan queries, not probe
     y_shared = q_shared = None
     values: dict = {}
@@ -113,6 +116,7 @@ def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_hei
     obs = rec.observations[start:]
     Y = yguess([y for _, y in obs])
     etas = {start + i: LO.convert(eta) + rounding(K, Y) for i in range(len(obs))}
+    current().stage("analyse")
     heads, n_cert, out = analyse_real(splan, y_shared, q_shared, values, K, S, etas, eta, obs, start,
                                       fit_heads=fit_heads)
     out.sigma = sigma

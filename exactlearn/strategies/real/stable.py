@@ -54,6 +54,7 @@ from exactlearn.model import Head
 from exactlearn.noise import noise_bound
 from exactlearn.pipeline.match import WithinBounds
 from exactlearn.pipeline.plan import Config, paper_plan
+from exactlearn.progress import current
 from exactlearn.strategies.real.analysis import EQUAL_FACTOR
 from exactlearn.strategies.real.certificate import (SAFETY, SECOND_ORDER, RealOutcome,
                                                     residual_bounds)
@@ -450,6 +451,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     n_probe = None
     try:
         if query_scale is None:
+            current().stage("probe")
             try:
                 sigma, m, tries = probe_scale(plan0, K, asker, nz, nodes, H, m)
             finally:
@@ -459,6 +461,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
             if m is None:
                 m = H
         n_probe = len(rec.observations) - start
+        current().phase("ask", stable_count(d, H))          # progress=: the families, fitted
         route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start)
     except (DegenerateDraw, InterpolationError, MatchError, SingularMatrix) as exc:
         # crowded exponents in every family (many heads for d): the pencil start (step 3b)
@@ -501,6 +504,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         raise DegenerateDraw("the pencil start needs the polish, which runs in float64 only for "
                              "a declared noise above float64 rounding")
     lm_from = route.get("plan_start") if far else None
+    current().stage("polish" if float_noise else "certify")
     polished = polish(heads, K, rec, start, etas_all, far=lm_from) if float_noise else None
     n_target = 0
     weak = polished if isinstance(polished, Weak) else polished[-1] if polished else None
