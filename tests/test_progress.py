@@ -182,7 +182,7 @@ def test_a_tqdm_style_bar_follows_the_events():
     assert all(n == total for _, n, total in bar.finished)
     asked = [(desc, n) for desc, n, _ in bar.finished if desc.startswith(("ask", "confirm"))]
     assert [n for _, n in asked] == [r["queries"] for r in res.multimodular["primes"]]
-    assert asked[-1][0] == "confirm · prime 3 (confirmation)"
+    assert asked[-1][0] == "confirm · prime 2 (confirmation)"
 
 
 def test_progress_must_be_callable():
@@ -196,7 +196,7 @@ def test_progress_howto_runs(capsys):
     assert len(blocks) == 2
     exec("\n".join(blocks), {})
     out = capsys.readouterr().out
-    assert "confirm · prime 3 (confirmation) 29/29 queries" in out
+    assert "confirm · prime 2 (confirmation) 29/29 queries" in out
 
 
 # ---- the CLI ----------------------------------------------------------------------------
