@@ -86,7 +86,7 @@ class LearnResult:
     trace : list
         With ``trace=True``: the per-family steps of the final attempt.
     verify_queries : int
-        With ``verify=N``: the fresh verification queries asked.
+        With ``verify=N``: the fresh verification queries asked (part of ``queries``).
     verified : bool or None
         With ``verify=N``: whether they agreed; None without.
     snap : dict or None
@@ -97,6 +97,10 @@ class LearnResult:
     detail : object
         The strategy's own detail (an ``EfficientDetail``, a ``RealDetail``, or None), read
         through the properties below.
+    attempt_log : list
+        One entry per attempt: its ``queries`` and its ``outcome`` (``"certified"``,
+        ``"failed"``, or ``"refused"`` for a draw refused before any query as too large for
+        the field); ``extra_queries`` and ``refused_draws`` are read from it.
     constant : rational
         With ``bias=True``: the additive constant c of the canonical form (0 when absent,
         and on a failure); each head then has its query-bias vector ``u``
