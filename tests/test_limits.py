@@ -23,9 +23,17 @@ TIMEOUT = 20
 MEMORY = 2 * 1024 ** 3
 
 
-def _limit_memory():                # preexec_fn: a 2 GB address space, as the acceptance checks
-    import resource
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+#: A launcher that sets a 2 GB address space (as the acceptance checks) and then becomes the
+#: command: no ``preexec_fn``, which forks a copy of this (possibly multithreaded, e.g. JAX's)
+#: test process and may deadlock in the child.
+_LIMITED = ("import os, resource, sys; "
+            f"resource.setrlimit(resource.RLIMIT_AS, ({MEMORY}, {MEMORY})); "
+            "os.execv(sys.executable, [sys.executable] + sys.argv[1:])")
+
+
+def limited(argv):
+    """``argv`` (a Python command line without the interpreter) under the memory limit."""
+    return [sys.executable, "-c", _LIMITED, *argv]
 
 
 def run(args, cwd, module="exactlearn.cli"):
@@ -33,9 +41,8 @@ def run(args, cwd, module="exactlearn.cli"):
     a run past the timeout is a failure of the test (the input was not refused at once)."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
-        p = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
-                           capture_output=True, text=True, timeout=TIMEOUT,
-                           preexec_fn=_limit_memory)
+        p = subprocess.run(limited(["-m", module, *args]), cwd=cwd, env=env,
+                           capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{module} {' '.join(args)}: still running after {TIMEOUT} s")
     return p.returncode, p.stdout, p.stderr
@@ -160,8 +167,8 @@ def test_learn_api_refuses_an_impossible_plan_with_one_line_valueerror(tmp_path)
             "    print(type(exc).__name__, exc)\n")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
-        p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, text=True,
-                           capture_output=True, timeout=TIMEOUT, preexec_fn=_limit_memory)
+        p = subprocess.run(limited(["-c", code]), cwd=tmp_path, env=env, text=True,
+                           capture_output=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         pytest.fail("learn(d=10**8) still running after the timeout")
     assert p.returncode == 0 and p.stderr == "", p.stderr[-2000:]
