@@ -65,7 +65,7 @@ from exactlearn.strategies.real.sensitivity import LO, rounding
 from exactlearn.strategies.real.stable_certificate import certify_two_token
 from exactlearn.strategies.real.stable_pencil import pencil_heads
 from exactlearn.strategies.real.evaluate import evaluate_with_gradient
-from exactlearn.strategies.real.stable_polish import Weak, hat, minimax_bound, polish
+from exactlearn.strategies.real.stable_polish import RESOLVE_F, split_gain, Weak, hat, minimax_bound, polish
 from exactlearn.strategies.real.stable_probe import TARGET, ask_family, probe_scale, sigma_for
 from exactlearn.strategies.real.stable_solve import (rows_of, solve_stable_heads, undetermined,
                                                      weak_entries)
@@ -425,6 +425,35 @@ class _SolveAllowance:
                 + float(np.abs(g) @ self.rnd))
 
 
+def resolution_test(heads, rec, start, etas, H) -> dict | None:
+    """The resolution test (docs/explanation/real-field.md, "The resolution test") of ``m =
+    len(heads) < H`` heads: the F statistic of the columns a split head adds
+    (:func:`~exactlearn.strategies.real.stable_polish.split_gain`) over the noise the
+    observations show; above ``RESOLVE_F`` the observations resolve more than m heads:
+    :class:`~exactlearn.errors.ResidualsBeyondNoise` (the escalation then fits m + 1).  Returns
+    what it found, None when there are too few observations for the columns."""
+    got = split_gain(heads, rec, start, etas)
+    if got is None:
+        return None
+    gain, extra, rest, dof, floor = got   # dof = N - rank(J) - extra
+    sigma2 = max(rest / max(dof, 1), floor)
+    F = gain / max(extra, 1) / sigma2
+    m = len(heads)
+    if F > RESOLVE_F and gain > extra * floor:
+        raise ResidualsBeyondNoise(
+            f"the observations resolve more heads than {m} (below the bound {H}): fitting a "
+            f"split head lowers the weighted residual sum of squares by {gain:.3g} in {extra} "
+            f"dimensions, {F:.3g} times what the noise the {dof + extra} observations show "
+            f"explains (at most {RESOLVE_F:g}); the {m}-head fit is within the declared eta, "
+            f"but no bound of {_plural(m)} covers the heads they resolve", heads=m, resolved=True)
+    return {"F": f"{F:.3g}", "threshold": RESOLVE_F, "dimensions": extra,
+            "gain": f"{gain:.3g}", "noise_estimate": f"{sigma2:.3g}"}
+
+
+def _plural(m):
+    return f"{m} head{'s' if m != 1 else ''}"
+
+
 def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
                probe_log=None, fit_heads=None):
     """Probe, scale, ask, fit, label, solve and certify (module doc).  Returns
@@ -572,6 +601,9 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
                                                      allowance=allowance)
     head_b = [max([x for row in bw for x in row] + list(bv)) for bw, bv in zip(BW, Bv)]
     err = max(head_b, default=0.0)
+    resolution = None
+    if not heads_exact and len(heads) < H and float_noise:
+        resolution = resolution_test(heads, rec, start, etas_all, H)
     detail = {
         "plan": "stable: ratio families t = k/m geometric on [1/%d, %d], %d finite nodes, "
                 "weighted least squares" % (MAX_COPIES, MAX_COPIES, len(nodes) - 2),
@@ -597,6 +629,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         "targeted_families": n_target,
         "rescued_configurations": {name(n): f for n, f in rescued.items()},
     }
+    if resolution is not None:
+        detail["resolution_test"] = resolution
     if far:
         detail["pencil"] = route["pencil"]
         detail["max_relative_pole_error_bound"] = "n/a (pencil start: no family fitted)"

@@ -53,6 +53,7 @@ LAWSON_STEPS = 60        # reweightings of :func:`minimax_bound`
 MAX_DENSE = 2 * 10 ** 7  # N P at most this for the dense Jacobian of :func:`minimax_bound`
 LM_STEPS = 100           # Levenberg--Marquardt steps from a far start
 EPS = 2.0 ** -52
+LD_EPS = float(np.finfo(np.longdouble).eps)   # 2^-63 where long double is x87's, else EPS
 
 
 class _Families:
@@ -80,12 +81,14 @@ class _Families:
             self.eta.append(np.asarray(etas)[idx])
 
 
-def _values(fam, f, W, V):
+def _values(fam, f, W, V, dt=np.float64):
     """Per query of family ``f``: the model's value, ``df/dz`` (n x H), ``df/dv`` (n x H x d)
-    and the size of its terms (for the rounding of the residual)."""
-    z = W.reshape(len(W), -1) @ fam.D[f]                          # H
-    ua, ux = V @ fam.a[f], V @ fam.x[f]
-    k, m = fam.k[f], fam.m[f]
+    and the size of its terms (for the rounding of the residual); computed in the float type
+    ``dt`` (``np.longdouble``: the residuals of :func:`more_heads_fit`)."""
+    W, V = np.asarray(W, dtype=dt), np.asarray(V, dtype=dt)
+    z = W.reshape(len(W), -1) @ np.asarray(fam.D[f], dtype=dt)    # H
+    ua, ux = V @ np.asarray(fam.a[f], dtype=dt), V @ np.asarray(fam.x[f], dtype=dt)
+    k, m = np.asarray(fam.k[f], dtype=dt), np.asarray(fam.m[f], dtype=dt)
     with np.errstate(divide="ignore", over="ignore"):
         s = np.log(k)[:, None] - np.log(m)[:, None] + z[None, :]     # n x H
         p = np.where(k[:, None] == 0, 0.0, 1 / (1 + np.exp(-s)))
@@ -97,9 +100,10 @@ def _values(fam, f, W, V):
     return val, gz, gv, size
 
 
-def _normal(fam, W, V):
+def _normal(fam, W, V, precise=False):
     """The normal matrix ``A`` and right-hand side ``b`` (module doc), the per-family reduced
-    Jacobians and weights, and the weighted cost."""
+    Jacobians and weights, and the weighted cost; ``precise``: the residuals (and cost) from
+    values computed in ``np.longdouble``."""
     H, d = V.shape
     dd = d * d
     P = H * dd + H * d
@@ -114,7 +118,11 @@ def _normal(fam, W, V):
     for f in range(F):
         val, gz, gv, size = _values(fam, f, W, V)
         w = 1 / fam.eta[f] ** 2
-        r = fam.y[f] - val
+        if precise:
+            r = (np.asarray(fam.y[f], dtype=np.longdouble)
+                 - _values(fam, f, W, V, np.longdouble)[0]).astype(float)
+        else:
+            r = fam.y[f] - val
         cost += float(w @ r ** 2)
         Jv = gv.reshape(len(r), H * d)
         Nzz[f] = gz.T @ (w[:, None] * gz)
@@ -383,3 +391,83 @@ def spectrum(heads, rec, start, etas) -> np.ndarray:
     A = _normal(_Families(rec, start, etas), W, V)[0]
     s = np.sqrt(np.maximum(np.diag(A), 1e-300))
     return np.linalg.eigvalsh(A / s[:, None] / s[None, :])
+
+
+
+RESOLVE_F = 10.0         # the resolution test's threshold on its F statistic (module doc)
+RESOLVE_RCOND = 1e-9     # columns' singular values below this of the largest add no dimension
+
+
+def split_gain(heads, rec, start, etas):
+    """The resolution test's statistic (docs/explanation/real-field.md, "The resolution test")
+    at ``heads``: ``(gain, extra, rest, dof, floor)`` with the residuals ``s = (y - f) / eta``
+    computed in ``np.longdouble``.  ``gain`` is how much the weighted residual sum of squares
+    falls when the columns a split head adds are fitted besides the model's own gradient
+    ``J``; ``extra`` the dimensions they add; ``rest`` the sum of squares left, ``dof = N -
+    rank``; ``floor`` the mean square of the weighted residuals' rounding.
+
+    Two heads ``W +- delta Dir`` (``v_1, v_2``) against one ``W`` (``v_1 + v_2``) differ to
+    second order by ``p''(z) (D . Dir)^2 (w . (a - x))`` and, where the centre is off, to first
+    order by ``p'(z) (D . Dir) (w' . (a - x))`` for some vectors ``w, w'``: the columns are
+    ``p_h'' D_i D_j (a - x)_k`` (``i <= j``) and ``p_h' D_i (a - x)_k`` for every head ``h``,
+    those of the second kind dropped first, then the ``k`` contracted with ``v_h``, when they
+    outnumber a quarter of the observations.  None when even then they do."""
+    m, d = len(heads), len(heads[0].v)
+    fam = _Families(rec, start, etas)
+    W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
+    V = np.array([[float(a) for a in h.v] for h in heads])
+    N = sum(len(y) for y in fam.y)
+    iu = np.triu_indices(d * d)
+    s_all, J_all, Q_all, fl = [], [], [], []
+    budget = N // 4
+    n_first = m * d ** 3
+    n_second = m * len(iu[0]) * d
+    mode = ("full" if n_first + n_second <= budget else "second" if n_second <= budget
+            else "contracted" if m * len(iu[0]) <= budget else None)
+    if mode is None:
+        return None
+    for f in range(len(fam.pairs)):
+        val, gz, gv, size = _values(fam, f, W, V)
+        ld = _values(fam, f, W, V, np.longdouble)[0]
+        eta = fam.eta[f]
+        s_all.append((np.asarray(fam.y[f], dtype=np.longdouble) - ld).astype(float) / eta)
+        fl.append(8 * LD_EPS * (size + np.abs(fam.y[f])) / eta)
+        Dm = fam.D[f]
+        J = np.concatenate([gz[:, h:h + 1] * Dm[None, :] for h in range(m)]
+                           + [gv.reshape(len(val), m * d)], axis=1)
+        J_all.append(J / eta[:, None])
+        z = W.reshape(m, -1) @ Dm
+        with np.errstate(divide="ignore", over="ignore"):
+            sz = np.log(fam.k[f])[:, None] - np.log(fam.m[f])[:, None] + z[None, :]
+            p = np.where(fam.k[f][:, None] == 0, 0.0, 1 / (1 + np.exp(-sz)))      # n x m
+        p1 = p * (1 - p)
+        p2 = p1 * (1 - 2 * p)
+        diff = fam.diff[f]
+        quad = (Dm[:, None] * Dm[None, :])[iu]                                     # pairs
+        cols = []
+        for h in range(m):
+            if mode == "full":
+                cols.append((p1[:, h:h + 1, None] * np.outer(Dm, diff).ravel()[None, None, :])
+                            .reshape(len(val), -1))
+            if mode in ("full", "second"):
+                cols.append((p2[:, h:h + 1, None] * np.outer(quad, diff).ravel()[None, None, :])
+                            .reshape(len(val), -1))
+            else:
+                cols.append(p2[:, h:h + 1] * quad[None, :] * float(V[h] @ diff))
+        Q_all.append(np.concatenate(cols, axis=1) / eta[:, None])
+    s = np.concatenate(s_all)
+    J = np.concatenate(J_all)
+    Q = np.concatenate(Q_all)
+
+    def fit(M):
+        M = M / np.maximum(np.sqrt((M * M).sum(axis=0)), 1e-300)[None, :]
+        U, sv, _ = np.linalg.svd(M, full_matrices=False)
+        r = int(np.sum(sv > RESOLVE_RCOND * sv[0])) if len(sv) else 0
+        U = U[:, :r]
+        rr = s - U @ (U.T @ s)
+        return float(rr @ rr), r
+
+    rss0, r0 = fit(J)
+    rss1, r1 = fit(np.concatenate([J, Q], axis=1))
+    floor = float(np.mean(np.concatenate(fl) ** 2))
+    return rss0 - rss1, r1 - r0, rss1, N - r1, floor
