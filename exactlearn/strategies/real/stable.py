@@ -43,6 +43,7 @@ pencil start adds about ``(d + 1) (d + 1) (2H + 2)(2H + 3) / 2 * 5`` queries of 
 
 from __future__ import annotations
 
+import math
 
 import numpy as np
 from gmpy2 import mpq
@@ -65,7 +66,8 @@ from exactlearn.strategies.real.sensitivity import LO, rounding
 from exactlearn.strategies.real.stable_certificate import certify_two_token
 from exactlearn.strategies.real.stable_pencil import pencil_heads
 from exactlearn.strategies.real.evaluate import evaluate_with_gradient
-from exactlearn.strategies.real.stable_polish import RESOLVE_F, split_gain, Weak, hat, minimax_bound, polish
+from exactlearn.strategies.real.stable_polish import (Weak, hat, minimax_bound, polish,
+                                                     split_gain)
 from exactlearn.strategies.real.stable_probe import TARGET, ask_family, probe_scale, sigma_for
 from exactlearn.strategies.real.stable_solve import (rows_of, solve_stable_heads, undetermined,
                                                      weak_entries)
@@ -425,29 +427,58 @@ class _SolveAllowance:
                 + float(np.abs(g) @ self.rnd))
 
 
-def resolution_test(heads, rec, start, etas, H) -> dict | None:
+def resolution_test(heads, rec, start, etas, H) -> dict:
     """The resolution test (docs/explanation/real-field.md, "The resolution test") of ``m =
-    len(heads) < H`` heads: the F statistic of the columns a split head adds
-    (:func:`~exactlearn.strategies.real.stable_polish.split_gain`) over the noise the
-    observations show; above ``RESOLVE_F`` the observations resolve more than m heads:
-    :class:`~exactlearn.errors.ResidualsBeyondNoise` (the escalation then fits m + 1).  Returns
-    what it found, None when there are too few observations for the columns."""
+    len(heads) < H`` heads, from the statistics of
+    :func:`~exactlearn.strategies.real.stable_polish.split_gain`: the observations resolve
+    more than m heads when the columns a split head adds lower the residuals' sum of squares
+    (i) by more than ``k + 2 sqrt(t k) + 2 t`` times the noise variance the box shows (``t =
+    RESOLVE_T``; each residual over its float64 rounding scale, the variance estimated from
+    the residuals left), or (ii) with each residual over its declared eta, by more than the
+    same with ``t = RESOLVE_T_ETA`` -- what independent output errors within eta reach with
+    probability below ``e^-t``.  Then
+    :class:`~exactlearn.errors.ResidualsBeyondNoise` (``resolved``; the escalation fits
+    m + 1 heads).  Returns what it found."""
     got = split_gain(heads, rec, start, etas)
     if got is None:
-        return None
-    gain, extra, rest, dof, floor = got   # dof = N - rank(J) - extra
+        return {"run": False, "why": "too few observations for the columns of a split head"}
+    gain, extra, rest, dof, floor = (got[k] for k in ("gain", "extra", "rest", "dof", "floor"))
     sigma2 = max(rest / max(dof, 1), floor)
-    F = gain / max(extra, 1) / sigma2
+    limit = _chi2_limit(extra, RESOLVE_T)
+    eta_limit = _chi2_limit(extra, RESOLVE_T_ETA)
     m = len(heads)
-    if F > RESOLVE_F and gain > extra * floor:
+    what = None
+    if gain / sigma2 > limit and gain > extra * floor:
+        what = (f"{gain / sigma2:.3g} times the noise variance the {dof + extra} observations "
+                f"show, beyond the {limit:.3g} that noise explains")
+    elif got["gain_eta"] > eta_limit:
+        what = (f"by {got['gain_eta']:.3g} times eta^2, beyond the {eta_limit:.3g} output "
+                f"errors within eta explain")
+    if what is not None:
         raise ResidualsBeyondNoise(
-            f"the observations resolve more heads than {m} (below the bound {H}): fitting a "
-            f"split head lowers the weighted residual sum of squares by {gain:.3g} in {extra} "
-            f"dimensions, {F:.3g} times what the noise the {dof + extra} observations show "
-            f"explains (at most {RESOLVE_F:g}); the {m}-head fit is within the declared eta, "
-            f"but no bound of {_plural(m)} covers the heads they resolve", heads=m, resolved=True)
-    return {"F": f"{F:.3g}", "threshold": RESOLVE_F, "dimensions": extra,
-            "gain": f"{gain:.3g}", "noise_estimate": f"{sigma2:.3g}"}
+            f"the observations resolve more heads than {m} (below the bound {H}): fitting the "
+            f"{extra} dimensions a split head adds lowers the residuals' sum of squares {what}; "
+            f"no bound of {_plural(m)} covers the heads they resolve", heads=m, resolved=True)
+    return {"run": True, "gain_over_noise": f"{gain / sigma2:.3g}", "threshold": f"{limit:.3g}",
+            "dimensions": extra, "gain_over_eta": f"{got['gain_eta']:.3g}",
+            "eta_threshold": f"{eta_limit:.3g}"}
+
+
+#: the resolution test's tail exponents: noise explains a fall of the sum of squares beyond
+#: ``k + 2 sqrt(t k) + 2 t`` noise variances in k dimensions with probability below e^-t
+RESOLVE_T = 20           # the noise the observations show (estimated: the larger margin)
+RESOLVE_T_ETA = 40       # output errors within the declared eta
+
+
+def _chi2_limit(k, t):
+    """``k + 2 sqrt(t k) + 2 t`` (Laurent--Massart: a chi-square of k degrees exceeds it with
+    probability at most e^-t; a sum of k squared projections of independent errors bounded by
+    1, sub-Gaussian, likewise).
+
+    >>> round(_chi2_limit(7, 20), 1)
+    70.7
+    """
+    return k + 2 * math.sqrt(t * k) + 2 * t
 
 
 def _plural(m):

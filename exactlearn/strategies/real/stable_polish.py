@@ -394,17 +394,19 @@ def spectrum(heads, rec, start, etas) -> np.ndarray:
 
 
 
-RESOLVE_F = 10.0         # the resolution test's threshold on its F statistic (module doc)
 RESOLVE_RCOND = 1e-9     # columns' singular values below this of the largest add no dimension
 
 
 def split_gain(heads, rec, start, etas):
-    """The resolution test's statistic (docs/explanation/real-field.md, "The resolution test")
-    at ``heads``: ``(gain, extra, rest, dof, floor)`` with the residuals ``s = (y - f) / eta``
-    computed in ``np.longdouble``.  ``gain`` is how much the weighted residual sum of squares
-    falls when the columns a split head adds are fitted besides the model's own gradient
-    ``J``; ``extra`` the dimensions they add; ``rest`` the sum of squares left, ``dof = N -
-    rank``; ``floor`` the mean square of the weighted residuals' rounding.
+    """The resolution test's statistics (docs/explanation/real-field.md, "The resolution test")
+    at ``heads``, the residuals ``y - f`` computed in ``np.longdouble``: a dict with ``extra``,
+    the dimensions the columns a split head adds (below) add to the null model's -- the model's
+    own gradient ``J`` and, for each family, the columns its own rounding of exponents and
+    values would add (``p_h' (v_h . (a - x))``, ``p_h``, 1); ``gain``, ``rest``, ``dof`` and
+    ``floor`` with each residual over its float64 rounding scale ``EPS (size + |y|)``: how
+    much the sum of squares falls when those columns are fitted too, what is left, ``N`` less
+    the rank, and the mean square of the long-double rounding; ``gain_eta``, the fall with each
+    residual over its declared ``eta_q`` instead.
 
     Two heads ``W +- delta Dir`` (``v_1, v_2``) against one ``W`` (``v_1 + v_2``) differ to
     second order by ``p''(z) (D . Dir)^2 (w . (a - x))`` and, where the centre is off, to first
@@ -418,7 +420,7 @@ def split_gain(heads, rec, start, etas):
     V = np.array([[float(a) for a in h.v] for h in heads])
     N = sum(len(y) for y in fam.y)
     iu = np.triu_indices(d * d)
-    s_all, J_all, Q_all, fl = [], [], [], []
+    s_all, J_all, Q_all, fl, B_all, tau_all = [], [], [], [], [], []
     budget = N // 4
     n_first = m * d ** 3
     n_second = m * len(iu[0]) * d
@@ -429,7 +431,8 @@ def split_gain(heads, rec, start, etas):
     for f in range(len(fam.pairs)):
         val, gz, gv, size = _values(fam, f, W, V)
         ld = _values(fam, f, W, V, np.longdouble)[0]
-        eta = fam.eta[f]
+        eta = np.maximum(EPS * (size + np.abs(fam.y[f])), 1e-300)   # the weights (doc)
+        tau_all.append(eta / fam.eta[f])      # from these weights to those of the declared eta
         s_all.append((np.asarray(fam.y[f], dtype=np.longdouble) - ld).astype(float) / eta)
         fl.append(8 * LD_EPS * (size + np.abs(fam.y[f])) / eta)
         Dm = fam.D[f]
@@ -455,11 +458,21 @@ def split_gain(heads, rec, start, etas):
             else:
                 cols.append(p2[:, h:h + 1] * quad[None, :] * float(V[h] @ diff))
         Q_all.append(np.concatenate(cols, axis=1) / eta[:, None])
+        B_all.append(np.concatenate([p1 * (V @ diff)[None, :], p, np.ones((len(val), 1))],
+                                    axis=1) / eta[:, None])
     s = np.concatenate(s_all)
-    J = np.concatenate(J_all)
+    nb = sum(b.shape[1] for b in B_all)
+    if N * (nb + J_all[0].shape[1] + Q_all[0].shape[1]) > MAX_DENSE:
+        return None
+    Bf = np.zeros((N, nb))                  # each family's own columns, on its rows only
+    r0 = c0 = 0
+    for b in B_all:
+        Bf[r0:r0 + len(b), c0:c0 + b.shape[1]] = b
+        r0, c0 = r0 + len(b), c0 + b.shape[1]
+    J = np.concatenate([np.concatenate(J_all), Bf], axis=1)
     Q = np.concatenate(Q_all)
 
-    def fit(M):
+    def fit(M, s):
         M = M / np.maximum(np.sqrt((M * M).sum(axis=0)), 1e-300)[None, :]
         U, sv, _ = np.linalg.svd(M, full_matrices=False)
         r = int(np.sum(sv > RESOLVE_RCOND * sv[0])) if len(sv) else 0
@@ -467,7 +480,12 @@ def split_gain(heads, rec, start, etas):
         rr = s - U @ (U.T @ s)
         return float(rr @ rr), r
 
-    rss0, r0 = fit(J)
-    rss1, r1 = fit(np.concatenate([J, Q], axis=1))
+    JQ = np.concatenate([J, Q], axis=1)
+    rss0, r0 = fit(J, s)
+    rss1, r1 = fit(JQ, s)
+    tau = np.concatenate(tau_all)             # the same fits with the declared eta's weights
+    e0 = fit(J * tau[:, None], s * tau)[0]
+    e1 = fit(JQ * tau[:, None], s * tau)[0]
     floor = float(np.mean(np.concatenate(fl) ** 2))
-    return rss0 - rss1, r1 - r0, rss1, N - r1, floor
+    return {"gain": rss0 - rss1, "extra": r1 - r0, "rest": rss1, "dof": N - r1,
+            "floor": floor, "gain_eta": e0 - e1}
