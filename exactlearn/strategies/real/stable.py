@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 
+import mpmath
 import numpy as np
 from gmpy2 import mpq
 
@@ -431,20 +432,20 @@ def resolution_test(heads, rec, start, etas, H) -> dict:
     """The resolution test (docs/explanation/real-field.md, "The resolution test") of ``m =
     len(heads) < H`` heads, from the statistics of
     :func:`~exactlearn.strategies.real.stable_polish.split_gain`: the observations resolve
-    more than m heads when the columns a split head adds lower the residuals' sum of squares
-    (i) by more than ``k + 2 sqrt(t k) + 2 t`` times the noise variance the box shows (``t =
-    RESOLVE_T``; each residual over its float64 rounding scale, the variance estimated from
-    the residuals left), or (ii) with each residual over its declared eta, by more than the
-    same with ``t = RESOLVE_T_ETA`` -- what independent output errors within eta reach with
-    probability below ``e^-t``.  Then
-    :class:`~exactlearn.errors.ResidualsBeyondNoise` (``resolved``; the escalation fits
-    m + 1 heads).  Returns what it found."""
+    more than m heads when the ``k`` dimensions a split head adds lower the residuals' sum of
+    squares (i) by more than Gaussian noise of the variance the box shows exceeds with
+    probability ``e^-t``, ``t = RESOLVE_T`` (each residual over its float64 rounding scale; the
+    F quantile of :func:`_f_limit`, the variance being estimated from the residuals left), or
+    (ii) with each residual over its declared eta, by more than ``k + 2 sqrt(t k) + 2 t``,
+    ``t = RESOLVE_T_ETA`` (:func:`_chi2_limit`: what independent output errors within eta
+    exceed with probability below ``e^-t``).  Then :class:`~exactlearn.errors.ResidualsBeyondNoise`
+    (``resolved``; the escalation fits m + 1 heads).  Returns what it found."""
     got = split_gain(heads, rec, start, etas)
     if got is None:
         return {"run": False, "why": "too few observations for the columns of a split head"}
     gain, extra, rest, dof, floor = (got[k] for k in ("gain", "extra", "rest", "dof", "floor"))
     sigma2 = max(rest / max(dof, 1), floor)
-    limit = _chi2_limit(extra, RESOLVE_T)
+    limit = _f_limit(extra, dof, RESOLVE_T)
     eta_limit = _chi2_limit(extra, RESOLVE_T_ETA)
     m = len(heads)
     what = None
@@ -468,6 +469,29 @@ def resolution_test(heads, rec, start, etas, H) -> dict:
 #: ``k + 2 sqrt(t k) + 2 t`` noise variances in k dimensions with probability below e^-t
 RESOLVE_T = 20           # the noise the observations show (estimated: the larger margin)
 RESOLVE_T_ETA = 40       # output errors within the declared eta
+
+
+def _f_limit(k, dof, t):
+    """``k x`` with ``P(F(k, dof) > x) = e^-t``: the fall of the sum of squares, in noise
+    variances estimated from ``dof`` residuals, that Gaussian noise exceeds with probability
+    ``e^-t`` (the F quantile, from the regularized incomplete beta function; bisection on
+    ``log x``).
+
+    >>> round(_f_limit(7, 70, 20), 1)         # larger than the chi-square's 70.7: sigma estimated
+    78.3
+    """
+    target = mpmath.exp(-t)
+
+    def tail(x):               # P(F > x) = I_{dof / (dof + k x)}(dof / 2, k / 2)
+        return mpmath.betainc(dof / 2, k / 2, 0, dof / (dof + k * x), regularized=True)
+
+    lo, hi = 0.0, math.log(_chi2_limit(k, t) / k) + 1
+    while tail(math.exp(hi)) > target:
+        hi += 1
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tail(math.exp(mid)) > target else (lo, mid)
+    return k * math.exp(hi)
 
 
 def _chi2_limit(k, t):

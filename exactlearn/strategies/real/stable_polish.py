@@ -394,6 +394,7 @@ def spectrum(heads, rec, start, etas) -> np.ndarray:
 
 
 
+RESOLVE_DOF = 20         # observations beyond the columns' rank at least this (and the extra)
 RESOLVE_RCOND = 1e-9     # columns' singular values below this of the largest add no dimension
 
 
@@ -413,21 +414,29 @@ def split_gain(heads, rec, start, etas):
     order by ``p'(z) (D . Dir) (w' . (a - x))`` for some vectors ``w, w'``: the columns are
     ``p_h'' D_i D_j (a - x)_k`` (``i <= j``) and ``p_h' D_i (a - x)_k`` for every head ``h``,
     those of the second kind dropped first, then the ``k`` contracted with ``v_h``, when they
-    outnumber a quarter of the observations.  None when even then they do."""
+    outnumber half the observations, or leave fewer than the extra dimensions (and
+    ``RESOLVE_DOF``) observations beyond their rank.  None when even the last does."""
     m, d = len(heads), len(heads[0].v)
     fam = _Families(rec, start, etas)
     W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
     V = np.array([[float(a) for a in h.v] for h in heads])
     N = sum(len(y) for y in fam.y)
     iu = np.triu_indices(d * d)
+    counts = {"full": m * d ** 3 + m * len(iu[0]) * d, "second": m * len(iu[0]) * d,
+              "contracted": m * len(iu[0])}
+    for mode in ("full", "second", "contracted"):
+        if counts[mode] <= N // 2:
+            got = _split_gain(fam, W, V, N, iu, mode)
+            if got is not None:
+                return got
+    return None
+
+
+def _split_gain(fam, W, V, N, iu, mode):
+    """:func:`split_gain` with the columns of ``mode``; None when too few observations are
+    left beyond their rank."""
+    m, d = V.shape
     s_all, J_all, Q_all, fl, B_all, tau_all = [], [], [], [], [], []
-    budget = N // 4
-    n_first = m * d ** 3
-    n_second = m * len(iu[0]) * d
-    mode = ("full" if n_first + n_second <= budget else "second" if n_second <= budget
-            else "contracted" if m * len(iu[0]) <= budget else None)
-    if mode is None:
-        return None
     for f in range(len(fam.pairs)):
         val, gz, gv, size = _values(fam, f, W, V)
         ld = _values(fam, f, W, V, np.longdouble)[0]
@@ -487,5 +496,7 @@ def split_gain(heads, rec, start, etas):
     e0 = fit(J * tau[:, None], s * tau)[0]
     e1 = fit(JQ * tau[:, None], s * tau)[0]
     floor = float(np.mean(np.concatenate(fl) ** 2))
+    if N - r1 < max(r1 - r0, RESOLVE_DOF):
+        return None                         # too few observations left to estimate the noise
     return {"gain": rss0 - rss1, "extra": r1 - r0, "rest": rss1, "dof": N - r1,
             "floor": floor, "gain_eta": e0 - e1}
