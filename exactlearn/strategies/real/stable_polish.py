@@ -394,7 +394,7 @@ def spectrum(heads, rec, start, etas) -> np.ndarray:
 
 
 
-RESOLVE_DOF = 20         # observations beyond the columns' rank at least this (and the extra)
+RESOLVE_DOF = 5          # observations beyond the columns' rank at least this (and the extra)
 RESOLVE_RCOND = 1e-9     # columns' singular values below this of the largest add no dimension
 
 
