@@ -450,7 +450,7 @@ def resolution_test(heads, rec, start, etas, H) -> dict:
     m = len(heads)
     what = None
     if gain / sigma2 > limit and gain > extra * floor:
-        what = (f"{gain / sigma2:.3g} times the noise variance the {dof + extra} observations "
+        what = (f"{gain / sigma2:.3g} times the noise variance the {got['n']} observations "
                 f"show, beyond the {limit:.3g} that noise explains")
     elif got["gain_eta"] > eta_limit:
         what = (f"by {got['gain_eta']:.3g} times eta^2, beyond the {eta_limit:.3g} output "

@@ -405,9 +405,9 @@ def split_gain(heads, rec, start, etas):
     own gradient ``J`` and, for each family, the columns its own rounding of exponents and
     values would add (``p_h' (v_h . (a - x))``, ``p_h``, 1); ``gain``, ``rest``, ``dof`` and
     ``floor`` with each residual over its float64 rounding scale ``EPS (size + |y|)``: how
-    much the sum of squares falls when those columns are fitted too, what is left, ``N`` less
-    the rank, and the mean square of the long-double rounding; ``gain_eta``, the fall with each
-    residual over its declared ``eta_q`` instead.
+    much the sum of squares falls when those columns are fitted too, what is left, ``n`` (the
+    observations) less the rank, and the mean square of the long-double rounding; ``n``; and
+    ``gain_eta``, the fall with each residual over its declared ``eta_q`` instead.
 
     Two heads ``W +- delta Dir`` (``v_1, v_2``) against one ``W`` (``v_1 + v_2``) differ to
     second order by ``p''(z) (D . Dir)^2 (w . (a - x))`` and, where the centre is off, to first
@@ -498,5 +498,5 @@ def _split_gain(fam, W, V, N, iu, mode):
     floor = float(np.mean(np.concatenate(fl) ** 2))
     if N - r1 < max(r1 - r0, RESOLVE_DOF):
         return None                         # too few observations left to estimate the noise
-    return {"gain": rss0 - rss1, "extra": r1 - r0, "rest": rss1, "dof": N - r1,
+    return {"gain": rss0 - rss1, "extra": r1 - r0, "rest": rss1, "dof": N - r1, "n": N,
             "floor": floor, "gain_eta": e0 - e1}
