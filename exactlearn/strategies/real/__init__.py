@@ -62,8 +62,11 @@ def run(plan, ask, K, trace, options) -> tuple:
     first; when the certified model's residuals exceed what the declared eta allows
     (:class:`~exactlearn.errors.ResidualsBeyondNoise`, docs/explanation/real-field.md) with m
     heads below the bound, the run is repeated fitting exactly m + 1 heads, and so on up to
-    the bound: the smallest count whose residuals are within eta is certified.  If none is,
-    the run fails naming every count tried.  Every query of every try is counted.
+    the bound: the smallest count whose residuals are within eta is certified.  The stable
+    plan also refutes m heads within eta when the observations resolve a split head (its
+    resolution test, :func:`~exactlearn.strategies.real.stable.resolution_test`).  If no count
+    is certified, the run fails naming every count tried ("the observations resolve more than
+    m heads, but ..." after a resolution).  Every query of every try is counted.
     """
     if options.plan == "stable" and options.snap:
         raise ValueError("snap=True is available with plan='paper' over the real field")
