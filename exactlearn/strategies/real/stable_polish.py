@@ -84,7 +84,7 @@ class _Families:
 def _values(fam, f, W, V, dt=np.float64):
     """Per query of family ``f``: the model's value, ``df/dz`` (n x H), ``df/dv`` (n x H x d)
     and the size of its terms (for the rounding of the residual); computed in the float type
-    ``dt`` (``np.longdouble``: the residuals of :func:`more_heads_fit`)."""
+    ``dt`` (``np.longdouble``: the residuals of :func:`split_gain`)."""
     W, V = np.asarray(W, dtype=dt), np.asarray(V, dtype=dt)
     z = W.reshape(len(W), -1) @ np.asarray(fam.D[f], dtype=dt)    # H
     ua, ux = V @ np.asarray(fam.a[f], dtype=dt), V @ np.asarray(fam.x[f], dtype=dt)
@@ -100,10 +100,9 @@ def _values(fam, f, W, V, dt=np.float64):
     return val, gz, gv, size
 
 
-def _normal(fam, W, V, precise=False):
+def _normal(fam, W, V):
     """The normal matrix ``A`` and right-hand side ``b`` (module doc), the per-family reduced
-    Jacobians and weights, and the weighted cost; ``precise``: the residuals (and cost) from
-    values computed in ``np.longdouble``."""
+    Jacobians and weights, and the weighted cost."""
     H, d = V.shape
     dd = d * d
     P = H * dd + H * d
@@ -118,11 +117,7 @@ def _normal(fam, W, V, precise=False):
     for f in range(F):
         val, gz, gv, size = _values(fam, f, W, V)
         w = 1 / fam.eta[f] ** 2
-        if precise:
-            r = (np.asarray(fam.y[f], dtype=np.longdouble)
-                 - _values(fam, f, W, V, np.longdouble)[0]).astype(float)
-        else:
-            r = fam.y[f] - val
+        r = fam.y[f] - val
         cost += float(w @ r ** 2)
         Jv = gv.reshape(len(r), H * d)
         Nzz[f] = gz.T @ (w[:, None] * gz)
