@@ -156,11 +156,13 @@ class NoisierThanDeclared(CertificateError):
 class ResidualsBeyondNoise(NoisierThanDeclared):
     """Real field: the certified model, ``heads`` canonical heads, misses an observation by more
     than the declared eta allows -- a box noisier than declared, or more heads than were
-    fitted (two heads merged)."""
+    fitted (two heads merged).  ``resolved``: the model is within the declared eta, but the
+    observations resolve more heads than it has (the stable plan's resolution test)."""
 
-    def __init__(self, message, heads=None):
+    def __init__(self, message, heads=None, resolved=False):
         super().__init__(message)
         self.heads = heads
+        self.resolved = resolved
 
 
 class PrimesDisagree(LearningFailure):

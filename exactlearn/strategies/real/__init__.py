@@ -62,14 +62,17 @@ def run(plan, ask, K, trace, options) -> tuple:
     first; when the certified model's residuals exceed what the declared eta allows
     (:class:`~exactlearn.errors.ResidualsBeyondNoise`, docs/explanation/real-field.md) with m
     heads below the bound, the run is repeated fitting exactly m + 1 heads, and so on up to
-    the bound: the smallest count whose residuals are within eta is certified.  If none is,
-    the run fails naming every count tried.  Every query of every try is counted.
+    the bound: the smallest count whose residuals are within eta is certified.  The stable
+    plan also refutes m heads within eta when the observations resolve a split head (its
+    resolution test, :func:`~exactlearn.strategies.real.stable.resolution_test`).  If no count
+    is certified, the run fails naming every count tried ("the observations resolve more than
+    m heads, but ..." after a resolution).  Every query of every try is counted.
     """
     if options.plan == "stable" and options.snap:
         raise ValueError("snap=True is available with plan='paper' over the real field")
     if options.plan != "stable" and options.noise_rel is not None:
         raise ValueError("noise_rel= (relative noise) needs plan='stable' over the real field")
-    fit_heads, tried = None, []
+    fit_heads, tried, resolved = None, [], None
     while True:
         try:
             heads, n, options.state.outcome = _run_once(plan, ask, K, options, fit_heads)
@@ -78,17 +81,21 @@ def run(plan, ask, K, trace, options) -> tuple:
             break
         except ResidualsBeyondNoise as exc:
             m = exc.heads
+            if exc.resolved and resolved is None:
+                resolved = m
             tried.append(f"with {_heads(m) if m is not None else 'the heads found'}: {exc}")
             if options.heads_given or m is None or m >= plan.H:
                 if len(tried) > 1:
-                    raise ResidualsBeyondNoise(_history(tried), heads=m) from None
+                    raise ResidualsBeyondNoise(_history(tried, resolved), heads=m) from None
                 raise
             fit_heads = max(m, fit_heads or 0) + 1
+            if fit_heads > plan.H:      # the count the bound allows was fitted, and merged
+                raise ResidualsBeyondNoise(_history(tried, resolved), heads=m) from None
         except LearningFailure as exc:
             if not tried:
                 raise
             tried.append(f"refitting with exactly {_heads(fit_heads)}: {exc.kind}: {exc}")
-            raise ResidualsBeyondNoise(_history(tried), heads=fit_heads) from None
+            raise ResidualsBeyondNoise(_history(tried, resolved), heads=fit_heads) from None
     if options.heads_given and len(heads) < plan.H:
         raise DegenerateDraw(
             f"{len(heads)} of the {plan.H} heads given were resolved: over the real field "
@@ -110,9 +117,13 @@ def _heads(m):
     return f"{m} head{'s' if m != 1 else ''}"
 
 
-def _history(tried):
-    return ("no head count up to the bound fits the observations within the declared eta; "
-            + "; ".join(tried))
+def _history(tried, resolved=None):
+    if resolved is not None:            # the resolution test refuted a count within eta
+        head = (f"the observations resolve more than {_heads(resolved)}, but no larger count up "
+                f"to the bound is certified with a covering bound; ")
+    else:
+        head = "no head count up to the bound fits the observations within the declared eta; "
+    return head + "; ".join(tried)
 
 
 def verify(oracle, heads, d, H, K, convert, rng, R, n, state) -> tuple:

@@ -43,7 +43,9 @@ pencil start adds about ``(d + 1) (d + 1) (2H + 2)(2H + 3) / 2 * 5`` queries of 
 
 from __future__ import annotations
 
+import math
 
+import mpmath
 import numpy as np
 from gmpy2 import mpq
 
@@ -66,7 +68,8 @@ from exactlearn.strategies.real.sensitivity import LO, rounding
 from exactlearn.strategies.real.stable_certificate import certify_two_token
 from exactlearn.strategies.real.stable_pencil import pencil_heads
 from exactlearn.strategies.real.evaluate import evaluate_with_gradient
-from exactlearn.strategies.real.stable_polish import Weak, hat, minimax_bound, polish
+from exactlearn.strategies.real.stable_polish import (Weak, hat, minimax_bound, polish,
+                                                     split_gain)
 from exactlearn.strategies.real.stable_probe import TARGET, ask_family, probe_scale, sigma_for
 from exactlearn.strategies.real.stable_solve import (rows_of, solve_stable_heads, undetermined,
                                                      weak_entries)
@@ -426,6 +429,87 @@ class _SolveAllowance:
                 + float(np.abs(g) @ self.rnd))
 
 
+def resolution_test(heads, rec, start, etas, H) -> dict:
+    """The resolution test (docs/explanation/real-field.md, "The resolution test") of ``m =
+    len(heads) < H`` heads, from the statistics of
+    :func:`~exactlearn.strategies.real.stable_polish.split_gain`: the observations resolve
+    more than m heads when the ``k`` dimensions a split head adds lower the residuals' sum of
+    squares (i) by more than Gaussian noise of the variance the box shows exceeds with
+    probability ``e^-t``, ``t = RESOLVE_T`` (each residual over its float64 rounding scale; the
+    F quantile of :func:`_f_limit`, the variance being estimated from the residuals left), or
+    (ii) with each residual over its declared eta, by more than ``k + 2 sqrt(t k) + 2 t``,
+    ``t = RESOLVE_T_ETA`` (:func:`_chi2_limit`: what independent output errors within eta
+    exceed with probability below ``e^-t``).  Then :class:`~exactlearn.errors.ResidualsBeyondNoise`
+    (``resolved``; the escalation fits m + 1 heads).  Returns what it found."""
+    got = split_gain(heads, rec, start, etas)
+    if got is None:
+        return {"run": False, "why": "too few observations for the columns of a split head"}
+    gain, extra, rest, dof, floor = (got[k] for k in ("gain", "extra", "rest", "dof", "floor"))
+    sigma2 = max(rest / max(dof, 1), floor)
+    limit = _f_limit(extra, dof, RESOLVE_T)
+    eta_limit = _chi2_limit(extra, RESOLVE_T_ETA)
+    m = len(heads)
+    what = None
+    if gain / sigma2 > limit and gain > extra * floor:
+        what = (f"{gain / sigma2:.3g} times the noise variance the {got['n']} observations "
+                f"show, beyond the {limit:.3g} that noise explains")
+    elif got["gain_eta"] > eta_limit:
+        what = (f"by {got['gain_eta']:.3g} times eta^2, beyond the {eta_limit:.3g} output "
+                f"errors within eta explain")
+    if what is not None:
+        raise ResidualsBeyondNoise(
+            f"the observations resolve more heads than {m} (below the bound {H}): fitting the "
+            f"{extra} dimensions a split head adds lowers the residuals' sum of squares {what}; "
+            f"no bound of {_plural(m)} covers the heads they resolve", heads=m, resolved=True)
+    return {"run": True, "gain_over_noise": f"{gain / sigma2:.3g}", "threshold": f"{limit:.3g}",
+            "dimensions": extra, "gain_over_eta": f"{got['gain_eta']:.3g}",
+            "eta_threshold": f"{eta_limit:.3g}"}
+
+
+#: the resolution test's tail exponents: noise explains a fall of the sum of squares beyond
+#: ``k + 2 sqrt(t k) + 2 t`` noise variances in k dimensions with probability below e^-t
+RESOLVE_T = 20           # the noise the observations show (estimated: the larger margin)
+RESOLVE_T_ETA = 40       # output errors within the declared eta
+
+
+def _f_limit(k, dof, t):
+    """``k x`` with ``P(F(k, dof) > x) = e^-t``: the fall of the sum of squares, in noise
+    variances estimated from ``dof`` residuals, that Gaussian noise exceeds with probability
+    ``e^-t`` (the F quantile, from the regularized incomplete beta function; bisection on
+    ``log x``).
+
+    >>> round(_f_limit(7, 70, 20), 1)         # larger than the chi-square's 70.7: sigma estimated
+    78.3
+    """
+    target = mpmath.exp(-t)
+
+    def tail(x):               # P(F > x) = I_{dof / (dof + k x)}(dof / 2, k / 2)
+        return mpmath.betainc(dof / 2, k / 2, 0, dof / (dof + k * x), regularized=True)
+
+    lo, hi = 0.0, math.log(_chi2_limit(k, t) / k) + 1
+    while tail(math.exp(hi)) > target:
+        hi += 1
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tail(math.exp(mid)) > target else (lo, mid)
+    return k * math.exp(hi)
+
+
+def _chi2_limit(k, t):
+    """``k + 2 sqrt(t k) + 2 t`` (Laurent--Massart: a chi-square of k degrees exceeds it with
+    probability at most e^-t; a sum of k squared projections of independent errors bounded by
+    1, sub-Gaussian, likewise).
+
+    >>> round(_chi2_limit(7, 20), 1)
+    70.7
+    """
+    return k + 2 * math.sqrt(t * k) + 2 * t
+
+
+def _plural(m):
+    return f"{m} head{'s' if m != 1 else ''}"
+
+
 def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
                probe_log=None, fit_heads=None):
     """Probe, scale, ask, fit, label, solve and certify (module doc).  Returns
@@ -576,6 +660,9 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
                                                      allowance=allowance)
     head_b = [max([x for row in bw for x in row] + list(bv)) for bw, bv in zip(BW, Bv)]
     err = max(head_b, default=0.0)
+    resolution = None
+    if not heads_exact and len(heads) < H and float_noise:
+        resolution = resolution_test(heads, rec, start, etas_all, H)
     detail = {
         "plan": "stable: ratio families t = k/m geometric on [1/%d, %d], %d finite nodes, "
                 "weighted least squares" % (MAX_COPIES, MAX_COPIES, len(nodes) - 2),
@@ -601,6 +688,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         "targeted_families": n_target,
         "rescued_configurations": {name(n): f for n, f in rescued.items()},
     }
+    if resolution is not None:
+        detail["resolution_test"] = resolution
     if far:
         detail["pencil"] = route["pencil"]
         detail["max_relative_pole_error_bound"] = "n/a (pencil start: no family fitted)"

@@ -53,6 +53,7 @@ LAWSON_STEPS = 60        # reweightings of :func:`minimax_bound`
 MAX_DENSE = 2 * 10 ** 7  # N P at most this for the dense Jacobian of :func:`minimax_bound`
 LM_STEPS = 100           # Levenberg--Marquardt steps from a far start
 EPS = 2.0 ** -52
+LD_EPS = float(np.finfo(np.longdouble).eps)   # 2^-63 where long double is x87's, else EPS
 
 
 class _Families:
@@ -80,12 +81,14 @@ class _Families:
             self.eta.append(np.asarray(etas)[idx])
 
 
-def _values(fam, f, W, V):
+def _values(fam, f, W, V, dt=np.float64):
     """Per query of family ``f``: the model's value, ``df/dz`` (n x H), ``df/dv`` (n x H x d)
-    and the size of its terms (for the rounding of the residual)."""
-    z = W.reshape(len(W), -1) @ fam.D[f]                          # H
-    ua, ux = V @ fam.a[f], V @ fam.x[f]
-    k, m = fam.k[f], fam.m[f]
+    and the size of its terms (for the rounding of the residual); computed in the float type
+    ``dt`` (``np.longdouble``: the residuals of :func:`split_gain`)."""
+    W, V = np.asarray(W, dtype=dt), np.asarray(V, dtype=dt)
+    z = W.reshape(len(W), -1) @ np.asarray(fam.D[f], dtype=dt)    # H
+    ua, ux = V @ np.asarray(fam.a[f], dtype=dt), V @ np.asarray(fam.x[f], dtype=dt)
+    k, m = np.asarray(fam.k[f], dtype=dt), np.asarray(fam.m[f], dtype=dt)
     with np.errstate(divide="ignore", over="ignore"):
         s = np.log(k)[:, None] - np.log(m)[:, None] + z[None, :]     # n x H
         p = np.where(k[:, None] == 0, 0.0, 1 / (1 + np.exp(-s)))
@@ -383,3 +386,112 @@ def spectrum(heads, rec, start, etas) -> np.ndarray:
     A = _normal(_Families(rec, start, etas), W, V)[0]
     s = np.sqrt(np.maximum(np.diag(A), 1e-300))
     return np.linalg.eigvalsh(A / s[:, None] / s[None, :])
+
+
+
+RESOLVE_DOF = 5          # observations beyond the columns' rank at least this (and the extra)
+RESOLVE_RCOND = 1e-9     # columns' singular values below this of the largest add no dimension
+
+
+def split_gain(heads, rec, start, etas):
+    """The resolution test's statistics (docs/explanation/real-field.md, "The resolution test")
+    at ``heads``, the residuals ``y - f`` computed in ``np.longdouble``: a dict with ``extra``,
+    the dimensions the columns a split head adds (below) add to the null model's -- the model's
+    own gradient ``J`` and, for each family, the columns its own rounding of exponents and
+    values would add (``p_h' (v_h . (a - x))``, ``p_h``, 1); ``gain``, ``rest``, ``dof`` and
+    ``floor`` with each residual over its float64 rounding scale ``EPS (size + |y|)``: how
+    much the sum of squares falls when those columns are fitted too, what is left, ``n`` (the
+    observations) less the rank, and the mean square of the long-double rounding; ``n``; and
+    ``gain_eta``, the fall with each residual over its declared ``eta_q`` instead.
+
+    Two heads ``W +- delta Dir`` (``v_1, v_2``) against one ``W`` (``v_1 + v_2``) differ to
+    second order by ``p''(z) (D . Dir)^2 (w . (a - x))`` and, where the centre is off, to first
+    order by ``p'(z) (D . Dir) (w' . (a - x))`` for some vectors ``w, w'``: the columns are
+    ``p_h'' D_i D_j (a - x)_k`` (``i <= j``) and ``p_h' D_i (a - x)_k`` for every head ``h``,
+    those of the second kind dropped first, then the ``k`` contracted with ``v_h``, when they
+    outnumber half the observations, or leave fewer than the extra dimensions (and
+    ``RESOLVE_DOF``) observations beyond their rank.  None when even the last does."""
+    m, d = len(heads), len(heads[0].v)
+    fam = _Families(rec, start, etas)
+    W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
+    V = np.array([[float(a) for a in h.v] for h in heads])
+    N = sum(len(y) for y in fam.y)
+    iu = np.triu_indices(d * d)
+    counts = {"full": m * d ** 3 + m * len(iu[0]) * d, "second": m * len(iu[0]) * d,
+              "contracted": m * len(iu[0])}
+    for mode in ("full", "second", "contracted"):
+        if counts[mode] <= N // 2:
+            got = _split_gain(fam, W, V, N, iu, mode)
+            if got is not None:
+                return got
+    return None
+
+
+def _split_gain(fam, W, V, N, iu, mode):
+    """:func:`split_gain` with the columns of ``mode``; None when too few observations are
+    left beyond their rank."""
+    m, d = V.shape
+    s_all, J_all, Q_all, fl, B_all, tau_all = [], [], [], [], [], []
+    for f in range(len(fam.pairs)):
+        val, gz, gv, size = _values(fam, f, W, V)
+        ld = _values(fam, f, W, V, np.longdouble)[0]
+        eta = np.maximum(EPS * (size + np.abs(fam.y[f])), 1e-300)   # the weights (doc)
+        tau_all.append(eta / fam.eta[f])      # from these weights to those of the declared eta
+        s_all.append((np.asarray(fam.y[f], dtype=np.longdouble) - ld).astype(float) / eta)
+        fl.append(8 * LD_EPS * (size + np.abs(fam.y[f])) / eta)
+        Dm = fam.D[f]
+        J = np.concatenate([gz[:, h:h + 1] * Dm[None, :] for h in range(m)]
+                           + [gv.reshape(len(val), m * d)], axis=1)
+        J_all.append(J / eta[:, None])
+        z = W.reshape(m, -1) @ Dm
+        with np.errstate(divide="ignore", over="ignore"):
+            sz = np.log(fam.k[f])[:, None] - np.log(fam.m[f])[:, None] + z[None, :]
+            p = np.where(fam.k[f][:, None] == 0, 0.0, 1 / (1 + np.exp(-sz)))      # n x m
+        p1 = p * (1 - p)
+        p2 = p1 * (1 - 2 * p)
+        diff = fam.diff[f]
+        quad = (Dm[:, None] * Dm[None, :])[iu]                                     # pairs
+        cols = []
+        for h in range(m):
+            if mode == "full":
+                cols.append((p1[:, h:h + 1, None] * np.outer(Dm, diff).ravel()[None, None, :])
+                            .reshape(len(val), -1))
+            if mode in ("full", "second"):
+                cols.append((p2[:, h:h + 1, None] * np.outer(quad, diff).ravel()[None, None, :])
+                            .reshape(len(val), -1))
+            else:
+                cols.append(p2[:, h:h + 1] * quad[None, :] * float(V[h] @ diff))
+        Q_all.append(np.concatenate(cols, axis=1) / eta[:, None])
+        B_all.append(np.concatenate([p1 * (V @ diff)[None, :], p, np.ones((len(val), 1))],
+                                    axis=1) / eta[:, None])
+    s = np.concatenate(s_all)
+    nb = sum(b.shape[1] for b in B_all)
+    if N * (nb + J_all[0].shape[1] + Q_all[0].shape[1]) > MAX_DENSE:
+        return None
+    Bf = np.zeros((N, nb))                  # each family's own columns, on its rows only
+    r0 = c0 = 0
+    for b in B_all:
+        Bf[r0:r0 + len(b), c0:c0 + b.shape[1]] = b
+        r0, c0 = r0 + len(b), c0 + b.shape[1]
+    J = np.concatenate([np.concatenate(J_all), Bf], axis=1)
+    Q = np.concatenate(Q_all)
+
+    def fit(M, s):
+        M = M / np.maximum(np.sqrt((M * M).sum(axis=0)), 1e-300)[None, :]
+        U, sv, _ = np.linalg.svd(M, full_matrices=False)
+        r = int(np.sum(sv > RESOLVE_RCOND * sv[0])) if len(sv) else 0
+        U = U[:, :r]
+        rr = s - U @ (U.T @ s)
+        return float(rr @ rr), r
+
+    JQ = np.concatenate([J, Q], axis=1)
+    rss0, r0 = fit(J, s)
+    rss1, r1 = fit(JQ, s)
+    tau = np.concatenate(tau_all)             # the same fits with the declared eta's weights
+    e0 = fit(J * tau[:, None], s * tau)[0]
+    e1 = fit(JQ * tau[:, None], s * tau)[0]
+    floor = float(np.mean(np.concatenate(fl) ** 2))
+    if N - r1 < max(r1 - r0, RESOLVE_DOF):
+        return None                         # too few observations left to estimate the noise
+    return {"gain": rss0 - rss1, "extra": r1 - r0, "rest": rss1, "dof": N - r1, "n": N,
+            "floor": floor, "gain_eta": e0 - e1}
