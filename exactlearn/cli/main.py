@@ -317,7 +317,7 @@ def _cmd_learn(args) -> int:
 
 
 def seeds(args) -> dict:
-    """The JSON's seeds: ``seed`` always, ``noise_seed`` with ``--noise``."""
+    """The JSON's seeds: ``seed`` always, ``noise_seed`` with ``--inject-noise`` (or ``--noise``)."""
     out = {"seed": args.seed}
     if getattr(args, "noise", None) is not None:
         out["noise_seed"] = args.noise_seed if args.noise_seed is not None else args.seed
