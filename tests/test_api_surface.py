@@ -172,3 +172,20 @@ def test_learn_and_the_cli_share_one_retry_default(model_file, capsys):
     assert json.loads(out)["attempts"] == 1
     _, out, _ = run(capsys, cli)
     assert json.loads(out)["attempts"] == default.attempts
+
+
+def test_retries_n_means_n_redraws_for_a_transformer_file_too(tmp_path, capsys):
+    """A d = 1 Transformer fails every path (the kink path needs a plane): without --retries
+    the learner's default 2 redraws (3 attempts, as learn_transformer()), and --retries N
+    allows N, as for an attention file (before: 2 + N)."""
+    from exactlearn import learn_transformer
+    from exactlearn import TransformerOracle, random_transformer
+    path = tmp_path / "t.json"
+    model = random_transformer(1, 1, 1, seed=0)
+    path.write_text(json.dumps(model.to_json()))
+    assert learn_transformer(TransformerOracle(model, Rational()), d=1, heads=1, seed=0).attempts == 3
+    for extra, attempts in (([], 3), (["--retries", "0"], 1), (["--retries", "1"], 2)):
+        rc, out, _ = run(capsys, ["learn", "--model", str(path), "--heads", "1", "--seed", "0",
+                                  "--json", *extra])
+        obj = json.loads(out)
+        assert rc == 1 and obj["status"] == "failed" and obj["attempts"] == attempts, extra
