@@ -128,6 +128,7 @@ def test_cli_tokens_float64_learns_the_file_within_its_bound(model_file, capsys)
     (["--field", "real", "--tokens", "float32", "--inject-noise", "1e-9"],
      "--inject-noise needs --tokens exact"),
     (["--inject-noise", "1e-9"], "--inject-noise needs --field real"),
+    (["--field", "real", "--tokens", "float64", "--plan", "paper"], "--tokens float64 needs --plan stable"),
 ])
 def test_cli_token_and_noise_options_are_checked(model_file, capsys, argv, named):
     rc, out, err = run(capsys, ["learn", "--model", model_file, "--heads", "2", *argv])

@@ -45,7 +45,7 @@ def add_learn_options(lp) -> None:
                     help="what the black box is asked with: exact rationals (the model file's "
                          "exact oracle), or floats, the model file then evaluated in that float "
                          "type by numpy (float: Python floats, evaluated in float64); float "
-                         "tokens need --field real and imply --plan stable and, without "
+                         "tokens need --field real and --plan stable (the default with them) and, without "
                          "--declared-noise or --noise-rel, --declared-noise auto")
     lp.add_argument("--noise-seed", type=int, default=None,
                     help="seed of the noise (default: --seed)")
@@ -76,6 +76,9 @@ def check_tokens(args, bad_input) -> None:
     if args.field != "real":
         raise bad_input(f"--tokens {args.tokens} needs --field real (a float box's answers are "
                         f"not exact values of the {args.field} field)")
+    if args.plan != "stable":
+        raise bad_input(f"--tokens {args.tokens} needs --plan stable (the {args.plan} plan's "
+                        f"query tokens are not float numbers)")
     if args.noise is not None:
         raise bad_input(f"{args.noise_option} needs --tokens exact: a float box's own rounding is "
                         f"its noise (declare it with --declared-noise)")
