@@ -556,7 +556,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
             options.noise, options.noise_rel = est.noise, est.noise_rel
             noise_estimated = est.to_json()
         except ExactLearnError as exc:           # the box's answers: no attempt follows
-            error, failure = f"{exc.kind}: measuring eta (noise='auto'): {exc}", exc
+            error, failure = f"{exc.kind}: measuring eta (noise='auto'): {exc}", _kept(exc)
             retries = -1
     while attempts <= retries:
         attempts += 1
@@ -591,12 +591,12 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
             break
         except (BadBlackBox, ClusterError) as exc:    # the box broke its interface, or the
             # cluster failed: not the draw's fault, so no redraw
-            error, failure = f"{exc.kind}: {exc}", exc
+            error, failure = f"{exc.kind}: {exc}", _kept(exc)
             recovered = ()
             multimodular = getattr(exc, "report", None)
             break
         except ExactLearnError as exc:            # every failure says what it is
-            error, failure = f"{exc.kind}: {exc}" + _bound_hint(exc, H), exc
+            error, failure = f"{exc.kind}: {exc}" + _bound_hint(exc, H), _kept(exc)
             recovered = ()
             multimodular = getattr(exc, "report", None)     # the primes asked, on failures too
         finally:
@@ -639,6 +639,12 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         constant=getattr(recovered, "constant", 0) if error is None and bias else 0, bias=bias,
         noise_queries=0 if noise_box is None else noise_box.queries,
         noise_estimated=noise_estimated)
+
+
+def _kept(exc: ExactLearnError) -> ExactLearnError:
+    """The failure as ``LearnResult.failure`` keeps it: without its traceback, whose frames
+    would keep the failed attempt's data alive as long as the result."""
+    return exc.with_traceback(None)
 
 
 def _check_bias_options(K, plan, executor) -> None:
