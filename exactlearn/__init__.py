@@ -10,7 +10,8 @@ and their results, and the exception tree.
 
 from exactlearn.api import LearnResult, learn
 from exactlearn.errors import (CertificateError, DegenerateDraw, ExactLearnError, ExactnessError,
-                               FieldError, LearningFailure, MatchError, ModelError)
+                               FieldError, LearningFailure, MatchError, ModelError,
+                               VerificationFailed)
 from exactlearn.fields import (ConfirmationModular, Field, Modular, ModularImage, QQ, Rational,
                                ResidueModular)
 from exactlearn.model import Head, MultiHeadAttention, canonicalize
@@ -30,7 +31,7 @@ __all__ = [
     "paper_count",
     # errors
     "ExactLearnError", "ModelError", "FieldError", "ExactnessError", "LearningFailure",
-    "DegenerateDraw", "MatchError", "CertificateError",
+    "DegenerateDraw", "MatchError", "CertificateError", "VerificationFailed",
 ]
 __version__ = "0.1.0"
 

@@ -25,11 +25,14 @@ from __future__ import annotations
 import functools
 import random
 import time
+import warnings
 from dataclasses import dataclass, field as dc_field
 
-from exactlearn.errors import BadBlackBox, ClusterError, ExactLearnError, ExactnessError, HeightExceeded
+from exactlearn.errors import (BadBlackBox, ClusterError, ExactLearnError, ExactnessError,
+                               HeightExceeded, VerificationFailed)
 from exactlearn.fields.base import Field
-from exactlearn.limits import MAX_RETRIES, MAX_VERIFY_QUERIES, count_problem, readable_int
+from exactlearn.limits import (MAX_RETRIES, MAX_VERIFY_QUERIES, count_problem, default_retries,
+                               readable_int)
 from exactlearn.oracle import Recorder, TokenAdapter, resolve_field
 from exactlearn.pipeline.multimodular import learn_modular
 from exactlearn.pipeline.plan import head_bound, paper_count
@@ -57,6 +60,11 @@ class LearnResult:
         empty when the run failed.
     error : str or None
         The failure's reason (``"kind: message"``); None when certified.
+    failure : ExactLearnError or None
+        The failure as its typed exception (a
+        [`DegenerateDraw`][exactlearn.errors.DegenerateDraw], a ``BadBlackBox``, ...), so
+        that a caller can branch on its type; None when certified.  Not in the JSON
+        (``error`` starts with its ``kind``).
     d : int
         Token dimension.
     heads_bound : int
@@ -142,6 +150,7 @@ class LearnResult:
     detail: object = None                  # the strategy's own: EfficientDetail, RealDetail or None
     constant: object = 0                   # bias=True: the additive constant c
     bias: bool = False                     # bias=True: the plan for biases (u, c in the JSON)
+    failure: ExactLearnError | None = None  # the failure as its typed exception; None when certified
 
     # -- the strategies' details, as attributes (stable names) -------------------------
     @property
@@ -235,20 +244,29 @@ class LearnResult:
             "error_bound": None if self.error_bound is None else str(self.error_bound),
             "real_detail": self.real_detail,
             "snap": self.snap,
-            "exact_over_Q": self.exact_over_q,
+            "exact_over_Q": self.exact_over_Q,
             "multimodular": self.multimodular,
             "noise_queries": self.noise_queries,
             "noise_estimated": self.noise_estimated,
         } | ({"constant": K.format(self.constant)} if self.bias else {})
 
     @property
-    def exact_over_q(self) -> bool:
+    def exact_over_Q(self) -> bool:  # noqa: N802 -- the JSON key's spelling
         """True when the heads are certified as exact rationals: the rational and symbolic
         fields, and the modular field through the multi-modular method; False for the real
-        field and for a modular black box fixed to one prime (certified modulo p only)."""
+        field and for a modular black box fixed to one prime (certified modulo p only).
+        The JSON key ``exact_over_Q`` has the same spelling."""
         if not self.field.is_exact or not self.certified:
             return False
         return self.multimodular is None or self.multimodular["exact_over_Q"]
+
+    @property
+    def exact_over_q(self) -> bool:
+        """Deprecated spelling of [`exact_over_Q`][exactlearn.api.LearnResult.exact_over_Q]
+        (a ``DeprecationWarning``)."""
+        warnings.warn("LearnResult.exact_over_q is deprecated: use exact_over_Q (the JSON "
+                      "key's spelling)", DeprecationWarning, stacklevel=2)
+        return self.exact_over_Q
 
 
 
@@ -308,7 +326,7 @@ def _progress_scope(learn_fn):
 @_progress_scope
 def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None,
           field: Field | None = None, seed=None, query_range: int | None = None,
-          retries: int = 0, e_range: int | None = None, trace: bool = False,
+          retries: int | None = None, e_range: int | None = None, trace: bool = False,
           verify: int = 0, plan: str | None = None, rank: int | None = None,
           noise=None, query_scale=None, snap: bool = False,
           max_primes: int | None = None, noise_rel=None, tokens: str = "exact",
@@ -345,8 +363,11 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     query_range : int, optional
         Half-width R of the random integer query entries, in ``[-R, R]``; default per field
         (``DEFAULT_RANGES``), halved when a plan is too tall for the rational field.
-    retries : int, default 0
-        How many times a detected degenerate draw is redrawn before the run fails; the
+    retries : int, optional
+        How many times a detected degenerate draw is redrawn before the run fails.  Default
+        (None): the one policy of ``exactlearn.limits.DEFAULT_RETRIES``, the same as the
+        command line's -- 3 over the symbolic field, 0 over the others
+        (docs: reference/api.md#retries).  The
         earlier attempts' queries are counted in ``queries`` (``extra_queries``).  A draw
         whose exponents the field cannot realise is refused before any query: not a
         degenerate draw, the reason names the range and the field's limit, and
@@ -464,7 +485,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
             ("verify", verify, 0, MAX_VERIFY_QUERIES, "MAX_VERIFY_QUERIES"),
             ("query_range", query_range, 1, None, ""), ("e_range", e_range, 1, None, ""),
             ("rank", rank, 1, None, "")):
-        problem = None if n is None and name not in ("retries", "verify") else \
+        problem = None if n is None and name != "verify" else \
             count_problem(name, n, low, high, limit)
         if problem is not None:           # before anything is drawn or asked
             raise ValueError(problem)
@@ -473,6 +494,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     if rank is not None and plan != "efficient":
         raise ValueError("rank= is a promise for the efficient plan (plan='efficient')")
     K, convert = resolve_field(oracle, field)
+    if retries is None:                # the one default policy (docs: reference/api.md#retries)
+        retries = default_retries(K.name)
     if plan is None:                   # a box that takes float tokens is a float box
         plan = "stable" if tokens != "exact" and not K.is_exact else "paper"
     if noise_rel is not None and K.is_exact:
@@ -516,7 +539,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                       query_scale=query_scale, snap=snap, heads_given=heads is not None,
                       attempts=retries + 1,
                       state=strategy.new_state())
-    error = None
+    error, failure = None, None            # the reason, and the failure as its typed exception
     recovered: tuple = ()
     attempts = 0
     drawn = None
@@ -533,7 +556,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
             options.noise, options.noise_rel = est.noise, est.noise_rel
             noise_estimated = est.to_json()
         except ExactLearnError as exc:           # the box's answers: no attempt follows
-            error = f"{exc.kind}: measuring eta (noise='auto'): {exc}"
+            error, failure = f"{exc.kind}: measuring eta (noise='auto'): {exc}", _kept(exc)
             retries = -1
     while attempts <= retries:
         attempts += 1
@@ -564,16 +587,16 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                     max_height=max_height)
             else:
                 recovered, n_cert = strategy.run(drawn, ask, K, trace_to, options)
-            error, outcome = None, "certified"
+            error, failure, outcome = None, None, "certified"
             break
         except (BadBlackBox, ClusterError) as exc:    # the box broke its interface, or the
             # cluster failed: not the draw's fault, so no redraw
-            error = f"{exc.kind}: {exc}"
+            error, failure = f"{exc.kind}: {exc}", _kept(exc)
             recovered = ()
             multimodular = getattr(exc, "report", None)
             break
         except ExactLearnError as exc:            # every failure says what it is
-            error = f"{exc.kind}: {exc}" + _bound_hint(exc, H)
+            error, failure = f"{exc.kind}: {exc}" + _bound_hint(exc, H), _kept(exc)
             recovered = ()
             multimodular = getattr(exc, "report", None)     # the primes asked, on failures too
         finally:
@@ -594,6 +617,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                                           options.state)
         if error is not None:
             recovered = ()
+            failure = VerificationFailed(error)
     if error is None:
         current().finish()                 # the last phase ends at its total
     total = time.perf_counter() - t_start
@@ -603,7 +627,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         attempt_log=attempt_log,
         status="certified" if error is None else "failed",
         heads=recovered if error is None else (),
-        error=error, d=d, heads_bound=H, field=K,
+        error=error, failure=failure, d=d, heads_bound=H, field=K,
         queries=rec.queries, max_length=rec.max_length,
         plan="stable" if plan == "stable" else (drawn.name if drawn else "paper"),
         plan_queries=(drawn.count if plan == "efficient" and drawn else
@@ -615,6 +639,12 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         constant=getattr(recovered, "constant", 0) if error is None and bias else 0, bias=bias,
         noise_queries=0 if noise_box is None else noise_box.queries,
         noise_estimated=noise_estimated)
+
+
+def _kept(exc: ExactLearnError) -> ExactLearnError:
+    """The failure as ``LearnResult.failure`` keeps it: without its traceback, whose frames
+    would keep the failed attempt's data alive as long as the result."""
+    return exc.with_traceback(None)
 
 
 def _check_bias_options(K, plan, executor) -> None:

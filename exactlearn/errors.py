@@ -176,6 +176,13 @@ class TransformerFailure(LearningFailure):
 
 
 # -- the executor -------------------------------------------------------------------------
+class VerificationFailed(ExactLearnError):
+    """``verify=N``: a fresh random query disagrees with the certified heads, or could not be
+    compared (``LearnResult.failure``; its message is the result's ``error``)."""
+
+    kind = "verification failed"
+
+
 class ClusterError(ExactLearnError):
     """The Dask cluster of a spread run failed: no live worker for too long, a task that
     dying workers took down too often, the scheduler gone (docs: explanation/performance.md#a-worker-that-dies).
@@ -189,4 +196,4 @@ __all__ = ["ExactLearnError", "ModelError", "BadBlackBox", "FieldError", "Exactn
            "Undecided", "LearningFailure", "DegenerateDraw", "InterpolationError", "MatchError",
            "PoleCountMismatch", "SingularMatrix", "CertificateError", "NoisierThanDeclared",
            "ResidualsBeyondNoise",
-           "PrimesDisagree", "TransformerFailure", "ClusterError", "DEGENERATE"]
+           "PrimesDisagree", "TransformerFailure", "ClusterError", "VerificationFailed", "DEGENERATE"]

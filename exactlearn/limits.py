@@ -71,6 +71,24 @@ MAX_VERIFY_QUERIES = MAX_PLAN_QUERIES
 #: Most redraws after a failed or refused draw (``--retries``, ``learn(retries=)``): every
 #: attempt may draw and ask a whole plan again.
 MAX_RETRIES = 1000
+#: The one default retry policy (docs: reference/api.md#retries): the redraws after a detected
+#: failure when ``retries`` is not given, by field name (and ``"transformer"`` for
+#: ``learn_transformer``), the same for ``learn()``, ``learn_transformer()`` and the command
+#: line.  Over Q(T) the query range must stay small (degrees in T grow like the exponents),
+#: where degenerate draws are common (about 10% at the default range 8 for d = H = 2); a
+#: Transformer's kink path fails on an unlucky path.  Every redraw's queries are counted
+#: (``extra_queries``).
+DEFAULT_RETRIES = {"rational": 0, "modular": 0, "real": 0, "symbolic": 3, "transformer": 2}
+
+
+def default_retries(kind: str) -> int:
+    """The redraws ``retries=None`` (or no ``--retries``) means for ``kind``, a field name or
+    ``"transformer"`` (:data:`DEFAULT_RETRIES`; 0 for a name it does not list).
+
+    >>> default_retries("symbolic"), default_retries("rational"), default_retries("transformer")
+    (3, 0, 2)
+    """
+    return DEFAULT_RETRIES.get(kind, 0)
 #: Largest |D e^T W x| the symbolic field realises: ``T^n`` is a polynomial of n + 1
 #: coefficients, and the interpolation multiplies 2H + 1 of them (a d = 2 model at
 #: ``--range 300`` reaches about 10^5 and takes about 10 s).

@@ -206,7 +206,7 @@ def test_round_trip_modular(model, seed):
     res = learn(box, d=model.d, heads=model.H, seed=seed, bias=True, retries=1)
     check_run(model, "modular", res, box, model.H)
     if res.certified:
-        assert res.exact_over_q
+        assert res.exact_over_Q
 
 
 @settings(max_examples=scaled(5), deadline=None)
@@ -222,7 +222,7 @@ def test_a_box_fixed_to_one_prime_is_certified_modulo_p_only():
     oracle = Oracle(model, Modular())
     K = oracle.field
     res = learn(lambda tokens: oracle(tokens), d=2, heads=2, field=K, seed=1, bias=True)
-    assert res.certified and not res.exact_over_q
+    assert res.certified and not res.exact_over_Q
     canonical = model.canonical_heads()
     assert K(res.constant) == K(canonical.constant)                    # a residue modulo p
     assert int(res.multimodular["constant_residue"]) == int(res.constant)

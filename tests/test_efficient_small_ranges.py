@@ -40,7 +40,7 @@ def check_run(model, oracle, res):
         per_run = res.plan_queries + sum(f["queries"] for f in res.plan_fallbacks)
         assert res.queries == res.plan_runs * per_run
     else:
-        assert res.exact_over_q is False
+        assert res.exact_over_Q is False
 
 
 @pytest.mark.parametrize("fname", FIELDS)
@@ -51,7 +51,7 @@ def test_issue_20_case_is_not_certified_wrong(fname):
     oracle = Oracle(model, FIELDS[fname]())
     res = learn(oracle, d=2, heads=2, seed=29, plan="efficient", query_range=1)
     check_run(model, oracle, res)
-    assert not res.certified and not res.exact_over_q
+    assert not res.certified and not res.exact_over_Q
     assert "query range" in res.error and "query_range >= " in res.error
     assert "more than 2 canonical heads" not in res.error          # not the head-bound hint
 
@@ -104,7 +104,7 @@ def test_further_checks_are_asked_counted_and_reported():
     extra = [f for f in res.plan_fallbacks if f["kind"] == "checks"]
     assert len(extra) == 1 and extra[0]["configs"] == 1 and extra[0]["queries"] == 3
     assert res.plan_detail["check_configs"] == 2
-    assert res.exact_over_q
+    assert res.exact_over_Q
 
 
 def test_generic_run_keeps_its_count_with_a_unique_certificate():

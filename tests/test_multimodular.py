@@ -35,7 +35,7 @@ def test_issue_example_is_exact_over_q():
     res = learn(oracle, d=2, heads=1, seed=0, verify=20)
     assert res.status == "certified" and res.verified is True
     assert res.heads == expected(TALL)
-    assert res.exact_over_q and res.to_json()["exact_over_Q"] is True
+    assert res.exact_over_Q and res.to_json()["exact_over_Q"] is True
     runs = res.multimodular["primes"]
     assert [r["role"] for r in runs][-1] == "confirmation" and len(runs) >= 3
     assert all(r["queries"] == paper_count(2, 1) for r in runs)       # the count holds per prime
@@ -154,7 +154,7 @@ def test_a_box_fixed_to_one_prime_is_certified_modulo_p_only():
     K = Modular(scale=1)
     oracle = Oracle(TALL, K)
     res = learn(lambda tokens: oracle(tokens), d=2, heads=1, field=K, seed=0)
-    assert res.status == "certified" and not res.exact_over_q
+    assert res.status == "certified" and not res.exact_over_Q
     out = res.to_json()
     assert out["exact_over_Q"] is False and out["multimodular"]["modulus"] == str(K.p)
     (h,) = res.heads
@@ -328,7 +328,7 @@ def test_a_box_fixed_to_one_prime_with_a_height_bound_is_exact():
     K = Modular(scale=1)
     inner = Oracle(model, K)
     res = learn(lambda tokens: inner(tokens), d=2, heads=2, field=K, seed=0, max_height=7)
-    assert res.certified and res.exact_over_q and res.heads == expected(model)
+    assert res.certified and res.exact_over_Q and res.heads == expected(model)
     assert res.multimodular["route"] == "height bound"
     res = learn(lambda tokens: inner(tokens), d=2, heads=2, field=K, seed=0, max_height=2)
     assert res.status == "failed" and "height bound" in res.error

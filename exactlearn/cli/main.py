@@ -58,7 +58,7 @@ def fresh_seed() -> int:
 
 #: ``exactlearn learn`` options that apply to one field only: option -> (dest, default, field).
 #: Given with another field, they are bad input (exit 2), never silently ignored.
-FIELD_OPTIONS = {"--dps": ("dps", None, "real"), "--noise": ("noise", None, "real"),
+FIELD_OPTIONS = {"--dps": ("dps", None, "real"), "--inject-noise": ("noise", None, "real"),
                  "--noise-seed": ("noise_seed", None, "real"),
                  "--query-scale": ("query_scale", None, "real"),
                  "--noise-rel": ("noise_rel", None, "real"),
@@ -72,9 +72,10 @@ def check_field_options(args) -> None:
     """Refuse options that do not apply to ``--field`` (one line, exit 2)."""
     for opt, (dest, default, fname) in FIELD_OPTIONS.items():
         if getattr(args, dest, default) != default and args.field != fname:
+            opt = args.noise_option if dest == "noise" else opt      # the spelling given
             raise BadInput(f"{opt} needs --field {fname}; it does not apply to --field {args.field}")
     if args.noise_seed is not None and args.noise is None:
-        raise BadInput("--noise-seed needs --noise")
+        raise BadInput("--noise-seed needs --inject-noise (formerly --noise)")
     if getattr(args, "plan", None) == "stable" and args.field != "real":
         raise BadInput(f"--plan stable needs --field real; it does not apply to --field {args.field}")
     if getattr(args, "noise_rel", None) is not None and getattr(args, "plan", None) != "stable":
@@ -177,8 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     lp.add_argument("--e-range", type=_positive("--e-range"), default=None,
                     help="separate range for the directions e (default: --range)")
     lp.add_argument("--retries", type=_int_at_least("--retries", 0, limits.MAX_RETRIES, "MAX_RETRIES"),
-                    default=0,
-                    help="redraw up to N times after a detected degenerate draw")
+                    default=None,
+                    help="redraw up to N times after a detected degenerate draw (default: "
+                         "exactlearn.limits.DEFAULT_RETRIES: 3 over the symbolic field, 2 for a "
+                         "Transformer file, else 0)")
     lp.add_argument("--verify", type=_int_at_least("--verify", 0, limits.MAX_VERIFY_QUERIES,
                                                    "MAX_VERIFY_QUERIES"), default=None,
                     help="N extra fresh random queries comparing the result with the oracle, "
@@ -196,10 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "denominators of the canonical heads; primes are combined until their "
                          "product exceeds 2B^2 (one pass for B < 2^60), no confirmation prime "
                          "(default: no bound; two passes)")
-    lp.add_argument("--plan", choices=("paper", "efficient", "stable"), default="paper",
+    lp.add_argument("--plan", choices=("paper", "efficient", "stable"), default=None,
                     help="query plan: the paper's (4Hd^2-2H+1 queries), the efficient one "
                          "(exact fields), or the stable one for finite-precision boxes (real "
-                         "field)")
+                         "field) (default: paper; stable with --tokens float*)")
     lp.add_argument("--rank", type=_positive("--rank"), default=None,
                     help="promise that every head has rank <= r (needs --plan efficient; "
                          "default: no promise)")
@@ -259,6 +262,8 @@ def _cmd_learn(args) -> int:
     from exactlearn.api import learn
     from exactlearn.oracle import Oracle
     obj = load_json(args.model)
+    from exactlearn.cli import real as cli_real
+    cli_real.check_tokens(args, BadInput)          # and the plan it implies
     check_field_options(args)
     if args.seed is None:
         args.seed = fresh_seed()
@@ -281,14 +286,15 @@ def _cmd_learn(args) -> int:
         raise BadInput("--bias is not supported yet over the real field (use --field rational, "
                        "modular or symbolic)")
     field = make_field(args.field, args, scale=None)
-    from exactlearn.cli import real as cli_real
-    oracle = cli_real.wrap_oracle(args, Oracle(model, field), BadInput)
+    exact_box = Oracle(model, field)
+    oracle = cli_real.wrap_oracle(args, exact_box, BadInput)
+    cli_real.warn_deprecated(args)
     from exactlearn.cli import cluster as cli_cluster
     from exactlearn.cli.progress import progress_for
     try:
         with cli_cluster.executor(args, BadInput) as client, progress_for(args) as progress:
             res = learn(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads,
-                        field=oracle.field, seed=args.seed, query_range=args.range,
+                        field=exact_box.field, seed=args.seed, query_range=args.range,
                         e_range=args.e_range, retries=cli_real.retries(args), verify=args.verify or 0,
                         plan=args.plan, rank=args.rank, max_primes=args.max_primes,
                         max_height=args.max_height,
@@ -311,7 +317,7 @@ def _cmd_learn(args) -> int:
 
 
 def seeds(args) -> dict:
-    """The JSON's seeds: ``seed`` always, ``noise_seed`` with ``--noise``."""
+    """The JSON's seeds: ``seed`` always, ``noise_seed`` with ``--inject-noise`` (or ``--noise``)."""
     out = {"seed": args.seed}
     if getattr(args, "noise", None) is not None:
         out["noise_seed"] = args.noise_seed if args.noise_seed is not None else args.seed
@@ -390,7 +396,7 @@ def summary(res, model=None) -> str:
     if res.certified:
         lines.append(f"canonical heads: {len(res.heads)}"
                      + ("  (v as residues modulo p: certified modulo p only)"
-                        if not res.exact_over_q and res.field.is_exact else ""))
+                        if not res.exact_over_Q and res.field.is_exact else ""))
         for n, h in enumerate(res.heads, 1):
             lines.append(f"  head {n}: W = {[[K.format(x) for x in r] for r in h.W]}")
             lines.append(f"          v = {[K.format(x) for x in h.v]}")

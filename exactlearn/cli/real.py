@@ -3,10 +3,12 @@
 Kept out of :mod:`exactlearn.cli.main` so that its start-up stays light: nothing here imports
 mpmath or sympy until a run needs it.
 
-``exactlearn learn`` gains ``--noise ETA [--noise-seed S]`` (a seeded
-:class:`~exactlearn.noise.NoisyOracle`, real field only), ``--declared-noise auto|ETA`` (the
-eta the learner trusts, ``learn(noise=)``; ``auto`` measures it), ``--query-scale S`` (fix the
-token scale, no probe), ``--snap``; over the real field the JSON has ``"exact": false``
+``exactlearn learn`` gains ``--inject-noise ETA [--noise-seed S]`` (a seeded
+:class:`~exactlearn.noise.NoisyOracle`, real field only; ``--noise`` is its deprecated
+spelling), ``--declared-noise auto|ETA`` (the eta the learner trusts, ``learn(noise=)``;
+``auto`` measures it), ``--tokens float64|float32|float`` (the model file evaluated in that
+float type by :class:`~exactlearn.floatbox.FloatAttention`, asked with float tokens,
+``learn(tokens=)``), ``--query-scale S`` (fix the token scale, no probe), ``--snap``; over the real field the JSON has ``"exact": false``
 (the result is certified within tolerance, not exactly; ``status`` stays ``"certified"``),
 ``error_bound``, ``probe_queries``, ``real_detail`` and ``model_error`` (the largest
 difference from the model file's canonical heads: the CLI knows the file, the learner
@@ -15,13 +17,36 @@ never sees it).  ``exactlearn demo`` gains ``--symbolic`` and ``--minilm``.
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
+
+#: What ``--tokens`` may name: ``learn(tokens=)``'s kinds (:data:`exactlearn.oracle.TOKEN_KINDS`).
+TOKEN_CHOICES = ("exact", "float", "float64", "float32")
+
+
+class _NoiseOption(argparse.Action):
+    """``--inject-noise ETA``, or its deprecated spelling ``--noise ETA``: stores ETA and
+    the spelling used (``args.noise_option``), so that messages name the option given."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.noise_option = option_string
 
 
 def add_learn_options(lp) -> None:
-    lp.add_argument("--noise", default=None, metavar="ETA",
+    lp.set_defaults(noise_option="--inject-noise")
+    lp.add_argument("--inject-noise", "--noise", dest="noise", action=_NoiseOption, default=None,
+                    metavar="ETA",
                     help="perturb every oracle output by a seeded uniform amount in [-ETA, ETA] "
-                         "(real field; default: no noise); the learner reports error_bound")
+                         "and declare eta = ETA (real field; default: no noise); the learner "
+                         "reports error_bound.  --noise is its deprecated spelling")
+    lp.add_argument("--tokens", choices=TOKEN_CHOICES, default="exact",
+                    help="what the black box is asked with: exact rationals (the model file's "
+                         "exact oracle), or floats, the model file then evaluated in that float "
+                         "type by numpy (float: Python floats, evaluated in float64); float "
+                         "tokens need --field real and --plan stable (the default with them) and, without "
+                         "--declared-noise or --noise-rel, --declared-noise auto")
     lp.add_argument("--noise-seed", type=int, default=None,
                     help="seed of the noise (default: --seed)")
     lp.add_argument("--query-scale", default=None, metavar="S",
@@ -33,33 +58,66 @@ def add_learn_options(lp) -> None:
     lp.add_argument("--declared-noise", default=None, metavar="auto|ETA",
                     help="real field: the output error the learner trusts, a number, or 'auto' "
                          "(--plan stable): measured from the box's spread under permutations "
-                         "of the non-final tokens, its queries counted (default: --noise's ETA, "
-                         "else 0; unlike --noise it adds no noise)")
+                         "of the non-final tokens, its queries counted (default: --inject-noise's "
+                         "ETA, else auto with --tokens float*, else 0; unlike --inject-noise it "
+                         "adds no noise)")
     lp.add_argument("--snap", action="store_true",
                     help="turn real results into bounded-height rationals and certify them")
 
 
+def check_tokens(args, bad_input) -> None:
+    """``--tokens`` against the other options (one line, exit 2), and the plan it implies:
+    ``--plan`` left out is ``stable`` with float tokens, ``paper`` otherwise."""
+    floats = getattr(args, "tokens", "exact") != "exact"
+    if args.plan is None:
+        args.plan = "stable" if floats and args.field == "real" else "paper"
+    if not floats:
+        return
+    if args.field != "real":
+        raise bad_input(f"--tokens {args.tokens} needs --field real (a float box's answers are "
+                        f"not exact values of the {args.field} field)")
+    if args.plan != "stable":
+        raise bad_input(f"--tokens {args.tokens} needs --plan stable (the {args.plan} plan's "
+                        f"query tokens are not float numbers)")
+    if args.noise is not None:
+        raise bad_input(f"{args.noise_option} needs --tokens exact: a float box's own rounding is "
+                        f"its noise (declare it with --declared-noise)")
+    if args.query_scale is not None:
+        raise bad_input(f"--query-scale needs --tokens exact (the stable plan's float tokens "
+                        f"choose their own scale)")
+
+
 def wrap_oracle(args, oracle, bad_input):
-    """The black box of ``exactlearn learn``: the oracle, or a NoisyOracle with ``--noise``."""
+    """The black box of ``exactlearn learn``: the oracle, a NoisyOracle with
+    ``--inject-noise`` (or its deprecated spelling ``--noise``, said in one line on stderr),
+    or with ``--tokens float64|float32|float`` the model file evaluated in floats
+    (:class:`~exactlearn.floatbox.FloatAttention`, float64 for ``float``)."""
+    if getattr(args, "tokens", "exact") != "exact":
+        from exactlearn.floatbox import FloatAttention
+        return FloatAttention(oracle.model, "float32" if args.tokens == "float32" else "float64")
     if args.noise is None:
         return oracle
-    rational_option(args.noise, "--noise", bad_input, positive=False)
+    option = args.noise_option
+    rational_option(args.noise, option, bad_input, positive=False)
     if oracle.field.is_exact:
-        raise bad_input(f"--noise needs --field real (the {oracle.field.name} field is exact)")
+        raise bad_input(f"{option} needs --field real (the {oracle.field.name} field is exact)")
     from exactlearn.noise import NoisyOracle
     seed = args.noise_seed if args.noise_seed is not None else args.seed
     return NoisyOracle(oracle, args.noise, seed=seed)
 
 
-#: Redraws after a detected degenerate draw when ``--retries`` is left at 0: over Q(T) the
-#: query range must stay small (degrees in T grow like the exponents), where degenerate
-#: draws are common (about 10% at the default range 8 for d = H = 2); the extra queries
-#: are reported as ``extra_queries``.
-DEFAULT_RETRIES = {"symbolic": 3}
+def warn_deprecated(args) -> None:
+    """One line on stderr for a deprecated spelling that was used (``--noise``)."""
+    if getattr(args, "noise_option", None) == "--noise":
+        print("exactlearn: warning: --noise is deprecated: use --inject-noise ETA (it injects "
+              "noise; --declared-noise ETA declares the bound without adding any)", file=sys.stderr)
 
 
 def retries(args) -> int:
-    return args.retries or DEFAULT_RETRIES.get(args.field, 0)
+    """``--retries N``, or without it the one default policy for ``--field``
+    (:data:`exactlearn.limits.DEFAULT_RETRIES`; docs: reference/cli.md)."""
+    from exactlearn.limits import default_retries
+    return args.retries if args.retries is not None else default_retries(args.field)
 
 
 def learn_options(args, bad_input) -> dict:
@@ -71,6 +129,11 @@ def learn_options(args, bad_input) -> dict:
         out["noise_rel"] = rational_option(args.noise_rel, "--noise-rel", bad_input,
                                            positive=False)
     declared = getattr(args, "declared_noise", None)
+    if (declared is None and getattr(args, "tokens", "exact") != "exact" and "noise_rel" not in out
+            and args.plan == "stable"):
+        declared = "auto"                 # a float box's rounding, measured (documented default)
+    if getattr(args, "tokens", "exact") != "exact":
+        out["tokens"] = args.tokens
     if declared is not None:
         if declared == "auto":
             if args.plan != "stable":

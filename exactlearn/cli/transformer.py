@@ -19,8 +19,8 @@ def run_cli(args, obj, make_field) -> int:
 
     Called by :func:`exactlearn.cli.main._cmd_learn` after it read the file.  Bad
     input raises ModelError/ValueError/FieldError (exit 2 there); returns 0
-    when certified, 1 on a flagged failure.  ``--retries N`` adds N path
-    redraws to the learner's own 2; ``--verify N`` sets the number of fresh
+    when certified, 1 on a flagged failure.  ``--retries N`` allows N path
+    redraws (default: the learner's, ``DEFAULT_RETRIES["transformer"]`` = 2); ``--verify N`` sets the number of fresh
     random certificate queries (default 200, plus the boundary queries; N >= 1:
     the certificate needs them).  Options that do not apply to a Transformer
     (the attention plans' options, ``--workers``, ``--scheduler``) are refused, never
@@ -29,13 +29,14 @@ def run_cli(args, obj, make_field) -> int:
     model = OneLayerTransformer.from_json(obj)
     if args.field not in ("rational", "real", "modular", "symbolic"):
         raise ValueError(f"unknown field {args.field!r} (choose from rational, real)")
-    for opt, default in (("plan", "paper"), ("rank", None), ("range", None), ("e_range", None),
+    for opt, default in (("tokens", "exact"), ("plan", "paper"), ("rank", None), ("range", None), ("e_range", None),
                          ("noise", None), ("query_scale", None), ("snap", False),
                          ("max_primes", None), ("max_height", None)):
         if getattr(args, opt, default) != default:
             why = ("the Transformer learner chooses its query tokens per cone"
                    if opt in ("plan", "rank", "range", "e_range") else "not to a Transformer file")
-            raise ValueError(f"--{opt.replace('_', '-')} applies to attention models only; {why}")
+            name = args.noise_option if opt == "noise" else f"--{opt.replace('_', '-')}"
+            raise ValueError(f"{name} applies to attention models only; {why}")
     for opt in ("workers", "scheduler"):
         if getattr(args, opt, None) is not None:
             raise ValueError(f"--{opt} spreads the paper plan of an attention model over a Dask "
@@ -46,7 +47,7 @@ def run_cli(args, obj, make_field) -> int:
     field = make_field(args.field, args, scale=None)
     oracle = TransformerOracle(model, field)       # refuses unordered fields (NotOrdered)
     res = learn_transformer(oracle, d=model.d, heads=args.heads, max_heads=args.max_heads,
-                            seed=args.seed, retries=2 + args.retries,
+                            seed=args.seed, retries=args.retries,
                             fresh=200 if args.verify is None else args.verify)
     if args.json:
         out = res.to_json()

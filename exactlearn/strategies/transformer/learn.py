@@ -31,6 +31,7 @@ import time
 
 from exactlearn.errors import FieldError, LearningFailure, TransformerFailure
 from exactlearn.fields.base import Field, as_mpq
+from exactlearn.limits import default_retries
 from exactlearn.algebra.rationals import simplest_rational
 from exactlearn.oracle import Recorder, resolve_field
 from exactlearn.pipeline.plan import head_bound
@@ -46,13 +47,15 @@ __all__ = ["learn_transformer", "CONDITIONS", "hyperplane_point", "TransformerLe
 
 
 def learn_transformer(oracle, d: int, heads: int | None = None, max_heads: int | None = None,
-                      field: Field | None = None, seed=None, fresh: int = 200, retries: int = 2,
+                      field: Field | None = None, seed=None, fresh: int = 200, retries: int | None = None,
                       cone_draws: int = 8, target: int = 24) -> TransformerLearnResult:
     """Learn a Transformer functionally equivalent to the black box ``oracle`` (module doc).
 
     ``heads``/``max_heads`` bound the number of distinct W (per cone plan and
     overall).  ``retries`` redraws the path after a detected failure (queries
-    keep counting; ``attempts`` reports how many paths were used);
+    keep counting; ``attempts`` reports how many paths were used); None: the one
+    default policy, ``exactlearn.limits.DEFAULT_RETRIES["transformer"]`` (2;
+    docs: reference/api.md#retries);
     ``cone_draws`` is the number of draws per cone (M doubles from the third
     on, starting at ``|M c| ~ target``).  ``fresh`` random queries plus 10
     boundary queries per recovered neuron form the certificate.  ``queries``
@@ -62,6 +65,8 @@ def learn_transformer(oracle, d: int, heads: int | None = None, max_heads: int |
     """
     t_start = time.perf_counter()
     H = head_bound(d, heads, max_heads)
+    if retries is None:
+        retries = default_retries("transformer")
     K, convert = resolve_field(oracle, field)
     require_ordered(K)
     rng = random.Random(seed)
