@@ -149,3 +149,16 @@ def test_a_model_of_too_few_heads_fails_the_residual_test_with_its_count():
     if not res.certified:
         assert "with 1 head" in res.error and "exactly 2 heads" in res.error
     assert res.queries == inner.queries
+
+
+def test_fewer_heads_than_the_bound_say_what_the_bound_covers():
+    """Under a head bound, a certificate with fewer heads than the bound says so: two true heads
+    closer than the observations resolve would be reported as one (issue 20, section 2)."""
+    from exactlearn import MultiHeadAttention, Oracle, learn
+    from exactlearn.fields import Real
+    model = MultiHeadAttention([([[1, "1/2"], ["-1/4", "3/4"]], [1, 2])])
+    res = learn(Oracle(model, Real(dps=30)), d=2, max_heads=2, seed=1, noise=1e-20)
+    assert res.certified and len(res.heads) == 1
+    assert "closer than these observations resolve" in res.real_detail["head_bound_caveat"]
+    exact = learn(Oracle(model, Real(dps=30)), d=2, heads=1, seed=1, noise=1e-20)
+    assert "head_bound_caveat" not in exact.real_detail

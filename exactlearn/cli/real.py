@@ -200,6 +200,8 @@ def summary_lines(res, model) -> list:
         det = res.real_detail
         lines.append(f"query scale: {det.get('query_scale')}  certificate: {det.get('certificate')}")
         lines.append(f"error bound (largest parameter error): {float(res.error_bound):.3e}")
+        if det.get("head_bound_caveat"):
+            lines.append(f"note: {det['head_bound_caveat']}")
         if model is not None:
             lines.append(f"largest difference from the model file's heads: {model_error(res, model)}")
     if res.snap is not None:

@@ -78,6 +78,12 @@ def run(plan, ask, K, trace, options) -> tuple:
             heads, n, options.state.outcome = _run_once(plan, ask, K, options, fit_heads)
             if tried:                   # the counts refuted before this one, and why
                 options.state.outcome.detail["head_counts_refuted"] = [t[:300] for t in tried]
+            if not options.heads_given and len(heads) < plan.H:     # what the bound can't show
+                options.state.outcome.detail["head_bound_caveat"] = (
+                    f"{_heads(len(heads))} certified under a bound of {plan.H}: the error bound "
+                    f"covers the canonical heads if no two true heads are closer than these "
+                    f"observations resolve at the declared eta (two such heads are reported as "
+                    f"one; docs/explanation/real-field.md#the-resolution-test)")
             break
         except ResidualsBeyondNoise as exc:
             m = exc.heads
