@@ -154,6 +154,30 @@ def test_mha2_round_trip_and_mha1_still_reads(tmp_path):
             MultiHeadAttention.from_json(bad)
 
 
+@pytest.mark.parametrize("bad,msg", [
+    # an mha/1 (or format-less) file smuggling a bias in a triple head [W, v, u]
+    ({"format": "exactlearn.mha/1", "d": 1, "heads": [[[[1]], [2], [5]]]}, "use format 'exactlearn.mha/2'"),
+    ({"d": 1, "heads": [[[[1]], [2], [5]]]}, "use format 'exactlearn.mha/2'"),
+    # an mha/2 file whose head has no u: a pair [W, v], or "u": null
+    ({"format": "exactlearn.mha/2", "d": 1, "heads": [[[[1]], [2]]], "constant": 0}, "triple [W, v, u]"),
+    ({"format": "exactlearn.mha/2", "d": 1, "heads": [{"W": [[1]], "v": [2], "u": None}], "constant": 0},
+     "u is null"),
+    # "constant": null is not the constant 0 (docs: null is refused)
+    ({"format": "exactlearn.mha/2", "d": 1, "heads": [{"W": [[1]], "v": [2], "u": [1]}], "constant": None},
+     "constant is null"),
+])
+def test_model_file_bias_smuggled_or_null_is_refused(tmp_path, capsys, bad, msg):
+    """docs/reference/model-files.md: mha/1 with a u is refused, every mha/2 head has u, null is
+    refused.  On 43b826e+bias these were read silently (u = 0, c = 0, or a biased mha/1)."""
+    with pytest.raises(ModelError, match=msg.replace("[", r"\[").replace("]", r"\]")):
+        MultiHeadAttention.from_json(bad)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(bad))
+    assert main(["learn", "--model", str(path), "--heads", "1", "--bias"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0] and msg in err[0]
+
+
 # -- the plan and its count -------------------------------------------------------------
 @pytest.mark.parametrize("d,H", [(1, 1), (1, 3), (2, 2), (3, 1), (4, 3), (6, 2)])
 def test_plan_count_formula(d, H):
