@@ -109,6 +109,9 @@ class HeadSet(tuple):
         return eq if eq is NotImplemented else not eq
 
     def __hash__(self):
+        # equal objects hash equally: a HeadSet with constant 0 equals the plain tuple
+        if self.constant == 0:
+            return tuple.__hash__(self)
         return hash((tuple(self), self.constant))
 
     def __getnewargs__(self):

@@ -154,6 +154,17 @@ def test_mha2_round_trip_and_mha1_still_reads(tmp_path):
             MultiHeadAttention.from_json(bad)
 
 
+def test_headset_hash_agrees_with_equality():
+    """A HeadSet with constant 0 equals the plain tuple of its heads, so it must hash as that
+    tuple (it did not: {HeadSet(hs), hs} had two members and a dict keyed by one missed the
+    other); a nonzero constant still tells them apart."""
+    from exactlearn.model import Head, HeadSet
+    h = Head(((1,),), (2,), (3,))
+    assert HeadSet([h]) == (h,) and hash(HeadSet([h])) == hash((h,))
+    assert len({HeadSet([h]), (h,)}) == 1 and {(h,): "x"}.get(HeadSet([h], bias=True)) == "x"
+    assert HeadSet([h], constant=1) != (h,) and len({HeadSet([h], constant=1), (h,)}) == 2
+
+
 @pytest.mark.parametrize("bad,msg", [
     # an mha/1 (or format-less) file smuggling a bias in a triple head [W, v, u]
     ({"format": "exactlearn.mha/1", "d": 1, "heads": [[[[1]], [2], [5]]]}, "use format 'exactlearn.mha/2'"),
