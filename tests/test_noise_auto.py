@@ -206,3 +206,31 @@ def test_a_box_that_fails_while_eta_is_measured_fails_explicitly_its_queries_cou
     assert res.status == "failed" and "measuring eta" in res.error
     assert "not in the real field" in res.error
     assert res.queries == res.noise_queries == len(calls) == 5 and res.noise_estimated is None
+
+
+def test_a_float_box_that_sorts_its_tokens_is_not_declared_exact():
+    """A float64 box that sorts its non-final tokens before computing answers every order
+    alike: the permutation spread is 0, and noise='auto' declared eta = 0 for answers that
+    carry float64 rounding, so every such box failed ("noisier than the declared eta").  With
+    float tokens each envelope term is at least the unit roundoff (FLOOR): measured as before,
+    the declared eta is 30 * 2^-53, and the run is certified with a bound that covers the
+    layer's own weights (compared with the exact weights, not the learner)."""
+    K = Real(dps=30)
+    layer = NumpyAttention.from_seed(3, 2, 1)
+
+    def box(X):
+        X = np.asarray(X, dtype=np.float64)
+        rest = X[:-1]
+        return float(layer(np.vstack([rest[np.lexsort(rest.T[::-1])], X[-1:]])))
+
+    calls = []
+    res = learn(lambda X: calls.append(1) or box(X), d=3, heads=2, field=K, tokens="float64",
+                noise="auto", seed=1)
+    assert res.status == "certified", res.error
+    assert max_error(K, res.heads, truth(layer)) <= float(res.error_bound)
+    assert res.queries == len(calls) and res.noise_estimated["floor"] == repr(2.0 ** -53)
+    est = estimate_noise(box, d=3, heads=2, tokens="float64", seed=1)
+    assert (est.envelope_abs, est.envelope_rel, est.max_spread) == (0.0, 0.0, 0.0)
+    assert est.floor == 2.0 ** -53
+    assert est.noise == est.noise_rel == SAFETY * 2.0 ** -53 and "unit roundoff" in est.method
+    assert estimate_noise(box, d=3, heads=2, tokens="exact", seed=1).noise == 0.0  # no floor

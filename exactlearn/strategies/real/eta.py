@@ -25,7 +25,10 @@ What this cannot see: rounding that is the same in every order (an error in the 
 final rounding to a coarser type, noise keyed on the multiset of tokens).  That is why the
 safety multiple is there, and why the learner keeps its own noise tests: a box noisier than
 the measured eta fails the certificate explicitly (its residuals exceed their bound), it is
-never certified with a bound that fails to cover.
+never certified with a bound that fails to cover.  With float tokens (``tokens="float64"``,
+``"float"``, ``"float32"``) each envelope term is at least the type's unit roundoff
+(``FLOOR``): a box that sorts its tokens first answers every order alike, and a measured
+eta of 0 for answers that are floats would fail every such box.
 
 >>> from exactlearn.fields import Real
 >>> from exactlearn.oracle import Recorder
@@ -52,6 +55,9 @@ SAFETY = 30
 SCALES = (mpq(1, 2), mpq(2), mpq(8))
 DRAWS = 2            # random (x, e) per scale and length
 PERMUTATIONS = 3     # random orders of the non-final tokens per query, besides its own
+#: with float tokens, the least envelope (abs and rel) before the safety multiple: the unit
+#: roundoff of the tokens' type (an answer computed in it carries at least its rounding)
+FLOOR = {"float": 2.0 ** -53, "float64": 2.0 ** -53, "float32": 2.0 ** -24}
 CLIP = 3.0           # |entries| of x and e at most this before scaling: a = x + e stays
                      # below 8, 23 significant bits on the grid 2^-20
 
@@ -76,6 +82,7 @@ class NoiseEstimate:
     permutations: int
     draws: int
     method: str
+    floor: float = 0.0      # least envelope term with float tokens (FLOOR), before safety
 
     def to_json(self) -> dict:
         return {"noise": repr(self.noise), "noise_rel": repr(self.noise_rel),
@@ -83,7 +90,8 @@ class NoiseEstimate:
                 "envelope_rel": repr(self.envelope_rel), "max_spread": repr(self.max_spread),
                 "groups": self.groups, "queries": self.queries, "max_length": self.max_length,
                 "lengths": list(self.lengths), "scales": [str(s) for s in self.scales],
-                "permutations": self.permutations, "draws": self.draws, "method": self.method}
+                "permutations": self.permutations, "draws": self.draws, "method": self.method,
+                "floor": repr(self.floor)}
 
 
 def _token(rnd, d, scale):
@@ -138,11 +146,13 @@ def shape_lengths(H: int) -> list:
 
 
 def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = DRAWS,
-                  permutations: int = PERMUTATIONS, safety: int = SAFETY) -> NoiseEstimate:
+                  permutations: int = PERMUTATIONS, safety: int = SAFETY,
+                  floor: float = 0.0) -> NoiseEstimate:
     """Ask ``rec`` (a :class:`~exactlearn.oracle.Recorder`: every answer counted) the
     stable plan's query shapes for ``H`` heads in ``d`` dimensions, each in its own order and
     ``permutations`` random orders of its non-final tokens, and fit the envelope of the
-    spreads (module doc).  One batch: a box with ``batch`` is asked once."""
+    spreads (module doc), each of its two terms at least ``floor``.  One batch: a box with
+    ``batch`` is asked once."""
     rnd = random.Random(seed)
     scales = list(SCALES if scales is None else scales)
     shapes = shape_lengths(H)
@@ -169,8 +179,10 @@ def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = D
         spreads.append(abs(float(max(g) - min(g))))
         sizes.append(max(abs(float(y)) for y in g))
     ea, er = envelope(sizes, spreads)
+    floored = (f"; each term at least {floor!r} (the float tokens' unit roundoff)"
+               if floor > 0 else "")
     return NoiseEstimate(
-        noise=safety * ea, noise_rel=safety * er, safety=safety, envelope_abs=ea,
+        noise=safety * max(ea, floor), noise_rel=safety * max(er, floor), safety=safety, envelope_abs=ea,
         envelope_rel=er, max_spread=max(spreads, default=0.0), groups=len(groups),
         queries=rec.queries - n0, max_length=max(len(q) for q in queries),
         lengths=sorted({k + m for k, m in shapes}), scales=scales, permutations=permutations,
@@ -178,7 +190,8 @@ def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = D
         method=(f"permutation spread: {len(groups)} queries of the stable plan's shapes (k copies "
                 f"of a = x + e, m copies of x) each asked in its own order and {permutations} "
                 f"random orders of its non-final tokens; envelope abs + rel |y| of least mean "
-                f"height over the spreads (max - min per query), times {safety}"))
+                f"height over the spreads (max - min per query){floored}, times {safety}"),
+        floor=floor)
 
 
 def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "exact", seed=None,
@@ -192,7 +205,8 @@ def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "ex
     sets the stable plan's nodes, hence the lengths measured (up to 257 tokens); ``scales``
     the token norms (default ``SCALES``: 1/2, 2, 8).  Returns a
     [`NoiseEstimate`][exactlearn.strategies.real.eta.NoiseEstimate] whose ``noise`` and
-    ``noise_rel`` are ``safety`` times the envelope of the spreads, ready for
+    ``noise_rel`` are ``safety`` times the envelope of the spreads (each term at least
+``FLOOR[tokens]`` with float tokens), ready for
     ``learn(noise=est.noise, noise_rel=est.noise_rel)``; ``queries`` counts every answer.
     ``learn(..., noise="auto")`` does the same inside the run, its queries counted there.
 
@@ -230,4 +244,5 @@ def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "ex
         raise ValueError(f"estimate_noise measures a float box over the real field, not the "
                          f"{K.name} field (an exact box has no noise)")
     return measure_noise(Recorder(box, K, convert), d, heads, seed=seed, scales=scales,
-                         draws=draws, permutations=permutations, safety=safety)
+                         draws=draws, permutations=permutations, safety=safety,
+                         floor=FLOOR.get(tokens, 0.0))
