@@ -154,6 +154,25 @@ def test_mha2_round_trip_and_mha1_still_reads(tmp_path):
             MultiHeadAttention.from_json(bad)
 
 
+def test_tall_biased_v_over_the_modular_field_names_its_real_bound():
+    """v = (2^50, 3) is below the 2^60 the failure named, yet it fails: one analysis prime
+    reconstructs |num|, den up to reconstruction_bound(p), about 2^44.  The message names that
+    bound; 2^40 is learned exactly (compared with the model's own canonical form)."""
+    from exactlearn.algebra.reconstruct import reconstruction_bound
+    for k, ok in ((40, True), (50, False)):
+        model = MultiHeadAttention([([[1, 0], [0, 2]], [2 ** k, 3], [1, 0])], constant=0, bias=True)
+        box = Counted(Oracle(model, Modular()))
+        res = learn(box, d=2, heads=1, seed=1, bias=True)
+        assert res.queries == box.asked
+        if ok:
+            assert res.certified and res.heads == model.canonical_heads()
+        else:
+            p = int(res.multimodular["primes"][0]["p"])
+            B = reconstruction_bound(p)
+            assert not res.certified and B < 2 ** k < 2 ** 60
+            assert f"at most {B}, about 2^{B.bit_length() - 1}" in res.error and "2^60" not in res.error
+
+
 def test_headset_hash_agrees_with_equality():
     """A HeadSet with constant 0 equals the plain tuple of its heads, so it must hash as that
     tuple (it did not: {HeadSet(hs), hs} had two members and a dict keyed by one missed the
