@@ -99,6 +99,20 @@ def test_estimate_noise_refuses_bad_arguments_before_any_query(kw, msg):
     assert "\n" not in str(exc.value) and calls == []
 
 
+@pytest.mark.parametrize("kw,msg", [
+    (dict(d=10 ** 7), "largest dimension"),            # was a MemoryError after ~20 s
+    (dict(d=2, heads=10 ** 7), "largest head count"),  # hung in ratio_nodes
+    (dict(d=2, draws=10 ** 9), "MAX_PLAN_QUERIES"),    # hung building 10^11 queries
+    (dict(d=2, permutations=10 ** 9), "MAX_PLAN_QUERIES"),
+    (dict(d=2, safety=10 ** 400), "MAX_SAFETY"),       # OverflowError after 192 queries
+])
+def test_estimate_noise_sizes_are_checked_before_anything_is_built(kw, msg):
+    calls = []
+    with pytest.raises(ValueError, match=msg) as exc:
+        estimate_noise(lambda X: calls.append(1) or 0.5, **kw)
+    assert "\n" not in str(exc.value) and len(str(exc.value)) < 200 and calls == []
+
+
 # -- learn(noise="auto") -----------------------------------------------------------------
 def test_learn_noise_auto_certifies_a_float64_layer_with_a_covering_bound_and_counts_all():
     layer = BatchedAttention.from_seed(4, 2, 3)

@@ -46,6 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 from gmpy2 import mpq
 
+from exactlearn.limits import (MAX_DIMENSION, MAX_HEADS, MAX_PLAN_BYTES, MAX_PLAN_QUERIES,
+                               MAX_PLAN_TOKENS, PLAN_BYTES_PER_QUERY, readable_int)
 from exactlearn.strategies.real.ratio import dyadic, family_tokens, ratio_nodes
 
 #: the declared eta is this multiple of the measured envelope of the spreads
@@ -58,6 +60,9 @@ PERMUTATIONS = 3     # random orders of the non-final tokens per query, besides 
 #: with float tokens, the least envelope (abs and rel) before the safety multiple: the unit
 #: roundoff of the tokens' type (an answer computed in it carries at least its rounding)
 FLOOR = {"float": 2.0 ** -53, "float64": 2.0 ** -53, "float32": 2.0 ** -24}
+#: largest safety multiple: an integer exact as a float64 (a larger one overflowed after the
+#: box had answered every measuring query)
+MAX_SAFETY = 2 ** 53
 CLIP = 3.0           # |entries| of x and e at most this before scaling: a = x + e stays
                      # below 8, 23 significant bits on the grid 2^-20
 
@@ -145,6 +150,36 @@ def shape_lengths(H: int) -> list:
     return [(k, m) for k, m in ratio_nodes(H) if k + m - 1 >= 2]
 
 
+def measurement_size_problem(d: int, H: int, n_scales: int, draws: int,
+                             permutations: int) -> str | None:
+    """None when the measurement of :func:`measure_noise` is within the plan limits of
+    :mod:`exactlearn.limits` (queries, tokens sent, bytes: every query's tokens may be
+    converted at once for a batch), else a one-line reason; computed from the sizes alone.
+
+    >>> measurement_size_problem(2, 1, 3, 2, 3) is None
+    True
+    >>> measurement_size_problem(2, 1, 3, 10**9, 3)
+    'noise measurement: 96000000000 queries, more than the limit 33554432 (MAX_PLAN_QUERIES)'
+    """
+    if d > MAX_DIMENSION:
+        return (f"d = {readable_int(d)} is more than the largest dimension {MAX_DIMENSION} "
+                f"(MAX_DIMENSION)")
+    if H > MAX_HEADS:
+        return (f"heads = {readable_int(H)} is more than the largest head count {MAX_HEADS} "
+                f"(MAX_HEADS)")
+    shapes = shape_lengths(H)
+    per_draw = n_scales * draws * (1 + permutations)
+    queries = per_draw * len(shapes)
+    tokens = per_draw * sum(k + m for k, m in shapes)
+    size = PLAN_BYTES_PER_QUERY * queries + 8 * tokens * (d + 1)
+    for n, limit, name in ((queries, MAX_PLAN_QUERIES, "queries"), (tokens, MAX_PLAN_TOKENS, "tokens"),
+                           (size, MAX_PLAN_BYTES, "bytes")):
+        if n > limit:
+            return (f"noise measurement: {n} {name}, more than the limit {limit} "
+                    f"(MAX_PLAN_{name.upper()})")
+    return None
+
+
 def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = DRAWS,
                   permutations: int = PERMUTATIONS, safety: int = SAFETY,
                   floor: float = 0.0) -> NoiseEstimate:
@@ -226,6 +261,17 @@ def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "ex
                            ("permutations", permutations, 1), ("safety", safety, 1)):
         if isinstance(val, bool) or not isinstance(val, int) or val < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {val!r}")
+    if safety > MAX_SAFETY:
+        raise ValueError(f"safety must be at most 2^53 (MAX_SAFETY), got one of {safety.bit_length()} bits")
+    if scales is not None and not isinstance(scales, (list, tuple)):
+        try:
+            scales = list(scales)
+        except TypeError:
+            raise ValueError(f"scales must be positive powers of two, got {scales!r}") from None
+    problem = measurement_size_problem(d, heads, len(SCALES if scales is None else scales),
+                                       draws, permutations)
+    if problem is not None:                 # from the sizes alone, before anything is built
+        raise ValueError(problem)
     if scales is not None:
         try:
             scales = [mpq(s) for s in scales]
