@@ -109,6 +109,9 @@ class HeadSet(tuple):
         return eq if eq is NotImplemented else not eq
 
     def __hash__(self):
+        # equal objects hash equally: a HeadSet with constant 0 equals the plain tuple
+        if self.constant == 0:
+            return tuple.__hash__(self)
         return hash((tuple(self), self.constant))
 
     def __getnewargs__(self):
@@ -337,14 +340,26 @@ class MultiHeadAttention:
             raise ModelError("model file: 'heads' must be a list")
         check_model_size(d, len(obj["heads"]), what="model file")     # before any entry is read
         for idx, h in enumerate(obj["heads"]):
+            if isinstance(h, list):                      # a pair [W, v] or a triple [W, v, u]
+                if biased and len(h) != 3:
+                    raise ModelError(f"model file: head {idx + 1}: a head of {FORMAT_BIAS} is "
+                                     f"{{\"W\", \"v\", \"u\"}} or a triple [W, v, u]")
+                if not biased and len(h) == 3:
+                    raise ModelError(f"model file: head {idx + 1} is a triple [W, v, u] (a bias u): "
+                                     f"use format {FORMAT_BIAS!r}")
+                continue
             if not isinstance(h, dict):
                 continue
             if biased and "u" not in h:
                 raise ModelError(f"model file: head {idx + 1}: missing key 'u' ({FORMAT_BIAS})")
             if not biased and "u" in h:
                 raise ModelError(f"model file: head {idx + 1} has a bias 'u': use format {FORMAT_BIAS!r}")
+            if biased and h["u"] is None:
+                raise ModelError(f"model file: head {idx + 1}: u is null (a d-vector is needed)")
         if not biased and "constant" in obj:
             raise ModelError(f"model file: a 'constant' needs format {FORMAT_BIAS!r}")
+        if biased and obj["constant"] is None:
+            raise ModelError("model file: constant is null (a rational number is needed)")
         if biased:
             return cls(obj["heads"], d=d, constant=obj["constant"], bias=True)
         return cls(obj["heads"], d=d)

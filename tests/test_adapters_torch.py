@@ -182,3 +182,17 @@ def test_a_biased_layer_is_not_certified_by_the_bias_free_learner():
     assert not res.certified and res.status == "failed"
     assert "noisier than the declared eta" in res.error
     assert res.queries == sum(answered)
+
+
+def test_a_layer_of_mixed_dtypes_is_refused_before_any_query():
+    """A float32 MultiheadAttention whose out_proj is float64 (or Linear maps of two dtypes) was
+    accepted by black_box and failed inside the first query with torch's RuntimeError traceback
+    (the flax adapter refuses a mixed layer); now a one-line ModelError at construction."""
+    m = mha(4, 2, 0, dtype=torch.float32)
+    m.out_proj.double()
+    with pytest.raises(ModelError, match="mixes dtypes"):
+        ta.black_box(m, readout=np.ones(4))
+    q, k, v, o = (torch.nn.Linear(4, 4) for _ in range(4))
+    v.double()
+    with pytest.raises(ModelError, match="mixes dtypes"):
+        ta.black_box_linear(q, k, v, o, 2, readout=np.ones(4))

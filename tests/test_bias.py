@@ -154,6 +154,60 @@ def test_mha2_round_trip_and_mha1_still_reads(tmp_path):
             MultiHeadAttention.from_json(bad)
 
 
+def test_tall_biased_v_over_the_modular_field_names_its_real_bound():
+    """v = (2^50, 3) is below the 2^60 the failure named, yet it fails: one analysis prime
+    reconstructs |num|, den up to reconstruction_bound(p), about 2^44.  The message names that
+    bound; 2^40 is learned exactly (compared with the model's own canonical form)."""
+    from exactlearn.algebra.reconstruct import reconstruction_bound
+    for k, ok in ((40, True), (50, False)):
+        model = MultiHeadAttention([([[1, 0], [0, 2]], [2 ** k, 3], [1, 0])], constant=0, bias=True)
+        box = Counted(Oracle(model, Modular()))
+        res = learn(box, d=2, heads=1, seed=1, bias=True)
+        assert res.queries == box.asked
+        if ok:
+            assert res.certified and res.heads == model.canonical_heads()
+        else:
+            p = int(res.multimodular["primes"][0]["p"])
+            B = reconstruction_bound(p)
+            assert not res.certified and B < 2 ** k < 2 ** 60
+            assert f"at most {B}, about 2^{B.bit_length() - 1}" in res.error and "2^60" not in res.error
+
+
+def test_headset_hash_agrees_with_equality():
+    """A HeadSet with constant 0 equals the plain tuple of its heads, so it must hash as that
+    tuple (it did not: {HeadSet(hs), hs} had two members and a dict keyed by one missed the
+    other); a nonzero constant still tells them apart."""
+    from exactlearn.model import Head, HeadSet
+    h = Head(((1,),), (2,), (3,))
+    assert HeadSet([h]) == (h,) and hash(HeadSet([h])) == hash((h,))
+    assert len({HeadSet([h]), (h,)}) == 1 and {(h,): "x"}.get(HeadSet([h], bias=True)) == "x"
+    assert HeadSet([h], constant=1) != (h,) and len({HeadSet([h], constant=1), (h,)}) == 2
+
+
+@pytest.mark.parametrize("bad,msg", [
+    # an mha/1 (or format-less) file smuggling a bias in a triple head [W, v, u]
+    ({"format": "exactlearn.mha/1", "d": 1, "heads": [[[[1]], [2], [5]]]}, "use format 'exactlearn.mha/2'"),
+    ({"d": 1, "heads": [[[[1]], [2], [5]]]}, "use format 'exactlearn.mha/2'"),
+    # an mha/2 file whose head has no u: a pair [W, v], or "u": null
+    ({"format": "exactlearn.mha/2", "d": 1, "heads": [[[[1]], [2]]], "constant": 0}, "triple [W, v, u]"),
+    ({"format": "exactlearn.mha/2", "d": 1, "heads": [{"W": [[1]], "v": [2], "u": None}], "constant": 0},
+     "u is null"),
+    # "constant": null is not the constant 0 (docs: null is refused)
+    ({"format": "exactlearn.mha/2", "d": 1, "heads": [{"W": [[1]], "v": [2], "u": [1]}], "constant": None},
+     "constant is null"),
+])
+def test_model_file_bias_smuggled_or_null_is_refused(tmp_path, capsys, bad, msg):
+    """docs/reference/model-files.md: mha/1 with a u is refused, every mha/2 head has u, null is
+    refused.  On 43b826e+bias these were read silently (u = 0, c = 0, or a biased mha/1)."""
+    with pytest.raises(ModelError, match=msg.replace("[", r"\[").replace("]", r"\]")):
+        MultiHeadAttention.from_json(bad)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(bad))
+    assert main(["learn", "--model", str(path), "--heads", "1", "--bias"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0] and msg in err[0]
+
+
 # -- the plan and its count -------------------------------------------------------------
 @pytest.mark.parametrize("d,H", [(1, 1), (1, 3), (2, 2), (3, 1), (4, 3), (6, 2)])
 def test_plan_count_formula(d, H):

@@ -99,6 +99,20 @@ def test_estimate_noise_refuses_bad_arguments_before_any_query(kw, msg):
     assert "\n" not in str(exc.value) and calls == []
 
 
+@pytest.mark.parametrize("kw,msg", [
+    (dict(d=10 ** 7), "largest dimension"),            # was a MemoryError after ~20 s
+    (dict(d=2, heads=10 ** 7), "largest head count"),  # hung in ratio_nodes
+    (dict(d=2, draws=10 ** 9), "MAX_PLAN_QUERIES"),    # hung building 10^11 queries
+    (dict(d=2, permutations=10 ** 9), "MAX_PLAN_QUERIES"),
+    (dict(d=2, safety=10 ** 400), "MAX_SAFETY"),       # OverflowError after 192 queries
+])
+def test_estimate_noise_sizes_are_checked_before_anything_is_built(kw, msg):
+    calls = []
+    with pytest.raises(ValueError, match=msg) as exc:
+        estimate_noise(lambda X: calls.append(1) or 0.5, **kw)
+    assert "\n" not in str(exc.value) and len(str(exc.value)) < 200 and calls == []
+
+
 # -- learn(noise="auto") -----------------------------------------------------------------
 def test_learn_noise_auto_certifies_a_float64_layer_with_a_covering_bound_and_counts_all():
     layer = BatchedAttention.from_seed(4, 2, 3)
@@ -206,3 +220,31 @@ def test_a_box_that_fails_while_eta_is_measured_fails_explicitly_its_queries_cou
     assert res.status == "failed" and "measuring eta" in res.error
     assert "not in the real field" in res.error
     assert res.queries == res.noise_queries == len(calls) == 5 and res.noise_estimated is None
+
+
+def test_a_float_box_that_sorts_its_tokens_is_not_declared_exact():
+    """A float64 box that sorts its non-final tokens before computing answers every order
+    alike: the permutation spread is 0, and noise='auto' declared eta = 0 for answers that
+    carry float64 rounding, so every such box failed ("noisier than the declared eta").  With
+    float tokens each envelope term is at least the unit roundoff (FLOOR): measured as before,
+    the declared eta is 30 * 2^-53, and the run is certified with a bound that covers the
+    layer's own weights (compared with the exact weights, not the learner)."""
+    K = Real(dps=30)
+    layer = NumpyAttention.from_seed(3, 2, 1)
+
+    def box(X):
+        X = np.asarray(X, dtype=np.float64)
+        rest = X[:-1]
+        return float(layer(np.vstack([rest[np.lexsort(rest.T[::-1])], X[-1:]])))
+
+    calls = []
+    res = learn(lambda X: calls.append(1) or box(X), d=3, heads=2, field=K, tokens="float64",
+                noise="auto", seed=1)
+    assert res.status == "certified", res.error
+    assert max_error(K, res.heads, truth(layer)) <= float(res.error_bound)
+    assert res.queries == len(calls) and res.noise_estimated["floor"] == repr(2.0 ** -53)
+    est = estimate_noise(box, d=3, heads=2, tokens="float64", seed=1)
+    assert (est.envelope_abs, est.envelope_rel, est.max_spread) == (0.0, 0.0, 0.0)
+    assert est.floor == 2.0 ** -53
+    assert est.noise == est.noise_rel == SAFETY * 2.0 ** -53 and "unit roundoff" in est.method
+    assert estimate_noise(box, d=3, heads=2, tokens="exact", seed=1).noise == 0.0  # no floor

@@ -116,8 +116,7 @@ def black_box(module, readout=None, dtype=None, threads: int | None = 1) -> Laye
     _check_threads(threads)
     if module.training and module.dropout > 0:
         raise ModelError("the module is in training mode with dropout > 0: call module.eval()")
-    weight = module.in_proj_weight if module._qkv_same_embed_dim else module.q_proj_weight
-    td, md = token_dtypes(_torch_dtype_name(weight.dtype), dtype)
+    td, md = token_dtypes(_one_dtype(module.parameters()), dtype)
     E, bf = module.embed_dim, module.batch_first
 
     def forward(stack):
@@ -135,6 +134,16 @@ def black_box(module, readout=None, dtype=None, threads: int | None = 1) -> Laye
 
 def _torch_dtype_name(dt) -> str:
     return str(dt).replace("torch.", "")
+
+
+def _one_dtype(params):
+    """The one dtype of a layer's parameters; a layer that mixes dtypes is refused (torch would
+    fail inside the first query, or cast)."""
+    dtypes = sorted({_torch_dtype_name(p.dtype) for p in params})
+    if len(dtypes) != 1:
+        raise ModelError(f"the layer mixes dtypes {dtypes}: give every parameter one dtype "
+                         f"(module.float() or module.double())")
+    return dtypes[0]
 
 
 def _linear_blocks(query, key, value, out, heads):
@@ -183,7 +192,8 @@ def black_box_linear(query, key, value, out, heads: int, readout=None, dtype=Non
     torch = _torch()
     _linear_blocks(query, key, value, out, heads)
     _check_threads(threads)
-    td, md = token_dtypes(_torch_dtype_name(query.weight.dtype), dtype)
+    td, md = token_dtypes(_one_dtype(p for lin in (query, key, value, out) for p in lin.parameters()),
+                          dtype)
     d = query.in_features
     dh, dv = query.out_features // heads, value.out_features // heads
     scale = 1.0 / math.sqrt(dh)

@@ -77,7 +77,8 @@ from exactlearn.pipeline.analysis import ask_plan
 from exactlearn.pipeline.certify import certify, certify_plan
 from exactlearn.fields.base import FieldError
 from exactlearn.fields.modular import (DEFAULT_P, BadReduction, ConfirmationModular, Modular, ReconstructionError,
-                             ResidueModular, crt_reconstruct, rational_reconstruct)
+                             ResidueModular, crt_reconstruct, rational_reconstruct,
+                             reconstruction_bound)
 from exactlearn.model import Head, HeadEvaluator, HeadSet, canonicalize, constant_of
 from exactlearn.progress import current as progress_now
 from exactlearn.errors import (CertificateError, ExactLearnError, ExactnessError, HeightExceeded,
@@ -347,10 +348,12 @@ def learn_over_primes(K: Modular, run_prime, confirm, rng, max_primes: int = DEF
                     raise too_tall(f"; {refuted} reconstruction(s) refuted by the confirmation "
                                    f"prime, as for a black box outside the model class")
             if bias:                         # v and c from a further prime's answers: not yet
+                B = reconstruction_bound(math.prod(moduli))
                 raise failing(HeightExceeded(
                     f"a biased model whose v or c is taller than one analysis prime reconstructs "
-                    f"(|num|, den up to about 2^60) is not supported yet: the confirmation prime "
-                    f"refuted or could not confirm the reconstruction ({exc})"))
+                    f"(|num| and den at most {B}, about 2^{B.bit_length() - 1}) is not supported "
+                    f"yet: the confirmation prime refuted or could not confirm the "
+                    f"reconstruction{f' ({exc})' if str(exc) else ''}"))
             if observations is None or Kc is None or residues_at is None:
                 raise failing(PrimesDisagree("the answers modulo the further prime are not at hand"))
             try:

@@ -25,7 +25,10 @@ What this cannot see: rounding that is the same in every order (an error in the 
 final rounding to a coarser type, noise keyed on the multiset of tokens).  That is why the
 safety multiple is there, and why the learner keeps its own noise tests: a box noisier than
 the measured eta fails the certificate explicitly (its residuals exceed their bound), it is
-never certified with a bound that fails to cover.
+never certified with a bound that fails to cover.  With float tokens (``tokens="float64"``,
+``"float"``, ``"float32"``) each envelope term is at least the type's unit roundoff
+(``FLOOR``): a box that sorts its tokens first answers every order alike, and a measured
+eta of 0 for answers that are floats would fail every such box.
 
 >>> from exactlearn.fields import Real
 >>> from exactlearn.oracle import Recorder
@@ -43,6 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 from gmpy2 import mpq
 
+from exactlearn.limits import (MAX_DIMENSION, MAX_HEADS, MAX_PLAN_BYTES, MAX_PLAN_QUERIES,
+                               MAX_PLAN_TOKENS, PLAN_BYTES_PER_QUERY, readable_int)
 from exactlearn.strategies.real.ratio import dyadic, family_tokens, ratio_nodes
 
 #: the declared eta is this multiple of the measured envelope of the spreads
@@ -52,6 +57,12 @@ SAFETY = 30
 SCALES = (mpq(1, 2), mpq(2), mpq(8))
 DRAWS = 2            # random (x, e) per scale and length
 PERMUTATIONS = 3     # random orders of the non-final tokens per query, besides its own
+#: with float tokens, the least envelope (abs and rel) before the safety multiple: the unit
+#: roundoff of the tokens' type (an answer computed in it carries at least its rounding)
+FLOOR = {"float": 2.0 ** -53, "float64": 2.0 ** -53, "float32": 2.0 ** -24}
+#: largest safety multiple: an integer exact as a float64 (a larger one overflowed after the
+#: box had answered every measuring query)
+MAX_SAFETY = 2 ** 53
 CLIP = 3.0           # |entries| of x and e at most this before scaling: a = x + e stays
                      # below 8, 23 significant bits on the grid 2^-20
 
@@ -76,6 +87,7 @@ class NoiseEstimate:
     permutations: int
     draws: int
     method: str
+    floor: float = 0.0      # least envelope term with float tokens (FLOOR), before safety
 
     def to_json(self) -> dict:
         return {"noise": repr(self.noise), "noise_rel": repr(self.noise_rel),
@@ -83,7 +95,8 @@ class NoiseEstimate:
                 "envelope_rel": repr(self.envelope_rel), "max_spread": repr(self.max_spread),
                 "groups": self.groups, "queries": self.queries, "max_length": self.max_length,
                 "lengths": list(self.lengths), "scales": [str(s) for s in self.scales],
-                "permutations": self.permutations, "draws": self.draws, "method": self.method}
+                "permutations": self.permutations, "draws": self.draws, "method": self.method,
+                "floor": repr(self.floor)}
 
 
 def _token(rnd, d, scale):
@@ -137,12 +150,44 @@ def shape_lengths(H: int) -> list:
     return [(k, m) for k, m in ratio_nodes(H) if k + m - 1 >= 2]
 
 
+def measurement_size_problem(d: int, H: int, n_scales: int, draws: int,
+                             permutations: int) -> str | None:
+    """None when the measurement of :func:`measure_noise` is within the plan limits of
+    :mod:`exactlearn.limits` (queries, tokens sent, bytes: every query's tokens may be
+    converted at once for a batch), else a one-line reason; computed from the sizes alone.
+
+    >>> measurement_size_problem(2, 1, 3, 2, 3) is None
+    True
+    >>> measurement_size_problem(2, 1, 3, 10**9, 3)
+    'noise measurement: 96000000000 queries, more than the limit 33554432 (MAX_PLAN_QUERIES)'
+    """
+    if d > MAX_DIMENSION:
+        return (f"d = {readable_int(d)} is more than the largest dimension {MAX_DIMENSION} "
+                f"(MAX_DIMENSION)")
+    if H > MAX_HEADS:
+        return (f"heads = {readable_int(H)} is more than the largest head count {MAX_HEADS} "
+                f"(MAX_HEADS)")
+    shapes = shape_lengths(H)
+    per_draw = n_scales * draws * (1 + permutations)
+    queries = per_draw * len(shapes)
+    tokens = per_draw * sum(k + m for k, m in shapes)
+    size = PLAN_BYTES_PER_QUERY * queries + 8 * tokens * (d + 1)
+    for n, limit, name in ((queries, MAX_PLAN_QUERIES, "queries"), (tokens, MAX_PLAN_TOKENS, "tokens"),
+                           (size, MAX_PLAN_BYTES, "bytes")):
+        if n > limit:
+            return (f"noise measurement: {n} {name}, more than the limit {limit} "
+                    f"(MAX_PLAN_{name.upper()})")
+    return None
+
+
 def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = DRAWS,
-                  permutations: int = PERMUTATIONS, safety: int = SAFETY) -> NoiseEstimate:
+                  permutations: int = PERMUTATIONS, safety: int = SAFETY,
+                  floor: float = 0.0) -> NoiseEstimate:
     """Ask ``rec`` (a :class:`~exactlearn.oracle.Recorder`: every answer counted) the
     stable plan's query shapes for ``H`` heads in ``d`` dimensions, each in its own order and
     ``permutations`` random orders of its non-final tokens, and fit the envelope of the
-    spreads (module doc).  One batch: a box with ``batch`` is asked once."""
+    spreads (module doc), each of its two terms at least ``floor``.  One batch: a box with
+    ``batch`` is asked once."""
     rnd = random.Random(seed)
     scales = list(SCALES if scales is None else scales)
     shapes = shape_lengths(H)
@@ -169,8 +214,10 @@ def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = D
         spreads.append(abs(float(max(g) - min(g))))
         sizes.append(max(abs(float(y)) for y in g))
     ea, er = envelope(sizes, spreads)
+    floored = (f"; each term at least {floor!r} (the float tokens' unit roundoff)"
+               if floor > 0 else "")
     return NoiseEstimate(
-        noise=safety * ea, noise_rel=safety * er, safety=safety, envelope_abs=ea,
+        noise=safety * max(ea, floor), noise_rel=safety * max(er, floor), safety=safety, envelope_abs=ea,
         envelope_rel=er, max_spread=max(spreads, default=0.0), groups=len(groups),
         queries=rec.queries - n0, max_length=max(len(q) for q in queries),
         lengths=sorted({k + m for k, m in shapes}), scales=scales, permutations=permutations,
@@ -178,7 +225,8 @@ def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = D
         method=(f"permutation spread: {len(groups)} queries of the stable plan's shapes (k copies "
                 f"of a = x + e, m copies of x) each asked in its own order and {permutations} "
                 f"random orders of its non-final tokens; envelope abs + rel |y| of least mean "
-                f"height over the spreads (max - min per query), times {safety}"))
+                f"height over the spreads (max - min per query){floored}, times {safety}"),
+        floor=floor)
 
 
 def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "exact", seed=None,
@@ -192,7 +240,8 @@ def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "ex
     sets the stable plan's nodes, hence the lengths measured (up to 257 tokens); ``scales``
     the token norms (default ``SCALES``: 1/2, 2, 8).  Returns a
     [`NoiseEstimate`][exactlearn.strategies.real.eta.NoiseEstimate] whose ``noise`` and
-    ``noise_rel`` are ``safety`` times the envelope of the spreads, ready for
+    ``noise_rel`` are ``safety`` times the envelope of the spreads (each term at least
+``FLOOR[tokens]`` with float tokens), ready for
     ``learn(noise=est.noise, noise_rel=est.noise_rel)``; ``queries`` counts every answer.
     ``learn(..., noise="auto")`` does the same inside the run, its queries counted there.
 
@@ -212,6 +261,17 @@ def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "ex
                            ("permutations", permutations, 1), ("safety", safety, 1)):
         if isinstance(val, bool) or not isinstance(val, int) or val < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {val!r}")
+    if safety > MAX_SAFETY:
+        raise ValueError(f"safety must be at most 2^53 (MAX_SAFETY), got one of {safety.bit_length()} bits")
+    if scales is not None and not isinstance(scales, (list, tuple)):
+        try:
+            scales = list(scales)
+        except TypeError:
+            raise ValueError(f"scales must be positive powers of two, got {scales!r}") from None
+    problem = measurement_size_problem(d, heads, len(SCALES if scales is None else scales),
+                                       draws, permutations)
+    if problem is not None:                 # from the sizes alone, before anything is built
+        raise ValueError(problem)
     if scales is not None:
         try:
             scales = [mpq(s) for s in scales]
@@ -230,4 +290,5 @@ def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "ex
         raise ValueError(f"estimate_noise measures a float box over the real field, not the "
                          f"{K.name} field (an exact box has no noise)")
     return measure_noise(Recorder(box, K, convert), d, heads, seed=seed, scales=scales,
-                         draws=draws, permutations=permutations, safety=safety)
+                         draws=draws, permutations=permutations, safety=safety,
+                         floor=FLOOR.get(tokens, 0.0))
