@@ -31,6 +31,19 @@ from exactlearn.model import distinct_tokens
 from exactlearn.strategies.real.sensitivity import LO
 
 
+def _head_terms(head, toks, xn, ctx) -> tuple:
+    """One head's softmax weights ``p_i`` over the distinct tokens ``toks`` (with their
+    multiplicities), values ``u_i = v.x_i`` and output ``f_h = sum_i p_i u_i``, final token
+    ``xn`` (the score is ``x_i^T W x_n``): ``(ps, us, f_h)``."""
+    wx = [ctx.fsum(a * b for a, b in zip(row, xn)) for row in head.W]
+    s_n = ctx.fsum(a * b for a, b in zip(xn, wx))
+    ws = [ctx.exp(ctx.fsum(a * b for a, b in zip(t, wx)) - s_n) * m for t, m in toks]
+    Z = ctx.fsum(ws)
+    ps = [w / Z for w in ws]
+    us = [ctx.fsum(a * b for a, b in zip(head.v, t)) for t, _ in toks]
+    return ps, us, ctx.fsum(p * u for p, u in zip(ps, us))
+
+
 def evaluate_with_bounds(heads, tokens, K, BW=None, Bv=None) -> tuple:
     """``(f, first-order effect of the parameter bounds, size of the terms)`` for one query.
 
@@ -46,14 +59,8 @@ def evaluate_with_bounds(heads, tokens, K, BW=None, Bv=None) -> tuple:
     grad = LO.zero
     size = LO.zero
     for h, head in enumerate(heads):
-        W, v = head.W, head.v
-        wx = [ctx.fsum(a * b for a, b in zip(row, xn)) for row in W]
-        s_n = ctx.fsum(a * b for a, b in zip(xn, wx))
-        ws = [ctx.exp(ctx.fsum(a * b for a, b in zip(t, wx)) - s_n) * m for t, m in toks]
-        Z = ctx.fsum(ws)
-        ps = [w / Z for w in ws]
-        us = [ctx.fsum(a * b for a, b in zip(v, t)) for t, _ in toks]
-        fh = ctx.fsum(p * u for p, u in zip(ps, us))
+        v = head.v
+        ps, us, fh = _head_terms(head, toks, xn, ctx)
         total += fh
         size += LO.convert(ctx.fsum(p * abs(u) for p, u in zip(ps, us)))
         if BW is None:
@@ -88,15 +95,8 @@ def evaluate_with_gradient(heads, tokens, K) -> tuple:
     size = LO.zero
     grad = []
     for head in heads:
-        W, v = head.W, head.v
-        d = len(v)
-        wx = [ctx.fsum(a * b for a, b in zip(row, xn)) for row in W]
-        s_n = ctx.fsum(a * b for a, b in zip(xn, wx))
-        ws = [ctx.exp(ctx.fsum(a * b for a, b in zip(t, wx)) - s_n) * m for t, m in toks]
-        Z = ctx.fsum(ws)
-        ps = [w / Z for w in ws]
-        us = [ctx.fsum(a * b for a, b in zip(v, t)) for t, _ in toks]
-        fh = ctx.fsum(p * u for p, u in zip(ps, us))
+        d = len(head.v)
+        ps, us, fh = _head_terms(head, toks, xn, ctx)
         total += fh
         size += LO.convert(ctx.fsum(p * abs(u) for p, u in zip(ps, us)))
         gw = [ctx.fsum(p * (u - fh) * t[r] for p, u, (t, _) in zip(ps, us, toks)) for r in range(d)]
