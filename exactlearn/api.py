@@ -10,14 +10,8 @@ reason.  It never returns an uncertified answer as a result.
 The work is done by a strategy (:mod:`exactlearn.strategies`): the paper's
 plan or the efficient plan over an exact field, or the paper's plan over the
 real field.  Over the modular field an exact strategy runs once per prime
-(:func:`exactlearn.pipeline.multimodular.learn_modular`).
-
->>> from exactlearn import MultiHeadAttention, Oracle, learn
->>> from exactlearn.fields import Rational
->>> model = MultiHeadAttention([([[1, 0], [0, -1]], [1, 2]), ([[0, 1], [1, 0]], [-1, 1])])
->>> res = learn(Oracle(model, Rational()), d=2, heads=2, seed=1)
->>> res.status, res.heads == model.canonical_heads(), res.queries, res.max_length
-('certified', True, 29, 5)
+(:func:`exactlearn.pipeline.multimodular.learn_modular`).  An example runs in
+:func:`learn`'s docstring.
 """
 
 from __future__ import annotations
