@@ -31,17 +31,33 @@ from exactlearn.model import distinct_tokens
 from exactlearn.strategies.real.sensitivity import LO
 
 
-def _head_terms(head, toks, xn, ctx) -> tuple:
-    """One head's softmax weights ``p_i`` over the distinct tokens ``toks`` (with their
-    multiplicities), values ``u_i = v.x_i`` and output ``f_h = sum_i p_i u_i``, final token
-    ``xn`` (the score is ``x_i^T W x_n``): ``(ps, us, f_h)``."""
-    wx = [ctx.fsum(a * b for a, b in zip(row, xn)) for row in head.W]
-    s_n = ctx.fsum(a * b for a, b in zip(xn, wx))
-    ws = [ctx.exp(ctx.fsum(a * b for a, b in zip(t, wx)) - s_n) * m for t, m in toks]
-    Z = ctx.fsum(ws)
-    ps = [w / Z for w in ws]
-    us = [ctx.fsum(a * b for a, b in zip(head.v, t)) for t, _ in toks]
-    return ps, us, ctx.fsum(p * u for p, u in zip(ps, us))
+def _per_head(heads, tokens, K, partials: bool) -> tuple:
+    """One query's per-head terms: ``(x_n, [(f_h, size_h, dv, dW) ...])`` with the head's
+    output ``f_h = sum_i p_i u_i``, ``size_h = sum_i p_i |u_i|`` (``u_i = v_h.x_i``, the score
+    ``x_i^T W_h x_n``) and, with ``partials``, ``dv[r] = sum_i p_i x_i[r]`` and
+    ``dW[r] = sum_i p_i (u_i - f_h) x_i[r]`` (``df/dW_h[r][c] = dW[r] x_n[c]``); else None."""
+    ctx = K.ctx
+    pairs, final = distinct_tokens(tokens)
+    toks = [([K(a) for a in t], m) for t, m in pairs]
+    xn = [K(a) for a in final]
+    out = []
+    for head in heads:
+        wx = [ctx.fsum(a * b for a, b in zip(row, xn)) for row in head.W]
+        s_n = ctx.fsum(a * b for a, b in zip(xn, wx))
+        ws = [ctx.exp(ctx.fsum(a * b for a, b in zip(t, wx)) - s_n) * m for t, m in toks]
+        Z = ctx.fsum(ws)
+        ps = [w / Z for w in ws]
+        us = [ctx.fsum(a * b for a, b in zip(head.v, t)) for t, _ in toks]
+        fh = ctx.fsum(p * u for p, u in zip(ps, us))
+        size = LO.convert(ctx.fsum(p * abs(u) for p, u in zip(ps, us)))
+        dv = dW = None
+        if partials:
+            d = len(head.v)
+            dv = [ctx.fsum(p * t[r] for p, (t, _) in zip(ps, toks)) for r in range(d)]
+            dW = [ctx.fsum(p * (u - fh) * t[r] for p, u, (t, _) in zip(ps, us, toks))
+                  for r in range(d)]
+        out.append((fh, size, dv, dW))
+    return xn, out
 
 
 def evaluate_with_bounds(heads, tokens, K, BW=None, Bv=None) -> tuple:
@@ -51,26 +67,17 @@ def evaluate_with_bounds(heads, tokens, K, BW=None, Bv=None) -> tuple:
     parameter uncertainty, the effect is 0).
     ``df/dv_h[r] = sum_i p_i x_i[r]``, ``df/dW_h[r][c] = sum_i p_i (u_i - f_h) x_i[r] x_n[c]``
     with ``u_i = v_h.x_i``, ``f_h = sum_i p_i u_i`` (the score is ``x_i^T W_h x_n``)."""
-    ctx = K.ctx
-    pairs, final = distinct_tokens(tokens)
-    toks = [([K(a) for a in t], m) for t, m in pairs]
-    xn = [K(a) for a in final]
-    total = K.zero
-    grad = LO.zero
-    size = LO.zero
-    for h, head in enumerate(heads):
-        v = head.v
-        ps, us, fh = _head_terms(head, toks, xn, ctx)
+    xn, terms = _per_head(heads, tokens, K, BW is not None)
+    total, grad, size = K.zero, LO.zero, LO.zero
+    for h, (fh, size_h, dv, dW) in enumerate(terms):
         total += fh
-        size += LO.convert(ctx.fsum(p * abs(u) for p, u in zip(ps, us)))
+        size += size_h
         if BW is None:
             continue
-        d = len(v)
-        for r in range(d):
-            gv = ctx.fsum(p * t[r] for p, (t, _) in zip(ps, toks))
-            grad += abs(LO.convert(gv)) * Bv[h][r]
-            gw = LO.convert(abs(ctx.fsum(p * (u - fh) * t[r] for p, u, (t, _) in zip(ps, us, toks))))
-            for c in range(d):
+        for r in range(len(dv)):
+            grad += abs(LO.convert(dv[r])) * Bv[h][r]
+            gw = LO.convert(abs(dW[r]))
+            for c in range(len(dv)):
                 grad += gw * abs(LO.convert(xn[c])) * BW[h][r][c]
     return total, grad, size
 
@@ -87,19 +94,12 @@ def evaluate_with_gradient(heads, tokens, K) -> tuple:
     >>> [round(x, 6) for x in g]                 # df/dW = p1 p2 (u1 - u2)(x1 - x2) x_n, df/dv
     [6.0, 2.0]
     """
-    ctx = K.ctx
-    pairs, final = distinct_tokens(tokens)
-    toks = [([K(a) for a in t], m) for t, m in pairs]
-    xn = [K(a) for a in final]
-    total = K.zero
-    size = LO.zero
-    grad = []
-    for head in heads:
-        d = len(head.v)
-        ps, us, fh = _head_terms(head, toks, xn, ctx)
+    xn, terms = _per_head(heads, tokens, K, True)
+    total, size, grad = K.zero, LO.zero, []
+    for fh, size_h, dv, dW in terms:
         total += fh
-        size += LO.convert(ctx.fsum(p * abs(u) for p, u in zip(ps, us)))
-        gw = [ctx.fsum(p * (u - fh) * t[r] for p, u, (t, _) in zip(ps, us, toks)) for r in range(d)]
-        grad += [float(gw[r] * xn[c]) for r in range(d) for c in range(d)]
-        grad += [float(ctx.fsum(p * t[r] for p, (t, _) in zip(ps, toks))) for r in range(d)]
+        size += size_h
+        d = len(dv)
+        grad += [float(dW[r] * xn[c]) for r in range(d) for c in range(d)]
+        grad += [float(x) for x in dv]
     return total, grad, size
