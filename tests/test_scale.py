@@ -335,3 +335,17 @@ def test_cli_workers_equals_serial(tmp_path, capsys):
     assert outs[0] == outs[1]
     assert main(["learn", "--model", str(path), "--heads", "2", "--workers", "2"]) == 2
     assert "--field modular" in capsys.readouterr().err
+
+
+def test_executor_joins_a_tall_model_as_the_serial_run_does(client):
+    """A v too tall for one analysis prime: the cluster's further prime is asked (not certified)
+    and its residues join the CRT, certifying the serial run's heads with its queries (the
+    final review: the cluster path iterated over Head objects as if they were W, and failed)."""
+    tall = MultiHeadAttention([([[1, 0], [0, 1]],
+                                ["1/3", "123456789012345678901234567890123456789/987654321098765432109876543210987"])])
+    serial = learn(Oracle(tall, Modular()), d=2, heads=1, seed=0)
+    spread = learn(Oracle(tall, Modular()), d=2, heads=1, seed=0, executor=client)
+    assert serial.certified and spread.certified, spread.error
+    assert spread.heads == serial.heads == tall.canonical_heads()
+    assert spread.queries == serial.queries
+    assert [r["role"] for r in spread.multimodular["primes"]] == [r["role"] for r in serial.multimodular["primes"]]

@@ -471,7 +471,7 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
                 return got, n, sub.queries
             if confirm_at is not None:
                 if heads is None:            # nothing to certify: v = 0 fails at once
-                    heads = tuple(Head(W, (mpq(0),) * d) for W in (found[0] if found else ()))
+                    heads = tuple(Head(h.W, (mpq(0),) * d) for h in (found[0] if found else ()))
                     try:
                         confirm_at(sub, heads, Kc)
                     except CertificateError:
