@@ -505,7 +505,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
             raise ValueError(f"max_height must be an integer >= 1, got {max_height!r}")
         if not K.multimodular:
             raise ValueError(f"max_height applies to the modular field only, not the {K.name} field")
-        if (plan or "paper") != "paper":
+        if plan != "paper":
             raise ValueError("max_height applies to the paper plan (plan='paper')")
     if bias not in (True, False):
         raise ValueError(f"bias must be True or False, got {bias!r}")
@@ -523,8 +523,6 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                          "box that can be asked modulo other primes (a model's Oracle), "
                          "without trace")
     R = query_range if query_range is not None else DEFAULT_RANGES.get(K.name, 20)
-    if R < 1:
-        raise ValueError("the query range must be >= 1")
     rng = random.Random(seed)
     rec = Recorder(oracle, K, convert)
     current().bind(rec)                    # progress=: follows every query counted here

@@ -131,7 +131,7 @@ def log2_wrong_bound(heads, confirmations: int = 1) -> float:
     confirmation: (max h(r) + 2^38 + 1) / (126 * 2^119), h in bits (module docstring),
     times the number of confirmations asked (a union bound over them)."""
     values = [x for hd in heads for x in hd.v] + [constant_of(heads)]
-    h = max((max(int(abs(x.numerator)), int(x.denominator)).bit_length() for x in values), default=1)
+    h = max((height(x).bit_length() for x in values), default=1)
     return round(math.log2(h + 2 ** MODEL_BITS_LOG2 + 1) - math.log2(CONFIRM_BITS - 1)
                  - LOG2_CONFIRM_PRIMES + math.log2(max(1, confirmations)), 1)
 

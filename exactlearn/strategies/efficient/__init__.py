@@ -41,7 +41,7 @@ def draw_plan(d, H, rng, R, e_range=None, rank=None):
 def run(plan, ask, K, trace, options) -> tuple:
     """Ask and analyse ``plan`` in K and certify every observation: ``(heads, n_certified)``."""
     return run_efficient(plan, ask, K, lambda: ask.observations, trace,
-                         attempts=getattr(options, "attempts", 1))
+                         attempts=options.attempts)
 
 
 def verify(oracle, heads, d, H, K, convert, rng, R, n, state) -> tuple:
