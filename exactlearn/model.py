@@ -664,3 +664,50 @@ class HeadEvaluator:
         except _NotInt:
             return None
         return [(w, A, B) for (w, _, A), (_, B, _) in zip(ta, tx)]
+
+    def families(self, pairs) -> list:
+        """``[self.family(a, x) for a, x in pairs]``, batched: the pairs are grouped by final
+        token x, and per group two ``fmpz_mat`` products give every head's exponent
+        ``D (a - x)^T W_h x`` (the stacked ``D W_h x`` times the columns ``a - x``) and
+        every ``v_h . a`` (the stacked v numerators times the columns a) -- the same
+        integers :meth:`family` computes pair by pair, so the same ``(w_h, A_h, B_h)``.
+        A pair :meth:`family` treats apart (a == x, a wrong length, a token not all
+        ints) goes through :meth:`family`; an exception is raised as :meth:`family`
+        would raise it (the certificate then goes pair by pair).
+
+        >>> from exactlearn.fields import Modular
+        >>> K = Modular(p=97, scale=1)
+        >>> ev = HeadEvaluator([Head(((1, 2), (0, 1)), (3, 1)), Head(((0, 1), (1, 1)), (1, 5))], 2, K)
+        >>> pairs = [((2, 1), (1, 1)), ((0, 3), (1, 1)), ((1, 1), (1, 1)), ((3, 0), (1, 2))]
+        >>> ev.families(pairs) == [ev.family(a, x) for a, x in pairs]
+        True
+        """
+        out: list = [None] * len(pairs)
+        groups: dict = {}
+        d = self.d
+        for n, (a, x) in enumerate(pairs):
+            a, x = tuple(a), tuple(x)
+            if (not self._int or a == x or len(a) != d or len(x) != d
+                    or not all(type(t) is int for t in a) or not all(type(t) is int for t in x)):
+                out[n] = self.family(a, x)
+            else:
+                groups.setdefault(x, []).append((n, a))
+        if not groups:
+            return out
+        K = self.K
+        power = K.power
+        inv_dvs = [inv_dv for _, _, inv_dv in self._int]
+        for x, items in groups.items():
+            WX, _ = self._final_int(x)                      # D W_h x, stacked (m x d)
+            cols = len(items)
+            diff = flint.fmpz_mat(d, cols, [a[r] - x[r] for r in range(d) for _, a in items])
+            toks = flint.fmpz_mat(d, cols, [a[r] for r in range(d) for _, a in items])
+            S = (WX * diff).entries()                       # S[h * cols + t] = D (a_t - x)^T W_h x
+            VA = (self._int_mats[1] * toks).entries()       # v_h numerators . a_t
+            VB = (self._int_mats[1] * flint.fmpz_mat(d, 1, list(x))).entries()
+            Bs = [K(int(vb)) * inv for vb, inv in zip(VB, inv_dvs)]
+            m = len(inv_dvs)
+            for t, (n, _) in enumerate(items):
+                out[n] = [(power(int(S[h * cols + t])), K(int(VA[h * cols + t])) * inv_dvs[h], Bs[h])
+                          for h in range(m)]
+        return out

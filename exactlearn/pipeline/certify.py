@@ -95,14 +95,17 @@ def _certify_families(ev, plan, idxs, values, K, ring) -> int:
     Vandermonde matrix), then ``N(k) == f_observed D(k)``, ``D(k) != 0`` is checked
     value by value; a family without ``family`` terms, and any failing value, go
     query by query (:func:`_check`), in the order of the serial loop."""
-    fams = []
-    for idx in idxs:
-        c = plan.configs[idx]
-        try:
-            fam = ev.family(c.a, c.x)
-        except (ExactLearnError, ArithmeticError):
-            fam = None                              # the query-by-query path says why
-        fams.append(fam)
+    try:                                            # batched per final token
+        fams = ev.families([(plan.configs[idx].a, plan.configs[idx].x) for idx in idxs])
+    except (ExactLearnError, ArithmeticError):      # then pair by pair, as before
+        fams = []
+        for idx in idxs:
+            c = plan.configs[idx]
+            try:
+                fam = ev.family(c.a, c.x)
+            except (ExactLearnError, ArithmeticError):
+                fam = None                          # the query-by-query path says why
+            fams.append(fam)
     rows = [n for n, fam in enumerate(fams) if fam is not None]
     evals = {}
     if rows:
