@@ -30,6 +30,7 @@ from exactlearn.pipeline.certify import certify, certify_plan
 from exactlearn.pipeline.interpolate import (interpolate_many, poles, poles_among, poles_expected,
                                              poles_paired)
 from exactlearn.pipeline.match import label_basis
+from exactlearn.pipeline.plan import across_direction
 from exactlearn.pipeline.solve import solve_heads, solve_heads_bias
 from exactlearn.progress import current
 
@@ -154,7 +155,11 @@ def first_group(plan, y_shared, values, K) -> tuple:
     fit(rfs, first, [y_shared] * len(first), values, ks, H, K)
     for j in range(d):
         n = plan.index("basis", 0, j)
-        poles_of[n] = _expected(rfs[n], n, K, True) or poles(rfs[n], K)
+        got = _expected(rfs[n], n, K, True)
+        if not got and j > 0 and not plan.bias:     # (x_1, e_j) paired with (x_1, e_1 + e_j)
+            got = _paired(rfs[n], rfs[plan.index("within", 0, j)],
+                          poles_of[plan.index("basis", 0, 0)], K)
+        poles_of[n] = got or poles(rfs[n], K)
     Et = [[K(plan.E[j][r]) for r in range(d)] for j in range(d)]      # rows e_j^T
     sums = [-_sum((c for _, c in poles_of[plan.index("basis", 0, j)]), K) for j in range(d)]
     V = linalg.matvec(linalg.inverse(Et, K), sums, K)               # E^T V = (V.e_j)_j
@@ -195,10 +200,44 @@ def basis_poles(plan, n, rfs, poles_of, joint_roots, K) -> None:
         nw = plan.index("within", c.i, c.j)
         alphas = [r for r, _ in poles_of[plan.index("basis", c.i, 0)]]
         got = poles_paired(rfs[n], rfs[nw], alphas, K)
+    elif c.i > 0 and not plan.bias:
+        poles_of[n] = first_column(plan, c.i, rfs, poles_of, K) or poles(rfs[n], K)
+        return
     if got is None:
         poles_of[n] = poles(rfs[n], K)
     else:
         poles_of[n], joint_roots[nw] = got
+
+
+def first_column(plan, i, rfs, poles_of, K):
+    """The poles of (x_i, e_1), i >= 2, without root finding, or None (then the caller
+    finds the roots): the across configuration (x_1 + x_i, e_j), j = j(i), has the rho
+    ``rho(x_1, e_j) * rho(x_i, e_j)``, so :func:`~exactlearn.pipeline.interpolate.poles_paired`
+    gives the poles of (x_i, e_j) from the known ones of (x_1, e_j) (stored in
+    ``poles_of``), and then those of (x_i, e_1) from (x_i, e_1 + e_j), whose rho are
+    ``rho(x_i, e_1) * rho(x_i, e_j)``.  Each list found is the one :func:`poles` returns
+    (:func:`~exactlearn.pipeline.interpolate.poles_paired`), so the analysis is the same."""
+    j = across_direction(i, plan.d)
+    nb = plan.index("basis", i, j)
+    got = poles_of.get(nb)
+    if not got:                 # a chunk of a cluster may lack a configuration: then None
+        rf_b, rf_a = rfs.get(nb), rfs.get(plan.index("across", i, j))
+        known = poles_of.get(plan.index("basis", 0, j))
+        if rf_b is None or rf_a is None or not known:
+            return None
+        got = _paired(rf_b, rf_a, known, K)
+    if not got or j == 0:
+        return got
+    poles_of[nb] = got
+    rf_b, rf_w = rfs.get(plan.index("basis", i, 0)), rfs.get(plan.index("within", i, j))
+    return None if rf_b is None or rf_w is None else _paired(rf_b, rf_w, got, K)
+
+
+def _paired(rf_b, rf_w, known, K):
+    """:func:`~exactlearn.pipeline.interpolate.poles_paired`'s poles of ``rf_b`` from
+    ``rf_w``, whose rho are those of ``rf_b`` times the ``known`` poles' (one each), or None."""
+    got = poles_paired(rf_b, rf_w, [r for r, _ in known], K)
+    return None if got is None else got[0]
 
 
 def joint_poles(plan, n, rfs, poles_of, joint_roots, K) -> None:
