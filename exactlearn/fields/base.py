@@ -81,6 +81,8 @@ def as_mpq(x) -> mpq:
     if isinstance(x, str):
         s = x.strip()
         check_entry_text(s)               # digits before any conversion (MAX_ENTRY_DIGITS)
+        if s.isascii() and s.lstrip("+-").isdigit() and len(s) - len(s.lstrip("+-")) <= 1:
+            return mpq(int(s))            # a plain integer, as Fraction reads it, faster
         try:
             if "/" in s:
                 num, den = s.split("/")

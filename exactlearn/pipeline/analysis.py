@@ -20,6 +20,8 @@ True
 
 from __future__ import annotations
 
+import flint
+
 from exactlearn.algebra import linalg
 from exactlearn.errors import (BadReduction, CertificateError, DegenerateDraw,
                                ReconstructionError)
@@ -77,9 +79,9 @@ def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
 
     # 3. every other configuration takes its k = 0 value V.x by computation
     rest = [n for n in range(len(configs)) if n not in rfs]
-    fit(rfs, rest, [dot(V, configs[n].x, K) for n in rest], values, ks, H, K)
-    for n in range(len(configs)):
-        check_limit(plan, n, rfs[n], V, K)
+    fit(rfs, rest, dots(V, [configs[n].x for n in rest], K), values, ks, H, K)
+    for n, va in enumerate(dots(V, [c.a for c in configs], K)):
+        check_limit(plan, n, rfs[n], V, K, va=va)
     # poles: root finding for the basis configurations -- over F_p, (x_i, e_j) with i, j >= 2
     # from (x_i, e_1) and (x_i, e_1 + e_j) by gcds instead (poles_paired, the same poles); a
     # matching configuration's poles can only be products of two basis configurations' rho
@@ -172,12 +174,13 @@ def fit(rfs, ns, y0s, values, ks, H, K) -> None:
         rfs[n] = rf
 
 
-def check_limit(plan, n, rf, V, K, constant=None) -> None:
+def check_limit(plan, n, rf, V, K, constant=None, va=None) -> None:
     """lim f(q_k) = V.a (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works), or DegenerateDraw;
-    with the plan for biases ``c + V.a`` (docs: explanation/biases.md)."""
+    with the plan for biases ``c + V.a`` (docs: explanation/biases.md).  ``va``: V.a
+    already computed (:func:`dots`)."""
     c = plan.configs[n]
     if constant is None:
-        if not K.eq(rf.limit(K), dot(V, c.a, K)):
+        if not K.eq(rf.limit(K), dot(V, c.a, K) if va is None else va):
             raise DegenerateDraw(f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) "
                                  f"is not V.a (more heads than the bound H = {plan.H}, an additive "
                                  f"constant, or a bias)")
@@ -274,6 +277,25 @@ def _expected(rf, n, K, ordered):
 
 def dot(u, x, K):
     return _sum((a * K(b) for a, b in zip(u, x)), K)
+
+
+def dots(u, xs, K) -> list:
+    """``[dot(u, x, K) for x in xs]``; over F_p with integer vectors one ``fmpz_mod_mat``
+    product (the same field elements).
+
+    >>> from exactlearn.fields import Modular
+    >>> K = Modular(p=97)
+    >>> u, xs = [K(3), K(5)], [(1, 2), (-4, 7), (0, 0)]
+    >>> dots(u, xs, K) == [dot(u, x, K) for x in xs]
+    True
+    """
+    ctx = getattr(K, "scalar_ctx", None)
+    if (ctx is None or not xs or not u
+            or not all(type(b) is int for x in xs for b in x) or any(len(x) != len(u) for x in xs)):
+        return [dot(u, x, K) for x in xs]
+    d = len(u)
+    cols = flint.fmpz_mod_mat(d, len(xs), [x[r] for r in range(d) for x in xs], ctx)
+    return (flint.fmpz_mod_mat(1, d, [K(a) for a in u], ctx) * cols).entries()
 
 
 def analyse_and_certify(plan, y_shared, values, K, observations, trace) -> tuple:
