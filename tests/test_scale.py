@@ -349,3 +349,41 @@ def test_executor_joins_a_tall_model_as_the_serial_run_does(client):
     assert spread.heads == serial.heads == tall.canonical_heads()
     assert spread.queries == serial.queries
     assert [r["role"] for r in spread.multimodular["primes"]] == [r["role"] for r in serial.multimodular["primes"]]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_families_equal_family(seed):
+    """HeadEvaluator.families (the certificate's batch, two fmpz_mat products per final
+    token) gives every pair exactly what family gives it, biases and odd pairs included."""
+    rng = random.Random(400 + seed)
+    d, H = rng.randint(1, 4), rng.randint(1, 4)
+    model = random_model(d, H, 400 + seed, den=2, bias=seed % 2 == 1)
+    K = Modular(p=P, scale=model.scale())
+    ev = HeadEvaluator(model.heads, d, K)
+    xs = [tuple(rng.randint(-5, 5) for _ in range(d)) for _ in range(3)]
+    pairs = [(tuple(rng.randint(-5, 5) for _ in range(d)), rng.choice(xs)) for _ in range(12)]
+    pairs += [(xs[0], xs[0]), ((QQ(1),) * d, xs[1]), ((1,) * (d + 1), xs[2])]
+    got = ev.families(pairs)
+    assert got == [ev.family(a, x) for a, x in pairs]
+    assert all(f is not None for f in got[:12]) and got[-3:] == [None, None, None]
+
+
+@pytest.mark.parametrize("d, H, seed", [(4, 2, 0), (6, 3, 1), (5, 4, 2)])
+def test_one_root_finding_per_analysis_prime(monkeypatch, d, H, seed):
+    """The analysis finds roots for (x_1, e_1) only: the other basis configurations'
+    poles come from pairings through the within and across configurations (before,
+    2d - 1 root findings per prime); the heads are the model's canonical ones."""
+    calls = []
+    roots = Modular.roots
+
+    def counted(self, coeffs):
+        calls.append(self.p)
+        return roots(self, coeffs)
+
+    monkeypatch.setattr(Modular, "roots", counted)
+    model = next(m for m in (random_model(d, H, 60 + seed + 100 * t, den=2) for t in range(50))
+                 if len(m.canonical_heads()) == H)
+    res = learn(Oracle(model, Modular()), d=d, heads=H, seed=seed)
+    assert res.status == "certified" and res.heads == model.canonical_heads()
+    analysed = [r for r in res.multimodular["primes"] if r["role"] == "analysis"]
+    assert len(calls) == len(analysed) == 1
