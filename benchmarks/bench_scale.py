@@ -97,26 +97,37 @@ def show(c) -> None:
           f"{c['status']}  load before {c['load']}", flush=True)
 
 
-def plot(series, path) -> None:
+def plot(series, path, bounded=None, commit="") -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for label, cases in series.items():
         ds = [c["d"] for c in cases]
         for key, style in (("wall", "-o"), ("learner", "--s"), ("oracle", ":^")):
             axes[0].loglog(ds, [c[key] for c in cases], style, label=f"{key}, {label}")
-        axes[1].loglog(ds, [c["rss_mb"] for c in cases], "-o", label=label)
+        axes[1].semilogx(ds, [c["run_per_pass"] for c in cases], "-o", label=f"{label}, no bound (2 passes)")
+        if bounded and bounded.get(label):
+            bs = bounded[label]
+            axes[1].semilogx([c["d"] for c in bs], [c["run_per_pass"] for c in bs], "--s",
+                             label=f"{label}, --max-height (1 pass)")
+        axes[2].loglog(ds, [c["rss_mb"] for c in cases], "-o", label=label)
     axes[0].set_xlabel("d")
     axes[0].set_ylabel("seconds (whole process)")
     axes[0].set_title("modular field, 2 primes per run (no height bound)")
     axes[0].legend(fontsize=7)
     axes[1].set_xlabel("d")
-    axes[1].set_ylabel("peak resident memory (MB)")
-    axes[1].legend(fontsize=8)
+    axes[1].set_ylabel("whole run / one oracle pass")
+    axes[1].set_title("1 would be the oracle's own time for one pass")
+    axes[1].set_ylim(bottom=0)
+    axes[1].legend(fontsize=7)
+    axes[2].set_xlabel("d")
+    axes[2].set_ylabel("peak resident memory (MB)")
+    axes[2].legend(fontsize=8)
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
-    fig.text(0.01, 0.01, "python benchmarks/bench_scale.py", fontsize=7, alpha=0.7)
+    fig.text(0.01, 0.01, f"python benchmarks/bench_scale.py{(' at ' + commit) if commit else ''}",
+             fontsize=7, alpha=0.7)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -135,7 +146,9 @@ def main(argv=None):
                     help="the declared height bound of the bounded runs (default 2^20; 0: none)")
     args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp()
-    print(f"{os.cpu_count()} cores; modular field, whole processes (bench_scale.py)", flush=True)
+    commit = _commit()
+    print(f"{os.cpu_count()} cores; modular field, whole processes (bench_scale.py at {commit or '?'})",
+          flush=True)
     if args.only:
         d, H = map(int, args.only.split(":"))
         cases = [run_case(d, H, tmp)]
@@ -192,9 +205,22 @@ def main(argv=None):
             show(c)
             print("identical to serial (timings aside):", _same(cases[-1], c))
     if args.png:
-        plot(series, args.png)
+        plot(series, args.png, bounded, commit)
         print(f"figure: {os.path.normpath(args.png)}")
     _dump(args, {**series, **{f"{k}, bounded": v for k, v in bounded.items()}})
+
+
+def _commit() -> str:
+    """The checkout's commit (short), with "+changes" when the tree differs from it; "" outside git."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return rev + ("+changes" if dirty else "")
 
 
 def _same(a, b) -> bool:
