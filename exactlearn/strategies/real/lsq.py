@@ -67,7 +67,27 @@ BIG = 1e100          # a non-finite residual or derivative at a trial point, in 
 
 
 def _finite(a):
-    return np.nan_to_num(np.asarray(a, dtype=float), nan=BIG, posinf=BIG, neginf=-BIG)
+    a = np.asarray(a, dtype=float)
+    return a if np.isfinite(a).all() else np.nan_to_num(a, nan=BIG, posinf=BIG, neginf=-BIG)
+
+
+def last(fn):
+    """``fn`` remembering its last argument and value: what a residual and its Jacobian share
+    is computed once at a point (MINPACK asks the Jacobian at the point it evaluated last).
+
+    >>> calls = []
+    >>> sq = last(lambda th: calls.append(1) or th * th)
+    >>> float(sq(np.array([3.0]))[0]), float(sq(np.array([3.0]))[0]), len(calls)
+    (9.0, 9.0, 1)
+    """
+    memo = [None, None]
+
+    def once(theta):
+        key = np.asarray(theta, dtype=float).tobytes()
+        if memo[0] != key:
+            memo[0], memo[1] = key, fn(theta)
+        return memo[1]
+    return once
 
 
 @dataclass(frozen=True)

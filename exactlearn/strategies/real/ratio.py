@@ -47,7 +47,7 @@ import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import DegenerateDraw, InterpolationError
-from exactlearn.strategies.real.lsq import refine, solve
+from exactlearn.strategies.real.lsq import last, refine, solve
 from exactlearn.strategies.real.sensitivity import LO, check_noise, rounding
 
 #: token entries on the dyadic grid 2^-GRID (exact in float32 and float64 at the plan's sizes)
@@ -56,6 +56,8 @@ GRID = 20
 NODES_PER_HEAD = 4
 #: the longest query: t = k/m ranges over [1/L, L], queries have at most L + 1 tokens
 MAX_COPIES = 256
+#: evaluations of one start's Levenberg--Marquardt fit (a fit that converges takes about 20)
+LSQ_EVALUATIONS = 100
 
 
 def ratio_nodes(H: int, L: int = MAX_COPIES) -> list:
@@ -165,8 +167,9 @@ def _start(zs, ys, w, m, shift=0):
 def _lsq(theta, zs, ys, w, m):
     """Levenberg--Marquardt (:func:`~exactlearn.strategies.real.lsq.solve`) on the weighted
     residuals: ``(theta, weighted sum of squares)``."""
-    got = solve(lambda th: (_model(th, zs, m)[0] - ys) * w,
-                lambda th: _model(th, zs, m)[1] * w[:, None], theta)
+    model = last(lambda th: _model(th, zs, m))
+    got = solve(lambda th: (model(th)[0] - ys) * w, lambda th: model(th)[1] * w[:, None], theta,
+                max_nfev=LSQ_EVALUATIONS)
     return got.x, 2 * got.cost
 
 
