@@ -398,24 +398,44 @@ def label_heads(plan, poles, relation, cells=None, *, across=across_direction,
     return out
 
 
-def _by_c(other, ref, relation, config) -> list:
-    """Pole indices of ``other`` (basis configuration ``config``) whose c-values are those
-    of the heads (``ref``)."""
-    i, j = config.i, config.j
+def by_c(poles, ref, relation):
+    """``(labels, problem)``: for each head of ``ref`` (labelled poles) in turn, the index of
+    the one pole of ``poles`` whose c-value is its own (``relation.same_c``).  ``problem`` is
+    ``None``, ``"undecided"`` (a comparison undecided) or ``"not one"`` (no pole or several),
+    for the first head that has one; ``labels`` then holds the heads before it.
+
+    >>> from exactlearn.fields import QQ
+    >>> by_c([(QQ(2), QQ(5)), (QQ(3), QQ(1))], [(QQ(7), QQ(1)), (QQ(9), QQ(5))], Exact(QQ))
+    ([1, 0], None)
+    >>> by_c([(QQ(2), QQ(5)), (QQ(3), QQ(5))], [(QQ(7), QQ(5))], Exact(QQ))
+    ([], 'not one')
+    """
     out = []
-    for h, rp in enumerate(ref):
-        rs = []
-        for r, p in enumerate(other):
+    for rp in ref:
+        hits = []
+        for r, p in enumerate(poles):
             state = relation.same_c(p, rp)
             if state is None:
-                raise relation.undecided(config)
+                return out, "undecided"
             if state:
-                rs.append(r)
-        if len(rs) != 1:
-            raise DegenerateDraw(
-                f"configuration (x_{i + 1}, e_{j + 1}): the c-values are not those of the heads "
-                f"at e_{j + 1} (c must not depend on the final token)")
-        out.append(rs[0])
+                hits.append(r)
+        if len(hits) != 1:
+            return out, "not one"
+        out.append(hits[0])
+    return out, None
+
+
+def _by_c(other, ref, relation, config) -> list:
+    """Pole indices of ``other`` (basis configuration ``config``) whose c-values are those
+    of the heads (``ref``): :func:`by_c`, its problem raised."""
+    out, problem = by_c(other, ref, relation)
+    if problem == "undecided":
+        raise relation.undecided(config)
+    if problem is not None:
+        i, j = config.i, config.j
+        raise DegenerateDraw(
+            f"configuration (x_{i + 1}, e_{j + 1}): the c-values are not those of the heads "
+            f"at e_{j + 1} (c must not depend on the final token)")
     return out
 
 

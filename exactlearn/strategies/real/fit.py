@@ -5,7 +5,9 @@ Along ``q_k = (a^k, x)`` the outputs are ``f(k) = A + sum_h c_h / (1 + k rho_h)`
 family of arXiv:2608.03294).  The Loewner fit (:meth:`~exactlearn.fields.real.Real.rational_interpolate`
 through :func:`~exactlearn.pipeline.interpolate.cauchy_interpolate`, its ``noise`` set
 to ``max eta_k / max|y|``) and the roots give a start; Newton / Gauss-Newton on
-``theta = (A, rho_1..rho_m, c_1..c_m)`` refines it at ``60 + 8n`` extra bits.  The
+``theta = (A, rho_1..rho_m, c_1..c_m)`` refines it at ``60 + 8n`` extra bits
+(:func:`~exactlearn.strategies.real.lsq.refine`, the Jacobian's pseudo-inverse recomputed in
+the field's context at every step).  The
 estimator interpolates (m = H) or is the least-squares fit (m < H), so to first order
 ``d theta = J^+ d y`` with the Jacobian
 ``J[k] = (1, -c_h k / (1 + k rho_h)^2, 1 / (1 + k rho_h))``: ``S_theta = J^+ S_y``
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field as dc_field
 
 from exactlearn.errors import DegenerateDraw, InterpolationError
 from exactlearn.pipeline.interpolate import cauchy_interpolate, poles
+from exactlearn.strategies.real.lsq import refine
 from exactlearn.strategies.real.sensitivity import LO, Sens, check_noise, combine, rounding
 
 
@@ -97,15 +100,15 @@ def fit_family_with_sensitivities(K, H, ys, ssens, etas, computed0=False, m=None
     extra = 60 + 8 * n
     goal = ctx.ldexp(1, -(K.prec + 8))
     with ctx.extraprec(extra):
-        theta = [ctx.mpf(t) for t in theta]
         yv = [ctx.mpf(y) for y in ys]
-        for _ in range(12):
-            J, r = _jacobian(ctx, theta, m, n, yv)
-            delta = _pinv(ctx, J, m, n) * r
-            theta = [t - delta[i] for i, t in enumerate(theta)]
-            if all(abs(delta[i]) <= goal * max(1, abs(t)) for i, t in enumerate(theta)):
-                break
-        else:
+
+        def step(th):
+            J, r = _jacobian(ctx, th, m, n, yv)
+            return list(_pinv(ctx, J, m, n) * r)
+
+        out = refine(ctx, step, theta, goal=goal, steps=12)
+        theta = out.theta
+        if not out.converged:
             raise InterpolationError(f"the refinement of a fitted family with {m} poles did not "
                                      f"converge: its samples do not fit {m} poles (a pole hidden "
                                      f"in the group of x_1, e.g. v_h.e = 0, or an output error "

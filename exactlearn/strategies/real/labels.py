@@ -28,25 +28,7 @@ needs the labelled families to determine every parameter (a rank check).
 from __future__ import annotations
 
 from exactlearn.errors import MatchError, Undecided
-from exactlearn.pipeline.match import tie
-
-
-def _by_c(cell, ref, relation):
-    """Pole indices of ``cell`` with the c-values of the heads ``ref`` (labelled poles),
-    or None when a decision is undecided or not a bijection."""
-    out = []
-    for rp in ref:
-        hits = []
-        for r, p in enumerate(cell):
-            state = relation.same_c(p, rp)
-            if state is None:
-                return None
-            if state:
-                hits.append(r)
-        if len(hits) != 1:
-            return None
-        out.append(hits[0])
-    return out if len(set(out)) == len(out) else None
+from exactlearn.pipeline.match import by_c, tie
 
 
 def _spread(poles):
@@ -67,7 +49,8 @@ def label_by_c(poles, dirs, refs, relation):
     m = len(refs[dirs[0][0]])
     pred = [(None, sum(co * refs[j][h][1] for j, co in dirs), None,
              sum(abs(co) * refs[j][h][3] for j, co in dirs)) for h in range(m)]
-    return _by_c(poles, pred, relation)
+    out, problem = by_c(poles, pred, relation)
+    return out if problem is None and len(set(out)) == len(out) else None
 
 
 def references(plan, index, poles_of) -> dict:

@@ -18,9 +18,10 @@ at float64 accuracy.  :func:`ratio_nodes` spreads ``t`` geometrically over
 
 :func:`fit_ratio_family` fits ``theta = (A, log rho_1..m, c_1..m)`` by weighted least
 squares (weights ``1/eta_q``): a Loewner (AAA-style) start in ``z = t/(1+t)``, where
-``f`` is rational of type ``(m, m)`` on ``[0, 1]``; Levenberg-Marquardt in float64; then
-Gauss-Newton steps in the field's own mpmath context with the float64 weighted
-pseudo-inverse ``G``, so the values carry the field's precision.  To first order
+``f`` is rational of type ``(m, m)`` on ``[0, 1]``; Levenberg-Marquardt in float64
+(:func:`~exactlearn.strategies.real.lsq.solve`, MINPACK through scipy); then
+Gauss-Newton steps in the field's own mpmath context
+(:func:`~exactlearn.strategies.real.lsq.refine`) with the float64 weighted pseudo-inverse ``G``, so the values carry the field's precision.  To first order
 ``d theta = G d y``: ``G`` *is* the sensitivity (a dense float64 matrix; bounds need only
 a few digits).  The residual of every sample is checked against its first-order bound
 ``|(J G - I)| eta`` (a box noisier than declared fails,
@@ -46,6 +47,7 @@ import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import DegenerateDraw, InterpolationError
+from exactlearn.strategies.real.lsq import last, refine, solve
 from exactlearn.strategies.real.sensitivity import LO, check_noise, rounding
 
 #: token entries on the dyadic grid 2^-GRID (exact in float32 and float64 at the plan's sizes)
@@ -54,6 +56,8 @@ GRID = 20
 NODES_PER_HEAD = 4
 #: the longest query: t = k/m ranges over [1/L, L], queries have at most L + 1 tokens
 MAX_COPIES = 256
+#: evaluations of one start's Levenberg--Marquardt fit (a fit that converges takes about 20)
+LSQ_EVALUATIONS = 100
 
 
 def ratio_nodes(H: int, L: int = MAX_COPIES) -> list:
@@ -160,34 +164,13 @@ def _start(zs, ys, w, m, shift=0):
     return np.sort(np.log(rho))
 
 
-def _levenberg(theta, zs, ys, w, m, iters=200):
-    lam = 1e-3
-    f, J = _model(theta, zs, m)
-    cost = np.sum(((f - ys) * w) ** 2)
-    for _ in range(iters):
-        Jw = J * w[:, None]
-        g = Jw.T @ ((f - ys) * w)
-        Hs = Jw.T @ Jw
-        try:
-            step = np.linalg.solve(Hs + lam * np.diag(np.diag(Hs) + 1e-300), g)
-        except np.linalg.LinAlgError:
-            return theta, cost
-        if not np.all(np.isfinite(step)):
-            return theta, cost
-        new = theta - step
-        f2, J2 = _model(new, zs, m)
-        c2 = np.sum(((f2 - ys) * w) ** 2)
-        if np.isfinite(c2) and c2 <= cost:
-            done = np.all(np.abs(step) <= 1e-15 * np.maximum(1, np.abs(theta)))
-            theta, f, J, cost = new, f2, J2, c2
-            lam = max(lam / 10, 1e-12)
-            if done:
-                break
-        else:
-            lam *= 10
-            if lam > 1e12:
-                break
-    return theta, cost
+def _lsq(theta, zs, ys, w, m):
+    """Levenberg--Marquardt (:func:`~exactlearn.strategies.real.lsq.solve`) on the weighted
+    residuals: ``(theta, weighted sum of squares)``."""
+    model = last(lambda th: _model(th, zs, m))
+    got = solve(lambda th: (model(th)[0] - ys) * w, lambda th: model(th)[1] * w[:, None], theta,
+                max_nfev=LSQ_EVALUATIONS)
+    return got.x, 2 * got.cost
 
 
 def _best_fit(zs, yf, w, m):
@@ -209,7 +192,7 @@ def _best_fit(zs, yf, w, m):
     best = None
     for ls in starts:
         try:
-            theta, cost = _levenberg(_linear_c(ls, zs, yf, w, m), zs, yf, w, m)
+            theta, cost = _lsq(_linear_c(ls, zs, yf, w, m), zs, yf, w, m)
         except (np.linalg.LinAlgError, ValueError):
             continue
         if np.isfinite(cost) and (best is None or cost < best[1]):
@@ -248,26 +231,21 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family") -> RatioFit:
                                  f"Jacobian: a head's step lies beyond the nodes, or c_h = 0)")
     # Gauss-Newton in the field's precision with the float64 G (a contraction: G J = I + O(eps))
     with ctx.extraprec(30):
-        th = [ctx.mpf(float(x)) for x in theta]
         tk = [None if t is None else K(t) for t in ts]
         yk = [ctx.mpf(y) for y in ys]
-        goal = ctx.ldexp(1, -K.prec)
         Gm = [[ctx.mpf(float(g)) for g in row] for row in G]
         tiny = 1e-6 * float(np.min(np.abs(G) @ eta))   # far below every parameter's bound
-        last = None
-        for it in range(24):
+
+        def step(th):
             res = _residuals(ctx, th, tk, yk, m)
-            step = [ctx.fdot(row, res) for row in Gm]
-            th = [a - s for a, s in zip(th, step)]
-            size = max(abs(s) for s in step)
-            if size <= goal * max(1, max(abs(a) for a in th)):
-                break
-            if it >= 2 and size > last / 2 and float(size) <= tiny:
-                break                      # the rounding floor: no longer contracting
-            last = size
-        else:
+            return [ctx.fdot(row, res) for row in Gm]
+
+        out = refine(ctx, step, [float(x) for x in theta], goal=ctx.ldexp(1, -K.prec), steps=24,
+                     floor=tiny)
+        if not out.converged:
             raise InterpolationError(f"{what}: the refinement of the least-squares fit with "
                                      f"{m} heads did not converge")
+        th, size = out.theta, out.size
         res = _residuals(ctx, th, tk, yk, m)
     with np.errstate(all="ignore"):
         R = J @ G - np.eye(len(zs))

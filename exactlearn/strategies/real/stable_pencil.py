@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from exactlearn.errors import DegenerateDraw
-from exactlearn.strategies.real.damped import levenberg
+from exactlearn.strategies.real.lsq import solve
 from exactlearn.strategies.real.ratio import dyadic
 
 COPIES = (256, 384, 512, 768, 1024)   # m of the extrapolation; the longest query has 1025 tokens
@@ -72,28 +72,30 @@ def _extrapolate_weights(copies) -> np.ndarray:
     return np.linalg.inv(V)[0] / us
 
 
-def _refine(pts, vals, Q, v, steps=60):
-    """Levenberg--Marquardt (:func:`~exactlearn.strategies.real.damped.levenberg`) on
-    ``N(e) = sum_h (v_h . e) exp(q_h . e)``: ``(Q, v, max relative residual)``."""
+def _refine(pts, vals, Q, v, steps=100):
+    """Levenberg--Marquardt (:func:`~exactlearn.strategies.real.lsq.solve`, at most ``steps``
+    evaluations) on ``N(e) = sum_h (v_h . e) exp(q_h . e)``: ``(Q, v, max relative residual)``."""
     H, d = Q.shape
     scale = float(np.abs(vals).max()) or 1.0
 
-    def residual(theta):
+    def parts(theta):
         rho = np.exp(pts @ theta[:H * d].reshape(H, d).T)          # n x H
         c = pts @ theta[H * d:].reshape(H, d).T                     # n x H
-        return rho, c, ((rho * c).sum(axis=1) - vals) / scale
+        return rho, c
 
-    def normal(theta):
-        rho, c, r = residual(theta)
-        J = np.concatenate([((rho * c)[:, :, None] * pts[:, None, :]).reshape(len(pts), -1),
-                            (rho[:, :, None] * pts[:, None, :]).reshape(len(pts), -1)], axis=1)
-        J /= scale
-        return J.T @ J, -(J.T @ r), float(r @ r)
+    def residual(theta):
+        rho, c = parts(theta)
+        return ((rho * c).sum(axis=1) - vals) / scale
 
-    theta, _ = levenberg(normal, np.concatenate([Q.ravel(), v.ravel()]), steps,
-                         lam=1e-6, settle=1e-10)
+    def jacobian(theta):
+        rho, c = parts(theta)
+        return np.concatenate([((rho * c)[:, :, None] * pts[:, None, :]).reshape(len(pts), -1),
+                               (rho[:, :, None] * pts[:, None, :]).reshape(len(pts), -1)],
+                              axis=1) / scale
+
+    theta = solve(residual, jacobian, np.concatenate([Q.ravel(), v.ravel()]), max_nfev=steps).x
     return (theta[:H * d].reshape(H, d), theta[H * d:].reshape(H, d),
-            float(np.abs(residual(theta)[2]).max()))
+            float(np.abs(residual(theta)).max()))
 
 
 def _pairs(lam):

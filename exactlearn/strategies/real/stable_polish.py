@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from exactlearn.model import Head
-from exactlearn.strategies.real.damped import levenberg
+from exactlearn.strategies.real.lsq import solve
 from exactlearn.strategies.real.stable_certificate import family_key
 
 COND_LIMIT = 1e12        # the Jacobi-scaled normal matrix's condition at most this
@@ -168,20 +168,33 @@ def _solve(A, b):
 
 
 def _levenberg(fam, W, V, steps):
-    """Levenberg--Marquardt (:func:`~exactlearn.strategies.real.damped.levenberg`) from a start
-    farther off (the pencil start of :mod:`~exactlearn.strategies.real.stable_pencil`):
-    ``(W, V)`` once the cost settles or no damped step decreases it, else ``None``."""
+    """Levenberg--Marquardt (:func:`~exactlearn.strategies.real.lsq.solve`, at most ``steps``
+    evaluations) from a start farther off (the pencil start of
+    :mod:`~exactlearn.strategies.real.stable_pencil`): ``(W, V)`` once a tolerance is met,
+    else ``None`` (also when the dense Jacobian would exceed ``MAX_DENSE``)."""
     H, d = V.shape
     n = H * d * d
-
-    def normal(theta):
-        A, b, _, cost = _normal(fam, theta[:n].reshape(H, d, d), theta[n:].reshape(H, d))
-        return A, b, cost
-
-    theta, how = levenberg(normal, np.concatenate([W.reshape(-1), V.reshape(-1)]), steps)
-    if how not in ("settled", "stationary"):
+    eta = np.concatenate(fam.eta)
+    if len(eta) * (n + H * d) > MAX_DENSE:
         return None
-    return theta[:n].reshape(H, d, d), theta[n:].reshape(H, d)
+
+    def values(theta):
+        W, V = theta[:n].reshape(H, d, d), theta[n:].reshape(H, d)
+        return [_values(fam, f, W, V)[:3] for f in range(len(fam.pairs))]
+
+    def residual(theta):
+        return np.concatenate([val - fam.y[f] for f, (val, _, _) in enumerate(values(theta))]) / eta
+
+    def jacobian(theta):
+        return np.concatenate([np.concatenate([gz[:, h:h + 1] * fam.D[f][None, :] for h in range(H)]
+                                              + [gv.reshape(len(val), H * d)], axis=1)
+                               for f, (val, gz, gv) in enumerate(values(theta))]) / eta[:, None]
+
+    got = solve(residual, jacobian, np.concatenate([W.reshape(-1), V.reshape(-1)]),
+                ftol=1e-9, max_nfev=steps)
+    if got.status <= 0:
+        return None
+    return got.x[:n].reshape(H, d, d), got.x[n:].reshape(H, d)
 
 
 def polish(heads, K, rec, start, etas, far=None):

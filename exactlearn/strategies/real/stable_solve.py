@@ -5,7 +5,8 @@ float black boxes", step 4).
 In the coordinates ``M = E^T W X`` (``M[j][i] = e_j^T W x_i``) every family measures one
 entry of M, or a sum or difference of two, and its c-values ``y_j = c(e_j) = -v.e_j``
 likewise (:func:`rows_of`).  Per head, a weighted least-squares fit (:func:`wls_sparse`:
-a float64 left inverse G, values by iterative refinement in the field's precision, float64
+a float64 left inverse G, values by iterative refinement in the field's precision
+(:func:`~exactlearn.strategies.real.lsq.refine`), float64
 sensitivities ``G S``) gives M and y; then ``W = E^-T M X^-1``, ``v = -E^-T y``
 (:func:`solve_stable_heads`).  :func:`undetermined` and :func:`weak_entries` tell the plan
 where supplementary families are needed.
@@ -19,12 +20,15 @@ where supplementary families are needed.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from exactlearn.algebra import linalg
 from exactlearn.errors import SingularMatrix
 from exactlearn.fields.rational import QQ
 from exactlearn.model import Head
+from exactlearn.strategies.real.lsq import refine
 
 WEAK = 10                # an entry whose bound proxy exceeds 10 x the median gets supplements
 WEIGHT_RANGE = 1e9       # the least squares' bounds span at most this factor
@@ -101,19 +105,16 @@ def wls_sparse(K, design, p, meas, bounds, sens_rows, n_obs):
         raise SingularMatrix("the weighted least-squares system of a head is singular") from None
     with ctx.extraprec(30):
         Gm = [[ctx.mpf(float(g)) for g in row] for row in G]
-        u = [ctx.fdot(row, meas) for row in Gm]
-        goal = ctx.ldexp(1, -ctx.prec) * max(1, max(abs(x) for x in u))
-        last = None
-        for it in range(16):           # iterative refinement: G A = I + O(eps) contracts
-            r = [meas[n] - ctx.fsum(co * u[c] for c, co in design[n]) for n in range(N)]
-            du = [ctx.fdot(row, r) for row in Gm]
-            u = [a + b for a, b in zip(u, du)]
-            size = max(abs(x) for x in du)
-            if size <= goal or (it >= 2 and size > last / 2):    # converged, or rounding floor
-                break
-            last = size
-        else:
+
+        def step(u):                   # G (A u - meas): G A = I + O(eps), a contraction
+            r = [ctx.fsum(co * u[c] for c, co in design[n]) - meas[n] for n in range(N)]
+            return [ctx.fdot(row, r) for row in Gm]
+
+        out = refine(ctx, step, [ctx.fdot(row, meas) for row in Gm], goal=ctx.ldexp(1, -ctx.prec),
+                     steps=16, floor=math.inf)         # converged, or at the rounding floor
+        if not out.converged:
             raise SingularMatrix("the refinement of a head's least-squares solve did not converge")
+        u, size = out.theta, out.size
     S = np.zeros((p, n_obs))
     for n, (ids, row) in enumerate(sens_rows):
         S[:, ids] += np.outer(G[:, n], row)

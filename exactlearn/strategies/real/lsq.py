@@ -1,0 +1,120 @@
+"""The real field's one nonlinear least-squares driver and its one refinement in the field's
+precision (docs/explanation/real-field.md, "The stable plan for float black boxes").
+
+Every float64 fit of the real learner -- a ratio family's poles
+(:mod:`~exactlearn.strategies.real.ratio`), the pencil's refined heads
+(:mod:`~exactlearn.strategies.real.stable_pencil`) and the polish from a far start
+(:mod:`~exactlearn.strategies.real.stable_polish`) -- is a call of :func:`solve`, which is
+``scipy.optimize.least_squares`` (MINPACK's Levenberg--Marquardt ``"lm"``, or the trust-region
+reflective ``"trf"`` where there are fewer residuals than parameters) with the analytic
+Jacobian.  Its result is scipy's ``OptimizeResult``: a caller branches on ``status``
+(``> 0``: a tolerance was met; ``0``: ``max_nfev`` evaluations spent; ``-1``: improper input)
+and reads ``x``, ``cost`` (half the sum of squared residuals) and ``nfev``.  The
+tolerances default to float64's epsilon: the fits run until float64 can no longer decrease
+the cost, since the field's precision is reached afterwards from there.
+
+Where the field is more precise than float64 the values are finished by :func:`refine`, the
+one iteration that runs in the field's own mpmath context: ``theta <- theta - step(theta)``,
+with ``step`` a (Gauss--)Newton correction -- a float64 pseudo-inverse kept fixed (a
+contraction: ``G J = I + O(eps)``) or the Jacobian's pseudo-inverse recomputed in the
+context.
+
+>>> import numpy as np
+>>> got = solve(lambda th: np.array([th[0] - 3.0, 2 * (th[0] - 3.0)]),
+...             lambda th: np.array([[1.0], [2.0]]), np.zeros(1))
+>>> bool(got.status > 0), float(got.x[0]), float(got.cost)
+(True, 3.0, 0.0)
+>>> import mpmath
+>>> ctx = mpmath.mp.clone(); ctx.prec = 200
+>>> two = ctx.mpf(2)
+>>> out = refine(ctx, lambda th: [(th[0] ** 2 - two) / (2 * th[0])], [ctx.mpf(1.5)],
+...              goal=ctx.ldexp(1, -200), steps=20)
+>>> out.converged, abs(out.theta[0] - ctx.sqrt(2)) < ctx.ldexp(1, -195)
+(True, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import OptimizeResult, least_squares
+
+EPS = float(np.finfo(float).eps)
+
+
+def solve(residual, jacobian, theta0, *, method=None, ftol=EPS, xtol=EPS, gtol=EPS,
+          max_nfev=None):
+    """``scipy.optimize.least_squares(residual, theta0, jac=jacobian, ...)`` (module doc):
+    ``method`` ``"lm"`` when there are at least as many residuals as parameters, else
+    ``"trf"``, unless given.  A residual that is not finite at a trial point (an overflow
+    far from the start) is replaced by ``BIG``, so the step is rejected; one that is not
+    finite at the start gives ``status = -1`` (nothing evaluated further)."""
+    theta0 = np.asarray(theta0, dtype=float)
+    with np.errstate(all="ignore"):
+        r0 = np.asarray(residual(theta0), dtype=float)
+        if not (np.all(np.isfinite(r0)) and np.all(np.isfinite(theta0))):
+            return OptimizeResult(x=theta0, fun=r0, cost=np.inf, status=-1, success=False,
+                                  nfev=1, njev=0, message="not finite at the start")
+        if method is None:
+            method = "lm" if len(r0) >= len(theta0) else "trf"
+        return least_squares(lambda th: _finite(residual(th)), theta0,
+                             jac=lambda th: _finite(jacobian(th)), method=method, ftol=ftol,
+                             xtol=xtol, gtol=gtol, max_nfev=max_nfev)
+
+
+BIG = 1e100          # a non-finite residual or derivative at a trial point, in its stead
+
+
+def _finite(a):
+    a = np.asarray(a, dtype=float)
+    return a if np.isfinite(a).all() else np.nan_to_num(a, nan=BIG, posinf=BIG, neginf=-BIG)
+
+
+def last(fn):
+    """``fn`` remembering its last argument and value: what a residual and its Jacobian share
+    is computed once at a point (MINPACK asks the Jacobian at the point it evaluated last).
+
+    >>> calls = []
+    >>> sq = last(lambda th: calls.append(1) or th * th)
+    >>> float(sq(np.array([3.0]))[0]), float(sq(np.array([3.0]))[0]), len(calls)
+    (9.0, 9.0, 1)
+    """
+    memo = [None, None]
+
+    def once(theta):
+        key = np.asarray(theta, dtype=float).tobytes()
+        if memo[0] != key:
+            memo[0], memo[1] = key, fn(theta)
+        return memo[1]
+    return once
+
+
+@dataclass(frozen=True)
+class Refined:
+    """What :func:`refine` did: ``theta`` (in the context), the size of its last step,
+    the steps taken and whether it converged (a step within ``goal``, or the rounding floor)."""
+
+    theta: list
+    size: object
+    steps: int
+    converged: bool
+
+
+def refine(ctx, step, theta, *, goal, steps, floor=None) -> Refined:
+    """``theta <- theta - step(theta)`` in ``ctx`` (module doc) until every component's step is
+    at most ``goal`` times ``max(1, |theta_i|)`` (converged), or -- with ``floor`` given --
+    the step no longer halves from the third on while it is at most ``floor`` (the rounding
+    floor of a fixed float64 ``step``: converged too); not converged after ``steps``."""
+    theta = [ctx.mpf(t) for t in theta]
+    last = size = None
+    for it in range(steps):
+        delta = step(theta)
+        theta = [t - s for t, s in zip(theta, delta)]
+        size = max(abs(s) for s in delta)
+        if all(abs(s) <= goal * max(1, abs(t)) for s, t in zip(delta, theta)):
+            return Refined(theta, size, it + 1, True)
+        if floor is not None and it >= 2 and size > last / 2 and size <= floor:
+            return Refined(theta, size, it + 1, True)
+        last = size
+    return Refined(theta, size, steps, False)
