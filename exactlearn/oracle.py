@@ -31,7 +31,7 @@ from gmpy2 import mpq
 from exactlearn.errors import BadBlackBox, DegenerateDraw, ExactnessError, FieldError, ModelError
 from exactlearn.fields.base import Field
 from exactlearn.limits import readable_int
-from exactlearn.model import HeadEvaluator, MultiHeadAttention
+from exactlearn.model import HeadEvaluator, MultiHeadAttention, evaluator
 from exactlearn.transformer_model import OneLayerTransformer, TransformerEvaluator, require_ordered
 
 
@@ -103,7 +103,10 @@ class Oracle(CountingOracle):
         model.check_scale(field)
         self.model = model
         self._heads = model.heads
-        super().__init__(model.d, field, HeadEvaluator(self._heads, model.d, field, model.constant))
+        super().__init__(model.d, field, evaluator(self._heads, model.d, field, model.constant,
+                                                   model.outputs))
+        #: m for a model of vector outputs (the answer a list of m values), else None
+        self.outputs = model.outputs
 
     def over(self, field: Field) -> "Oracle":
         """The same model evaluated through another field -- e.g. modulo another
