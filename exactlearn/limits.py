@@ -54,6 +54,9 @@ PLAN_BYTES_PER_D3 = 136
 #: Most numbers a model may hold: H (d^2 + d) for attention, plus r (d + 1) for a
 #: Transformer's ReLU layer (and H m d for its O).
 MAX_MODEL_ENTRIES = 2 ** 22
+#: Most outputs of a vector-output box (``learn(outputs=m)``, ``--outputs``): the plan's
+#: answers are recorded as m values each (docs: explanation/biases.md#vector-outputs).
+MAX_OUTPUTS = 2 ** 16
 #: Largest model file, in bytes (checked before it is read; 16 bytes per entry).
 MAX_MODEL_FILE_BYTES = 16 * MAX_MODEL_ENTRIES
 #: Most local Dask worker processes ``--workers`` starts (each is a Python process of its own).
