@@ -55,11 +55,12 @@ def features(heads, d: int, K):
     return of
 
 
-def solve_outputs(heads, d: int, records, K, m: int, bias: bool) -> tuple:
+def solve_outputs(heads, d: int, records, K, m: int, bias: bool, residues: bool = False) -> tuple:
     """The m outputs' readouts from ``records`` (``(tokens, [y_1..y_m])`` in ``K``) and the
     scalar run's heads (their (W, u) only): returns ``(vector heads, constant)``, the
     heads with their m x d v and the length-m constant (zeros without ``bias``), not yet
-    canonical.  Raises :class:`~exactlearn.errors.DegenerateDraw` when the answers do not
+    canonical; with ``residues`` (modulo a prime of the multi-modular method) the values are
+    the residues as integers.  Raises :class:`~exactlearn.errors.DegenerateDraw` when the answers do not
     determine the readouts (their rank is short)."""
     current().stage("outputs")
     H = len(heads)
@@ -95,12 +96,13 @@ def solve_outputs(heads, d: int, records, K, m: int, bias: bool) -> tuple:
         raise DegenerateDraw("the chosen answers' features are singular") from None
     X = [[sum((Ainv[i][k] * chosen[k][1][j] for k in range(n)), K.zero) for j in range(m)]
          for i in range(n)]                                   # n x m
+    to = (lambda x: mpq(int(x))) if residues else K.to_param
     try:
         out = []
         for h, head in enumerate(heads):
-            V = tuple(tuple(K.to_param(X[h * d + c][j]) for c in range(d)) for j in range(m))
+            V = tuple(tuple(to(X[h * d + c][j]) for c in range(d)) for j in range(m))
             out.append(Head(head.W, V, head.u))
-        const = (tuple(K.to_param(X[n - 1][j]) for j in range(m)) if bias
+        const = (tuple(to(X[n - 1][j]) for j in range(m)) if bias
                  else tuple(mpq(0) for _ in range(m)))
     except (ValueError, ArithmeticError) as exc:
         raise CertificateError(f"the outputs' readouts are not parameters of the {K.name} field "
@@ -167,8 +169,11 @@ def learn_outputs_modular(heads, d: int, view, report: dict, m: int, bias: bool)
     ``(canonical vector heads, values certified)``; raises
     :class:`~exactlearn.errors.CertificateError` when the readouts are past the primes'
     reconstruction bound or miss an answer."""
-    views = [v for v in [view] + list(view.views) if v.records]
     roles = {r.get("p"): r for r in report.get("primes", [])}
+    # the primes the scalar run used: analysis primes and refuted confirmations join the CRT,
+    # the confirmation that held confirms; skipped primes (bad reductions) take no part
+    views = [v for v in [view] + list(view.views)
+             if v.records and _role(roles, v) in ("analysis", "confirmation")]
     confirming = [v for v in views if _role(roles, v) == "confirmation"
                   and "refuted" not in roles.get(str(v.K.p), {})]
     if not confirming:
@@ -177,7 +182,7 @@ def learn_outputs_modular(heads, d: int, view, report: dict, m: int, bias: bool)
     analysis = [v for v in views if v not in confirming]
     residues, moduli = [], []
     for v in analysis:
-        vh, const = solve_outputs(heads, d, v.records, v.K, m, bias)
+        vh, const = solve_outputs(heads, d, v.records, v.K, m, bias, residues=True)
         residues.append([x for h in vh for row in h.v for x in row] + list(const))
         moduli.append(v.K.p)
     try:
@@ -195,7 +200,7 @@ def learn_outputs_modular(heads, d: int, view, report: dict, m: int, bias: bool)
     n = 0
     for v in views:
         if v in confirming:          # the answers there determine the readouts (full rank)
-            solve_outputs(heads, d, v.records, v.K, m, bias)
+            solve_outputs(heads, d, v.records, v.K, m, bias, residues=True)
         n += certify_outputs(canon, d, v.records, v.K, m)
     return canon, n
 
