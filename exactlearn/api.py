@@ -708,15 +708,12 @@ def _draw_view(view, K, rng, noise):
     random unit vector) and clear the records; returns the scalar view's noise
     ``sum_j |r_j| eta_j`` over the real field (``noise`` otherwise)."""
     from exactlearn.pipeline.outputs import draw_combination
-    view.records.clear()
-    view.views.clear()
     if K.is_exact:
         r = draw_combination(view.m, rng)
     else:
         from exactlearn.strategies.real.outputs import draw_unit
         r = draw_unit(view.m, rng)
-    view.r = list(r)
-    view._rK = [K(x) for x in r]
+    view.redraw(r)
     if K.is_exact:
         return noise
     from exactlearn.strategies.real.outputs import combined_noise

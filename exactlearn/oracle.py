@@ -527,6 +527,13 @@ class OutputsView:
         if hasattr(box, "over"):
             self.over = self._over
 
+    def redraw(self, r) -> None:
+        """A new combination r (a new attempt): the records and the views are cleared."""
+        self.r = list(r)
+        self._rK = [self.K(x) for x in self.r]
+        self.records.clear()
+        self.views.clear()
+
     def _over(self, field: Field) -> "OutputsView":
         sub = self.box.over(field)
         bf = getattr(sub, "field", None)
