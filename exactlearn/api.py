@@ -392,7 +392,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         With ``plan="efficient"`` only: a promise that every head has rank at most r.
     noise : optional
         Real field: the declared bound eta on the absolute error of every output (default
-        ``oracle.noise``, else 0).  An output noisier than declared fails the certificate.
+        ``oracle.noise``, else 0); with ``outputs=m`` one number for all outputs or a list of
+        m, one per output.  An output noisier than declared fails the certificate.
         ``noise="auto"`` (stable plan, without ``noise_rel``) measures eta from the box
         first: the spread of its answers when the non-final tokens of the plan's query
         shapes are permuted, times a safety multiple
@@ -511,7 +512,15 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         plan = "stable" if tokens != "exact" and not K.is_exact else "paper"
     if noise_rel is not None and K.is_exact:
         raise ValueError(f"noise_rel= applies to the real field, not the {K.name} field")
-    auto = _check_noise(noise, noise_rel, K, plan)
+    if isinstance(noise, (list, tuple)):   # one eta per output (outputs=m, real field)
+        if outputs is None or K.is_exact:
+            raise ValueError("noise as a list (one eta per output) needs outputs=m over the real "
+                             "field")
+        auto = any([_check_noise(x, noise_rel, K, plan) for x in noise] + [False])
+        if auto:
+            raise ValueError("noise='auto' is one setting for the whole box, not one per output")
+    else:
+        auto = _check_noise(noise, noise_rel, K, plan)
     if max_primes is not None and (isinstance(max_primes, bool) or not isinstance(max_primes, int)
                                    or max_primes < 2):
         raise ValueError(f"max_primes must be an integer >= 2, got {max_primes!r}")

@@ -238,7 +238,13 @@ class MultiHeadAttention:
     ``constant`` is the additive constant c:
     ``f(X) = c + sum_h sum_i softmax_i(x_i^T W_h x_n + u_h^T x_i) v_h . x_i``.
 
+    With vector outputs (``outputs=m``, docs: explanation/biases.md#vector-outputs) every
+    head's v is an m x d matrix, ``constant`` a length-m vector, and ``evaluate`` returns the
+    m outputs; ``output(j)`` is output j as a scalar model.
+
     >>> from exactlearn.fields import Rational
+    >>> MultiHeadAttention([([[0]], [[1], [2]])], outputs=2).evaluate([[0], [3]], Rational())
+    [mpq(3,2), mpq(3,1)]
     >>> m = MultiHeadAttention([([[0]], [1], [1])], constant=5)
     >>> m.bias, m.evaluate([[0], [1]], Rational()) == 5 + Rational(scale=1).exp(1) / (1 + Rational(scale=1).exp(1))
     (True, True)

@@ -242,15 +242,19 @@ def worst_error(res, W, V):
     return err
 
 
-def test_a_numpy_float64_vector_layer_over_the_real_field():
+@pytest.mark.parametrize("noise", [1e-13, [1e-13, 2e-13, 1e-13, 3e-13]])
+def test_a_numpy_float64_vector_layer_over_the_real_field(noise):
     layer = NumpyVectorLayer(3, 2, 4, seed=3)
-    res = learn(layer, d=3, heads=2, field=Real(dps=30), tokens="float64", noise=1e-13, seed=1,
+    res = learn(layer, d=3, heads=2, field=Real(dps=30), tokens="float64", noise=noise, seed=1,
                 outputs=4)
     assert res.certified, res.error
     err = worst_error(res, layer.W, layer.V)
     assert err <= 1e-8 and err <= float(res.error_bound)
     assert res.queries == layer.calls
-    assert res.real_detail["outputs"]["certified_values"] == 4 * res.certified_observations // 4
+    assert res.real_detail["outputs"]["certified_values"] == res.certified_observations
+    assert res.certified_observations == 4 * layer.calls          # every output of every answer
+    with pytest.raises(ValueError, match="one eta per output"):
+        learn(layer, d=3, heads=2, field=Real(dps=30), tokens="float64", noise=[1e-13] * 4)
 
 
 @pytest.mark.slow

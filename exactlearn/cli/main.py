@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     lp = sub.add_parser("learn", help="learn the canonical heads of a model file through a black box")
     lp.add_argument("--model", required=True,
-                    help="model file (exactlearn.mha/1, exactlearn.mha/2 or exactlearn.transformer/1 JSON)")
+                    help="model file (exactlearn.mha/1, /2, /3 or exactlearn.transformer/1 JSON)")
     lp.add_argument("--field", default="rational", choices=FIELD_NAMES,
                     help="number system of the black box and the learner (docs: choose a field)")
     g = lp.add_mutually_exclusive_group(required=True)
