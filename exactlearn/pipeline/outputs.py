@@ -62,7 +62,7 @@ def solve_outputs(heads, d: int, records, K, m: int, bias: bool, residues: bool 
     canonical; with ``residues`` (modulo a prime of the multi-modular method) the values are
     the residues as integers.  Raises :class:`~exactlearn.errors.DegenerateDraw` when the answers do not
     determine the readouts (their rank is short)."""
-    current().stage("outputs")
+    current().stage("analyse")          # progress=: the outputs' solve
     H = len(heads)
     n = H * d + (1 if bias else 0)
     if n == 0:

@@ -54,13 +54,16 @@ def output_etas(K, noise, m: int) -> list:
 
 
 def combined_noise(K, r, noise, m: int):
-    """The scalar view's eta: ``sum_j |r_j| eta_j`` (rounded up), as a rational; None when
-    no noise is declared."""
+    """The scalar view's eta: ``sum_j |r_j| eta_j`` in the field's precision, raised by the
+    relative rounding of its m terms (an element of ``K``); None when no noise is declared."""
     if noise is None:
         return None
-    etas = output_etas(K, noise, m)
-    total = sum(abs(float(x)) * e for x, e in zip(r, etas))
-    return mpq(total * (1 + 1e-12)) if total > 0 else mpq(0)
+    etas = [noise_bound(K, x) for x in noise] if isinstance(noise, (list, tuple)) \
+        else [noise_bound(K, noise)] * m
+    total = K.zero
+    for x, e in zip(r, etas):
+        total = total + abs(K(x)) * e
+    return total * (1 + K.ctx.ldexp(4 * (m + 1), -K.prec))
 
 
 def _softmax_stats(W, x_tokens, mults, final):
@@ -75,7 +78,7 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
     """The m outputs' readouts from ``records`` (module doc): returns
     ``(canonical vector heads, values certified)`` and updates ``outcome`` (its
     ``error_bound``, ``v_bounds`` and ``detail["outputs"]``)."""
-    current().stage("outputs")
+    current().stage("analyse")          # progress=: the outputs' solve
     heads = tuple(heads)
     H = len(heads)
     if H == 0:
