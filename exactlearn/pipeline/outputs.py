@@ -68,6 +68,120 @@ def solve_outputs(heads, d: int, records, K, m: int, bias: bool, residues: bool 
     if n == 0:
         return (), tuple(K.zero for _ in range(m))
     feat = features(heads, d, K)
+    flint_kind = _flint_kind(K)
+    if flint_kind is not None:
+        X = _solve_flint(flint_kind, feat, records, K, n, m, bias)
+    else:
+        X = _solve_python(feat, records, K, n, m, bias)
+    to = (lambda x: mpq(int(x))) if residues else K.to_param
+    try:
+        out = []
+        for h, head in enumerate(heads):
+            V = tuple(tuple(to(X[h * d + c][j]) for c in range(d)) for j in range(m))
+            out.append(Head(head.W, V, head.u))
+        const = (tuple(to(X[n - 1][j]) for j in range(m)) if bias
+                 else tuple(mpq(0) for _ in range(m)))
+    except (ValueError, ArithmeticError) as exc:
+        raise CertificateError(f"the outputs' readouts are not parameters of the {K.name} field "
+                               f"({exc}): a black box outside the model class") from None
+    return tuple(out), const
+
+
+def _short(got, n, m, bias):
+    return DegenerateDraw(f"the recorded answers determine {got} of the {n} unknowns of the {m} "
+                          f"outputs' readouts (H d{' + 1' if bias else ''}): a degenerate draw")
+
+
+def _flint_kind(K):
+    """``"q"`` over Q (python-flint ``fmpq_mat``), ``"p"`` over F_p (``fmpz_mod_mat``), else
+    None (the generic Gauss--Jordan)."""
+    if getattr(K, "scalar_ctx", None) is not None:
+        return "p"
+    if getattr(K, "is_rational", False) and getattr(K.param, "is_rational", False):
+        return "q"
+    return None
+
+
+def _solve_flint(kind, feat, records, K, n, m, bias) -> list:
+    """The n x m readouts by python-flint: the records' feature rows are taken in growing
+    chunks until their rank is n (the pivot rows of the transposed chunk's rref), and the
+    square system of those rows solved with the m right-hand sides (the same exact solution
+    as Gauss--Jordan)."""
+    import flint
+    if kind == "q":
+        conv = lambda x: flint.fmpq(int(x.numerator), int(x.denominator))     # noqa: E731
+        mat = flint.fmpq_mat
+        back = lambda x: mpq(int(x.p), int(x.q))                               # noqa: E731
+    else:
+        ctx = K.scalar_ctx
+        conv = K
+        mat = lambda r, c, entries: flint.fmpz_mod_mat(r, c, entries, ctx)      # noqa: E731
+        back = lambda x: x                                                     # noqa: E731
+    rows, rhs = [], []
+    size, pivots = 2 * n, []
+    select = (lambda r: _pivot_rows_mod(r, n)) if kind == "q" else (lambda r: _pivot_rows(mat, r, n))
+    for tokens, ys in records:
+        rows.append([conv(x) for x in feat(tokens)] + ([conv(K.one)] if bias else []))
+        rhs.append([conv(y) for y in ys])
+        if len(rows) < size:
+            continue
+        pivots = select(rows)
+        if len(pivots) == n:
+            break
+        size *= 2
+    else:
+        if rows:
+            pivots = select(rows)
+    if len(pivots) < n:
+        raise _short(len(pivots), n, m, bias)
+    A = mat(n, n, [rows[q][i] for q in pivots for i in range(n)])
+    B = mat(n, m, [rhs[q][j] for q in pivots for j in range(m)])
+    try:
+        Xm = A.solve(B)
+    except (ZeroDivisionError, ValueError):
+        raise DegenerateDraw("the chosen answers' features are singular") from None
+    return [[back(Xm[i, j]) for j in range(m)] for i in range(n)]
+
+
+#: The prime 2^127 - 1: rows independent modulo it are independent over Q.
+_SELECT_P = 2 ** 127 - 1
+
+
+def _pivot_rows_mod(rows, n) -> list:
+    """:func:`_pivot_rows` for rows over Q, decided modulo :data:`_SELECT_P` (an rref over Q
+    of the plan's tall rationals costs minutes): rows independent modulo p are independent
+    over Q, so the square system they give is invertible.  A row with a denominator that p
+    divides is left out."""
+    import flint
+    ctx = flint.fmpz_mod_ctx(_SELECT_P)
+    keep, red = [], []
+    for q, row in enumerate(rows):
+        dens = [int(x.q) for x in row]
+        if any(den % _SELECT_P == 0 for den in dens):
+            continue
+        keep.append(q)
+        red.append([int(x.p) * pow(den, -1, _SELECT_P) % _SELECT_P for x, den in zip(row, dens)])
+    if not keep:
+        return []
+    mat = lambda r, c, entries: flint.fmpz_mod_mat(r, c, entries, ctx)           # noqa: E731
+    return [keep[i] for i in _pivot_rows(mat, red, n)]
+
+
+def _pivot_rows(mat, rows, n) -> list:
+    """Indices of rows that are linearly independent, as many as the rank (at most n): the
+    pivot columns of the rref of the transposed rows."""
+    N = len(rows)
+    R, rank = mat(n, N, [rows[q][i] for i in range(n) for q in range(N)]).rref()
+    pivots, col = [], 0
+    for i in range(rank):
+        while R[i, col] == 0:
+            col += 1
+        pivots.append(col)
+    return pivots
+
+
+def _solve_python(feat, records, K, n, m, bias) -> list:
+    """The n x m readouts by Gauss--Jordan over any exact field (the symbolic field)."""
     basis: list = []          # reduced rows (pivot col, row over features, its m values)
     chosen: list = []
     for tokens, ys in records:
@@ -87,27 +201,13 @@ def solve_outputs(heads, d: int, records, K, m: int, bias: bool, residues: bool 
         if len(chosen) == n:
             break
     if len(chosen) < n:
-        raise DegenerateDraw(f"the recorded answers determine {len(chosen)} of the {n} unknowns "
-                             f"of the {m} outputs' readouts (H d{' + 1' if bias else ''}): a "
-                             f"degenerate draw")
+        raise _short(len(chosen), n, m, bias)
     try:
         Ainv = inverse([r for r, _ in chosen], K)
     except SingularMatrix:
         raise DegenerateDraw("the chosen answers' features are singular") from None
-    X = [[sum((Ainv[i][k] * chosen[k][1][j] for k in range(n)), K.zero) for j in range(m)]
-         for i in range(n)]                                   # n x m
-    to = (lambda x: mpq(int(x))) if residues else K.to_param
-    try:
-        out = []
-        for h, head in enumerate(heads):
-            V = tuple(tuple(to(X[h * d + c][j]) for c in range(d)) for j in range(m))
-            out.append(Head(head.W, V, head.u))
-        const = (tuple(to(X[n - 1][j]) for j in range(m)) if bias
-                 else tuple(mpq(0) for _ in range(m)))
-    except (ValueError, ArithmeticError) as exc:
-        raise CertificateError(f"the outputs' readouts are not parameters of the {K.name} field "
-                               f"({exc}): a black box outside the model class") from None
-    return tuple(out), const
+    return [[sum((Ainv[i][k] * chosen[k][1][j] for k in range(n)), K.zero) for j in range(m)]
+            for i in range(n)]                                # n x m
 
 
 def canonical_outputs(heads, constant, bias: bool):
