@@ -84,6 +84,9 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
     if H == 0:
         raise DegenerateDraw("no head was certified on the scalar view: nothing to solve the "
                              "outputs from")
+    if len(outcome.W_bounds) != H:
+        raise DegenerateDraw(f"the scalar run's W bounds cover {len(outcome.W_bounds)} heads, not "
+                             f"the {H} certified: nothing to propagate")
     etas_j = output_etas(K, noise, m)
     ctx = K.ctx
     Ws = [[[K(a) for a in row] for row in h.W] for h in heads]
