@@ -537,6 +537,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         raise ValueError(f"bias must be True or False, got {bias!r}")
     if outputs is not None:
         _check_outputs(outputs, K, oracle, noise, noise_rel, snap, executor, max_height, verify)
+        _check_outputs_size(d, H, outputs)
     if bias:
         _check_bias_options(K, plan, executor)
         if max_height is not None:
@@ -710,6 +711,19 @@ def _check_outputs(outputs, K, oracle, noise, noise_rel, snap, executor, max_hei
     if not K.is_exact and isinstance(noise, (list, tuple)) and len(noise) != outputs:
         raise ValueError(f"noise must be one number or a list of outputs={outputs} numbers, "
                          f"got {len(noise)}")
+
+
+def _check_outputs_size(d, H, outputs) -> None:
+    """The recorded answers of a vector box (m values each, at most twice the paper plan's
+    count for the stable plan) within ``MAX_PLAN_BYTES`` at 64 bytes a value, before any
+    query (docs: reference/cli.md#limits)."""
+    from exactlearn.limits import MAX_PLAN_BYTES, PLAN_BYTES_PER_QUERY, plan_cost
+    need = 2 * plan_cost(d, H).queries * outputs * PLAN_BYTES_PER_QUERY
+    if need > MAX_PLAN_BYTES:
+        raise ValueError(f"d = {d}, H = {H}, outputs = {outputs}: the recorded answers would take "
+                         f"about {readable_int(need)} bytes, more than the limit "
+                         f"{readable_int(MAX_PLAN_BYTES)} (MAX_PLAN_BYTES; docs/reference/cli.md, "
+                         f"\"Limits\")")
 
 
 def _draw_view(view, K, rng, noise):

@@ -178,8 +178,31 @@ def test_bad_boxes_and_arguments():
     for kw in ({"noise_rel": 1e-12}, {"noise": "auto", "plan": "stable"}, {"snap": True}):
         with pytest.raises(ValueError, match="outputs= is not supported yet"):
             learn(Oracle(model, Real(dps=30)), d=2, heads=1, outputs=3, **kw)
+    with pytest.raises(ValueError, match="MAX_PLAN_BYTES"):
+        learn(lambda t: 0, d=100, heads=8, field=Rational(), outputs=2 ** 16)
     with pytest.raises(ValueError, match="fixed to one prime"):
         learn(lambda tokens: [0, 0], d=2, heads=1, field=Modular(), outputs=2)
+
+
+def test_a_head_invisible_in_the_combination_is_caught_and_redrawn(monkeypatch):
+    """r . V_h = 0 for the first combination: the scalar run cannot see head 0, every output's
+    certificate catches it, and the learner redraws (plan and r), every query counted."""
+    import exactlearn.pipeline.outputs as po
+    model = MultiHeadAttention([([[1, 0], [0, 1]], [[1, 2], [1, 2]]),
+                                ([[0, 1], [-1, 0]], [[3, 0], [1, 1]])], outputs=2)
+    draws = iter([[5, -5]])                     # r . V_0 = 0 on the first attempt
+    real_draw = po.draw_combination
+    monkeypatch.setattr(po, "draw_combination", lambda m, rng: next(draws, None) or real_draw(m, rng))
+    box = Oracle(model, Rational())
+    res = learn(box, d=2, heads=2, seed=0, outputs=2, retries=1)
+    assert res.certified and res.attempts == 2, res.error
+    assert res.heads == model.canonical_heads()
+    assert [a["outcome"] for a in res.attempt_log] == ["failed", "certified"]
+    assert res.queries == box.queries == 2 * paper_count(2, 2) and res.extra_queries == paper_count(2, 2)
+    draws = iter([[5, -5]])
+    monkeypatch.setattr(po, "draw_combination", lambda m, rng: next(draws, None) or real_draw(m, rng))
+    res = learn(Oracle(model, Rational()), d=2, heads=2, seed=0, outputs=2)
+    assert res.status == "failed" and "output" in res.error and res.heads == ()
 
 
 def test_model_files_and_command_line(tmp_path, capsys):
