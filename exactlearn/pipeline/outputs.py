@@ -24,13 +24,16 @@ then inconsistent and the certificate fails (the learner redraws r).
 
 from __future__ import annotations
 
+import math
+
 from gmpy2 import mpq
 
 from exactlearn.algebra.linalg import inverse
 from exactlearn.errors import CertificateError, DegenerateDraw, SingularMatrix
 from exactlearn.fields.base import ExactnessError
 from exactlearn.fields.modular import ReconstructionError, crt_reconstruct
-from exactlearn.model import Head, HeadEvaluator, HeadSet, VectorEvaluator, canonicalize, is_matrix
+from exactlearn.model import Head, HeadEvaluator, VectorEvaluator, canonicalize, is_matrix
+from exactlearn.pipeline.multimodular import log2_wrong_bound
 from exactlearn.progress import current
 
 
@@ -302,6 +305,15 @@ def learn_outputs_modular(heads, d: int, view, report: dict, m: int, bias: bool)
         if v in confirming:          # the answers there determine the readouts (full rank)
             solve_outputs(heads, d, v.records, v.K, m, bias, residues=True)
         n += certify_outputs(canon, d, v.records, v.K, m)
+    # one more reconstruction confirmed on the same prime: the union bound adds its term
+    flat = [Head(h.W, tuple(x for row in h.v for x in row) + tuple(const), h.u) for h in canon]
+    old = report.get("log2_wrong_reconstruction_bound")
+    if old is not None:
+        b = log2_wrong_bound(flat or [Head(((mpq(0),),), tuple(const))], len(confirming))
+        report["log2_wrong_reconstruction_bound"] = round(math.log2(2.0 ** old + 2.0 ** b), 1)
+    report["outputs"] = (f"{m} outputs: each analysis prime's answers solved for the readouts, "
+                         f"joined by CRT, confirmed on every answer of every output modulo every "
+                         f"prime asked")
     return canon, n
 
 
