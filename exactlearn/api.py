@@ -748,7 +748,7 @@ def _outputs_step(recovered, view, K, d, bias, multimodular, options, noise) -> 
     if not K.is_exact:
         from exactlearn.strategies.real.outputs import learn_outputs_real
         return learn_outputs_real(recovered, d, view.records, K, view.m, noise,
-                                  options.state.outcome, view.r)
+                                  options.state.outcome, view.r, bias=bias)
     from exactlearn.pipeline.outputs import learn_outputs, learn_outputs_modular
     if multimodular is not None:
         return learn_outputs_modular(recovered, d, view, multimodular, view.m, bias)

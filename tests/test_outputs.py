@@ -280,6 +280,46 @@ def test_a_numpy_float64_vector_layer_over_the_real_field(noise):
         learn(layer, d=3, heads=2, field=Real(dps=30), tokens="float64", noise=[1e-13] * 4)
 
 
+def test_the_real_outputs_step_with_query_biases_and_a_constant():
+    """The real field's per-output step on heads with u and a constant (the bounds of W and u
+    given as a certified scalar run would give them): every readout and the constant within
+    their bounds of the layer's float64 weights; u without bounds is refused."""
+    from types import SimpleNamespace
+    from gmpy2 import mpq
+    from exactlearn.errors import DegenerateDraw
+    from exactlearn.model import Head
+    from exactlearn.strategies.real.outputs import learn_outputs_real
+    rng = np.random.default_rng(5)
+    d, H, m = 3, 2, 3
+    W, u = rng.normal(0, 0.5, (H, d, d)), rng.normal(0, 0.5, (H, d))
+    V, c = rng.normal(0, 0.5, (H, m, d)), rng.normal(0, 0.5, m)
+    K = Real(dps=30)
+    records = []
+    for n in (1, 2, 3, 5, 8) * 12:
+        X = rng.normal(size=(n, d))
+        s = np.einsum("ic,hcr,r->hi", X, W, X[-1]) + np.einsum("hc,ic->hi", u, X)
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        y = c + np.einsum("hi,hmc,ic->m", p, V, X)
+        records.append(([tuple(mpq(float(a)) for a in t) for t in X], [K.from_output(a) for a in y]))
+    heads = [Head(tuple(tuple(mpq(float(a)) for a in row) for row in W[h]),
+                  tuple(tuple(mpq(0) for _ in range(d)) for _ in range(m)),
+                  tuple(mpq(float(a)) for a in u[h])) for h in range(H)]
+    bound = [[[1e-15] * d for _ in range(d)] for _ in range(H)]
+    outcome = SimpleNamespace(W_bounds=bound, u_bounds=[[1e-15] * d] * H, detail={})
+    got, n = learn_outputs_real(heads, d, records, K, m, 1e-13, outcome, bias=True)
+    assert n == len(records) * m and len(got) == H
+    err = 0.0
+    for h in got:
+        k = min(range(H), key=lambda k: abs(float(h.u[0]) - u[k][0]))
+        err = max(err, np.abs(np.array([[float(a) for a in r] for r in h.v]) - V[k]).max())
+    err = max(err, np.abs(np.array([float(a) for a in got.constant]) - c).max())
+    assert err <= float(outcome.error_bound) and err <= 1e-9
+    with pytest.raises(DegenerateDraw, match="no bounds"):
+        learn_outputs_real(heads, d, records, K, m, 1e-13,
+                           SimpleNamespace(W_bounds=bound, detail={}), bias=True)
+
+
 @pytest.mark.slow
 def test_torch_mha_without_a_readout_over_the_real_field():
     torch = pytest.importorskip("torch")

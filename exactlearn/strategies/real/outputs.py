@@ -66,18 +66,22 @@ def combined_noise(K, r, noise, m: int):
     return total * (1 + K.ctx.ldexp(4 * (m + 1), -K.prec))
 
 
-def _softmax_stats(W, x_tokens, mults, final):
-    """Per token the softmax weight p_i (float64, from the float W of a head)."""
-    s = x_tokens @ (W @ final)
+def _softmax_stats(W, u, x_tokens, mults, final):
+    """Per token the softmax weight p_i (float64, from the float W and u of a head)."""
+    s = x_tokens @ (W @ final + u)
     s = s - s.max()
     w = np.exp(s) * mults
     return w / w.sum()
 
 
-def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None) -> tuple:
+def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None,
+                       bias: bool = False) -> tuple:
     """The m outputs' readouts from ``records`` (module doc): returns
     ``(canonical vector heads, values certified)`` and updates ``outcome`` (its
-    ``error_bound``, ``v_bounds`` and ``detail["outputs"]``)."""
+    ``error_bound``, ``v_bounds`` and ``detail["outputs"]``).  Heads with a query bias u
+    score ``x_i^T W x_n + u^T x_i``, their u bounds read from ``outcome.u_bounds`` (per head,
+    per entry), which must then be given; ``bias``: a length-m constant is solved too (one
+    more feature, 1) and returned as the result's ``constant``."""
     current().stage("analyse")          # progress=: the outputs' solve
     heads = tuple(heads)
     H = len(heads)
@@ -87,17 +91,22 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
     if len(outcome.W_bounds) != H:
         raise DegenerateDraw(f"the scalar run's W bounds cover {len(outcome.W_bounds)} heads, not "
                              f"the {H} certified: nothing to propagate")
+    u_bounds = getattr(outcome, "u_bounds", None)
+    if any(h.biased for h in heads) and (u_bounds is None or len(u_bounds) != H):
+        raise DegenerateDraw("the heads have query biases u but no bounds on them to propagate")
     etas_j = output_etas(K, noise, m)
     ctx = K.ctx
-    Ws = [[[K(a) for a in row] for row in h.W] for h in heads]
+    Ws = [([[K(a) for a in row] for row in h.W], [K(a) for a in h.u]) for h in heads]
     Wf = [np.array([[float(a) for a in row] for row in h.W]) for h in heads]
+    uf = [np.array([float(a) for a in h.u]) for h in heads]
     BW = [np.array([[float(x) for x in row] for row in bw]) for bw in outcome.W_bounds]
+    Bu = [np.zeros(d) if u_bounds is None else np.array([float(x) for x in bu]) for bu in
+          (u_bounds if u_bounds is not None else [None] * H)]
     N = len(records)
-    n = H * d
+    n = H * d + (1 if bias else 0)
     F = np.zeros((N, n))
     Y = np.zeros((N, m))
-    norms = np.zeros(N)                   # max |x_i| entry of each query, for rounding
-    finals, toks = [], []
+    toks = []
     cache: dict = {}
     for q, (tokens, ys) in enumerate(records):
         pairs: dict = {}
@@ -112,19 +121,20 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
             mult = list(pairs.values())
             xn = [K(a) for a in final]
             row = []
-            for W in Ws:
-                wx = [ctx.fdot(r, xn) for r in W]
+            for W, u in Ws:
+                wx = [ctx.fdot(r, xn) + b for r, b in zip(W, u)]          # W x_n + u
                 sc = [ctx.fdot(x, wx) for x in xs]
                 top = max(sc)
                 w = [ctx.exp(s - top) * c for s, c in zip(sc, mult)]
                 tot = ctx.fsum(w)
                 row.extend(float(ctx.fsum(wi * x[c] for wi, x in zip(w, xs)) / tot) for c in range(d))
+            if bias:
+                row.append(1.0)
             got = cache[key] = (row, np.array([[float(a) for a in t] for t in pairs]),
                                 np.array(mult, dtype=float), np.array([float(a) for a in final]))
         F[q] = got[0]
         Y[q] = [float(y) for y in ys]
         toks.append(got[1:])
-        norms[q] = float(np.abs(got[1]).max())
     eta = np.array(etas_j)
     floor = 8 * EPS * max(1.0, float(np.abs(Y).max()))
     eta_eff = np.maximum(eta, floor)                   # an exact box: float64 rounding only
@@ -138,7 +148,8 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
             A = F / e
             if np.linalg.matrix_rank(A) < n:
                 raise DegenerateDraw(f"the recorded answers determine fewer than the {n} "
-                                     f"readouts of each output (H d): a degenerate draw")
+                                     f"readouts of each output (H d{' + 1' if bias else ''}): a "
+                                     f"degenerate draw")
             P = P_cache[e] = np.linalg.pinv(A)
         Vhat[j] = P @ (Y[:, j] / e)
     # first order: the W bounds' effect g_{j,q} on each answer, with the estimated readouts
@@ -146,12 +157,12 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
     for q in range(N):
         X, mult, xn = toks[q]
         for h in range(H):
-            p = _softmax_stats(Wf[h], X, mult, xn)
+            p = _softmax_stats(Wf[h], uf[h], X, mult, xn)
             vx = X @ Vhat[:, h * d:(h + 1) * d].T          # (tokens, m): v_j . x_i
             xbar = p @ X
             vbar = p @ vx
             cov = ((vx - vbar) * p[:, None]).T @ (X - xbar)  # (m, d): Cov_p(v_j . x, x_r)
-            G[q] += np.abs(cov) @ (BW[h] @ np.abs(xn))
+            G[q] += np.abs(cov) @ (BW[h] @ np.abs(xn) + Bu[h])      # d/dW_rc, d/du_r
     for j in range(m):
         e = eta_eff[j]
         P = P_cache[e]
@@ -180,9 +191,13 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
     for h, head in enumerate(heads):
         V = tuple(tuple(mpq(float(Vhat[j, h * d + c])) for c in range(d)) for j in range(m))
         out.append(Head(head.W, V, head.u))
-    canon = canonicalize(out)
+    if bias:
+        const = tuple(mpq(float(Vhat[j, n - 1])) for j in range(m))
+        canon = canonicalize(out, const, True)
+    else:
+        canon = canonicalize(out)
     vb = float(Bv.max())
-    wb = max((float(b.max()) for b in BW), default=0.0)
+    wb = max([float(b.max()) for b in BW] + [float(b.max()) for b in Bu])
     err = max(vb, wb)
     outcome.error_bound = LO.convert(err)
     outcome.v_bounds = [[[LO.convert(float(Bv[j, h * d + c])) for c in range(d)] for j in range(m)]
