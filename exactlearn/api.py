@@ -512,8 +512,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         plan = "stable" if tokens != "exact" and not K.is_exact else "paper"
     if noise_rel is not None and K.is_exact:
         raise ValueError(f"noise_rel= applies to the real field, not the {K.name} field")
-    if isinstance(noise, (list, tuple)):   # one eta per output (outputs=m, real field)
-        if outputs is None or K.is_exact:
+    if isinstance(noise, (list, tuple)) and outputs is not None:   # one eta per output
+        if K.is_exact:
             raise ValueError("noise as a list (one eta per output) needs outputs=m over the real "
                              "field")
         auto = any([_check_noise(x, noise_rel, K, plan) for x in noise] + [False])

@@ -276,8 +276,10 @@ def test_a_numpy_float64_vector_layer_over_the_real_field(noise):
     assert res.queries == layer.calls
     assert res.real_detail["outputs"]["certified_values"] == res.certified_observations
     assert res.certified_observations == 4 * layer.calls          # every output of every answer
-    with pytest.raises(ValueError, match="one eta per output"):
+    with pytest.raises(ValueError, match="noise: not an exact rational"):  # a scalar box: as before
         learn(layer, d=3, heads=2, field=Real(dps=30), tokens="float64", noise=[1e-13] * 4)
+    with pytest.raises(ValueError, match="one eta per output"):
+        learn(layer, d=3, heads=2, field=Rational(), outputs=4, noise=[1e-13] * 4)
 
 
 def test_the_real_outputs_step_with_query_biases_and_a_constant():
