@@ -37,7 +37,7 @@ from __future__ import annotations
 import random
 from fractions import Fraction
 
-from exactlearn.limits import check_model_size
+from exactlearn.limits import check_model_size, check_outputs_size
 from exactlearn.model import MultiHeadAttention, structure
 
 #: draws before :func:`redraw` gives up (a structured draw is rejected mostly at d = 1,
@@ -141,6 +141,8 @@ def random_model(d: int, H: int, seed=None, merge: bool = False, cancel: bool = 
     ValueError when no draw in :data:`MAX_DRAWS` has the structure, or (before anything is
     drawn) when the model would be beyond :mod:`exactlearn.limits`."""
     check_model_size(d, H)
+    if outputs is not None:
+        check_outputs_size(d, H, outputs)
     rng = random.Random(seed)
     want_merge = merge and H >= 2 and not (cancel and H == 2)
     want_cancel = cancel and H >= 2 and not (merge and H == 3)

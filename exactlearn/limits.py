@@ -191,6 +191,26 @@ def model_entries(d: int, H: int, neurons: int = 0, m: int | None = None) -> int
     return H * (d * d + m * d) + neurons * (m + 1)
 
 
+def check_outputs_size(d: int, H: int, outputs) -> None:
+    """Refuse (one-line ModelError) ``outputs`` that is not an integer in [1, MAX_OUTPUTS], or a
+    model of vector outputs, H (d^2 + m d + d) numbers, past :data:`MAX_MODEL_ENTRIES`, before
+    anything is drawn.
+
+    >>> check_outputs_size(100, 100, 1000)
+    Traceback (most recent call last):
+    ...
+    exactlearn.errors.ModelError: model: d = 100 with 100 heads and 1000 outputs holds 11010000 numbers, more than the limit 4194304 (MAX_MODEL_ENTRIES; docs/reference/cli.md, "Limits")
+    """
+    if isinstance(outputs, bool) or not isinstance(outputs, int) or not 1 <= outputs <= MAX_OUTPUTS:
+        raise ModelError(f"outputs must be an integer in [1, {MAX_OUTPUTS}] (MAX_OUTPUTS), got "
+                         f"{outputs!r}")
+    n = H * (d * d + outputs * d + d)
+    if n > MAX_MODEL_ENTRIES:
+        raise ModelError(f"model: d = {d} with {H} heads and {outputs} outputs holds {n} numbers, "
+                         f"more than the limit {MAX_MODEL_ENTRIES} (MAX_MODEL_ENTRIES; "
+                         f"docs/reference/cli.md, \"Limits\")")
+
+
 def check_model_size(d: int, H: int, neurons: int = 0, m: int | None = None,
                      what: str = "model") -> None:
     """Refuse a model with d > :data:`MAX_DIMENSION`, more than :data:`MAX_HEADS` heads

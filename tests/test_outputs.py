@@ -229,6 +229,8 @@ def test_model_files_and_command_line(tmp_path, capsys):
     gen = tmp_path / "g.json"
     assert main(["random-model", "--d", "2", "--heads", "2", "--outputs", "3", "--seed", "1",
                  "--out", str(gen)]) == 0
+    assert main(["random-model", "--d", "100", "--heads", "30", "--outputs", "60000"]) == 2
+    assert "MAX_MODEL_ENTRIES" in capsys.readouterr().err      # refused before any draw
     g = MultiHeadAttention.from_file(gen)
     assert g.outputs == 3 and all(len(h.v) == 3 for h in g.heads)
     assert main(["learn", "--model", str(gen), "--heads", "2", "--seed", "2"]) == 0

@@ -478,6 +478,8 @@ def _cmd_random_model(args) -> int:
         if args.neurons is not None:
             raise BadInput("--neurons applies to --transformer only")
         limits.check_model_size(args.d, args.heads)     # before anything is drawn
+        if args.outputs is not None:
+            limits.check_outputs_size(args.d, args.heads, args.outputs)
         obj = random_model(args.d, args.heads, seed, args.merge, args.cancel,
                            3 if args.entries is None else args.entries,
                            2 if args.den is None else args.den, bias=args.bias,
