@@ -284,6 +284,31 @@ def test_a_numpy_float64_vector_layer_over_the_real_field(noise):
         learn(layer, d=3, heads=2, field=Rational(), outputs=4, noise=[1e-13] * 4)
 
 
+def test_an_output_noisier_than_declared_fails_even_when_r_hides_it(monkeypatch):
+    """Output 3 errs by up to 1e-9 with eta = 1e-13 declared, and r weighs it by 2^-40, so the
+    scalar view r . y stays within its eta: the per-output residual test fails the run, every
+    answered query counted."""
+    from gmpy2 import mpq
+    import exactlearn.strategies.real.outputs as ro
+
+    class Noisy(NumpyVectorLayer):
+        def __init__(self, *a):
+            super().__init__(*a)
+            self.rng = np.random.default_rng(0)
+
+        def __call__(self, X):
+            y = super().__call__(X).copy()
+            y[2] += self.rng.uniform(-1e-9, 1e-9)
+            return y
+    monkeypatch.setattr(ro, "draw_unit", lambda m, rng: [mpq(0.6), mpq(0.8), mpq(2.0 ** -40),
+                                                          mpq(2.0 ** -40)])
+    layer = Noisy(3, 2, 4, 0)
+    res = learn(layer, d=3, heads=2, field=Real(dps=30), tokens="float64", noise=1e-13, seed=0,
+                outputs=4)
+    assert res.status == "failed" and "output 3 of 4" in res.error
+    assert "noisier than the declared eta" in res.error and res.queries == layer.calls
+
+
 def test_the_real_outputs_step_with_query_biases_and_a_constant():
     """The real field's per-output step on heads with u and a constant (the bounds of W and u
     given as a certified scalar run would give them): every readout and the constant within

@@ -13,9 +13,12 @@ pseudo-inverse P, m right-hand sides), and bounds each entry at first order:
     |v_hat - v|_i <= SAFETY * sum_q |P_iq| (eta_q + g_q) / eta_q + rounding,
 
 ``g_q`` the effect of the W bounds on answer q (``|d(V . a_h)/dW_h[r, c]| = |Cov_p(v . x,
-x_r)| |x_n[c]|`` times the entry's bound).  Then every recorded answer of every output must
-be within its tolerance -- eta_q plus the first-order effect of the W and v bounds plus
-rounding -- or the run fails (:class:`~exactlearn.errors.NoisierThanDeclared`).
+x_r)| |x_n[c]|`` times the entry's bound).  Then each output's weighted least-squares
+residuals, a projection of the output errors, must have 2-norm at most sqrt(N) plus the W
+bounds' effect (:class:`~exactlearn.errors.ResidualsBeyondNoise` otherwise: a box noisier than
+declared in that output), and every recorded answer of every output must be within its
+tolerance -- eta_q plus the first-order effect of the W and v bounds plus rounding -- or the
+run fails (:class:`~exactlearn.errors.NoisierThanDeclared`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import math
 import numpy as np
 from gmpy2 import mpq
 
-from exactlearn.errors import DegenerateDraw, NoisierThanDeclared
+from exactlearn.errors import DegenerateDraw, NoisierThanDeclared, ResidualsBeyondNoise
 from exactlearn.model import Head, canonicalize
 from exactlearn.noise import noise_bound
 from exactlearn.progress import current
@@ -171,6 +174,22 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
         Bv[j] += rnd + 16 * EPS * np.abs(Vhat[j])
     if not np.all(np.isfinite(Bv)):
         raise DegenerateDraw("a readout's error bound is not finite: nothing to certify")
+    # the least-squares residuals are a projection of the output errors: with every output
+    # within its eta, their weighted 2-norm is at most sqrt(N) plus the W bounds' effect
+    excess = 0.0
+    for j in range(m):
+        e = eta_eff[j]
+        rw = (Y[:, j] - F @ Vhat[j]) / e
+        allow = (math.sqrt(N) * max(eta[j], floor) / e + float(np.linalg.norm(SAFETY * G[:, j] / e))
+                 + float(np.linalg.norm(64 * EPS * (np.abs(F) @ np.abs(Vhat[j]) + np.abs(Y[:, j])) / e)))
+        ratio = float(np.linalg.norm(rw)) / allow
+        excess = max(excess, ratio)
+        if ratio > 1:
+            raise ResidualsBeyondNoise(
+                f"outputs noisier than the declared eta (or a black box outside the model "
+                f"class): the least-squares fit of output {j + 1} of {m} to all {N} answers "
+                f"leaves weighted residuals of 2-norm {ratio:.3g} times what outputs within "
+                f"their eta allow (sqrt(N) plus the W bounds' effect)", heads=H)
     # every recorded answer of every output within its tolerance
     worst = 0.0
     for q in range(N):
@@ -208,6 +227,7 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
         "outputs": m, "method": "weighted least squares of every recorded answer, the W of the "
         "scalar view r . y", "combination": None if r is None else [f"{float(x):.17g}" for x in r],
         "certified_values": N * m, "max_residual_over_tolerance": f"{worst:.3g}",
+        "max_residual_norm_over_noise_allowance": f"{excess:.3g}",
         "readout_error_bound": f"{vb:.3g}", "W_error_bound": f"{wb:.3g}"}
     outcome.detail["head_error_bounds"] = [f"{float(b):.3g}" for b in outcome.head_bounds]
     return canon, N * m
