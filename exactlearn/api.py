@@ -446,9 +446,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         runs on a random combination ``r . y`` and every output's readout is solved from the
         answers recorded on the way; each output of each answer is certified (exactly over the
         exact fields, within its tolerance over the real field).  A box that does not answer
-        m values is bad input (``BadBlackBox``, naming the box).  Not with ``noise_rel``,
-        ``noise="auto"``, ``snap``, ``executor``, ``max_height``, a box fixed to one prime,
-        nor ``verify`` over the real field (ValueError).
+        m values is bad input (``BadBlackBox``, naming the box).  With ``noise_rel`` the plan
+        runs on one output drawn at random (r a unit vector e_k), whose error bound then is
+        its own.  Not with ``noise="auto"``, ``snap``, ``executor``, ``max_height``, a box
+        fixed to one prime, nor ``verify`` over the real field (ValueError).
     progress : callable, optional
         Called with a :class:`~exactlearn.progress.ProgressEvent` as the run goes: the
         phase, the prime or attempt, and how much of the phase is done out of its total;
@@ -601,7 +602,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                 outcome = "refused"            # before any query: too large, not degenerate
                 raise
             if view is not None:               # a fresh combination r for every attempt
-                options.noise = _draw_view(view, K, rng, noise)
+                options.noise = _draw_view(view, K, rng, noise, noise_rel)
             ask = rec.child(oracle, K, convert)           # this attempt's observations
             trace_to = tr if trace else None
             if K.multimodular and strategy.EXACT and executor is not None:
@@ -698,7 +699,7 @@ def _check_outputs(outputs, K, oracle, noise, noise_rel, snap, executor, max_hei
         raise ValueError(f"outputs = {readable_int(outputs)} is past MAX_OUTPUTS = "
                          f"{readable_int(MAX_OUTPUTS)}")
     for given, what in ((executor is not None, "executor="), (max_height is not None, "max_height="),
-                        (snap, "snap=True"), (noise_rel is not None, "noise_rel="),
+                        (snap, "snap=True"),
                         (isinstance(noise, str) and noise == "auto", "noise='auto'"),
                         (verify and not K.is_exact, "verify= over the real field")):
         if given:
@@ -726,13 +727,17 @@ def _check_outputs_size(d, H, outputs) -> None:
                          f"\"Limits\")")
 
 
-def _draw_view(view, K, rng, noise):
+def _draw_view(view, K, rng, noise, noise_rel=None):
     """Draw the combination r of an attempt (exact fields: nonzero integers; real field: a
-    random unit vector) and clear the records; returns the scalar view's noise
-    ``sum_j |r_j| eta_j`` over the real field (``noise`` otherwise)."""
+    random unit vector, or with ``noise_rel`` one output drawn at random, so that the scalar
+    view's error is that output's ``eta_k + noise_rel |y_k|``) and clear the records; returns
+    the scalar view's noise ``sum_j |r_j| eta_j`` over the real field (``noise`` otherwise)."""
     from exactlearn.pipeline.outputs import draw_combination
     if K.is_exact:
         r = draw_combination(view.m, rng)
+    elif noise_rel is not None:
+        k = rng.randrange(view.m)
+        r = [1 if j == k else 0 for j in range(view.m)]
     else:
         from exactlearn.strategies.real.outputs import draw_unit
         r = draw_unit(view.m, rng)
@@ -748,7 +753,8 @@ def _outputs_step(recovered, view, K, d, bias, multimodular, options, noise) -> 
     if not K.is_exact:
         from exactlearn.strategies.real.outputs import learn_outputs_real
         return learn_outputs_real(recovered, d, view.records, K, view.m, noise,
-                                  options.state.outcome, view.r, bias=bias)
+                                  options.state.outcome, view.r, bias=bias,
+                                  noise_rel=options.noise_rel)
     from exactlearn.pipeline.outputs import learn_outputs, learn_outputs_modular
     if multimodular is not None:
         return learn_outputs_modular(recovered, d, view, multimodular, view.m, bias)

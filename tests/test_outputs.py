@@ -175,7 +175,7 @@ def test_bad_boxes_and_arguments():
     res = learn(Batch(), d=2, max_heads=1, field=Real(dps=30), tokens="float64", seed=0,
                 outputs=2, noise=1e-20)
     assert res.status == "failed" and "Batch" in res.error and "not outputs=2" in res.error
-    for kw in ({"noise_rel": 1e-12}, {"noise": "auto", "plan": "stable"}, {"snap": True}):
+    for kw in ({"noise": "auto", "plan": "stable"}, {"snap": True}):
         with pytest.raises(ValueError, match="outputs= is not supported yet"):
             learn(Oracle(model, Real(dps=30)), d=2, heads=1, outputs=3, **kw)
     with pytest.raises(ValueError, match="MAX_PLAN_BYTES"):
@@ -267,11 +267,12 @@ def worst_error(res, W, V):
     return err
 
 
-@pytest.mark.parametrize("noise", [1e-13, [1e-13, 2e-13, 1e-13, 3e-13]])
+@pytest.mark.parametrize("noise", [dict(noise=1e-13), dict(noise=[1e-13, 2e-13, 1e-13, 3e-13]),
+                                   dict(noise=5e-14, noise_rel=1e-14)])
 def test_a_numpy_float64_vector_layer_over_the_real_field(noise):
     layer = NumpyVectorLayer(3, 2, 4, seed=3)
-    res = learn(layer, d=3, heads=2, field=Real(dps=30), tokens="float64", noise=noise, seed=1,
-                outputs=4)
+    res = learn(layer, d=3, heads=2, field=Real(dps=30), tokens="float64", seed=1, outputs=4,
+                **noise)
     assert res.certified, res.error
     err = worst_error(res, layer.W, layer.V)
     assert err <= 1e-8 and err <= float(res.error_bound)
@@ -362,7 +363,7 @@ def test_torch_mha_without_a_readout_over_the_real_field():
     answered = []
     mha.register_forward_hook(lambda mod, inp, out: answered.append(inp[0].shape[0]))
     res = learn(ta.black_box(mha), d=8, heads=2, field="real", tokens="float64", seed=0,
-                noise=1e-11, outputs=8)
+                noise=2e-12, noise_rel=2e-13, outputs=8)
     assert res.certified, res.error
     truth_heads = ta.true_heads(mha).heads()
     assert all(len(h.v) == 8 for h in truth_heads)

@@ -347,8 +347,7 @@ def _outputs_of(args, model):
                        (getattr(args, "workers", None) is not None or getattr(args, "scheduler", None),
                         "--workers / --scheduler"),
                        (getattr(args, "max_height", None) is not None, "--max-height"),
-                       (getattr(args, "snap", False), "--snap"),
-                       (getattr(args, "noise_rel", None) is not None, "--noise-rel")):
+                       (getattr(args, "snap", False), "--snap")):
         if given:
             raise BadInput(f"--outputs is not supported yet with {opt}")
     return m

@@ -78,13 +78,14 @@ def _softmax_stats(W, u, x_tokens, mults, final):
 
 
 def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None,
-                       bias: bool = False) -> tuple:
+                       bias: bool = False, noise_rel=None) -> tuple:
     """The m outputs' readouts from ``records`` (module doc): returns
     ``(canonical vector heads, values certified)`` and updates ``outcome`` (its
     ``error_bound``, ``v_bounds`` and ``detail["outputs"]``).  Heads with a query bias u
     score ``x_i^T W x_n + u^T x_i``, their u bounds read from ``outcome.u_bounds`` (per head,
     per entry), which must then be given; ``bias``: a length-m constant is solved too (one
-    more feature, 1) and returned as the result's ``constant``."""
+    more feature, 1) and returned as the result's ``constant``.  ``noise_rel``: each answer
+    is trusted to ``eta_j + noise_rel |y_{q,j}|``, and each output is weighted by its own."""
     current().stage("analyse")          # progress=: the outputs' solve
     heads = tuple(heads)
     H = len(heads)
@@ -98,6 +99,7 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
     if any(h.biased for h in heads) and (u_bounds is None or len(u_bounds) != H):
         raise DegenerateDraw("the heads have query biases u but no bounds on them to propagate")
     etas_j = output_etas(K, noise, m)
+    rel = 0.0 if noise_rel is None else float(noise_bound(K, noise_rel))
     ctx = K.ctx
     Ws = [([[K(a) for a in row] for row in h.W], [K(a) for a in h.u]) for h in heads]
     Wf = [np.array([[float(a) for a in row] for row in h.W]) for h in heads]
@@ -138,22 +140,25 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
         F[q] = got[0]
         Y[q] = [float(y) for y in ys]
         toks.append(got[1:])
-    eta = np.array(etas_j)
+    # each answer's eta: eta_j + eta_rel |y_{q,j}| (noise_rel), floored at float64 rounding
     floor = 8 * EPS * max(1.0, float(np.abs(Y).max()))
-    eta_eff = np.maximum(eta, floor)                   # an exact box: float64 rounding only
+    E = np.array(etas_j)[None, :] + rel * np.abs(Y)                 # (N, m), declared
+    Ee = np.maximum(E, floor)                          # an exact box: float64 rounding only
     Vhat = np.zeros((m, n))
     Bv = np.zeros((m, n))
-    P_cache: dict = {}
+    Ps: dict = {}
     for j in range(m):
-        e = eta_eff[j]
-        P = P_cache.get(e)
+        e = Ee[:, j]
+        key = e.tobytes()
+        P = Ps.get(key)
         if P is None:
-            A = F / e
+            A = F / e[:, None]
             if np.linalg.matrix_rank(A) < n:
                 raise DegenerateDraw(f"the recorded answers determine fewer than the {n} "
                                      f"readouts of each output (H d{' + 1' if bias else ''}): a "
                                      f"degenerate draw")
-            P = P_cache[e] = np.linalg.pinv(A)
+            P = Ps[key] = np.linalg.pinv(A)
+        Ps[j] = P
         Vhat[j] = P @ (Y[:, j] / e)
     # first order: the W bounds' effect g_{j,q} on each answer, with the estimated readouts
     G = np.zeros((N, m))
@@ -166,22 +171,22 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
             vbar = p @ vx
             cov = ((vx - vbar) * p[:, None]).T @ (X - xbar)  # (m, d): Cov_p(v_j . x, x_r)
             G[q] += np.abs(cov) @ (BW[h] @ np.abs(xn) + Bu[h])      # d/dW_rc, d/du_r
+    RND = 64 * EPS * (np.abs(F) @ np.abs(Vhat.T) + np.abs(Y))       # (N, m) rounding
     for j in range(m):
-        e = eta_eff[j]
-        P = P_cache[e]
-        Bv[j] = SAFETY * (np.abs(P) @ ((e + G[:, j]) / e))
-        rnd = 64 * EPS * (np.abs(P) @ ((np.abs(F) @ np.abs(Vhat[j]) + np.abs(Y[:, j])) / e))
-        Bv[j] += rnd + 16 * EPS * np.abs(Vhat[j])
+        e, P = Ee[:, j], Ps[j]
+        Bv[j] = SAFETY * (np.abs(P) @ ((E[:, j] + G[:, j]) / e))
+        Bv[j] += np.abs(P) @ (RND[:, j] / e) + 16 * EPS * np.abs(Vhat[j])
     if not np.all(np.isfinite(Bv)):
         raise DegenerateDraw("a readout's error bound is not finite: nothing to certify")
     # the least-squares residuals are a projection of the output errors: with every output
-    # within its eta, their weighted 2-norm is at most sqrt(N) plus the W bounds' effect
+    # within its eta, their weighted 2-norm is at most that of eta / eta_eff (sqrt(N) at most)
+    # plus the W bounds' effect
     excess = 0.0
     for j in range(m):
-        e = eta_eff[j]
+        e = Ee[:, j]
         rw = (Y[:, j] - F @ Vhat[j]) / e
-        allow = (math.sqrt(N) * max(eta[j], floor) / e + float(np.linalg.norm(SAFETY * G[:, j] / e))
-                 + float(np.linalg.norm(64 * EPS * (np.abs(F) @ np.abs(Vhat[j]) + np.abs(Y[:, j])) / e)))
+        allow = (float(np.linalg.norm(np.maximum(E[:, j], floor) / e))
+                 + float(np.linalg.norm(SAFETY * G[:, j] / e)) + float(np.linalg.norm(RND[:, j] / e)))
         ratio = float(np.linalg.norm(rw)) / allow
         excess = max(excess, ratio)
         if ratio > 1:
@@ -193,11 +198,9 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
     # every recorded answer of every output within its tolerance
     worst = 0.0
     for q in range(N):
-        X, mult, xn = toks[q]
         fq = F[q] @ Vhat.T                                # (m,)
         res = np.abs(Y[q] - fq)
-        tol = (eta + SAFETY * G[q] + np.abs(F[q]) @ Bv.T
-               + 64 * EPS * (np.abs(F[q]) @ np.abs(Vhat.T) + np.abs(Y[q])))
+        tol = E[q] + SAFETY * G[q] + np.abs(F[q]) @ Bv.T + RND[q]
         ratio = res / np.maximum(tol, 1e-300)
         k = int(np.argmax(ratio))
         worst = max(worst, float(ratio[k]))
