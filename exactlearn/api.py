@@ -107,6 +107,10 @@ class LearnResult:
         With ``bias=True``: the additive constant c of the canonical form (0 when absent,
         and on a failure); each head then has its query-bias vector ``u``
         (docs: explanation/biases.md).
+    outputs : int or None
+        With ``outputs=m``: m, each head's ``v`` an m x d matrix (a tuple of m rows) and
+        ``constant`` a length-m tuple (docs: explanation/biases.md#vector-outputs); None for
+        a scalar box (the JSON then has no ``outputs`` key).
     bias : bool
         Whether the run learned biases (``bias=True``); only then does the JSON carry
         ``heads[i].u`` and ``constant``.
@@ -144,6 +148,7 @@ class LearnResult:
     detail: object = None                  # the strategy's own: EfficientDetail, RealDetail or None
     constant: object = 0                   # bias=True: the additive constant c
     bias: bool = False                     # bias=True: the plan for biases (u, c in the JSON)
+    outputs: int | None = None             # outputs=m: vector outputs (v m x d, constant m)
     failure: ExactLearnError | None = None  # the failure as its typed exception; None when certified
 
     # -- the strategies' details, as attributes (stable names) -------------------------
@@ -242,7 +247,8 @@ class LearnResult:
             "multimodular": self.multimodular,
             "noise_queries": self.noise_queries,
             "noise_estimated": self.noise_estimated,
-        } | ({"constant": K.format(self.constant)} if self.bias else {})
+        } | ({"constant": _format_constant(K, self.constant, self.outputs)} if self.bias else {}) \
+          | ({"outputs": self.outputs} if self.outputs is not None else {})
 
     @property
     def exact_over_Q(self) -> bool:  # noqa: N802 -- the JSON key's spelling
@@ -325,7 +331,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
           noise=None, query_scale=None, snap: bool = False,
           max_primes: int | None = None, noise_rel=None, tokens: str = "exact",
           executor=None, max_height: int | None = None,
-          bias: bool = False, *, progress=None) -> LearnResult:
+          bias: bool = False, outputs: int | None = None, *, progress=None) -> LearnResult:
     """Learn the canonical heads of ``oracle`` (arXiv:2608.03294; docs: explanation/algorithm.md).
 
     Asks the black box a planned set of value queries and returns either *certified* heads
@@ -386,7 +392,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         With ``plan="efficient"`` only: a promise that every head has rank at most r.
     noise : optional
         Real field: the declared bound eta on the absolute error of every output (default
-        ``oracle.noise``, else 0).  An output noisier than declared fails the certificate.
+        ``oracle.noise``, else 0); with ``outputs=m`` one number for all outputs or a list of
+        m, one per output.  An output noisier than declared fails the certificate.
         ``noise="auto"`` (stable plan, without ``noise_rel``) measures eta from the box
         first: the spread of its answers when the non-final tokens of the plan's query
         shapes are permuted, times a safety multiple
@@ -431,6 +438,18 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         each head gains ``u`` and the result ``constant``.  Not supported yet over the real
         field, nor with ``plan="efficient"``, ``executor=`` or ``max_height=``
         (ValueError).
+    outputs : int, optional
+        A box of m outputs (docs: explanation/biases.md#vector-outputs): it answers m
+        numbers per query (a sequence or 1-d array; ``batch`` one such row per query).  Each
+        head's ``v`` is then an m x d matrix (row j: output j's readout) and, with ``bias``,
+        ``constant`` a length-m vector.  The same plan and count as a scalar box: the plan
+        runs on a random combination ``r . y`` and every output's readout is solved from the
+        answers recorded on the way; each output of each answer is certified (exactly over the
+        exact fields, within its tolerance over the real field).  A box that does not answer
+        m values is bad input (``BadBlackBox``, naming the box).  With ``noise_rel`` the plan
+        runs on one output drawn at random (r a unit vector e_k), whose error bound then is
+        its own.  Not with ``noise="auto"``, ``snap``, ``executor``, ``max_height``, a box
+        fixed to one prime, nor ``verify`` over the real field (ValueError).
     progress : callable, optional
         Called with a :class:`~exactlearn.progress.ProgressEvent` as the run goes: the
         phase, the prime or attempt, and how much of the phase is done out of its total;
@@ -494,7 +513,15 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         plan = "stable" if tokens != "exact" and not K.is_exact else "paper"
     if noise_rel is not None and K.is_exact:
         raise ValueError(f"noise_rel= applies to the real field, not the {K.name} field")
-    auto = _check_noise(noise, noise_rel, K, plan)
+    if isinstance(noise, (list, tuple)) and outputs is not None:   # one eta per output
+        if K.is_exact:
+            raise ValueError("noise as a list (one eta per output) needs outputs=m over the real "
+                             "field")
+        auto = any([_check_noise(x, noise_rel, K, plan) for x in noise] + [False])
+        if auto:
+            raise ValueError("noise='auto' is one setting for the whole box, not one per output")
+    else:
+        auto = _check_noise(noise, noise_rel, K, plan)
     if max_primes is not None and (isinstance(max_primes, bool) or not isinstance(max_primes, int)
                                    or max_primes < 2):
         raise ValueError(f"max_primes must be an integer >= 2, got {max_primes!r}")
@@ -509,6 +536,9 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
             raise ValueError("max_height applies to the paper plan (plan='paper')")
     if bias not in (True, False):
         raise ValueError(f"bias must be True or False, got {bias!r}")
+    if outputs is not None:
+        _check_outputs(outputs, K, oracle, noise, noise_rel, snap, executor, max_height, verify)
+        _check_outputs_size(d, H, outputs)
     if bias:
         _check_bias_options(K, plan, executor)
         if max_height is not None:
@@ -524,6 +554,14 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                          "without trace")
     R = query_range if query_range is not None else DEFAULT_RANGES.get(K.name, 20)
     rng = random.Random(seed)
+    view = None
+    if outputs is not None:                # the plan runs on r . y; the vectors are recorded
+        from exactlearn.oracle import OutputsView
+        box_noise = getattr(oracle, "noise", None)
+        view = oracle = OutputsView(oracle, outputs, K, convert, [1] * outputs)
+        convert = False
+        if noise is None and box_noise is not None:
+            noise = box_noise
     rec = Recorder(oracle, K, convert)
     current().bind(rec)                    # progress=: follows every query counted here
     options = Options(noise=getattr(oracle, "noise", None) if noise is None else noise,
@@ -563,6 +601,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
             except ExactnessError:
                 outcome = "refused"            # before any query: too large, not degenerate
                 raise
+            if view is not None:               # a fresh combination r for every attempt
+                options.noise = _draw_view(view, K, rng, noise, noise_rel)
             ask = rec.child(oracle, K, convert)           # this attempt's observations
             trace_to = tr if trace else None
             if K.multimodular and strategy.EXACT and executor is not None:
@@ -580,6 +620,9 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                     max_height=max_height)
             else:
                 recovered, n_cert = strategy.run(drawn, ask, K, trace_to, options)
+            if view is not None:               # every output's readout, certified
+                recovered, n_cert = _outputs_step(recovered, view, K, d, bias, multimodular,
+                                                  options, noise)
             error, failure, outcome = None, None, "certified"
             break
         except (BadBlackBox, ClusterError) as exc:    # the box broke its interface, or the
@@ -606,8 +649,11 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     if error is None and verify:
         current().at(attempt=attempts)         # after the primes: no prime
         current().phase("verify", verify)
-        verified, error = strategy.verify(verify_box, recovered, d, H, K, convert, rng, R, verify,
-                                          options.state)
+        if view is not None:
+            verified, error = _verify_outputs(verify_box, view, recovered, d, H, K, rng, R, verify)
+        else:
+            verified, error = strategy.verify(verify_box, recovered, d, H, K, convert, rng, R,
+                                              verify, options.state)
         if error is not None:
             recovered = ()
             failure = VerificationFailed(error)
@@ -630,8 +676,116 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         snap=_snap(detail, recovered) if snap and error is None else None,
         multimodular=multimodular, detail=detail,
         constant=getattr(recovered, "constant", 0) if error is None and bias else 0, bias=bias,
+        outputs=outputs,
         noise_queries=0 if noise_box is None else noise_box.queries,
         noise_estimated=noise_estimated)
+
+
+def _format_constant(K, constant, outputs):
+    """The JSON's ``constant``: one number, or with ``outputs`` a list of m (zeros on a failure)."""
+    if outputs is None:
+        return K.format(constant)
+    if not isinstance(constant, (tuple, list)):
+        constant = [constant] * outputs
+    return [K.format(c) for c in constant]
+
+
+def _check_outputs(outputs, K, oracle, noise, noise_rel, snap, executor, max_height, verify) -> None:
+    """``outputs=m``: a positive int, and only where the vector step is written (one line)."""
+    if isinstance(outputs, bool) or not isinstance(outputs, int) or outputs < 1:
+        raise ValueError(f"outputs must be a positive integer, got {outputs!r}")
+    from exactlearn.limits import MAX_OUTPUTS
+    if outputs > MAX_OUTPUTS:
+        raise ValueError(f"outputs = {readable_int(outputs)} is past MAX_OUTPUTS = "
+                         f"{readable_int(MAX_OUTPUTS)}")
+    for given, what in ((executor is not None, "executor="), (max_height is not None, "max_height="),
+                        (snap, "snap=True"),
+                        (isinstance(noise, str) and noise == "auto", "noise='auto'"),
+                        (verify and not K.is_exact, "verify= over the real field")):
+        if given:
+            raise ValueError(f"outputs= is not supported yet with {what} (docs: "
+                             f"explanation/biases.md#vector-outputs)")
+    if K.multimodular and getattr(oracle, "over", None) is None:
+        raise ValueError("outputs= over the modular field needs a box that can be asked modulo "
+                         "other primes (a model's Oracle); a box fixed to one prime is not "
+                         "supported yet")
+    if not K.is_exact and isinstance(noise, (list, tuple)) and len(noise) != outputs:
+        raise ValueError(f"noise must be one number or a list of outputs={outputs} numbers, "
+                         f"got {len(noise)}")
+
+
+def _check_outputs_size(d, H, outputs) -> None:
+    """The recorded answers of a vector box (m values each, at most twice the paper plan's
+    count for the stable plan) within ``MAX_PLAN_BYTES`` at 64 bytes a value, before any
+    query (docs: reference/cli.md#limits)."""
+    from exactlearn.limits import MAX_PLAN_BYTES, PLAN_BYTES_PER_QUERY, plan_cost
+    need = 2 * plan_cost(d, H).queries * outputs * PLAN_BYTES_PER_QUERY
+    if need > MAX_PLAN_BYTES:
+        raise ValueError(f"d = {d}, H = {H}, outputs = {outputs}: the recorded answers would take "
+                         f"about {readable_int(need)} bytes, more than the limit "
+                         f"{readable_int(MAX_PLAN_BYTES)} (MAX_PLAN_BYTES; docs/reference/cli.md, "
+                         f"\"Limits\")")
+
+
+def _draw_view(view, K, rng, noise, noise_rel=None):
+    """Draw the combination r of an attempt (exact fields: nonzero integers; real field: a
+    random unit vector, or with ``noise_rel`` one output drawn at random, so that the scalar
+    view's error is that output's ``eta_k + noise_rel |y_k|``) and clear the records; returns
+    the scalar view's noise ``sum_j |r_j| eta_j`` over the real field (``noise`` otherwise)."""
+    from exactlearn.pipeline.outputs import draw_combination
+    if K.is_exact:
+        r = draw_combination(view.m, rng)
+    elif noise_rel is not None:
+        k = rng.randrange(view.m)
+        r = [1 if j == k else 0 for j in range(view.m)]
+    else:
+        from exactlearn.strategies.real.outputs import draw_unit
+        r = draw_unit(view.m, rng)
+    view.redraw(r)
+    if K.is_exact:
+        return noise
+    from exactlearn.strategies.real.outputs import combined_noise
+    return combined_noise(K, r, noise, view.m)
+
+
+def _outputs_step(recovered, view, K, d, bias, multimodular, options, noise) -> tuple:
+    """Every output's readout from the answers recorded on the scalar view, certified."""
+    if not K.is_exact:
+        from exactlearn.strategies.real.outputs import learn_outputs_real
+        return learn_outputs_real(recovered, d, view.records, K, view.m, noise,
+                                  options.state.outcome, view.r, bias=bias,
+                                  noise_rel=options.noise_rel)
+    from exactlearn.pipeline.outputs import learn_outputs, learn_outputs_modular
+    if multimodular is not None:
+        return learn_outputs_modular(recovered, d, view, multimodular, view.m, bias)
+    return learn_outputs(recovered, d, view.records, K, view.m, bias)
+
+
+def _verify_outputs(verify_box, view, heads, d, H, K, rng, R, n) -> tuple:
+    """``verify=N`` for vector outputs (exact fields): N fresh random queries, every output
+    compared with ``==``."""
+    from exactlearn.model import VectorEvaluator
+    from exactlearn.errors import FieldError
+    m = view.m
+    constant = getattr(heads, "constant", 0)
+    if not isinstance(constant, tuple):
+        constant = tuple(0 for _ in range(m))
+    rows = VectorEvaluator(tuple(heads), d, K, constant).rows if heads else \
+        [(lambda tokens, c=c: K(c)) for c in constant]
+    for _ in range(n):
+        length = rng.randint(1, 2 * H + 1)
+        tokens = [tuple(rng.randint(-R, R) for _ in range(d)) for _ in range(length)]
+        view.records.clear()
+        try:
+            verify_box(tokens)
+            ys = view.records[-1][1]
+            agrees = all(K.eq(ev(tokens), y) for ev, y in zip(rows, ys))
+        except (FieldError, ValueError, TypeError) as exc:
+            return False, f"verification failed: a fresh random query could not be compared ({exc})"
+        if not agrees:
+            return False, ("verification failed: a fresh random query disagrees with the certified "
+                           "heads on some output")
+    return True, None
 
 
 def _kept(exc: ExactLearnError) -> ExactLearnError:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import random
 from fractions import Fraction
 
-from exactlearn.limits import check_model_size
+from exactlearn.limits import check_model_size, check_outputs_size
 from exactlearn.model import MultiHeadAttention, structure
 
 #: draws before :func:`redraw` gives up (a structured draw is rejected mostly at d = 1,
@@ -120,7 +120,8 @@ def add_biases(randint, heads: list, d: int, num: int, den: int, same=()) -> tup
 
 
 def random_model(d: int, H: int, seed=None, merge: bool = False, cancel: bool = False,
-                 entries: int = 3, den: int = 2, bias: bool = False) -> MultiHeadAttention:
+                 entries: int = 3, den: int = 2, bias: bool = False,
+                 outputs: int | None = None) -> MultiHeadAttention:
     """``exactlearn random-model``: H heads, W entries p/q with |p| <= ``entries`` and
     q <= ``den``, v entries with q <= 3, drawn from ``random.Random(seed)``.
 
@@ -132,10 +133,16 @@ def random_model(d: int, H: int, seed=None, merge: bool = False, cancel: bool = 
     pair only and H = 3 a merged group of three (v, u, -u); H >= 4 gives both.
     ``bias``: every head gets a random u and the model a random constant
     (:func:`add_biases`; the merged and cancelling heads share their u); without it the
-    draws are those of a bias-free model.
+    draws are those of a bias-free model.  ``outputs`` m (docs:
+    explanation/biases.md#vector-outputs): each head's v becomes an m x d matrix whose first
+    row is the v drawn as above and whose other rows are drawn after the model (a cancelling
+    head takes the negated rows of its partner), and the constant (with ``bias``) a vector
+    whose first entry is the one drawn; without it the draws are those of a scalar model.
     ValueError when no draw in :data:`MAX_DRAWS` has the structure, or (before anything is
     drawn) when the model would be beyond :mod:`exactlearn.limits`."""
     check_model_size(d, H)
+    if outputs is not None:
+        check_outputs_size(d, H, outputs)
     rng = random.Random(seed)
     want_merge = merge and H >= 2 and not (cancel and H == 2)
     want_cancel = cancel and H >= 2 and not (merge and H == 3)
@@ -150,10 +157,29 @@ def random_model(d: int, H: int, seed=None, merge: bool = False, cancel: bool = 
             src = H - 2 if not (merge and H == 2) else 0
             heads[src], heads[-1] = cancelling_group(heads[src][0], [heads[src][1]])
             same.append((src, H - 1))
+        c = None
         if bias:
             heads, c = add_biases(rng.randint, heads, d, entries, den, same)
+        if outputs is not None:
+            return _with_outputs(rng.randint, heads, d, c, bias, outputs, entries,
+                                 cancel=same[-1] if cancel and H >= 2 else None)
+        if bias:
             return MultiHeadAttention(heads, d=d, constant=c, bias=True)
         return MultiHeadAttention(heads, d=d)
 
     return redraw(draw, lambda m: structure_holds(m, merged=int(want_merge), cancelled=int(want_cancel)),
                   failure=f"no random model with d={d}, H={H} has the structure asked for")
+
+
+def _with_outputs(randint, heads, d, c, bias, m, entries, cancel=None) -> MultiHeadAttention:
+    """The heads of a scalar draw with v widened to m rows (:func:`random_model`)."""
+    rows = [[list(h[1])] + [random_vector(randint, d, entries, 3) for _ in range(m - 1)]
+            for h in heads]
+    if cancel is not None:                   # the cancelling head: minus its partner's rows
+        src, dst = cancel
+        rows[dst] = [list(rows[dst][0])] + [[-x for x in r] for r in rows[src][1:]]
+    out = [(h[0], V) + tuple(h[2:]) for h, V in zip(heads, rows)]
+    const = None
+    if bias:
+        const = [c] + [random_rational(randint, entries, 3) for _ in range(m - 1)]
+    return MultiHeadAttention(out, d=d, constant=const, bias=bias, outputs=m)

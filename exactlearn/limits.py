@@ -54,6 +54,9 @@ PLAN_BYTES_PER_D3 = 136
 #: Most numbers a model may hold: H (d^2 + d) for attention, plus r (d + 1) for a
 #: Transformer's ReLU layer (and H m d for its O).
 MAX_MODEL_ENTRIES = 2 ** 22
+#: Most outputs of a vector-output box (``learn(outputs=m)``, ``--outputs``): the plan's
+#: answers are recorded as m values each (docs: explanation/biases.md#vector-outputs).
+MAX_OUTPUTS = 2 ** 16
 #: Largest model file, in bytes (checked before it is read; 16 bytes per entry).
 MAX_MODEL_FILE_BYTES = 16 * MAX_MODEL_ENTRIES
 #: Most local Dask worker processes ``--workers`` starts (each is a Python process of its own).
@@ -186,6 +189,26 @@ def model_entries(d: int, H: int, neurons: int = 0, m: int | None = None) -> int
         return H * (d * d + d)
     m = d if m is None else m
     return H * (d * d + m * d) + neurons * (m + 1)
+
+
+def check_outputs_size(d: int, H: int, outputs) -> None:
+    """Refuse (one-line ModelError) ``outputs`` that is not an integer in [1, MAX_OUTPUTS], or a
+    model of vector outputs, H (d^2 + m d + d) numbers, past :data:`MAX_MODEL_ENTRIES`, before
+    anything is drawn.
+
+    >>> check_outputs_size(100, 100, 1000)
+    Traceback (most recent call last):
+    ...
+    exactlearn.errors.ModelError: model: d = 100 with 100 heads and 1000 outputs holds 11010000 numbers, more than the limit 4194304 (MAX_MODEL_ENTRIES; docs/reference/cli.md, "Limits")
+    """
+    if isinstance(outputs, bool) or not isinstance(outputs, int) or not 1 <= outputs <= MAX_OUTPUTS:
+        raise ModelError(f"outputs must be an integer in [1, {MAX_OUTPUTS}] (MAX_OUTPUTS), got "
+                         f"{outputs!r}")
+    n = H * (d * d + outputs * d + d)
+    if n > MAX_MODEL_ENTRIES:
+        raise ModelError(f"model: d = {d} with {H} heads and {outputs} outputs holds {n} numbers, "
+                         f"more than the limit {MAX_MODEL_ENTRIES} (MAX_MODEL_ENTRIES; "
+                         f"docs/reference/cli.md, \"Limits\")")
 
 
 def check_model_size(d: int, H: int, neurons: int = 0, m: int | None = None,

@@ -39,15 +39,40 @@ FORMAT = "exactlearn.mha/1"
 #: (docs: explanation/biases.md).
 FORMAT_BIAS = "exactlearn.mha/2"
 
+#: The model file format with vector outputs: ``outputs`` m, per-head ``v`` an m x d matrix,
+#: ``u``, and a top-level length-m ``constant`` (docs: explanation/biases.md#vector-outputs).
+FORMAT_VECTOR = "exactlearn.mha/3"
+
+
+def is_matrix(v) -> bool:
+    """True when a head's ``v`` is a matrix (a tuple of rows: vector outputs), not a vector."""
+    return bool(v) and isinstance(v[0], (tuple, list))
+
+
+def _flat(v):
+    """The entries of a head's v, vector or matrix."""
+    return [x for row in v for x in row] if is_matrix(v) else list(v)
+
+
+def _add_v(a, b):
+    if is_matrix(a):
+        return tuple(tuple(x + y for x, y in zip(ra, rb)) for ra, rb in zip(a, b))
+    return tuple(x + y for x, y in zip(a, b))
+
 
 @dataclass(frozen=True, order=True)
 class Head:
     """One (canonical or raw) head: W as a tuple of row tuples, v as a tuple, and the
     query-bias vector u (docs: explanation/biases.md): the score of token i is
-    ``x_i^T W x_n + u^T x_i``.  ``u`` defaults to zeros (a head without bias).
+    ``x_i^T W x_n + u^T x_i``.  ``u`` defaults to zeros (a head without bias).  With vector
+    outputs v is an m x d matrix, a tuple of m rows (row j: output j's readout;
+    docs: explanation/biases.md#vector-outputs).
 
     >>> Head(((1,),), (2,)) == Head(((1,),), (2,), (0,)), Head(((1,),), (2,)).u
     (True, (0,))
+    >>> h = Head(((1,),), ((2,), (3,)))
+    >>> h.d, h.outputs, h.u, h.row(1)
+    (1, 2, (0,), Head(W=((1,),), v=(3,), u=(0,)))
     """
 
     W: tuple
@@ -56,12 +81,22 @@ class Head:
 
     def __post_init__(self):
         if self.u is None:
-            zero = self.v[0] * 0 if self.v else 0
-            object.__setattr__(self, "u", tuple(zero for _ in self.v))
+            flat = _flat(self.v)
+            zero = flat[0] * 0 if flat else 0
+            object.__setattr__(self, "u", tuple(zero for _ in range(self.d)))
 
     @property
     def d(self) -> int:
-        return len(self.v)
+        return len(self.v[0]) if is_matrix(self.v) else len(self.v)
+
+    @property
+    def outputs(self) -> int | None:
+        """m for a head of a vector-output model (v an m x d matrix), None for a vector v."""
+        return len(self.v) if is_matrix(self.v) else None
+
+    def row(self, j: int) -> "Head":
+        """Output j's scalar head ``(W, v[j], u)`` of a vector-output head."""
+        return Head(self.W, tuple(self.v[j]), self.u)
 
     @property
     def biased(self) -> bool:
@@ -70,7 +105,9 @@ class Head:
 
     def to_json(self, fmt=format_rational, bias: bool = False) -> dict:
         """``{"W", "v"}``, and ``"u"`` with ``bias`` (the bias runs' JSON and mha/2 files)."""
-        out = {"W": [[fmt(x) for x in row] for row in self.W], "v": [fmt(x) for x in self.v]}
+        v = ([[fmt(x) for x in row] for row in self.v] if is_matrix(self.v)
+             else [fmt(x) for x in self.v])
+        out = {"W": [[fmt(x) for x in row] for row in self.W], "v": v}
         if bias:
             out["u"] = [fmt(x) for x in self.u]
         return out
@@ -121,6 +158,10 @@ class HeadSet(tuple):
         return (HeadSet, (tuple(self), self.constant, self.bias))
 
 
+def _nonzero_constant(c) -> bool:
+    return any(x != 0 for x in c) if isinstance(c, (tuple, list)) else c != 0
+
+
 def constant_of(heads):
     """The additive constant of a collection of heads (0 unless it is a :class:`HeadSet`)."""
     return getattr(heads, "constant", 0)
@@ -142,9 +183,10 @@ def canonicalize(heads: Iterable[Head], constant=None, bias: bool | None = None)
     for h in heads:
         key = (h.W, h.u)
         acc = groups.get(key)
-        groups[key] = h.v if acc is None else tuple(a + b for a, b in zip(acc, h.v))
-    out = tuple(sorted(Head(W, v, u) for (W, u), v in groups.items() if any(x != 0 for x in v)))
-    if bias or constant != 0:
+        groups[key] = h.v if acc is None else _add_v(acc, h.v)
+    out = tuple(sorted(Head(W, v, u) for (W, u), v in groups.items()
+                       if any(x != 0 for x in _flat(v))))
+    if bias or _nonzero_constant(constant):
         return HeadSet(out, constant, bias)
     return out
 
@@ -172,8 +214,8 @@ def structure(heads: Iterable[Head]) -> Structure:
     groups: dict = {}
     zero = 0
     for h in heads:
-        if any(x != 0 for x in h.v):
-            groups.setdefault((h.W, h.u), []).append(h.v)
+        if any(x != 0 for x in _flat(h.v)):
+            groups.setdefault((h.W, h.u), []).append(_flat(h.v))
         else:
             zero += 1
     merged = cancelled = 0
@@ -196,24 +238,37 @@ class MultiHeadAttention:
     ``constant`` is the additive constant c:
     ``f(X) = c + sum_h sum_i softmax_i(x_i^T W_h x_n + u_h^T x_i) v_h . x_i``.
 
+    With vector outputs (``outputs=m``, docs: explanation/biases.md#vector-outputs) every
+    head's v is an m x d matrix, ``constant`` a length-m vector, and ``evaluate`` returns the
+    m outputs; ``output(j)`` is output j as a scalar model.
+
     >>> from exactlearn.fields import Rational
+    >>> MultiHeadAttention([([[0]], [[1], [2]])], outputs=2).evaluate([[0], [3]], Rational())
+    [mpq(3,2), mpq(3,1)]
     >>> m = MultiHeadAttention([([[0]], [1], [1])], constant=5)
     >>> m.bias, m.evaluate([[0], [1]], Rational()) == 5 + Rational(scale=1).exp(1) / (1 + Rational(scale=1).exp(1))
     (True, True)
     """
 
-    def __init__(self, heads: Sequence, d: int | None = None, constant=None, bias: bool | None = None):
+    def __init__(self, heads: Sequence, d: int | None = None, constant=None, bias: bool | None = None,
+                 outputs: int | None = None):
         heads = list(heads)
+        if outputs is not None and (isinstance(outputs, bool) or not isinstance(outputs, int)
+                                    or outputs <= 0):
+            raise ModelError(f"outputs must be a positive integer, got {outputs!r}")
         if d is None:
             if not heads:
                 raise ModelError("a model without heads needs an explicit d")
             first = heads[0]
             v = first.v if isinstance(first, Head) else (first["v"] if isinstance(first, dict) and "v" in first
                                                           else first[1])
-            d = len(v)
+            d = len(v[0]) if outputs is not None and is_matrix(v) else len(v)
         if isinstance(d, bool) or not isinstance(d, int) or d <= 0:
             raise ModelError(f"d must be a positive integer, got {d!r}")
         self.d = d
+        #: m for a model of vector outputs (each head's v an m x d matrix,
+        #: docs: explanation/biases.md#vector-outputs); None for a scalar model
+        self.outputs = outputs
         parsed = []
         for idx, h in enumerate(heads):
             u = None
@@ -234,9 +289,13 @@ class MultiHeadAttention:
             if u is not None:
                 u = exact_vector(u, d, f"head {idx + 1}: u")
             parsed.append(Head(exact_matrix(W, d, d, f"head {idx + 1}: W"),
-                               exact_vector(v, d, f"head {idx + 1}: v"), u))
+                               exact_vector(v, d, f"head {idx + 1}: v") if outputs is None else
+                               exact_matrix(v, outputs, d, f"head {idx + 1}: v"), u))
         self.heads = tuple(parsed)
-        if constant is None:
+        if outputs is not None:
+            self.constant = (tuple(as_mpq(0) for _ in range(outputs)) if constant is None
+                             else exact_vector(constant, outputs, "constant"))
+        elif constant is None:
             self.constant = as_mpq(0)
         else:
             try:
@@ -246,6 +305,14 @@ class MultiHeadAttention:
         # a model with biases (docs: explanation/biases.md): written as mha/2
         self.bias = bool(bias) if bias is not None else (
             constant is not None or any(h.biased for h in self.heads))
+
+    def output(self, j: int) -> "MultiHeadAttention":
+        """Output j of a vector-output model as a scalar model (its heads' row j, its
+        constant's entry j); independent of the learner, for comparisons."""
+        if self.outputs is None:
+            raise ModelError("output(j) is for a model with vector outputs")
+        return MultiHeadAttention([h.row(j) for h in self.heads], d=self.d,
+                                  constant=self.constant[j] if self.bias else None, bias=self.bias)
 
     # ---- structure ----------------------------------------------------------------
     @property
@@ -293,7 +360,7 @@ class MultiHeadAttention:
         if field.scale is None:
             field = field.with_scale(self.scale())
         self.check_scale(field)
-        return HeadEvaluator(self.heads, self.d, field, self.constant)(tokens)
+        return evaluator(self.heads, self.d, field, self.constant, self.outputs)(tokens)
 
     def check_scale(self, field: Field) -> None:
         """Raise ExactnessError unless ``field`` (exact) realises every raw head.
@@ -314,6 +381,10 @@ class MultiHeadAttention:
 
     # ---- files -----------------------------------------------------------------------
     def to_json(self) -> dict:
+        if self.outputs is not None:
+            return {"format": FORMAT_VECTOR, "d": self.d, "outputs": self.outputs, "bias": self.bias,
+                    "heads": [h.to_json(bias=True) for h in self.heads],
+                    "constant": [format_rational(c) for c in self.constant]}
         if self.bias:
             return {"format": FORMAT_BIAS, "d": self.d,
                     "heads": [h.to_json(bias=True) for h in self.heads],
@@ -327,6 +398,8 @@ class MultiHeadAttention:
     def from_json(cls, obj) -> "MultiHeadAttention":
         """Read an ``exactlearn.mha/1`` or ``exactlearn.mha/2`` (biases) model file
         (docs: reference/model-files.md)."""
+        if isinstance(obj, dict) and obj.get("format") == FORMAT_VECTOR:
+            return cls._from_json_vector(obj)
         biased = isinstance(obj, dict) and obj.get("format") == FORMAT_BIAS
         if not biased:
             check_format(obj, FORMAT, default=FORMAT)
@@ -363,6 +436,30 @@ class MultiHeadAttention:
         if biased:
             return cls(obj["heads"], d=d, constant=obj["constant"], bias=True)
         return cls(obj["heads"], d=d)
+
+    @classmethod
+    def _from_json_vector(cls, obj) -> "MultiHeadAttention":
+        """An ``exactlearn.mha/3`` file: vector outputs (docs: reference/model-files.md)."""
+        for key in ("d", "outputs", "heads", "constant"):
+            if key not in obj:
+                raise ModelError(f"model file: missing key {key!r} ({FORMAT_VECTOR})")
+        d, m = obj["d"], obj["outputs"]
+        for name, n in (("d", d), ("outputs", m)):
+            if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+                raise ModelError(f"model file: {name} must be a positive integer, got {n!r}")
+        if not isinstance(obj["heads"], list):
+            raise ModelError("model file: 'heads' must be a list")
+        check_model_size(d, len(obj["heads"]), what="model file")     # before any entry is read
+        for idx, h in enumerate(obj["heads"]):
+            if not isinstance(h, dict) or not {"W", "v", "u"} <= set(h):
+                raise ModelError(f"model file: head {idx + 1}: a head of {FORMAT_VECTOR} is "
+                                 f'{{"W", "v", "u"}} with v a list of {m} rows')
+        if not isinstance(obj["constant"], list):
+            raise ModelError(f"model file: constant must be a list of {m} numbers ({FORMAT_VECTOR})")
+        bias = obj.get("bias", True)
+        if bias not in (True, False):
+            raise ModelError(f"model file: bias must be true or false, got {bias!r}")
+        return cls(obj["heads"], d=d, constant=obj["constant"], bias=bias, outputs=m)
 
     @classmethod
     def from_file(cls, path) -> "MultiHeadAttention":
@@ -711,3 +808,36 @@ class HeadEvaluator:
                 out[n] = [(power(int(S[h * cols + t])), K(int(VA[h * cols + t])) * inv_dvs[h], Bs[h])
                           for h in range(m)]
         return out
+
+class VectorEvaluator:
+    """Evaluates heads with matrix v (vector outputs, docs: explanation/biases.md#vector-outputs):
+    one :class:`HeadEvaluator` per output on its heads' row j and constant entry j, so each
+    output takes the scalar paths (the integer path included).  ``ev(tokens)`` is the list of
+    the m outputs.
+
+    >>> from exactlearn.fields import QQ
+    >>> ev = VectorEvaluator([Head(((0,),), ((1,), (2,)))], 1, QQ.with_scale(1), (3, 0))
+    >>> ev([(1,), (3,)])
+    [mpq(5,1), mpq(4,1)]
+    """
+
+    def __init__(self, heads, d: int, field: Field, constant=None):
+        heads = list(heads)
+        m = len(constant) if constant is not None else heads[0].outputs
+        self.outputs = m
+        self.d = d
+        self.K = field
+        self.rows = [HeadEvaluator([h.row(j) for h in heads], d, field,
+                                   0 if constant is None else constant[j]) for j in range(m)]
+
+    def __call__(self, tokens) -> list:
+        return [ev(tokens) for ev in self.rows]
+
+
+def evaluator(heads, d: int, field: Field, constant=None, outputs: int | None = None):
+    """A :class:`HeadEvaluator`, or a :class:`VectorEvaluator` for ``outputs`` m."""
+    if outputs is None:
+        return HeadEvaluator(heads, d, field, constant)
+    if constant is None or not isinstance(constant, (tuple, list)):
+        constant = tuple(0 for _ in range(outputs))
+    return VectorEvaluator(heads, d, field, constant)

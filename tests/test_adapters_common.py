@@ -47,14 +47,14 @@ def test_canonical_parameters_reproduce_a_textbook_layer(bias):
         assert np.max(np.abs(evaluate(tv, X) - forward(X))) < 1e-12
 
 
-def test_heads_need_a_readout_and_no_bias():
+def test_heads_need_no_bias_and_give_matrix_v_without_a_readout():
     rng = np.random.default_rng(2)
     _, blocks = numpy_layer(rng, bias=True)
     with pytest.raises(ModelError, match="biases"):
         canonical_parameters(*blocks, readout=np.ones(4)).heads()
     _, blocks = numpy_layer(rng, bias=False)
-    with pytest.raises(ModelError, match="readout"):
-        canonical_parameters(*blocks).heads()
+    vector = canonical_parameters(*blocks).heads()      # v_h = O_h V_h, m x d (vector outputs)
+    assert len(vector) == 2 and all(len(h.v) == 4 and len(h.v[0]) == 4 for h in vector)
     heads = canonical_parameters(*blocks, readout=np.ones(4)).heads()
     assert len(heads) == 2 and all(len(h.W) == 4 for h in heads)
 

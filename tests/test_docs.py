@@ -92,6 +92,9 @@ def test_learn_json_keys_are_documented(model_file, capsys, tmp_path):
     biased = str(tmp_path / "b.json")          # --bias adds "constant" (and each head's "u")
     assert main(["random-model", "--d", "2", "--heads", "2", "--seed", "4", "--bias", "--out", biased]) == 0
     seen |= set(_json(capsys, ["learn", "--model", biased, "--heads", "2", "--seed", "1", "--json", "--bias"]))
+    vector = str(tmp_path / "v.json")          # an mha/3 file adds "outputs"
+    assert main(["random-model", "--d", "2", "--heads", "2", "--seed", "4", "--outputs", "2", "--out", vector]) == 0
+    seen |= set(_json(capsys, ["learn", "--model", vector, "--heads", "2", "--seed", "1", "--json"]))
     assert seen == _documented_keys("learn --json")
 
 
@@ -151,6 +154,17 @@ def test_torch_jax_howto_torch_part_runs(capsys):
     assert ns["res"].certified and ns["err"] <= ns["res"].error_bound
     text = (DOCS / "howto" / "torch-jax-layer.md").read_text()
     shown = re.search(r"# (certified \d+) error", text).group(1)
+    assert shown in capsys.readouterr().out
+
+
+def test_torch_jax_howto_vector_part_runs(capsys):
+    """The how-to's vector-output code, as written: certified, its error within the bound and
+    its printed line the one shown."""
+    pytest.importorskip("torch")
+    ns = _torch_jax_howto(["1.", "3."])
+    assert ns["vres"].certified and ns["verr"] <= ns["vres"].error_bound
+    text = (DOCS / "howto" / "torch-jax-layer.md").read_text()
+    shown = re.search(r"# (certified \d+ 4) error", text).group(1)
     assert shown in capsys.readouterr().out
 
 

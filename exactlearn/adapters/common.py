@@ -61,16 +61,24 @@ class TrueHeads:
         """The canonical :class:`~exactlearn.model.Head` tuple (entries the exact rationals of
         the float64 arrays), to compare with ``learn()``'s ``res.heads``.
 
-        Needs a readout (``learn()`` takes a scalar box today) and a bias-free layer (exactlearn's
-        ``Head`` has no ``u`` and results no constant yet): otherwise a
-        :class:`~exactlearn.errors.ModelError` says which.
+        Without a readout each head's v is the m x d matrix ``O_h V_h`` (a tuple of m rows), to
+        compare with ``learn(..., outputs=m)`` (docs: explanation/biases.md#vector-outputs).
+        Needs a bias-free layer (exactlearn's real field learns no bias terms yet): otherwise a
+        :class:`~exactlearn.errors.ModelError` says so.
+
+        >>> import numpy as np
+        >>> I = np.eye(2)[None]
+        >>> t = canonical_parameters(I, None, I, None, I, None, I[0], None)
+        >>> [h.v for h in t.heads()]
+        [((mpq(1,1), mpq(0,1)), (mpq(0,1), mpq(1,1)))]
         """
-        if self.readout is None:
-            raise ModelError("true_heads without a readout has matrix v_h: exactlearn's Head takes "
-                             "a vector v (pass readout=)")
         if self.has_bias:
             raise ModelError("the layer has biases (nonzero u or c): exactlearn's Head has no bias "
                              "terms yet; compare W, u, v, c directly")
+        if self.readout is None:             # vector outputs: v_h = O_h V_h, m x d
+            return canonicalize(Head(tuple(tuple(mpq(float(a)) for a in row) for row in W),
+                                     tuple(tuple(mpq(float(a)) for a in row) for row in V))
+                                for W, V in zip(self.W, self.v))
         return canonicalize(Head(tuple(tuple(mpq(float(a)) for a in row) for row in W),
                                  tuple(mpq(float(a)) for a in v)) for W, v in zip(self.W, self.v))
 

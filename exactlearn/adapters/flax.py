@@ -104,8 +104,8 @@ def black_box(module, params, readout=None, dtype=None) -> LayerBox:
     """A ``MultiHeadDotProductAttention`` as a black box: ``box(X)`` answers
     ``module.apply(params, X[None])[0, -1]`` (computed as ``module.apply(params, X[None, -1:],
     X[None])[0, 0]``, the final token's query only) read out as ``readout . out`` (a float64 scalar),
-    or the output vector (the layer's dtype) without a readout -- ``learn()`` takes a scalar
-    box today, so give it a readout.  ``box.batch(queries)`` runs each length's queries as one
+    or the output vector (the layer's dtype) without a readout -- learn it with
+    ``learn(..., outputs=m)`` (docs: explanation/biases.md#vector-outputs).  ``box.batch(queries)`` runs each length's queries as one
     jitted batch (batch and length padded to powers of two, the batch to at least 8: the extra queries discarded, the
     extra tokens masked out, which weighs them exactly 0).
 

@@ -101,8 +101,9 @@ def black_box(module, readout=None, dtype=None, threads: int | None = 1) -> Laye
     the module on the tokens X (an (n, d) numpy array, the final token last) and answers at the
     last position -- ``module(X, X, X)[-1]``, computed as ``module(X[-1:], X, X)``, the final
     token's query only (the same output at O(n) cost): ``readout . out[-1]`` (a float64 scalar) with a readout, the
-    output vector (the module's dtype) without one -- ``learn()`` takes a scalar box today, so
-    give it a readout.  ``box.batch(queries)`` runs each length's queries as one batch.
+    output vector (the module's dtype) without one -- learn it with ``learn(..., outputs=m)``
+    (docs: explanation/biases.md#vector-outputs).  ``box.batch(queries)`` runs each length's
+    queries as one batch.
 
     ``dtype=None``: tokens must have the module's dtype (``learn(..., tokens="float64")`` for a
     float64 module); other tokens are refused, never cast.  ``dtype="float64"`` on a float32

@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     lp = sub.add_parser("learn", help="learn the canonical heads of a model file through a black box")
     lp.add_argument("--model", required=True,
-                    help="model file (exactlearn.mha/1, exactlearn.mha/2 or exactlearn.transformer/1 JSON)")
+                    help="model file (exactlearn.mha/1, /2, /3 or exactlearn.transformer/1 JSON)")
     lp.add_argument("--field", default="rational", choices=FIELD_NAMES,
                     help="number system of the black box and the learner (docs: choose a field)")
     g = lp.add_mutually_exclusive_group(required=True)
@@ -210,6 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
     lp.add_argument("--bias", action="store_true",
                     help="learn biases too: each head's u and the constant c, with the plan for "
                          "biases (exact fields, paper plan; docs: explanation/biases.md)")
+    lp.add_argument("--outputs", type=_int_at_least("--outputs", 1, limits.MAX_OUTPUTS, "MAX_OUTPUTS"),
+                    default=None, metavar="M",
+                    help="the box answers M outputs per query (a model file exactlearn.mha/3; "
+                         "default: the file's own M): each head's v is an M x d matrix "
+                         "(docs: explanation/biases.md#vector-outputs)")
     from exactlearn.cli.real import add_learn_options
     add_learn_options(lp)
     from exactlearn.cli import cluster as cli_cluster
@@ -241,6 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--bias", action="store_true",
                     help="attention: give every head a random query bias u and the model a random "
                          "constant c (writes exactlearn.mha/2)")
+    rp.add_argument("--outputs", type=_int_at_least("--outputs", 1, limits.MAX_OUTPUTS, "MAX_OUTPUTS"),
+                    default=None, metavar="M",
+                    help="attention: M outputs, each head's v an M x d matrix (writes "
+                         "exactlearn.mha/3; docs: explanation/biases.md#vector-outputs)")
     rp.add_argument("--out", default=None, help="output file (default: stdout)")
 
     dp = sub.add_parser("demo", help="step-by-step walk-through on a small model")
@@ -270,10 +279,13 @@ def _cmd_learn(args) -> int:
     if isinstance(obj, dict) and obj.get("format") == "exactlearn.transformer/1":
         if args.bias:
             raise BadInput("--bias applies to attention models (exactlearn.mha/1 or /2), not to a Transformer")
+        if args.outputs is not None:
+            raise BadInput("--outputs applies to attention models (exactlearn.mha/3), not to a Transformer")
         from exactlearn.cli.transformer import run_cli
         return run_cli(args, obj, make_field)
     model = MultiHeadAttention.from_json(obj)
     limits.check_plan_size(model.d, args.heads or args.max_heads)   # before any allocation
+    outputs = _outputs_of(args, model)
     if args.rank is not None and args.plan != "efficient":
         raise BadInput("--rank needs --plan efficient")
     if args.bias and args.plan != "paper":
@@ -299,6 +311,7 @@ def _cmd_learn(args) -> int:
                         plan=args.plan, rank=args.rank, max_primes=args.max_primes,
                         max_height=args.max_height,
                         **({"bias": True} if args.bias else {}),
+                        **({"outputs": outputs} if outputs is not None else {}),
                         **cli_real.learn_options(args, BadInput),
                         **({} if client is None else {"executor": client}), progress=progress)
     except ClusterError as exc:         # a cluster that never started: nothing was asked
@@ -314,6 +327,38 @@ def _cmd_learn(args) -> int:
     else:
         print(summary(res, model) + f"\nseed: {args.seed} (repeat the run with --seed {args.seed})")
     return 0 if res.certified else 1
+
+
+def _outputs_of(args, model):
+    """``--outputs M`` checked against the model file: its M by default; a scalar file with
+    ``--outputs``, another M, or an option the vector step lacks is bad input."""
+    m = args.outputs
+    if m is None:
+        m = model.outputs
+    elif model.outputs is None:
+        raise BadInput(f"--outputs {m}: the model file is a scalar model (exactlearn.mha/1 or /2): "
+                       f"its box answers one value per query")
+    elif m != model.outputs:
+        raise BadInput(f"--outputs {m}: the model file has {model.outputs} outputs")
+    if m is None:
+        return None
+    for given, opt in ((getattr(args, "tokens", "exact") != "exact", "--tokens float*"),
+                       (getattr(args, "noise", None) is not None, "--inject-noise"),
+                       (getattr(args, "workers", None) is not None or getattr(args, "scheduler", None),
+                        "--workers / --scheduler"),
+                       (getattr(args, "max_height", None) is not None, "--max-height"),
+                       (getattr(args, "snap", False), "--snap")):
+        if given:
+            raise BadInput(f"--outputs is not supported yet with {opt}")
+    return m
+
+
+def _v_text(K, v) -> str:
+    """A head's v for the summary: a vector, or the rows of a matrix (vector outputs)."""
+    from exactlearn.model import is_matrix
+    if is_matrix(v):
+        return str([[K.format(x) for x in row] for row in v])
+    return str([K.format(x) for x in v])
 
 
 def seeds(args) -> dict:
@@ -399,11 +444,12 @@ def summary(res, model=None) -> str:
                         if not res.exact_over_Q and res.field.is_exact else ""))
         for n, h in enumerate(res.heads, 1):
             lines.append(f"  head {n}: W = {[[K.format(x) for x in r] for r in h.W]}")
-            lines.append(f"          v = {[K.format(x) for x in h.v]}")
+            lines.append(f"          v = {_v_text(K, h.v)}")
             if res.bias:
                 lines.append(f"          u = {[K.format(x) for x in h.u]}")
         if res.bias:
-            lines.append(f"constant: c = {K.format(res.constant)}")
+            c = res.constant
+            lines.append(f"constant: c = {_v_text(K, c) if isinstance(c, tuple) else K.format(c)}")
         if model is not None and res.field.is_exact:
             same = res.heads == model.canonical_heads()
             lines.append(f"equal to the model's canonical heads: {same}")
@@ -421,7 +467,7 @@ def _cmd_random_model(args) -> int:
     if args.transformer:
         for opt, given in (("--merge", args.merge), ("--cancel", args.cancel),
                            ("--entries", args.entries is not None), ("--den", args.den is not None),
-                           ("--bias", args.bias)):
+                           ("--bias", args.bias), ("--outputs", args.outputs is not None)):
             if given:
                 raise BadInput(f"{opt} applies to attention models, not --transformer")
         from exactlearn.transformer_model import random_transformer
@@ -431,9 +477,12 @@ def _cmd_random_model(args) -> int:
         if args.neurons is not None:
             raise BadInput("--neurons applies to --transformer only")
         limits.check_model_size(args.d, args.heads)     # before anything is drawn
+        if args.outputs is not None:
+            limits.check_outputs_size(args.d, args.heads, args.outputs)
         obj = random_model(args.d, args.heads, seed, args.merge, args.cancel,
                            3 if args.entries is None else args.entries,
-                           2 if args.den is None else args.den, bias=args.bias).to_json()
+                           2 if args.den is None else args.den, bias=args.bias,
+                           outputs=args.outputs).to_json()
     obj["seed"] = seed                  # the draw is repeatable: --seed SEED
     text = json.dumps(obj, indent=1)
     if args.out:

@@ -41,6 +41,7 @@ from gmpy2 import mpq
 from exactlearn.errors import CertificateError, NoisierThanDeclared
 from exactlearn.fields.rational import QQ
 from exactlearn.noise import noise_bound
+from exactlearn.model import is_matrix
 from exactlearn.pipeline.ask import AskOnce
 from exactlearn.progress import current
 from exactlearn.strategies.real.analysis import (EQUAL_FACTOR, LINEAR_LIMIT, UNEQUAL_FACTOR,
@@ -140,8 +141,9 @@ def max_parameter_error(recovered, truth, K) -> tuple:
     if len(truth) != len(recovered):
         raise ValueError(f"{len(recovered)} recovered heads, {len(truth)} true heads")
 
-    def entries(h):
-        return [K(x) for row in h.W for x in row] + [K(x) for x in h.v]
+    def entries(h):                     # v a vector, or an m x d matrix (vector outputs)
+        v = [x for row in h.v for x in row] if is_matrix(h.v) else h.v
+        return [K(x) for row in h.W for x in row] + [K(x) for x in v]
 
     rec = [entries(h) for h in recovered]
     used, worst, pairing = set(), K.zero, []
