@@ -809,6 +809,7 @@ class HeadEvaluator:
                           for h in range(m)]
         return out
 
+
 class VectorEvaluator:
     """Evaluates heads with matrix v (vector outputs, docs: explanation/biases.md#vector-outputs):
     one :class:`HeadEvaluator` per output on its heads' row j and constant entry j, so each
