@@ -24,6 +24,10 @@ context.
 ...             lambda th: np.array([[1.0], [2.0]]), np.zeros(1))
 >>> bool(got.status > 0), float(got.x[0]), float(got.cost)
 (True, 3.0, 0.0)
+>>> under = solve(lambda th: np.array([th[0] + th[1] - 1.0]), lambda th: np.ones((1, 2)),
+...               np.zeros(2))            # fewer residuals than parameters: "trf"
+>>> bool(under.status > 0), round(float(under.x.sum()), 12)
+(True, 1.0)
 >>> import mpmath
 >>> ctx = mpmath.mp.clone(); ctx.prec = 200
 >>> two = ctx.mpf(2)
