@@ -111,14 +111,14 @@ def refine(ctx, step, theta, *, goal, steps, floor=None) -> Refined:
     the step no longer halves from the third on while it is at most ``floor`` (the rounding
     floor of a fixed float64 ``step``: converged too); not converged after ``steps``."""
     theta = [ctx.mpf(t) for t in theta]
-    last = size = None
+    prev = size = None
     for it in range(steps):
         delta = step(theta)
         theta = [t - s for t, s in zip(theta, delta)]
         size = max(abs(s) for s in delta)
         if all(abs(s) <= goal * max(1, abs(t)) for s, t in zip(delta, theta)):
             return Refined(theta, size, it + 1, True)
-        if floor is not None and it >= 2 and size > last / 2 and size <= floor:
+        if floor is not None and it >= 2 and size > prev / 2 and size <= floor:
             return Refined(theta, size, it + 1, True)
-        last = size
+        prev = size
     return Refined(theta, size, steps, False)
