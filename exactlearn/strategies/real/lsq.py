@@ -24,6 +24,10 @@ context.
 ...             lambda th: np.array([[1.0], [2.0]]), np.zeros(1))
 >>> bool(got.status > 0), float(got.x[0]), float(got.cost)
 (True, 3.0, 0.0)
+>>> under = solve(lambda th: np.array([th[0] + th[1] - 1.0]), lambda th: np.ones((1, 2)),
+...               np.zeros(2))            # fewer residuals than parameters: "trf"
+>>> bool(under.status > 0), round(float(under.x.sum()), 12)
+(True, 1.0)
 >>> import mpmath
 >>> ctx = mpmath.mp.clone(); ctx.prec = 200
 >>> two = ctx.mpf(2)
@@ -107,14 +111,14 @@ def refine(ctx, step, theta, *, goal, steps, floor=None) -> Refined:
     the step no longer halves from the third on while it is at most ``floor`` (the rounding
     floor of a fixed float64 ``step``: converged too); not converged after ``steps``."""
     theta = [ctx.mpf(t) for t in theta]
-    last = size = None
+    prev = size = None
     for it in range(steps):
         delta = step(theta)
         theta = [t - s for t, s in zip(theta, delta)]
         size = max(abs(s) for s in delta)
         if all(abs(s) <= goal * max(1, abs(t)) for s, t in zip(delta, theta)):
             return Refined(theta, size, it + 1, True)
-        if floor is not None and it >= 2 and size > last / 2 and size <= floor:
+        if floor is not None and it >= 2 and size > prev / 2 and size <= floor:
             return Refined(theta, size, it + 1, True)
-        last = size
+        prev = size
     return Refined(theta, size, steps, False)

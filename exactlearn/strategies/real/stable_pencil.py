@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from exactlearn.errors import DegenerateDraw
-from exactlearn.strategies.real.lsq import solve
+from exactlearn.strategies.real.lsq import last, solve
 from exactlearn.strategies.real.ratio import dyadic
 
 COPIES = (256, 384, 512, 768, 1024)   # m of the extrapolation; the longest query has 1025 tokens
@@ -78,6 +78,7 @@ def _refine(pts, vals, Q, v, steps=100):
     H, d = Q.shape
     scale = float(np.abs(vals).max()) or 1.0
 
+    @last
     def parts(theta):
         rho = np.exp(pts @ theta[:H * d].reshape(H, d).T)          # n x H
         c = pts @ theta[H * d:].reshape(H, d).T                     # n x H

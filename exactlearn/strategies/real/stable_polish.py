@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from exactlearn.model import Head
-from exactlearn.strategies.real.lsq import solve
+from exactlearn.strategies.real.lsq import last, solve
 from exactlearn.strategies.real.stable_certificate import family_key
 
 COND_LIMIT = 1e12        # the Jacobi-scaled normal matrix's condition at most this
@@ -178,6 +178,7 @@ def _levenberg(fam, W, V, steps):
     if len(eta) * (n + H * d) > MAX_DENSE:
         return None
 
+    @last
     def values(theta):
         W, V = theta[:n].reshape(H, d, d), theta[n:].reshape(H, d)
         return [_values(fam, f, W, V)[:3] for f in range(len(fam.pairs))]
