@@ -86,6 +86,14 @@ SUPPLEMENT_ROUNDS = 5    # rounds of supplementary families for undetermined ent
 SUPPLEMENT_PER_ENTRY = 3
 PENCIL_MIN_HEADS = 2     # the pencil start (step 3b) when the families fail, from this many heads
 PENCIL_SCALES = (mpq(1, 2), mpq(1), mpq(2))   # the plan's families after it, around sigma
+#: a box whose declared eta exceeds this times its outputs is coarser than float64 (a float32
+#: box declares ~1e-6, a float64 one ~1e-15): its families' bounds follow their scatter
+COARSE = 2.0 ** -32
+SCATTER_MARGIN = 4       # kappa = this x the rms of the weighted residuals per degree of freedom
+SCATTER_MIN = 1e-3       # kappa at least this
+#: a coarse box's families only label and start the polish (their solve's bounds are used
+#: only within LINEAR_LIMIT at the declared eta): first-order bounds within 10 %
+COARSE_LINEAR_LIMIT = 1e-1
 
 
 def stable_count(d: int, H: int) -> int:
@@ -186,29 +194,88 @@ def _fit_all(plan, K, asker, noise, nodes, m, H):
 
 def _resolve(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE):
     """``(fit at scale 1, observation indices, scale asked)`` of one configuration, at the
-    first of ``scales`` (1, 1/2, 2, 1/4, 4) whose fit succeeds within LINEAR_LIMIT; raises
-    the first failure when none does."""
+    first of ``scales`` (1, 1/2, 2, 1/4, 4) whose fit succeeds within LINEAR_LIMIT
+    (COARSE_LINEAR_LIMIT for a coarse box, its bounds following its scatter:
+    :func:`_scatter_fit`); raises the first failure when none does."""
     ts = [node_t(k, mm) for k, mm in nodes]
     what = f"configuration {c.kind}{(c.i + 1, c.j + 1)}"
     first = None
     for f in scales:
         ys, etas, ids = ask_family(c, f, asker, noise, nodes, H)
+        label = what if f == 1 else f"{what} at scale {f}"
         try:
-            fit = fit_ratio_family(K, ts, ys, etas, m, what=what if f == 1 else f"{what} at scale {f}")
+            fit = fit_ratio_family(K, ts, ys, etas, m, what=label)
         except (InterpolationError, NoisierThanDeclared, DegenerateDraw) as exc:
             first = first or exc
             continue
         except (np.linalg.LinAlgError, ValueError) as exc:
             first = first or InterpolationError(f"{what}: {exc}")
             continue
+        coarse = _coarse(ys, etas)
+        kappa = _scatter(ts, ys, etas, m, fit) if coarse else 1.0
         fit = fit if f == 1 else _normalised(fit, f, m)
-        if _rel_bound(fit, m) > LINEAR_LIMIT:
+        if kappa < 1 and _rel_bound(fit, m) > LINEAR_LIMIT:
+            tight = _scatter_fit(K, ts, ys, etas, m, kappa, label)
+            if tight is not None:
+                fit = tight if f == 1 else _normalised(tight, f, m)
+        limit = COARSE_LINEAR_LIMIT if coarse else LINEAR_LIMIT
+        if _rel_bound(fit, m) > limit:
             first = first or DegenerateDraw(
                 f"{what}: relative first-order error bound {_rel_bound(fit, m):.3g} > "
-                f"{LINEAR_LIMIT} (two heads' exponents crowd, or lie beyond the nodes)")
+                f"{limit} (two heads' exponents crowd, or lie beyond the nodes"
+                f"{_precision_note(fit, m) if coarse else ''})")
             continue
         return fit, ids, f
     raise first
+
+
+def _coarse(ys, etas) -> bool:
+    """A family of a box declared coarser than float64 (COARSE): its median eta_q above
+    ``COARSE`` times its largest |y| (float32, or noisier; a float64 box declares ~1e-15)."""
+    return float(np.median(etas)) > COARSE * max(abs(float(y)) for y in ys)
+
+
+def _scatter(ts, ys, etas, m, fit) -> float:
+    """``kappa``: SCATTER_MARGIN times the rms weighted residual of ``fit`` per degree of
+    freedom, at least SCATTER_MIN; 1 when that is not below 1 (or too few samples)."""
+    n, p = len(ts), 2 * m + 1
+    if n <= p:
+        return 1.0
+    t = [np.inf if x is None else float(x) for x in ts]
+    with np.errstate(all="ignore"):
+        rho = np.exp(np.array([float(x) for x in fit.logs]))
+        cs = np.array([float(c) for c in fit.cs])
+        f = float(fit.A) + np.array([0.0 if x == np.inf else float(np.sum(cs / (1 + x * rho)))
+                                     for x in t])
+        r = (np.array([float(y) for y in ys]) - f) / np.asarray(etas, dtype=float)
+        kappa = SCATTER_MARGIN * math.sqrt(float(r @ r) / (n - p))
+    return max(kappa, SCATTER_MIN) if kappa < 1 else 1.0
+
+
+def _scatter_fit(K, ts, ys, etas, m, kappa, what):
+    """The family refitted with its bounds scaled to the scatter its residuals show
+    (``kappa eta_q``, :func:`_scatter`), or None (module doc, "Coarse boxes").
+
+    A float32 box rounds each token's scores once, and every query of a family repeats the
+    same two tokens: that rounding moves the family's ``log rho`` and ``c`` (which the fit
+    absorbs) but scatters no residual.  What scatters is the sums' rounding, often a hundredth
+    of the eta that must cover both.  The weights, hence the estimate, are those of the
+    declared eta; only its bounds shrink by ``kappa``.  The fit keeps ``kappa``
+    (``RatioFit.kappa``): its bounds at the declared eta are ``1 / kappa`` times larger, and
+    the solve's bounds are certified only when those are within LINEAR_LIMIT too (else only
+    the polish of every observation, at the declared eta, can certify)."""
+    try:
+        out = fit_ratio_family(K, ts, ys, [kappa * e for e in etas], m, what=what)
+    except (InterpolationError, NoisierThanDeclared, DegenerateDraw, np.linalg.LinAlgError,
+            ValueError):
+        return None
+    out.kappa = kappa
+    return out
+
+
+def _precision_note(fit, m) -> str:
+    return (f"; at the declared eta, coarser than float64, its bound is "
+            f"{_rel_bound(fit, m) / fit.kappa:.3g}: the box's rounding")
 
 
 def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
@@ -570,7 +637,11 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     size = H * max(abs(float(y)) for _, y in obs)
     for q in range(start, n_obs):
         etas_all[q] = nz.of(rec.observations[q][1], size)
-    if route["SW"] is None:             # the pencil route: only the polish gives bounds
+    # a family whose bounds follow its scatter (_scatter_fit) may exceed LINEAR_LIMIT at the
+    # declared eta: the solve's first-order bounds then do not hold, and only the polish's can
+    loose = max((_rel_bound(fits[n], m) / fits[n].kappa for n in index if n in fits),
+                default=0.0) > LINEAR_LIMIT
+    if route["SW"] is None or loose:    # the pencil route: only the polish gives bounds
         BW = [[[float("inf")] * d for _ in range(d)] for _ in range(m)]
         Bv = [[float("inf")] * d for _ in range(m)]
     else:
