@@ -718,4 +718,4 @@ def _bound_hint(exc, H) -> str:
             or not getattr(exc, "bound_hint", True)):
         return ""
     return (f" [note: a black box with more than {H} canonical head{'s' if H > 1 else ''} "
-            f"(the bound) fails this way too: raise --heads / --max-heads]")
+            f"(the bound) fails this way too: raise heads= / max_heads=]")

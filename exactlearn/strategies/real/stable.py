@@ -273,9 +273,41 @@ def _scatter_fit(K, ts, ys, etas, m, kappa, what):
     return out
 
 
+def _precision_failure(bad, nz, rec, start, H) -> str:
+    """What a coarse box's unresolved families say about its precision (module doc, "Coarse
+    boxes"), or ``""`` for a box declared at float64 rounding: how coarse the declared eta is
+    against the outputs, how many families missed a sample by more than it (the box's rounding
+    beyond the declared eta: a larger ``noise=``, or ``noise='auto'``), and how many fitted
+    within it but could not resolve H heads at that precision."""
+    ys = np.array([abs(float(y)) for _, y in rec.observations[start:]])
+    ys = ys[ys > 0]
+    if not len(ys):
+        return ""
+    level = float(np.median([nz.of(y, 0) / y for y in ys]))
+    if not level > COARSE:
+        return ""
+    miss = sum(1 for e in bad.values() if isinstance(e, NoisierThanDeclared))
+    crowd = len(bad) - miss
+    kind = "a float32 box's rounding" if level < 2 ** -12 else "far coarser than float32"
+    out = (f"; the declared eta (noise={nz.eta:.3g}, noise_rel={nz.rel:.3g}) is {level:.2g} of "
+           f"the typical output, {kind}")
+    if miss:
+        out += (f": {miss} of the families missed a sample by more than it (the box's rounding "
+                f"exceeds the declared eta: declare a larger noise=, or use noise='auto')")
+    if crowd:
+        out += (f"{';' if miss else ':'} {crowd} fitted {H} heads within it, but at that "
+                f"precision their exponents were not resolved (crowded, or beyond the nodes): "
+                f"the box's precision, not a wrong eta, limits them (the same layer evaluated "
+                f"in float64 resolves them)")
+    return out
+
+
 def _precision_note(fit, m) -> str:
-    return (f"; at the declared eta, coarser than float64, its bound is "
-            f"{_rel_bound(fit, m) / fit.kappa:.3g}: the box's rounding")
+    """A coarse family's bound at the scatter its residuals show (``kappa``)."""
+    if fit.kappa == 1:
+        return ""
+    return (f"; the bound is at {fit.kappa:.2g} times the declared eta, the scatter its "
+            f"residuals show")
 
 
 def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
@@ -389,7 +421,8 @@ def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
         first = bad[min(bad)]
         raise type(first)(f"{len(bad)} of {len(splan.configs)} configurations could not be "
                           f"resolved at any scale (a box noisier than declared, or more heads "
-                          f"than {H}); the first: {first}")
+                          f"than {H}){_precision_failure(bad, nz, rec, start, H)}; the first: "
+                          f"{first}")
     # first-order validity, then labelling with per-relation bounds
     worst_rel = max((_rel_bound(f, m) for f in fits.values()), default=0.0)
     poles_of = {n: _poles(K, f, m) for n, f in fits.items()}
