@@ -36,6 +36,22 @@ is sampled, labelled and solved:
    recomputed from the heads within ``eta + eta_rel |y|`` plus the effect of the parameter
    bounds; each entry's bound is ``SAFETY = 2`` times its first-order bound plus rounding.
 
+**Coarse boxes** (a declared eta above ``COARSE = 2^-32`` of the outputs: float32, or
+noisier).  A float32 box rounds each token's scores once, to about ``2^-24 |s|``, and every
+query of a family repeats the same two tokens: that rounding moves the family's ``log rho``
+and ``c`` (the fit absorbs it) but scatters no residual, while the eta that must cover every
+observation at once (the polish, the certificate) has to include it -- for the layers of
+tests/float_layers.py about a hundred times what the family's residuals show.  So a coarse
+family whose bounds exceed LINEAR_LIMIT is given bounds at ``kappa`` times its eta, ``kappa``
+``SCATTER_MARGIN = 4`` times the rms of its weighted residuals per degree of freedom
+(:func:`_scatter_fit`; the estimate is unchanged), and labels within ``COARSE_LINEAR_LIMIT``.
+Those bounds only label and start; when a labelled family's bound at the declared eta exceeds
+LINEAR_LIMIT the solve's bounds are not used, and only the polish of every observation at
+the declared eta can certify (else the run fails).  A failure of too many families says how
+coarse the eta is and whether its families missed a sample (the box noisier than declared)
+or could not resolve H heads at that precision (:func:`_precision_failure`).  Boxes declared
+at float64 rounding run exactly as before.
+
 Query count: ``(2d^2 - 1) n_t + (2d^2 - 1) + (2d - 1)`` (:func:`stable_count`, ``n_t``
 the finite nodes), plus the probe, rescues and supplementary families, all counted; the
 pencil start adds about ``(d + 1) (d + 1) (2H + 2)(2H + 3) / 2 * 5`` queries of up to 1025 tokens.
@@ -276,9 +292,9 @@ def _scatter_fit(K, ts, ys, etas, m, kappa, what):
 def _precision_failure(bad, nz, rec, start, H) -> str:
     """What a coarse box's unresolved families say about its precision (module doc, "Coarse
     boxes"), or ``""`` for a box declared at float64 rounding: how coarse the declared eta is
-    against the outputs, how many families missed a sample by more than it (the box's rounding
-    beyond the declared eta: a larger ``noise=``, or ``noise='auto'``), and how many fitted
-    within it but could not resolve H heads at that precision."""
+    against the outputs, how many families missed a sample by more than it or did not
+    converge (the box's rounding beyond the declared eta: a larger ``noise=``, or
+    ``noise='auto'``), and how many fitted H heads within it but could not resolve them."""
     ys = np.array([abs(float(y)) for _, y in rec.observations[start:]])
     ys = ys[ys > 0]
     if not len(ys):
@@ -287,18 +303,20 @@ def _precision_failure(bad, nz, rec, start, H) -> str:
     if not level > COARSE:
         return ""
     miss = sum(1 for e in bad.values() if isinstance(e, NoisierThanDeclared))
-    crowd = len(bad) - miss
-    kind = "a float32 box's rounding" if level < 2 ** -12 else "far coarser than float32"
+    crowd = sum(1 for e in bad.values() if "relative first-order error bound" in str(e))
+    other = len(bad) - miss - crowd
+    kind = ("below a float32 box's rounding (2^-24 = 6e-08)" if level < 2.0 ** -24 else
+            "about a float32 box's rounding" if level < 2.0 ** -12 else "coarser than float32")
     out = (f"; the declared eta (noise={nz.eta:.3g}, noise_rel={nz.rel:.3g}) is {level:.2g} of "
-           f"the typical output, {kind}")
-    if miss:
-        out += (f": {miss} of the families missed a sample by more than it (the box's rounding "
-                f"exceeds the declared eta: declare a larger noise=, or use noise='auto')")
-    if crowd:
-        out += (f"{';' if miss else ':'} {crowd} fitted {H} heads within it, but at that "
-                f"precision their exponents were not resolved (crowded, or beyond the nodes): "
-                f"the box's precision, not a wrong eta, limits them (the same layer evaluated "
-                f"in float64 resolves them)")
+           f"the typical output, {kind}: of the {len(bad)} unresolved, {miss} missed a sample "
+           f"by more than it, {other} did not converge, {crowd} fitted {_plural(H)} within it but "
+           f"left their exponents unresolved at that precision")
+    if miss + other > crowd:
+        out += (" -- the box's rounding exceeds the declared eta: declare a larger noise=, or "
+                "use noise='auto'")
+    else:
+        out += (" -- the box's precision, not the eta, limits them: the same layer evaluated "
+                "in float64 resolves them")
     return out
 
 
