@@ -289,17 +289,22 @@ def _scatter_fit(K, ts, ys, etas, m, kappa, what):
     return out
 
 
+def _level(nz, rec, start) -> float:
+    """The declared eta against the outputs: the median of ``eta_q / |y_q|`` over the
+    observations since ``start`` (0 when there are none); above COARSE the box is coarse."""
+    ys = np.array([abs(float(y)) for _, y in rec.observations[start:]])
+    ys = ys[ys > 0]
+    return float(np.median([nz.of(y, 0) / y for y in ys])) if len(ys) else 0.0
+
+
 def _precision_failure(bad, nz, rec, start, H) -> str:
     """What a coarse box's unresolved families say about its precision (module doc, "Coarse
     boxes"), or ``""`` for a box declared at float64 rounding: how coarse the declared eta is
     against the outputs, how many families missed a sample by more than it or did not
-    converge (the box's rounding beyond the declared eta: a larger ``noise=``, or
-    ``noise='auto'``), and how many fitted H heads within it but could not resolve them."""
-    ys = np.array([abs(float(y)) for _, y in rec.observations[start:]])
-    ys = ys[ys > 0]
-    if not len(ys):
-        return ""
-    level = float(np.median([nz.of(y, 0) / y for y in ys]))
+    converge, and how many fitted H heads within it but could not resolve them.  When half
+    of them missed, or the eta is below float32 rounding, it advises a larger ``noise=`` or
+    ``noise='auto'``; else it names the box's precision as the limit."""
+    level = _level(nz, rec, start)
     if not level > COARSE:
         return ""
     miss = sum(1 for e in bad.values() if isinstance(e, NoisierThanDeclared))
@@ -311,9 +316,9 @@ def _precision_failure(bad, nz, rec, start, H) -> str:
            f"the typical output, {kind}: of the {len(bad)} unresolved, {miss} missed a sample "
            f"by more than it, {other} did not converge, {crowd} fitted {_plural(H)} within it but "
            f"left their exponents unresolved at that precision")
-    if miss + other > crowd:
-        out += (" -- the box's rounding exceeds the declared eta: declare a larger noise=, or "
-                "use noise='auto'")
+    if 2 * miss >= len(bad) or level < 2.0 ** -24:
+        out += (" -- the box's rounding likely exceeds the declared eta: declare a larger "
+                "noise=, or use noise='auto'")
     else:
         out += (" -- the box's precision, not the eta, limits them: the same layer evaluated "
                 "in float64 resolves them")
@@ -669,6 +674,10 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         # crowded exponents in every family (many heads for d): the pencil start (step 3b)
         if not heads_exact or H < PENCIL_MIN_HEADS or query_scale is not None:
             raise
+        if _level(nz, rec, start) > COARSE:     # its extrapolation in 1/m needs float64 outputs
+            raise type(exc)(f"{exc} (the pencil start is not tried at a declared eta coarser "
+                            f"than float64: its extrapolation in 1/m from queries of 257 to "
+                            f"1025 tokens cannot separate the heads at that precision)") from None
         if n_probe is None:             # the probe itself failed: all it asked was probing
             n_probe = len(rec.observations) - start
         probe_log[-1] = n_probe
