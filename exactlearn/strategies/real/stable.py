@@ -320,8 +320,8 @@ def _precision_failure(bad, nz, rec, start, H) -> str:
         out += (" -- the box's rounding likely exceeds the declared eta: declare a larger "
                 "noise=, or use noise='auto'")
     else:
-        out += (" -- the box's precision, not the eta, limits them: the same layer evaluated "
-                "in float64 resolves them")
+        out += (" -- the box's precision, not the eta, limits them: evaluate the layer in "
+                "float64 (float32 layers resolved up to 3 heads, docs/howto/float-black-box.md)")
     return out
 
 
