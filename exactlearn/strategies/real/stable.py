@@ -188,24 +188,30 @@ def _normalised(fit, f, m):
 
 
 def _fit_all(plan, K, asker, noise, nodes, m, H):
-    """Ask and fit every configuration: ``(fits, ids, rescued)``; ``ids[n]`` are the
+    """Ask and fit every configuration: ``(fits, ids, rescued, bad, stopped)``; ``ids[n]`` are the
     observation indices of the fit.  A configuration whose fit fails, or whose first-order
     relative bound exceeds LINEAR_LIMIT (poles crowded or beyond the nodes), is asked again
     with x and e scaled by 1/2, 2, 1/4, 4 (exact dyadic tokens) and its fit taken back to
     scale 1 (``log rho`` scales by f^2, ``c`` by f); every query asked stays an observation
-    that the certificate must reproduce."""
-    asker.ask([q for c in plan.configs for q in
-               (family_tokens(c.x, c.a, k, mm) for k, mm in nodes)])      # one batch
+    that the certificate must reproduce.  A coarse box (module doc) stops once more than
+    MAX_UNRESOLVED of the configurations have failed, the run's failure then certain
+    (``stopped``: how many were tried; None when all were)."""
+    got = asker.ask([q for c in plan.configs for q in
+                     (family_tokens(c.x, c.a, k, mm) for k, mm in nodes)])      # one batch
+    ys = [abs(float(y)) for y, _ in got if float(y) != 0]
+    coarse = bool(ys) and float(np.median([noise.of(y, 0) / y for y in ys])) > COARSE
     fits, ids, rescued, bad = {}, {}, {}, {}
     for n, c in enumerate(plan.configs):
         try:
             fits[n], ids[n], f = _resolve(c, K, asker, noise, nodes, m, H)
         except LearningFailure as exc:
             bad[n] = exc
+            if coarse and len(bad) > MAX_UNRESOLVED * len(plan.configs) and n + 1 < len(plan.configs):
+                return fits, ids, rescued, bad, n + 1
             continue
         if f != 1:
             rescued[n] = str(f)
-    return fits, ids, rescued, bad
+    return fits, ids, rescued, bad, None
 
 
 def _resolve(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE):
@@ -297,6 +303,16 @@ def _level(nz, rec, start) -> float:
     return float(np.median([nz.of(y, 0) / y for y in ys])) if len(ys) else 0.0
 
 
+def _coarseness(nz, rec, start) -> str:
+    """``"; the declared eta (noise=..., noise_rel=...) is L of the typical output, KIND"``:
+    below a float32 box's rounding, about it, or coarser than float32."""
+    level = _level(nz, rec, start)
+    kind = ("below a float32 box's rounding (2^-24 = 6e-08)" if level < 2.0 ** -24 else
+            "about a float32 box's rounding" if level < 2.0 ** -12 else "coarser than float32")
+    return (f"; the declared eta (noise={nz.eta:.3g}, noise_rel={nz.rel:.3g}) is {level:.2g} "
+            f"of the typical output, {kind}")
+
+
 def _precision_failure(bad, nz, rec, start, H) -> str:
     """What a coarse box's unresolved families say about its precision (module doc, "Coarse
     boxes"), or ``""`` for a box declared at float64 rounding: how coarse the declared eta is
@@ -310,10 +326,7 @@ def _precision_failure(bad, nz, rec, start, H) -> str:
     miss = sum(1 for e in bad.values() if isinstance(e, NoisierThanDeclared))
     crowd = sum(1 for e in bad.values() if "relative first-order error bound" in str(e))
     other = len(bad) - miss - crowd
-    kind = ("below a float32 box's rounding (2^-24 = 6e-08)" if level < 2.0 ** -24 else
-            "about a float32 box's rounding" if level < 2.0 ** -12 else "coarser than float32")
-    out = (f"; the declared eta (noise={nz.eta:.3g}, noise_rel={nz.rel:.3g}) is {level:.2g} of "
-           f"the typical output, {kind}: of the {len(bad)} unresolved, {miss} missed a sample "
+    out = (f"{_coarseness(nz, rec, start)}: of the {len(bad)} unresolved, {miss} missed a sample "
            f"by more than it, {other} did not converge, {crowd} fitted {_plural(H)} within it but "
            f"left their exponents unresolved at that precision")
     if 2 * miss >= len(bad) or level < 2.0 ** -24:
@@ -439,10 +452,12 @@ def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
     X = [tuple(sigma * a for a in x) for x in plan0.X]
     E = [tuple(sigma * a for a in e) for e in plan0.E]
     splan = paper_plan(X, E, H)
-    fits, ids, rescued, bad = _fit_all(splan, K, asker, nz, nodes, m, H)
+    fits, ids, rescued, bad, stopped = _fit_all(splan, K, asker, nz, nodes, m, H)
     if len(bad) > MAX_UNRESOLVED * len(splan.configs) or not fits:
         first = bad[min(bad)]
-        raise type(first)(f"{len(bad)} of {len(splan.configs)} configurations could not be "
+        some = (f"of the first {stopped} (fitting stopped there: more than "
+                f"{MAX_UNRESOLVED:.0%} of all had failed) " if stopped else "")
+        raise type(first)(f"{len(bad)} {some}of {len(splan.configs)} configurations could not be "
                           f"resolved at any scale (a box noisier than declared, or more heads "
                           f"than {H}){_precision_failure(bad, nz, rec, start, H)}; the first: "
                           f"{first}")
@@ -675,9 +690,10 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         if not heads_exact or H < PENCIL_MIN_HEADS or query_scale is not None:
             raise
         if _level(nz, rec, start) > COARSE:     # its extrapolation in 1/m needs float64 outputs
-            raise type(exc)(f"{exc} (the pencil start is not tried at a declared eta coarser "
-                            f"than float64: its extrapolation in 1/m from queries of 257 to "
-                            f"1025 tokens cannot separate the heads at that precision)") from None
+            where = "" if "the declared eta (noise=" in str(exc) else _coarseness(nz, rec, start)
+            raise type(exc)(f"{exc}{where} (the pencil start is not tried at a declared eta "
+                            f"coarser than float64: its extrapolation in 1/m from queries of 257 "
+                            f"to 1025 tokens cannot separate the heads at that precision)") from None
         if n_probe is None:             # the probe itself failed: all it asked was probing
             n_probe = len(rec.observations) - start
         probe_log[-1] = n_probe
