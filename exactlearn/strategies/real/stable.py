@@ -307,10 +307,11 @@ def _level(nz, rec, start) -> float:
 
 def _coarseness(nz, rec, start) -> str:
     """``"; the declared eta (noise=..., noise_rel=...) is L of the typical output, KIND"``:
-    below a float32 box's rounding, about it, or coarser than float32."""
+    below a float32 box's rounding (L < 2^-24), about it (L < 2^-10: the float32 layers
+    measured declare 1e-6 to 3e-4), or coarser than float32."""
     level = _level(nz, rec, start)
     kind = ("below a float32 box's rounding (2^-24 = 6e-08)" if level < 2.0 ** -24 else
-            "about a float32 box's rounding" if level < 2.0 ** -12 else "coarser than float32")
+            "about a float32 box's rounding" if level < 2.0 ** -10 else "coarser than float32")
     return (f"; the declared eta (noise={nz.eta:.3g}, noise_rel={nz.rel:.3g}) is {level:.2g} "
             f"of the typical output, {kind}")
 
