@@ -124,8 +124,8 @@ def learn_runs(args):
                       f"{float(err):.1e}, bound {float(res.error_bound):.1e}, covers "
                       f"{err <= res.error_bound}, {res.queries} queries, {wall:.1f} s", flush=True)
             else:
-                print(f"{name:5s} {args.dtype} d={d} H={H} seed {seed}: FAILED ({res.error[:300]}), "
-                      f"{res.queries} queries, {wall:.1f} s", flush=True)
+                print(f"{name:5s} {args.dtype} d={d} H={H} seed {seed}: FAILED "
+                      f"({res.error[:300]}), {res.queries} queries, {wall:.1f} s", flush=True)
 
 
 def main():

@@ -157,7 +157,8 @@ def main(argv=None):
                   f"longest={r['max_length']} attempts={r['attempts']} estimate={r['estimate']} "
                   f"start={r['start']} noise_queries={r['noise_queries']} "
                   + (f"eta={r['eta']} box_error/eta={r['err_over_eta']:.3g} " if 'eta' in r else "")
-                  + f"{r['wall']:.1f}s{'' if r['status'] == 'certified' else ' stage=' + r['stage']} "
+                  + f"{r['wall']:.1f}s"
+                  + ("" if r["status"] == "certified" else f" stage={r['stage']}") + " "
                   f"{r['reason']}",
                   flush=True)
         cert = [r for r in rows if r["status"] == "certified"]

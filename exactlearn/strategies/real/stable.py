@@ -208,7 +208,8 @@ def _fit_all(plan, K, asker, noise, nodes, m, H):
             fits[n], ids[n], f = _resolve(c, K, asker, noise, nodes, m, H)
         except LearningFailure as exc:
             bad[n] = exc
-            if coarse and len(bad) > MAX_UNRESOLVED * len(plan.configs) and n + 1 < len(plan.configs):
+            last = n + 1 == len(plan.configs)
+            if coarse and len(bad) > MAX_UNRESOLVED * len(plan.configs) and not last:
                 return fits, ids, rescued, bad, n + 1
             continue
         if f != 1:
@@ -465,7 +466,7 @@ def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
                           f"than {H}){_precision_failure(bad, nz, rec, start, H)}; the first: "
                           f"{first}")
     # first-order validity, then labelling with per-relation bounds
-    worst_rel = max((_rel_bound(f, m) for f in fits.values()), default=0.0)
+    worst_rel = max((_rel_bound(f, m) / f.kappa for f in fits.values()), default=0.0)   # at eta
     poles_of = {n: _poles(K, f, m) for n, f in fits.items()}
     basis0 = [splan.index("basis", 0, j) for j in range(d)]
     roots = sorted((n for n in basis0 if n in fits), key=lambda n: _rel_bound(fits[n], m))
@@ -695,8 +696,9 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         if _level(nz, rec, start) > COARSE:     # its extrapolation in 1/m needs float64 outputs
             where = "" if "the declared eta (noise=" in str(exc) else _coarseness(nz, rec, start)
             raise type(exc)(f"{exc}{where} (the pencil start is not tried at a declared eta "
-                            f"coarser than float64: its extrapolation in 1/m from queries of 257 "
-                            f"to 1025 tokens cannot separate the heads at that precision)") from None
+                            f"coarser than float64: its extrapolation in 1/m from queries of "
+                            f"257 to 1025 tokens cannot separate the heads at that "
+                            f"precision)") from None
         if n_probe is None:             # the probe itself failed: all it asked was probing
             n_probe = len(rec.observations) - start
         probe_log[-1] = n_probe
