@@ -11,6 +11,11 @@ each run certified, its error against ``true_heads``, the bound, the queries and
 
     python benchmarks/bench_adapters.py --speed --d 4 --heads 2
     python benchmarks/bench_adapters.py --learn --d 4 --heads 2 --seeds 3
+    python benchmarks/bench_adapters.py --learn --dtype float32 --noise auto --d 6 --heads 3
+
+``--dtype float32`` builds the layers in float32 and learns them with ``tokens="float32"``;
+``--noise auto`` measures eta from the box (``learn(noise="auto")``) instead of the float64
+default ``NOISE``; ``--only torch`` (or ``flax``) runs one adapter.
 """
 
 from __future__ import annotations
@@ -26,19 +31,21 @@ from exactlearn.strategies.real.learn import max_parameter_error
 NOISE = dict(noise=2e-12, noise_rel=2e-13)   # torch's float64 MHA errs up to ~3e-12 (issue 22)
 
 
-def torch_layer(d, H, seed, bias=False):
+def torch_layer(d, H, seed, bias=False, dtype="float64"):
     import torch
     torch.manual_seed(seed)
-    return torch.nn.MultiheadAttention(d, H, bias=bias, batch_first=True, dtype=torch.float64).eval()
+    return torch.nn.MultiheadAttention(d, H, bias=bias, batch_first=True,
+                                       dtype=getattr(torch, dtype)).eval()
 
 
-def flax_layer(d, H, seed, bias=False):
+def flax_layer(d, H, seed, bias=False, dtype="float64"):
     import jax
     jax.config.update("jax_enable_x64", True)
     import flax.linen as nn
     import jax.numpy as jnp
-    layer = nn.MultiHeadDotProductAttention(num_heads=H, param_dtype=jnp.float64, use_bias=bias)
-    return layer, layer.init(jax.random.key(seed), jnp.zeros((1, 2, d), jnp.float64))
+    dt = getattr(jnp, dtype)
+    layer = nn.MultiHeadDotProductAttention(num_heads=H, param_dtype=dt, dtype=dt, use_bias=bias)
+    return layer, layer.init(jax.random.key(seed), jnp.zeros((1, 2, d), dt))
 
 
 def record_queries(d, H, seed):
@@ -92,26 +99,33 @@ def speed(args):
 
 
 def learn_runs(args):
-    from exactlearn.adapters import flax as fa
-    from exactlearn.adapters import torch as ta
     d, H = args.d, args.heads
     r = np.linspace(-1.0, 1.5, d)
+    noise = {"noise": "auto"} if args.noise == "auto" else NOISE
     for seed in range(args.seeds):
-        mha = torch_layer(d, H, seed)
-        layer, params = flax_layer(d, H, seed)
-        for name, box, truth in (("torch", ta.black_box(mha, readout=r), ta.true_heads(mha, readout=r)),
-                                 ("flax", fa.black_box(layer, params, readout=r),
-                                  fa.true_heads(layer, params, readout=r))):
+        runs = []
+        if args.only in (None, "torch"):
+            from exactlearn.adapters import torch as ta
+            mha = torch_layer(d, H, seed, dtype=args.dtype)
+            runs.append(("torch", ta.black_box(mha, readout=r), ta.true_heads(mha, readout=r)))
+        if args.only in (None, "flax"):
+            from exactlearn.adapters import flax as fa
+            layer, params = flax_layer(d, H, seed, dtype=args.dtype)
+            runs.append(("flax", fa.black_box(layer, params, readout=r),
+                         fa.true_heads(layer, params, readout=r)))
+        for name, box, truth in runs:
             t0 = time.perf_counter()
-            res = learn(box, d=d, heads=H, field="real", tokens="float64", seed=seed, retries=2, **NOISE)
+            res = learn(box, d=d, heads=H, field="real", tokens=args.dtype, seed=seed, retries=2,
+                        **noise)
             wall = time.perf_counter() - t0
             if res.certified:
                 err, _ = max_parameter_error(res.heads, truth.heads(), res.field)
-                print(f"{name:5s} seed {seed}: certified, error {float(err):.1e}, bound "
-                      f"{float(res.error_bound):.1e}, covers {err <= res.error_bound}, "
-                      f"{res.queries} queries, {wall:.1f} s")
+                print(f"{name:5s} {args.dtype} d={d} H={H} seed {seed}: certified, error "
+                      f"{float(err):.1e}, bound {float(res.error_bound):.1e}, covers "
+                      f"{err <= res.error_bound}, {res.queries} queries, {wall:.1f} s", flush=True)
             else:
-                print(f"{name:5s} seed {seed}: FAILED ({res.error}), {res.queries} queries, {wall:.1f} s")
+                print(f"{name:5s} {args.dtype} d={d} H={H} seed {seed}: FAILED "
+                      f"({res.error[:300]}), {res.queries} queries, {wall:.1f} s", flush=True)
 
 
 def main():
@@ -122,6 +136,10 @@ def main():
     ap.add_argument("--heads", type=int, default=2)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--sample", type=int, default=300, help="queries replayed one at a time")
+    ap.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    ap.add_argument("--noise", default=None, choices=["auto"],
+                    help="auto: eta measured from the box (default: the float64 NOISE)")
+    ap.add_argument("--only", default=None, choices=["torch", "flax"])
     args = ap.parse_args()
     if args.speed:
         speed(args)

@@ -10,6 +10,7 @@ the longest query and the wall time; then a summary line per case.
     python benchmarks/bench_float.py --cases 4x2 6x3 8x4 --seeds 5
     python benchmarks/bench_float.py --cases 4x2 --plan paper --seeds 5
     python benchmarks/bench_float.py --cases 4x2 --dtype float32 --noise 2e-5 --noise-rel 1e-6
+    python benchmarks/bench_float.py --f32-grid --dtype float32 --noise auto --seeds 2
     python benchmarks/bench_float.py --cases 4x2 6x3 --noise auto   # eta measured from the box
     python benchmarks/bench_float.py --minilm 0 --dprime 8     # needs the minilm extra
 
@@ -57,12 +58,34 @@ def minilm_box(layer, dprime, dtype):
     return NumpyAttention(heads, dtype=dtype)
 
 
+#: where a failed run stopped, from its message (``stage`` in the per-run line)
+STAGES = (("measuring eta", "eta"), ("scale probe", "probe"),
+          ("could not be resolved", "families"), ("do not determine every entry", "labelling"),
+          ("weighted residual sum of squares", "polish"), ("keeps every output", "residual test"),
+          ("resolve more heads", "resolution test"), ("misses", "certificate"),
+          ("not finite", "polish"), ("did not converge", "polish"), ("pencil", "pencil"))
+
+
+def stage_of(reason: str) -> str:
+    """The stage a failure message names (STAGES), ``-`` for none."""
+    return next((name for key, name in STAGES if key in reason), "-")
+
+
 def one(d, H, seed, args):
     dtype = np.float32 if args.dtype == "float32" else np.float64
     box = (minilm_box(args.minilm, d, dtype) if args.minilm is not None
            else NumpyAttention.from_seed(d, H, seed, std=args.std, dtype=dtype))
     K = Real(dps=args.dps)
     target, tokens = box, args.dtype
+    seen = []
+    if args.dtype == "float32" and args.plan == "stable":
+        ref = NumpyAttention([(W.astype(np.float64), v.astype(np.float64))
+                              for W, v in zip(box.W, box.v)])    # the same weights, float64
+
+        def target(X):                 # the box, its true error beside (rounding ~1e-16)
+            y = box(X)
+            seen.append((float(y), float(y) - float(ref(np.asarray(X, dtype=np.float64)))))
+            return y
     if args.plan == "paper":           # its tokens are not dyadic: round them to floats, as a
         tokens = "exact"               # user would (a perturbation of order 1e-16 per entry)
 
@@ -77,10 +100,17 @@ def one(d, H, seed, args):
     row = {"d": d, "H": H, "seed": seed, "status": res.status, "queries": res.queries,
            "paper_count": paper_count(d, H), "max_length": res.max_length,
            "attempts": res.attempts, "wall": wall, "error": None, "bound": None, "covers": None,
-           "reason": (res.error or "")[:100],
+           "reason": (res.error or "")[:160], "stage": stage_of(res.error or ""),
            "estimate": (res.real_detail or {}).get("estimate", "-"),
            "start": (res.real_detail or {}).get("start", "-"),
            "noise_queries": res.noise_queries}
+    if seen:                           # the box's largest true error over the eta it had
+        est = res.noise_estimated or {}
+        eta = float(est.get("noise", args.noise if not auto else 0))
+        rel = float(est.get("noise_rel", args.noise_rel if not auto else 0))
+        ys, es = np.array(seen).T
+        row["eta"] = f"{eta:.3g}+{rel:.3g}|y|"
+        row["err_over_eta"] = float(np.max(np.abs(es) / (eta + rel * np.abs(ys))))
     if res.certified:
         err, _ = max_parameter_error(res.heads, truth(box), K)
         row.update(error=float(err), bound=float(res.error_bound), covers=bool(err <= res.error_bound))
@@ -92,6 +122,9 @@ def main(argv=None):
     ap.add_argument("--cases", nargs="+", default=["4x2", "6x3", "8x4"], help="d x H")
     ap.add_argument("--grid", action="store_true",
                     help="the acceptance grid: d in 4 6 8 12 16, H in 2 3 4 6, d >= 2H (14 cases)")
+    ap.add_argument("--f32-grid", action="store_true",
+                    help="the float32 target grid: d in 4 6 8 12 16, H in 2 3 4 with H | d, "
+                         "and H = 6, 8 at d = 12, 16 (issue 22 section 3)")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--plan", default="stable", choices=["stable", "paper"])
@@ -108,6 +141,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.minilm is not None:
         args.cases = [f"{args.dprime}x12"]
+    elif args.f32_grid:
+        args.cases = [f"{d}x{H}" for d in (4, 6, 8, 12, 16) for H in (2, 3, 4) if d % H == 0]
+        args.cases += ["12x6", "16x8"]
     elif args.grid:
         args.cases = [f"{d}x{H}" for d in (4, 6, 8, 12, 16) for H in (2, 3, 4, 6) if d >= 2 * H]
     for case in args.cases:
@@ -120,7 +156,10 @@ def main(argv=None):
                   f"covers={r['covers']} queries={r['queries']} (paper {r['paper_count']}) "
                   f"longest={r['max_length']} attempts={r['attempts']} estimate={r['estimate']} "
                   f"start={r['start']} noise_queries={r['noise_queries']} "
-                  f"{r['wall']:.1f}s {r['reason']}",
+                  + (f"eta={r['eta']} box_error/eta={r['err_over_eta']:.3g} " if 'eta' in r else "")
+                  + f"{r['wall']:.1f}s"
+                  + ("" if r["status"] == "certified" else f" stage={r['stage']}") + " "
+                  f"{r['reason']}",
                   flush=True)
         cert = [r for r in rows if r["status"] == "certified"]
         errs = [r["error"] for r in cert]

@@ -581,9 +581,9 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     if auto:                               # measured before any attempt, counted in queries
         noise_box = rec.child(oracle, K, convert, keep=False)
         try:
-            from exactlearn.strategies.real.eta import FLOOR, measure_noise
+            from exactlearn.strategies.real.eta import FLOOR, STEPPED, measure_noise
             est = measure_noise(noise_box, d, H, seed=rng.getrandbits(64),
-                                floor=FLOOR.get(tokens, 0.0))
+                                floor=FLOOR.get(tokens, 0.0), steps=tokens in STEPPED)
             options.noise, options.noise_rel = est.noise, est.noise_rel
             noise_estimated = est.to_json()
         except ExactLearnError as exc:           # the box's answers: no attempt follows
@@ -872,4 +872,4 @@ def _bound_hint(exc, H) -> str:
             or not getattr(exc, "bound_hint", True)):
         return ""
     return (f" [note: a black box with more than {H} canonical head{'s' if H > 1 else ''} "
-            f"(the bound) fails this way too: raise --heads / --max-heads]")
+            f"(the bound) fails this way too: raise heads= / max_heads=]")

@@ -322,6 +322,7 @@ def _cmd_learn(args) -> int:
         else:
             print(f"exactlearn: error: {reason}", file=sys.stderr)
         return 1
+    res.error = cli_real.flag_words(res.error)     # the learner names keywords, the CLI flags
     if args.json:
         print(cli_real.to_json(res, model, seeds(args)))
     else:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 #: What ``--tokens`` may name: ``learn(tokens=)``'s kinds (:data:`exactlearn.oracle.TOKEN_KINDS`).
@@ -161,6 +162,26 @@ def rational_option(value, name, bad_input, positive):
     if not positive and q < 0:
         raise bad_input(f"{name} must be >= 0")
     return q
+
+
+#: learn() keywords that failure messages name, and the flags that set them on the command line
+FLAGS = {"max_heads": "--max-heads", "heads": "--heads", "noise_rel": "--noise-rel",
+         "noise": "--declared-noise", "retries": "--retries", "query_scale": "--query-scale"}
+_KEYWORD = re.compile(r"\b(" + "|".join(FLAGS) + r")=(?:'(\w+)')?")
+
+
+def flag_words(text):
+    """A failure message as the command line says it: each learn() keyword it names
+    (``noise=``, ``noise='auto'``, ``max_heads=``) as its flag (``--declared-noise``,
+    ``--declared-noise auto``, ``--max-heads``); the learner's messages name keywords.
+
+    >>> flag_words("declare a larger noise=, or use noise='auto'; raise heads= / max_heads=")
+    'declare a larger --declared-noise, or use --declared-noise auto; raise --heads / --max-heads'
+    """
+    if not text:
+        return text
+    return _KEYWORD.sub(lambda m: FLAGS[m.group(1)] + (f" {m.group(2)}" if m.group(2) else ""),
+                        text)
 
 
 def model_error(res, model):

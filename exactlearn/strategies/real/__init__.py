@@ -106,7 +106,7 @@ def run(plan, ask, K, trace, options) -> tuple:
         raise DegenerateDraw(
             f"{len(heads)} of the {plan.H} heads given were resolved: over the real field "
             f"two heads closer than the noise resolves look like one, and no error bound "
-            f"covers that (give max_heads / --max-heads when heads may merge exactly)")
+            f"covers that (give max_heads= instead of heads= when heads may merge exactly)")
     return heads, n
 
 

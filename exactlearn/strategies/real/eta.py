@@ -21,6 +21,16 @@ group's spread (a two-variable linear program, solved over the vertices of the u
 The declared eta is ``SAFETY`` (30) times that envelope: ``noise = SAFETY * abs``,
 ``noise_rel = SAFETY * rel``, the stable plan's ``eta + eta_rel |y|``.
 
+Grid steps (``steps=True``; ``tokens="float32"``).  A float32 box rounds each token's
+scores ``x_i^T W_h x_n`` once, to about ``2^-24 |s|``, and with scores of tens that rounding
+is larger than the sums' (the layers of tests/float_layers.py at d = 6, H = 3 erred by up to
+3e-5 at |y| ~ 1, a hundred times their permutation spread).  No reordering changes it.  A
+step of the grid, ``a +- delta`` (each entry of ``delta`` one grid step ``2^-20`` times the
+scale, random sign), moves the true value by ``+-`` the same first-order amount and rounds
+the scores of ``a`` anew, so ``|y(a + delta) + y(a - delta) - 2 y(a)| / 2`` is rounding plus
+a second-order term of order ``|f''| d 2^-40`` (below float32 rounding); each such
+second difference is one more spread for the envelope.  Two queries per query measured.
+
 What this cannot see: rounding that is the same in every order (an error in the weights, a
 final rounding to a coarser type, noise keyed on the multiset of tokens).  That is why the
 safety multiple is there, and why the learner keeps its own noise tests: a box noisier than
@@ -48,7 +58,7 @@ from gmpy2 import mpq
 
 from exactlearn.limits import (MAX_DIMENSION, MAX_HEADS, MAX_PLAN_BYTES, MAX_PLAN_QUERIES,
                                MAX_PLAN_TOKENS, PLAN_BYTES_PER_QUERY, readable_int)
-from exactlearn.strategies.real.ratio import dyadic, family_tokens, ratio_nodes
+from exactlearn.strategies.real.ratio import GRID, dyadic, family_tokens, ratio_nodes
 
 #: the declared eta is this multiple of the measured envelope of the spreads
 SAFETY = 30
@@ -60,6 +70,9 @@ PERMUTATIONS = 3     # random orders of the non-final tokens per query, besides 
 #: with float tokens, the least envelope (abs and rel) before the safety multiple: the unit
 #: roundoff of the tokens' type (an answer computed in it carries at least its rounding)
 FLOOR = {"float": 2.0 ** -53, "float64": 2.0 ** -53, "float32": 2.0 ** -24}
+#: token kinds whose measurement adds grid steps (module doc, "Grid steps"): a float32 box's
+#: scores carry a rounding (about 2^-24 |s|) that no reordering shows
+STEPPED = ("float32",)
 #: largest safety multiple: an integer exact as a float64 (a larger one overflowed after the
 #: box had answered every measuring query)
 MAX_SAFETY = 2 ** 53
@@ -151,7 +164,7 @@ def shape_lengths(H: int) -> list:
 
 
 def measurement_size_problem(d: int, H: int, n_scales: int, draws: int,
-                             permutations: int) -> str | None:
+                             permutations: int, steps: bool = False) -> str | None:
     """None when the measurement of :func:`measure_noise` is within the plan limits of
     :mod:`exactlearn.limits` (queries, tokens sent, bytes: every query's tokens may be
     converted at once for a batch), else a one-line reason; computed from the sizes alone.
@@ -168,7 +181,7 @@ def measurement_size_problem(d: int, H: int, n_scales: int, draws: int,
         return (f"heads = {readable_int(H)} is more than the largest head count {MAX_HEADS} "
                 f"(MAX_HEADS)")
     shapes = shape_lengths(H)
-    per_draw = n_scales * draws * (1 + permutations)
+    per_draw = n_scales * draws * (1 + permutations + 2 * steps)
     queries = per_draw * len(shapes)
     tokens = per_draw * sum(k + m for k, m in shapes)
     size = PLAN_BYTES_PER_QUERY * queries + 8 * tokens * (d + 1)
@@ -182,16 +195,18 @@ def measurement_size_problem(d: int, H: int, n_scales: int, draws: int,
 
 def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = DRAWS,
                   permutations: int = PERMUTATIONS, safety: int = SAFETY,
-                  floor: float = 0.0) -> NoiseEstimate:
+                  floor: float = 0.0, steps: bool = False) -> NoiseEstimate:
     """Ask ``rec`` (a :class:`~exactlearn.oracle.Recorder`: every answer counted) the
     stable plan's query shapes for ``H`` heads in ``d`` dimensions, each in its own order and
     ``permutations`` random orders of its non-final tokens, and fit the envelope of the
-    spreads (module doc), each of its two terms at least ``floor``.  One batch: a box with
+    spreads (module doc), each of its two terms at least ``floor``.  ``steps`` (float32
+    tokens): each query also with ``a`` moved one grid step either way (``a +- delta``,
+    module doc "Grid steps"), its second difference a spread too.  One batch: a box with
     ``batch`` is asked once."""
     rnd = random.Random(seed)
     scales = list(SCALES if scales is None else scales)
     shapes = shape_lengths(H)
-    queries, groups = [], []
+    queries, groups, stepped = [], [], []
     for f in scales:
         for k, m in shapes:
             for _ in range(draws):
@@ -206,6 +221,12 @@ def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = D
                     orders.append(p)
                 groups.append((len(queries), len(orders)))
                 queries += [o + [x] for o in orders]
+                if steps:                   # a +- one grid step: the second difference
+                    delta = [f * mpq(rnd.choice((-1, 1)), 2 ** GRID) for _ in range(d)]
+                    up = tuple(p + q for p, q in zip(a, delta))
+                    down = tuple(p - q for p, q in zip(a, delta))
+                    stepped.append((len(queries) - len(orders), len(queries)))
+                    queries += [family_tokens(x, up, k, m), family_tokens(x, down, k, m)]
     n0 = rec.queries
     ys = rec.ask_many(queries)
     sizes, spreads = [], []
@@ -213,6 +234,10 @@ def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = D
         g = ys[start:start + n]
         spreads.append(abs(float(max(g) - min(g))))
         sizes.append(max(abs(float(y)) for y in g))
+    for base, at in stepped:            # |y(a + delta) + y(a - delta) - 2 y(a)| / 2
+        y0, yu, yd = ys[base], ys[at], ys[at + 1]
+        spreads.append(abs(float(yu + yd - 2 * y0)) / 2)
+        sizes.append(max(abs(float(y)) for y in (y0, yu, yd)))
     ea, er = envelope(sizes, spreads)
     floored = (f"; each term at least {floor!r} (the float tokens' unit roundoff)"
                if floor > 0 else "")
@@ -224,8 +249,12 @@ def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = D
         draws=draws,
         method=(f"permutation spread: {len(groups)} queries of the stable plan's shapes (k copies "
                 f"of a = x + e, m copies of x) each asked in its own order and {permutations} "
-                f"random orders of its non-final tokens; envelope abs + rel |y| of least mean "
-                f"height over the spreads (max - min per query){floored}, times {safety}"),
+                f"random orders of its non-final tokens"
+                + (f", and with a moved one grid step 2^-{GRID} (times the scale) either way "
+                   f"(the second difference |y(a + delta) + y(a - delta) - 2 y(a)| / 2: the "
+                   f"rounding of the scores, which no reordering changes)" if steps else "")
+                + f"; envelope abs + rel |y| of least mean height over the spreads (max - min "
+                f"per query){floored}, times {safety}"),
         floor=floor)
 
 
@@ -269,7 +298,7 @@ def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "ex
         except TypeError:
             raise ValueError(f"scales must be positive powers of two, got {scales!r}") from None
     problem = measurement_size_problem(d, heads, len(SCALES if scales is None else scales),
-                                       draws, permutations)
+                                       draws, permutations, steps=tokens in STEPPED)
     if problem is not None:                 # from the sizes alone, before anything is built
         raise ValueError(problem)
     if scales is not None:
@@ -291,4 +320,4 @@ def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "ex
                          f"{K.name} field (an exact box has no noise)")
     return measure_noise(Recorder(box, K, convert), d, heads, seed=seed, scales=scales,
                          draws=draws, permutations=permutations, safety=safety,
-                         floor=FLOOR.get(tokens, 0.0))
+                         floor=FLOOR.get(tokens, 0.0), steps=tokens in STEPPED)

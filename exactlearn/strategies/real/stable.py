@@ -36,6 +36,24 @@ is sampled, labelled and solved:
    recomputed from the heads within ``eta + eta_rel |y|`` plus the effect of the parameter
    bounds; each entry's bound is ``SAFETY = 2`` times its first-order bound plus rounding.
 
+**Coarse boxes** (a declared eta above ``COARSE = 2^-32`` of the outputs: float32, or
+noisier).  A float32 box rounds each token's scores once, to about ``2^-24 |s|``, and every
+query of a family repeats the same two tokens: that rounding moves the family's ``log rho``
+and ``c`` (the fit absorbs it) but scatters no residual, while the eta that must cover every
+observation at once (the polish, the certificate) has to include it -- for the layers of
+tests/float_layers.py about a hundred times what the family's residuals show.  So a coarse
+family whose bounds exceed LINEAR_LIMIT is given bounds at ``kappa`` times its eta, ``kappa``
+``SCATTER_MARGIN = 4`` times the rms of its weighted residuals per degree of freedom
+(:func:`_scatter_fit`; the estimate is unchanged), and labels within ``COARSE_LINEAR_LIMIT``.
+Those bounds only label and start; when a labelled family's bound at the declared eta exceeds
+LINEAR_LIMIT the solve's bounds are not used, and only the polish of every observation at
+the declared eta can certify (else the run fails).  A failure of too many families says how
+coarse the eta is and whether its families missed a sample (the box noisier than declared)
+or could not resolve H heads at that precision (:func:`_precision_failure`); the fits stop
+once more than MAX_UNRESOLVED have failed, and the pencil start is not tried (its
+extrapolation in 1/m cannot separate heads at float32 precision).  Boxes declared at float64
+rounding run exactly as before.
+
 Query count: ``(2d^2 - 1) n_t + (2d^2 - 1) + (2d - 1)`` (:func:`stable_count`, ``n_t``
 the finite nodes), plus the probe, rescues and supplementary families, all counted; the
 pencil start adds about ``(d + 1) (d + 1) (2H + 2)(2H + 3) / 2 * 5`` queries of up to 1025 tokens.
@@ -86,6 +104,14 @@ SUPPLEMENT_ROUNDS = 5    # rounds of supplementary families for undetermined ent
 SUPPLEMENT_PER_ENTRY = 3
 PENCIL_MIN_HEADS = 2     # the pencil start (step 3b) when the families fail, from this many heads
 PENCIL_SCALES = (mpq(1, 2), mpq(1), mpq(2))   # the plan's families after it, around sigma
+#: a box whose declared eta exceeds this times its outputs is coarser than float64 (a float32
+#: box declares ~1e-6, a float64 one ~1e-15): its families' bounds follow their scatter
+COARSE = 2.0 ** -32
+SCATTER_MARGIN = 4       # kappa = this x the rms of the weighted residuals per degree of freedom
+SCATTER_MIN = 1e-3       # kappa at least this
+#: a coarse box's families only label and start the polish (their solve's bounds are used
+#: only within LINEAR_LIMIT at the declared eta): first-order bounds within 10 %
+COARSE_LINEAR_LIMIT = 1e-1
 
 
 def stable_count(d: int, H: int) -> int:
@@ -164,51 +190,164 @@ def _normalised(fit, f, m):
 
 
 def _fit_all(plan, K, asker, noise, nodes, m, H):
-    """Ask and fit every configuration: ``(fits, ids, rescued)``; ``ids[n]`` are the
+    """Ask and fit every configuration: ``(fits, ids, rescued, bad, stopped)``; ``ids[n]`` are the
     observation indices of the fit.  A configuration whose fit fails, or whose first-order
     relative bound exceeds LINEAR_LIMIT (poles crowded or beyond the nodes), is asked again
     with x and e scaled by 1/2, 2, 1/4, 4 (exact dyadic tokens) and its fit taken back to
     scale 1 (``log rho`` scales by f^2, ``c`` by f); every query asked stays an observation
-    that the certificate must reproduce."""
-    asker.ask([q for c in plan.configs for q in
-               (family_tokens(c.x, c.a, k, mm) for k, mm in nodes)])      # one batch
+    that the certificate must reproduce.  A coarse box (module doc) stops once more than
+    MAX_UNRESOLVED of the configurations have failed, the run's failure then certain
+    (``stopped``: how many were tried; None when all were)."""
+    got = asker.ask([q for c in plan.configs for q in
+                     (family_tokens(c.x, c.a, k, mm) for k, mm in nodes)])      # one batch
+    ys = [abs(float(y)) for y, _ in got if float(y) != 0]
+    coarse = bool(ys) and float(np.median([noise.of(y, 0) / y for y in ys])) > COARSE
     fits, ids, rescued, bad = {}, {}, {}, {}
     for n, c in enumerate(plan.configs):
         try:
             fits[n], ids[n], f = _resolve(c, K, asker, noise, nodes, m, H)
         except LearningFailure as exc:
             bad[n] = exc
+            last = n + 1 == len(plan.configs)
+            if coarse and len(bad) > MAX_UNRESOLVED * len(plan.configs) and not last:
+                return fits, ids, rescued, bad, n + 1
             continue
         if f != 1:
             rescued[n] = str(f)
-    return fits, ids, rescued, bad
+    return fits, ids, rescued, bad, None
 
 
 def _resolve(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE):
     """``(fit at scale 1, observation indices, scale asked)`` of one configuration, at the
-    first of ``scales`` (1, 1/2, 2, 1/4, 4) whose fit succeeds within LINEAR_LIMIT; raises
-    the first failure when none does."""
+    first of ``scales`` (1, 1/2, 2, 1/4, 4) whose fit succeeds within LINEAR_LIMIT
+    (COARSE_LINEAR_LIMIT for a coarse box, its bounds following its scatter:
+    :func:`_scatter_fit`); raises the first failure when none does."""
     ts = [node_t(k, mm) for k, mm in nodes]
     what = f"configuration {c.kind}{(c.i + 1, c.j + 1)}"
     first = None
     for f in scales:
         ys, etas, ids = ask_family(c, f, asker, noise, nodes, H)
+        label = what if f == 1 else f"{what} at scale {f}"
         try:
-            fit = fit_ratio_family(K, ts, ys, etas, m, what=what if f == 1 else f"{what} at scale {f}")
+            fit = fit_ratio_family(K, ts, ys, etas, m, what=label)
         except (InterpolationError, NoisierThanDeclared, DegenerateDraw) as exc:
             first = first or exc
             continue
         except (np.linalg.LinAlgError, ValueError) as exc:
             first = first or InterpolationError(f"{what}: {exc}")
             continue
+        coarse = _coarse(ys, etas)
+        kappa = _scatter(ts, ys, etas, m, fit) if coarse else 1.0
         fit = fit if f == 1 else _normalised(fit, f, m)
-        if _rel_bound(fit, m) > LINEAR_LIMIT:
+        if kappa < 1 and _rel_bound(fit, m) > LINEAR_LIMIT:
+            tight = _scatter_fit(K, ts, ys, etas, m, kappa, label)
+            if tight is not None:
+                fit = tight if f == 1 else _normalised(tight, f, m)
+        limit = COARSE_LINEAR_LIMIT if coarse else LINEAR_LIMIT
+        if _rel_bound(fit, m) > limit:
             first = first or DegenerateDraw(
                 f"{what}: relative first-order error bound {_rel_bound(fit, m):.3g} > "
-                f"{LINEAR_LIMIT} (two heads' exponents crowd, or lie beyond the nodes)")
+                f"{limit} (two heads' exponents crowd, or lie beyond the nodes"
+                f"{_precision_note(fit, m) if coarse else ''})")
             continue
         return fit, ids, f
     raise first
+
+
+def _coarse(ys, etas) -> bool:
+    """A family of a box declared coarser than float64 (COARSE): its median eta_q above
+    ``COARSE`` times its largest |y| (float32, or noisier; a float64 box declares ~1e-15)."""
+    return float(np.median(etas)) > COARSE * max(abs(float(y)) for y in ys)
+
+
+def _scatter(ts, ys, etas, m, fit) -> float:
+    """``kappa``: SCATTER_MARGIN times the rms weighted residual of ``fit`` per degree of
+    freedom, at least SCATTER_MIN; 1 when that is not below 1 (or too few samples)."""
+    n, p = len(ts), 2 * m + 1
+    if n <= p:
+        return 1.0
+    t = [np.inf if x is None else float(x) for x in ts]
+    with np.errstate(all="ignore"):
+        rho = np.exp(np.array([float(x) for x in fit.logs]))
+        cs = np.array([float(c) for c in fit.cs])
+        f = float(fit.A) + np.array([0.0 if x == np.inf else float(np.sum(cs / (1 + x * rho)))
+                                     for x in t])
+        r = (np.array([float(y) for y in ys]) - f) / np.asarray(etas, dtype=float)
+        kappa = SCATTER_MARGIN * math.sqrt(float(r @ r) / (n - p))
+    return max(kappa, SCATTER_MIN) if kappa < 1 else 1.0
+
+
+def _scatter_fit(K, ts, ys, etas, m, kappa, what):
+    """The family refitted with its bounds scaled to the scatter its residuals show
+    (``kappa eta_q``, :func:`_scatter`), or None (module doc, "Coarse boxes").
+
+    A float32 box rounds each token's scores once, and every query of a family repeats the
+    same two tokens: that rounding moves the family's ``log rho`` and ``c`` (which the fit
+    absorbs) but scatters no residual.  What scatters is the sums' rounding, often a hundredth
+    of the eta that must cover both.  The weights, hence the estimate, are those of the
+    declared eta; only its bounds shrink by ``kappa``.  The fit keeps ``kappa``
+    (``RatioFit.kappa``): its bounds at the declared eta are ``1 / kappa`` times larger, and
+    the solve's bounds are certified only when those are within LINEAR_LIMIT too (else only
+    the polish of every observation, at the declared eta, can certify)."""
+    try:
+        out = fit_ratio_family(K, ts, ys, [kappa * e for e in etas], m, what=what)
+    except (InterpolationError, NoisierThanDeclared, DegenerateDraw, np.linalg.LinAlgError,
+            ValueError):
+        return None
+    out.kappa = kappa
+    return out
+
+
+def _level(nz, rec, start) -> float:
+    """The declared eta against the outputs: the median of ``eta_q / |y_q|`` over the
+    observations since ``start`` (0 when there are none); above COARSE the box is coarse."""
+    ys = np.array([abs(float(y)) for _, y in rec.observations[start:]])
+    ys = ys[ys > 0]
+    return float(np.median([nz.of(y, 0) / y for y in ys])) if len(ys) else 0.0
+
+
+def _coarseness(nz, rec, start) -> str:
+    """``"; the declared eta (noise=..., noise_rel=...) is L of the typical output, KIND"``:
+    below a float32 box's rounding (L < 2^-24), about it (L < 2^-10: the float32 layers
+    measured declare 1e-6 to 3e-4), or coarser than float32."""
+    level = _level(nz, rec, start)
+    kind = ("below a float32 box's rounding (2^-24 = 6e-08)" if level < 2.0 ** -24 else
+            "about a float32 box's rounding" if level < 2.0 ** -10 else "coarser than float32")
+    return (f"; the declared eta (noise={nz.eta:.3g}, noise_rel={nz.rel:.3g}) is {level:.2g} "
+            f"of the typical output, {kind}")
+
+
+def _precision_failure(bad, nz, rec, start, H) -> str:
+    """What a coarse box's unresolved families say about its precision (module doc, "Coarse
+    boxes"), or ``""`` for a box declared at float64 rounding: how coarse the declared eta is
+    against the outputs, how many families missed a sample by more than it or did not
+    converge, and how many fitted H heads within it but could not resolve them.  When half
+    of them missed, or the eta is below float32 rounding, it advises a larger ``noise=`` or
+    ``noise='auto'``; else it names the box's precision as the limit."""
+    level = _level(nz, rec, start)
+    if not level > COARSE:
+        return ""
+    miss = sum(1 for e in bad.values() if isinstance(e, NoisierThanDeclared))
+    crowd = sum(1 for e in bad.values() if "relative first-order error bound" in str(e))
+    other = len(bad) - miss - crowd
+    out = (f"{_coarseness(nz, rec, start)}: of the {len(bad)} unresolved, {miss} missed a sample "
+           f"by more than it, {other} did not converge, {crowd} fitted {_plural(H)} within it but "
+           f"left their exponents unresolved at that precision")
+    if 2 * miss >= len(bad) or level < 2.0 ** -24:
+        out += (" -- the box's rounding likely exceeds the declared eta: declare a larger "
+                "noise=, or use noise='auto'")
+    else:
+        out += (" -- the box's precision, not the eta, limits them: evaluate the layer in "
+                "float64 (float32 layers resolved up to 3 heads, docs/howto/float-black-box.md)")
+    return out
+
+
+def _precision_note(fit, m) -> str:
+    """A coarse family's bound at the scatter its residuals show (``kappa``)."""
+    if fit.kappa == 1:
+        return ""
+    return (f"; the bound is at {fit.kappa:.2g} times the declared eta, the scatter its "
+            f"residuals show")
 
 
 def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
@@ -317,14 +456,17 @@ def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
     X = [tuple(sigma * a for a in x) for x in plan0.X]
     E = [tuple(sigma * a for a in e) for e in plan0.E]
     splan = paper_plan(X, E, H)
-    fits, ids, rescued, bad = _fit_all(splan, K, asker, nz, nodes, m, H)
+    fits, ids, rescued, bad, stopped = _fit_all(splan, K, asker, nz, nodes, m, H)
     if len(bad) > MAX_UNRESOLVED * len(splan.configs) or not fits:
         first = bad[min(bad)]
-        raise type(first)(f"{len(bad)} of {len(splan.configs)} configurations could not be "
+        some = (f"of the first {stopped} (fitting stopped there: more than "
+                f"{MAX_UNRESOLVED:.0%} of all had failed) " if stopped else "")
+        raise type(first)(f"{len(bad)} {some}of {len(splan.configs)} configurations could not be "
                           f"resolved at any scale (a box noisier than declared, or more heads "
-                          f"than {H}); the first: {first}")
+                          f"than {H}){_precision_failure(bad, nz, rec, start, H)}; the first: "
+                          f"{first}")
     # first-order validity, then labelling with per-relation bounds
-    worst_rel = max((_rel_bound(f, m) for f in fits.values()), default=0.0)
+    worst_rel = max((_rel_bound(f, m) / f.kappa for f in fits.values()), default=0.0)   # at eta
     poles_of = {n: _poles(K, f, m) for n, f in fits.items()}
     basis0 = [splan.index("basis", 0, j) for j in range(d)]
     roots = sorted((n for n in basis0 if n in fits), key=lambda n: _rel_bound(fits[n], m))
@@ -551,6 +693,12 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         # crowded exponents in every family (many heads for d): the pencil start (step 3b)
         if not heads_exact or H < PENCIL_MIN_HEADS or query_scale is not None:
             raise
+        if _level(nz, rec, start) > COARSE:     # its extrapolation in 1/m needs float64 outputs
+            where = "" if "the declared eta (noise=" in str(exc) else _coarseness(nz, rec, start)
+            raise type(exc)(f"{exc}{where} (the pencil start is not tried at a declared eta "
+                            f"coarser than float64: its extrapolation in 1/m from queries of "
+                            f"257 to 1025 tokens cannot separate the heads at that "
+                            f"precision)") from None
         if n_probe is None:             # the probe itself failed: all it asked was probing
             n_probe = len(rec.observations) - start
         probe_log[-1] = n_probe
@@ -570,7 +718,11 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     size = H * max(abs(float(y)) for _, y in obs)
     for q in range(start, n_obs):
         etas_all[q] = nz.of(rec.observations[q][1], size)
-    if route["SW"] is None:             # the pencil route: only the polish gives bounds
+    # a family whose bounds follow its scatter (_scatter_fit) may exceed LINEAR_LIMIT at the
+    # declared eta: the solve's first-order bounds then do not hold, and only the polish's can
+    loose = max((_rel_bound(fits[n], m) / fits[n].kappa for n in index if n in fits),
+                default=0.0) > LINEAR_LIMIT
+    if route["SW"] is None or loose:    # the pencil route: only the polish gives bounds
         BW = [[[float("inf")] * d for _ in range(d)] for _ in range(m)]
         Bv = [[float("inf")] * d for _ in range(m)]
     else:
