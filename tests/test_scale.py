@@ -387,3 +387,25 @@ def test_one_root_finding_per_analysis_prime(monkeypatch, d, H, seed):
     assert res.status == "certified" and res.heads == model.canonical_heads()
     analysed = [r for r in res.multimodular["primes"] if r["role"] == "analysis"]
     assert len(calls) == len(analysed) == 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_averages_integer_path_equals_general_path(seed):
+    """HeadEvaluator.averages on integer tokens (the integer path, used by the confirmation's
+    rank check and v solve) equals the general path on the same tokens as rationals."""
+    rng = random.Random(500 + seed)
+    d, H = rng.randint(1, 4), rng.randint(1, 4)
+    model = random_model(d, H, 500 + seed, den=2, bias=seed % 2 == 1)
+    K = Modular(p=P, scale=model.scale())
+    ev = HeadEvaluator(model.heads, d, K)
+    exps = []
+    exp = K.exp
+    K.exp = lambda s: exps.append(s) or exp(s)         # the general path's exponentials
+    for _ in range(10):
+        toks = [tuple(rng.randint(-5, 5) for _ in range(d)) for _ in range(rng.randint(1, 4))]
+        toks = [toks[0]] * rng.randint(0, 3) + toks
+        general = [tuple(QQ(c) for c in t) for t in toks]
+        before = len(exps)
+        fast = ev.averages(toks)
+        assert len(exps) == before                   # integer tokens: no K.exp of a rational
+        assert fast == ev.averages(general) and len(exps) > before
