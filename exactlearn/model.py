@@ -513,7 +513,7 @@ class HeadEvaluator:
         K = self.K
         P = K.param
         pairs, final = self._pairs(tokens)
-        if self._int is not None:
+        if self._int:
             try:
                 return self._averages_int(pairs, final)
             except _NotInt:                # a token that is not all ints: the general path
