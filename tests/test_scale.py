@@ -409,3 +409,30 @@ def test_averages_integer_path_equals_general_path(seed):
         fast = ev.averages(toks)
         assert len(exps) == before                   # integer tokens: no K.exp of a rational
         assert fast == ev.averages(general) and len(exps) > before
+
+
+def test_confirmation_over_recorded_answers_solves_small_systems(monkeypatch):
+    """The efficient plan's confirmation (answers recorded, not a paper plan): the rank check
+    and, after a refuted confirmation, the v solve run on per-family (#k + 1) x (m + 1)
+    systems and a d x d one, not on dense systems of m d columns; the heads are the model's."""
+    import flint
+    shapes = []
+    real = flint.fmpz_mod_mat
+
+    class Recording:
+        def __new__(cls, *args):
+            M = real(*args)
+            shapes.append((M.nrows(), M.ncols()))
+            return M
+
+    monkeypatch.setattr(multimodular.flint, "fmpz_mod_mat", Recording)
+    d, H = 4, 2
+    tall = MultiHeadAttention([([[1, 0, 2, 0], [0, 1, 0, -1], [1, 1, 0, 0], [0, 0, 1, 1]],
+                                ["1/" + str(2 ** 78 - 1), 1, 2, -1]),
+                               ([[0, 1, 0, 0], [2, 0, 0, 1], [0, 0, -1, 0], [1, 0, 0, 1]],
+                                [3, "1/5", -2, 1])])
+    res = learn(Oracle(tall, Modular()), d=d, heads=H, seed=0, plan="efficient")
+    assert res.status == "certified" and res.heads == tall.canonical_heads()
+    roles = [(r["role"], "refuted" in r, r.get("joined", False)) for r in res.multimodular["primes"]]
+    assert ("confirmation", True, True) in roles             # a refuted one joined: v was solved
+    assert shapes and max(cols for _, cols in shapes) < H * d
