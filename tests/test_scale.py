@@ -436,3 +436,18 @@ def test_confirmation_over_recorded_answers_solves_small_systems(monkeypatch):
     roles = [(r["role"], "refuted" in r, r.get("joined", False)) for r in res.multimodular["primes"]]
     assert ("confirmation", True, True) in roles             # a refuted one joined: v was solved
     assert shapes and max(cols for _, cols in shapes) < H * d
+
+
+def test_rank_plan_core_solved_in_flint(monkeypatch):
+    """The rank plan's M_h = C U^-1 R over Q is python-flint fmpq_mat products and a solve
+    (not the pure-Python matrix product); the heads are the model's canonical ones."""
+    from exactlearn.algebra import linalg as la
+
+    def refused(*args):
+        raise AssertionError("a pure-Python matrix product")
+
+    monkeypatch.setattr(la, "matmul", refused)
+    model = MultiHeadAttention([([[1, 2, 0, 0], [2, 4, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]], [1, 2, 3, 4]),
+                                ([[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, -1], [0, 0, 2, -2]], [2, -1, 1, 3])])
+    res = learn(Oracle(model, Modular()), d=4, heads=2, seed=3, plan="efficient", rank=1)
+    assert res.status == "certified" and res.heads == model.canonical_heads()
