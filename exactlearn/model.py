@@ -610,6 +610,11 @@ class HeadEvaluator:
         K = self.K
         P = K.param
         pairs, final = self._pairs(tokens)
+        if self._int:
+            try:
+                return self._averages_int(pairs, final)
+            except _NotInt:                # a token that is not all ints: the general path
+                pass
         pairs = [(tuple(P(a) for a in t), m) for t, m in pairs]
         out = []
         for wx, s_final, _ in self._final(tuple(P(a) for a in final)):
@@ -622,6 +627,28 @@ class HeadEvaluator:
                 den = den + w
             out.append([n / den for n in num])
         return out
+
+    def _averages_int(self, pairs, final):
+        """:meth:`averages` by the integer path: the weight of token x_i for head h is
+        ``T^(D (x_i - x_n)^T W_h x_n)`` -- the integer ``D s`` that ``K.exp(s)`` raises T to,
+        from the stacked ``D W_h x_n`` (one ``fmpz_mat`` product per token) -- so the same
+        field elements as the general path."""
+        K = self.K
+        if not all(type(a) is int for t, _ in pairs for a in t):
+            raise _NotInt
+        WX, s_final = self._final_int(final)
+        power = K.power
+        m = len(self._int)
+        num = [[K.zero] * self.d for _ in range(m)]
+        den = [K.zero] * m
+        for tok, mult in pairs:
+            scores = (WX * flint.fmpz_mat(self.d, 1, list(tok))).entries()
+            xs = [K(a) for a in tok]
+            for h in range(m):
+                w = power(int(scores[h]) - s_final[h]) * mult
+                num[h] = [n + w * x for n, x in zip(num[h], xs)]
+                den[h] = den[h] + w
+        return [[n / den[h] for n in num[h]] for h in range(m)]
 
     def __call__(self, tokens):
         try:

@@ -132,11 +132,15 @@ class Oracle(CountingOracle):
 
         Called by the learner before any query is asked (fail fast)."""
         D = self.field.D
-        Ws = [[[D * x for x in row] for row in h.W] for h in self._heads]
-        us = [[D * x for x in h.u] for h in self._heads]
+        got = getattr(self, "_scaled", None)
+        if got is None or got[0] != D:     # D W_h and D u_h, once per D (a run checks many plans)
+            Ws = [[[D * x for x in row] for row in h.W] for h in self._heads]
+            us = [[D * x for x in h.u] for h in self._heads]
+            if all(x.denominator == 1 for W in Ws for row in W for x in row):
+                Ws = [[[int(x.numerator) for x in row] for row in W] for W in Ws]   # fast ints
+            self._scaled = got = (D, Ws, us)
+        _, Ws, us = got
         biased = any(h.biased for h in self._heads)
-        if all(x.denominator == 1 for W in Ws for row in W for x in row):
-            Ws = [[[int(x.numerator) for x in row] for row in W] for W in Ws]   # fast ints
         fast = None if biased else _worst_exponent_int(Ws, plan)
         if fast is not None:
             return self._check_worst(fast)

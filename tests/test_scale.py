@@ -387,3 +387,67 @@ def test_one_root_finding_per_analysis_prime(monkeypatch, d, H, seed):
     assert res.status == "certified" and res.heads == model.canonical_heads()
     analysed = [r for r in res.multimodular["primes"] if r["role"] == "analysis"]
     assert len(calls) == len(analysed) == 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_averages_integer_path_equals_general_path(seed):
+    """HeadEvaluator.averages on integer tokens (the integer path, used by the confirmation's
+    rank check and v solve) equals the general path on the same tokens as rationals."""
+    rng = random.Random(500 + seed)
+    d, H = rng.randint(1, 4), rng.randint(1, 4)
+    model = random_model(d, H, 500 + seed, den=2, bias=seed % 2 == 1)
+    K = Modular(p=P, scale=model.scale())
+    ev = HeadEvaluator(model.heads, d, K)
+    exps = []
+    exp = K.exp
+    K.exp = lambda s: exps.append(s) or exp(s)         # the general path's exponentials
+    for _ in range(10):
+        toks = [tuple(rng.randint(-5, 5) for _ in range(d)) for _ in range(rng.randint(1, 4))]
+        toks = [toks[0]] * rng.randint(0, 3) + toks
+        general = [tuple(QQ(c) for c in t) for t in toks]
+        before = len(exps)
+        fast = ev.averages(toks)
+        assert len(exps) == before                   # integer tokens: no K.exp of a rational
+        assert fast == ev.averages(general) and len(exps) > before
+
+
+def test_confirmation_over_recorded_answers_solves_small_systems(monkeypatch):
+    """The efficient plan's confirmation (answers recorded, not a paper plan): the rank check
+    and, after a refuted confirmation, the v solve run on per-family (#k + 1) x (m + 1)
+    systems and a d x d one, not on dense systems of m d columns; the heads are the model's."""
+    import flint
+    shapes = []
+    real = flint.fmpz_mod_mat
+
+    class Recording:
+        def __new__(cls, *args):
+            M = real(*args)
+            shapes.append((M.nrows(), M.ncols()))
+            return M
+
+    monkeypatch.setattr(multimodular.flint, "fmpz_mod_mat", Recording)
+    d, H = 4, 2
+    tall = MultiHeadAttention([([[1, 0, 2, 0], [0, 1, 0, -1], [1, 1, 0, 0], [0, 0, 1, 1]],
+                                ["1/" + str(2 ** 78 - 1), 1, 2, -1]),
+                               ([[0, 1, 0, 0], [2, 0, 0, 1], [0, 0, -1, 0], [1, 0, 0, 1]],
+                                [3, "1/5", -2, 1])])
+    res = learn(Oracle(tall, Modular()), d=d, heads=H, seed=0, plan="efficient")
+    assert res.status == "certified" and res.heads == tall.canonical_heads()
+    roles = [(r["role"], "refuted" in r, r.get("joined", False)) for r in res.multimodular["primes"]]
+    assert ("confirmation", True, True) in roles             # a refuted one joined: v was solved
+    assert shapes and max(cols for _, cols in shapes) < H * d
+
+
+def test_rank_plan_core_solved_in_flint(monkeypatch):
+    """The rank plan's M_h = C U^-1 R over Q is python-flint fmpq_mat products and a solve
+    (not the pure-Python matrix product); the heads are the model's canonical ones."""
+    from exactlearn.algebra import linalg as la
+
+    def refused(*args):
+        raise AssertionError("a pure-Python matrix product")
+
+    monkeypatch.setattr(la, "matmul", refused)
+    model = MultiHeadAttention([([[1, 2, 0, 0], [2, 4, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]], [1, 2, 3, 4]),
+                                ([[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, -1], [0, 0, 2, -2]], [2, -1, 1, 3])])
+    res = learn(Oracle(model, Modular()), d=4, heads=2, seed=3, plan="efficient", rank=1)
+    assert res.status == "certified" and res.heads == model.canonical_heads()

@@ -598,7 +598,11 @@ def solve_v_observations(W_set, d, observations, Kc) -> tuple:
     if m == 0:
         return [], certify((), d, observations, Kc)
     cols = m * d
-    averages = HeadEvaluator([Head(W, (mpq(0),) * d) for W in W_set], d, Kc).averages
+    zero_v = HeadEvaluator([Head(W, (mpq(0),) * d) for W in W_set], d, Kc)
+    vs = _solve_v_by_families(zero_v, d, m, observations, Kc)
+    if vs is not None:
+        return vs, certify([Head(W, v) for W, v in zip(W_set, vs)], d, observations, Kc)
+    averages = zero_v.averages
     groups: dict = {}
     for tokens, y in observations:
         groups.setdefault(tuple(tokens[-1]), []).append((tokens, y))
@@ -719,6 +723,10 @@ def _check_design_rank(heads, observations, K) -> None:
     bias = getattr(heads, "bias", False)      # c is unknown too: a column of ones
     d = len(heads[0].v)
     cols = len(heads) * d + (1 if bias else 0)
+    if not bias:
+        observations = list(observations)
+        if _full_rank_by_families(HeadEvaluator(heads, d, K), d, len(heads), observations, K):
+            return
     groups: dict = {}
     for tokens, _ in observations:
         groups.setdefault(tuple(tokens[-1]), []).append(tokens)
@@ -737,6 +745,100 @@ def _check_design_rank(heads, observations, K) -> None:
     raise PrimesDisagree(
         f"the confirmation modulo p' is undecided: the answers determine v only up to rank "
         f"{rank} of {cols}")
+
+
+def _families(observations, d) -> list:
+    """The observations of the form ``(a^k, x)`` (k copies of one token a, then x != a;
+    k = 0: the single token x), grouped: ``[(x, {a: {k: y}}, y of (x) or None)]``, the
+    final tokens with the most families first."""
+    by_x: dict = {}
+    for tokens, y in observations:
+        tokens = [tuple(t) for t in tokens]
+        x = tokens[-1]
+        fams, single = by_x.setdefault(x, ({}, []))
+        if len(tokens) == 1:
+            single.append(y)
+            continue
+        a = tokens[0]
+        if a == x or any(t != a for t in tokens[:-1]):
+            continue
+        fams.setdefault(a, {})[len(tokens) - 1] = y
+    out = [(x, fams, single[0] if single else None) for x, (fams, single) in by_x.items()]
+    return sorted(out, key=lambda g: len(g[1]), reverse=True)
+
+
+def _family_systems(ev, m, x, fams, y0, K, with_values):
+    """For each family (a, x) with the single (x) observed: the rows ``[1, t_1(k), ...,
+    t_m(k)]`` (and the answer, ``with_values``) over k = 0 and its observed k, where
+    ``t_h(k) = k w_h / (k w_h + 1)`` and ``w_h`` the weight of a in head h
+    (:meth:`~exactlearn.model.HeadEvaluator.family`): head h's softmax average on
+    (a^k, x) is ``x + t_h(k) (a - x)``.  Yields ``(a - x, rows, number of rows)``."""
+    if y0 is None:
+        return
+    for a, ys in fams.items():
+        fam = ev.family(a, x)
+        if fam is None or len(fam) != m:
+            continue
+        rows = [K.one] + [K.zero] * m + ([K(y0)] if with_values else [])
+        for k, y in sorted(ys.items()):
+            rows.append(K.one)
+            rows.extend(k * w / (k * w + 1) for w, _, _ in fam)
+            if with_values:
+                rows.append(K(y))
+        yield tuple(p - q for p, q in zip(a, x)), rows, len(ys) + 1
+
+
+def _full_rank_by_families(ev, d, m, observations, K) -> bool:
+    """A sufficient condition for :func:`_check_design_rank`'s full rank, checked on small
+    systems (no dense rank of all the rows): some final token x has families (a^k, x), with
+    the single (x) observed, whose (#k + 1) x (m + 1) matrices ``[1, t_h(k)]`` have full
+    column rank and whose directions a - x span F_p^d.  Then the rows of such a family span
+    ``x (x) 1`` and every ``(a - x) (x) delta_h`` (its rows are ``x (x) 1 + sum_h t_h(k)
+    (a - x) (x) delta_h``), and over d independent directions the whole F_p^(m d): the rank
+    is full.  False when the condition does not hold (the dense check then decides)."""
+    ctx = K.scalar_ctx
+    try:
+        for x, fams, y0 in _families(observations, d):
+            dirs = []
+            for e, rows, n in _family_systems(ev, m, x, fams, y0, K, False):
+                if n >= m + 1 and flint.fmpz_mod_mat(n, m + 1, rows, ctx).rank() == m + 1:
+                    dirs.extend(e)
+            if len(dirs) >= d * d and flint.fmpz_mod_mat(len(dirs) // d, d, dirs, ctx).rank() == d:
+                return True
+    except (ArithmeticError, ExactLearnError):
+        pass
+    return False
+
+
+def _solve_v_by_families(ev, d, m, observations, K):
+    """:func:`solve_v_observations`' v from small systems, or None (then the dense solve):
+    for a final token x, each family (a^k, x) with the single (x) observed gives
+    ``f = V.x + sum_h t_h(k) c_h``, ``c_h = v_h . (a - x)`` (the system of
+    :func:`solve_v_plan`); where it has full column rank m + 1 and is consistent, c is
+    determined, and d such families with independent directions give every v_h from
+    ``D^T v_h = c_h`` (D the directions).  These rows determine v, so when the answers are
+    consistent with some v it is this one, the v of the dense solve; either way every
+    observation is then certified with it.  Any other outcome returns None."""
+    ctx = K.scalar_ctx
+    try:
+        for x, fams, y0 in _families(observations, d):
+            dirs, cs = [], []
+            for e, rows, n in _family_systems(ev, m, x, fams, y0, K, True):
+                R, rank = flint.fmpz_mod_mat(n, m + 2, rows, ctx).rref()
+                if rank != m + 1 or any(R[i, i] != 1 for i in range(m + 1)):
+                    if rank == m + 2:
+                        return None          # inconsistent: the dense solve says how
+                    continue
+                trial = dirs + list(e)
+                if flint.fmpz_mod_mat(len(trial) // d, d, trial, ctx).rank() == len(trial) // d:
+                    dirs, cs = trial, cs + [[R[1 + h, m + 1] for h in range(m)]]
+                if len(dirs) == d * d:
+                    Dt = flint.fmpz_mod_mat(d, d, dirs, ctx)          # rows: the directions
+                    V = Dt.solve(flint.fmpz_mod_mat(d, m, [c for row in cs for c in row], ctx))
+                    return [tuple(mpq(int(V[r, h])) for r in range(d)) for h in range(m)]
+    except (ArithmeticError, ExactLearnError, ZeroDivisionError):
+        pass
+    return None
 
 
 def residue_report(heads, K: Modular, queries=None) -> dict:

@@ -418,6 +418,19 @@ def _cur(plan, L, P, h) -> dict:
     C = [[L[(a, j)] for a in range(r)] for j in range(d)]
     U = [[L[(a, b)] for a in range(r)] for b in range(r)]
     R = [[L[(i, b)] for i in range(d)] for b in range(r)]
+    if getattr(P, "is_rational", False):        # over Q: python-flint fmpq_mat, in C
+        import flint
+        from gmpy2 import mpq
+
+        def fq(rows):
+            return flint.fmpq_mat([[flint.fmpq(int(x.numerator), int(x.denominator)) for x in row]
+                                   for row in rows])
+        Uq = fq(U)
+        if Uq.rank() < r:
+            raise _CoreSingular(f"head {h + 1}: the {r} x {r} core of its skeleton is singular "
+                                f"(rank below {r}, or an unlucky draw)")
+        M = fq(C) * Uq.solve(fq(R))              # C U^-1 R: the same exact matrix
+        return {(i, j): P(mpq(int(M[j, i].p), int(M[j, i].q))) for i in range(d) for j in range(d)}
     try:
         Uinv = linalg.inverse(U, P)
     except linalg.SingularMatrix:
