@@ -61,18 +61,21 @@ class TrueHeads:
         """The canonical :class:`~exactlearn.model.Head` tuple (entries the exact rationals of
         the float64 arrays), to compare with ``learn()``'s ``res.heads``.
 
-        Needs a readout (``learn()`` takes a scalar box today) and a bias-free layer (exactlearn's
-        ``Head`` has no ``u`` and results no constant yet): otherwise a
-        :class:`~exactlearn.errors.ModelError` says which.
+        Needs a readout (``learn()`` takes a scalar box today): otherwise a
+        :class:`~exactlearn.errors.ModelError`.  A layer with biases (nonzero u or c) gives a
+        :class:`~exactlearn.model.HeadSet` whose heads carry their ``u`` and whose ``constant``
+        is c, as ``learn(..., bias=True)`` returns them (docs/explanation/biases.md); heads with
+        equal ``(W, u)`` merge.
         """
         if self.readout is None:
             raise ModelError("true_heads without a readout has matrix v_h: exactlearn's Head takes "
                              "a vector v (pass readout=)")
+        q = lambda xs: tuple(mpq(float(a)) for a in xs)          # noqa: E731
         if self.has_bias:
-            raise ModelError("the layer has biases (nonzero u or c): exactlearn's Head has no bias "
-                             "terms yet; compare W, u, v, c directly")
-        return canonicalize(Head(tuple(tuple(mpq(float(a)) for a in row) for row in W),
-                                 tuple(mpq(float(a)) for a in v)) for W, v in zip(self.W, self.v))
+            return canonicalize((Head(tuple(q(row) for row in W), q(v), q(u))
+                                 for W, v, u in zip(self.W, self.v, self.u)),
+                                mpq(float(self.c)), True)
+        return canonicalize(Head(tuple(q(row) for row in W), q(v)) for W, v in zip(self.W, self.v))
 
 
 def readout_vector(readout, m: int) -> np.ndarray | None:

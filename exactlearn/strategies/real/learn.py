@@ -130,18 +130,20 @@ def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_hei
 
 
 def max_parameter_error(recovered, truth, K) -> tuple:
-    """(largest |entry difference| over W and v, pairing) between recovered heads and the
-    true heads, pairing each true head with the nearest recovered one.
+    """(largest |entry difference| over W, v and u, and the constants, pairing) between
+    recovered heads and the true heads, pairing each true head with the nearest recovered one
+    (u and the constant are 0 for heads and results without biases, docs/explanation/biases.md).
 
     Raises ValueError when the numbers of heads differ or the pairing is not one-to-one.
     """
+    constants = K(getattr(recovered, "constant", 0)) - K(getattr(truth, "constant", 0))
     truth = list(truth)
     recovered = list(recovered)
     if len(truth) != len(recovered):
         raise ValueError(f"{len(recovered)} recovered heads, {len(truth)} true heads")
 
     def entries(h):
-        return [K(x) for row in h.W for x in row] + [K(x) for x in h.v]
+        return [K(x) for row in h.W for x in row] + [K(x) for x in h.v] + [K(x) for x in h.u]
 
     rec = [entries(h) for h in recovered]
     used, worst, pairing = set(), K.zero, []
@@ -154,4 +156,4 @@ def max_parameter_error(recovered, truth, K) -> tuple:
         used.add(best)
         pairing.append(best)
         worst = max(worst, dist[best])
-    return worst, pairing
+    return max(worst, abs(constants)), pairing
