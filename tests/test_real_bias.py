@@ -19,7 +19,7 @@ from exactlearn.floatbox import FloatAttention
 from exactlearn.generate import random_model
 from exactlearn.model import MultiHeadAttention
 from exactlearn.strategies.real.learn import max_parameter_error
-from exactlearn.strategies.real.stable import bias_tokens, stable_bias_plan, stable_count
+from exactlearn.strategies.real.stable import stable_count
 
 NOISE = dict(noise=1e-14, noise_rel=1e-15)
 
@@ -78,6 +78,8 @@ def test_bias_with_the_paper_plan_over_the_real_field_is_refused_naming_the_stab
 
 def test_the_plan_for_biases_has_affinely_independent_tokens_and_midpoint_across_families():
     from gmpy2 import mpq
+
+    from exactlearn.strategies.real.stable import bias_tokens, stable_bias_plan
     Q = [(mpq(1), mpq(0), mpq(0)), (mpq(0), mpq(1), mpq(0)), (mpq(0), mpq(0), mpq(1))]
     X = bias_tokens(Q)
     assert len(X) == 4

@@ -112,7 +112,7 @@ def stable_count(d: int, H: int, bias: bool = False) -> int:
     (``n_t = 4H + 4`` finite nodes).
 
     >>> stable_count(2, 1), stable_count(4, 2), stable_count(2, 1, bias=True)
-    (66, 410, 115)
+    (66, 410, 104)
     """
     n_t = len(ratio_nodes(H)) - 2
     if bias:
