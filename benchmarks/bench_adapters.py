@@ -9,8 +9,16 @@ flax adapter one at a time and batched.  Prints queries per second.
 MultiHeadDotProductAttention per seed through the adapters with a readout, and prints whether
 each run certified, its error against ``true_heads``, the bound, the queries and the wall time.
 
+``--bias`` (with ``--learn``): the layers have all four biases (query, key, value, output),
+drawn N(0, ``--bias-std``^2) over the default-initialised weights, and are learned with
+``learn(..., bias=True)`` (docs/explanation/biases.md); ``--cases 4x2 8x3`` runs several
+(d, H), ``--only torch`` one adapter.  A summary line per case and adapter gives certified /
+total, the largest relative error (over the largest |entry| of W, v, u and c), the largest
+error / bound, the mean queries / the paper's count and the mean and largest wall time.
+
     python benchmarks/bench_adapters.py --speed --d 4 --heads 2
     python benchmarks/bench_adapters.py --learn --d 4 --heads 2 --seeds 3
+    python benchmarks/bench_adapters.py --learn --bias --only torch --cases 4x2 8x3 12x4 --seeds 5
 """
 
 from __future__ import annotations
@@ -26,19 +34,30 @@ from exactlearn.strategies.real.learn import max_parameter_error
 NOISE = dict(noise=2e-12, noise_rel=2e-13)   # torch's float64 MHA errs up to ~3e-12 (issue 22)
 
 
-def torch_layer(d, H, seed, bias=False):
+def torch_layer(d, H, seed, bias=False, bias_std=0.5):
     import torch
     torch.manual_seed(seed)
-    return torch.nn.MultiheadAttention(d, H, bias=bias, batch_first=True, dtype=torch.float64).eval()
+    m = torch.nn.MultiheadAttention(d, H, bias=bias, batch_first=True, dtype=torch.float64).eval()
+    if bias:                            # torch initialises the biases to 0: draw them
+        with torch.no_grad():
+            m.in_proj_bias.normal_(0.0, bias_std)
+            m.out_proj.bias.normal_(0.0, bias_std)
+    return m
 
 
-def flax_layer(d, H, seed, bias=False):
+def flax_layer(d, H, seed, bias=False, bias_std=0.5):
     import jax
     jax.config.update("jax_enable_x64", True)
     import flax.linen as nn
     import jax.numpy as jnp
     layer = nn.MultiHeadDotProductAttention(num_heads=H, param_dtype=jnp.float64, use_bias=bias)
-    return layer, layer.init(jax.random.key(seed), jnp.zeros((1, 2, d), jnp.float64))
+    params = layer.init(jax.random.key(seed), jnp.zeros((1, 2, d), jnp.float64))
+    if bias:                            # flax initialises the biases to 0: draw them
+        rng = np.random.default_rng(seed)
+        params = jax.tree_util.tree_map_with_path(
+            lambda path, a: (jnp.asarray(rng.normal(0.0, bias_std, a.shape), jnp.float64)
+                             if "bias" in str(path[-1]) else a), params)
+    return layer, params
 
 
 def record_queries(d, H, seed):
@@ -92,26 +111,59 @@ def speed(args):
 
 
 def learn_runs(args):
-    from exactlearn.adapters import flax as fa
-    from exactlearn.adapters import torch as ta
-    d, H = args.d, args.heads
-    r = np.linspace(-1.0, 1.5, d)
-    for seed in range(args.seeds):
-        mha = torch_layer(d, H, seed)
-        layer, params = flax_layer(d, H, seed)
-        for name, box, truth in (("torch", ta.black_box(mha, readout=r), ta.true_heads(mha, readout=r)),
-                                 ("flax", fa.black_box(layer, params, readout=r),
-                                  fa.true_heads(layer, params, readout=r))):
-            t0 = time.perf_counter()
-            res = learn(box, d=d, heads=H, field="real", tokens="float64", seed=seed, retries=2, **NOISE)
-            wall = time.perf_counter() - t0
-            if res.certified:
-                err, _ = max_parameter_error(res.heads, truth.heads(), res.field)
-                print(f"{name:5s} seed {seed}: certified, error {float(err):.1e}, bound "
-                      f"{float(res.error_bound):.1e}, covers {err <= res.error_bound}, "
-                      f"{res.queries} queries, {wall:.1f} s")
-            else:
-                print(f"{name:5s} seed {seed}: FAILED ({res.error}), {res.queries} queries, {wall:.1f} s")
+    from exactlearn.pipeline.plan import paper_count
+    cases = [tuple(int(x) for x in c.split("x")) for c in args.cases] if args.cases else \
+        [(args.d, args.heads)]
+    for d, H in cases:
+        r = np.linspace(-1.0, 1.5, d)
+        stats = {}
+        for seed in range(args.seeds):
+            for name, box, truth in _boxes(args, d, H, seed, r):
+                t0 = time.perf_counter()
+                res = learn(box, d=d, heads=H, field="real", tokens="float64", seed=seed,
+                            retries=2, **({"bias": True} if args.bias else {}), **NOISE)
+                wall = time.perf_counter() - t0
+                st = stats.setdefault(name, {"n": 0, "cert": 0, "rel": 0.0, "ratio": 0.0,
+                                             "q": [], "t": []})
+                st["n"] += 1
+                st["q"].append(res.queries / paper_count(d, H))
+                st["t"].append(wall)
+                if res.certified:
+                    heads = truth.heads()
+                    err, _ = max_parameter_error(res.heads, heads, res.field)
+                    size = max([abs(float(x)) for h in heads for x in
+                                [*(a for row in h.W for a in row), *h.v, *h.u]]
+                               + [abs(float(getattr(heads, "constant", 0)))])
+                    st["cert"] += 1
+                    st["rel"] = max(st["rel"], float(err) / size)
+                    st["ratio"] = max(st["ratio"], float(err) / float(res.error_bound))
+                    print(f"{name:5s} d={d} H={H} seed {seed}: certified, error {float(err):.1e} "
+                          f"(relative {float(err) / size:.1e}), bound {float(res.error_bound):.1e}, "
+                          f"covers {err <= res.error_bound}, {res.queries} queries, {wall:.1f} s",
+                          flush=True)
+                else:
+                    print(f"{name:5s} d={d} H={H} seed {seed}: FAILED ({res.error}), "
+                          f"{res.queries} queries, {wall:.1f} s", flush=True)
+        for name, st in stats.items():
+            print(f"SUMMARY {name} d={d} H={H}{' bias' if args.bias else ''}: certified "
+                  f"{st['cert']}/{st['n']}, max relative error {st['rel']:.2e}, max error/bound "
+                  f"{st['ratio']:.2e}, queries / paper count {np.mean(st['q']):.2f}, "
+                  f"wall mean {np.mean(st['t']):.1f} s max {np.max(st['t']):.1f} s", flush=True)
+
+
+def _boxes(args, d, H, seed, r):
+    """(name, box, true heads) of the adapters asked for (``--only``)."""
+    out = []
+    if args.only in (None, "torch"):
+        from exactlearn.adapters import torch as ta
+        mha = torch_layer(d, H, seed, args.bias, args.bias_std)
+        out.append(("torch", ta.black_box(mha, readout=r), ta.true_heads(mha, readout=r)))
+    if args.only in (None, "flax"):
+        from exactlearn.adapters import flax as fa
+        layer, params = flax_layer(d, H, seed, args.bias, args.bias_std)
+        out.append(("flax", fa.black_box(layer, params, readout=r),
+                    fa.true_heads(layer, params, readout=r)))
+    return out
 
 
 def main():
@@ -122,6 +174,10 @@ def main():
     ap.add_argument("--heads", type=int, default=2)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--sample", type=int, default=300, help="queries replayed one at a time")
+    ap.add_argument("--bias", action="store_true", help="--learn: layers with all four biases")
+    ap.add_argument("--bias-std", type=float, default=0.5, help="the biases' standard deviation")
+    ap.add_argument("--cases", nargs="*", default=None, help="--learn: d x H cases, e.g. 4x2 8x3")
+    ap.add_argument("--only", choices=("torch", "flax"), default=None)
     args = ap.parse_args()
     if args.speed:
         speed(args)
