@@ -105,7 +105,7 @@ class LearnResult:
         the field); ``extra_queries`` and ``refused_draws`` are read from it.
     constant : rational
         With ``bias=True``: the additive constant c of the canonical form (0 when absent,
-        and on a failure); each head then has its query-bias vector ``u``
+        and on a failure; over the real field a real number within ``error_bound``); each head then has its query-bias vector ``u``
         (docs: explanation/biases.md).
     bias : bool
         Whether the run learned biases (``bias=True``); only then does the JSON carry
@@ -429,8 +429,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         Learn a layer with biases (docs: explanation/biases.md): scores
         ``x_i^T W_h x_n + u_h^T x_i`` and an additive constant c, exactly over the exact
         fields, with ``4 H d^2 + 4 H d - 2H + 1`` queries, the longest of ``2H + 1`` tokens;
-        each head gains ``u`` and the result ``constant``.  Not supported yet over the real
-        field, nor with ``plan="efficient"``, ``executor=`` or ``max_height=``
+        over the real field with ``plan="stable"`` (within tolerance, its count
+        ``stable_count(d, H, bias=True)``; docs: explanation/biases.md#over-the-real-field);
+        each head gains ``u`` and the result ``constant``.  Not supported with the paper plan
+        over the real field, nor with ``plan="efficient"``, ``executor=`` or ``max_height=``
         (ValueError).
     progress : callable, optional
         Called with a :class:`~exactlearn.progress.ProgressEvent` as the run goes: the
