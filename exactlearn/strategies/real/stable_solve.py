@@ -270,15 +270,17 @@ def solve_bias_heads(plan, frame, rows, fits, ids, index, K, m, n_obs, scales, t
     # the constant: every labelled family's limit A_n = c + V.a_n
     V = [ctx.fsum(hd.v[r] for hd in heads) for r in range(d)]
     SV = sum(Svs)
-    wsum, c, Scst, worst = 0.0, K.zero, np.zeros(n_obs), 0.0
+    Scst, worst = np.zeros(n_obs), 0.0
     cs = []
+    b0 = max(min(float(fits[n].bounds[0]) for n in used), 1e-300)
     for n in used:
         a = tokens_a[n]
         bA = max(float(fits[n].bounds[0]), 1e-300)
-        cs.append((n, fits[n].A - ctx.fsum(V[r] * K(a[r]) for r in range(d)), 1 / bA ** 2))
+        cs.append((n, fits[n].A - ctx.fsum(V[r] * K(a[r]) for r in range(d)), (b0 / bA) ** 2))
     wsum = sum(w for _, _, w in cs)
+    wK = ctx.fsum(ctx.mpf(w) for _, _, w in cs)    # the weights in the field's precision
+    c = ctx.fsum(cn * ctx.mpf(w) for _, cn, w in cs) / wK
     for n, cn, w in cs:
-        c += cn * (w / wsum)
         row = np.zeros(n_obs)
         row[ids[n]] += fits[n].G[0]
         row -= np.array([float(t) for t in tokens_a[n]]) @ SV
