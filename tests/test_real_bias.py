@@ -106,3 +106,26 @@ def test_cli_learns_a_biased_model_file_over_the_real_field(capsys, tmp_path):
     assert got["status"] == "certified" and "u" in got["heads"][0]
     assert abs(float(got["constant"]) - float(model.constant)) <= float(got["error_bound"])
     assert MultiHeadAttention.from_file(path).bias
+
+
+def test_an_exact_real_box_with_biases_is_certified_to_the_fields_precision_and_verified():
+    """An exact box over the real field (no float rounding, eta = 0): the solve's u and c must
+    hold to the field's own precision -- the constant's weighted mean was once formed with
+    float64 weights and missed a single-token observation by 7e-17."""
+    from exactlearn import Oracle
+    model = random_model(2, 2, seed=7, bias=True)
+    res = learn(Oracle(model, Real()), d=2, heads=2, field="real", plan="stable", bias=True,
+                seed=1, verify=5)
+    assert res.certified and res.verified, res.error
+    err, _ = max_parameter_error(res.heads, model.canonical_heads(), Real(dps=30))
+    assert float(err) <= float(res.error_bound) <= 1e-30
+
+
+def test_a_head_bound_with_biases_runs_the_resolution_test():
+    model = random_model(3, 2, seed=7, bias=True)
+    res = learn(FloatAttention(model, "float64"), d=3, max_heads=3, field="real",
+                tokens="float64", bias=True, seed=2, **NOISE)
+    assert res.certified and len(res.heads) == 2, res.error
+    assert res.real_detail["resolution_test"]["run"] is True
+    err, rel = _relative_error(res, model)
+    assert rel <= 1e-8 and err <= float(res.error_bound)
