@@ -129,3 +129,23 @@ def test_a_head_bound_with_biases_runs_the_resolution_test():
     assert res.real_detail["resolution_test"]["run"] is True
     err, rel = _relative_error(res, model)
     assert rel <= 1e-8 and err <= float(res.error_bound)
+
+
+@pytest.mark.slow
+def test_the_pencil_start_takes_biases(monkeypatch):
+    """When every family crowds (forced here), the pencil start reads [W | u] off d + 1 final
+    tokens and c off (x_0); the polish and the certificate then decide."""
+    from exactlearn.errors import DegenerateDraw
+    from exactlearn.strategies.real import stable
+
+    def crowded(*args, **kwargs):
+        raise DegenerateDraw("every family crowded (forced by the test)")
+
+    monkeypatch.setattr(stable, "_per_family", crowded)
+    model = random_model(2, 2, seed=3, bias=True)
+    res = learn(FloatAttention(model, "float64"), d=2, heads=2, field="real", tokens="float64",
+                bias=True, seed=1, retries=0, **NOISE)
+    assert res.certified, res.error
+    assert res.real_detail["start"] == "pencil"
+    err, rel = _relative_error(res, model)
+    assert rel <= 1e-8 and err <= float(res.error_bound)

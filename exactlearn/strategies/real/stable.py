@@ -52,8 +52,8 @@ solve recovers ``[W | u]`` and v per head and c from the families' limits
 with the rest; the certificate recomputes every observation with u and c and their bounds.
 ``log rho`` is not homogeneous in a family's scale with u, so a family asked at another scale
 (a rescue) enters the solve with its own row and the labelling by its c-values only.  Count:
-:func:`stable_count` with ``bias`` (``2d + 1`` distinct final tokens).  The pencil start does
-not take biases: a run that would need it fails, saying so.
+:func:`stable_count` with ``bias`` (``2d + 1`` distinct final tokens).  The pencil start
+(step 3b) reads ``[W | u]`` off ``d + 1`` final tokens and c off the query ``(x_0)``.
 """
 
 from __future__ import annotations
@@ -466,35 +466,50 @@ def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
             "worst_rel": worst_rel, "start": None, "constant": c, "Sc": Sc, "c_round": c_round}
 
 
-def _pencil_route(plan0, K, asker, nz, nodes, H, why):
+def _pencil_route(plan0, K, asker, nz, nodes, H, why, bias=False):
     """Step 3b (module doc): the heads started by
     :mod:`~exactlearn.strategies.real.stable_pencil`, then the plan's configurations asked as
     ratio families at ``PENCIL_SCALES`` times the ``sigma`` at which the start's exponents have
-    an rms of about TARGET; the polish that follows fits all of them."""
+    an rms of about TARGET; the polish that follows fits all of them.  With ``bias`` the start
+    has u (from ``d + 1`` final tokens) and c from the single-token query ``(x_0)``:
+    ``f((x_0)) = c + V.x_0``."""
     d = plan0.d
 
     def ask(queries):
         return [float(y) for y, _ in asker.ask(queries)]
 
-    start, info = pencil_heads(ask, d, H, x_norm=1.0, e_norm=0.5)
+    start, info = pencil_heads(ask, d, H, x_norm=1.0, e_norm=0.5, bias=bias)
     Xm = np.array([[float(a) for a in x] for x in plan0.X]).T
     Em = np.array([[float(a) for a in e] for e in plan0.E]).T
-    logs = np.array([Em.T @ W @ Xm for W, _ in start])
+    if bias:
+        logs = np.array([Em.T @ (W @ Xm + u[:, None]) for W, _, u in start])
+    else:
+        logs = np.array([Em.T @ W @ Xm for W, _ in start])
     rms = float(np.sqrt(np.mean(logs ** 2)))
     sigma = sigma_for(rms)
     X = [tuple(sigma * a for a in x) for x in plan0.X]
     E = [tuple(sigma * a for a in e) for e in plan0.E]
-    splan = paper_plan(X, E, H)
+    splan = stable_bias_plan(X, E, H) if bias else paper_plan(X, E, H)
     plan_start = len(asker.rec.observations)
     asker.ask([family_tokens(tuple(f * a for a in c.x), tuple(f * b for b in c.a), k, mm)
                for f in PENCIL_SCALES for c in splan.configs for k, mm in nodes])
     mpf = K.ctx.mpf                 # a float64 is exact in any precision
-    heads = [Head(tuple(tuple(mpf(float(a)) for a in row) for row in W), tuple(mpf(float(a)) for a in v))
-             for W, v in start]
+    out = {}
+    if bias:
+        heads = [Head(tuple(tuple(mpf(float(a)) for a in row) for row in W),
+                      tuple(mpf(float(a)) for a in v), tuple(mpf(float(a)) for a in u))
+                 for W, v, u in start]
+        x0 = splan.X[0]
+        y0 = float(asker.ask([[x0]])[0][0])
+        V = np.sum([v for _, v, _ in start], axis=0)
+        out["constant"] = mpf(y0 - float(V @ np.array([float(a) for a in x0])))
+    else:
+        heads = [Head(tuple(tuple(mpf(float(a)) for a in row) for row in W),
+                      tuple(mpf(float(a)) for a in v)) for W, v in start]
     info["why"] = str(why)[:200]
     return {"splan": splan, "heads": heads, "SW": None, "Sv": None, "rounds": None, "fits": {},
             "bad": {}, "rescued": {}, "index": {}, "supplementary": 0, "worst_rel": 0.0,
-            "sigma": sigma, "pencil": info, "plan_start": plan_start}
+            "sigma": sigma, "pencil": info, "plan_start": plan_start} | out
 
 
 def _sorted(heads, BW, Bv, Bu=None):
@@ -687,14 +702,11 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         # crowded exponents in every family (many heads for d): the pencil start (step 3b)
         if not heads_exact or H < PENCIL_MIN_HEADS or query_scale is not None:
             raise
-        if bias:
-            raise type(exc)(f"{exc} (the pencil start, which takes over when the families crowd, "
-                            f"does not take biases yet)") from None
         if n_probe is None:             # the probe itself failed: all it asked was probing
             n_probe = len(rec.observations) - start
         probe_log[-1] = n_probe
         try:
-            route = _pencil_route(plan0, K, asker, nz, nodes, H, exc)
+            route = _pencil_route(plan0, K, asker, nz, nodes, H, exc, bias)
         except LearningFailure as exc2:
             raise type(exc)(f"{exc}; the pencil start failed too: {str(exc2)[:400]}") from None
         sigma, m = route["sigma"], H
@@ -713,6 +725,9 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     if route["SW"] is None:             # the pencil route: only the polish gives bounds
         BW = [[[float("inf")] * d for _ in range(d)] for _ in range(m)]
         Bv = [[float("inf")] * d for _ in range(m)]
+        if bias:
+            Bu, Bc, const = [[float("inf")] * d for _ in range(m)], float("inf"), route["constant"]
+            heads = HeadSet(heads, constant=const, bias=True)
     elif not bias:
         SW, Sv, rounds = route["SW"], route["Sv"], route["rounds"]
         BW = [[[SAFETY * float(np.abs(SW[h][r * d + q]) @ etas_all) + rounds[h][0]

@@ -185,21 +185,28 @@ def _solve(A, b):
     return inv @ b, inv, weak
 
 
-def _levenberg(fam, W, V, steps):
+def _levenberg(fam, W, V, steps, c=0.0):
     """Levenberg--Marquardt (:func:`~exactlearn.strategies.real.damped.levenberg`) from a start
     farther off (the pencil start of :mod:`~exactlearn.strategies.real.stable_pencil`):
-    ``(W, V)`` once the cost settles or no damped step decreases it, else ``None``."""
+    ``(W, V, c)`` once the cost settles or no damped step decreases it, else ``None`` (with
+    biases W is ``[W | u]`` and c the constant, module doc)."""
     H, d = V.shape
-    n = H * d * d
+    n = W.size
+    nv = H * d
+
+    def split(theta):
+        return (theta[:n].reshape(W.shape), theta[n:n + nv].reshape(H, d),
+                theta[-1] if fam.bias else 0.0)
 
     def normal(theta):
-        A, b, _, cost = _normal(fam, theta[:n].reshape(H, d, d), theta[n:].reshape(H, d))
+        A, b, _, cost = _normal(fam, *split(theta))
         return A, b, cost
 
-    theta, how = levenberg(normal, np.concatenate([W.reshape(-1), V.reshape(-1)]), steps)
+    theta0 = np.concatenate([W.reshape(-1), V.reshape(-1)] + ([[c]] if fam.bias else []))
+    theta, how = levenberg(normal, theta0, steps)
     if how not in ("settled", "stationary"):
         return None
-    return theta[:n].reshape(H, d, d), theta[n:].reshape(H, d)
+    return split(theta)
 
 
 def _arrays(heads, bias):
@@ -238,10 +245,10 @@ def polish(heads, K, rec, start, etas, far=None, bias=False):
         return None
     W, V, c = _arrays(heads, bias)
     if far is not None:
-        got = _levenberg(_Families(rec, far, etas), W, V, LM_STEPS)
+        got = _levenberg(_Families(rec, far, etas, bias), W, V, LM_STEPS, c)
         if got is None:
             return None
-        W, V = got
+        W, V, c = got
     fam = _Families(rec, start, etas, bias)
     A, b, parts, cost = _normal(fam, W, V, c)
     step = np.zeros(len(b)) if far is not None else None    # after Levenberg--Marquardt
