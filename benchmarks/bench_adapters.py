@@ -19,6 +19,15 @@ error / bound, the mean queries / the paper's count and the mean and largest wal
     python benchmarks/bench_adapters.py --speed --d 4 --heads 2
     python benchmarks/bench_adapters.py --learn --d 4 --heads 2 --seeds 3
     python benchmarks/bench_adapters.py --learn --bias --only torch --cases 4x2 8x3 12x4 --seeds 5
+
+``--minilm LAYER``: one all-MiniLM-L6-v2 attention layer (the ``minilm`` extra) with its real
+weights and its four biases, restricted to a d' = ``--dprime`` subspace (the random P of
+``exactlearn.demo.minilm.random_subspace``, seed 0: ``q = W_Q P x + b_Q`` and likewise k, v;
+``out = W_O ctx + b_O``; readout its unit r), built as torch ``nn.Linear`` maps in
+``--dtype`` and learned through ``black_box_linear`` with ``bias=True`` and ``--noise``
+(a float or ``auto``).  Prints the result against ``true_heads_linear``.
+
+    python benchmarks/bench_adapters.py --minilm 0 --dprime 8 --noise auto
 """
 
 from __future__ import annotations
@@ -166,6 +175,51 @@ def _boxes(args, d, H, seed, r):
     return out
 
 
+def minilm(args):
+    import torch
+    from exactlearn.adapters import torch as ta
+    from exactlearn.demo.minilm import HIDDEN, NHEADS, P_DIGITS, random_subspace, weights_path
+    from safetensors.numpy import load_file
+    dtype = torch.float64 if args.dtype == "float64" else torch.float32
+    t = load_file(str(weights_path()))
+    pre = f"encoder.layer.{args.minilm}.attention."
+    P, r = random_subspace(HIDDEN, args.dprime, 0)
+    P = np.array(P, dtype=float) / 10 ** P_DIGITS
+    r = np.array(r, dtype=float) / 10 ** P_DIGITS
+    maps = []
+    for name, sub in (("self.query", True), ("self.key", True), ("self.value", True),
+                      ("output.dense", False)):
+        w = t[pre + name + ".weight"].astype(np.float64)
+        b = t[pre + name + ".bias"].astype(np.float64)
+        lin = torch.nn.Linear(args.dprime if sub else HIDDEN, HIDDEN, dtype=dtype)
+        with torch.no_grad():
+            lin.weight.copy_(torch.from_numpy(w @ P if sub else w))
+            lin.bias.copy_(torch.from_numpy(b))
+        maps.append(lin)
+    box = ta.black_box_linear(*maps, NHEADS, readout=r)
+    truth = ta.true_heads_linear(*maps, NHEADS, readout=r)
+    noise = dict(noise="auto") if args.noise == "auto" else dict(noise=float(args.noise),
+                                                                  noise_rel=float(args.noise_rel))
+    t0 = time.perf_counter()
+    res = learn(box, d=args.dprime, heads=NHEADS, field="real", tokens=args.dtype, bias=True,
+                seed=0, retries=args.retries, **noise)
+    wall = time.perf_counter() - t0
+    print(f"MiniLM layer {args.minilm}, d'={args.dprime}, {NHEADS} heads, {args.dtype}, all four "
+          f"biases: {res.status}, {res.queries} queries (paper count "
+          f"{4 * NHEADS * args.dprime ** 2 - 2 * NHEADS + 1}), longest {res.max_length}, "
+          f"{wall:.0f} s, attempts {res.attempts}, noise_estimated {res.noise_estimated}")
+    if res.certified:
+        heads = truth.heads()
+        err, _ = max_parameter_error(res.heads, heads, res.field)
+        size = max([abs(float(x)) for h in heads for x in
+                    [*(a for row in h.W for a in row), *h.v, *h.u]] + [abs(float(heads.constant))])
+        print(f"error {float(err):.2e} (relative {float(err) / size:.2e}), bound "
+              f"{float(res.error_bound):.2e}, covers {err <= res.error_bound}, start "
+              f"{res.real_detail.get('start')}, estimate {res.real_detail.get('estimate')}")
+    else:
+        print(f"failure: {res.error}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--speed", action="store_true")
@@ -178,11 +232,19 @@ def main():
     ap.add_argument("--bias-std", type=float, default=0.5, help="the biases' standard deviation")
     ap.add_argument("--cases", nargs="*", default=None, help="--learn: d x H cases, e.g. 4x2 8x3")
     ap.add_argument("--only", choices=("torch", "flax"), default=None)
+    ap.add_argument("--minilm", type=int, default=None, metavar="LAYER")
+    ap.add_argument("--dprime", type=int, default=8)
+    ap.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    ap.add_argument("--noise", default="2e-12", help="--minilm: eta (a float) or auto")
+    ap.add_argument("--noise-rel", default="2e-13")
+    ap.add_argument("--retries", type=int, default=0)
     args = ap.parse_args()
     if args.speed:
         speed(args)
     if args.learn:
         learn_runs(args)
+    if args.minilm is not None:
+        minilm(args)
 
 
 if __name__ == "__main__":
