@@ -71,7 +71,7 @@ from exactlearn.model import Head, HeadSet
 from exactlearn.algebra.linalg import is_invertible
 from exactlearn.noise import noise_bound
 from exactlearn.pipeline.match import WithinBounds
-from exactlearn.pipeline.plan import Config, paper_plan
+from exactlearn.pipeline.plan import Config, Plan, across_direction, paper_plan, vector_sum
 from exactlearn.progress import current
 from exactlearn.strategies.real.analysis import EQUAL_FACTOR
 from exactlearn.strategies.real.certificate import (SAFETY, SECOND_ORDER, RealOutcome,
@@ -158,7 +158,6 @@ def stable_bias_plan(X, E, H: int):
     >>> len(p.configs), p.configs[-1].kind, [str(a) for a in p.configs[-1].x]
     (11, 'across', ['0', '1'])
     """
-    from exactlearn.pipeline.plan import Plan, across_direction, vector_sum
     X = tuple(tuple(x) for x in X)
     E = tuple(tuple(e) for e in E)
     d = len(E)
