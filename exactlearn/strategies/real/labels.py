@@ -26,9 +26,10 @@ needs the labelled families to determine every parameter (a rank check).
 
 With biases (docs/explanation/biases.md, the real field's plan) ``across(i)`` is the midpoint
 ``((x_0 + x_i)/2, e_j(i))``: its rho *squared* is the product of ``(x_0, e_j)``'s and
-``(x_i, e_j)``'s (``square_joint``), and a family asked at another scale than the plan's
-(its ``log rho`` then not comparable) takes part in no tie (``untied``), only in the
-c-values.
+``(x_i, e_j)``'s (``square_joint``).  ``log rho = f e^T (W f x + u)`` is not homogeneous in a
+family's scale f, but it is still linear in e and affine in x at one f: a tie holds between
+three families asked at the same scale (``scales``), and a family asked at another scale than
+its partners takes part in the c-values only.
 """
 
 from __future__ import annotations
@@ -95,11 +96,11 @@ def _squared(poles):
 
 
 def label_families(plan, poles_of: dict, relation, root, dirs=None, square_joint=False,
-                   untied=()) -> dict:
+                   scales=None) -> dict:
     """``{configuration index: [pole index of head h]}`` for every family that can be
     labelled (module doc); ``poles_of`` has the present families, ``root`` the basis
-    family whose poles define the head numbering; ``square_joint`` and ``untied`` for the
-    plan for biases (module doc)."""
+    family whose poles define the head numbering; ``square_joint`` and ``scales`` (the scale
+    each family was asked at, 1 when absent) for the plan for biases (module doc)."""
     cfg = plan.configs
     dirs = dirs or (lambda n: directions(cfg[n]))
     index: dict = {root: list(range(len(poles_of[root])))}
@@ -121,7 +122,8 @@ def label_families(plan, poles_of: dict, relation, root, dirs=None, square_joint
             ties.append((plan.index("basis", c.i, 0), plan.index("basis", c.i, c.j), n, "add"))
         elif c.kind == "across":
             ties.append((plan.index("basis", 0, c.j), plan.index("basis", c.i, c.j), n, "equal"))
-    ties = [t for t in ties if not set(t[:3]) & set(untied)]
+    if scales is not None:             # a tie holds at one common scale only (module doc)
+        ties = [t for t in ties if len({scales.get(n, 1) for n in t[:3]}) == 1]
     present = set(poles_of)
     changed = True
     while changed:

@@ -51,7 +51,8 @@ solve recovers ``[W | u]`` and v per head and c from the families' limits
 (:func:`~exactlearn.strategies.real.stable_solve.solve_bias_heads`); the polish fits u and c
 with the rest; the certificate recomputes every observation with u and c and their bounds.
 ``log rho`` is not homogeneous in a family's scale with u, so a family asked at another scale
-(a rescue) enters the solve with its own row and the labelling by its c-values only.  Count:
+(a rescue) enters the solve with its own row, and the labelling's ties only with families at
+its scale (:func:`~exactlearn.strategies.real.labels.label_families`).  Count:
 :func:`stable_count` with ``bias`` (``2d + 1`` distinct final tokens).  The pencil start
 (step 3b) reads ``[W | u]`` off ``d + 1`` final tokens and c off the query ``(x_0)``.
 """
@@ -426,8 +427,7 @@ def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
     worst_rel = max((_rel_bound(f, m) for f in fits.values()), default=0.0)
     poles_of = {n: _poles(K, f, m) for n, f in fits.items()}
     basis0 = [splan.index("basis", 0, j) for j in range(d)]
-    roots = sorted((n for n in basis0 if n in fits and not (bias and n in rescued)),
-                   key=lambda n: _rel_bound(fits[n], m))
+    roots = sorted((n for n in basis0 if n in fits), key=lambda n: _rel_bound(fits[n], m))
     if not roots:
         raise DegenerateDraw(f"no basis configuration with final token x_1 could be resolved; "
                              f"(x_1, e_1): {bad[basis0[0]]}")
@@ -435,7 +435,7 @@ def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
     index = {}
     for root in roots[:ROOTS_TRIED]:       # the head numbering: the root that labels most
         got = (label_families(splan, poles_of, relation, root, square_joint=True,
-                              untied=list(rescued)) if bias
+                              scales={n: mpq(f) for n, f in rescued.items()}) if bias
                else label_families(splan, poles_of, relation, root))
         if len(got) > len(index):
             index = got
