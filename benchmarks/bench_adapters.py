@@ -197,6 +197,7 @@ def minilm(args):
             lin.bias.copy_(torch.from_numpy(b))
         maps.append(lin)
     box = ta.black_box_linear(*maps, NHEADS, readout=r)
+    box.chunk = args.chunk              # queries per forward: 1025-token queries at width 384
     truth = ta.true_heads_linear(*maps, NHEADS, readout=r)
     noise = dict(noise="auto") if args.noise == "auto" else dict(noise=float(args.noise),
                                                                   noise_rel=float(args.noise_rel))
@@ -238,6 +239,7 @@ def main():
     ap.add_argument("--noise", default="2e-12", help="--minilm: eta (a float) or auto")
     ap.add_argument("--noise-rel", default="2e-13")
     ap.add_argument("--retries", type=int, default=0)
+    ap.add_argument("--chunk", type=int, default=64, help="--minilm: queries per forward (memory)")
     args = ap.parse_args()
     if args.speed:
         speed(args)
