@@ -149,3 +149,14 @@ def test_the_pencil_start_takes_biases(monkeypatch):
     assert res.real_detail["start"] == "pencil"
     err, rel = _relative_error(res, model)
     assert rel <= 1e-8 and err <= float(res.error_bound)
+
+
+def test_heads_with_equal_W_and_u_merge_over_the_real_field():
+    """Two raw heads with the same (W, u) are one canonical head (their v summed)."""
+    model = random_model(3, 3, seed=5, merge=True, bias=True)
+    assert len(model.heads) == 3 and len(model.canonical_heads()) == 2
+    res = learn(FloatAttention(model, "float64"), d=3, max_heads=3, field="real",
+                tokens="float64", bias=True, seed=1, **NOISE)
+    assert res.certified and len(res.heads) == 2, res.error
+    err, rel = _relative_error(res, model)
+    assert rel <= 1e-8 and err <= float(res.error_bound)
