@@ -151,6 +151,7 @@ def test_the_pencil_start_takes_biases(monkeypatch):
     assert rel <= 1e-8 and err <= float(res.error_bound)
 
 
+@pytest.mark.slow
 def test_heads_with_equal_W_and_u_merge_over_the_real_field():
     """Two raw heads with the same (W, u) are one canonical head (their v summed)."""
     model = random_model(3, 3, seed=5, merge=True, bias=True)
