@@ -105,8 +105,8 @@ class LearnResult:
         the field); ``extra_queries`` and ``refused_draws`` are read from it.
     constant : rational
         With ``bias=True``: the additive constant c of the canonical form (0 when absent,
-        and on a failure; over the real field a real number within ``error_bound``); each head then has its query-bias vector ``u``
-        (docs: explanation/biases.md).
+        and on a failure; over the real field a real number within ``error_bound``); each
+        head then has its query-bias vector ``u`` (docs: explanation/biases.md).
     bias : bool
         Whether the run learned biases (``bias=True``); only then does the JSON carry
         ``heads[i].u`` and ``constant``.

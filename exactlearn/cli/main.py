@@ -384,7 +384,8 @@ def summary(res, model=None) -> str:
                 else ""),
              f"field: {res.field.name}  d: {res.d}  head bound: {res.heads_bound}",
              f"queries: {res.queries} (" + (f"{'stable' if res.plan == 'stable' else 'paper'}"
-                                            f"{' plan for biases' if res.bias else ' plan' if res.plan == 'stable' else ''} count "
+                                            f"{' plan for biases' if res.bias else ''}"
+                                            f"{' plan' if res.plan == 'stable' and not res.bias else ''} count "
                                             f"{res.plan_queries}" if res.plan_detail is None
                                             else _plan_counts(res))
              + (f"; verification {res.verify_queries}" if res.verify_queries else "")

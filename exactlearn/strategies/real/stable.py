@@ -304,8 +304,8 @@ def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nois
     poorly for some head (:func:`~exactlearn.strategies.real.stable_solve.weak_entries`) --
     those and the basis family ``(x_i, e_j)`` again at scales 1/2 and 2.  Each is labelled by
     its predicted c-values; up to SUPPLEMENT_ROUNDS rounds, new ones each round.  Returns
-    how many were asked.  With biases (``frame``, :func:`~exactlearn.strategies.real.stable_solve.bias_frame`)
-    the unknowns are ``M~`` (d x (d + 1)), each new family's rows come from its tokens as asked
+    how many were asked.  With biases (``frame``,
+    :func:`~exactlearn.strategies.real.stable_solve.bias_frame`) the unknowns are ``M~`` (d x (d + 1)), each new family's rows come from its tokens as asked
     and ``scales`` records its scale."""
     d = splan.d
     dc = d + 1 if frame is not None else d
@@ -313,7 +313,8 @@ def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nois
     tried: set = set()
     for _ in range(SUPPLEMENT_ROUNDS):
         used = sorted(index)
-        missW = undetermined([[(j * dc + i, co) for (j, i), co in rows[n][0]] for n in used], d * dc)
+        missW = undetermined([[(j * dc + i, co) for (j, i), co in rows[n][0]] for n in used],
+                             d * dc)
         missv = undetermined([rows[n][1] for n in used], d)
         weak = not missW and not missv
         if weak:
@@ -549,7 +550,7 @@ class _SolveAllowance:
         bias = self.constant is not None
         dd = d * (d + 1) if bias else d * d
         SW, Sv, rounds = self.route["SW"], self.route["Sv"], self.route["rounds"]
-        G = np.zeros((len(self.heads) * (dd + d) + bias, N))   # later observations: not in the solve
+        G = np.zeros((len(self.heads) * (dd + d) + bias, N))   # later observations: not solved
         rnd = []
         for k, h in enumerate(self.order):
             rows = [np.asarray(SW[h][e], dtype=float) for e in range(dd)]
@@ -755,7 +756,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
                              "a declared noise above float64 rounding")
     lm_from = route.get("plan_start") if far else None
     current().stage("polish" if float_noise else "certify")
-    polished = polish(heads, K, rec, start, etas_all, far=lm_from, bias=bias) if float_noise else None
+    polished = (polish(heads, K, rec, start, etas_all, far=lm_from, bias=bias) if float_noise
+                else None)
     n_target = 0
     weak = polished if isinstance(polished, Weak) else polished[4] if polished else None
     if weak is not None and weak.directions:   # directions few observations see: ask for them
@@ -818,7 +820,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         fitted = hat(polished, rec, start, etas_all)
         allowance = (lambda q: fitted.allowance(q, SAFETY, SECOND_ORDER)) if fitted else None
     else:
-        allowance = _SolveAllowance(heads, route, K, rec, start, etas_all, d, const if bias else None)
+        allowance = _SolveAllowance(heads, route, K, rec, start, etas_all, d,
+                                    const if bias else None)
     try:
         worst_ratio, resid_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all,
                                                      allowance=allowance, **extra)
