@@ -37,7 +37,8 @@ start: the polish, its noise test and the certificate decide (docs "The real fie
 
 With biases (docs/explanation/biases.md) ``q_h = W_h x + u_h``: nothing changes per final
 token, and ``[W_h | u_h]`` is the least-squares solution of ``[W_h | u_h] (x; 1) = q_h(x)``
-over at least ``d + 1`` used tokens (``bias=True``).
+over at least ``d + 1`` used tokens (``bias=True``; ``d + 2`` are aimed at, at most ``d + 5``
+asked).
 
 Every token is on the dyadic grid ``2^-GRID`` with at most 24 significant bits, so a float32
 or float64 box evaluates exactly the query asked; every query is counted and certified.
@@ -211,7 +212,7 @@ def pencil_heads(ask, d: int, H: int, x_norm: float, e_norm: float, seed: int = 
     unit = rng.normal(size=(n_alpha, d)) / np.sqrt(d)
     notes: dict = {}
     tokens, used, good_ra = [], [], e_norm
-    while len(used) < d + SPARE_TOKENS and len(tokens) < d + EXTRA_TOKENS:
+    while len(used) < need + SPARE_TOKENS and len(tokens) < need + EXTRA_TOKENS:
         if len(tokens) >= FIRST_TOKENS and not any(t.Q is not None for t in tokens):
             break                       # the first tokens all failed: not a matter of luck
         n = len(tokens)
