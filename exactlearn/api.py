@@ -105,8 +105,8 @@ class LearnResult:
         the field); ``extra_queries`` and ``refused_draws`` are read from it.
     constant : rational
         With ``bias=True``: the additive constant c of the canonical form (0 when absent,
-        and on a failure); each head then has its query-bias vector ``u``
-        (docs: explanation/biases.md).
+        and on a failure; over the real field a real number within ``error_bound``); each
+        head then has its query-bias vector ``u`` (docs: explanation/biases.md).
     outputs : int or None
         With ``outputs=m``: m, each head's ``v`` an m x d matrix (a tuple of m rows) and
         ``constant`` a length-m tuple (docs: explanation/biases.md#vector-outputs); None for
@@ -283,6 +283,7 @@ class Options:
     heads_given: bool = False          # heads=H (an exact count), not a bound max_heads
     attempts: int = 1                  # retries + 1: a bound over one attempt's checks counts them all
     state: object = None
+    bias: bool = False                 # bias=True over the real field (docs: explanation/biases.md)
 
 
 def field_named(name: str) -> Field:
@@ -435,8 +436,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         Learn a layer with biases (docs: explanation/biases.md): scores
         ``x_i^T W_h x_n + u_h^T x_i`` and an additive constant c, exactly over the exact
         fields, with ``4 H d^2 + 4 H d - 2H + 1`` queries, the longest of ``2H + 1`` tokens;
-        each head gains ``u`` and the result ``constant``.  Not supported yet over the real
-        field, nor with ``plan="efficient"``, ``executor=`` or ``max_height=``
+        over the real field with ``plan="stable"`` (within tolerance, its count
+        ``stable_count(d, H, bias=True)``; docs: explanation/biases.md#over-the-real-field);
+        each head gains ``u`` and the result ``constant``.  Not supported with the paper plan
+        over the real field, nor with ``plan="efficient"``, ``executor=`` or ``max_height=``
         (ValueError).
     outputs : int, optional
         A box of m outputs (docs: explanation/biases.md#vector-outputs): it answers m
@@ -544,7 +547,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         if max_height is not None:
             raise ValueError("max_height= does not apply to bias=True yet (the biased plan's "
                              "exponent check is not written for a height bound)")
-        from exactlearn.strategies import bias as strategy
+        if K.is_exact:
+            from exactlearn.strategies import bias as strategy
+        else:                              # the stable plan for biases (real field)
+            strategy = strategy_for(plan, K)
     else:
         strategy = strategy_for(plan, K)
     if executor is not None and not (K.multimodular and getattr(oracle, "over", None)
@@ -568,7 +574,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
                       noise_rel=noise_rel, plan=plan,
                       query_scale=query_scale, snap=snap, heads_given=heads is not None,
                       attempts=retries + 1,
-                      state=strategy.new_state())
+                      state=strategy.new_state(), bias=bias)
     error, failure = None, None            # the reason, and the failure as its typed exception
     recovered: tuple = ()
     attempts = 0
@@ -670,6 +676,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         queries=rec.queries, max_length=rec.max_length,
         plan="stable" if plan == "stable" else (drawn.name if drawn else "paper"),
         plan_queries=(drawn.count if plan == "efficient" and drawn else
+                      strategy.plan_count(plan, d, H, bias=True) if bias and not K.is_exact else
                       getattr(strategy, "plan_count", lambda _n, dd, hh: paper_count(dd, hh))(plan, d, H)),
         attempts=attempts, query_range=R, learner_seconds=max(0.0, total - rec.seconds),
         oracle_seconds=rec.seconds, certified_observations=n_cert, trace=tr,
@@ -795,10 +802,15 @@ def _kept(exc: ExactLearnError) -> ExactLearnError:
 
 
 def _check_bias_options(K, plan, executor) -> None:
-    """``bias=True`` runs the plan for biases over the exact fields only (docs: explanation/biases.md)."""
+    """``bias=True`` runs the plan for biases over the exact fields and the stable plan for
+    biases over the real field (docs: explanation/biases.md)."""
     if not K.is_exact:
-        raise ValueError(f"bias=True is not supported yet over the {K.name} field (the exact "
-                         f"fields only: rational, modular, symbolic)")
+        if plan != "stable":
+            raise ValueError(f"bias=True over the {K.name} field needs plan='stable' (the default "
+                             f"with float tokens), got plan={plan!r}")
+        if executor is not None:
+            raise ValueError("bias=True is not supported yet with executor=")
+        return
     if plan not in ("paper", None):
         raise ValueError(f"bias=True is not supported yet with plan={plan!r} (the paper plan, "
                          f"extended, only)")

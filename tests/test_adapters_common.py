@@ -47,11 +47,24 @@ def test_canonical_parameters_reproduce_a_textbook_layer(bias):
         assert np.max(np.abs(evaluate(tv, X) - forward(X))) < 1e-12
 
 
-def test_heads_need_no_bias_and_give_matrix_v_without_a_readout():
+def test_heads_carry_the_biases_and_give_matrix_v_without_a_readout():
+    """A biased layer's heads() is the canonical HeadSet with u and the constant c, and that
+    model (exactlearn's own evaluator over the real field) reproduces the layer's forward;
+    without a readout each v is the m x d matrix O_h V_h (vector outputs)."""
+    from fractions import Fraction
+
+    from exactlearn.fields import Real
+    from exactlearn.model import MultiHeadAttention
     rng = np.random.default_rng(2)
-    _, blocks = numpy_layer(rng, bias=True)
-    with pytest.raises(ModelError, match="biases"):
-        canonical_parameters(*blocks, readout=np.ones(4)).heads()
+    forward, blocks = numpy_layer(rng, bias=True)
+    r = rng.normal(size=4)
+    heads = canonical_parameters(*blocks, readout=r).heads()
+    assert heads.bias and heads.constant != 0 and any(h.biased for h in heads)
+    model = MultiHeadAttention(list(heads), d=4, constant=heads.constant, bias=True)
+    assert model.canonical_heads() == heads
+    for X in [rng.normal(size=(n, 4)) for n in (1, 3, 8)]:
+        y = float(model.evaluate([[Fraction(float(a)) for a in t] for t in X], Real(dps=30)))
+        assert abs(y - r @ forward(X)) < 1e-12
     _, blocks = numpy_layer(rng, bias=False)
     vector = canonical_parameters(*blocks).heads()      # v_h = O_h V_h, m x d (vector outputs)
     assert len(vector) == 2 and all(len(h.v) == 4 and len(h.v[0]) == 4 for h in vector)

@@ -102,3 +102,19 @@ def test_learns_a_float64_flax_layer_through_the_adapter():
     err, _ = max_parameter_error(res.heads, fa.true_heads(mod, var, readout=r).heads(), res.field)
     assert err <= res.error_bound and err <= 1e-9
     assert res.queries == sum(answered)
+
+
+@pytest.mark.slow
+def test_learns_a_float64_flax_layer_with_biases():
+    """use_bias=True (query, key, value and output biases) is certified by learn(bias=True)
+    against true_heads computed apart from the learner."""
+    mod, var = layer(4, 2, 7, bias=True, std=0.4)
+    r = np.array([1.0, -0.5, 0.25, 1.5])
+    box = fa.black_box(mod, var, readout=r)
+    res = learn(box, d=4, heads=2, field="real", tokens="float64", bias=True, seed=1, retries=2,
+                noise=2e-12, noise_rel=2e-13)
+    assert res.certified, res.error
+    truth = fa.true_heads(mod, var, readout=r).heads()
+    assert truth.constant != 0 and all(h.biased for h in truth)
+    err, _ = max_parameter_error(res.heads, truth, res.field)
+    assert err <= res.error_bound and err <= 1e-9

@@ -153,8 +153,8 @@ def test_refused_modules_and_arguments():
         ta.black_box(mha(4, 2, 0), readout=[1.0, 2.0])
     with pytest.raises(ModelError, match="float32 or float64"):
         ta.black_box(torch.nn.MultiheadAttention(4, 2, dtype=torch.float16))
-    with pytest.raises(ModelError, match="biases"):
-        ta.true_heads(mha(4, 2, 0, bias=True), readout=np.ones(4)).heads()
+    biased = ta.true_heads(mha(4, 2, 0, bias=True), readout=np.ones(4)).heads()  # was refused
+    assert biased.bias and biased.constant != 0
 
 
 @pytest.mark.parametrize("batch_first", [True, False])
@@ -181,6 +181,25 @@ def test_a_biased_layer_is_not_certified_by_the_bias_free_learner():
                 tokens="float64", seed=0, retries=2, **NOISE)
     assert not res.certified and res.status == "failed"
     assert "noisier than the declared eta" in res.error
+    assert res.queries == sum(answered)
+
+
+@pytest.mark.parametrize("d, H, seed", [(4, 2, 0), pytest.param(6, 3, 1, marks=pytest.mark.slow)])
+def test_learns_a_float64_mha_with_all_four_biases(d, H, seed):
+    """bias=True (PyTorch's default: query, key, value and output biases, here all nonzero)
+    is certified by learn(bias=True) against true_heads computed apart from the learner."""
+    m = mha(d, H, seed, bias=True, std=0.4)
+    assert all(torch.count_nonzero(b) == b.numel() for b in (m.in_proj_bias, m.out_proj.bias))
+    answered = []
+    m.register_forward_hook(lambda mod, inp, out: answered.append(inp[0].shape[0]))
+    r = np.random.default_rng(seed).normal(size=d)
+    res = learn(ta.black_box(m, readout=r), d=d, heads=H, field="real", tokens="float64",
+                bias=True, seed=seed, retries=2, **NOISE)
+    assert res.certified, res.error
+    truth = ta.true_heads(m, readout=r).heads()
+    assert truth.constant != 0 and all(h.biased for h in truth)
+    err, _ = max_parameter_error(res.heads, truth, res.field)
+    assert err <= res.error_bound and err <= 1e-9
     assert res.queries == sum(answered)
 
 

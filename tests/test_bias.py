@@ -297,10 +297,10 @@ def test_bias_free_plan_on_a_biased_box_fails_explicitly(field_name):
         assert "constant" not in res.to_json()
 
 
-def test_bias_is_refused_over_the_real_field_and_with_the_efficient_plan():
+def test_bias_over_the_real_field_needs_the_stable_plan_and_is_refused_with_the_efficient_plan():
     model = random_model(2, 1, seed=1, bias=True)
-    with pytest.raises(ValueError, match="not supported yet over the real field"):
-        learn(Oracle(model, Real()), d=2, heads=1, bias=True)
+    with pytest.raises(ValueError, match="needs plan='stable'"):
+        learn(Oracle(model, Real()), d=2, heads=1, bias=True)     # exact tokens: the paper plan
     with pytest.raises(ValueError, match="plan='efficient'"):
         learn(Oracle(model, Rational()), d=2, heads=1, bias=True, plan="efficient")
 
@@ -347,7 +347,7 @@ def test_cli_bias_refusals_exit_2(capsys, tmp_path, extra):
     random_model(2, 1, seed=3, bias=True).dump(path)
     rc, out, err = _run(capsys, ["learn", "--model", str(path), "--heads", "1", "--bias"] + extra)
     assert rc == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
-    assert "not supported yet" in err
+    assert ("needs --plan stable" if "real" in extra else "not supported yet") in err
 
 
 def test_cli_learn_biased_file_without_bias_fails(capsys, tmp_path):

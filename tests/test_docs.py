@@ -168,6 +168,17 @@ def test_torch_jax_howto_vector_part_runs(capsys):
     assert shown in capsys.readouterr().out
 
 
+def test_torch_jax_howto_biases_part_runs(capsys):
+    """The how-to's biased PyTorch layer, as written: certified with bias=True against the
+    layer's own true_heads (u and c), its printed line the one shown."""
+    pytest.importorskip("torch")
+    ns = _torch_jax_howto(["4."])
+    assert ns["bres"].certified and ns["berr"] <= ns["bres"].error_bound
+    text = (DOCS / "howto" / "torch-jax-layer.md").read_text()
+    shown = re.search(r"# (certified \d+ c = \S+)", text).group(1)
+    assert shown in capsys.readouterr().out
+
+
 @pytest.mark.slow                    # the flax part jit-compiles about 15 shapes
 def test_torch_jax_howto_runs():
     pytest.importorskip("torch")

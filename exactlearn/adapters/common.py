@@ -62,9 +62,11 @@ class TrueHeads:
         the float64 arrays), to compare with ``learn()``'s ``res.heads``.
 
         Without a readout each head's v is the m x d matrix ``O_h V_h`` (a tuple of m rows), to
-        compare with ``learn(..., outputs=m)`` (docs: explanation/biases.md#vector-outputs).
-        Needs a bias-free layer (exactlearn's real field learns no bias terms yet): otherwise a
-        :class:`~exactlearn.errors.ModelError` says so.
+        compare with ``learn(..., outputs=m)`` (docs: explanation/biases.md#vector-outputs).  A
+        layer with biases (nonzero u or c) gives a :class:`~exactlearn.model.HeadSet` whose heads
+        carry their ``u`` and whose ``constant`` is c (a length-m tuple without a readout), as
+        ``learn(..., bias=True)`` returns them (docs: explanation/biases.md); heads with equal
+        ``(W, u)`` merge.
 
         >>> import numpy as np
         >>> I = np.eye(2)[None]
@@ -72,15 +74,17 @@ class TrueHeads:
         >>> [h.v for h in t.heads()]
         [((mpq(1,1), mpq(0,1)), (mpq(0,1), mpq(1,1)))]
         """
+        q = lambda xs: tuple(mpq(float(a)) for a in xs)          # noqa: E731
+        vector = self.readout is None
+
+        def v_of(v):
+            return tuple(q(row) for row in v) if vector else q(v)
+
         if self.has_bias:
-            raise ModelError("the layer has biases (nonzero u or c): exactlearn's Head has no bias "
-                             "terms yet; compare W, u, v, c directly")
-        if self.readout is None:             # vector outputs: v_h = O_h V_h, m x d
-            return canonicalize(Head(tuple(tuple(mpq(float(a)) for a in row) for row in W),
-                                     tuple(tuple(mpq(float(a)) for a in row) for row in V))
-                                for W, V in zip(self.W, self.v))
-        return canonicalize(Head(tuple(tuple(mpq(float(a)) for a in row) for row in W),
-                                 tuple(mpq(float(a)) for a in v)) for W, v in zip(self.W, self.v))
+            c = q(self.c) if vector else mpq(float(self.c))
+            return canonicalize((Head(tuple(q(row) for row in W), v_of(v), q(u))
+                                 for W, v, u in zip(self.W, self.v, self.u)), c, True)
+        return canonicalize(Head(tuple(q(row) for row in W), v_of(v)) for W, v in zip(self.W, self.v))
 
 
 def readout_vector(readout, m: int) -> np.ndarray | None:

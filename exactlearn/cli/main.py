@@ -209,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     lp.add_argument("--json", action="store_true", help="print one JSON object")
     lp.add_argument("--bias", action="store_true",
                     help="learn biases too: each head's u and the constant c, with the plan for "
-                         "biases (exact fields, paper plan; docs: explanation/biases.md)")
+                         "biases (exact fields: paper plan; real field: stable plan; docs: "
+                         "explanation/biases.md)")
     lp.add_argument("--outputs", type=_int_at_least("--outputs", 1, limits.MAX_OUTPUTS, "MAX_OUTPUTS"),
                     default=None, metavar="M",
                     help="the box answers M outputs per query (a model file exactlearn.mha/3; "
@@ -288,15 +289,15 @@ def _cmd_learn(args) -> int:
     outputs = _outputs_of(args, model)
     if args.rank is not None and args.plan != "efficient":
         raise BadInput("--rank needs --plan efficient")
-    if args.bias and args.plan != "paper":
+    if args.bias and args.field == "real" and args.plan != "stable":
+        raise BadInput(f"--bias over the real field needs --plan stable (the default with --tokens "
+                       f"float64 or float32), got --plan {args.plan}")
+    if args.bias and args.field != "real" and args.plan != "paper":
         raise BadInput(f"--bias is not supported yet with --plan {args.plan} (the paper plan only)")
     if args.bias and (getattr(args, "workers", None) is not None or getattr(args, "scheduler", None)):
         raise BadInput("--bias is not supported yet with --workers or --scheduler")
     if args.bias and getattr(args, "max_height", None) is not None:
         raise BadInput("--bias is not supported yet with --max-height")
-    if args.bias and args.field == "real":
-        raise BadInput("--bias is not supported yet over the real field (use --field rational, "
-                       "modular or symbolic)")
     field = make_field(args.field, args, scale=None)
     exact_box = Oracle(model, field)
     oracle = cli_real.wrap_oracle(args, exact_box, BadInput)
@@ -428,8 +429,9 @@ def summary(res, model=None) -> str:
              + (" within tolerance (real field: not exact)" if res.certified and not res.field.is_exact
                 else ""),
              f"field: {res.field.name}  d: {res.d}  head bound: {res.heads_bound}",
-             f"queries: {res.queries} (" + (f"{'stable plan' if res.plan == 'stable' else 'paper'}"
-                                            f"{' plan for biases' if res.bias else ''} count "
+             f"queries: {res.queries} (" + (f"{'stable' if res.plan == 'stable' else 'paper'}"
+                                            f"{' plan for biases' if res.bias else ''}"
+                                            f"{' plan' if res.plan == 'stable' and not res.bias else ''} count "
                                             f"{res.plan_queries}" if res.plan_detail is None
                                             else _plan_counts(res))
              + (f"; verification {res.verify_queries}" if res.verify_queries else "")

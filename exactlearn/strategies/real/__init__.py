@@ -47,10 +47,11 @@ def draw_plan(d, H, rng, R, e_range=None, rank=None):
     return draw_paper_plan(d, H, rng, R, e_range)
 
 
-def plan_count(name, d, H) -> int:
-    """The plan's own count (probe excluded): the stable plan's, or the paper's."""
+def plan_count(name, d, H, bias=False) -> int:
+    """The plan's own count (probe excluded): the stable plan's (with ``bias``, the stable plan
+    for biases', docs/explanation/biases.md), or the paper's."""
     from exactlearn.pipeline.plan import paper_count
-    return stable_count(d, H) if name == "stable" else paper_count(d, H)
+    return stable_count(d, H, bias) if name == "stable" else paper_count(d, H)
 
 
 def run(plan, ask, K, trace, options) -> tuple:
@@ -72,6 +73,8 @@ def run(plan, ask, K, trace, options) -> tuple:
         raise ValueError("snap=True is available with plan='paper' over the real field")
     if options.plan != "stable" and options.noise_rel is not None:
         raise ValueError("noise_rel= (relative noise) needs plan='stable' over the real field")
+    if options.plan != "stable" and getattr(options, "bias", False):
+        raise ValueError("bias=True over the real field needs plan='stable'")
     fit_heads, tried, resolved = None, [], None
     while True:
         try:
@@ -114,7 +117,8 @@ def _run_once(plan, ask, K, options, fit_heads):
     if options.plan == "stable":
         return run_stable(plan, ask, K, noise=options.noise, noise_rel=options.noise_rel,
                           query_scale=options.query_scale, heads_exact=options.heads_given,
-                          probe_log=options.state.probes, fit_heads=fit_heads)
+                          probe_log=options.state.probes, fit_heads=fit_heads,
+                          bias=getattr(options, "bias", False))
     return run_real(plan, ask, K, noise=options.noise, query_scale=options.query_scale,
                     snap=options.snap, probe_log=options.state.probes, fit_heads=fit_heads)
 

@@ -64,6 +64,10 @@ class RealOutcome:
     W_bounds: list = dc_field(default_factory=list, repr=False)   # [head][row][col]
     v_bounds: list = dc_field(default_factory=list, repr=False)   # [head][entry]
     etas: dict = dc_field(default_factory=dict, repr=False)       # observation index -> eta_q
+    #: with biases (docs/explanation/biases.md): each head's u bounds, the constant, its bound
+    u_bounds: list | None = dc_field(default=None, repr=False)    # [head][entry]
+    constant: object = None
+    c_bound: object = 0
 
 
 @dataclass
@@ -299,7 +303,10 @@ def verify_real(oracle, outcome, heads, d, H, K, convert, rng, R, n) -> tuple:
         y = oracle(tokens)
         if convert:
             y = K(y)
-        f, grad, size = evaluate_with_bounds(heads, tokens, K, outcome.W_bounds, outcome.v_bounds)
+        biased = outcome.u_bounds is not None
+        f, grad, size = evaluate_with_bounds(heads, tokens, K, outcome.W_bounds, outcome.v_bounds,
+                                             outcome.u_bounds, outcome.constant if biased else 0,
+                                             outcome.c_bound)
         tol = eta + grad + 2 * rounding(K, max(size, LO.convert(abs(y))))
         if LO.convert(abs(f - y)) > tol:
             return False, ("verification failed: a fresh random query disagrees with the "

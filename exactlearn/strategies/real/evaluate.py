@@ -34,8 +34,10 @@ from exactlearn.strategies.real.sensitivity import LO
 def _per_head(heads, tokens, K, partials: bool) -> tuple:
     """One query's per-head terms: ``(x_n, [(f_h, size_h, dv, dW) ...])`` with the head's
     output ``f_h = sum_i p_i u_i``, ``size_h = sum_i p_i |u_i|`` (``u_i = v_h.x_i``, the score
-    ``x_i^T W_h x_n``) and, with ``partials``, ``dv[r] = sum_i p_i x_i[r]`` and
-    ``dW[r] = sum_i p_i (u_i - f_h) x_i[r]`` (``df/dW_h[r][c] = dW[r] x_n[c]``); else None."""
+    ``x_i^T W_h x_n`` plus ``b_h^T x_i`` for a head with a query bias ``b_h = head.u``,
+    docs/explanation/biases.md) and, with ``partials``, ``dv[r] = sum_i p_i x_i[r]`` and
+    ``dW[r] = sum_i p_i (u_i - f_h) x_i[r]`` (``df/dW_h[r][c] = dW[r] x_n[c]``,
+    ``df/db_h[r] = dW[r]``); else None."""
     ctx = K.ctx
     pairs, final = distinct_tokens(tokens)
     toks = [([K(a) for a in t], m) for t, m in pairs]
@@ -43,6 +45,8 @@ def _per_head(heads, tokens, K, partials: bool) -> tuple:
     out = []
     for head in heads:
         wx = [ctx.fsum(a * b for a, b in zip(row, xn)) for row in head.W]
+        if head.biased:                 # the scores' affine part: x_i^T (W x_n + b)
+            wx = [w + K(b) for w, b in zip(wx, head.u)]
         s_n = ctx.fsum(a * b for a, b in zip(xn, wx))
         ws = [ctx.exp(ctx.fsum(a * b for a, b in zip(t, wx)) - s_n) * m for t, m in toks]
         Z = ctx.fsum(ws)
@@ -60,11 +64,13 @@ def _per_head(heads, tokens, K, partials: bool) -> tuple:
     return xn, out
 
 
-def evaluate_with_bounds(heads, tokens, K, BW=None, Bv=None) -> tuple:
+def evaluate_with_bounds(heads, tokens, K, BW=None, Bv=None, Bu=None, constant=0, Bc=0) -> tuple:
     """``(f, first-order effect of the parameter bounds, size of the terms)`` for one query.
 
     ``BW[h][r][c]`` and ``Bv[h][r]`` bound the errors of head h's entries (None: no
-    parameter uncertainty, the effect is 0).
+    parameter uncertainty, the effect is 0); with biases (docs/explanation/biases.md)
+    ``Bu[h][r]`` those of its query bias ``u`` and ``Bc`` that of the additive ``constant``
+    (added to f).
     ``df/dv_h[r] = sum_i p_i x_i[r]``, ``df/dW_h[r][c] = sum_i p_i (u_i - f_h) x_i[r] x_n[c]``
     with ``u_i = v_h.x_i``, ``f_h = sum_i p_i u_i`` (the score is ``x_i^T W_h x_n``)."""
     xn, terms = _per_head(heads, tokens, K, BW is not None)
@@ -79,14 +85,22 @@ def evaluate_with_bounds(heads, tokens, K, BW=None, Bv=None) -> tuple:
             gw = LO.convert(abs(dW[r]))
             for c in range(len(dv)):
                 grad += gw * abs(LO.convert(xn[c])) * BW[h][r][c]
+            if Bu is not None:
+                grad += gw * Bu[h][r]
+    if constant != 0:
+        total += K(constant)
+    if BW is not None and Bc:
+        grad += Bc
     return total, grad, size
 
 
-def evaluate_with_gradient(heads, tokens, K) -> tuple:
+def evaluate_with_gradient(heads, tokens, K, bias=False, constant=0) -> tuple:
     """``(f, gradient, size of the terms)`` for one query: the *signed* partial derivatives
     of f, as floats, in the order of the parameters of
     :func:`~exactlearn.strategies.real.certificate.residual_bounds` -- per head the rows of
-    W, then v (the formulas of :func:`evaluate_with_bounds`).
+    W, then v (the formulas of :func:`evaluate_with_bounds`).  With ``bias``
+    (docs/explanation/biases.md) per head the rows of ``[W | u]`` (each row's last entry the
+    query bias), then v, and last the additive ``constant`` (derivative 1).
 
     >>> from exactlearn.fields.real import Real
     >>> from exactlearn.model import Head
@@ -96,10 +110,14 @@ def evaluate_with_gradient(heads, tokens, K) -> tuple:
     """
     xn, terms = _per_head(heads, tokens, K, True)
     total, size, grad = K.zero, LO.zero, []
+    xt = list(xn) + ([K.one] if bias else [])
     for fh, size_h, dv, dW in terms:
         total += fh
         size += size_h
         d = len(dv)
-        grad += [float(dW[r] * xn[c]) for r in range(d) for c in range(d)]
+        grad += [float(dW[r] * xt[c]) for r in range(d) for c in range(len(xt))]
         grad += [float(x) for x in dv]
+    if bias:
+        total += K(constant)
+        grad.append(1.0)
     return total, grad, size

@@ -23,6 +23,13 @@ and an undecided relation never labels: the family stays unlabelled.  Labels fou
 different routes must agree (c-values of one direction across final tokens), else
 :class:`~exactlearn.errors.MatchError`.  What is left unlabelled is reported; the solve then
 needs the labelled families to determine every parameter (a rank check).
+
+With biases (docs/explanation/biases.md, the real field's plan) ``across(i)`` is the midpoint
+``((x_0 + x_i)/2, e_j(i))``: its rho *squared* is the product of ``(x_0, e_j)``'s and
+``(x_i, e_j)``'s (``square_joint``).  ``log rho = f e^T (W f x + u)`` is not homogeneous in a
+family's scale f, but it is still linear in e and affine in x at one f: a tie holds between
+three families asked at the same scale (``scales``), and a family asked at another scale than
+its partners takes part in the c-values only.
 """
 
 from __future__ import annotations
@@ -66,13 +73,28 @@ def references(plan, index, poles_of) -> dict:
     return refs
 
 
-def label_families(plan, poles_of: dict, relation, root, dirs=None) -> dict:
+def _squared(poles):
+    """Poles ``(rho^2, c, 2 rho B_rho, B_c)``: the across family of the plan for biases."""
+    return [(p[0] * p[0], p[1], 2 * float(p[0]) * p[2], p[3]) for p in poles]
+
+
+def label_families(plan, poles_of: dict, relation, root, dirs=None, square_joint=False,
+                   scales=None) -> dict:
     """``{configuration index: [pole index of head h]}`` for every family that can be
     labelled (module doc); ``poles_of`` has the present families, ``root`` the basis
-    family whose poles define the head numbering."""
+    family whose poles define the head numbering; ``square_joint`` and ``scales`` (the scale
+    each family was asked at, 1 when absent) for the plan for biases (module doc)."""
     cfg = plan.configs
     dirs = dirs or (lambda n: directions(cfg[n]))
     index: dict = {root: list(range(len(poles_of[root])))}
+    squared = {}
+
+    def joint_poles(n):
+        if square_joint and cfg[n].kind == "across":
+            if n not in squared:
+                squared[n] = _squared(poles_of[n])
+            return squared[n]
+        return poles_of[n]
 
     def lab(n):
         return [poles_of[n][p] for p in index[n]]
@@ -83,6 +105,8 @@ def label_families(plan, poles_of: dict, relation, root, dirs=None) -> dict:
             ties.append((plan.index("basis", c.i, 0), plan.index("basis", c.i, c.j), n, "add"))
         elif c.kind == "across":
             ties.append((plan.index("basis", 0, c.j), plan.index("basis", c.i, c.j), n, "equal"))
+    if scales is not None:             # a tie holds at one common scale only (module doc)
+        ties = [t for t in ties if len({scales.get(n, 1) for n in t[:3]}) == 1]
     present = set(poles_of)
     changed = True
     while changed:
@@ -93,7 +117,8 @@ def label_families(plan, poles_of: dict, relation, root, dirs=None) -> dict:
             for base, other in ((a, b), (b, a)):
                 if base in index and other in present and other not in index:
                     try:
-                        perm, pj = tie(lab(base), poles_of[other], poles_of[joint], mode, relation)
+                        perm, pj = tie(lab(base), poles_of[other], joint_poles(joint), mode,
+                                       relation)
                     except (MatchError, Undecided):
                         continue
                     index[other], index[joint] = perm, pj
@@ -116,7 +141,7 @@ def label_families(plan, poles_of: dict, relation, root, dirs=None) -> dict:
     for a, b, joint, mode in ties:
         if joint in present and joint not in index and a in index and b in index:
             try:
-                perm, pj = tie(lab(a), lab(b), poles_of[joint], mode, relation)
+                perm, pj = tie(lab(a), lab(b), joint_poles(joint), mode, relation)
             except (MatchError, Undecided):
                 continue
             if perm == list(range(len(perm))):

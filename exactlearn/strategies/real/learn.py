@@ -131,11 +131,19 @@ def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_hei
 
 
 def max_parameter_error(recovered, truth, K) -> tuple:
-    """(largest |entry difference| over W and v, pairing) between recovered heads and the
-    true heads, pairing each true head with the nearest recovered one.
+    """(largest |entry difference| over W, v and u, and the constants, pairing) between
+    recovered heads and the true heads, pairing each true head with the nearest recovered one
+    (u and the constant are 0 for heads and results without biases, docs/explanation/biases.md).
 
     Raises ValueError when the numbers of heads differ or the pairing is not one-to-one.
     """
+    def flat(c):                        # a number, or a length-m tuple (vector outputs)
+        return [K(x) for x in c] if isinstance(c, (tuple, list)) else [K(c)]
+
+    cr, ct = flat(getattr(recovered, "constant", 0)), flat(getattr(truth, "constant", 0))
+    if len(cr) != len(ct):
+        cr, ct = cr + [K.zero] * (len(ct) - len(cr)), ct + [K.zero] * (len(cr) - len(ct))
+    constants = max((abs(a - b) for a, b in zip(cr, ct)), default=K.zero)
     truth = list(truth)
     recovered = list(recovered)
     if len(truth) != len(recovered):
@@ -143,7 +151,7 @@ def max_parameter_error(recovered, truth, K) -> tuple:
 
     def entries(h):                     # v a vector, or an m x d matrix (vector outputs)
         v = [x for row in h.v for x in row] if is_matrix(h.v) else h.v
-        return [K(x) for row in h.W for x in row] + [K(x) for x in v]
+        return [K(x) for row in h.W for x in row] + [K(x) for x in v] + [K(x) for x in h.u]
 
     rec = [entries(h) for h in recovered]
     used, worst, pairing = set(), K.zero, []
@@ -156,4 +164,4 @@ def max_parameter_error(recovered, truth, K) -> tuple:
         used.add(best)
         pairing.append(best)
         worst = max(worst, dist[best])
-    return worst, pairing
+    return max(worst, constants), pairing

@@ -57,6 +57,22 @@ rounding run exactly as before.
 Query count: ``(2d^2 - 1) n_t + (2d^2 - 1) + (2d - 1)`` (:func:`stable_count`, ``n_t``
 the finite nodes), plus the probe, rescues and supplementary families, all counted; the
 pencil start adds about ``(d + 1) (d + 1) (2H + 2)(2H + 3) / 2 * 5`` queries of up to 1025 tokens.
+
+**Biases** (``bias=True``, docs/explanation/biases.md, "Over the real field"): the scores gain
+``u_h^T x_i`` and the output a constant c.  The ratio families keep their form, with
+``log rho = e^T (W x + u)`` and ``A = c + V.a``.  The plan (:func:`stable_bias_plan`) takes
+d + 1 final tokens x_0..x_d (:func:`bias_tokens`: the vertices of a regular simplex centred
+at 0, on the grid ``2^-19``) and the d directions: ``(d + 1) d`` basis, ``(d + 1)(d - 1)``
+within and d across families ``((x_0 + x_i)/2, e_j(i))`` (the midpoint: its rho squared is
+the product of ``(x_0, e_j)``'s and ``(x_i, e_j)``'s), ``2d^2 + 2d - 1`` configurations.  The
+solve recovers ``[W | u]`` and v per head and c from the families' limits
+(:func:`~exactlearn.strategies.real.stable_solve.solve_bias_heads`); the polish fits u and c
+with the rest; the certificate recomputes every observation with u and c and their bounds.
+``log rho`` is not homogeneous in a family's scale with u, so a family asked at another scale
+(a rescue) enters the solve with its own row, and the labelling's ties only with families at
+its scale (:func:`~exactlearn.strategies.real.labels.label_families`).  Count:
+:func:`stable_count` with ``bias`` (``2d + 1`` distinct final tokens).  The pencil start
+(step 3b) reads ``[W | u]`` off ``d + 1`` final tokens and c off the query ``(x_0)``.
 """
 
 from __future__ import annotations
@@ -70,10 +86,11 @@ from gmpy2 import mpq
 from exactlearn.errors import (DegenerateDraw, InterpolationError, LearningFailure, MatchError,
                                NoisierThanDeclared, ResidualsBeyondNoise, SingularMatrix)
 from exactlearn.fields.rational import QQ
-from exactlearn.model import Head
+from exactlearn.model import Head, HeadSet
+from exactlearn.algebra.linalg import is_invertible
 from exactlearn.noise import noise_bound
 from exactlearn.pipeline.match import WithinBounds
-from exactlearn.pipeline.plan import Config, paper_plan
+from exactlearn.pipeline.plan import Config, Plan, across_direction, paper_plan, vector_sum
 from exactlearn.progress import current
 from exactlearn.strategies.real.analysis import EQUAL_FACTOR
 from exactlearn.strategies.real.certificate import (SAFETY, SECOND_ORDER, RealOutcome,
@@ -89,8 +106,9 @@ from exactlearn.strategies.real.evaluate import evaluate_with_gradient
 from exactlearn.strategies.real.stable_polish import (Weak, hat, minimax_bound, polish,
                                                      split_gain)
 from exactlearn.strategies.real.stable_probe import TARGET, ask_family, probe_scale, sigma_for
-from exactlearn.strategies.real.stable_solve import (rows_of, solve_stable_heads, undetermined,
-                                                     weak_entries)
+from exactlearn.strategies.real.stable_solve import (bias_frame, rows_bias, rows_of,
+                                                     solve_bias_heads, solve_stable_heads,
+                                                     undetermined, weak_entries)
 
 #: first-order validity: a family's relative bounds at most this (second-order terms are
 #: then below 1e-2 of the first-order ones, inside the certificate's SAFETY factor 2)
@@ -114,16 +132,73 @@ SCATTER_MIN = 1e-3       # kappa at least this
 COARSE_LINEAR_LIMIT = 1e-1
 
 
-def stable_count(d: int, H: int) -> int:
+def stable_count(d: int, H: int, bias: bool = False) -> int:
     """Queries of the stable plan (probe excluded): every configuration at its finite
-    nodes, one ``(a)`` per configuration, one ``(x)`` per distinct final token.
+    nodes, one ``(a)`` per configuration, one ``(x)`` per distinct final token:
+    ``(2d^2 - 1)(n_t + 1) + 2d - 1``, and with ``bias`` ``(2d^2 + 2d - 1)(n_t + 1) + 2d + 1``
+    (``n_t = 4H + 4`` finite nodes).
 
-    >>> stable_count(2, 1), stable_count(4, 2)
-    (66, 410)
+    >>> stable_count(2, 1), stable_count(4, 2), stable_count(2, 1, bias=True)
+    (66, 410, 104)
     """
     n_t = len(ratio_nodes(H)) - 2
+    if bias:
+        configs = 2 * d * d + 2 * d - 1
+        return configs * n_t + configs + (2 * d + 1)
     configs = 2 * d * d - 1
     return configs * n_t + configs + (2 * d - 1)
+
+
+BIAS_GRID = 19           # the plan for biases' final tokens: on 2^-19, so midpoints are on 2^-20
+
+
+def bias_tokens(Q) -> list:
+    """d + 1 final tokens x_0..x_d from d near-orthonormal dyadic columns ``Q``: with
+    ``q_0 = beta (q_1 + ... + q_d)``, ``beta = (1 - sqrt(d + 1))/d``, the q's are the vertices
+    of a regular simplex; centred at 0 (so that u is an interpolation, not an extrapolation)
+    and rounded to the grid ``2^-BIAS_GRID``.  Raises
+    :class:`~exactlearn.errors.DegenerateDraw` when they are not affinely independent.
+
+    >>> from gmpy2 import mpq
+    >>> pts = bias_tokens([(mpq(1), mpq(0)), (mpq(0), mpq(1))])
+    >>> len(pts), [round(float(a), 4) for a in pts[0]]
+    (3, [-0.5774, -0.5774])
+    """
+    d = len(Q)
+    beta = (1 - math.sqrt(d + 1)) / d
+    s = [sum(float(q[r]) for q in Q) for r in range(d)]
+    pts = [[beta * s[r] for r in range(d)]] + [[float(q[r]) for r in range(d)] for q in Q]
+    g = [sum(p[r] for p in pts) / (d + 1) for r in range(d)]
+    scale = 2 ** BIAS_GRID
+    out = [tuple(mpq(int(round((p[r] - g[r]) * scale)), scale) for r in range(d)) for p in pts]
+    if not is_invertible([[QQ(p[r]) for p in out] for r in range(d)] + [[QQ(1)] * (d + 1)], QQ):
+        raise DegenerateDraw("the d + 1 final tokens of the plan for biases are not affinely "
+                             "independent")
+    return out
+
+
+def stable_bias_plan(X, E, H: int):
+    """The stable plan for biases (module doc): ``X`` the d + 1 final tokens x_0..x_d, ``E``
+    the d directions.
+
+    >>> p = stable_bias_plan([(0, 0), (2, 0), (0, 2)], [(1, 0), (0, 1)], 1)
+    >>> len(p.configs), p.configs[-1].kind, [str(a) for a in p.configs[-1].x]
+    (11, 'across', ['0', '1'])
+    """
+    X = tuple(tuple(x) for x in X)
+    E = tuple(tuple(e) for e in E)
+    d = len(E)
+    configs = []
+    for i in range(d + 1):
+        for j in range(d):
+            configs.append(Config("basis", i, j, X[i], E[j]))
+        for j in range(1, d):
+            configs.append(Config("within", i, j, X[i], vector_sum(E[0], E[j])))
+    for i in range(1, d + 1):
+        j = across_direction(i, d)
+        mid = tuple((QQ(a) + QQ(b)) / 2 for a, b in zip(X[0], X[i]))
+        configs.append(Config("across", i, j, mid, E[j]))
+    return Plan(d, H, X, E, configs, name="stable", bias=True)
 
 
 def dyadic_basis(cols):
@@ -189,6 +264,16 @@ def _normalised(fit, f, m):
     return fit
 
 
+def _normalised_c(fit, f, m):
+    """With biases: only the c-values of a fit of ``(f x, f e)`` go back to scale 1 (``c / f``);
+    ``log rho`` and ``A`` stay as asked (not homogeneous in f; module doc)."""
+    scale = np.concatenate([[1.0], np.ones(m), np.full(m, 1 / float(f))])
+    fit.cs = [c / f for c in fit.cs]
+    fit.G = fit.G * scale[:, None]
+    fit.bounds = fit.bounds * scale
+    return fit
+
+
 def _fit_all(plan, K, asker, noise, nodes, m, H):
     """Ask and fit every configuration: ``(fits, ids, rescued, bad, stopped)``; ``ids[n]`` are the
     observation indices of the fit.  A configuration whose fit fails, or whose first-order
@@ -205,7 +290,7 @@ def _fit_all(plan, K, asker, noise, nodes, m, H):
     fits, ids, rescued, bad = {}, {}, {}, {}
     for n, c in enumerate(plan.configs):
         try:
-            fits[n], ids[n], f = _resolve(c, K, asker, noise, nodes, m, H)
+            fits[n], ids[n], f = _resolve(c, K, asker, noise, nodes, m, H, bias=plan.bias)
         except LearningFailure as exc:
             bad[n] = exc
             last = n + 1 == len(plan.configs)
@@ -217,11 +302,12 @@ def _fit_all(plan, K, asker, noise, nodes, m, H):
     return fits, ids, rescued, bad, None
 
 
-def _resolve(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE):
+def _resolve(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE, bias=False):
     """``(fit at scale 1, observation indices, scale asked)`` of one configuration, at the
     first of ``scales`` (1, 1/2, 2, 1/4, 4) whose fit succeeds within LINEAR_LIMIT
     (COARSE_LINEAR_LIMIT for a coarse box, its bounds following its scatter:
-    :func:`_scatter_fit`); raises the first failure when none does."""
+    :func:`_scatter_fit`); raises the first failure when none does.  With ``bias`` only the
+    c-values go back to scale 1 (:func:`_normalised_c`)."""
     ts = [node_t(k, mm) for k, mm in nodes]
     what = f"configuration {c.kind}{(c.i + 1, c.j + 1)}"
     first = None
@@ -238,11 +324,12 @@ def _resolve(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE):
             continue
         coarse = _coarse(ys, etas)
         kappa = _scatter(ts, ys, etas, m, fit) if coarse else 1.0
-        fit = fit if f == 1 else _normalised(fit, f, m)
+        norm = _normalised_c if bias else _normalised
+        fit = fit if f == 1 else norm(fit, f, m)
         if kappa < 1 and _rel_bound(fit, m) > LINEAR_LIMIT:
             tight = _scatter_fit(K, ts, ys, etas, m, kappa, label)
             if tight is not None:
-                fit = tight if f == 1 else _normalised(tight, f, m)
+                fit = tight if f == 1 else norm(tight, f, m)
         limit = COARSE_LINEAR_LIMIT if coarse else LINEAR_LIMIT
         if _rel_bound(fit, m) > limit:
             first = first or DegenerateDraw(
@@ -351,28 +438,32 @@ def _precision_note(fit, m) -> str:
 
 
 def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
-                relation):
+                relation, frame=None, scales=None):
     """Supplementary families for the entries of M (and c) that the labelled families leave
     undetermined -- ``(x_i, e_j - e_k)`` -- or, once every entry is determined, determine only
     poorly for some head (:func:`~exactlearn.strategies.real.stable_solve.weak_entries`) --
     those and the basis family ``(x_i, e_j)`` again at scales 1/2 and 2.  Each is labelled by
     its predicted c-values; up to SUPPLEMENT_ROUNDS rounds, new ones each round.  Returns
-    how many were asked."""
+    how many were asked.  With biases (``frame``,
+    :func:`~exactlearn.strategies.real.stable_solve.bias_frame`) the unknowns are ``M~`` (d x (d + 1)), each new family's rows come from its tokens as asked
+    and ``scales`` records its scale."""
     d = splan.d
+    dc = d + 1 if frame is not None else d
     asked = 0
     tried: set = set()
     for _ in range(SUPPLEMENT_ROUNDS):
         used = sorted(index)
-        missW = undetermined([[(j * d + i, co) for (j, i), co in rows[n][0]] for n in used], d * d)
+        missW = undetermined([[(j * dc + i, co) for (j, i), co in rows[n][0]] for n in used],
+                             d * dc)
         missv = undetermined([rows[n][1] for n in used], d)
         weak = not missW and not missv
         if weak:
-            missW = weak_entries(rows, fits, index, m, d)
+            missW = weak_entries(rows, fits, index, m, d, dc)
             if not missW:
                 break
         view = type("View", (), {"configs": configs})()
         refs = references(view, index, poles_of)
-        want = [divmod(u, d) for u in missW] + [(j, 0) for j in missv]
+        want = [divmod(u, dc) for u in missW] + [(j, 0) for j in missv]
         new = []
         if weak:
             # weak entries: the basis family itself again at other scales (exponents x 1/4
@@ -397,8 +488,9 @@ def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nois
         asked += len(new)
         for c, k, f in new:             # f None: the rescue scales, as for the plan's families
             try:
-                fit, q, _ = _resolve(c, K, asker, noise, nodes, m, H,
-                                     **({} if f is None else {"scales": (f,)}))
+                fit, q, f_used = _resolve(c, K, asker, noise, nodes, m, H,
+                                          **({} if f is None else {"scales": (f,)}),
+                                          bias=frame is not None)
             except LearningFailure:
                 continue
             pl = _poles(K, fit, m)
@@ -407,7 +499,12 @@ def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nois
                 continue
             n = len(configs)
             configs.append(c)
-            rows.append(rows_of(c, k))
+            if frame is None:
+                rows.append(rows_of(c, k))
+            else:
+                scales[n] = f_used
+                rows.append(rows_bias(frame, tuple(f_used * a for a in c.x),
+                                      tuple(f_used * b for b in c.e), f_used, K))
             fits[n], ids[n], poles_of[n], index[n] = fit, q, pl, lab
     return asked
 
@@ -422,6 +519,8 @@ def _target(weak, splan, heads, asker, noise, nodes, H):
     d = splan.d
     Xm = np.array([[float(a) for a in x] for x in splan.X]).T       # columns x_i
     Em = np.array([[float(a) for a in e] for e in splan.E]).T
+    if splan.bias:                      # columns (x_i; 1) and U = [W | u] directions
+        Xm = np.concatenate([Xm, np.ones((1, Xm.shape[1]))])
     asked, seen = 0, set()
     for h, U in weak.directions[:d]:
         if not np.abs(U).max() > 0:
@@ -429,6 +528,8 @@ def _target(weak, splan, heads, asker, noise, nodes, H):
         Md = Em.T @ U @ Xm
         j, i = np.unravel_index(int(np.argmax(np.abs(Md))), Md.shape)
         W = np.array([[float(a) for a in row] for row in heads[h].W])
+        if splan.bias:
+            W = np.concatenate([W, np.array([[float(b)] for b in heads[h].u])], axis=1)
         z = abs(float(Em[:, j] @ W @ Xm[:, i]))
         if not z > 1e-12 or (i, j) in seen:
             continue
@@ -455,7 +556,8 @@ def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
     d = plan0.d
     X = [tuple(sigma * a for a in x) for x in plan0.X]
     E = [tuple(sigma * a for a in e) for e in plan0.E]
-    splan = paper_plan(X, E, H)
+    bias = plan0.bias
+    splan = stable_bias_plan(X, E, H) if bias else paper_plan(X, E, H)
     fits, ids, rescued, bad, stopped = _fit_all(splan, K, asker, nz, nodes, m, H)
     if len(bad) > MAX_UNRESOLVED * len(splan.configs) or not fits:
         first = bad[min(bad)]
@@ -476,57 +578,93 @@ def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
     relation = WithinBounds(EQUAL_FACTOR, UNEQUAL_FACTOR, size=float)
     index = {}
     for root in roots[:ROOTS_TRIED]:       # the head numbering: the root that labels most
-        got = label_families(splan, poles_of, relation, root)
+        got = (label_families(splan, poles_of, relation, root, square_joint=True,
+                              scales={n: mpq(f) for n, f in rescued.items()}) if bias
+               else label_families(splan, poles_of, relation, root))
         if len(got) > len(index):
             index = got
         if len(index) >= 0.9 * len(fits):
             break
     configs = list(splan.configs)
-    rows = [rows_of(c) for c in configs]
+    if not bias:
+        rows = [rows_of(c) for c in configs]
+        n_supp = _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz,
+                             nodes, m, H, relation)
+        heads, SW, Sv, rounds = solve_stable_heads(splan, rows, fits, ids, index, K, m,
+                                                   len(rec.observations))
+        return {"splan": splan, "heads": heads, "SW": SW, "Sv": Sv, "rounds": rounds,
+                "fits": fits, "bad": bad, "rescued": rescued, "index": index,
+                "supplementary": n_supp, "worst_rel": worst_rel, "start": None}
+    frame = bias_frame(splan.X, splan.E)
+    scales = {n: mpq(rescued[n]) if n in rescued else mpq(1) for n in range(len(configs))}
+    rows = [rows_bias(frame, tuple(scales[n] * a for a in c.x), tuple(scales[n] * b for b in c.e),
+                      scales[n], K) for n, c in enumerate(configs)]
     n_supp = _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz, nodes,
-                         m, H, relation)
-    heads, SW, Sv, rounds = solve_stable_heads(splan, rows, fits, ids, index, K, m,
-                                               len(rec.observations))
+                         m, H, relation, frame=frame, scales=scales)
+    tokens_a = {n: tuple(scales[n] * a for a in configs[n].a) for n in index}
+    heads, c, SW, Sv, Sc, rounds, c_round = solve_bias_heads(
+        splan, frame, rows, fits, ids, index, K, m, len(rec.observations), scales, tokens_a)
     return {"splan": splan, "heads": heads, "SW": SW, "Sv": Sv, "rounds": rounds, "fits": fits,
             "bad": bad, "rescued": rescued, "index": index, "supplementary": n_supp,
-            "worst_rel": worst_rel, "start": None}
+            "worst_rel": worst_rel, "start": None, "constant": c, "Sc": Sc, "c_round": c_round}
 
 
-def _pencil_route(plan0, K, asker, nz, nodes, H, why):
+def _pencil_route(plan0, K, asker, nz, nodes, H, why, bias=False):
     """Step 3b (module doc): the heads started by
     :mod:`~exactlearn.strategies.real.stable_pencil`, then the plan's configurations asked as
     ratio families at ``PENCIL_SCALES`` times the ``sigma`` at which the start's exponents have
-    an rms of about TARGET; the polish that follows fits all of them."""
+    an rms of about TARGET; the polish that follows fits all of them.  With ``bias`` the start
+    has u (from ``d + 1`` final tokens) and c from the single-token query ``(x_0)``:
+    ``f((x_0)) = c + V.x_0``."""
     d = plan0.d
 
     def ask(queries):
         return [float(y) for y, _ in asker.ask(queries)]
 
-    start, info = pencil_heads(ask, d, H, x_norm=1.0, e_norm=0.5)
+    start, info = pencil_heads(ask, d, H, x_norm=1.0, e_norm=0.5, bias=bias)
     Xm = np.array([[float(a) for a in x] for x in plan0.X]).T
     Em = np.array([[float(a) for a in e] for e in plan0.E]).T
-    logs = np.array([Em.T @ W @ Xm for W, _ in start])
+    if bias:
+        logs = np.array([Em.T @ (W @ Xm + u[:, None]) for W, _, u in start])
+    else:
+        logs = np.array([Em.T @ W @ Xm for W, _ in start])
     rms = float(np.sqrt(np.mean(logs ** 2)))
     sigma = sigma_for(rms)
     X = [tuple(sigma * a for a in x) for x in plan0.X]
     E = [tuple(sigma * a for a in e) for e in plan0.E]
-    splan = paper_plan(X, E, H)
+    splan = stable_bias_plan(X, E, H) if bias else paper_plan(X, E, H)
     plan_start = len(asker.rec.observations)
     asker.ask([family_tokens(tuple(f * a for a in c.x), tuple(f * b for b in c.a), k, mm)
                for f in PENCIL_SCALES for c in splan.configs for k, mm in nodes])
     mpf = K.ctx.mpf                 # a float64 is exact in any precision
-    heads = [Head(tuple(tuple(mpf(float(a)) for a in row) for row in W), tuple(mpf(float(a)) for a in v))
-             for W, v in start]
+    out = {}
+    if bias:
+        heads = [Head(tuple(tuple(mpf(float(a)) for a in row) for row in W),
+                      tuple(mpf(float(a)) for a in v), tuple(mpf(float(a)) for a in u))
+                 for W, v, u in start]
+        x0 = splan.X[0]
+        y0 = float(asker.ask([[x0]])[0][0])
+        V = np.sum([v for _, v, _ in start], axis=0)
+        out["constant"] = mpf(y0 - float(V @ np.array([float(a) for a in x0])))
+    else:
+        heads = [Head(tuple(tuple(mpf(float(a)) for a in row) for row in W),
+                      tuple(mpf(float(a)) for a in v)) for W, v in start]
     info["why"] = str(why)[:200]
     return {"splan": splan, "heads": heads, "SW": None, "Sv": None, "rounds": None, "fits": {},
             "bad": {}, "rescued": {}, "index": {}, "supplementary": 0, "worst_rel": 0.0,
-            "sigma": sigma, "pencil": info, "plan_start": plan_start}
+            "sigma": sigma, "pencil": info, "plan_start": plan_start} | out
 
 
-def _sorted(heads, BW, Bv):
-    """The heads in their canonical order, their bounds with them."""
+def _sorted(heads, BW, Bv, Bu=None):
+    """The heads in their canonical order, their bounds with them (``Bu``: the biases')."""
     order = sorted(range(len(heads)), key=lambda h: heads[h])
-    return [heads[h] for h in order], [BW[h] for h in order], [Bv[h] for h in order]
+    return ([heads[h] for h in order], [BW[h] for h in order], [Bv[h] for h in order],
+            None if Bu is None else [Bu[h] for h in order])
+
+
+def _largest(BW, Bv, Bu=None, Bc=0.0) -> float:
+    """The largest of a set of bounds."""
+    return max(np.max(BW), np.max(Bv), np.max(Bu) if Bu is not None else 0.0, Bc)
 
 
 def order_of(before, after) -> list:
@@ -538,10 +676,13 @@ class _SolveAllowance:
     """The first-order residual bound of :mod:`~exactlearn.strategies.real.certificate`
     (:func:`~exactlearn.strategies.real.certificate.residual_bounds`) for the solve's heads,
     one observation at a time: their sensitivities ``route["SW"], route["Sv"]`` give ``G``
-    (formed at the first call)."""
+    (formed at the first call).  ``constant``: the plan for biases' c (its rows ``[W | u]``,
+    v, and last c: the order of
+    :func:`~exactlearn.strategies.real.evaluate.evaluate_with_gradient` with ``bias``)."""
 
-    def __init__(self, heads, route, K, rec, start, etas_all, d):
+    def __init__(self, heads, route, K, rec, start, etas_all, d, constant=None):
         self.heads, self.route, self.K, self.rec, self.start, self.d = heads, route, K, rec, start, d
+        self.constant = constant
         self.order = [next(j for j, h in enumerate(route["heads"]) if h is a) for a in heads]
         self.etas = np.asarray(etas_all[start:], dtype=float)
         self.unit = float(self.etas.max()) or 1.0
@@ -549,29 +690,39 @@ class _SolveAllowance:
 
     def _form(self):
         d, start, N = self.d, self.start, len(self.etas)
+        bias = self.constant is not None
+        dd = d * (d + 1) if bias else d * d
         SW, Sv, rounds = self.route["SW"], self.route["Sv"], self.route["rounds"]
-        G = np.zeros((len(self.heads) * (d * d + d), N))   # later observations: not in the solve
+        G = np.zeros((len(self.heads) * (dd + d) + bias, N))   # later observations: not solved
         rnd = []
         for k, h in enumerate(self.order):
-            rows = [np.asarray(SW[h][e], dtype=float) for e in range(d * d)]
+            rows = [np.asarray(SW[h][e], dtype=float) for e in range(dd)]
             rows += [np.asarray(Sv[h][r], dtype=float) for r in range(d)]
             for i, row in enumerate(rows):
                 part = row[start:start + N]
-                G[k * (d * d + d) + i, :len(part)] = part
-            rnd += [rounds[h][0]] * (d * d) + [rounds[h][1]] * d
+                G[k * (dd + d) + i, :len(part)] = part
+            rnd += [rounds[h][0]] * dd + [rounds[h][1]] * d
+        if bias:
+            part = np.asarray(self.route["Sc"], dtype=float)[start:start + N]
+            G[-1, :len(part)] = part
+            rnd.append(self.route["c_round"])
         self.G, self.rnd = G, np.array(rnd, dtype=float)
 
     def __call__(self, q) -> float:
         if self.G is None:
             self._form()
-        _, g, _ = evaluate_with_gradient(self.heads, self.rec.observations[q][0], self.K)
+        if self.constant is None:
+            _, g, _ = evaluate_with_gradient(self.heads, self.rec.observations[q][0], self.K)
+        else:
+            _, g, _ = evaluate_with_gradient(self.heads, self.rec.observations[q][0], self.K,
+                                             True, self.constant)
         g = np.array(g)
         b, T = residual_bounds(g[None, :], self.G, self.etas / self.unit, [q - self.start])
         return (self.unit * float(SAFETY * b[0] + SECOND_ORDER * T[0])
                 + float(np.abs(g) @ self.rnd))
 
 
-def resolution_test(heads, rec, start, etas, H) -> dict:
+def resolution_test(heads, rec, start, etas, H, bias=False) -> dict:
     """The resolution test (docs/explanation/real-field.md, "The resolution test") of ``m =
     len(heads) < H`` heads, from the statistics of
     :func:`~exactlearn.strategies.real.stable_polish.split_gain`: the observations resolve
@@ -583,7 +734,7 @@ def resolution_test(heads, rec, start, etas, H) -> dict:
     ``t = RESOLVE_T_ETA`` (:func:`_chi2_limit`: what independent output errors within eta
     exceed with probability below ``e^-t``).  Then :class:`~exactlearn.errors.ResidualsBeyondNoise`
     (``resolved``; the escalation fits m + 1 heads).  Returns what it found."""
-    got = split_gain(heads, rec, start, etas)
+    got = split_gain(heads, rec, start, etas, bias)
     if got is None:
         return {"run": False, "why": "too few observations for the columns of a split head"}
     gain, extra, rest, dof, floor = (got[k] for k in ("gain", "extra", "rest", "dof", "floor"))
@@ -653,11 +804,12 @@ def _plural(m):
 
 
 def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
-               probe_log=None, fit_heads=None):
+               probe_log=None, fit_heads=None, bias=False):
     """Probe, scale, ask, fit, label, solve and certify (module doc).  Returns
     ``(heads, certified observations, RealOutcome)``.  ``fit_heads``: fit exactly that many heads
     (at most ``plan.H``; the escalation of :func:`exactlearn.strategies.real.run`), where
-    ``heads_exact`` is False."""
+    ``heads_exact`` is False.  ``bias``: the plan for biases (module doc); the heads are then a
+    :class:`~exactlearn.model.HeadSet` with their u and the constant c."""
     H, d = plan.H, plan.d
     eta = K(0) if noise is None else noise_bound(K, noise)
     eta_rel = K(0) if noise_rel is None else noise_bound(K, noise_rel)
@@ -668,7 +820,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     asker = _Asker(rec)
     nodes = ratio_nodes(H)
     X0, E0 = dyadic_basis(plan.X), dyadic_basis(plan.E)
-    plan0 = paper_plan(X0, E0, H)
+    plan0 = stable_bias_plan(bias_tokens(X0), E0, H) if bias else paper_plan(X0, E0, H)
     probe_log = [] if probe_log is None else probe_log
     probe_log.append(0)
     m = fit_heads if fit_heads is not None else H if heads_exact else None
@@ -687,7 +839,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
             if m is None:
                 m = H
         n_probe = len(rec.observations) - start
-        current().phase("ask", stable_count(d, H))          # progress=: the families, fitted
+        current().phase("ask", stable_count(d, H, bias))    # progress=: the families, fitted
         route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start)
     except (DegenerateDraw, InterpolationError, MatchError, SingularMatrix) as exc:
         # crowded exponents in every family (many heads for d): the pencil start (step 3b)
@@ -703,7 +855,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
             n_probe = len(rec.observations) - start
         probe_log[-1] = n_probe
         try:
-            route = _pencil_route(plan0, K, asker, nz, nodes, H, exc)
+            route = _pencil_route(plan0, K, asker, nz, nodes, H, exc, bias)
         except LearningFailure as exc2:
             raise type(exc)(f"{exc}; the pencil start failed too: {str(exc2)[:400]}") from None
         sigma, m = route["sigma"], H
@@ -722,15 +874,31 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     # declared eta: the solve's first-order bounds then do not hold, and only the polish's can
     loose = max((_rel_bound(fits[n], m) / fits[n].kappa for n in index if n in fits),
                 default=0.0) > LINEAR_LIMIT
+    Bu, Bc, const = None, 0.0, None
     if route["SW"] is None or loose:    # the pencil route: only the polish gives bounds
         BW = [[[float("inf")] * d for _ in range(d)] for _ in range(m)]
         Bv = [[float("inf")] * d for _ in range(m)]
-    else:
+        if bias:
+            Bu, Bc, const = [[float("inf")] * d for _ in range(m)], float("inf"), route["constant"]
+            heads = HeadSet(heads, constant=const, bias=True)
+    elif not bias:
         SW, Sv, rounds = route["SW"], route["Sv"], route["rounds"]
         BW = [[[SAFETY * float(np.abs(SW[h][r * d + q]) @ etas_all) + rounds[h][0]
                 for q in range(d)] for r in range(d)] for h in range(m)]
         Bv = [[SAFETY * float(np.abs(Sv[h][r]) @ etas_all) + rounds[h][1] for r in range(d)]
               for h in range(m)]
+    else:                               # [W | u]'s rows: d entries of W, then u[r]
+        SW, Sv, rounds = route["SW"], route["Sv"], route["rounds"]
+        dc = d + 1
+        BWt = [[[SAFETY * float(np.abs(SW[h][r * dc + q]) @ etas_all) + rounds[h][0]
+                 for q in range(dc)] for r in range(d)] for h in range(m)]
+        BW = [[row[:d] for row in bw] for bw in BWt]
+        Bu = [[row[d] for row in bw] for bw in BWt]
+        Bv = [[SAFETY * float(np.abs(Sv[h][r]) @ etas_all) + rounds[h][1] for r in range(d)]
+              for h in range(m)]
+        const = route["constant"]
+        Bc = SAFETY * float(np.abs(route["Sc"][:n_obs]) @ etas_all) + route["c_round"]
+        heads = HeadSet(heads, constant=const, bias=True)
     # the polish computes in float64: worth it (and its noise test meaningful) only when the
     # declared noise is above float64 rounding (an exact high-precision box keeps the solve)
     ys = np.array([abs(float(y)) for _, y in obs])
@@ -741,9 +909,10 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
                              "a declared noise above float64 rounding")
     lm_from = route.get("plan_start") if far else None
     current().stage("polish" if float_noise else "certify")
-    polished = polish(heads, K, rec, start, etas_all, far=lm_from) if float_noise else None
+    polished = (polish(heads, K, rec, start, etas_all, far=lm_from, bias=bias) if float_noise
+                else None)
     n_target = 0
-    weak = polished if isinstance(polished, Weak) else polished[-1] if polished else None
+    weak = polished if isinstance(polished, Weak) else polished[4] if polished else None
     if weak is not None and weak.directions:   # directions few observations see: ask for them
         n_target = _target(weak, splan, heads, asker, nz, nodes, H)
         obs = rec.observations[start:]
@@ -752,7 +921,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
             for q in range(n_obs, len(rec.observations)):
                 etas_all[q] = nz.of(rec.observations[q][1], size)
             again = polish(polished[0] if isinstance(polished, tuple) else heads, K, rec, start,
-                           etas_all, far=lm_from)
+                           etas_all, far=lm_from, bias=bias)
             if not isinstance(again, Weak) and again is not None:
                 polished = again
     if isinstance(polished, Weak):
@@ -762,7 +931,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
                              f"converge to a well-determined fit of all {len(obs)} observations")
     method = "solve"
     if polished is not None:
-        pheads, (fW, rW), (fV, rV), excess, _ = polished
+        pheads, (fW, rW), (fV, rV), excess = polished[:4]
         if far and excess > 1:
             raise DegenerateDraw(
                 f"the fit of all {len(obs)} observations from the pencil start leaves a weighted "
@@ -785,36 +954,50 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
                 f"least {chebyshev:.3g}", heads=m)
         pBW = (SAFETY * fW + rW).tolist()
         pBv = (SAFETY * fV + rV).tolist()
-        if far or max(np.max(pBW), np.max(pBv)) < max(np.max(BW), np.max(Bv)):
-            heads, BW, Bv, method = pheads, pBW, pBv, "polish"
-    if not (np.all(np.isfinite(BW)) and np.all(np.isfinite(Bv))):
+        pBu, pBc = None, 0.0
+        if bias:                        # [W | u] bounds: split; the constant's
+            pBu = [[row[d] for row in bw] for bw in pBW]
+            pBW = [[row[:d] for row in bw] for bw in pBW]
+            pBc = SAFETY * polished[5][0] + polished[5][1]
+        if far or _largest(pBW, pBv, pBu, pBc) < _largest(BW, Bv, Bu, Bc):
+            heads, BW, Bv, Bu, Bc, method = pheads, pBW, pBv, pBu, pBc, "polish"
+            const = getattr(pheads, "constant", None) if bias else None
+    if not (np.all(np.isfinite(BW)) and np.all(np.isfinite(Bv))
+            and (not bias or (np.all(np.isfinite(Bu)) and math.isfinite(Bc)))):
         raise DegenerateDraw("a parameter's error bound is not finite: nothing to certify")
-    heads, BW, Bv = _sorted(heads, BW, Bv)
+    heads, BW, Bv, Bu = _sorted(heads, BW, Bv, Bu)
+    extra = {"Bu": Bu, "constant": const, "Bc": Bc} if bias else {}
     # the residual test (docs/explanation/real-field.md): every residual within eta or, where
     # larger, its first-order bound through the estimate (the polish's or the solve's)
     if method == "polish":
         fitted = hat(polished, rec, start, etas_all)
         allowance = (lambda q: fitted.allowance(q, SAFETY, SECOND_ORDER)) if fitted else None
     else:
-        allowance = _SolveAllowance(heads, route, K, rec, start, etas_all, d)
+        allowance = _SolveAllowance(heads, route, K, rec, start, etas_all, d,
+                                    const if bias else None)
     try:
         worst_ratio, resid_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all,
-                                                     allowance=allowance)
+                                                     allowance=allowance, **extra)
     except ResidualsBeyondNoise:
         if method == "polish" or polished is None:
             raise
         # the solve's heads miss: certify the polish's least-squares heads instead
-        heads, BW, Bv = _sorted(pheads, pBW, pBv)
+        heads, BW, Bv, Bu = _sorted(pheads, pBW, pBv, pBu)
         method = "polish"
+        if bias:
+            const, Bc = pheads.constant, pBc
+            extra = {"Bu": Bu, "constant": const, "Bc": Bc}
         fitted = hat(polished, rec, start, etas_all)
         allowance = (lambda q: fitted.allowance(q, SAFETY, SECOND_ORDER)) if fitted else None
         worst_ratio, resid_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all,
-                                                     allowance=allowance)
-    head_b = [max([x for row in bw for x in row] + list(bv)) for bw, bv in zip(BW, Bv)]
-    err = max(head_b, default=0.0)
+                                                     allowance=allowance, **extra)
+    head_b = [max([x for row in bw for x in row] + list(bv) + (list(Bu[h]) if bias else []))
+              for h, (bw, bv) in enumerate(zip(BW, Bv))]
+    err = max(head_b + ([Bc] if bias else []), default=0.0)
     resolution = None
     if not heads_exact and len(heads) < H and float_noise:
-        resolution = resolution_test(heads, rec, start, etas_all, H)
+        resolution = resolution_test(HeadSet(heads, constant=const, bias=True) if bias else heads,
+                                     rec, start, etas_all, H, bias)
     detail = {
         "plan": "stable: ratio families t = k/m geometric on [1/%d, %d], %d finite nodes, "
                 "weighted least squares" % (MAX_COPIES, MAX_COPIES, len(nodes) - 2),
@@ -831,7 +1014,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         "max_abs_exponent": f"{max((abs(float(x)) for f in fits.values() for x in f.logs), default=0.0):.4g}",
         "query_scale": str(sigma), "scale_rule": "dyadic near-orthogonal X, E; sigma^2 brings the "
         f"probe's rms log rho to about {TARGET}", "probe": tries, "probe_queries": n_probe,
-        "stable_plan_queries": stable_count(d, H),
+        "stable_plan_queries": stable_count(d, H, bias),
         "unresolved_configurations": {name(n): str(e)[:160] for n, e in bad.items()},
         "unlabelled_configurations": [name(n) for n in fits if n not in index and n < len(splan.configs)],
         "supplementary_families": n_supp,
@@ -842,6 +1025,10 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     }
     if resolution is not None:
         detail["resolution_test"] = resolution
+    if bias:
+        detail["bias"] = ("u and c learned (docs/explanation/biases.md): d + 1 final tokens, "
+                          "across families at the midpoints (x_0 + x_i)/2")
+        detail["constant_error_bound"] = f"{Bc:.3g}"
     if far:
         detail["pencil"] = route["pencil"]
         detail["max_relative_pole_error_bound"] = "n/a (pencil start: no family fitted)"
@@ -850,6 +1037,11 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
                       W_bounds=[[[LO.convert(x) for x in row] for row in bw] for bw in BW],
                       v_bounds=[[LO.convert(x) for x in bv] for bv in Bv],
                       etas={q: LO.convert(float(etas_all[q])) for q in range(start, len(rec.observations))})
+    if bias:
+        out.u_bounds = [[LO.convert(x) for x in bu] for bu in Bu]
+        out.c_bound = LO.convert(Bc)
+        out.constant = const
+        return HeadSet(heads, constant=const, bias=True), len(obs), out
     return tuple(heads), len(obs), out
 
 

@@ -18,6 +18,10 @@ errors less their projection on the model).  A miss is
 than were fitted).  The general evaluator
 (:mod:`~exactlearn.strategies.real.evaluate`) gives the same numbers on these queries,
 at d^2 work per query instead of H.
+
+With biases (docs/explanation/biases.md) ``rho = exp((a - x)^T (W x + b))`` with the head's
+query bias ``b``, its bound adds ``p_a p_x |u_a - u_x| |a - x|^T B_b``, and the additive
+constant c and its bound are added to every value and tolerance.
 """
 
 from __future__ import annotations
@@ -49,15 +53,19 @@ def family_key(tokens):
     return (x if a is None else a), x, len(tokens) - m, m
 
 
-def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False):
+def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False, Bu=None,
+                      constant=None, Bc=0.0):
     """Every observation since ``start`` recomputed from the heads within its tolerance
     (module doc, step 6); returns the largest residual / tolerance, and with ``allowance``
     (None, or a function of the observation index) the largest residual over what the noise
     allows as well, ``(worst, worst_residual)``.  Every query of this
     plan (probe and rescues included) is ``k`` copies of a token ``a`` and ``m >= 1`` of a
     final token ``x`` (or ``a`` alone), so each head is evaluated in closed form once per
-    distinct ``(a, x)`` pair."""
+    distinct ``(a, x)`` pair.  With biases: ``Bu`` the bounds of each head's ``u``,
+    ``constant`` and its bound ``Bc`` (module doc)."""
     ctx = K.ctx
+    bias = Bu is not None
+    Bun = [np.array(bu) for bu in Bu] if bias else None
     worst = 0.0
     Bvn = [np.array(bv) for bv in Bv]
     BWn = [np.array(bw) for bw in BW]
@@ -75,10 +83,12 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False):
             got = []
             for h, head in enumerate(heads):
                 wx = [ctx.fdot(row, x) for row in head.W]
+                if bias:
+                    wx = [w + K(b) for w, b in zip(wx, head.u)]
                 rho = ctx.exp(ctx.fdot(a, wx) - ctx.fdot(x, wx))
                 ua, ux = ctx.fdot(head.v, a), ctx.fdot(head.v, x)
-                got.append((rho, ua, ux, float(ef @ BWn[h] @ xf), float(af @ Bvn[h]),
-                            float(xf @ Bvn[h])))
+                kw = float(ef @ BWn[h] @ xf) + (float(ef @ Bun[h]) if bias else 0.0)
+                got.append((rho, ua, ux, kw, float(af @ Bvn[h]), float(xf @ Bvn[h])))
             cache[key] = got
         return got
 
@@ -94,6 +104,10 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False):
             fpa, fpx = float(pa), float(px)
             grad += fpa * va + fpx * vx + fpa * fpx * abs(float(ua - ux)) * kw
             size += fpa * abs(float(ua)) + fpx * abs(float(ux))
+        if bias:
+            f += K(constant)
+            grad += float(Bc)
+            size += abs(float(constant))
         tol = float(etas[q]) + grad + float(rounding(K, 4 * size))
         ratio = abs(float(f - y)) / tol
         worst = max(worst, ratio)

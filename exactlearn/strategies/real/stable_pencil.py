@@ -35,6 +35,11 @@ whose eigenvalue pairs stay ambiguous is dropped at once; fewer than
 ``d`` usable tokens is a :class:`~exactlearn.errors.DegenerateDraw`.  The start is only a
 start: the polish, its noise test and the certificate decide (docs "The real field").
 
+With biases (docs/explanation/biases.md) ``q_h = W_h x + u_h``: nothing changes per final
+token, and ``[W_h | u_h]`` is the least-squares solution of ``[W_h | u_h] (x; 1) = q_h(x)``
+over at least ``d + 1`` used tokens (``bias=True``; ``d + 2`` are aimed at, at most ``d + 5``
+asked).
+
 Every token is on the dyadic grid ``2^-GRID`` with at most 24 significant bits, so a float32
 or float64 box evaluates exactly the query asked; every query is counted and certified.
 
@@ -197,17 +202,20 @@ def _pencil(x, ys, pts, shifts, n, iu, delta, H, rng):
     return Q, v, res
 
 
-def pencil_heads(ask, d: int, H: int, x_norm: float, e_norm: float, seed: int = 0):
+def pencil_heads(ask, d: int, H: int, x_norm: float, e_norm: float, seed: int = 0,
+                 bias: bool = False):
     """Float64 heads ``[(W_h, v_h)]`` from the pencils of ``d + SPARE_TOKENS`` final tokens
     (module doc), and a dict of what was done.  ``ask(queries)`` returns the outputs (floats)
     of a list of token lists; ``x_norm`` is the final tokens' norm, ``e_norm`` that of the
-    vectors ``alpha`` (their sums keep ``|q_h . e|`` small against ``m``)."""
+    vectors ``alpha`` (their sums keep ``|q_h . e|`` small against ``m``).  With ``bias``
+    the heads are ``(W_h, v_h, u_h)`` from ``d + 1`` tokens at least (module doc)."""
+    need = d + 1 if bias else d
     rng = np.random.default_rng(seed)
     n_alpha = 2 * H + ALPHA_MARGIN
     unit = rng.normal(size=(n_alpha, d)) / np.sqrt(d)
     notes: dict = {}
     tokens, used, good_ra = [], [], e_norm
-    while len(used) < d + SPARE_TOKENS and len(tokens) < d + EXTRA_TOKENS:
+    while len(used) < need + SPARE_TOKENS and len(tokens) < need + EXTRA_TOKENS:
         if len(tokens) >= FIRST_TOKENS and not any(t.Q is not None for t in tokens):
             break                       # the first tokens all failed: not a matter of luck
         n = len(tokens)
@@ -242,15 +250,19 @@ def pencil_heads(ask, d: int, H: int, x_norm: float, e_norm: float, seed: int = 
             continue
         tok.Q, tok.v = tok.Q[order], tok.v[order]
         used.append(tok)
-    if len(used) < d:
+    if len(used) < need:
         raise DegenerateDraw(f"the pencil start resolved and matched the heads of {len(used)} of "
-                             f"{len(tokens)} final tokens (at least {d} needed): {notes}")
+                             f"{len(tokens)} final tokens (at least {need} needed): {notes}")
     Xm = np.array([[float(t) for t in tok.x] for tok in used]).T        # d x n
+    if bias:                            # columns (x; 1): [W | u] (x; 1) = q
+        Xm = np.concatenate([Xm, np.ones((1, Xm.shape[1]))])
     if np.linalg.cond(Xm) > 1e6:
         raise DegenerateDraw("the pencil start's final tokens are nearly dependent")
     Xp = np.linalg.pinv(Xm)
     heads = [(np.stack([tok.Q[h] for tok in used], axis=1) @ Xp,
               np.mean([tok.v[h] for tok in used], axis=0)) for h in range(H)]
+    if bias:
+        heads = [(Wt[:, :d], v, Wt[:, d]) for Wt, v in heads]
     detail = {"final_tokens": len(tokens), "used": len(used),
               "worst_residual": f"{max(t.residual for t in used):.3g}", "dropped": notes}
     return heads, detail

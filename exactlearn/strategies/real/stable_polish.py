@@ -35,13 +35,17 @@ observations (:func:`_excess`): at most 1 when the outputs are within their ``et
 :class:`~exactlearn.errors.NoisierThanDeclared` -- a box about twice as noisy as declared
 fails here, whatever the propagated tolerances of the certificate allow.
 
+**Biases** (docs/explanation/biases.md): with ``constant`` given, each head's query bias u
+joins W as a last column -- ``z_h = (a - x)^T [W_h | u_h] (x; 1)``, so ``D_f = vec((a - x)
+(x; 1)^T)`` -- and the constant c is one more parameter whose derivative is 1 in every
+observation (a column of ones beside the v block): ``H (d^2 + 2d) + 1`` unknowns.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from exactlearn.model import Head
+from exactlearn.model import Head, HeadSet
 from exactlearn.strategies.real.lsq import last, solve
 from exactlearn.strategies.real.stable_certificate import family_key
 
@@ -57,9 +61,11 @@ LD_EPS = float(np.finfo(np.longdouble).eps)   # 2^-63 where long double is x87's
 
 
 class _Families:
-    """The observations grouped by their token pair ``(a, x)``, as float64 arrays."""
+    """The observations grouped by their token pair ``(a, x)``, as float64 arrays; with
+    ``bias`` ``D`` is formed with ``(x; 1)`` (module doc)."""
 
-    def __init__(self, rec, start, etas):
+    def __init__(self, rec, start, etas, bias=False):
+        self.bias = bool(bias)
         groups: dict = {}
         for q in range(start, len(rec.observations)):
             tokens, y = rec.observations[q]
@@ -69,7 +75,8 @@ class _Families:
         self.a = np.array([[float(t) for t in a] for a, _ in self.pairs])
         self.x = np.array([[float(t) for t in x] for _, x in self.pairs])
         self.diff = self.a - self.x
-        self.D = np.einsum("fr,fc->frc", self.diff, self.x).reshape(len(self.pairs), -1)
+        xt = np.concatenate([self.x, np.ones((len(self.pairs), 1))], axis=1) if bias else self.x
+        self.D = np.einsum("fr,fc->frc", self.diff, xt).reshape(len(self.pairs), -1)
         self.q, self.k, self.m, self.y, self.eta = [], [], [], [], []
         for key in self.pairs:
             rows = groups[key]
@@ -81,10 +88,11 @@ class _Families:
             self.eta.append(np.asarray(etas)[idx])
 
 
-def _values(fam, f, W, V, dt=np.float64):
+def _values(fam, f, W, V, dt=np.float64, c=0.0):
     """Per query of family ``f``: the model's value, ``df/dz`` (n x H), ``df/dv`` (n x H x d)
     and the size of its terms (for the rounding of the residual); computed in the float type
-    ``dt`` (``np.longdouble``: the residuals of :func:`split_gain`)."""
+    ``dt`` (``np.longdouble``: the residuals of :func:`split_gain`).  ``W`` is ``[W | u]``
+    (H x d x (d + 1)) and ``c`` the constant for a biased family set (module doc)."""
     W, V = np.asarray(W, dtype=dt), np.asarray(V, dtype=dt)
     z = W.reshape(len(W), -1) @ np.asarray(fam.D[f], dtype=dt)    # H
     ua, ux = V @ np.asarray(fam.a[f], dtype=dt), V @ np.asarray(fam.x[f], dtype=dt)
@@ -97,29 +105,39 @@ def _values(fam, f, W, V, dt=np.float64):
     gz = p * (1 - p) * du[None, :]
     gv = (1 - p)[:, :, None] * fam.x[f][None, None, :] + p[:, :, None] * fam.a[f][None, None, :]
     size = (np.abs(ux)[None, :] + p * np.abs(du)[None, :]).sum(axis=1)
+    if fam.bias:
+        val = val + dt(c)
+        size = size + abs(float(c))
     return val, gz, gv, size
 
 
-def _normal(fam, W, V):
+def _jv(fam, gv, n):
+    """The v block of the Jacobian (n x H d), and with biases the constant's column of ones."""
+    Jv = gv.reshape(n, -1)
+    return np.concatenate([Jv, np.ones((n, 1))], axis=1) if fam.bias else Jv
+
+
+def _normal(fam, W, V, c=0.0):
     """The normal matrix ``A`` and right-hand side ``b`` (module doc), the per-family reduced
     Jacobians and weights, and the weighted cost."""
     H, d = V.shape
-    dd = d * d
-    P = H * dd + H * d
+    dd = fam.D.shape[1]
+    nv = H * d + fam.bias
+    P = H * dd + nv
     F = len(fam.pairs)
     Nzz = np.zeros((F, H, H))
-    Nzv = np.zeros((F, H, H * d))
+    Nzv = np.zeros((F, H, nv))
     A = np.zeros((P, P))
     bz = np.zeros((F, H))
-    bv = np.zeros(H * d)
+    bv = np.zeros(nv)
     cost = 0.0
     parts = []
     for f in range(F):
-        val, gz, gv, size = _values(fam, f, W, V)
+        val, gz, gv, size = _values(fam, f, W, V, c=c)
         w = 1 / fam.eta[f] ** 2
         r = fam.y[f] - val
         cost += float(w @ r ** 2)
-        Jv = gv.reshape(len(r), H * d)
+        Jv = _jv(fam, gv, len(r))
         Nzz[f] = gz.T @ (w[:, None] * gz)
         Nzv[f] = gz.T @ (w[:, None] * Jv)
         A[H * dd:, H * dd:] += Jv.T @ (w[:, None] * Jv)
@@ -167,69 +185,101 @@ def _solve(A, b):
     return inv @ b, inv, weak
 
 
-def _levenberg(fam, W, V, steps):
+def _levenberg(fam, W, V, steps, c=0.0):
     """Levenberg--Marquardt (:func:`~exactlearn.strategies.real.lsq.solve`, at most ``steps``
     evaluations) from a start farther off (the pencil start of
-    :mod:`~exactlearn.strategies.real.stable_pencil`): ``(W, V)`` once a tolerance is met,
-    else ``None`` (also when the dense Jacobian would exceed ``MAX_DENSE``)."""
+    :mod:`~exactlearn.strategies.real.stable_pencil`): ``(W, V, c)`` once a tolerance is met,
+    else ``None`` (also when the dense Jacobian would exceed ``MAX_DENSE``); with biases W is
+    ``[W | u]`` and c the constant (module doc)."""
     H, d = V.shape
-    n = H * d * d
+    n = W.size
+    nv = H * d
     eta = np.concatenate(fam.eta)
-    if len(eta) * (n + H * d) > MAX_DENSE:
+    if len(eta) * (n + nv + fam.bias) > MAX_DENSE:
         return None
+
+    def split(theta):
+        return (theta[:n].reshape(W.shape), theta[n:n + nv].reshape(H, d),
+                theta[-1] if fam.bias else 0.0)
 
     @last
     def values(theta):
-        W, V = theta[:n].reshape(H, d, d), theta[n:].reshape(H, d)
-        return [_values(fam, f, W, V)[:3] for f in range(len(fam.pairs))]
+        Wt, Vt, ct = split(theta)
+        return [_values(fam, f, Wt, Vt, c=ct)[:3] for f in range(len(fam.pairs))]
 
     def residual(theta):
         return np.concatenate([val - fam.y[f] for f, (val, _, _) in enumerate(values(theta))]) / eta
 
     def jacobian(theta):
         return np.concatenate([np.concatenate([gz[:, h:h + 1] * fam.D[f][None, :] for h in range(H)]
-                                              + [gv.reshape(len(val), H * d)], axis=1)
+                                              + [_jv(fam, gv, len(val))], axis=1)
                                for f, (val, gz, gv) in enumerate(values(theta))]) / eta[:, None]
 
-    got = solve(residual, jacobian, np.concatenate([W.reshape(-1), V.reshape(-1)]),
-                ftol=1e-9, max_nfev=steps)
+    theta0 = np.concatenate([W.reshape(-1), V.reshape(-1)] + ([[c]] if fam.bias else []))
+    got = solve(residual, jacobian, theta0, ftol=1e-9, max_nfev=steps)
     if got.status <= 0:
         return None
-    return got.x[:n].reshape(H, d, d), got.x[n:].reshape(H, d)
+    return split(got.x)
 
 
-def polish(heads, K, rec, start, etas, far=None):
+def _arrays(heads, bias):
+    """``(W, V, c)`` as float64 arrays: W is ``[W | u]`` with biases (module doc)."""
+    if bias:
+        W = np.array([[[float(a) for a in row] + [float(b)] for row, b in zip(h.W, h.u)]
+                      for h in heads])
+    else:
+        W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
+    V = np.array([[float(a) for a in h.v] for h in heads])
+    return W, V, float(getattr(heads, "constant", 0)) if bias else 0.0
+
+
+def _heads_of(W, V, c, bias, mpf):
+    """Heads (with their u, and a :class:`~exactlearn.model.HeadSet` carrying c, with biases)
+    from float64 arrays; a float64 is exact in any precision."""
+    d = V.shape[1]
+    out = [Head(tuple(tuple(mpf(float(a)) for a in row[:d]) for row in W[h]),
+                tuple(mpf(float(a)) for a in V[h]),
+                tuple(mpf(float(row[d])) for row in W[h]) if bias else None)
+           for h in range(len(W))]
+    return HeadSet(out, constant=mpf(float(c)), bias=True) if bias else out
+
+
+def polish(heads, K, rec, start, etas, far=None, bias=False):
     """Heads fitted to every observation since ``start`` and their bounds ``(BW, Bv)`` before
     ``SAFETY`` (first-order bound, rounding), or ``None`` (module doc).  ``far``: the heads
     are only a start (the pencil's), so Levenberg--Marquardt (``LM_STEPS``) runs first, on
-    the observations from index ``far`` on (the plan's families: fewer, and all of ``t``)."""
+    the observations from index ``far`` on (the plan's families: fewer, and all of ``t``).
+    With ``bias`` (``heads`` a :class:`~exactlearn.model.HeadSet` with its constant): the
+    heads come back with their u and constant, ``BW`` is ``[W | u]``'s, and a sixth item
+    ``(bound, rounding)`` of the constant follows."""
     H, d = len(heads), len(heads[0].v)
-    dd = d * d
-    if H * (dd + d) > MAX_PARAMETERS:
+    dd = d * (d + 1) if bias else d * d
+    if H * (dd + d) + bias > MAX_PARAMETERS:
         return None
-    W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
-    V = np.array([[float(a) for a in h.v] for h in heads])
+    W, V, c = _arrays(heads, bias)
     if far is not None:
-        got = _levenberg(_Families(rec, far, etas), W, V, LM_STEPS)
+        got = _levenberg(_Families(rec, far, etas, bias), W, V, LM_STEPS, c)
         if got is None:
             return None
-        W, V = got
-    fam = _Families(rec, start, etas)
-    A, b, parts, cost = _normal(fam, W, V)
+        W, V, c = got
+    fam = _Families(rec, start, etas, bias)
+    A, b, parts, cost = _normal(fam, W, V, c)
     step = np.zeros(len(b)) if far is not None else None    # after Levenberg--Marquardt
     weak0 = None
+    shape = W.shape
     for it in range(MAX_STEPS):
         delta, inv, weak = _solve(A, b)
         if it == 0:
-            weak0 = Weak([_direction(u, H, d) for u in weak])
+            weak0 = Weak([_direction(u, H, d, shape[2]) for u in weak])
         if delta is None:
             return weak0 if it == 0 and weak else None
-        W1 = W + delta[:H * dd].reshape(H, d, d)
-        V1 = V + delta[H * dd:].reshape(H, d)
-        A1, b1, parts1, cost1 = _normal(fam, W1, V1)
+        W1 = W + delta[:H * dd].reshape(shape)
+        V1 = V + delta[H * dd:H * dd + H * d].reshape(H, d)
+        c1 = c + delta[-1] if bias else c
+        A1, b1, parts1, cost1 = _normal(fam, W1, V1, c1)
         if cost1 > cost * (1 + 1e-9):
             break                                   # no further decrease: keep (W, V)
-        W, V, A, b, parts, step = W1, V1, A1, b1, parts1, np.abs(delta)
+        W, V, c, A, b, parts, step = W1, V1, c1, A1, b1, parts1, np.abs(delta)
         settled = cost - cost1 <= 1e-6 * cost
         cost = cost1
         if settled:
@@ -251,15 +301,20 @@ def polish(heads, K, rec, start, etas, far=None):
         aS = np.abs(S)
         first += aS @ fam.eta[f]
         rnd += aS @ (8 * EPS * (size + np.abs(fam.y[f])))
-    theta = np.concatenate([W.reshape(-1), V.reshape(-1)])
+    theta = np.concatenate([W.reshape(-1), V.reshape(-1)] + ([[c]] if bias else []))
     rnd += 2 * step + 4 * EPS * np.abs(theta)
     mpf = K.ctx.mpf                                  # a float64 is exact in any precision
-    out = [Head(tuple(tuple(mpf(float(a)) for a in row) for row in W[h]),
-                tuple(mpf(float(a)) for a in V[h])) for h in range(H)]
-    fW = first[:H * dd].reshape(H, d, d)
-    rW = rnd[:H * dd].reshape(H, d, d)
-    fV = first[H * dd:].reshape(H, d)
-    rV = rnd[H * dd:].reshape(H, d)
+    if not bias:
+        out = [Head(tuple(tuple(mpf(float(a)) for a in row) for row in W[h]),
+                    tuple(mpf(float(a)) for a in V[h])) for h in range(H)]
+    else:
+        out = _heads_of(W, V, c, bias, mpf)
+    fW = first[:H * dd].reshape(shape)
+    rW = rnd[:H * dd].reshape(shape)
+    fV = first[H * dd:H * dd + H * d].reshape(H, d)
+    rV = rnd[H * dd:H * dd + H * d].reshape(H, d)
+    if bias:
+        return out, (fW, rW), (fV, rV), excess, weak0, (float(first[-1]), float(rnd[-1]))
     return out, (fW, rW), (fV, rV), excess, weak0
 
 
@@ -267,15 +322,16 @@ def hat(polished, rec, start, etas):
     """The :class:`Hat` of a :func:`polish` result (its heads, bounds) on the observations it
     fitted, or None when its normal matrix no longer solves."""
     heads, (fW, rW), (fV, rV) = polished[:3]
-    W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
-    V = np.array([[float(a) for a in h.v] for h in heads])
-    fam = _Families(rec, start, etas)
-    A, _, parts, _ = _normal(fam, W, V)
+    bias = len(polished) > 5
+    W, V, c = _arrays(heads, bias)
+    fam = _Families(rec, start, etas, bias)
+    A, _, parts, _ = _normal(fam, W, V, c)
     _, inv, _ = _solve(A, np.zeros(len(A)))
     if inv is None:
         return None
-    first = np.concatenate([np.ravel(fW), np.ravel(fV)])
-    rnd = np.concatenate([np.ravel(rW), np.ravel(rV)])
+    extra = [[polished[5][0]]] if bias else []
+    first = np.concatenate([np.ravel(fW), np.ravel(fV)] + extra)
+    rnd = np.concatenate([np.ravel(rW), np.ravel(rV)] + ([[polished[5][1]]] if bias else []))
     return Hat(fam, parts, inv, len(heads), W.shape[1], first, rnd)
 
 
@@ -294,21 +350,21 @@ def minimax_bound(polished, rec, start, etas):
     float64 rounding of the residuals is taken off; the linearisation and float64 solves are
     what the caller's margin covers."""
     heads = polished[0]
-    W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
-    V = np.array([[float(a) for a in h.v] for h in heads])
+    bias = len(polished) > 5
+    W, V, c = _arrays(heads, bias)
     H, d = V.shape
-    fam = _Families(rec, start, etas)
-    vals = [_values(fam, f, W, V) for f in range(len(fam.pairs))]
+    fam = _Families(rec, start, etas, bias)
+    vals = [_values(fam, f, W, V, c=c) for f in range(len(fam.pairs))]
     eta = np.concatenate(fam.eta)
     s = np.concatenate([fam.y[f] - v[0] for f, v in enumerate(vals)]) / eta
     err = float(np.max(np.concatenate([8 * EPS * (v[3] + np.abs(fam.y[f]))
                                        for f, v in enumerate(vals)]) / eta))
     if np.max(np.abs(s)) <= 1:
         return float(np.max(np.abs(s)))
-    if len(s) * H * (d * d + d) > MAX_DENSE:
+    if len(s) * H * (fam.D.shape[1] + d) > MAX_DENSE:
         return None
     cols = [np.concatenate([np.concatenate([gz[:, h:h + 1] * fam.D[f][None, :] for h in range(H)],
-                                           axis=1), gv.reshape(len(val), H * d)], axis=1)
+                                           axis=1), _jv(fam, gv, len(val))], axis=1)
             for f, (val, gz, gv, _) in enumerate(vals)]
     return chebyshev_bound(np.concatenate(cols) / eta[:, None], s, err)
 
@@ -349,8 +405,8 @@ class Hat:
         eta_p`` the first-order worst case of the residual at observation q, ``T_q = |J_q|
         first`` the entry-by-entry effect of the parameter bounds, ``rnd`` the parameters'
         rounding."""
-        fam, H, d = self.fam, self.H, self.d
-        dd = d * d
+        fam, H = self.fam, self.H
+        dd = fam.D.shape[1]
         f0, i0 = self.where[q]
         gz, Jv = self.parts[f0][0], self.parts[f0][1]
         Jq = np.concatenate([np.concatenate([gz[i0, h] * fam.D[f0] for h in range(H)]), Jv[i0]])
@@ -367,13 +423,15 @@ class Hat:
         return safety * b + second_order * float(aJ @ self.first) + float(aJ @ self.rnd)
 
 
-def _direction(u, H, d):
-    """``(head, d x d W direction)`` of a parameter direction: the head it weighs most; the
-    direction is zero when the parameters of v carry it (no family of W can see it)."""
-    Wu = u[:H * d * d].reshape(H, d, d)
+def _direction(u, H, d, dc=None):
+    """``(head, d x dc W direction)`` of a parameter direction (``dc = d + 1`` with biases:
+    ``[W | u]``): the head it weighs most; the direction is zero when the parameters of v
+    carry it (no family of W can see it)."""
+    dc = d if dc is None else dc
+    Wu = u[:H * d * dc].reshape(H, d, dc)
     h = int(np.argmax(np.abs(Wu).reshape(H, -1).max(axis=1)))
     if not np.abs(Wu).max() >= 1e-3 * np.abs(u).max():
-        return h, np.zeros((d, d))
+        return h, np.zeros((d, dc))
     return h, Wu[h]
 
 
@@ -407,7 +465,7 @@ RESOLVE_DOF = 5          # observations beyond the columns' rank at least this (
 RESOLVE_RCOND = 1e-9     # columns' singular values below this of the largest add no dimension
 
 
-def split_gain(heads, rec, start, etas):
+def split_gain(heads, rec, start, etas, bias=False):
     """The resolution test's statistics (docs/explanation/real-field.md, "The resolution test")
     at ``heads``, the residuals ``y - f`` computed in ``np.longdouble``: a dict with ``extra``,
     the dimensions the columns a split head adds (below) add to the null model's -- the model's
@@ -426,29 +484,29 @@ def split_gain(heads, rec, start, etas):
     outnumber half the observations, or leave fewer than the extra dimensions (and
     ``RESOLVE_DOF``) observations beyond their rank.  None when even the last does."""
     m, d = len(heads), len(heads[0].v)
-    fam = _Families(rec, start, etas)
-    W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
-    V = np.array([[float(a) for a in h.v] for h in heads])
+    fam = _Families(rec, start, etas, bias)
+    W, V, c = _arrays(heads, bias)
     N = sum(len(y) for y in fam.y)
-    iu = np.triu_indices(d * d)
-    counts = {"full": m * d ** 3 + m * len(iu[0]) * d, "second": m * len(iu[0]) * d,
+    dd = fam.D.shape[1]
+    iu = np.triu_indices(dd)
+    counts = {"full": m * dd * d + m * len(iu[0]) * d, "second": m * len(iu[0]) * d,
               "contracted": m * len(iu[0])}
     for mode in ("full", "second", "contracted"):
         if counts[mode] <= N // 2:
-            got = _split_gain(fam, W, V, N, iu, mode)
+            got = _split_gain(fam, W, V, N, iu, mode, c)
             if got is not None:
                 return got
     return None
 
 
-def _split_gain(fam, W, V, N, iu, mode):
+def _split_gain(fam, W, V, N, iu, mode, c=0.0):
     """:func:`split_gain` with the columns of ``mode``; None when too few observations are
     left beyond their rank."""
     m, d = V.shape
     s_all, J_all, Q_all, fl, B_all, tau_all = [], [], [], [], [], []
     for f in range(len(fam.pairs)):
-        val, gz, gv, size = _values(fam, f, W, V)
-        ld = _values(fam, f, W, V, np.longdouble)[0]
+        val, gz, gv, size = _values(fam, f, W, V, c=c)
+        ld = _values(fam, f, W, V, np.longdouble, c)[0]
         eta = np.maximum(EPS * (size + np.abs(fam.y[f])), 1e-300)   # the weights (doc)
         tau_all.append(eta / fam.eta[f])      # from these weights to those of the declared eta
         s_all.append((np.asarray(fam.y[f], dtype=np.longdouble) - ld).astype(float) / eta)

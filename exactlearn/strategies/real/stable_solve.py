@@ -16,6 +16,13 @@ where supplementary families are needed.
 ([((0, 2), 1), ((1, 2), 1)], [(0, 1), (1, 1)])
 >>> undetermined([[(0, 1)], [(0, 1), (1, 1)]], 3)
 [2]
+
+**Biases** (docs/explanation/biases.md): the unknowns are ``M~ = E^T [W | u] X~`` with
+``X~ = [[x_0 .. x_d], [1 .. 1]]`` (d + 1 affinely independent final tokens), so a family
+``(x, e)`` asked at any scale measures ``beta^T M~ alpha`` with ``e = E beta`` and
+``(x; 1) = X~ alpha`` (:func:`rows_bias`, exact rationals); ``[W | u] = E^-T M~ X~^-1``
+(:func:`solve_bias_heads`), and the constant c from the families' single-token limits
+``A = c + V.a``.
 """
 
 from __future__ import annotations
@@ -47,6 +54,38 @@ def rows_of(c, k=None):
     return [((c.j, c.i), 1), ((k, c.i), -1)], [(c.j, 1), (k, -1)]
 
 
+def bias_frame(X, E):
+    """``(X~^-1, E^-1)`` as exact rationals for the d + 1 final tokens ``X`` and the d
+    directions ``E`` (lists of vectors) of the plan for biases."""
+    d = len(E)
+    Xt = [[QQ(X[i][r]) for i in range(d + 1)] for r in range(d)] + [[QQ(1)] * (d + 1)]
+    Em = [[QQ(E[j][r]) for j in range(d)] for r in range(d)]
+    return linalg.inverse(Xt, QQ), linalg.inverse(Em, QQ)
+
+
+def rows_bias(frame, x, e, f, K):
+    """The rows of a family of the plan for biases asked at scale ``f`` (its actual tokens
+    ``x`` and ``e``, in ``K``): ``log rho = sum beta_j alpha_i M~[j][i]`` (unknown
+    ``j (d + 1) + i``) with ``(x; 1) = X~ alpha`` and ``e = E beta``, and its c-values taken
+    back to scale 1 (``c / f``, as the plan's fits are) ``sum (beta_j / f) y_j``; exact
+    coefficients (``frame`` from :func:`bias_frame`).
+
+    >>> from exactlearn.fields import Real
+    >>> frame = bias_frame([(0, 0), (1, 0), (0, 1)], [(1, 0), (0, 1)])
+    >>> rows_bias(frame, (2, 0), (0, 2), 2, Real(dps=20))      # (2 x_1, 2 e_2): 4 M[1][1] - 2 M[1][0]
+    ([((1, 0), mpf('-2.0')), ((1, 1), mpf('4.0'))], [(1, mpf('1.0'))])
+    """
+    Xi, Ei = frame
+    d = len(Ei)
+    xt = [QQ(a) for a in x] + [QQ(1)]
+    alpha = [sum((Xi[i][r] * xt[r] for r in range(d + 1)), QQ(0)) for i in range(d + 1)]
+    beta = [sum((Ei[j][r] * QQ(e[r]) for r in range(d)), QQ(0)) for j in range(d)]
+    lw = [((j, i), K(beta[j] * alpha[i])) for j in range(d) for i in range(d + 1)
+          if beta[j] != 0 and alpha[i] != 0]
+    lc = [(j, K(beta[j] / QQ(f))) for j in range(d) if beta[j] != 0]
+    return lw, lc
+
+
 def undetermined(design, p) -> list:
     """The unknowns (column indices) that the rows of ``design`` do not determine."""
     A = np.zeros((max(1, len(design)), p))
@@ -59,15 +98,17 @@ def undetermined(design, p) -> list:
     return [u for u in range(p) if null.size and np.abs(null[:, u]).max() > 1e-6]
 
 
-def weak_entries(rows, fits, index, m, d) -> list:
+def weak_entries(rows, fits, index, m, d, dc=None) -> list:
     """Entries of M that some head has only poorly determined: a least-squares proxy of its
     bound (``sqrt diag (A^T B^-2 A)^-1``) above WEAK times the median over every head and
-    entry, the worst tenth of the entries at most."""
+    entry, the worst tenth of the entries at most.  ``dc``: M's columns (d + 1 with biases,
+    ``M~``)."""
+    dc = d if dc is None else dc
     used = sorted(index)
-    A = np.zeros((len(used), d * d))
+    A = np.zeros((len(used), d * dc))
     for r, n in enumerate(used):
         for (j, i), co in rows[n][0]:
-            A[r, j * d + i] = co
+            A[r, j * dc + i] = co
     proxies = []
     for h in range(m):
         b = np.array([fits[n].bounds[1 + index[n][h]] for n in used])
@@ -80,7 +121,7 @@ def weak_entries(rows, fits, index, m, d) -> list:
     proxies = np.array(proxies)
     worst = proxies.max(axis=0) / np.median(proxies)      # against every head's median
     weak = [u for u in np.argsort(-worst) if worst[u] > WEAK]
-    return weak[:max(1, d * d // 10)]
+    return weak[:max(1, d * dc // 10)]
 
 
 def wls_sparse(K, design, p, meas, bounds, sens_rows, n_obs):
@@ -171,3 +212,80 @@ def solve_stable_heads(plan, rows, fits, ids, index, K, m, n_obs):
         size = max(abs(float(a)) for row in W for a in row) + max(abs(float(a)) for a in v)
         rounds.append((rM * e_norm * x_norm + floor * size, rc * e_norm + floor * size))
     return heads, SWs, Svs, rounds
+
+
+def solve_bias_heads(plan, frame, rows, fits, ids, index, K, m, n_obs, scales, tokens_a):
+    """The plan for biases (module doc): heads ``(W, v, u)`` in the field's precision, the
+    constant c, and float64 sensitivities ``(S[W | u], Sv, Sc)`` with rounding terms.
+    ``scales[n]`` is the scale family n was asked at and ``tokens_a[n]`` its token a (as
+    asked): ``A_n = c + V.a_n``, so each labelled family gives ``c = A_n - V.a_n``; c is their
+    mean weighted by ``1 / bound(A_n)^2``, its sensitivity ``sum w_n (G_A,n - a_n^T S_V)``.
+    Returns ``(heads, c, SWs, Svs, Sc, rounds, c_round)``; ``SWs[h]`` has ``d (d + 1)`` rows
+    (row r of ``[W | u]``: its d entries of W, then u[r])."""
+    d = plan.d
+    dc = d + 1
+    used = sorted(index)
+    dW = [[(j * dc + i, co) for (j, i), co in rows[n][0]] for n in used]
+    dv = [rows[n][1] for n in used]
+    for design, p, what in ((dW, d * dc, "W and u"), (dv, d, "v")):
+        if undetermined(design, p):
+            raise SingularMatrix(f"the {len(used)} configurations that could be labelled do not "
+                                 f"determine every entry of {what}")
+    Xinv, Einv = frame
+    EinvT = linalg.transpose(Einv)
+    Xi = np.array([[float(a) for a in row] for row in Xinv])
+    Ei = np.array([[float(a) for a in row] for row in EinvT])
+    XiK = [[K(a) for a in row] for row in Xinv]
+    EiK = [[K(a) for a in row] for row in EinvT]
+    e_norm = float(np.abs(Ei).sum(axis=1).max())
+    x_norm = float(np.abs(Xi).sum(axis=0).max())
+    floor = float(K.ctx.ldexp(1, -K.prec)) * 64 * dc * dc
+    ctx = K.ctx
+    heads, SWs, Svs, rounds = [], [], [], []
+    for h in range(m):
+        ml, bl, sl, mc, bc, sc = [], [], [], [], [], []
+        for n in used:
+            f = fits[n]
+            p = index[n][h]
+            ml.append(f.logs[p])
+            bl.append(f.bounds[1 + p])
+            sl.append((ids[n], f.G[1 + p]))
+            mc.append(f.cs[p])
+            bc.append(f.bounds[1 + m + p])
+            sc.append((ids[n], f.G[1 + m + p]))
+        Mu, SM, rM = wls_sparse(K, dW, d * dc, ml, bl, sl, n_obs)
+        cu, Sc, rc = wls_sparse(K, dv, d, mc, bc, sc, n_obs)
+        M = [[Mu[j * dc + i] for i in range(dc)] for j in range(d)]
+        # [W | u] = E^-T M~ X~^-1, v = -E^-T c
+        EM = [[ctx.fsum(EiK[r][j] * M[j][i] for j in range(d)) for i in range(dc)] for r in range(d)]
+        Wt = [[ctx.fsum(EM[r][i] * XiK[i][q] for i in range(dc)) for q in range(dc)]
+              for r in range(d)]
+        v = tuple(-ctx.fsum(EiK[r][j] * cu[j] for j in range(d)) for r in range(d))
+        SMr = SM.reshape(d, dc, n_obs)
+        SW = np.einsum("rj,jin,iq->rqn", Ei, SMr, Xi, optimize=True).reshape(d * dc, n_obs)
+        heads.append(Head(tuple(tuple(row[:d]) for row in Wt), v, tuple(row[d] for row in Wt)))
+        SWs.append(SW)
+        Svs.append(-(Ei @ Sc))
+        size = max(abs(float(a)) for row in Wt for a in row) + max(abs(float(a)) for a in v)
+        rounds.append((rM * e_norm * x_norm + floor * size, rc * e_norm + floor * size))
+    # the constant: every labelled family's limit A_n = c + V.a_n
+    V = [ctx.fsum(hd.v[r] for hd in heads) for r in range(d)]
+    SV = sum(Svs)
+    Scst, worst = np.zeros(n_obs), 0.0
+    cs = []
+    b0 = max(min(float(fits[n].bounds[0]) for n in used), 1e-300)
+    for n in used:
+        a = tokens_a[n]
+        bA = max(float(fits[n].bounds[0]), 1e-300)
+        cs.append((n, fits[n].A - ctx.fsum(V[r] * K(a[r]) for r in range(d)), (b0 / bA) ** 2))
+    wsum = sum(w for _, _, w in cs)
+    wK = ctx.fsum(ctx.mpf(w) for _, _, w in cs)    # the weights in the field's precision
+    c = ctx.fsum(cn * ctx.mpf(w) for _, cn, w in cs) / wK
+    for n, cn, w in cs:
+        row = np.zeros(n_obs)
+        row[ids[n]] += fits[n].G[0]
+        row -= np.array([float(t) for t in tokens_a[n]]) @ SV
+        Scst += (w / wsum) * row
+        worst = max(worst, max(abs(float(t)) for t in tokens_a[n]))
+    c_round = floor * (abs(float(c)) + 1) + d * worst * max(r[1] for r in rounds)
+    return heads, c, SWs, Svs, Scst, rounds, c_round

@@ -1,0 +1,163 @@
+"""Biases over the real field (docs/explanation/biases.md, "Over the real field"): the stable
+plan for biases learns ``u_h`` and the constant c of a float box.
+
+Truth is computed apart from the learner: the model's own canonical form
+(``MultiHeadAttention.canonical_heads()``) of the random biased model that the numpy float64
+box (:class:`exactlearn.floatbox.FloatAttention`) evaluates.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from exactlearn import learn
+from exactlearn.cli.main import main
+from exactlearn.fields import Real
+from exactlearn.floatbox import FloatAttention
+from exactlearn.generate import random_model
+from exactlearn.model import MultiHeadAttention
+from exactlearn.strategies.real.learn import max_parameter_error
+from exactlearn.strategies.real.stable import stable_count
+
+NOISE = dict(noise=1e-14, noise_rel=1e-15)
+
+
+class Counting:
+    """A float box that counts every query it answers."""
+
+    def __init__(self, box):
+        self.box, self.answered = box, 0
+
+    def __call__(self, X):
+        self.answered += 1
+        return self.box(X)
+
+
+def _relative_error(res, model):
+    truth = model.canonical_heads()
+    err, _ = max_parameter_error(res.heads, truth, Real(dps=30))
+    size = max(abs(float(x)) for h in truth for x in [*(a for r in h.W for a in r), *h.v, *h.u])
+    return float(err), float(err) / max(size, abs(float(getattr(truth, "constant", 0))))
+
+
+@pytest.mark.parametrize("d, H, seed", [(2, 1, 1), (3, 2, 2), (4, 2, 5)])
+def test_a_biased_float64_box_is_certified_with_u_and_c(d, H, seed):
+    model = random_model(d, H, seed=seed, bias=True)
+    box = Counting(FloatAttention(model, "float64"))
+    res = learn(box, d=d, heads=H, field="real", tokens="float64", bias=True, seed=seed, **NOISE)
+    assert res.certified, res.error
+    err, rel = _relative_error(res, model)
+    assert rel <= 1e-8 and err <= float(res.error_bound)
+    assert abs(float(res.constant) - float(model.constant)) <= float(res.error_bound)
+    assert res.queries == box.answered                       # every answered query counted
+    assert res.plan_queries == stable_count(d, H, bias=True)
+    assert res.real_detail["stable_plan_queries"] == stable_count(d, H, bias=True)
+    out = res.to_json()
+    assert "constant" in out and all("u" in h for h in out["heads"])
+
+
+def test_bias_true_certifies_a_bias_free_box_with_u_and_c_near_zero():
+    """A bias-free box is in the biased class (u = 0, c = 0): bias=True learns it too."""
+    model = random_model(3, 2, seed=4)
+    res = learn(FloatAttention(model, "float64"), d=3, heads=2, field="real", tokens="float64",
+                bias=True, seed=4, **NOISE)
+    assert res.certified, res.error
+    err, rel = _relative_error(res, model)
+    assert rel <= 1e-8 and err <= float(res.error_bound)
+    assert max(abs(float(x)) for h in res.heads for x in h.u) <= float(res.error_bound)
+
+
+def test_bias_with_the_paper_plan_over_the_real_field_is_refused_naming_the_stable_plan():
+    model = random_model(2, 1, seed=1, bias=True)
+    with pytest.raises(ValueError, match="needs plan='stable'"):
+        learn(FloatAttention(model, "float64"), d=2, heads=1, field="real", tokens="float64",
+              bias=True, plan="paper", **NOISE)
+
+
+def test_the_plan_for_biases_has_affinely_independent_tokens_and_midpoint_across_families():
+    from gmpy2 import mpq
+
+    from exactlearn.strategies.real.stable import bias_tokens, stable_bias_plan
+    Q = [(mpq(1), mpq(0), mpq(0)), (mpq(0), mpq(1), mpq(0)), (mpq(0), mpq(0), mpq(1))]
+    X = bias_tokens(Q)
+    assert len(X) == 4
+    assert all(abs(sum(float(x[r]) for x in X)) < 1e-5 for r in range(3))     # centred at 0
+    plan = stable_bias_plan(X, Q, 2)
+    kinds = [c.kind for c in plan.configs]
+    assert (kinds.count("basis"), kinds.count("within"), kinds.count("across")) == (12, 8, 3)
+    for c in plan.configs:
+        if c.kind == "across":
+            assert c.x == tuple((a + b) / 2 for a, b in zip(X[0], X[c.i]))
+    # (2d^2 + 2d - 1) configurations at n_t finite nodes, one (a) each, 2d + 1 final tokens
+    assert stable_count(3, 2, bias=True) == 23 * 12 + 23 + 7
+
+
+def test_cli_learns_a_biased_model_file_over_the_real_field(capsys, tmp_path):
+    path = tmp_path / "b.json"
+    model = random_model(2, 1, seed=6, bias=True)
+    model.dump(path)
+    rc = main(["learn", "--model", str(path), "--heads", "1", "--bias", "--field", "real",
+               "--tokens", "float64", "--declared-noise", "1e-14", "--seed", "2", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    got = json.loads(out)
+    assert got["status"] == "certified" and "u" in got["heads"][0]
+    assert abs(float(got["constant"]) - float(model.constant)) <= float(got["error_bound"])
+    assert MultiHeadAttention.from_file(path).bias
+
+
+def test_an_exact_real_box_with_biases_is_certified_to_the_fields_precision_and_verified():
+    """An exact box over the real field (no float rounding, eta = 0): the solve's u and c must
+    hold to the field's own precision -- the constant's weighted mean was once formed with
+    float64 weights and missed a single-token observation by 7e-17."""
+    from exactlearn import Oracle
+    model = random_model(2, 2, seed=7, bias=True)
+    res = learn(Oracle(model, Real()), d=2, heads=2, field="real", plan="stable", bias=True,
+                seed=1, verify=5)
+    assert res.certified and res.verified, res.error
+    err, _ = max_parameter_error(res.heads, model.canonical_heads(), Real(dps=30))
+    assert float(err) <= float(res.error_bound) <= 1e-30
+
+
+def test_a_head_bound_with_biases_runs_the_resolution_test():
+    model = random_model(3, 2, seed=7, bias=True)
+    res = learn(FloatAttention(model, "float64"), d=3, max_heads=3, field="real",
+                tokens="float64", bias=True, seed=2, **NOISE)
+    assert res.certified and len(res.heads) == 2, res.error
+    assert res.real_detail["resolution_test"]["run"] is True
+    err, rel = _relative_error(res, model)
+    assert rel <= 1e-8 and err <= float(res.error_bound)
+
+
+@pytest.mark.slow
+def test_the_pencil_start_takes_biases(monkeypatch):
+    """When every family crowds (forced here), the pencil start reads [W | u] off d + 1 final
+    tokens and c off (x_0); the polish and the certificate then decide."""
+    from exactlearn.errors import DegenerateDraw
+    from exactlearn.strategies.real import stable
+
+    def crowded(*args, **kwargs):
+        raise DegenerateDraw("every family crowded (forced by the test)")
+
+    monkeypatch.setattr(stable, "_per_family", crowded)
+    model = random_model(2, 2, seed=3, bias=True)
+    res = learn(FloatAttention(model, "float64"), d=2, heads=2, field="real", tokens="float64",
+                bias=True, seed=1, retries=0, **NOISE)
+    assert res.certified, res.error
+    assert res.real_detail["start"] == "pencil"
+    err, rel = _relative_error(res, model)
+    assert rel <= 1e-8 and err <= float(res.error_bound)
+
+
+@pytest.mark.slow
+def test_heads_with_equal_W_and_u_merge_over_the_real_field():
+    """Two raw heads with the same (W, u) are one canonical head (their v summed)."""
+    model = random_model(3, 3, seed=5, merge=True, bias=True)
+    assert len(model.heads) == 3 and len(model.canonical_heads()) == 2
+    res = learn(FloatAttention(model, "float64"), d=3, max_heads=3, field="real",
+                tokens="float64", bias=True, seed=1, **NOISE)
+    assert res.certified and len(res.heads) == 2, res.error
+    err, rel = _relative_error(res, model)
+    assert rel <= 1e-8 and err <= float(res.error_bound)
