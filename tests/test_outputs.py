@@ -372,6 +372,30 @@ def test_torch_mha_without_a_readout_over_the_real_field():
     assert res.queries == sum(answered)
 
 
+def test_torch_mha_with_all_four_biases_and_no_readout_over_the_real_field():
+    """bias=True and outputs=m together: the biased layer's whole output vector, against the
+    module's own weights (true_heads: u per head, c a length-m vector)."""
+    torch = pytest.importorskip("torch")
+    from exactlearn.adapters import torch as ta
+    from exactlearn.strategies.real.learn import max_parameter_error
+    torch.manual_seed(1)
+    mha = torch.nn.MultiheadAttention(4, 2, batch_first=True, dtype=torch.float64).eval()
+    with torch.no_grad():
+        mha.in_proj_bias.normal_(0.0, 0.5)
+        mha.out_proj.bias.normal_(0.0, 0.5)
+    answered = []
+    mha.register_forward_hook(lambda mod, inp, out: answered.append(inp[0].shape[0]))
+    res = learn(ta.black_box(mha), d=4, heads=2, field="real", tokens="float64", bias=True,
+                outputs=4, noise=2e-12, noise_rel=2e-13, seed=0, retries=2)
+    assert res.certified, res.error
+    truth = ta.true_heads(mha).heads()
+    assert truth.bias and len(truth.constant) == 4 and all(h.biased for h in truth)
+    err, _ = max_parameter_error(res.heads, truth, res.field)
+    assert err <= 1e-8 and err <= res.error_bound
+    assert len(res.constant) == 4 and all(len(h.v) == 4 and len(h.u) == 4 for h in res.heads)
+    assert res.queries == sum(answered)
+
+
 def test_true_heads_without_a_readout_give_matrix_v():
     from exactlearn.adapters.common import canonical_parameters
     rng = np.random.default_rng(0)
