@@ -457,3 +457,15 @@ def test_a_noisier_box_is_never_certified_from_the_pencil_start():
     assert not res.certified
     assert "could not be resolved" in res.error and "pencil start failed too" in res.error
     assert res.queries == box.calls
+
+
+def test_verify_asks_a_float_box_and_reads_its_float_answers(tmp_path, capsys):
+    """``--tokens float64 --verify N``: the fresh queries' float answers are read as their exact
+    binary values (they were refused as floats: "refusing float64 ..."), and they agree."""
+    path = tmp_path / "m.json"
+    assert main(["random-model", "--d", "3", "--heads", "2", "--seed", "1", "--out", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["learn", "--model", str(path), "--field", "real", "--tokens", "float64",
+                 "--heads", "2", "--seed", "1", "--verify", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "certified" and out["verified"] is True and out["verify_queries"] == 3

@@ -301,8 +301,8 @@ def verify_real(oracle, outcome, heads, d, H, K, convert, rng, R, n) -> tuple:
         length = rng.randint(1, 2 * H + 1)
         tokens = [tuple(sigma * rng.randint(-R, R) for _ in range(d)) for _ in range(length)]
         y = oracle(tokens)
-        if convert:
-            y = K(y)
+        if convert:                     # a float box's answer is its exact binary value
+            y = K.from_output(y)
         biased = outcome.u_bounds is not None
         f, grad, size = evaluate_with_bounds(heads, tokens, K, outcome.W_bounds, outcome.v_bounds,
                                              outcome.u_bounds, outcome.constant if biased else 0,
