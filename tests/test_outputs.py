@@ -18,7 +18,6 @@ import pytest
 
 from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.cli.main import main
-from exactlearn.errors import ModelError
 from exactlearn.fields import Modular, Rational, Real, Symbolic
 from exactlearn.pipeline.plan import bias_count, paper_count
 
@@ -408,5 +407,6 @@ def test_true_heads_without_a_readout_give_matrix_v():
     for h in heads:
         k = min(range(2), key=lambda k: abs(float(h.W[0][0]) - t.W[k][0][0]))
         assert np.allclose(np.array([[float(a) for a in r] for r in h.v]), OV[k], rtol=0, atol=1e-15)
-    with pytest.raises(ModelError, match="biases"):
-        canonical_parameters(Q, None, K, None, V, np.ones((2, 2)), O, None).heads()
+    biased = canonical_parameters(Q, None, K, None, V, np.ones((2, 2)), O, None).heads()
+    assert biased.bias and np.allclose([float(c) for c in biased.constant], O @ np.ones(4),
+                                       rtol=0, atol=1e-14)      # c = O b_v, a length-m vector
