@@ -54,3 +54,24 @@ def test_a_nan_on_one_output_is_a_counted_query():
     res = learn(box, d=2, heads=2, field=Real(dps=30), seed=0, outputs=3, noise=1e-9)
     assert res.status == "failed" and "not a finite real number" in res.error
     assert asked and res.queries == len(asked)
+
+
+def test_a_model_file_past_max_outputs_is_refused_before_its_rows_are_read():
+    """An exactlearn.mha/3 file whose ``outputs`` is past MAX_OUTPUTS (or whose m x d
+    matrices would pass MAX_MODEL_ENTRIES) is refused from its header, not after its rows
+    are parsed (where learn() then refuses it with another message)."""
+    from exactlearn.errors import ModelError
+    from exactlearn.limits import MAX_OUTPUTS
+    m = MAX_OUTPUTS + 1
+    obj = {"format": "exactlearn.mha/3", "d": 1, "outputs": m, "bias": False,
+           "heads": [{"W": [["1"]], "v": [["1"]] * m, "u": ["0"]}], "constant": ["0"] * m}
+    with pytest.raises(ModelError, match="MAX_OUTPUTS"):
+        MultiHeadAttention.from_json(obj)
+    class Rows(list):
+        def __iter__(self):
+            raise AssertionError("the rows were read before the size was checked")
+    obj = {"format": "exactlearn.mha/3", "d": 8, "outputs": MAX_OUTPUTS, "bias": False,
+           "heads": [{"W": [["0"] * 8] * 8, "v": Rows(), "u": ["0"] * 8}] * 8,
+           "constant": Rows()}
+    with pytest.raises(ModelError, match="MAX_MODEL_ENTRIES"):
+        MultiHeadAttention.from_json(obj)
