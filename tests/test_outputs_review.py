@@ -75,3 +75,33 @@ def test_a_model_file_past_max_outputs_is_refused_before_its_rows_are_read():
            "constant": Rows()}
     with pytest.raises(ModelError, match="MAX_MODEL_ENTRIES"):
         MultiHeadAttention.from_json(obj)
+
+
+def test_noise_rel_on_an_output_where_a_head_reads_zero_says_so_and_a_retry_recovers():
+    """With noise_rel the plan runs on one output k drawn at random (r = e_k); MODEL's head 1
+    reads 0 in output 2, so on k = 2 the scalar run sees one head and the outputs step fails.
+    The box is exact and within its declaration: the failure must not read as only "noisier
+    than declared" -- it names the draw (and retries= then certifies the true heads)."""
+    truth = {tuple(tuple(float(x) for x in row) for row in h.W):
+             [[float(x) for x in row] for row in h.v] for h in MODEL.canonical_heads()}
+    oracle = Oracle(MODEL, Real(dps=30))
+
+    def box(tokens):
+        return [float(y) for y in oracle(tokens)]
+    kw = dict(d=2, field=Real(dps=30), seed=1, outputs=3, noise=1e-12, plan="stable",
+              noise_rel=1e-12)
+    res = learn(box, max_heads=2, retries=0, **kw)
+    assert res.status == "failed"
+    assert "the plan ran on output 2 alone (noise_rel=)" in res.error, res.error
+    assert "retries=" in res.error
+    res = learn(box, max_heads=2, retries=3, **kw)
+    assert res.certified, res.error
+    bound = float(res.error_bound)
+    assert len(res.heads) == len(truth) == 2
+    for h in res.heads:
+        W = [[float(x) for x in row] for row in h.W]
+        near = [t for t in truth if all(abs(a - b) <= bound for ra, rb in zip(t, W)
+                                        for a, b in zip(ra, rb))]
+        assert len(near) == 1
+        assert all(abs(float(a) - b) <= bound
+                   for ra, rb in zip(h.v, truth[near[0]]) for a, b in zip(ra, rb))
