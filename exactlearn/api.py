@@ -765,7 +765,7 @@ def _verify_outputs(verify_box, view, heads, d, H, K, rng, R, n) -> tuple:
     """``verify=N`` for vector outputs (exact fields): N fresh random queries, every output
     compared with ``==``."""
     from exactlearn.model import VectorEvaluator
-    from exactlearn.errors import FieldError
+    from exactlearn.errors import DegenerateDraw, FieldError
     m = view.m
     constant = getattr(heads, "constant", 0)
     if not isinstance(constant, tuple):
@@ -780,7 +780,8 @@ def _verify_outputs(verify_box, view, heads, d, H, K, rng, R, n) -> tuple:
             verify_box(tokens)
             ys = view.records[-1][1]
             agrees = all(K.eq(ev(tokens), y) for ev, y in zip(rows, ys))
-        except (FieldError, ValueError, TypeError) as exc:
+        except (FieldError, ValueError, TypeError, DegenerateDraw, BadBlackBox) as exc:
+            # an answer not in the field, or not m values: a failure, as for a scalar box
             return False, f"verification failed: a fresh random query could not be compared ({exc})"
         if not agrees:
             return False, ("verification failed: a fresh random query disagrees with the certified "

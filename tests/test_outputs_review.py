@@ -105,3 +105,23 @@ def test_noise_rel_on_an_output_where_a_head_reads_zero_says_so_and_a_retry_reco
         assert len(near) == 1
         assert all(abs(float(a) - b) <= bound
                    for ra, rb in zip(h.v, truth[near[0]]) for a, b in zip(ra, rb))
+
+
+@pytest.mark.parametrize("bad", ["two values", "a float", "a string"])
+def test_a_bad_answer_during_verify_fails_the_run_and_is_counted(bad):
+    """verify=N with outputs=m: a box that answers the plan well and then a fresh query with
+    the wrong shape, or a value not in the field, fails the run (as for a scalar box), it
+    does not raise out of learn(); the bad answer is counted among the verify queries."""
+    asked = []
+
+    def answer(ys):
+        asked.append(1)
+        if len(asked) <= plan:
+            return ys
+        return {"two values": ys[:2], "a float": [float(ys[0])] + ys[1:],
+                "a string": ["x"] + ys[1:]}[bad]
+    plan = learn(Oracle(MODEL, Rational()), d=2, heads=2, seed=0, outputs=3).queries
+    res = learn(Counted(answer), d=2, heads=2, field=Rational(), seed=0, outputs=3, verify=3)
+    assert res.status == "failed" and res.verified is False
+    assert "verification failed" in res.error and res.heads == ()
+    assert res.queries == len(asked) == plan + 1 and res.verify_queries == 1
