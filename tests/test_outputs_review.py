@@ -125,3 +125,17 @@ def test_a_bad_answer_during_verify_fails_the_run_and_is_counted(bad):
     assert res.status == "failed" and res.verified is False
     assert "verification failed" in res.error and res.heads == ()
     assert res.queries == len(asked) == plan + 1 and res.verify_queries == 1
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--field", "real", "--plan", "stable", "--declared-noise", "auto"], "--declared-noise auto"),
+    (["--field", "real", "--verify", "2"], "--verify over --field real")])
+def test_outputs_with_an_option_the_vector_step_lacks_names_the_flag(tmp_path, capsys, flags, named):
+    """On the command line the refusal names the flag, not the learn() keyword (noise='auto',
+    verify=), like the other options --outputs does not take yet; exit status 2."""
+    from exactlearn.cli.main import main
+    path = tmp_path / "m.json"
+    MODEL.dump(str(path))
+    assert main(["learn", "--model", str(path), "--heads", "2", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"exactlearn: error: --outputs is not supported yet with {named}", err

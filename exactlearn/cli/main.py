@@ -348,7 +348,11 @@ def _outputs_of(args, model):
                        (getattr(args, "workers", None) is not None or getattr(args, "scheduler", None),
                         "--workers / --scheduler"),
                        (getattr(args, "max_height", None) is not None, "--max-height"),
-                       (getattr(args, "snap", False), "--snap")):
+                       (getattr(args, "snap", False), "--snap"),
+                       (getattr(args, "declared_noise", None) == "auto",
+                        "--declared-noise auto"),
+                       (bool(getattr(args, "verify", None)) and args.field == "real",
+                        "--verify over --field real")):
         if given:
             raise BadInput(f"--outputs is not supported yet with {opt}")
     return m
