@@ -139,3 +139,17 @@ def test_outputs_with_an_option_the_vector_step_lacks_names_the_flag(tmp_path, c
     assert main(["learn", "--model", str(path), "--heads", "2", *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"exactlearn: error: --outputs is not supported yet with {named}", err
+
+
+def test_flag_words_leaves_a_keyword_that_reports_a_value():
+    """The CLI turns the learner's keywords into flags (``max_heads=`` -> ``--max-heads``);
+    a message reporting a value, ``(noise=6.7e-8, dps=50)`` (the Loewner fit's sample-noise
+    bound) or ``the declared eta (noise=1e-09, noise_rel=1e-09)``, read
+    ``(--declared-noise6.7e-8, ...)``."""
+    from exactlearn.cli.real import flag_words
+    for text in ("its sample-noise bound 0.00214 (noise=6.7e-8, dps=50)",
+                 "the declared eta (noise=1e-09, noise_rel=1e-09) is 3e-07 of the typical output",
+                 "heads=2 and max_heads=+3"):
+        assert flag_words(text) == text
+    assert flag_words("raise heads= / max_heads=] or declare noise=, noise='auto'.") == \
+        "raise --heads / --max-heads] or declare --declared-noise, --declared-noise auto."
