@@ -248,8 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "constant c (writes exactlearn.mha/2)")
     rp.add_argument("--outputs", type=_int_at_least("--outputs", 1, limits.MAX_OUTPUTS, "MAX_OUTPUTS"),
                     default=None, metavar="M",
-                    help="attention: M outputs, each head's v an M x d matrix (writes "
-                         "exactlearn.mha/3; docs: explanation/biases.md#vector-outputs)")
+                    help="attention: M outputs (default: one, a scalar model), each head's v "
+                         "an M x d matrix (writes exactlearn.mha/3; docs: "
+                         "explanation/biases.md#vector-outputs)")
     rp.add_argument("--out", default=None, help="output file (default: stdout)")
 
     dp = sub.add_parser("demo", help="step-by-step walk-through on a small model")
