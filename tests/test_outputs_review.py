@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from exactlearn import MultiHeadAttention, Oracle, learn
-from exactlearn.fields import Rational, Real
+from exactlearn.fields import Modular, Rational, Real
 
 MODEL = MultiHeadAttention([([[1, 0], [0, -1]], [[1, 2], [0, 0], [3, -1]]),
                             ([[0, 1], [2, 0]], [[0, 1], [1, 1], [-1, 0]])], outputs=3)
@@ -153,3 +153,15 @@ def test_flag_words_leaves_a_keyword_that_reports_a_value():
         assert flag_words(text) == text
     assert flag_words("raise heads= / max_heads=] or declare noise=, noise='auto'.") == \
         "raise --heads / --max-heads] or declare --declared-noise, --declared-noise auto."
+
+
+@pytest.mark.parametrize("field", [Rational(), Modular(), Real(dps=30)])
+def test_a_vector_model_learned_without_outputs_is_refused_before_any_query(field):
+    """learn() on a model of m outputs without outputs=: a one-line ValueError naming
+    outputs=m, before any query -- it raised ValueError("not an exact rational number:
+    [mpq(...), ...]") from the field over Q, TypeError over the real field, and read as a
+    degenerate draw over the modular field."""
+    box = Oracle(MODEL, field)
+    with pytest.raises(ValueError, match=r"a model of 3 outputs .*: pass outputs=3"):
+        learn(box, d=2, heads=2, seed=0)
+    assert box.queries == 0
