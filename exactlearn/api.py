@@ -27,7 +27,7 @@ from exactlearn.errors import (BadBlackBox, ClusterError, ExactLearnError, Exact
 from exactlearn.fields.base import Field
 from exactlearn.limits import (MAX_RETRIES, MAX_VERIFY_QUERIES, count_problem, default_retries,
                                readable_int)
-from exactlearn.oracle import Recorder, TokenAdapter, resolve_field
+from exactlearn.oracle import Oracle, Recorder, TokenAdapter, resolve_field
 from exactlearn.pipeline.multimodular import learn_modular
 from exactlearn.pipeline.plan import head_bound, paper_count
 from exactlearn.progress import Progress, current, using
@@ -452,7 +452,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         m values is bad input (``BadBlackBox``, naming the box).  With ``noise_rel`` the plan
         runs on one output drawn at random (r a unit vector e_k), whose error bound then is
         its own.  Not with ``noise="auto"``, ``snap``, ``executor``, ``max_height``, a box
-        fixed to one prime, nor ``verify`` over the real field (ValueError).
+        fixed to one prime, nor ``verify`` over the real field (ValueError).  A model's
+        :class:`~exactlearn.oracle.Oracle` of m outputs needs ``outputs=m`` (ValueError).
     progress : callable, optional
         Called with a :class:`~exactlearn.progress.ProgressEvent` as the run goes: the
         phase, the prime or attempt, and how much of the phase is done out of its total;
@@ -542,6 +543,12 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     if outputs is not None:
         _check_outputs(outputs, K, oracle, noise, noise_rel, snap, executor, max_height, verify)
         _check_outputs_size(d, H, outputs)
+    else:                                  # a model's Oracle of m outputs: before any query
+        model_box = oracle.box if isinstance(oracle, TokenAdapter) else oracle
+        m = model_box.outputs if isinstance(model_box, Oracle) else None
+        if m is not None:
+            raise ValueError(f"the black box is a model of {m} outputs (m values per query): "
+                             f"pass outputs={m} (docs: explanation/biases.md#vector-outputs)")
     if bias:
         _check_bias_options(K, plan, executor)
         if max_height is not None:
@@ -772,7 +779,7 @@ def _verify_outputs(verify_box, view, heads, d, H, K, rng, R, n) -> tuple:
     """``verify=N`` for vector outputs (exact fields): N fresh random queries, every output
     compared with ``==``."""
     from exactlearn.model import VectorEvaluator
-    from exactlearn.errors import FieldError
+    from exactlearn.errors import DegenerateDraw, FieldError
     m = view.m
     constant = getattr(heads, "constant", 0)
     if not isinstance(constant, tuple):
@@ -787,7 +794,8 @@ def _verify_outputs(verify_box, view, heads, d, H, K, rng, R, n) -> tuple:
             verify_box(tokens)
             ys = view.records[-1][1]
             agrees = all(K.eq(ev(tokens), y) for ev, y in zip(rows, ys))
-        except (FieldError, ValueError, TypeError) as exc:
+        except (FieldError, ValueError, TypeError, DegenerateDraw, BadBlackBox) as exc:
+            # an answer not in the field, or not m values: a failure, as for a scalar box
             return False, f"verification failed: a fresh random query could not be compared ({exc})"
         if not agrees:
             return False, ("verification failed: a fresh random query disagrees with the certified "

@@ -30,7 +30,7 @@ import flint
 
 from exactlearn.errors import BadReduction, ExactnessError, ModelError
 from exactlearn.fields.base import Field, as_mpq, format_rational, lcm_of_denominators
-from exactlearn.limits import check_model_size
+from exactlearn.limits import check_model_size, check_outputs_size
 from exactlearn.io import check_format, dump_json, exact_matrix, exact_vector, load_json
 
 FORMAT = "exactlearn.mha/1"
@@ -450,6 +450,7 @@ class MultiHeadAttention:
         if not isinstance(obj["heads"], list):
             raise ModelError("model file: 'heads' must be a list")
         check_model_size(d, len(obj["heads"]), what="model file")     # before any entry is read
+        check_outputs_size(d, len(obj["heads"]), m)                   # m rows each, too
         for idx, h in enumerate(obj["heads"]):
             if not isinstance(h, dict) or not {"W", "v", "u"} <= set(h):
                 raise ModelError(f"model file: head {idx + 1}: a head of {FORMAT_VECTOR} is "

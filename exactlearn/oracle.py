@@ -263,8 +263,9 @@ class Recorder:
         t0 = time.perf_counter()
         try:
             y = self.oracle(tokens)
-        except BadBlackBox as exc:       # answered, but not as the interface says: counted
-            self._count(len(tokens) if exc.answered else None, time.perf_counter() - t0)
+        except (BadBlackBox, DegenerateDraw) as exc:   # answered, not as it should be: counted
+            answered = getattr(exc, "answered", 0)
+            self._count(len(tokens) if answered else None, time.perf_counter() - t0)
             raise
         except BaseException:
             self._count(None, time.perf_counter() - t0)
@@ -295,8 +296,8 @@ class Recorder:
                 t0 = clock()
                 try:
                     y = oracle(tokens)
-                except BadBlackBox as exc:   # answered, not as the interface says: counted
-                    if exc.answered:
+                except (BadBlackBox, DegenerateDraw) as exc:   # answered, not as it should be
+                    if getattr(exc, "answered", 0):
                         n, longest = n + 1, max(longest, len(tokens))
                     raise
                 finally:
@@ -371,9 +372,9 @@ class Recorder:
         t0 = time.perf_counter()
         try:
             ys = checked_batch(self.oracle, batch, queries)
-        except BadBlackBox as exc:             # what it answered is counted, then it fails
-            self._count_many(exc.answered, exc.longest if exc.answered else 0,
-                             time.perf_counter() - t0)
+        except (BadBlackBox, DegenerateDraw) as exc:   # what it answered is counted, then it fails
+            answered = getattr(exc, "answered", 0)
+            self._count_many(answered, exc.longest if answered else 0, time.perf_counter() - t0)
             raise
         except BaseException:
             self._count(None, time.perf_counter() - t0)
@@ -568,8 +569,10 @@ class OutputsView:
         try:
             return [K.from_output(a) for a in ys]
         except (ValueError, TypeError, FieldError) as exc:
-            raise DegenerateDraw(f"the black box returned a value that is not in the {K.name} "
-                                 f"field: {exc}") from None
+            err = DegenerateDraw(f"the black box returned a value that is not in the {K.name} "
+                                 f"field: {exc}")
+            err.answered, err.longest = answered, longest     # answered: the Recorder counts it
+            raise err from None
 
     def _combine(self, tokens, ys):
         self.records.append((tokens, ys))

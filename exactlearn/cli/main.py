@@ -249,8 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "constant c (writes exactlearn.mha/2)")
     rp.add_argument("--outputs", type=_int_at_least("--outputs", 1, limits.MAX_OUTPUTS, "MAX_OUTPUTS"),
                     default=None, metavar="M",
-                    help="attention: M outputs, each head's v an M x d matrix (writes "
-                         "exactlearn.mha/3; default: one output, a scalar model; docs: "
+                    help="attention: M outputs (default: one, a scalar model), each head's v "
+                         "an M x d matrix (writes exactlearn.mha/3; docs: "
                          "explanation/biases.md#vector-outputs)")
     rp.add_argument("--out", default=None, help="output file (default: stdout)")
 
@@ -350,7 +350,11 @@ def _outputs_of(args, model):
                        (getattr(args, "workers", None) is not None or getattr(args, "scheduler", None),
                         "--workers / --scheduler"),
                        (getattr(args, "max_height", None) is not None, "--max-height"),
-                       (getattr(args, "snap", False), "--snap")):
+                       (getattr(args, "snap", False), "--snap"),
+                       (getattr(args, "declared_noise", None) == "auto",
+                        "--declared-noise auto"),
+                       (bool(getattr(args, "verify", None)) and args.field == "real",
+                        "--verify over --field real")):
         if given:
             raise BadInput(f"--outputs is not supported yet with {opt}")
     return m

@@ -167,7 +167,9 @@ def rational_option(value, name, bad_input, positive):
 #: learn() keywords that failure messages name, and the flags that set them on the command line
 FLAGS = {"max_heads": "--max-heads", "heads": "--heads", "noise_rel": "--noise-rel",
          "noise": "--declared-noise", "retries": "--retries", "query_scale": "--query-scale"}
-_KEYWORD = re.compile(r"\b(" + "|".join(FLAGS) + r")=(?:'(\w+)')?")
+#: a keyword named as such (``noise=,``, ``noise='auto'``), not one reporting a value
+#: (``(noise=6.7e-8, dps=50)`` stays as written)
+_KEYWORD = re.compile(r"\b(" + "|".join(FLAGS) + r")=(?:'(\w+)'|(?![\w.+-]))")
 
 
 def flag_words(text):
@@ -177,6 +179,8 @@ def flag_words(text):
 
     >>> flag_words("declare a larger noise=, or use noise='auto'; raise heads= / max_heads=")
     'declare a larger --declared-noise, or use --declared-noise auto; raise --heads / --max-heads'
+    >>> flag_words("its sample-noise bound 0.00214 (noise=6.7e-8, dps=50)")
+    'its sample-noise bound 0.00214 (noise=6.7e-8, dps=50)'
     """
     if not text:
         return text

@@ -182,6 +182,12 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
     # within its eta, their weighted 2-norm is at most that of eta / eta_eff (sqrt(N) at most)
     # plus the W bounds' effect
     excess = 0.0
+    alone = [j for j, x in enumerate(r or []) if x != 0]
+    # noise_rel: the plan ran on output k alone, where a head whose row k of V is 0 is invisible
+    note = ("" if len(alone) != 1 else
+            f" [the plan ran on output {alone[0] + 1} alone (noise_rel=): a head whose readout in "
+            f"that output is 0 is invisible there and misses from every other output -- a "
+            f"degenerate draw; retries= draws another output]")
     for j in range(m):
         e = Ee[:, j]
         rw = (Y[:, j] - F @ Vhat[j]) / e
@@ -194,7 +200,7 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
                 f"outputs noisier than the declared eta (or a black box outside the model "
                 f"class): the least-squares fit of output {j + 1} of {m} to all {N} answers "
                 f"leaves weighted residuals of 2-norm {ratio:.3g} times what outputs within "
-                f"their eta allow (sqrt(N) plus the W bounds' effect)", heads=H)
+                f"their eta allow (sqrt(N) plus the W bounds' effect){note}", heads=H)
     # every recorded answer of every output within its tolerance
     worst = 0.0
     for q in range(N):
@@ -208,7 +214,7 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
             raise NoisierThanDeclared(
                 f"outputs noisier than the declared eta (or a black box outside the model "
                 f"class): the recovered readouts miss output {k + 1} of {m} on an observation "
-                f"by {res[k]:.3g} > tolerance {tol[k]:.3g}")
+                f"by {res[k]:.3g} > tolerance {tol[k]:.3g}{note}")
     out = []
     for h, head in enumerate(heads):
         V = tuple(tuple(mpq(float(Vhat[j, h * d + c])) for c in range(d)) for j in range(m))
