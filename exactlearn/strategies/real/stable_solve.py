@@ -186,16 +186,7 @@ def solve_stable_heads(plan, rows, fits, ids, index, K, m, n_obs):
     x_norm = float(np.abs(Xi).sum(axis=0).max())
     floor = float(K.ctx.ldexp(1, -K.prec)) * 64 * d * d
     for h in range(m):
-        ml, bl, sl, mc, bc, sc = [], [], [], [], [], []
-        for n in used:
-            f = fits[n]
-            p = index[n][h]
-            ml.append(f.logs[p])
-            bl.append(f.bounds[1 + p])
-            sl.append((ids[n], f.G[1 + p]))
-            mc.append(f.cs[p])
-            bc.append(f.bounds[1 + m + p])
-            sc.append((ids[n], f.G[1 + m + p]))
+        ml, bl, sl, mc, bc, sc = _head_measurements(fits, ids, index, used, h, m)
         Mu, SM, rM = wls_sparse(K, dW, d * d, ml, bl, sl, n_obs)
         cu, Sc, rc = wls_sparse(K, dv, d, mc, bc, sc, n_obs)
         M = [[Mu[j * d + i] for i in range(d)] for j in range(d)]
@@ -212,6 +203,22 @@ def solve_stable_heads(plan, rows, fits, ids, index, K, m, n_obs):
         size = max(abs(float(a)) for row in W for a in row) + max(abs(float(a)) for a in v)
         rounds.append((rM * e_norm * x_norm + floor * size, rc * e_norm + floor * size))
     return heads, SWs, Svs, rounds
+
+
+def _head_measurements(fits, ids, index, used, h, m) -> tuple:
+    """Head h's measurements over the labelled families ``used``: its log rho values, their
+    bounds and sensitivity rows, then the same for its c-values."""
+    ml, bl, sl, mc, bc, sc = [], [], [], [], [], []
+    for n in used:
+        f = fits[n]
+        p = index[n][h]
+        ml.append(f.logs[p])
+        bl.append(f.bounds[1 + p])
+        sl.append((ids[n], f.G[1 + p]))
+        mc.append(f.cs[p])
+        bc.append(f.bounds[1 + m + p])
+        sc.append((ids[n], f.G[1 + m + p]))
+    return ml, bl, sl, mc, bc, sc
 
 
 def solve_bias_heads(plan, frame, rows, fits, ids, index, K, m, n_obs, scales, tokens_a):
@@ -243,16 +250,7 @@ def solve_bias_heads(plan, frame, rows, fits, ids, index, K, m, n_obs, scales, t
     ctx = K.ctx
     heads, SWs, Svs, rounds = [], [], [], []
     for h in range(m):
-        ml, bl, sl, mc, bc, sc = [], [], [], [], [], []
-        for n in used:
-            f = fits[n]
-            p = index[n][h]
-            ml.append(f.logs[p])
-            bl.append(f.bounds[1 + p])
-            sl.append((ids[n], f.G[1 + p]))
-            mc.append(f.cs[p])
-            bc.append(f.bounds[1 + m + p])
-            sc.append((ids[n], f.G[1 + m + p]))
+        ml, bl, sl, mc, bc, sc = _head_measurements(fits, ids, index, used, h, m)
         Mu, SM, rM = wls_sparse(K, dW, d * dc, ml, bl, sl, n_obs)
         cu, Sc, rc = wls_sparse(K, dv, d, mc, bc, sc, n_obs)
         M = [[Mu[j * dc + i] for i in range(dc)] for j in range(d)]
