@@ -60,6 +60,44 @@ def label_by_c(poles, dirs, refs, relation):
     return out if problem is None and len(set(out)) == len(out) else None
 
 
+def label_by_c_sum(joint, other, ref, relation):
+    """``(perm_joint, perm_other)`` from c-values alone: ``joint`` is a family whose e is
+    ``e_k + e_u``, ``ref`` the labelled poles of direction ``e_k`` and ``other`` an unlabelled
+    family of direction ``e_u`` (any final token, any scale: c is free of both).  Each head h
+    needs exactly one pair ``(s, r)`` with ``c_joint[s] = c_ref[h] + c_other[r]`` (the
+    relation's ``"add"`` tie on c), the pairing a bijection; None when a decision is undecided
+    or a head has no partner or several.
+
+    >>> from exactlearn.pipeline.match import WithinBounds
+    >>> rel = WithinBounds(10, 100)
+    >>> ref = [(None, 1.0, None, 1e-3), (None, 2.0, None, 1e-3)]
+    >>> other = [(None, -5.0, None, 1e-3), (None, 3.0, None, 1e-3)]
+    >>> joint = [(None, -3.0, None, 1e-3), (None, 4.0, None, 1e-3)]
+    >>> label_by_c_sum(joint, other, ref, rel)
+    ([1, 0], [1, 0])
+    >>> label_by_c_sum(joint, other, [(None, 1.0, None, 1.0), (None, 2.0, None, 1.0)], rel)
+    """
+    if not (len(joint) == len(other) == len(ref)):
+        return None
+    perm_joint, perm_other = [], []
+    for rp in ref:
+        hits = []
+        for s, jp in enumerate(joint):
+            for r, op in enumerate(other):
+                state = relation.c_tie(jp, rp, op, "add")
+                if state is None:
+                    return None
+                if state:
+                    hits.append((s, r))
+        if len(hits) != 1:
+            return None
+        perm_joint.append(hits[0][0])
+        perm_other.append(hits[0][1])
+    if len(set(perm_joint)) != len(ref) or len(set(perm_other)) != len(ref):
+        return None
+    return perm_joint, perm_other
+
+
 def references(plan, index, poles_of) -> dict:
     """Per direction j: the labelled poles of the basis family ``(x_i, e_j)`` with the most
     precise c-values."""
@@ -137,6 +175,28 @@ def label_families(plan, poles_of: dict, relation, root, dirs=None, square_joint
             if got is not None:
                 index[n] = got
                 changed = True
+        if changed:
+            continue
+        # c-sums: a family of e_k + e_u with e_k labelled labels, with a family of e_u at any
+        # final token and scale, both by c alone (c_h(e_k + e_u) = c_h(e_k) + c_h(e_u))
+        for n in sorted(present - set(index)):
+            ds = dirs(n)
+            if len(ds) != 2 or any(co != 1 for _, co in ds) or ds[0][0] == ds[1][0]:
+                continue
+            unknown = [j for j, _ in ds if j not in refs]
+            if len(unknown) != 1:
+                continue
+            k = next(j for j, _ in ds if j in refs)
+            for b in sorted(present - set(index)):
+                if cfg[b].kind != "basis" or cfg[b].j != unknown[0]:
+                    continue
+                got = label_by_c_sum(poles_of[n], poles_of[b], refs[k], relation)
+                if got is not None:
+                    index[n], index[b] = got
+                    changed = True
+                    break
+            if changed:
+                break
     # joints whose sides are labelled: the identity pairing must hold
     for a, b, joint, mode in ties:
         if joint in present and joint not in index and a in index and b in index:

@@ -97,8 +97,9 @@ from exactlearn.strategies.real.certificate import (SAFETY, SECOND_ORDER, RealOu
                                                     residual_bounds)
 from exactlearn.strategies.real.labels import label_by_c, label_families, references
 from exactlearn.strategies.real.probe import cayley
-from exactlearn.strategies.real.ratio import (MAX_COPIES, dyadic, family_tokens,
-                                              fit_ratio_family, node_t, ratio_nodes)
+from exactlearn.strategies.real.ratio import (COARSE_EVALUATIONS, LSQ_EVALUATIONS, MAX_COPIES,
+                                              dyadic, family_tokens, fit_ratio_family, node_t,
+                                              ratio_nodes)
 from exactlearn.strategies.real.sensitivity import LO, rounding
 from exactlearn.strategies.real.stable_certificate import certify_two_token
 from exactlearn.strategies.real.stable_pencil import pencil_heads
@@ -314,15 +315,16 @@ def _resolve(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE, bias=Fa
     for f in scales:
         ys, etas, ids = ask_family(c, f, asker, noise, nodes, H)
         label = what if f == 1 else f"{what} at scale {f}"
+        coarse = _coarse(ys, etas)
         try:
-            fit = fit_ratio_family(K, ts, ys, etas, m, what=label)
+            fit = fit_ratio_family(K, ts, ys, etas, m, what=label,
+                                   evaluations=COARSE_EVALUATIONS if coarse else LSQ_EVALUATIONS)
         except (InterpolationError, NoisierThanDeclared, DegenerateDraw) as exc:
             first = first or exc
             continue
         except (np.linalg.LinAlgError, ValueError) as exc:
             first = first or InterpolationError(f"{what}: {exc}")
             continue
-        coarse = _coarse(ys, etas)
         kappa = _scatter(ts, ys, etas, m, fit) if coarse else 1.0
         norm = _normalised_c if bias else _normalised
         fit = fit if f == 1 else norm(fit, f, m)
@@ -377,7 +379,8 @@ def _scatter_fit(K, ts, ys, etas, m, kappa, what):
     the solve's bounds are certified only when those are within LINEAR_LIMIT too (else only
     the polish of every observation, at the declared eta, can certify)."""
     try:
-        out = fit_ratio_family(K, ts, ys, [kappa * e for e in etas], m, what=what)
+        out = fit_ratio_family(K, ts, ys, [kappa * e for e in etas], m, what=what,
+                               evaluations=COARSE_EVALUATIONS)
     except (InterpolationError, NoisierThanDeclared, DegenerateDraw, np.linalg.LinAlgError,
             ValueError):
         return None
