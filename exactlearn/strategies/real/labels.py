@@ -47,17 +47,46 @@ def directions(c) -> list:
     return [(0, 1), (c.j, 1)] if c.kind == "within" else [(c.j, 1)]
 
 
-def label_by_c(poles, dirs, refs, relation):
+def label_by_c(poles, dirs, refs, relation, equal_only=False):
     """Pole indices of ``poles`` (a family whose e is ``sum coef e_j`` over ``dirs``) by the
     predicted c-values ``sum coef c_h(e_j)`` of the labelled references ``refs[j]``; None
-    when a reference is missing or a decision is undecided or not a bijection."""
+    when a reference is missing or a decision is undecided or not a bijection.  With
+    ``equal_only`` (a coarse box, module doc) an undecided comparison does not stop it: each
+    head needs exactly one pole decided equal, and those a bijection."""
     if not all(j in refs for j, _ in dirs):
         return None
     m = len(refs[dirs[0][0]])
     pred = [(None, sum(co * refs[j][h][1] for j, co in dirs), None,
              sum(abs(co) * refs[j][h][3] for j, co in dirs)) for h in range(m)]
+    if equal_only:
+        return by_equal_c(poles, pred, relation)
     out, problem = by_c(poles, pred, relation)
     return out if problem is None and len(set(out)) == len(out) else None
+
+
+def by_equal_c(poles, ref, relation):
+    """For each head of ``ref`` the one pole of ``poles`` whose c-value is decided equal to
+    its own (``relation.same_c`` True; undecided ones are passed over), the pairing a
+    bijection; None otherwise.
+
+    >>> from exactlearn.pipeline.match import WithinBounds
+    >>> rel = WithinBounds(10, 100)
+    >>> ref = [(None, -0.89231, None, 1e-4), (None, -0.54089, None, 6e-5)]
+    >>> poles = [(None, -0.54089, None, 5.7e-3), (None, -0.89247, None, 4.1e-3)]
+    >>> by_equal_c(poles, ref, rel)            # -0.89231 vs -0.54089: 60 bounds, undecided
+    [1, 0]
+    >>> by_equal_c(poles[:1] * 2, ref, rel) is None
+    True
+    """
+    if len(poles) != len(ref):
+        return None
+    out = []
+    for rp in ref:
+        hits = [r for r, p in enumerate(poles) if relation.same_c(p, rp) is True]
+        if len(hits) != 1:
+            return None
+        out.append(hits[0])
+    return out if len(set(out)) == len(out) else None
 
 
 def label_by_c_sum(joint, other, ref, relation):
@@ -117,9 +146,10 @@ def _squared(poles):
 
 
 def label_families(plan, poles_of: dict, relation, root, dirs=None, square_joint=False,
-                   scales=None) -> dict:
+                   scales=None, equal_only=False) -> dict:
     """``{configuration index: [pole index of head h]}`` for every family that can be
-    labelled (module doc); ``poles_of`` has the present families, ``root`` the basis
+    labelled (module doc); ``equal_only`` for a coarse box (:func:`label_by_c`);
+    ``poles_of`` has the present families, ``root`` the basis
     family whose poles define the head numbering; ``square_joint`` and ``scales`` (the scale
     each family was asked at, 1 when absent) for the plan for biases (module doc)."""
     cfg = plan.configs
@@ -171,7 +201,7 @@ def label_families(plan, poles_of: dict, relation, root, dirs=None, square_joint
                 if c.j not in refs or _spread(lab(n)) < _spread(refs[c.j]):
                     refs[c.j] = lab(n)
         for n in sorted(present - set(index)):
-            got = label_by_c(poles_of[n], dirs(n), refs, relation)
+            got = label_by_c(poles_of[n], dirs(n), refs, relation, equal_only)
             if got is not None:
                 index[n] = got
                 changed = True

@@ -446,7 +446,7 @@ def _precision_note(fit, m) -> str:
 
 
 def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
-                relation, frame=None, scales=None):
+                relation, frame=None, scales=None, equal_only=False):
     """Supplementary families for the entries of M (and c) that the labelled families leave
     undetermined -- ``(x_i, e_j - e_k)`` -- or, once every entry is determined, determine only
     poorly for some head (:func:`~exactlearn.strategies.real.stable_solve.weak_entries`) --
@@ -502,7 +502,8 @@ def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nois
             except LearningFailure:
                 continue
             pl = _poles(K, fit, m)
-            lab = label_by_c(pl, [(c.j, 1)] + ([] if k is None else [(k, -1)]), refs, relation)
+            lab = label_by_c(pl, [(c.j, 1)] + ([] if k is None else [(k, -1)]), refs, relation,
+                             equal_only)
             if lab is None:
                 continue
             n = len(configs)
@@ -584,11 +585,12 @@ def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
         raise DegenerateDraw(f"no basis configuration with final token x_1 could be resolved; "
                              f"(x_1, e_1): {bad[basis0[0]]}")
     relation = WithinBounds(EQUAL_FACTOR, UNEQUAL_FACTOR, size=float)
+    loose = _level(nz, rec, start) > COARSE       # a coarse box: c-values by equality alone
     index = {}
     for root in roots[:ROOTS_TRIED]:       # the head numbering: the root that labels most
         got = (label_families(splan, poles_of, relation, root, square_joint=True,
-                              scales={n: mpq(f) for n, f in rescued.items()}) if bias
-               else label_families(splan, poles_of, relation, root))
+                              scales={n: mpq(f) for n, f in rescued.items()}, equal_only=loose)
+               if bias else label_families(splan, poles_of, relation, root, equal_only=loose))
         if len(got) > len(index):
             index = got
         if len(index) >= 0.9 * len(fits):
@@ -597,7 +599,7 @@ def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
     if not bias:
         rows = [rows_of(c) for c in configs]
         n_supp = _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz,
-                             nodes, m, H, relation)
+                             nodes, m, H, relation, equal_only=loose)
         heads, SW, Sv, rounds = solve_stable_heads(splan, rows, fits, ids, index, K, m,
                                                    len(rec.observations))
         return {"splan": splan, "heads": heads, "SW": SW, "Sv": Sv, "rounds": rounds,
@@ -608,7 +610,7 @@ def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
     rows = [rows_bias(frame, tuple(scales[n] * a for a in c.x), tuple(scales[n] * b for b in c.e),
                       scales[n], K) for n, c in enumerate(configs)]
     n_supp = _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz, nodes,
-                         m, H, relation, frame=frame, scales=scales)
+                         m, H, relation, frame=frame, scales=scales, equal_only=loose)
     tokens_a = {n: tuple(scales[n] * a for a in configs[n].a) for n in index}
     heads, c, SW, Sv, Sc, rounds, c_round = solve_bias_heads(
         splan, frame, rows, fits, ids, index, K, m, len(rec.observations), scales, tokens_a)
