@@ -7,7 +7,9 @@ layer's rounding of its scores moves each family's exponents, so the ties betwee
 family; with four heads MINPACK stopped at 100 evaluations short of the optimum and the
 refinement diverged.  A float32 layer with d = 4, H = 4 failed ("the 14 configurations that
 could be labelled do not determine every entry of W"), and a biased float32 layer with
-d = 6, H = 3 (seed 2) failed the same way ("the 41 configurations ...").
+d = 6, H = 3 (seed 2) failed the same way ("the 41 configurations ..."); with those fixed,
+d = 8, H = 4 still failed there: c-values 60 bounds apart are undecided in the band
+(equal within 10, unequal beyond 100), and an undecided comparison labelled nothing.
 
 Truth is computed apart from the learner: the labels from the synthetic heads' own identities,
 the parameters from the layer's own weights.
@@ -28,7 +30,7 @@ from exactlearn.generate import random_model
 from exactlearn.model import Head, canonicalize
 from exactlearn.pipeline.match import WithinBounds
 from exactlearn.pipeline.plan import paper_plan
-from exactlearn.strategies.real.labels import label_by_c_sum, label_families
+from exactlearn.strategies.real.labels import label_by_c, label_by_c_sum, label_families
 from exactlearn.strategies.real.learn import max_parameter_error
 from float_layers import NumpyAttention
 
@@ -76,6 +78,21 @@ def test_a_c_sum_that_is_undecided_or_ambiguous_does_not_label():
                           [(None, 1.0, None, 1e-3), (None, 2.0, None, 1e-3)], rel) is None
 
 
+def test_a_coarse_box_labels_by_c_values_decided_equal_past_undecided_ones():
+    """The c-values of (x_2, e_2) of the float32 layer d = 8, H = 4, seed 0 against those of
+    its labelled reference family: -0.89231 and -0.54089 lie 60 bounds apart, undecided in the
+    band (equal within 10, unequal beyond 100), so the rule for float64 boxes labels nothing;
+    every head has exactly one pole decided equal, the pairing a bijection."""
+    rel = WithinBounds(10, 100)
+    ref = [(None, 1.94284, None, 7.6e-5), (None, 0.87572, None, 1.3e-4),
+           (None, -0.89231, None, 1.1e-4), (None, -0.54089, None, 6.3e-5)]
+    fam = [(None, 0.87573, None, 3.7e-5), (None, 1.94299, None, 9.6e-3),
+           (None, -0.89247, None, 4.1e-3), (None, -0.54089, None, 5.7e-3)]
+    truth = [min(range(4), key=lambda p: abs(fam[p][1] - r[1])) for r in ref]    # nearest
+    assert label_by_c(fam, [(0, 1)], {0: ref}, rel) is None
+    assert label_by_c(fam, [(0, 1)], {0: ref}, rel, equal_only=True) == truth == [1, 0, 2, 3]
+
+
 def _truth(box):
     return canonicalize([Head(tuple(tuple(mpq(a) for a in r) for r in W), tuple(mpq(a) for a in v))
                          for W, v in box.exact_heads()])
@@ -104,3 +121,13 @@ def test_a_biased_float32_layer_with_three_heads_is_certified_with_a_covering_bo
     size = max(abs(float(x)) for h in truth for x in [*(a for r in h.W for a in r), *h.v, *h.u])
     assert err <= 1e-3 * size and err <= res.error_bound
     assert abs(float(res.constant) - float(model.constant)) <= float(res.error_bound)
+
+
+@pytest.mark.slow
+def test_a_float32_layer_with_d_8_and_four_heads_is_certified_with_a_covering_bound():
+    box = NumpyAttention.from_seed(8, 4, 0, dtype=np.float32)
+    K = Real(dps=30)
+    res = learn(box, d=8, heads=4, field=K, tokens="float32", noise="auto", seed=0, retries=0)
+    assert res.status == "certified", res.error
+    err, _ = max_parameter_error(res.heads, _truth(box), K)
+    assert err <= 1e-3 and err <= res.error_bound
