@@ -14,12 +14,17 @@ run.  The stable plan has redundancy to spare, and this traversal uses it:
   labelled by the predicted c-values, when each head's is decided equal to exactly one pole's
   and unequal to the others' (the efficient plan's rule, docs: explanation/efficient-plan.md,
   extended to sums).
+* **c-sums.**  Where ties and c-values label nothing more, a family of ``e_k + e_u`` with
+  ``e_k`` labelled labels, together with a family of ``e_u`` at any final token and scale,
+  by c alone (:func:`label_by_c_sum`): the ties of a float32 box often fail, its rounding
+  moving each family's exponents (docs/explanation/real-field.md, "Coarse boxes").
 * **Joint families** whose two sides are labelled are labelled by the same relations (a
   joint that fits no labelling is left out of the solve; its queries are still certified).
 
 Every decision is a :class:`~exactlearn.pipeline.match.WithinBounds` relation: equal within
 its own first-order bounds times ``equal``, unequal beyond ``unequal``, undecided between --
-and an undecided relation never labels: the family stays unlabelled.  Labels found by
+and an undecided relation never labels: the family stays unlabelled (except, for a coarse
+box, ``equal_only`` c-values: :func:`by_equal_c`).  Labels found by
 different routes must agree (c-values of one direction across final tokens), else
 :class:`~exactlearn.errors.MatchError`.  What is left unlabelled is reported; the solve then
 needs the labelled families to determine every parameter (a rank check).

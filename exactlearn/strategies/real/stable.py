@@ -49,8 +49,10 @@ Those bounds only label and start; when a labelled family's bound at the declare
 LINEAR_LIMIT the solve's bounds are not used, and only the polish of every observation at
 the declared eta can certify (else the run fails).  A failure of too many families says how
 coarse the eta is and whether its families missed a sample (the box noisier than declared)
-or could not resolve H heads at that precision (:func:`_precision_failure`); the fits stop
-once more than MAX_UNRESOLVED have failed, and the pencil start is not tried (its
+or could not resolve H heads at that precision (:func:`_precision_failure`); each fit may
+take COARSE_EVALUATIONS; the labelling passes undecided c-values over (``equal_only`` of
+:func:`~exactlearn.strategies.real.labels.label_families`); the fits stop once more than
+COARSE_MAX_UNRESOLVED have failed, and the pencil start is not tried (its
 extrapolation in 1/m cannot separate heads at float32 precision).  Boxes declared at float64
 rounding run exactly as before.
 
