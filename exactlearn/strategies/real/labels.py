@@ -94,13 +94,13 @@ def by_equal_c(poles, ref, relation):
     return out if len(set(out)) == len(out) else None
 
 
-def label_by_c_sum(joint, other, ref, relation):
+def label_by_c_sum(joint, other, ref, relation, equal_only=False):
     """``(perm_joint, perm_other)`` from c-values alone: ``joint`` is a family whose e is
     ``e_k + e_u``, ``ref`` the labelled poles of direction ``e_k`` and ``other`` an unlabelled
     family of direction ``e_u`` (any final token, any scale: c is free of both).  Each head h
     needs exactly one pair ``(s, r)`` with ``c_joint[s] = c_ref[h] + c_other[r]`` (the
     relation's ``"add"`` tie on c), the pairing a bijection; None when a decision is undecided
-    or a head has no partner or several.
+    (with ``equal_only``, a coarse box: passed over) or a head has no partner or several.
 
     >>> from exactlearn.pipeline.match import WithinBounds
     >>> rel = WithinBounds(10, 100)
@@ -119,7 +119,7 @@ def label_by_c_sum(joint, other, ref, relation):
         for s, jp in enumerate(joint):
             for r, op in enumerate(other):
                 state = relation.c_tie(jp, rp, op, "add")
-                if state is None:
+                if state is None and not equal_only:
                     return None
                 if state:
                     hits.append((s, r))
@@ -225,7 +225,7 @@ def label_families(plan, poles_of: dict, relation, root, dirs=None, square_joint
             for b in sorted(present - set(index)):
                 if cfg[b].kind != "basis" or cfg[b].j != unknown[0]:
                     continue
-                got = label_by_c_sum(poles_of[n], poles_of[b], refs[k], relation)
+                got = label_by_c_sum(poles_of[n], poles_of[b], refs[k], relation, equal_only)
                 if got is not None:
                     index[n], index[b] = got
                     changed = True
