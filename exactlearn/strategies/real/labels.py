@@ -14,12 +14,17 @@ run.  The stable plan has redundancy to spare, and this traversal uses it:
   labelled by the predicted c-values, when each head's is decided equal to exactly one pole's
   and unequal to the others' (the efficient plan's rule, docs: explanation/efficient-plan.md,
   extended to sums).
+* **c-sums.**  Where ties and c-values label nothing more, a family of ``e_k + e_u`` with
+  ``e_k`` labelled labels, together with a family of ``e_u`` at any final token and scale,
+  by c alone (:func:`label_by_c_sum`): the ties of a float32 box often fail, its rounding
+  moving each family's exponents (docs/explanation/real-field.md, "Coarse boxes").
 * **Joint families** whose two sides are labelled are labelled by the same relations (a
   joint that fits no labelling is left out of the solve; its queries are still certified).
 
 Every decision is a :class:`~exactlearn.pipeline.match.WithinBounds` relation: equal within
 its own first-order bounds times ``equal``, unequal beyond ``unequal``, undecided between --
-and an undecided relation never labels: the family stays unlabelled.  Labels found by
+and an undecided relation never labels: the family stays unlabelled (except, for a coarse
+box, ``equal_only`` c-values: :func:`by_equal_c`).  Labels found by
 different routes must agree (c-values of one direction across final tokens), else
 :class:`~exactlearn.errors.MatchError`.  What is left unlabelled is reported; the solve then
 needs the labelled families to determine every parameter (a rank check).
@@ -47,17 +52,84 @@ def directions(c) -> list:
     return [(0, 1), (c.j, 1)] if c.kind == "within" else [(c.j, 1)]
 
 
-def label_by_c(poles, dirs, refs, relation):
+def label_by_c(poles, dirs, refs, relation, equal_only=False):
     """Pole indices of ``poles`` (a family whose e is ``sum coef e_j`` over ``dirs``) by the
     predicted c-values ``sum coef c_h(e_j)`` of the labelled references ``refs[j]``; None
-    when a reference is missing or a decision is undecided or not a bijection."""
+    when a reference is missing or a decision is undecided or not a bijection.  With
+    ``equal_only`` (a coarse box, module doc) an undecided comparison does not stop it: each
+    head needs exactly one pole decided equal, and those a bijection."""
     if not all(j in refs for j, _ in dirs):
         return None
     m = len(refs[dirs[0][0]])
     pred = [(None, sum(co * refs[j][h][1] for j, co in dirs), None,
              sum(abs(co) * refs[j][h][3] for j, co in dirs)) for h in range(m)]
+    if equal_only:
+        return by_equal_c(poles, pred, relation)
     out, problem = by_c(poles, pred, relation)
     return out if problem is None and len(set(out)) == len(out) else None
+
+
+def by_equal_c(poles, ref, relation):
+    """For each head of ``ref`` the one pole of ``poles`` whose c-value is decided equal to
+    its own (``relation.same_c`` True; undecided ones are passed over), the pairing a
+    bijection; None otherwise.
+
+    >>> from exactlearn.pipeline.match import WithinBounds
+    >>> rel = WithinBounds(10, 100)
+    >>> ref = [(None, -0.89231, None, 1e-4), (None, -0.54089, None, 6e-5)]
+    >>> poles = [(None, -0.54089, None, 5.7e-3), (None, -0.89247, None, 4.1e-3)]
+    >>> by_equal_c(poles, ref, rel)            # -0.89231 vs -0.54089: 60 bounds, undecided
+    [1, 0]
+    >>> by_equal_c(poles[:1] * 2, ref, rel) is None
+    True
+    """
+    if len(poles) != len(ref):
+        return None
+    out = []
+    for rp in ref:
+        hits = [r for r, p in enumerate(poles) if relation.same_c(p, rp) is True]
+        if len(hits) != 1:
+            return None
+        out.append(hits[0])
+    return out if len(set(out)) == len(out) else None
+
+
+def label_by_c_sum(joint, other, ref, relation, equal_only=False):
+    """``(perm_joint, perm_other)`` from c-values alone: ``joint`` is a family whose e is
+    ``e_k + e_u``, ``ref`` the labelled poles of direction ``e_k`` and ``other`` an unlabelled
+    family of direction ``e_u`` (any final token, any scale: c is free of both).  Each head h
+    needs exactly one pair ``(s, r)`` with ``c_joint[s] = c_ref[h] + c_other[r]`` (the
+    relation's ``"add"`` tie on c), the pairing a bijection; None when a decision is undecided
+    (with ``equal_only``, a coarse box: passed over) or a head has no partner or several.
+
+    >>> from exactlearn.pipeline.match import WithinBounds
+    >>> rel = WithinBounds(10, 100)
+    >>> ref = [(None, 1.0, None, 1e-3), (None, 2.0, None, 1e-3)]
+    >>> other = [(None, -5.0, None, 1e-3), (None, 3.0, None, 1e-3)]
+    >>> joint = [(None, -3.0, None, 1e-3), (None, 4.0, None, 1e-3)]
+    >>> label_by_c_sum(joint, other, ref, rel)
+    ([1, 0], [1, 0])
+    >>> label_by_c_sum(joint, other, [(None, 1.0, None, 1.0), (None, 2.0, None, 1.0)], rel)
+    """
+    if not (len(joint) == len(other) == len(ref)):
+        return None
+    perm_joint, perm_other = [], []
+    for rp in ref:
+        hits = []
+        for s, jp in enumerate(joint):
+            for r, op in enumerate(other):
+                state = relation.c_tie(jp, rp, op, "add")
+                if state is None and not equal_only:
+                    return None
+                if state:
+                    hits.append((s, r))
+        if len(hits) != 1:
+            return None
+        perm_joint.append(hits[0][0])
+        perm_other.append(hits[0][1])
+    if len(set(perm_joint)) != len(ref) or len(set(perm_other)) != len(ref):
+        return None
+    return perm_joint, perm_other
 
 
 def references(plan, index, poles_of) -> dict:
@@ -79,9 +151,10 @@ def _squared(poles):
 
 
 def label_families(plan, poles_of: dict, relation, root, dirs=None, square_joint=False,
-                   scales=None) -> dict:
+                   scales=None, equal_only=False) -> dict:
     """``{configuration index: [pole index of head h]}`` for every family that can be
-    labelled (module doc); ``poles_of`` has the present families, ``root`` the basis
+    labelled (module doc); ``equal_only`` for a coarse box (:func:`label_by_c`);
+    ``poles_of`` has the present families, ``root`` the basis
     family whose poles define the head numbering; ``square_joint`` and ``scales`` (the scale
     each family was asked at, 1 when absent) for the plan for biases (module doc)."""
     cfg = plan.configs
@@ -133,10 +206,32 @@ def label_families(plan, poles_of: dict, relation, root, dirs=None, square_joint
                 if c.j not in refs or _spread(lab(n)) < _spread(refs[c.j]):
                     refs[c.j] = lab(n)
         for n in sorted(present - set(index)):
-            got = label_by_c(poles_of[n], dirs(n), refs, relation)
+            got = label_by_c(poles_of[n], dirs(n), refs, relation, equal_only)
             if got is not None:
                 index[n] = got
                 changed = True
+        if changed:
+            continue
+        # c-sums: a family of e_k + e_u with e_k labelled labels, with a family of e_u at any
+        # final token and scale, both by c alone (c_h(e_k + e_u) = c_h(e_k) + c_h(e_u))
+        for n in sorted(present - set(index)):
+            ds = dirs(n)
+            if len(ds) != 2 or any(co != 1 for _, co in ds) or ds[0][0] == ds[1][0]:
+                continue
+            unknown = [j for j, _ in ds if j not in refs]
+            if len(unknown) != 1:
+                continue
+            k = next(j for j, _ in ds if j in refs)
+            for b in sorted(present - set(index)):
+                if cfg[b].kind != "basis" or cfg[b].j != unknown[0]:
+                    continue
+                got = label_by_c_sum(poles_of[n], poles_of[b], refs[k], relation, equal_only)
+                if got is not None:
+                    index[n], index[b] = got
+                    changed = True
+                    break
+            if changed:
+                break
     # joints whose sides are labelled: the identity pairing must hold
     for a, b, joint, mode in ties:
         if joint in present and joint not in index and a in index and b in index:

@@ -58,6 +58,10 @@ NODES_PER_HEAD = 4
 MAX_COPIES = 256
 #: evaluations of one start's Levenberg--Marquardt fit (a fit that converges takes about 20)
 LSQ_EVALUATIONS = 100
+#: the same for a family of a box declared coarser than float64 (float32): fitting four heads
+#: to float32 samples, MINPACK often stopped at 100 evaluations short of the optimum, where the
+#: refinement with its fixed pseudo-inverse then diverged (docs/explanation/real-field.md)
+COARSE_EVALUATIONS = 1000
 
 
 def ratio_nodes(H: int, L: int = MAX_COPIES) -> list:
@@ -165,18 +169,18 @@ def _start(zs, ys, w, m, shift=0):
     return np.sort(np.log(rho))
 
 
-def _lsq(theta, zs, ys, w, m):
+def _lsq(theta, zs, ys, w, m, evaluations=LSQ_EVALUATIONS):
     """Levenberg--Marquardt (:func:`~exactlearn.strategies.real.lsq.solve`) on the weighted
     residuals: ``(theta, weighted sum of squares)``."""
     model = last(lambda th: _model(th, zs, m))
     got = solve(lambda th: (model(th)[0] - ys) * w, lambda th: model(th)[1] * w[:, None], theta,
-                max_nfev=LSQ_EVALUATIONS)
+                max_nfev=evaluations)
     return got.x, 2 * got.cost
 
 
-def _best_fit(zs, yf, w, m):
+def _best_fit(zs, yf, w, m, evaluations=LSQ_EVALUATIONS):
     """Levenberg-Marquardt from the Loewner start, then from spread starts until the
-    weighted residuals are of the order of their weights."""
+    weighted residuals are of the order of their weights (``evaluations`` each at most)."""
     starts = []
     for shift in range(3):
         try:
@@ -193,7 +197,7 @@ def _best_fit(zs, yf, w, m):
     best = None
     for ls in starts:
         try:
-            theta, cost = _lsq(_linear_c(ls, zs, yf, w, m), zs, yf, w, m)
+            theta, cost = _lsq(_linear_c(ls, zs, yf, w, m), zs, yf, w, m, evaluations)
         except (np.linalg.LinAlgError, ValueError):
             continue
         if np.isfinite(cost) and (best is None or cost < best[1]):
@@ -203,9 +207,11 @@ def _best_fit(zs, yf, w, m):
     return None if best is None else best[0]
 
 
-def fit_ratio_family(K, ts, ys, etas, m, *, what="a family") -> RatioFit:
+def fit_ratio_family(K, ts, ys, etas, m, *, what="a family",
+                     evaluations=LSQ_EVALUATIONS) -> RatioFit:
     """Fit ``m`` heads to the samples ``ys`` at ``ts`` (exact rationals, ``None`` = oo)
-    with bounds ``etas`` (floats); module doc.  Raises
+    with bounds ``etas`` (floats); module doc.  ``evaluations`` caps each start's
+    Levenberg--Marquardt fit (COARSE_EVALUATIONS for a coarse box's families).  Raises
     :class:`~exactlearn.errors.InterpolationError` when no fit converges,
     :class:`~exactlearn.errors.NoisierThanDeclared` when a residual exceeds its bound."""
     ctx = K.ctx
@@ -218,7 +224,7 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family") -> RatioFit:
     if np.max(np.abs(yf)) == 0:
         raise DegenerateDraw("a query family returned only zeros")
     with np.errstate(all="ignore"):
-        theta = _best_fit(zs, yf, w, m)
+        theta = _best_fit(zs, yf, w, m, evaluations)
     if theta is None or not np.all(np.isfinite(theta)):
         raise InterpolationError(f"{what}: the least-squares fit with {m} heads did not converge")
     with np.errstate(all="ignore"):

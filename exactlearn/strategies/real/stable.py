@@ -49,8 +49,10 @@ Those bounds only label and start; when a labelled family's bound at the declare
 LINEAR_LIMIT the solve's bounds are not used, and only the polish of every observation at
 the declared eta can certify (else the run fails).  A failure of too many families says how
 coarse the eta is and whether its families missed a sample (the box noisier than declared)
-or could not resolve H heads at that precision (:func:`_precision_failure`); the fits stop
-once more than MAX_UNRESOLVED have failed, and the pencil start is not tried (its
+or could not resolve H heads at that precision (:func:`_precision_failure`); each fit may
+take COARSE_EVALUATIONS; the labelling passes undecided c-values over (``equal_only`` of
+:func:`~exactlearn.strategies.real.labels.label_families`); the fits stop once more than
+COARSE_MAX_UNRESOLVED have failed, and the pencil start is not tried (its
 extrapolation in 1/m cannot separate heads at float32 precision).  Boxes declared at float64
 rounding run exactly as before.
 
@@ -97,8 +99,9 @@ from exactlearn.strategies.real.certificate import (SAFETY, SECOND_ORDER, RealOu
                                                     residual_bounds)
 from exactlearn.strategies.real.labels import label_by_c, label_families, references
 from exactlearn.strategies.real.probe import cayley
-from exactlearn.strategies.real.ratio import (MAX_COPIES, dyadic, family_tokens,
-                                              fit_ratio_family, node_t, ratio_nodes)
+from exactlearn.strategies.real.ratio import (COARSE_EVALUATIONS, LSQ_EVALUATIONS, MAX_COPIES,
+                                              dyadic, family_tokens, fit_ratio_family, node_t,
+                                              ratio_nodes)
 from exactlearn.strategies.real.sensitivity import LO, rounding
 from exactlearn.strategies.real.stable_certificate import certify_two_token
 from exactlearn.strategies.real.stable_pencil import pencil_heads
@@ -117,6 +120,9 @@ LINEAR_LIMIT = 1e-2
 UNEQUAL_FACTOR = 10 ** 2
 #: the run fails when more than this share of the configurations cannot be resolved
 MAX_UNRESOLVED = 0.25
+#: the same for a coarse box (module doc): its families only label and start the polish, which
+#: alone certifies; four float32 heads left 26 % to 30 % unresolved (d = 4, 8), the rest labelled
+COARSE_MAX_UNRESOLVED = 0.5
 ROOTS_TRIED = 4          # basis families of x_1 tried as the root of the labelling
 SUPPLEMENT_ROUNDS = 5    # rounds of supplementary families for undetermined entries
 SUPPLEMENT_PER_ENTRY = 3
@@ -281,12 +287,14 @@ def _fit_all(plan, K, asker, noise, nodes, m, H):
     with x and e scaled by 1/2, 2, 1/4, 4 (exact dyadic tokens) and its fit taken back to
     scale 1 (``log rho`` scales by f^2, ``c`` by f); every query asked stays an observation
     that the certificate must reproduce.  A coarse box (module doc) stops once more than
-    MAX_UNRESOLVED of the configurations have failed, the run's failure then certain
-    (``stopped``: how many were tried; None when all were)."""
+    COARSE_MAX_UNRESOLVED of the configurations have failed, the run's failure then certain
+    (``stopped``: how many were tried; None when all were); ``share``: the share of
+    unresolved configurations that fails the run (MAX_UNRESOLVED, or COARSE_MAX_UNRESOLVED)."""
     got = asker.ask([q for c in plan.configs for q in
                      (family_tokens(c.x, c.a, k, mm) for k, mm in nodes)])      # one batch
     ys = [abs(float(y)) for y, _ in got if float(y) != 0]
     coarse = bool(ys) and float(np.median([noise.of(y, 0) / y for y in ys])) > COARSE
+    share = COARSE_MAX_UNRESOLVED if coarse else MAX_UNRESOLVED
     fits, ids, rescued, bad = {}, {}, {}, {}
     for n, c in enumerate(plan.configs):
         try:
@@ -294,12 +302,12 @@ def _fit_all(plan, K, asker, noise, nodes, m, H):
         except LearningFailure as exc:
             bad[n] = exc
             last = n + 1 == len(plan.configs)
-            if coarse and len(bad) > MAX_UNRESOLVED * len(plan.configs) and not last:
-                return fits, ids, rescued, bad, n + 1
+            if coarse and len(bad) > share * len(plan.configs) and not last:
+                return fits, ids, rescued, bad, n + 1, share
             continue
         if f != 1:
             rescued[n] = str(f)
-    return fits, ids, rescued, bad, None
+    return fits, ids, rescued, bad, None, share
 
 
 def _resolve(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE, bias=False):
@@ -314,15 +322,16 @@ def _resolve(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE, bias=Fa
     for f in scales:
         ys, etas, ids = ask_family(c, f, asker, noise, nodes, H)
         label = what if f == 1 else f"{what} at scale {f}"
+        coarse = _coarse(ys, etas)
         try:
-            fit = fit_ratio_family(K, ts, ys, etas, m, what=label)
+            fit = fit_ratio_family(K, ts, ys, etas, m, what=label,
+                                   evaluations=COARSE_EVALUATIONS if coarse else LSQ_EVALUATIONS)
         except (InterpolationError, NoisierThanDeclared, DegenerateDraw) as exc:
             first = first or exc
             continue
         except (np.linalg.LinAlgError, ValueError) as exc:
             first = first or InterpolationError(f"{what}: {exc}")
             continue
-        coarse = _coarse(ys, etas)
         kappa = _scatter(ts, ys, etas, m, fit) if coarse else 1.0
         norm = _normalised_c if bias else _normalised
         fit = fit if f == 1 else norm(fit, f, m)
@@ -377,7 +386,8 @@ def _scatter_fit(K, ts, ys, etas, m, kappa, what):
     the solve's bounds are certified only when those are within LINEAR_LIMIT too (else only
     the polish of every observation, at the declared eta, can certify)."""
     try:
-        out = fit_ratio_family(K, ts, ys, [kappa * e for e in etas], m, what=what)
+        out = fit_ratio_family(K, ts, ys, [kappa * e for e in etas], m, what=what,
+                               evaluations=COARSE_EVALUATIONS)
     except (InterpolationError, NoisierThanDeclared, DegenerateDraw, np.linalg.LinAlgError,
             ValueError):
         return None
@@ -425,7 +435,8 @@ def _precision_failure(bad, nz, rec, start, H) -> str:
                 "noise=, or use noise='auto'")
     else:
         out += (" -- the box's precision, not the eta, limits them: evaluate the layer in "
-                "float64 (float32 layers resolved up to 3 heads, docs/howto/float-black-box.md)")
+                "float64 (float32 layers resolved 4 heads at d <= 8, "
+                "docs/howto/float-black-box.md)")
     return out
 
 
@@ -438,7 +449,7 @@ def _precision_note(fit, m) -> str:
 
 
 def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
-                relation, frame=None, scales=None):
+                relation, frame=None, scales=None, equal_only=False):
     """Supplementary families for the entries of M (and c) that the labelled families leave
     undetermined -- ``(x_i, e_j - e_k)`` -- or, once every entry is determined, determine only
     poorly for some head (:func:`~exactlearn.strategies.real.stable_solve.weak_entries`) --
@@ -494,7 +505,8 @@ def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nois
             except LearningFailure:
                 continue
             pl = _poles(K, fit, m)
-            lab = label_by_c(pl, [(c.j, 1)] + ([] if k is None else [(k, -1)]), refs, relation)
+            lab = label_by_c(pl, [(c.j, 1)] + ([] if k is None else [(k, -1)]), refs, relation,
+                             equal_only)
             if lab is None:
                 continue
             n = len(configs)
@@ -558,11 +570,11 @@ def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
     E = [tuple(sigma * a for a in e) for e in plan0.E]
     bias = plan0.bias
     splan = stable_bias_plan(X, E, H) if bias else paper_plan(X, E, H)
-    fits, ids, rescued, bad, stopped = _fit_all(splan, K, asker, nz, nodes, m, H)
-    if len(bad) > MAX_UNRESOLVED * len(splan.configs) or not fits:
+    fits, ids, rescued, bad, stopped, share = _fit_all(splan, K, asker, nz, nodes, m, H)
+    if len(bad) > share * len(splan.configs) or not fits:
         first = bad[min(bad)]
         some = (f"of the first {stopped} (fitting stopped there: more than "
-                f"{MAX_UNRESOLVED:.0%} of all had failed) " if stopped else "")
+                f"{share:.0%} of all had failed) " if stopped else "")
         raise type(first)(f"{len(bad)} {some}of {len(splan.configs)} configurations could not be "
                           f"resolved at any scale (a box noisier than declared, or more heads "
                           f"than {H}){_precision_failure(bad, nz, rec, start, H)}; the first: "
@@ -576,11 +588,12 @@ def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
         raise DegenerateDraw(f"no basis configuration with final token x_1 could be resolved; "
                              f"(x_1, e_1): {bad[basis0[0]]}")
     relation = WithinBounds(EQUAL_FACTOR, UNEQUAL_FACTOR, size=float)
+    loose = _level(nz, rec, start) > COARSE       # a coarse box: c-values by equality alone
     index = {}
     for root in roots[:ROOTS_TRIED]:       # the head numbering: the root that labels most
         got = (label_families(splan, poles_of, relation, root, square_joint=True,
-                              scales={n: mpq(f) for n, f in rescued.items()}) if bias
-               else label_families(splan, poles_of, relation, root))
+                              scales={n: mpq(f) for n, f in rescued.items()}, equal_only=loose)
+               if bias else label_families(splan, poles_of, relation, root, equal_only=loose))
         if len(got) > len(index):
             index = got
         if len(index) >= 0.9 * len(fits):
@@ -589,7 +602,7 @@ def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
     if not bias:
         rows = [rows_of(c) for c in configs]
         n_supp = _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz,
-                             nodes, m, H, relation)
+                             nodes, m, H, relation, equal_only=loose)
         heads, SW, Sv, rounds = solve_stable_heads(splan, rows, fits, ids, index, K, m,
                                                    len(rec.observations))
         return {"splan": splan, "heads": heads, "SW": SW, "Sv": Sv, "rounds": rounds,
@@ -600,7 +613,7 @@ def _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
     rows = [rows_bias(frame, tuple(scales[n] * a for a in c.x), tuple(scales[n] * b for b in c.e),
                       scales[n], K) for n, c in enumerate(configs)]
     n_supp = _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz, nodes,
-                         m, H, relation, frame=frame, scales=scales)
+                         m, H, relation, frame=frame, scales=scales, equal_only=loose)
     tokens_a = {n: tuple(scales[n] * a for a in configs[n].a) for n in index}
     heads, c, SW, Sv, Sc, rounds, c_round = solve_bias_heads(
         splan, frame, rows, fits, ids, index, K, m, len(rec.observations), scales, tokens_a)
