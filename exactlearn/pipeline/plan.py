@@ -103,6 +103,14 @@ def vector_sum(u, v):
     return tuple(a + b for a, b in zip(u, v))
 
 
+def final_token_configs(i: int, x, E) -> list:
+    """The basis and within configurations of final token ``x`` (index i) in the plans for
+    biases: ``(x, e_j)`` for every j, then ``(x, e_1 + e_j)`` for j >= 2."""
+    d = len(E)
+    return ([Config("basis", i, j, x, E[j]) for j in range(d)]
+            + [Config("within", i, j, x, vector_sum(E[0], E[j])) for j in range(1, d)])
+
+
 def across_direction(i: int, d: int) -> int:
     """0-based direction index j(i) of the across configuration of group i >= 1."""
     return (i - 1) % d
@@ -171,11 +179,7 @@ def bias_plan(X, E, H: int) -> Plan:
         raise ValueError("the head bound H must be at least 1")
     group0, rest = [], []
     for i in range(d + 1):
-        target = group0 if i == 0 else rest
-        for j in range(d):
-            target.append(Config("basis", i, j, X[i], E[j]))
-        for j in range(1, d):
-            target.append(Config("within", i, j, X[i], vector_sum(E[0], E[j])))
+        (group0 if i == 0 else rest).extend(final_token_configs(i, X[i], E))
     for i in range(1, d + 1):
         j = across_direction(i, d)
         y = tuple(2 * a - b for a, b in zip(X[i], X[0]))

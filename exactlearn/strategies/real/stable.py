@@ -92,7 +92,8 @@ from exactlearn.model import Head, HeadSet
 from exactlearn.algebra.linalg import is_invertible
 from exactlearn.noise import noise_bound
 from exactlearn.pipeline.match import WithinBounds
-from exactlearn.pipeline.plan import Config, Plan, across_direction, paper_plan, vector_sum
+from exactlearn.pipeline.plan import (Config, Plan, across_direction, final_token_configs,
+                                      paper_plan)
 from exactlearn.progress import current
 from exactlearn.strategies.real.analysis import EQUAL_FACTOR
 from exactlearn.strategies.real.certificate import (SAFETY, SECOND_ORDER, RealOutcome,
@@ -196,10 +197,7 @@ def stable_bias_plan(X, E, H: int):
     d = len(E)
     configs = []
     for i in range(d + 1):
-        for j in range(d):
-            configs.append(Config("basis", i, j, X[i], E[j]))
-        for j in range(1, d):
-            configs.append(Config("within", i, j, X[i], vector_sum(E[0], E[j])))
+        configs.extend(final_token_configs(i, X[i], E))
     for i in range(1, d + 1):
         j = across_direction(i, d)
         mid = tuple((QQ(a) + QQ(b)) / 2 for a, b in zip(X[0], X[i]))
