@@ -14,7 +14,7 @@ rational ``t``.  The single-token queries ``(x)`` and ``(a)`` are its values at
 the steps left of ``log 2H``, which is why that interpolation loses ~5 digits per head
 at float64 accuracy.  :func:`ratio_nodes` spreads ``t`` geometrically over
 ``[1/L, L]`` (``k = 1`` below 1, ``m = 1`` above), with both ends, and oversamples
-(``4H + 4`` nodes for ``H`` heads).
+(``4H + 4`` nodes drawn for ``H`` heads, fewer when two round to the same k/m).
 
 :func:`fit_ratio_family` fits ``theta = (A, log rho_1..m, c_1..m)`` by weighted least
 squares (weights ``1/eta_q``): a Loewner (AAA-style) start in ``z = t/(1+t)``, where
@@ -66,8 +66,8 @@ COARSE_EVALUATIONS = 1000
 
 def ratio_nodes(H: int, L: int = MAX_COPIES) -> list:
     """The ``(k, m)`` of a family: ``(0, 1)`` (the token x alone, t = 0), ``(1, 0)`` (the
-    token a alone, t = oo), and ``4H + 4`` geometric ``t = k/m`` on ``[1/L, L]`` with
-    ``k = 1`` or ``m = 1`` (distinct, ascending in t).
+    token a alone, t = oo), and up to ``4H + 4`` geometric ``t = k/m`` on ``[1/L, L]``
+    with ``k = 1`` or ``m = 1`` (distinct: two that round alike count once; ascending in t).
 
     >>> ratio_nodes(1, 16)
     [(0, 1), (1, 16), (1, 7), (1, 3), (1, 1), (3, 1), (7, 1), (16, 1), (1, 0)]

@@ -143,7 +143,7 @@ def stable_count(d: int, H: int, bias: bool = False) -> int:
     """Queries of the stable plan (probe excluded): every configuration at its finite
     nodes, one ``(a)`` per configuration, one ``(x)`` per distinct final token:
     ``(2d^2 - 1)(n_t + 1) + 2d - 1``, and with ``bias`` ``(2d^2 + 2d - 1)(n_t + 1) + 2d + 1``
-    (``n_t = 4H + 4`` finite nodes).
+    (``n_t = len(ratio_nodes(H)) - 2`` finite nodes, at most ``4H + 4``).
 
     >>> stable_count(2, 1), stable_count(4, 2), stable_count(2, 1, bias=True)
     (66, 410, 104)
