@@ -35,7 +35,7 @@ def new_state():
     return None
 
 
-def plan_count(plan, d, H) -> int:
+def plan_count(name, d, H, bias=True, drawn=None) -> int:
     """The count of the plan for biases: :func:`~exactlearn.pipeline.plan.bias_count`."""
     return bias_count(d, H)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from exactlearn.pipeline.analysis import analyse_and_certify, ask_plan
 from exactlearn.pipeline.certify import verify_fresh
-from exactlearn.pipeline.plan import draw_paper_plan
+from exactlearn.pipeline.plan import draw_paper_plan, paper_count
 
 #: The strategy runs over exact fields only (the real field has its own strategy).
 EXACT = True
@@ -34,6 +34,11 @@ ASKS_PLAN = True
 def new_state():
     """No state across attempts."""
     return None
+
+
+def plan_count(name, d, H, bias=False, drawn=None) -> int:
+    """The paper's count ``4 H d^2 - 2H + 1`` (:func:`~exactlearn.pipeline.plan.paper_count`)."""
+    return paper_count(d, H)
 
 
 def draw_plan(d, H, rng, R, e_range=None, rank=None):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exactlearn.pipeline.certify import verify_fresh
+from exactlearn.pipeline.plan import paper_count
 from exactlearn.strategies.efficient.learn import run_efficient
 from exactlearn.strategies.efficient.plan import draw_efficient_plan
 
@@ -31,6 +32,12 @@ class EfficientDetail:
 def new_state():
     """No state across attempts."""
     return None
+
+
+def plan_count(name, d, H, bias=False, drawn=None) -> int:
+    """The drawn plan's own count (it depends on the draw); the paper's count when no plan
+    was drawn (every draw refused)."""
+    return drawn.count if drawn is not None else paper_count(d, H)
 
 
 def draw_plan(d, H, rng, R, e_range=None, rank=None):

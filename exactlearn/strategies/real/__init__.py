@@ -19,6 +19,10 @@ from exactlearn.strategies.real.stable import run_stable, stable_count
 #: The strategy runs over the real field (inexact) only.
 EXACT = False
 
+#: It asks beyond the plan (the scaling probe, supplementary families): its observations are
+#: kept, never streamed.
+ASKS_PLAN = False
+
 
 @dataclass
 class RealState:
@@ -26,16 +30,38 @@ class RealState:
 
     probes: list = field(default_factory=list)
     outcome: object = None
+    plan: str = "paper"                # the plan run: "paper" or "stable"
 
 
 @dataclass
 class RealDetail:
-    """What the real field adds to a result."""
+    """What the real field adds to a result (docs: explanation/real-field.md).
+
+    Numbers, not strings: ``error_bound`` (the a-posteriori bound on the largest parameter
+    error), ``head_error_bounds`` (one per head), ``W_bounds`` and ``v_bounds`` (per entry),
+    ``eta`` (the declared or measured bound the certificate used) and ``query_scale``
+    (sigma; None for the stable plan's dyadic scale when not found) are set when the run
+    was certified; ``report`` is the run's account (the JSON's ``real_detail``, whose
+    strings are formatted from these numbers)."""
 
     probe_queries: int                 # scaling probe (inside ``queries``), every attempt
     error_bound: object                # a-posteriori bound on the largest parameter error
-    detail: dict | None                # scale, certificate tolerance, ...
+    report: dict | None                # the JSON's real_detail: scale, tolerance, ...
     snap: dict | None                  # snap=True: bounded-height rationals, certified
+    plan: str = "paper"                # "paper" or "stable"
+    head_error_bounds: tuple = ()      # certified: per head, the largest entry error bound
+    W_bounds: tuple = ()               # certified: [head][row][col]
+    v_bounds: tuple = ()               # certified: [head][entry] (outputs=m: [head][j][entry])
+    eta: object = None                 # certified: the absolute noise bound used
+    query_scale: object = None         # certified: the query scale sigma
+
+    @property
+    def detail(self) -> dict | None:
+        """Deprecated name of ``report`` (a ``DeprecationWarning``)."""
+        import warnings
+        warnings.warn("RealDetail.detail is deprecated: use RealDetail.report (or "
+                      "LearnResult.real_detail)", DeprecationWarning, stacklevel=2)
+        return self.report
 
 
 def new_state() -> RealState:
@@ -47,7 +73,7 @@ def draw_plan(d, H, rng, R, e_range=None, rank=None):
     return draw_paper_plan(d, H, rng, R, e_range)
 
 
-def plan_count(name, d, H, bias=False) -> int:
+def plan_count(name, d, H, bias=False, drawn=None) -> int:
     """The plan's own count (probe excluded): the stable plan's (with ``bias``, the stable plan
     for biases', docs/explanation/biases.md), or the paper's."""
     from exactlearn.pipeline.plan import paper_count
@@ -76,6 +102,7 @@ def run(plan, ask, K, trace, options) -> tuple:
     if options.plan != "stable" and getattr(options, "bias", False):
         raise ValueError("bias=True over the real field needs plan='stable'")
     fit_heads, tried, resolved = None, [], None
+    options.state.plan = options.plan
     while True:
         try:
             heads, n, options.state.outcome = _run_once(plan, ask, K, options, fit_heads)
@@ -142,8 +169,14 @@ def verify(oracle, heads, d, H, K, convert, rng, R, n, state) -> tuple:
 
 
 def detail(plan, state, certified) -> RealDetail:
+    """The real field's detail: numbers from the last outcome (its bounds when certified)."""
     out = state.outcome
-    return RealDetail(sum(state.probes),
-                      out.error_bound if out is not None and certified else None,
-                      out.detail if out is not None else None,
-                      out.snap if out is not None and certified else None)
+    if out is None:
+        return RealDetail(sum(state.probes), None, None, None, plan=state.plan)
+    kept = certified                        # the bounds describe certified heads only
+    return RealDetail(sum(state.probes), out.error_bound if kept else None, out.detail,
+                      out.snap if kept else None, plan=state.plan,
+                      head_error_bounds=tuple(out.head_bounds) if kept else (),
+                      W_bounds=tuple(out.W_bounds) if kept else (),
+                      v_bounds=tuple(out.v_bounds) if kept else (),
+                      eta=out.eta if kept else None, query_scale=out.sigma if kept else None)

@@ -1,0 +1,180 @@
+"""``learn()``'s arguments, checked before anything is drawn or asked (docs: reference/api.md).
+
+:func:`check_arguments` validates every argument in one place (one-line ``ValueError``s,
+before any query and before any allocation past the limits), resolves the field, the
+retry default, the plan (:func:`exactlearn.strategies.default_plan`) and the strategy
+(:func:`exactlearn.strategies.choose`), and returns them as a :class:`Checked`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exactlearn.api.options import check_option_fields
+from exactlearn.api.vector import check_outputs, check_outputs_size
+from exactlearn.fields.base import Field
+from exactlearn.limits import MAX_RETRIES, MAX_VERIFY_QUERIES, count_problem, default_retries
+from exactlearn.oracle import Oracle, TokenAdapter, resolve_field
+from exactlearn.pipeline.plan import head_bound
+from exactlearn.strategies import PLANS, choose, default_plan
+
+
+@dataclass
+class Checked:
+    """The checked arguments: the box (adapted to its tokens), the head bound, the field,
+    whether answers are converted into it, the retries, the plan, the strategy, and whether
+    eta is measured (``noise="auto"``)."""
+
+    oracle: object
+    H: int
+    K: Field
+    convert: bool
+    retries: int
+    plan: str
+    strategy: object
+    auto: bool
+
+
+def field_named(name: str) -> Field:
+    """The field of a name, with its defaults (``learn(field="real")``)."""
+    from exactlearn.fields import Modular, Rational, Real, Symbolic
+    table = {"rational": Rational, "modular": Modular, "symbolic": Symbolic, "real": Real}
+    if name not in table:
+        raise ValueError(f"field must be a field object or one of {', '.join(table)}, got {name!r}")
+    return table[name]()
+
+
+def check_arguments(oracle, d, heads, max_heads, field, a: dict, options) -> Checked:
+    """Every check of ``learn()``'s arguments, in order; ``a`` holds the other keywords
+    (the option objects' values merged in)."""
+    H = head_bound(d, heads, max_heads)
+    if isinstance(field, str):
+        field = field_named(field)
+    if a["tokens"] != "exact":
+        oracle = TokenAdapter(oracle, a["tokens"])
+    _check_counts(a)
+    plan = a["plan"]
+    if plan is not None and plan not in PLANS:
+        raise ValueError(f"plan must be one of {', '.join(PLANS)}, got {plan!r}")
+    if a["rank"] is not None and plan != "efficient":
+        raise ValueError("rank= is a promise for the efficient plan (plan='efficient')")
+    K, convert = resolve_field(oracle, field)
+    check_option_fields(options, K)
+    retries = a["retries"]
+    if retries is None:                # the one default policy (docs: reference/api.md#retries)
+        retries = default_retries(K.name)
+    plan = default_plan(plan, K, a["tokens"])
+    auto = _check_real(a, K, plan)
+    _check_modular(a, K, plan)
+    if a["bias"] not in (True, False):
+        raise ValueError(f"bias must be True or False, got {a['bias']!r}")
+    _check_vector(oracle, a, K, d, H)
+    if a["bias"]:
+        check_bias_options(K, plan, a["executor"])
+        if a["max_height"] is not None:
+            raise ValueError("max_height= does not apply to bias=True yet (the biased plan's "
+                             "exponent check is not written for a height bound)")
+    strategy = choose(plan, K, a["bias"])
+    if a["executor"] is not None and not (K.multimodular and getattr(oracle, "over", None)
+                                          and strategy.ASKS_PLAN and not a["trace"]):
+        raise ValueError("executor= spreads the paper plan over the modular field with a black "
+                         "box that can be asked modulo other primes (a model's Oracle), "
+                         "without trace")
+    return Checked(oracle, H, K, convert, retries, plan, strategy, auto)
+
+
+def _check_counts(a) -> None:
+    for name, low, high, limit in (
+            ("retries", 0, MAX_RETRIES, "MAX_RETRIES"),
+            ("verify", 0, MAX_VERIFY_QUERIES, "MAX_VERIFY_QUERIES"),
+            ("query_range", 1, None, ""), ("e_range", 1, None, ""), ("rank", 1, None, "")):
+        n = a[name]
+        problem = None if n is None and name != "verify" else \
+            count_problem(name, n, low, high, limit)
+        if problem is not None:           # before anything is drawn or asked
+            raise ValueError(problem)
+
+
+def _check_real(a, K, plan) -> bool:
+    """The real field's options; True for ``noise="auto"``."""
+    noise, noise_rel = a["noise"], a["noise_rel"]
+    if noise_rel is not None and K.is_exact:
+        raise ValueError(f"noise_rel= applies to the real field, not the {K.name} field")
+    if isinstance(noise, (list, tuple)) and a["outputs"] is not None:   # one eta per output
+        if K.is_exact:
+            raise ValueError("noise as a list (one eta per output) needs outputs=m over the real "
+                             "field")
+        if any([check_noise(x, noise_rel, K, plan) for x in noise] + [False]):
+            raise ValueError("noise='auto' is one setting for the whole box, not one per output")
+        return False
+    return check_noise(noise, noise_rel, K, plan)
+
+
+def _check_modular(a, K, plan) -> None:
+    max_primes, max_height = a["max_primes"], a["max_height"]
+    if max_primes is not None and (isinstance(max_primes, bool) or not isinstance(max_primes, int)
+                                   or max_primes < 2):
+        raise ValueError(f"max_primes must be an integer >= 2, got {max_primes!r}")
+    if max_primes is not None and not K.multimodular:
+        raise ValueError(f"max_primes applies to the modular field only, not the {K.name} field")
+    if max_height is not None:
+        if isinstance(max_height, bool) or not isinstance(max_height, int) or max_height < 1:
+            raise ValueError(f"max_height must be an integer >= 1, got {max_height!r}")
+        if not K.multimodular:
+            raise ValueError(f"max_height applies to the modular field only, not the {K.name} field")
+        if plan != "paper":
+            raise ValueError("max_height applies to the paper plan (plan='paper')")
+
+
+def _check_vector(oracle, a, K, d, H) -> None:
+    if a["outputs"] is not None:
+        check_outputs(a["outputs"], K, oracle, a["noise"], a["noise_rel"], a["snap"],
+                      a["executor"], a["max_height"], a["verify"])
+        check_outputs_size(d, H, a["outputs"])
+        return
+    model_box = oracle.box if isinstance(oracle, TokenAdapter) else oracle   # before any query
+    m = model_box.outputs if isinstance(model_box, Oracle) else None
+    if m is not None:
+        raise ValueError(f"the black box is a model of {m} outputs (m values per query): "
+                         f"pass outputs={m} (docs: explanation/biases.md#vector-outputs)")
+
+
+def check_bias_options(K, plan, executor) -> None:
+    """``bias=True`` runs the plan for biases over the exact fields and the stable plan for
+    biases over the real field (docs: explanation/biases.md)."""
+    if not K.is_exact:
+        if plan != "stable":
+            raise ValueError(f"bias=True over the {K.name} field needs plan='stable' (the default "
+                             f"with float tokens), got plan={plan!r}")
+        if executor is not None:
+            raise ValueError("bias=True is not supported yet with executor=")
+        return
+    if plan not in ("paper", None):
+        raise ValueError(f"bias=True is not supported yet with plan={plan!r} (the paper plan, "
+                         f"extended, only)")
+    if executor is not None:
+        raise ValueError("bias=True is not supported yet with executor=")
+
+
+def check_noise(noise, noise_rel, K, plan) -> bool:
+    """True for ``noise="auto"`` (checked: real field, stable plan, no ``noise_rel``); any
+    other string must be a number (one-line ``ValueError`` before any query)."""
+    if not isinstance(noise, str):
+        return False
+    if noise == "auto":
+        if K.is_exact:
+            raise ValueError(f"noise='auto' measures a float box over the real field, not the "
+                             f"{K.name} field")
+        if plan != "stable":
+            raise ValueError("noise='auto' measures eta for the stable plan (plan='stable', the "
+                             "default with float tokens)")
+        if noise_rel is not None:
+            raise ValueError("noise='auto' measures noise_rel too: give one or the other")
+        return True
+    from exactlearn.fields import Real
+    from exactlearn.noise import noise_bound
+    try:
+        noise_bound(K if not K.is_exact else Real(dps=30), noise)
+    except ValueError:
+        raise ValueError(f"noise must be a number >= 0 or 'auto', got {noise!r}") from None
+    return False

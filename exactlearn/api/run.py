@@ -1,0 +1,259 @@
+"""One run of ``learn()``: the attempts, the verification and the result (docs: explanation/algorithm.md#how-it-works).
+
+:class:`Run` drives a [`Strategy`][exactlearn.strategies.base.Strategy] through its members
+only: it measures eta first with ``noise="auto"``, then draws a plan and runs it, redrawing
+after a detected degenerate draw up to ``retries`` times, verifies with ``verify=N``, and
+assembles the [`LearnResult`][exactlearn.api.result.LearnResult].  Every query the box
+answers goes through one :class:`~exactlearn.oracle.Recorder` and is counted.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+from exactlearn.api.result import LearnResult
+from exactlearn.api.vector import draw_view, outputs_step, verify_outputs
+from exactlearn.errors import (BadBlackBox, ClusterError, ExactLearnError, ExactnessError,
+                               HeightExceeded, VerificationFailed)
+from exactlearn.limits import readable_int
+from exactlearn.oracle import Recorder
+from exactlearn.progress import current
+from exactlearn.strategies.modular import ModularStrategy
+from exactlearn.strategies.real import RealDetail
+
+#: Default half-width R of the random integer query entries, per field name.
+#: Rational: bit sizes grow like |D e^T W x| (see docs: howto/field-and-range.md#choosing-the-range).
+#: Symbolic: degrees in T grow the same way.  Real: the integers only seed exactly
+#: orthogonal X and E (exactlearn.strategies.real.learn.orthogonal_plan).
+DEFAULT_RANGES = {"rational": 30, "modular": 2 ** 32, "symbolic": 8, "real": 1000}
+
+
+@dataclass
+class RunContext:
+    """What a strategy's ``run`` may read besides the plan, and its state across attempts."""
+
+    noise: object = None
+    noise_rel: object = None
+    plan: str = "paper"
+    query_scale: object = None
+    snap: bool = False
+    heads_given: bool = False          # heads=H (an exact count), not a bound max_heads
+    attempts: int = 1                  # retries + 1: a bound over one attempt's checks counts them all
+    state: object = None
+    bias: bool = False                 # bias=True over the real field (docs: explanation/biases.md)
+
+
+class Run:
+    """One ``learn()`` run over checked arguments ``c`` (an
+    :class:`~exactlearn.api.arguments.Checked`) and keywords ``a``."""
+
+    def __init__(self, c, a: dict, d: int, heads_given: bool, seed, t_start: float):
+        self.a, self.d, self.H, self.K, self.t_start = a, d, c.H, c.K, t_start
+        self.retries, self.plan, self.auto = c.retries, c.plan, c.auto
+        self.R = a["query_range"] if a["query_range"] is not None else \
+            DEFAULT_RANGES.get(c.K.name, 20)
+        self.rng = random.Random(seed)
+        self.view, self.noise, oracle, convert = None, a["noise"], c.oracle, c.convert
+        if a["outputs"] is not None:       # the plan runs on r . y; the vectors are recorded
+            from exactlearn.oracle import OutputsView
+            box_noise = getattr(oracle, "noise", None)
+            self.view = oracle = OutputsView(oracle, a["outputs"], c.K, convert,
+                                             [1] * a["outputs"])
+            convert = False
+            if self.noise is None and box_noise is not None:
+                self.noise = box_noise
+        self.oracle, self.convert = oracle, convert
+        self.rec = Recorder(oracle, c.K, convert)
+        current().bind(self.rec)           # progress=: follows every query counted here
+        self.strategy = c.strategy
+        if c.K.multimodular and c.strategy.EXACT:       # once per prime, or on a cluster
+            self.strategy = ModularStrategy(c.strategy, oracle, d, self.rng, a["max_primes"],
+                                            a["max_height"], a["executor"])
+        self.options = RunContext(
+            noise=getattr(oracle, "noise", None) if self.noise is None else self.noise,
+            noise_rel=a["noise_rel"], plan=c.plan, query_scale=a["query_scale"], snap=a["snap"],
+            heads_given=heads_given, attempts=c.retries + 1, state=self.strategy.new_state(),
+            bias=a["bias"])
+        self.error, self.failure = None, None      # the reason, and the typed exception
+        self.recovered, self.drawn, self.tr, self.n_cert = (), None, [], 0
+        self.multimodular, self.attempt_log, self.attempts = None, [], 0
+        self.noise_box, self.noise_estimated = None, None
+
+    def result(self) -> LearnResult:
+        """Measure eta (``noise="auto"``), run the attempts, verify, and report."""
+        if self.auto:
+            self._measure_noise()
+        while self.attempts <= self.retries:
+            if self._attempt():
+                break
+        self._note_refused()
+        verified, verify_box = self._verify()
+        if self.error is None:
+            current().finish()             # the last phase ends at its total
+        return self._report(verified, verify_box)
+
+    def _measure_noise(self) -> None:
+        """``noise="auto"``: eta measured before any attempt, its queries counted."""
+        self.noise_box = self.rec.child(self.oracle, self.K, self.convert, keep=False)
+        try:
+            from exactlearn.strategies.real.eta import FLOOR, STEPPED, measure_noise
+            tokens = self.a["tokens"]
+            est = measure_noise(self.noise_box, self.d, self.H, seed=self.rng.getrandbits(64),
+                                floor=FLOOR.get(tokens, 0.0), steps=tokens in STEPPED)
+            self.options.noise, self.options.noise_rel = est.noise, est.noise_rel
+            self.noise_estimated = est.to_json()
+        except ExactLearnError as exc:           # the box's answers: no attempt follows
+            self.error = f"{exc.kind}: measuring eta (noise='auto'): {exc}"
+            self.failure = kept(exc)
+            self.retries = -1
+
+    def _attempt(self) -> bool:
+        """One attempt: draw, ask, certify.  True when no further attempt follows."""
+        a, K = self.a, self.K
+        self.attempts += 1
+        current().at(attempt=self.attempts)
+        self.tr = []
+        ask, outcome = None, "failed"
+        try:
+            try:
+                self.drawn, self.R = draw_checked_plan(
+                    self.oracle, self.strategy, self.d, self.H, self.rng, self.R, a["e_range"],
+                    a["rank"], adapt=a["query_range"] is None and a["e_range"] is None)
+            except ExactnessError:
+                outcome = "refused"            # before any query: too large, not degenerate
+                raise
+            if self.view is not None:          # a fresh combination r for every attempt
+                self.options.noise = draw_view(self.view, K, self.rng, self.noise, a["noise_rel"])
+            ask = self.rec.child(self.oracle, K, self.convert)     # this attempt's observations
+            self.recovered, self.n_cert = self.strategy.run(
+                self.drawn, ask, K, self.tr if a["trace"] else None, self.options)
+            if isinstance(self.strategy, ModularStrategy):
+                self.multimodular = self.options.state.report
+            if self.view is not None:          # every output's readout, certified
+                self.recovered, self.n_cert = outputs_step(
+                    self.recovered, self.view, K, self.d, a["bias"], self.multimodular,
+                    self.options, self.noise)
+            self.error, self.failure, outcome = None, None, "certified"
+            return True
+        except (BadBlackBox, ClusterError) as exc:    # the box broke its interface, or the
+            # cluster failed: not the draw's fault, so no redraw
+            self._failed(exc, "")
+            return True
+        except ExactLearnError as exc:            # every failure says what it is
+            self._failed(exc, bound_hint(exc, self.H))
+            return False
+        finally:
+            self.attempt_log.append({"queries": 0 if ask is None else ask.queries,
+                                     "outcome": outcome})
+
+    def _failed(self, exc, hint: str) -> None:
+        self.error, self.failure = f"{exc.kind}: {exc}" + hint, kept(exc)
+        self.recovered = ()
+        self.multimodular = getattr(exc, "report", None)     # the primes asked, on failures too
+
+    def _note_refused(self) -> None:
+        refused = sum(1 for a in self.attempt_log if a["outcome"] == "refused")
+        n, name = self.attempts, self.K.name
+        if self.error is not None and refused and n > 1:
+            self.error += (f" [{refused} of the {n} draws were refused before any query as too "
+                           f"large for the {name} field; the others were degenerate or failed]"
+                           if refused < n else
+                           f" [all {n} draws were refused before any query as too large for the "
+                           f"{name} field: none was degenerate]")
+
+    def _verify(self) -> tuple:
+        """``verify=N``: fresh queries, counted in ``queries`` too."""
+        verified = None
+        verify_box = self.rec.child(self.oracle, self.K, convert=False, keep=False)
+        n = self.a["verify"]
+        if self.error is None and n:
+            current().at(attempt=self.attempts)         # after the primes: no prime
+            current().phase("verify", n)
+            if self.view is not None:
+                verified, self.error = verify_outputs(verify_box, self.view, self.recovered,
+                                                      self.d, self.H, self.K, self.rng, self.R, n)
+            else:
+                verified, self.error = self.strategy.verify(
+                    verify_box, self.recovered, self.d, self.H, self.K, self.convert, self.rng,
+                    self.R, n, self.options.state)
+            if self.error is not None:
+                self.recovered = ()
+                self.failure = VerificationFailed(self.error)
+        return verified, verify_box
+
+    def _report(self, verified, verify_box) -> LearnResult:
+        a, K, d, H, ok = self.a, self.K, self.d, self.H, self.error is None
+        total = time.perf_counter() - self.t_start
+        detail = self.strategy.detail(self.drawn, self.options.state, ok) \
+            if self.drawn is not None else None
+        return LearnResult(
+            verify_queries=verify_box.queries, verified=verified, attempt_log=self.attempt_log,
+            status="certified" if ok else "failed", heads=self.recovered if ok else (),
+            error=self.error, failure=self.failure, d=d, heads_bound=H, field=K,
+            queries=self.rec.queries, max_length=self.rec.max_length,
+            plan="stable" if self.plan == "stable" else
+            (self.drawn.name if self.drawn else "paper"),
+            plan_queries=self.strategy.plan_count(self.plan, d, H, bias=a["bias"],
+                                                  drawn=self.drawn),
+            attempts=self.attempts, query_range=self.R,
+            learner_seconds=max(0.0, total - self.rec.seconds), oracle_seconds=self.rec.seconds,
+            certified_observations=self.n_cert, trace=self.tr,
+            snap=snap_report(detail, self.recovered) if a["snap"] and ok else None,
+            multimodular=self.multimodular, detail=detail,
+            constant=getattr(self.recovered, "constant", 0) if ok and a["bias"] else 0,
+            bias=a["bias"], outputs=a["outputs"],
+            noise_queries=0 if self.noise_box is None else self.noise_box.queries,
+            noise_estimated=self.noise_estimated)
+
+
+def kept(exc: ExactLearnError) -> ExactLearnError:
+    """The failure as ``LearnResult.failure`` keeps it: without its traceback, whose frames
+    would keep the failed attempt's data alive as long as the result."""
+    return exc.with_traceback(None)
+
+
+def snap_report(detail, heads) -> dict:
+    """snap=True: the real field's certified bounded-height rationals; over an exact field
+    the heads already are exact rationals."""
+    if isinstance(detail, RealDetail) and detail.snap is not None:
+        return detail.snap
+    return {"status": "certified", "exact": True, "snapped": len(heads),
+            "note": "exact field: the heads are exact rationals, certified by exact equality"}
+
+
+def draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank, adapt) -> tuple:
+    """Draw a plan and let the black box check it before any query (fail fast).
+
+    With the default range (``adapt``), a plan whose exponents the oracle's
+    field cannot realise (numbers past the rational field's size limit) is
+    redrawn at half the range, down to R = 2; no query is spent on it.  A draw refused
+    for good raises :class:`~exactlearn.errors.ExactnessError` naming the range and the
+    field's limit (a refused draw, not a degenerate one).  Returns ``(plan, R)``."""
+    check = getattr(oracle, "check_plan", None)
+    while True:
+        plan = strategy.draw_plan(d, H, rng, R, e_range, rank)
+        if check is None:
+            return plan, R
+        try:
+            check(plan)
+            return plan, R
+        except ExactnessError as exc:
+            if not adapt or R <= 2:
+                ranges = f"range R = {readable_int(R)}" + (
+                    f", e-range {readable_int(e_range)}" if e_range is not None else "")
+                raise ExactnessError(f"the draw at query {ranges} was refused before any query, "
+                                     f"too large for the field (not a degenerate draw): {exc}") \
+                    from None
+            R //= 2
+
+
+def bound_hint(exc, H) -> str:
+    """A black box with more canonical heads than the bound fails like a degenerate draw or
+    a box outside the class: say so, since the bound is the user's to raise."""
+    if (isinstance(exc, (ExactnessError, HeightExceeded, ClusterError))
+            or not getattr(exc, "bound_hint", True)):
+        return ""
+    return (f" [note: a black box with more than {H} canonical head{'s' if H > 1 else ''} "
+            f"(the bound) fails this way too: raise heads= / max_heads=]")
