@@ -8,7 +8,7 @@ The names a user needs are here: models, black boxes, fields, the learners
 and their results, and the exception tree.
 """
 
-from exactlearn.api import LearnResult, learn
+from exactlearn.api import EfficientOptions, LearnResult, ModularOptions, RealOptions, learn
 from exactlearn.errors import (CertificateError, DegenerateDraw, ExactLearnError, ExactnessError,
                                FieldError, LearningFailure, MatchError, ModelError,
                                VerificationFailed)
@@ -27,7 +27,7 @@ __all__ = [
     "Field", "Rational", "QQ", "Modular", "ModularImage", "ResidueModular", "ConfirmationModular",
     "Real", "Symbolic",
     # learning
-    "learn", "LearnResult", "estimate_noise", "learn_transformer", "TransformerLearnResult", "paper_plan",
+    "learn", "LearnResult", "RealOptions", "ModularOptions", "EfficientOptions", "estimate_noise", "learn_transformer", "TransformerLearnResult", "paper_plan",
     "paper_count",
     # errors
     "ExactLearnError", "ModelError", "FieldError", "ExactnessError", "LearningFailure",

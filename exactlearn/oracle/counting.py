@@ -1,0 +1,184 @@
+"""Black boxes over a model that count their queries: :class:`Oracle`, :class:`TransformerOracle` (docs: howto/field-and-range.md#number-systems-fields).
+"""
+
+from __future__ import annotations
+
+import time
+
+import flint
+
+from exactlearn.errors import ExactnessError
+from exactlearn.fields.base import Field
+from exactlearn.limits import readable_int
+from exactlearn.model import MultiHeadAttention, evaluator
+from exactlearn.transformer_model import OneLayerTransformer, TransformerEvaluator, require_ordered
+
+
+class CountingOracle:
+    """A black box that counts its queries (``.queries``), the longest query
+    (``.max_length``) and the time spent answering (``.seconds``).
+
+    ``evaluate(tokens)`` computes the answer in ``field``; subclasses bind it
+    to a model (:class:`Oracle`, :class:`~exactlearn.transformer_model.TransformerOracle`).
+    """
+
+    #: Called with this oracle right after each count, answer or not (``None``: nothing
+    #: to call); a Dask worker's ask task records its counts there, so that a worker that
+    #: dies leaves them behind (:mod:`exactlearn.pipeline.distributed`).
+    listener = None
+
+    def __init__(self, d: int, field: Field, evaluate):
+        self.d = d
+        self.field = field
+        self._eval = evaluate
+        self.queries = 0
+        self.max_length = 0
+        self.seconds = 0.0
+        self._parent = None
+
+    def __call__(self, tokens):
+        t0 = time.perf_counter()
+        try:
+            out = self._eval(tokens)
+        except BaseException:
+            self._count(None, time.perf_counter() - t0)      # time spent, but no answer
+            raise
+        self._count(len(tokens), time.perf_counter() - t0)
+        return out
+
+    def _count(self, length, seconds):
+        """Count one answered query of ``length`` tokens (``None``: no answer, time only)."""
+        if length is not None:
+            self.queries += 1
+            self.max_length = max(self.max_length, length)
+        self.seconds += seconds
+        if self.listener is not None:
+            self.listener(self)
+        if self._parent is not None:            # a view over another field counts here too
+            self._parent._count(length, seconds)
+
+    def add_remote(self, queries: int, max_length: int, seconds: float) -> None:
+        """Count ``queries`` answered elsewhere by a copy of this black box (a Dask worker
+        evaluating the same model: :mod:`exactlearn.pipeline.distributed`), the longest of
+        ``max_length`` tokens, in ``seconds`` of the copy's time."""
+        self.queries += queries
+        self.max_length = max(self.max_length, max_length)
+        self.seconds += seconds
+        if self._parent is not None:
+            self._parent.add_remote(queries, max_length, seconds)
+
+    def reset(self):
+        self.queries = 0
+        self.max_length = 0
+        self.seconds = 0.0
+
+
+class Oracle(CountingOracle):
+    """Counting black box over a multi-head attention model and a field."""
+
+    def __init__(self, model: MultiHeadAttention, field: Field):
+        if field.scale is None:
+            field = field.with_scale(model.scale())
+        model.check_scale(field)
+        self.model = model
+        self._heads = model.heads
+        super().__init__(model.d, field, evaluator(self._heads, model.d, field, model.constant,
+                                                   model.outputs))
+        #: m for a model of vector outputs (the answer a list of m values), else None
+        self.outputs = model.outputs
+
+    def over(self, field: Field) -> "Oracle":
+        """The same model evaluated through another field -- e.g. modulo another
+        prime, for the multi-modular method (:mod:`exactlearn.pipeline.multimodular`).
+
+        The view has its own counters, and every query it answers is counted by
+        this oracle too, so ``oracle.queries`` is every call the model answered.
+        A field on auto scale takes this oracle's D.
+
+        >>> from exactlearn.model import MultiHeadAttention
+        >>> from exactlearn.fields import Modular
+        >>> o = Oracle(MultiHeadAttention([([["1/2", 0], [0, 1]], [1, 1])]), Modular())
+        >>> o2 = o.over(Modular(p=97))
+        >>> o2([[2, 0]]) == Modular(p=97)(2), o2.field.scale, o2.queries, o.queries
+        (True, 2, 1, 1)
+        """
+        view = Oracle(self.model, field if field.scale is not None else field.with_scale(self.field.D))
+        view._parent = self
+        return view
+
+    def check_plan(self, plan) -> int:
+        """Largest |D e^T (W_h x + u_h)| over the plan; raise ExactnessError past the field's limit.
+
+        Called by the learner before any query is asked (fail fast)."""
+        D = self.field.D
+        got = getattr(self, "_scaled", None)
+        if got is None or got[0] != D:     # D W_h and D u_h, once per D (a run checks many plans)
+            Ws = [[[D * x for x in row] for row in h.W] for h in self._heads]
+            us = [[D * x for x in h.u] for h in self._heads]
+            if all(x.denominator == 1 for W in Ws for row in W for x in row):
+                Ws = [[[int(x.numerator) for x in row] for row in W] for W in Ws]   # fast ints
+            self._scaled = got = (D, Ws, us)
+        _, Ws, us = got
+        biased = any(h.biased for h in self._heads)
+        fast = None if biased else _worst_exponent_int(Ws, plan)
+        if fast is not None:
+            return self._check_worst(fast)
+        worst = 0
+        wxs: dict = {}                     # D (W_h x + u_h) per distinct final token
+        for c in plan.configs:
+            wx = wxs.get(c.x)
+            if wx is None:
+                wx = wxs[c.x] = [[sum(a * b for a, b in zip(row, c.x)) + b0 for row, b0 in zip(W, u)]
+                                 for W, u in zip(Ws, us)]
+            for w in wx:
+                worst = max(worst, abs(sum(a * b for a, b in zip(c.e, w))))
+        return self._check_worst(worst)
+
+    def _check_worst(self, worst) -> int:
+        limit = self.field.max_exponent
+        if limit is not None and worst > limit:
+            raise ExactnessError(
+                f"the plan needs exp of exponents up to {readable_int(int(worst))} but the "
+                f"{self.field.name} field "
+                f"realises at most {limit}" + self.field.exponent_hint)
+        return int(worst)
+
+
+def _worst_exponent_int(Ws, plan) -> int:
+    """max |e^T (D W_h) x| over the plan's configurations and the heads, for integer D W_h
+    and integer tokens: per distinct final token x one python-flint ``fmpz_mat`` product
+    of the stacked (D W_h x)^T with the directions e of its configurations (the same
+    maximum as the dot products one by one).  None when some entry is not an int."""
+    if not Ws or not all(type(x) is int for W in Ws for row in W for x in row):
+        return None
+    by_x: dict = {}
+    for c in plan.configs:
+        by_x.setdefault(c.x, []).append(c.e)
+    if not all(type(a) is int for t in set(by_x) | {e for es in by_x.values() for e in es} for a in t):
+        return None
+    d = len(Ws[0])
+    stacked = flint.fmpz_mat([row for W in Ws for row in W])            # (H d) x d
+    worst = 0
+    for x, es in by_x.items():
+        wx = stacked * flint.fmpz_mat(d, 1, list(x))                    # the D W_h x, stacked
+        WX = flint.fmpz_mat(len(Ws), d, wx.entries())                   # row h: (D W_h x)^T
+        Em = flint.fmpz_mat(d, len(es), [e[r] for r in range(d) for e in es])
+        worst = max(worst, max(abs(int(v)) for v in (WX * Em).entries()))
+    return worst
+
+
+class TransformerOracle(CountingOracle):
+    """Counting black box over a :class:`OneLayerTransformer` and an ordered field.
+
+    Like :class:`exactlearn.oracle.Oracle`: ``.queries``, ``.max_length``,
+    ``.seconds``; a field left on auto scale gets D = lcm of the W denominators.
+    """
+
+    def __init__(self, model: OneLayerTransformer, field: Field):
+        require_ordered(field)
+        if field.scale is None:
+            field = field.with_scale(model.scale())
+        self.model = model
+        super().__init__(model.d, field, TransformerEvaluator(model, field))
+
+
