@@ -596,8 +596,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         try:
             from exactlearn.strategies.real.eta import FLOOR, STEPPED, measure_noise
             est = measure_noise(noise_box, d, H, seed=rng.getrandbits(64),
-                                floor=FLOOR.get(tokens, 0.0), steps=tokens in STEPPED)
+                                floor=FLOOR.get(tokens, 0.0), steps=tokens in STEPPED, view=view)
             options.noise, options.noise_rel = est.noise, est.noise_rel
+            if view is not None:           # every output within est.noise + est.noise_rel |y_j|
+                noise, noise_rel = est.noise, est.noise_rel
             noise_estimated = est.to_json()
         except ExactLearnError as exc:           # the box's answers: no attempt follows
             error, failure = f"{exc.kind}: measuring eta (noise='auto'): {exc}", _kept(exc)
@@ -714,7 +716,6 @@ def _check_outputs(outputs, K, oracle, noise, noise_rel, snap, executor, max_hei
                          f"{readable_int(MAX_OUTPUTS)}")
     for given, what in ((executor is not None, "executor="), (max_height is not None, "max_height="),
                         (snap, "snap=True"),
-                        (isinstance(noise, str) and noise == "auto", "noise='auto'"),
                         (verify and not K.is_exact, "verify= over the real field")):
         if given:
             raise ValueError(f"outputs= is not supported yet with {what} (docs: "
