@@ -33,6 +33,21 @@ weights and its four biases, restricted to a d' = ``--dprime`` subspace (the ran
 (a float or ``auto``).  Prints the result against ``true_heads_linear``.
 
     python benchmarks/bench_adapters.py --minilm 0 --dprime 8 --noise auto
+
+``--cause`` (with ``--minilm``): instead of learning, measures whether any family of the stable
+plan can resolve the layer's heads at the box's precision.  eta comes from ``--noise`` (a float
+with ``--noise-rel``, or ``auto``: ``estimate_noise`` on the very box, its queries printed).
+For ``--families`` random orthonormal pairs (x, e) of the d' subspace, each scaled so that the
+rms of the heads' ``log rho_h = e . (W_h x + u_h)`` is 0.75, 1.5, 3 (the probe's target), 6
+or 12, it computes from ``true_heads_linear`` (not from the learner) the family's noise-free
+values at the plan's nodes (``ratio_nodes(H)``), the Jacobian of
+``f(t) = A + sum_h c_h / (1 + t rho_h)`` in (A, c, log rho), and in 60-digit mpmath the
+first-order standard deviations of every ``log rho_h`` with each sample weighted by
+``1 / (eta + eta_rel |y|)``.  It prints, per scale, the median and the smallest (best family)
+of ``max_h sd(log rho_h) / (smallest gap between two heads' log rho)``: a family resolves
+its heads only when that is well below 1.
+
+    python benchmarks/bench_adapters.py --minilm 0 --dprime 8 --dtype float32 --noise auto --cause
 """
 
 from __future__ import annotations
@@ -183,6 +198,45 @@ def _boxes(args, d, H, seed, r):
     return out
 
 
+def resolvability(truth, eta, eta_rel, families, seed=0):
+    """Per scale, the median and best ``max_h sd(log rho_h) / smallest gap`` over random
+    families (the ``--cause`` measurement; values from ``truth``, not from the learner)."""
+    import mpmath
+    from exactlearn.strategies.real.ratio import ratio_nodes
+    W, u, v, c = truth.W, truth.u, truth.v, float(truth.c)
+    H, d = W.shape[0], W.shape[1]
+    ts = [k / m for k, m in ratio_nodes(H) if m != 0]
+    rng = np.random.default_rng(seed)
+    pairs = []
+    for _ in range(families):
+        Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+        pairs.append((Q[:, 0], Q[:, 1]))
+    out = []
+    with mpmath.workdps(60):
+        for rms in (0.75, 1.5, 3.0, 6.0, 12.0):
+            ratios = []
+            for x0, e0 in pairs:
+                s0 = np.array([e0 @ (W[h] @ x0) for h in range(H)])
+                s = np.sqrt(rms / np.sqrt(np.mean(s0 ** 2)))
+                x, e = s * x0, s * e0
+                logs = np.array([e @ (W[h] @ x + u[h]) for h in range(H)])
+                cs = np.array([-(v[h] @ e) for h in range(H)])        # v.x - v.a, a = x + e
+                A = c + sum(v[h] @ (x + e) for h in range(H))
+                rho = np.exp(logs)
+                rows = []
+                for t in ts:
+                    y = A + np.sum(cs / (1 + t * rho))
+                    w = mpmath.mpf(1 / (eta + eta_rel * abs(y)))
+                    rows.append([w * mpmath.mpf(a) for a in
+                                 [1.0, *(1 / (1 + t * rho)), *(-cs * t * rho / (1 + t * rho) ** 2)]])
+                J = mpmath.matrix(rows)
+                C = mpmath.inverse(J.T * J)
+                sd = max(float(mpmath.sqrt(C[1 + H + h, 1 + H + h])) for h in range(H))
+                ratios.append(sd / np.min(np.diff(np.sort(logs))))
+            out.append((rms, float(np.median(ratios)), float(np.min(ratios))))
+    return out
+
+
 def minilm(args):
     import torch
     from exactlearn.adapters import torch as ta
@@ -209,6 +263,21 @@ def minilm(args):
     truth = ta.true_heads_linear(*maps, NHEADS, readout=r)
     noise = dict(noise="auto") if args.noise == "auto" else dict(noise=float(args.noise),
                                                                   noise_rel=float(args.noise_rel))
+    if args.cause:
+        if args.noise == "auto":
+            from exactlearn import estimate_noise
+            est = estimate_noise(box, d=args.dprime, heads=NHEADS, tokens=args.dtype, seed=0)
+            eta, eta_rel = float(est.noise), float(est.noise_rel)
+            print(f"eta measured by estimate_noise: {eta:.3g} + {eta_rel:.3g} |y| "
+                  f"({est.queries} queries)")
+        else:
+            eta, eta_rel = float(args.noise), float(args.noise_rel)
+        print(f"MiniLM layer {args.minilm}, d'={args.dprime}, {NHEADS} heads, {args.dtype}, all four "
+              f"biases, eta = {eta:.3g} + {eta_rel:.3g} |y|: max_h sd(log rho_h) / smallest gap "
+              f"over {args.families} random families")
+        for rms, med, best in resolvability(truth, eta, eta_rel, args.families):
+            print(f"  rms log rho {rms:5.2f}: median {med:.3g}, best family {best:.3g}")
+        return
     t0 = time.perf_counter()
     res = learn(box, d=args.dprime, heads=NHEADS, field="real", tokens=args.dtype, bias=True,
                 seed=0, retries=args.retries, **noise)
@@ -249,6 +318,9 @@ def main():
     ap.add_argument("--noise-rel", default="2e-13")
     ap.add_argument("--retries", type=int, default=0)
     ap.add_argument("--chunk", type=int, default=64, help="--minilm: queries per forward (memory)")
+    ap.add_argument("--cause", action="store_true", help="--minilm: measure whether the plan's "
+                    "families can resolve the heads at the box's eta, instead of learning")
+    ap.add_argument("--families", type=int, default=20, help="--cause: random families")
     args = ap.parse_args()
     if args.speed:
         speed(args)

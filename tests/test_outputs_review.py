@@ -128,10 +128,10 @@ def test_a_bad_answer_during_verify_fails_the_run_and_is_counted(bad):
 
 
 @pytest.mark.parametrize("flags, named", [
-    (["--field", "real", "--plan", "stable", "--declared-noise", "auto"], "--declared-noise auto"),
+    (["--field", "real", "--plan", "stable", "--snap"], "--snap"),
     (["--field", "real", "--verify", "2"], "--verify over --field real")])
 def test_outputs_with_an_option_the_vector_step_lacks_names_the_flag(tmp_path, capsys, flags, named):
-    """On the command line the refusal names the flag, not the learn() keyword (noise='auto',
+    """On the command line the refusal names the flag, not the learn() keyword (snap=,
     verify=), like the other options --outputs does not take yet; exit status 2."""
     from exactlearn.cli.main import main
     path = tmp_path / "m.json"

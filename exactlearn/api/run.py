@@ -101,8 +101,11 @@ class Run:
             from exactlearn.strategies.real.eta import FLOOR, STEPPED, measure_noise
             tokens = self.a["tokens"]
             est = measure_noise(self.noise_box, self.d, self.H, seed=self.rng.getrandbits(64),
-                                floor=FLOOR.get(tokens, 0.0), steps=tokens in STEPPED)
+                                floor=FLOOR.get(tokens, 0.0), steps=tokens in STEPPED,
+                                view=self.view)
             self.options.noise, self.options.noise_rel = est.noise, est.noise_rel
+            if self.view is not None:      # every output within est.noise + est.noise_rel |y_j|
+                self.noise = est.noise
             self.noise_estimated = est.to_json()
         except ExactLearnError as exc:           # the box's answers: no attempt follows
             self.error = f"{exc.kind}: measuring eta (noise='auto'): {exc}"
@@ -125,7 +128,8 @@ class Run:
                 outcome = "refused"            # before any query: too large, not degenerate
                 raise
             if self.view is not None:          # a fresh combination r for every attempt
-                self.options.noise = draw_view(self.view, K, self.rng, self.noise, a["noise_rel"])
+                self.options.noise = draw_view(self.view, K, self.rng, self.noise,
+                                               self.options.noise_rel)
             ask = self.rec.child(self.oracle, K, self.convert)     # this attempt's observations
             self.recovered, self.n_cert = self.strategy.run(
                 self.drawn, ask, K, self.tr if a["trace"] else None, self.options)

@@ -22,7 +22,6 @@ def check_outputs(outputs, K, oracle, noise, noise_rel, snap, executor, max_heig
                          f"{readable_int(MAX_OUTPUTS)}")
     for given, what in ((executor is not None, "executor="), (max_height is not None, "max_height="),
                         (snap, "snap=True"),
-                        (isinstance(noise, str) and noise == "auto", "noise='auto'"),
                         (verify and not K.is_exact, "verify= over the real field")):
         if given:
             raise ValueError(f"outputs= is not supported yet with {what} (docs: "

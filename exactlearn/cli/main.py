@@ -186,8 +186,6 @@ def _outputs_of(args, model):
                         "--workers / --scheduler"),
                        (getattr(args, "max_height", None) is not None, "--max-height"),
                        (getattr(args, "snap", False), "--snap"),
-                       (getattr(args, "declared_noise", None) == "auto",
-                        "--declared-noise auto"),
                        (bool(getattr(args, "verify", None)) and args.field == "real",
                         "--verify over --field real")):
         if given:

@@ -137,11 +137,12 @@ def envelope(sizes, spreads) -> tuple:
     pos = y > 0
     if pos.any() and not (s[~pos] > 0).any():
         cands.append((0.0, float((s[pos] / y[pos]).max())))
-    i, j = np.triu_indices(len(y), 1)
-    dy = y[i] - y[j]
+    hy, hs = _upper_hull(y, s)          # a line on or above every point passes through two
+    i, j = np.triu_indices(len(hy), 1)  # of its vertices: pairs of those only (n points of
+    dy = hy[i] - hy[j]                  # m outputs each: no n^2 m^2 arrays)
     ok = dy != 0
-    rel = (s[i][ok] - s[j][ok]) / dy[ok]
-    ab = s[i][ok] - rel * y[i][ok]
+    rel = (hs[i][ok] - hs[j][ok]) / dy[ok]
+    ab = hs[i][ok] - rel * hy[i][ok]
     keep = (rel >= 0) & (ab >= 0)
     cands += list(zip(ab[keep].tolist(), rel[keep].tolist()))
     best = None
@@ -152,6 +153,27 @@ def envelope(sizes, spreads) -> tuple:
             if best is None or cost < best[0]:
                 best = (cost, a, r)
     return best[1], best[2]
+
+
+def _upper_hull(y, s) -> tuple:
+    """The vertices of the upper convex hull of the points ``(y_i, s_i)`` (Andrew's monotone
+    chain), ascending in y; of equal y only the largest s."""
+    order = np.lexsort((-s, y))
+    hull: list = []
+    last = None
+    for k in order:
+        p = (float(y[k]), float(s[k]))
+        if last is not None and p[0] == last:
+            continue                        # the same y: the largest s came first
+        last = p[0]
+        while len(hull) >= 2:
+            (x1, y1), (x2, y2) = hull[-2], hull[-1]
+            if (x2 - x1) * (p[1] - y1) - (y2 - y1) * (p[0] - x1) >= 0:
+                hull.pop()                  # the middle point is on or below the chord
+            else:
+                break
+        hull.append(p)
+    return (np.array([p[0] for p in hull]), np.array([p[1] for p in hull]))
 
 
 def shape_lengths(H: int) -> list:
@@ -195,14 +217,19 @@ def measurement_size_problem(d: int, H: int, n_scales: int, draws: int,
 
 def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = DRAWS,
                   permutations: int = PERMUTATIONS, safety: int = SAFETY,
-                  floor: float = 0.0, steps: bool = False) -> NoiseEstimate:
+                  floor: float = 0.0, steps: bool = False, view=None) -> NoiseEstimate:
     """Ask ``rec`` (a :class:`~exactlearn.oracle.Recorder`: every answer counted) the
     stable plan's query shapes for ``H`` heads in ``d`` dimensions, each in its own order and
     ``permutations`` random orders of its non-final tokens, and fit the envelope of the
     spreads (module doc), each of its two terms at least ``floor``.  ``steps`` (float32
     tokens): each query also with ``a`` moved one grid step either way (``a +- delta``,
     module doc "Grid steps"), its second difference a spread too.  One batch: a box with
-    ``batch`` is asked once."""
+    ``batch`` is asked once.
+
+    ``view``: the :class:`~exactlearn.oracle.OutputsView` that ``rec`` asks (``learn(...,
+    outputs=m)``): each query's m answers are read from its ``records`` and every output
+    gives its own spread and size, one envelope over all of them (each output's error within
+    ``noise + noise_rel |y_j|``); the queries and their count are the same."""
     rnd = random.Random(seed)
     scales = list(SCALES if scales is None else scales)
     shapes = shape_lengths(H)
@@ -228,16 +255,22 @@ def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = D
                     stepped.append((len(queries) - len(orders), len(queries)))
                     queries += [family_tokens(x, up, k, m), family_tokens(x, down, k, m)]
     n0 = rec.queries
+    r0 = len(view.records) if view is not None else 0
     ys = rec.ask_many(queries)
+    # the m answers of each query, in the field (differences taken before rounding to float)
+    Y = [row for _, row in view.records[r0:]] if view is not None else [[y] for y in ys]
+    m = len(Y[0]) if Y else 1
     sizes, spreads = [], []
     for start, n in groups:
-        g = ys[start:start + n]
-        spreads.append(abs(float(max(g) - min(g))))
-        sizes.append(max(abs(float(y)) for y in g))
+        for j in range(m):
+            g = [Y[q][j] for q in range(start, start + n)]
+            spreads.append(abs(float(max(g) - min(g))))
+            sizes.append(max(abs(float(y)) for y in g))
     for base, at in stepped:            # |y(a + delta) + y(a - delta) - 2 y(a)| / 2
-        y0, yu, yd = ys[base], ys[at], ys[at + 1]
-        spreads.append(abs(float(yu + yd - 2 * y0)) / 2)
-        sizes.append(max(abs(float(y)) for y in (y0, yu, yd)))
+        for j in range(m):
+            y0, yu, yd = Y[base][j], Y[at][j], Y[at + 1][j]
+            spreads.append(abs(float(yu + yd - 2 * y0)) / 2)
+            sizes.append(max(abs(float(y)) for y in (y0, yu, yd)))
     ea, er = envelope(sizes, spreads)
     floored = (f"; each term at least {floor!r} (the float tokens' unit roundoff)"
                if floor > 0 else "")
@@ -253,6 +286,8 @@ def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = D
                 + (f", and with a moved one grid step 2^-{GRID} (times the scale) either way "
                    f"(the second difference |y(a + delta) + y(a - delta) - 2 y(a)| / 2: the "
                    f"rounding of the scores, which no reordering changes)" if steps else "")
+                + (f"; every one of the {m} outputs a spread and size of its own"
+                   if view is not None else "")
                 + f"; envelope abs + rel |y| of least mean height over the spreads (max - min "
                 f"per query){floored}, times {safety}"),
         floor=floor)
