@@ -29,6 +29,7 @@ from exactlearn.fields.base import Field
 from exactlearn.fields.multimodular import analysis_fields
 from exactlearn.model import canonicalize
 from exactlearn.pipeline.certify import certify, certify_plan
+from exactlearn.pipeline.heap import paused_gc
 from exactlearn.pipeline.interpolate import (interpolate_many, poles, poles_among, poles_expected,
                                              poles_paired)
 from exactlearn.pipeline.match import label_basis
@@ -66,7 +67,13 @@ def ask_and_analyse(plan, ask, K: Field, trace) -> tuple:
 
 def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
     """Interpolate, read poles, get V, match and solve: the recovered canonical heads
-    (for the plan for biases, :func:`analyse_bias`)."""
+    (for the plan for biases, :func:`analyse_bias`).  The cyclic garbage collector is
+    paused meanwhile (:func:`~exactlearn.pipeline.heap.paused_gc`)."""
+    with paused_gc():
+        return _analyse(plan, y_shared, values, K, trace)
+
+
+def _analyse(plan, y_shared, values, K: Field, trace) -> tuple:
     if plan.bias:
         return analyse_bias(plan, y_shared, values, K, trace)
     d, H = plan.d, plan.H

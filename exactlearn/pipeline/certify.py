@@ -13,6 +13,7 @@ from exactlearn.fields.base import ExactnessError
 from exactlearn.errors import ExactLearnError, FieldError
 from exactlearn.model import HeadEvaluator
 from exactlearn.errors import CertificateError
+from exactlearn.pipeline.heap import paused_gc
 from exactlearn.progress import current
 
 
@@ -60,8 +61,14 @@ def certify_plan(heads, plan, y_shared, values, K, configs=None, evaluator=None)
     Returns the number of observations checked (the plan's count).  ``configs``: only
     these configuration indices (a group of :mod:`exactlearn.pipeline.distributed`), and
     the shared query only when ``y_shared`` is given; ``evaluator``: a
-    :class:`~exactlearn.model.HeadEvaluator` of ``heads`` over K already built.
+    :class:`~exactlearn.model.HeadEvaluator` of ``heads`` over K already built.  The
+    cyclic garbage collector is paused meanwhile (:func:`~exactlearn.pipeline.heap.paused_gc`).
     """
+    with paused_gc():
+        return _certify_plan(heads, plan, y_shared, values, K, configs, evaluator)
+
+
+def _certify_plan(heads, plan, y_shared, values, K, configs, evaluator) -> int:
     current().stage("certify")                     # progress=
     ev = evaluator if evaluator is not None else HeadEvaluator(heads, plan.d, K)
     ring = getattr(K, "poly_ring", None)
