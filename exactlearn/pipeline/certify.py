@@ -6,6 +6,8 @@ own tolerance (``K.eq``).  The first mismatching observation is reported.
 
 from __future__ import annotations
 
+import operator
+
 import flint
 
 from exactlearn.algebra.cauchy import sum_of_fractions
@@ -143,6 +145,8 @@ def _certify_families(ev, plan, idxs, values, K, ring) -> int:
         got = evals.get(r)
         if got is None:
             bad = range(1, len(ys) + 1)
+        elif len(ys) == L and 0 not in got[1] and list(map(operator.mul, ys, got[1])) == got[0]:
+            bad = ()                                # every value at once: N(k) == f D(k), D(k) != 0
         else:
             bad = [k for k, (nv, dv, y) in enumerate(zip(got[0], got[1], ys), start=1)
                    if dv == 0 or nv != y * dv]
