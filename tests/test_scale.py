@@ -451,3 +451,61 @@ def test_rank_plan_core_solved_in_flint(monkeypatch):
                                 ([[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, -1], [0, 0, 2, -2]], [2, -1, 1, 3])])
     res = learn(Oracle(model, Modular()), d=4, heads=2, seed=3, plan="efficient", rank=1)
     assert res.status == "certified" and res.heads == model.canonical_heads()
+
+
+def test_the_learners_exact_work_runs_with_the_collector_paused_and_the_box_without(monkeypatch):
+    """The analysis and the plan's certificate run with the cyclic garbage collector paused
+    (docs: explanation/performance.md#scale), the black box's own evaluation never does, and
+    the collector is back on afterwards -- after a failing run too.  The heads are the model's
+    canonical form (computed from the model, not by the learner)."""
+    import gc
+
+    import exactlearn.pipeline.analysis as analysis_mod
+    import exactlearn.pipeline.certify as certify_mod
+
+    seen = {"analysis": [], "certificate": [], "box": []}
+    real_interpolate, real_sum = analysis_mod.interpolate_many, certify_mod.sum_of_fractions
+
+    def interpolate_spy(*args, **kwargs):
+        seen["analysis"].append(gc.isenabled())
+        return real_interpolate(*args, **kwargs)
+
+    def sum_spy(*args, **kwargs):
+        seen["certificate"].append(gc.isenabled())
+        return real_sum(*args, **kwargs)
+
+    class Box(Oracle):
+        def __call__(self, tokens):
+            seen["box"].append(gc.isenabled())
+            return super().__call__(tokens)
+
+    monkeypatch.setattr(analysis_mod, "interpolate_many", interpolate_spy)
+    monkeypatch.setattr(certify_mod, "sum_of_fractions", sum_spy)
+    model = random_model(5, 3, 11)
+    assert gc.isenabled()
+    try:
+        res = learn(Box(model, Modular()), d=5, heads=3, seed=2)
+        assert res.status == "certified" and res.heads == model.canonical_heads()
+        assert seen["analysis"] and not any(seen["analysis"])
+        assert seen["certificate"] and not any(seen["certificate"])
+        assert seen["box"] and all(seen["box"])
+        assert gc.isenabled()
+        failed = learn(Box(model, Modular()), d=5, heads=1, seed=2)       # too few heads
+        assert failed.status != "certified" and gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_distinct_dots_are_the_plain_sums():
+    """V.x over the distinct vectors of a list, against sums of products modulo p."""
+    from exactlearn.pipeline.analysis import distinct_dots
+
+    rng = random.Random(5)
+    K = _field(rng)
+    u = [rng.randrange(P) for _ in range(4)]
+    base = [tuple(rng.randint(-9, 9) for _ in range(4)) for _ in range(6)]
+    xs = [base[rng.randrange(6)] for _ in range(40)]
+    got = distinct_dots([K(a) for a in u], xs, K)
+    assert set(got) == set(xs)
+    for x in xs:
+        assert int(got[x]) == sum(a * b for a, b in zip(u, x)) % P

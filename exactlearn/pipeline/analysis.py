@@ -29,6 +29,7 @@ from exactlearn.fields.base import Field
 from exactlearn.fields.multimodular import analysis_fields
 from exactlearn.model import canonicalize
 from exactlearn.pipeline.certify import certify, certify_plan
+from exactlearn.pipeline.heap import paused_gc
 from exactlearn.pipeline.interpolate import (interpolate_many, poles, poles_among, poles_expected,
                                              poles_paired)
 from exactlearn.pipeline.match import label_basis
@@ -66,7 +67,13 @@ def ask_and_analyse(plan, ask, K: Field, trace) -> tuple:
 
 def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
     """Interpolate, read poles, get V, match and solve: the recovered canonical heads
-    (for the plan for biases, :func:`analyse_bias`)."""
+    (for the plan for biases, :func:`analyse_bias`).  The cyclic garbage collector is
+    paused meanwhile (:func:`~exactlearn.pipeline.heap.paused_gc`)."""
+    with paused_gc():
+        return _analyse(plan, y_shared, values, K, trace)
+
+
+def _analyse(plan, y_shared, values, K: Field, trace) -> tuple:
     if plan.bias:
         return analyse_bias(plan, y_shared, values, K, trace)
     d, H = plan.d, plan.H
@@ -79,9 +86,10 @@ def analyse(plan, y_shared, values, K: Field, trace) -> tuple:
 
     # 3. every other configuration takes its k = 0 value V.x by computation
     rest = [n for n in range(len(configs)) if n not in rfs]
-    fit(rfs, rest, dots(V, [configs[n].x for n in rest], K), values, ks, H, K)
-    for n, va in enumerate(dots(V, [c.a for c in configs], K)):
-        check_limit(plan, n, rfs[n], V, K, va=va)
+    vx, ve = distinct_dots(V, [c.x for c in configs], K), distinct_dots(V, [c.e for c in configs], K)
+    fit(rfs, rest, [vx[configs[n].x] for n in rest], values, ks, H, K)
+    for n, c in enumerate(configs):                  # V.a = V.x + V.e (a = x + e)
+        check_limit(plan, n, rfs[n], V, K, va=vx[c.x] + ve[c.e])
     # poles: root finding for the basis configurations -- over F_p, (x_i, e_j) with i, j >= 2
     # from (x_i, e_1) and (x_i, e_1 + e_j) by gcds instead (poles_paired, the same poles); a
     # matching configuration's poles can only be products of two basis configurations' rho
@@ -277,6 +285,19 @@ def _expected(rf, n, K, ordered):
 
 def dot(u, x, K):
     return _sum((a * K(b) for a, b in zip(u, x)), K)
+
+
+def distinct_dots(u, xs, K) -> dict:
+    """``{x: dot(u, x, K)}`` over the distinct vectors of ``xs`` (:func:`dots`): a plan's
+    2d^2 - 1 configurations have only about 2d distinct final tokens x and directions e.
+
+    >>> from exactlearn.fields import Modular
+    >>> K = Modular(p=97)
+    >>> distinct_dots([K(3), K(5)], [(1, 2), (0, 1), (1, 2)], K) == {(1, 2): K(13), (0, 1): K(5)}
+    True
+    """
+    keys = list(dict.fromkeys(tuple(x) for x in xs))
+    return dict(zip(keys, dots(u, keys, K)))
 
 
 def dots(u, xs, K) -> list:

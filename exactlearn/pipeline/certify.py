@@ -6,6 +6,8 @@ own tolerance (``K.eq``).  The first mismatching observation is reported.
 
 from __future__ import annotations
 
+import operator
+
 import flint
 
 from exactlearn.algebra.cauchy import sum_of_fractions
@@ -13,6 +15,7 @@ from exactlearn.fields.base import ExactnessError
 from exactlearn.errors import ExactLearnError, FieldError
 from exactlearn.model import HeadEvaluator
 from exactlearn.errors import CertificateError
+from exactlearn.pipeline.heap import paused_gc
 from exactlearn.progress import current
 
 
@@ -60,8 +63,14 @@ def certify_plan(heads, plan, y_shared, values, K, configs=None, evaluator=None)
     Returns the number of observations checked (the plan's count).  ``configs``: only
     these configuration indices (a group of :mod:`exactlearn.pipeline.distributed`), and
     the shared query only when ``y_shared`` is given; ``evaluator``: a
-    :class:`~exactlearn.model.HeadEvaluator` of ``heads`` over K already built.
+    :class:`~exactlearn.model.HeadEvaluator` of ``heads`` over K already built.  The
+    cyclic garbage collector is paused meanwhile (:func:`~exactlearn.pipeline.heap.paused_gc`).
     """
+    with paused_gc():
+        return _certify_plan(heads, plan, y_shared, values, K, configs, evaluator)
+
+
+def _certify_plan(heads, plan, y_shared, values, K, configs, evaluator) -> int:
     current().stage("certify")                     # progress=
     ev = evaluator if evaluator is not None else HeadEvaluator(heads, plan.d, K)
     ring = getattr(K, "poly_ring", None)
@@ -136,6 +145,8 @@ def _certify_families(ev, plan, idxs, values, K, ring) -> int:
         got = evals.get(r)
         if got is None:
             bad = range(1, len(ys) + 1)
+        elif len(ys) == L and 0 not in got[1] and list(map(operator.mul, ys, got[1])) == got[0]:
+            bad = ()                                # every value at once: N(k) == f D(k), D(k) != 0
         else:
             bad = [k for k, (nv, dv, y) in enumerate(zip(got[0], got[1], ys), start=1)
                    if dv == 0 or nv != y * dv]
