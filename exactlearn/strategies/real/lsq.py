@@ -39,10 +39,12 @@ context.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import OptimizeResult, least_squares
+from threadpoolctl import ThreadpoolController
 
 EPS = float(np.finfo(float).eps)
 
@@ -92,6 +94,44 @@ def last(fn):
             memo[0], memo[1] = key, fn(theta)
         return memo[1]
     return once
+
+
+_BLAS: list = []      # the process's ThreadpoolController and the BLAS thread count it found
+
+
+def _blas():
+    if not _BLAS:
+        ctl = ThreadpoolController()
+        blas = ctl.select(user_api="blas")
+        _BLAS.extend([ctl, max((c.num_threads for c in blas.lib_controllers), default=1)])
+    return _BLAS
+
+
+@contextmanager
+def one_blas_thread():
+    """BLAS (numpy's and scipy's OpenBLAS) at one thread inside the block.  The learner's linear
+    algebra is many small SVDs, eigendecompositions and products (matrices of tens to a few
+    hundred rows), which threads do not speed up; on a loaded machine a thread pool waiting
+    for busy cores made them 20--170 times slower (issue 23).  The box runs with the threads
+    it had (:func:`box_blas_threads`).
+
+    >>> with one_blas_thread():
+    ...     inside = [c.num_threads for c in _blas()[0].select(user_api="blas").lib_controllers]
+    >>> all(n == 1 for n in inside)
+    True
+    """
+    ctl, _ = _blas()
+    with ctl.limit(limits=1, user_api="blas"):
+        yield
+
+
+@contextmanager
+def box_blas_threads():
+    """Inside :func:`one_blas_thread`: the BLAS thread count the process had, for the black
+    box's own computation."""
+    ctl, n = _blas()
+    with ctl.limit(limits=n, user_api="blas"):
+        yield
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import DegenerateDraw, InterpolationError
-from exactlearn.strategies.real.lsq import last, refine, solve
+from exactlearn.strategies.real.lsq import EPS, last, refine, solve
 from exactlearn.strategies.real.sensitivity import LO, check_noise, rounding
 
 #: token entries on the dyadic grid 2^-GRID (exact in float32 and float64 at the plan's sizes)
@@ -236,23 +236,30 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family",
     if not np.all(np.isfinite(G)):
         raise InterpolationError(f"{what}: the samples do not determine {m} heads (a singular "
                                  f"Jacobian: a head's step lies beyond the nodes, or c_h = 0)")
-    # Gauss-Newton in the field's precision with the float64 G (a contraction: G J = I + O(eps))
+    # Gauss-Newton in the field's precision with the float64 G (a contraction: G J = I + O(eps)):
+    # the residuals in the field's precision, the correction G r in float64
+    n = len(zs)
+    gabs = np.abs(G)
+    slack = [0.0]
     with ctx.extraprec(30):
         tk = [None if t is None else K(t) for t in ts]
         yk = [ctx.mpf(y) for y in ys]
-        Gm = [[ctx.mpf(float(g)) for g in row] for row in G]
         tiny = 1e-6 * float(np.min(np.abs(G) @ eta))   # far below every parameter's bound
 
         def step(th):
-            res = _residuals(ctx, th, tk, yk, m)
-            return [ctx.fdot(row, res) for row in Gm]
+            rf = np.array([float(r) for r in _residuals(ctx, th, tk, yk, m)])
+            with np.errstate(all="ignore"):        # a diverging step: nan, not converged
+                # G r in float64 differs from the exact product by at most (n + 2) eps |G| |r|
+                # (its rounding, and r's to float64): added to the bounds below
+                slack[0] = float(np.max(gabs @ np.abs(rf))) * (n + 2) * EPS
+                return [ctx.mpf(float(x)) for x in G @ rf]
 
         out = refine(ctx, step, [float(x) for x in theta], goal=ctx.ldexp(1, -K.prec), steps=24,
                      floor=tiny)
         if not out.converged:
             raise InterpolationError(f"{what}: the refinement of the least-squares fit with "
                                      f"{m} heads did not converge")
-        th, size = out.theta, out.size
+        th, size = out.theta, float(out.size) + slack[0]
         res = _residuals(ctx, th, tk, yk, m)
     with np.errstate(all="ignore"):
         R = J @ G - np.eye(len(zs))
