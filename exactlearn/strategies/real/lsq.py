@@ -145,11 +145,14 @@ class Refined:
     converged: bool
 
 
-def refine(ctx, step, theta, *, goal, steps, floor=None) -> Refined:
+def refine(ctx, step, theta, *, goal, steps, floor=None, halved=False) -> Refined:
     """``theta <- theta - step(theta)`` in ``ctx`` (module doc) until every component's step is
     at most ``goal`` times ``max(1, |theta_i|)`` (converged), or -- with ``floor`` given --
     the step no longer halves from the third on while it is at most ``floor`` (the rounding
-    floor of a fixed float64 ``step``: converged too); not converged after ``steps``."""
+    floor of a fixed float64 ``step``: converged too); with ``halved`` also when a step within
+    ``floor`` is at most half the one before (a contraction by at least 2 seen: the distance
+    left is at most that step, which the callers' bounds add twice); not converged after
+    ``steps``."""
     theta = [ctx.mpf(t) for t in theta]
     prev = size = None
     for it in range(steps):
@@ -158,7 +161,8 @@ def refine(ctx, step, theta, *, goal, steps, floor=None) -> Refined:
         size = max(abs(s) for s in delta)
         if all(abs(s) <= goal * max(1, abs(t)) for s, t in zip(delta, theta)):
             return Refined(theta, size, it + 1, True)
-        if floor is not None and it >= 2 and size > prev / 2 and size <= floor:
+        if floor is not None and it >= 1 and size <= floor and (
+                (halved and size <= prev / 2) or (it >= 2 and size > prev / 2)):
             return Refined(theta, size, it + 1, True)
         prev = size
     return Refined(theta, size, steps, False)
