@@ -145,16 +145,21 @@ class Refined:
     converged: bool
 
 
-def refine(ctx, step, theta, *, goal, steps, floor=None, halved=False) -> Refined:
+def refine(ctx, step, theta, *, goal, steps, floor=None, linear=False) -> Refined:
     """``theta <- theta - step(theta)`` in ``ctx`` (module doc) until every component's step is
     at most ``goal`` times ``max(1, |theta_i|)`` (converged), or -- with ``floor`` given --
     the step no longer halves from the third on while it is at most ``floor`` (the rounding
-    floor of a fixed float64 ``step``: converged too); with ``halved`` also when a step within
-    ``floor`` is at most half the one before (a contraction by at least 2 seen: the distance
-    left is at most that step, which the callers' bounds add twice); not converged after
-    ``steps``."""
+    floor of a fixed float64 ``step``: converged too); not converged after ``steps``.
+
+    ``linear``: ``step`` is a fixed linear map of the residuals, so near a solution the steps
+    shrink geometrically.  Then a step within ``floor`` that is at most half the one before
+    also converges (a contraction by at least 2 seen: the distance left is at most that step,
+    which the callers' bounds add twice); and the iteration stops, not converged, once two
+    steps in a row show that their contraction cannot bring the step to ``floor`` within the
+    steps left (a step that grows, or shrinks too slowly)."""
     theta = [ctx.mpf(t) for t in theta]
     prev = size = None
+    doomed = 0
     for it in range(steps):
         delta = step(theta)
         theta = [t - s for t, s in zip(theta, delta)]
@@ -162,7 +167,13 @@ def refine(ctx, step, theta, *, goal, steps, floor=None, halved=False) -> Refine
         if all(abs(s) <= goal * max(1, abs(t)) for s, t in zip(delta, theta)):
             return Refined(theta, size, it + 1, True)
         if floor is not None and it >= 1 and size <= floor and (
-                (halved and size <= prev / 2) or (it >= 2 and size > prev / 2)):
+                (linear and size <= prev / 2) or (it >= 2 and size > prev / 2)):
             return Refined(theta, size, it + 1, True)
+        if linear and floor is not None and it >= 1 and size > floor:
+            q = size / prev if prev else ctx.inf
+            left = steps - it - 1
+            doomed = doomed + 1 if (not q < 1 or size * q ** left > floor) else 0
+            if doomed >= 2:
+                return Refined(theta, size, it + 1, False)
         prev = size
     return Refined(theta, size, steps, False)

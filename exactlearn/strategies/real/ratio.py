@@ -255,7 +255,7 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family",
                 return [ctx.mpf(float(x)) for x in G @ rf]
 
         out = refine(ctx, step, [float(x) for x in theta], goal=ctx.ldexp(1, -K.prec), steps=24,
-                     floor=tiny, halved=True)
+                     floor=tiny, linear=True)
         if not out.converged:
             raise InterpolationError(f"{what}: the refinement of the least-squares fit with "
                                      f"{m} heads did not converge")
