@@ -42,6 +42,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import gmpy2
 import numpy as np
 from scipy.optimize import OptimizeResult, least_squares
 from threadpoolctl import ThreadpoolController
@@ -94,6 +95,43 @@ def last(fn):
             memo[0], memo[1] = key, fn(theta)
         return memo[1]
     return once
+
+
+def to_mpfr(x):
+    """An mpmath ``mpf`` as the same number in gmpy2's ``mpfr``, for arithmetic at the
+    field's precision (:func:`field_precision`) about ten times faster than mpmath's; exact
+    inside that context (a mantissa of at most its precision), infinities and nan as
+    themselves.
+
+    >>> import mpmath
+    >>> ctx = mpmath.mp.clone(); ctx.prec = 120
+    >>> third = ctx.mpf(1) / 3
+    >>> with field_precision(ctx):
+    ...     back = from_mpfr(ctx, to_mpfr(third))
+    ...     one = from_mpfr(ctx, to_mpfr(third) * 3)
+    ...     neg = to_mpfr(-third) < 0
+    >>> back == third, one == ctx.mpf(1), neg
+    (True, True, True)
+    """
+    sign, man, exp, bc = x._mpf_
+    if not man:
+        return gmpy2.mpfr(float(x))
+    r = gmpy2.mul_2exp(gmpy2.mpfr(man, max(int(bc), 1)), int(exp))
+    return -r if sign else r
+
+
+def from_mpfr(ctx, r):
+    """An ``mpfr`` as an mpmath number of ``ctx`` (exactly, then rounded to its precision)."""
+    if not gmpy2.is_finite(r) or not r:
+        return ctx.mpf(float(r))
+    man, exp = r.as_mantissa_exp()
+    return ctx.mpf((int(man), int(exp)))
+
+
+def field_precision(ctx):
+    """gmpy2's context at ``ctx``'s precision (its ``prec`` now, extra precision included),
+    rounding to nearest as mpmath does: the arithmetic of :func:`to_mpfr`'s numbers."""
+    return gmpy2.context(precision=int(ctx.prec))
 
 
 _BLAS: list = []      # the process's ThreadpoolController and the BLAS thread count it found

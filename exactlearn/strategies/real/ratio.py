@@ -43,11 +43,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import gmpy2
 import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import DegenerateDraw, InterpolationError
-from exactlearn.strategies.real.lsq import EPS, last, refine, solve
+from exactlearn.strategies.real.lsq import (EPS, field_precision, last, refine, solve,
+                                            to_mpfr)
 from exactlearn.strategies.real.sensitivity import LO, check_noise, rounding
 
 #: token entries on the dyadic grid 2^-GRID (exact in float32 and float64 at the plan's sizes)
@@ -241,13 +243,13 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family",
     n = len(zs)
     gabs = np.abs(G)
     slack = [0.0]
-    with ctx.extraprec(30):
-        tk = [None if t is None else K(t) for t in ts]
-        yk = [ctx.mpf(y) for y in ys]
+    with ctx.extraprec(30), field_precision(ctx):
+        tk = [None if t is None else to_mpfr(K(t)) for t in ts]
+        yk = [to_mpfr(ctx.mpf(y)) for y in ys]
         tiny = 1e-6 * float(np.min(np.abs(G) @ eta))   # far below every parameter's bound
 
         def step(th):
-            rf = np.array([float(r) for r in _residuals(ctx, th, tk, yk, m)])
+            rf = np.array([float(r) for r in _residuals(th, tk, yk, m)])
             with np.errstate(all="ignore"):        # a diverging step: nan, not converged
                 # G r in float64 differs from the exact product by at most (n + 2) eps |G| |r|
                 # (its rounding, and r's to float64): added to the bounds below
@@ -260,7 +262,7 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family",
             raise InterpolationError(f"{what}: the refinement of the least-squares fit with "
                                      f"{m} heads did not converge")
         th, size = out.theta, float(out.size) + slack[0]
-        res = _residuals(ctx, th, tk, yk, m)
+        res = _residuals(th, tk, yk, m)
     with np.errstate(all="ignore"):
         R = J @ G - np.eye(len(zs))
     rbound = np.abs(R) @ eta
@@ -275,11 +277,14 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family",
     return RatioFit(+th[0], [+x for x in th[1:m + 1]], [+x for x in th[m + 1:]], G, bounds, worst)
 
 
-def _residuals(ctx, th, ts, ys, m):
+def _residuals(th, ts, ys, m):
+    """``f(t) - y`` at every sample, in gmpy2 at the field's precision (:func:`field_precision`
+    entered by the caller; ``ts``, ``ys`` as mpfr, ``None`` for t = oo; ``th`` in mpmath)."""
+    th = [to_mpfr(x) for x in th]
     A, ls, cs = th[0], th[1:m + 1], th[m + 1:]
-    rho = [ctx.exp(x) for x in ls]
+    rho = [gmpy2.exp(x) for x in ls]
     out = []
     for t, y in zip(ts, ys):
-        f = A if t is None else A + ctx.fsum(c / (1 + t * r) for c, r in zip(cs, rho))
+        f = A if t is None else A + gmpy2.fsum([c / (1 + t * r) for c, r in zip(cs, rho)])
         out.append(f - y)
     return out
