@@ -26,9 +26,11 @@ constant c and its bound are added to every value and tolerance.
 
 from __future__ import annotations
 
+import gmpy2
 import numpy as np
 
 from exactlearn.errors import NoisierThanDeclared, ResidualsBeyondNoise
+from exactlearn.strategies.real.lsq import field_precision, to_mpfr
 from exactlearn.strategies.real.sensitivity import rounding
 
 
@@ -73,19 +75,20 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False, Bu=No
     pid = np.zeros(N, dtype=np.intp)
     ks, ms = np.zeros(N), np.zeros(N)
     r = np.zeros(N)
-    cK = K(constant) if Bu is not None else None
-    for n in range(N):
-        tokens, y = rec.observations[start + n]
-        a_tok, x_tok, k, m = family_key(tokens)
-        p = pairs.of(a_tok, x_tok)
-        pid[n], ks[n], ms[n] = p, k, m
-        if k == 0:
-            f = pairs.ux_sum[p]
-        else:                            # f_h = u_x + (u_a - u_x) k / (k + m / rho)
-            f = pairs.ux_sum[p] + ctx.fsum(du * k / (k + m * ir) for du, ir in pairs.mp[p])
-        if cK is not None:
-            f += cK
-        r[n] = float(f - y)
+    with field_precision(ctx):       # the field's precision, in gmpy2 (lsq.to_mpfr)
+        cK = to_mpfr(K(constant)) if Bu is not None else None
+        for n in range(N):
+            tokens, y = rec.observations[start + n]
+            a_tok, x_tok, k, m = family_key(tokens)
+            p = pairs.of(a_tok, x_tok)
+            pid[n], ks[n], ms[n] = p, k, m
+            if k == 0:
+                f = pairs.ux_sum[p]
+            else:                        # f_h = u_x + (u_a - u_x) k / (k + m / rho)
+                f = pairs.ux_sum[p] + gmpy2.fsum([du * k / (k + m * ir) for du, ir in pairs.mp[p]])
+            if cK is not None:
+                f += cK
+            r[n] = float(f - to_mpfr(y if hasattr(y, "_mpf_") else K(y)))
     grad, size = pairs.tolerance(pid, ks, ms)
     if Bu is not None:
         grad += float(Bc)
@@ -177,13 +180,13 @@ class _Pairs:
         for h, (head, (w, wxx, ux)) in enumerate(zip(self.heads, self._final(x_tok))):
             z = ctx.fdot(a, w) - wxx                     # log rho = (a - x)^T (W x + u)
             ua = ctx.fdot(head.v, a)
-            mp.append((ua - ux, ctx.exp(-z)))
+            mp.append((to_mpfr(ua - ux), to_mpfr(ctx.exp(-z))))
             kw = float(ef @ self.BW[h] @ xf) + (float(ef @ self.Bu[h]) if self.bias else 0.0)
             fl.append((float(z), abs(float(ua)), abs(float(ux)), abs(float(ua - ux)), kw,
                        float(af @ self.Bv[h]), float(xf @ self.Bv[h])))
         p = self.index[key] = len(self.mp)
         self.mp.append(mp)
-        self.ux_sum.append(ctx.fsum(ux for _, _, ux in self._final(x_tok)))
+        self.ux_sum.append(to_mpfr(ctx.fsum(ux for _, _, ux in self._final(x_tok))))
         self.fl.append(fl)
         return p
 
