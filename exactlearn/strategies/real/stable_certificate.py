@@ -67,7 +67,6 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False, Bu=No
     precision, its tolerance (a bound, needing a few digits) in float64 for all at once.  With
     biases: ``Bu`` the bounds of each head's ``u``, ``constant`` and its bound ``Bc`` (module
     doc)."""
-    pairs = _Pairs(heads, BW, Bv, K, Bu)
     ctx = K.ctx
     N = len(rec.observations) - start
     if N <= 0:
@@ -76,6 +75,7 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False, Bu=No
     ks, ms = np.zeros(N), np.zeros(N)
     r = np.zeros(N)
     with field_precision(ctx):       # the field's precision, in gmpy2 (lsq.to_mpfr)
+        pairs = _Pairs(heads, BW, Bv, K, Bu)
         cK = to_mpfr(K(constant)) if Bu is not None else None
         for n in range(N):
             tokens, y = rec.observations[start + n]
@@ -133,11 +133,19 @@ class _Pairs:
     """Per distinct token pair ``(a, x)`` and head: in the field, ``u_a - u_x`` and ``1 / rho``
     (``mp``) and ``sum_h u_x`` (``ux_sum``); in float64 for the tolerances, ``log rho``,
     ``|u_a|``, ``|u_x|``, and the bound terms ``|a - x|^T B_W |x|`` (+ ``|a - x|^T B_u``),
-    ``|a|^T B_v``, ``|x|^T B_v``.  ``W x`` (+ u) and ``u_x`` are formed once per final token."""
+    ``|a|^T B_v``, ``|x|^T B_v``.  ``W x`` (+ u) and ``u_x`` are formed once per final token.
+    The field's numbers are gmpy2's at its precision (built inside
+    :func:`~exactlearn.strategies.real.lsq.field_precision`); a dot product is rounded once,
+    as mpmath's ``fdot``: its products are exact at twice the precision, their sum
+    (``gmpy2.fsum``) correctly rounded."""
 
     def __init__(self, heads, BW, Bv, K, Bu=None):
-        self.heads, self.K, self.ctx = heads, K, K.ctx
+        self.K, self.ctx = K, K.ctx
         self.bias = Bu is not None
+        self.wide = gmpy2.context(precision=2 * int(K.ctx.prec) + 8)
+        self.W = [[[to_mpfr(K(a)) for a in row] for row in head.W] for head in heads]
+        self.v = [[to_mpfr(K(a)) for a in head.v] for head in heads]
+        self.u = [[to_mpfr(K(a)) for a in head.u] for head in heads] if self.bias else None
         self.BW = [np.array(bw, dtype=float) for bw in BW]
         self.Bv = [np.array(bv, dtype=float) for bv in Bv]
         self.Bu = [np.array(bu, dtype=float) for bu in Bu] if self.bias else None
@@ -146,24 +154,28 @@ class _Pairs:
         self.xs: dict = {}
         self.mp, self.ux_sum, self.fl = [], [], []
 
+    def _dot(self, p, q):
+        with self.wide:
+            prods = [a * b for a, b in zip(p, q)]
+        return gmpy2.fsum(prods)
+
     def _token(self, t):
         got = self.tok.get(t)
         if got is None:
-            got = self.tok[t] = ([self.K(a) for a in t], np.array([float(a) for a in t]))
+            got = self.tok[t] = ([to_mpfr(self.K(a)) for a in t], np.array([float(a) for a in t]))
         return got
 
     def _final(self, x_tok):
         got = self.xs.get(x_tok)
         if got is None:
-            ctx, K = self.ctx, self.K
             x, _ = self._token(x_tok)
             wx = []
-            for head in self.heads:
-                w = [ctx.fdot(row, x) for row in head.W]
+            for h, W in enumerate(self.W):
+                w = [self._dot(row, x) for row in W]
                 if self.bias:
-                    w = [a + K(b) for a, b in zip(w, head.u)]
-                wx.append((w, ctx.fdot(w, x), ctx.fdot(head.v, x)))
-            got = self.xs[x_tok] = wx
+                    w = [a + b for a, b in zip(w, self.u[h])]
+                wx.append((w, self._dot(w, x), self._dot(self.v[h], x)))
+            got = self.xs[x_tok] = (wx, gmpy2.fsum([ux for _, _, ux in wx]))
         return got
 
     def of(self, a_tok, x_tok) -> int:
@@ -171,22 +183,22 @@ class _Pairs:
         p = self.index.get(key)
         if p is not None:
             return p
-        ctx = self.ctx
         a, af = self._token(a_tok)
         _, xf = self._token(x_tok)
         ef = np.abs(af - xf)
         xf, af = np.abs(xf), np.abs(af)
         mp, fl = [], []
-        for h, (head, (w, wxx, ux)) in enumerate(zip(self.heads, self._final(x_tok))):
-            z = ctx.fdot(a, w) - wxx                     # log rho = (a - x)^T (W x + u)
-            ua = ctx.fdot(head.v, a)
-            mp.append((to_mpfr(ua - ux), to_mpfr(ctx.exp(-z))))
+        wx, ux_sum = self._final(x_tok)
+        for h, (w, wxx, ux) in enumerate(wx):
+            z = self._dot(a, w) - wxx                    # log rho = (a - x)^T (W x + u)
+            ua = self._dot(self.v[h], a)
+            mp.append((ua - ux, gmpy2.exp(-z)))
             kw = float(ef @ self.BW[h] @ xf) + (float(ef @ self.Bu[h]) if self.bias else 0.0)
             fl.append((float(z), abs(float(ua)), abs(float(ux)), abs(float(ua - ux)), kw,
                        float(af @ self.Bv[h]), float(xf @ self.Bv[h])))
         p = self.index[key] = len(self.mp)
         self.mp.append(mp)
-        self.ux_sum.append(to_mpfr(ctx.fsum(ux for _, _, ux in self._final(x_tok))))
+        self.ux_sum.append(ux_sum)
         self.fl.append(fl)
         return p
 
