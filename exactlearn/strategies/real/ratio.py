@@ -48,7 +48,7 @@ import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import DegenerateDraw, InterpolationError
-from exactlearn.strategies.real.lsq import (EPS, field_precision, last, refine, solve,
+from exactlearn.strategies.real.lsq import (EPS, field_precision, refine, solve,
                                             to_mpfr)
 from exactlearn.strategies.real.sensitivity import LO, check_noise, rounding
 
@@ -171,12 +171,48 @@ def _start(zs, ys, w, m, shift=0):
     return np.sort(np.log(rho))
 
 
+class _Weighted:
+    """The weighted residuals ``(f - y) w`` and their Jacobian at one point, computed together
+    (MINPACK asks the Jacobian where it evaluated last) with the arithmetic of :func:`_model`;
+    the finite nodes, when they come first (as :func:`ratio_nodes` orders them), by slices."""
+
+    def __init__(self, zs, ys, w, m):
+        self.zs, self.ys, self.w, self.w2, self.m = zs, ys, w, w[:, None], m
+        fin = np.isfinite(zs)
+        nf = int(fin.sum())
+        self.fin = slice(0, nf) if fin[:nf].all() else fin
+        self.t = zs[fin][:, None]
+        self.key = None
+
+    def _at(self, theta):
+        key = theta.tobytes()
+        if key != self.key:
+            m, fin, t = self.m, self.fin, self.t
+            A, ls, cs = theta[0], theta[1:m + 1], theta[m + 1:]
+            rho = np.exp(ls)
+            n = len(self.zs)
+            J = np.zeros((n, 2 * m + 1))
+            f = np.full(n, A)
+            J[:, 0] = 1
+            den = 1 + t * rho[None, :]
+            f[fin] += (cs[None, :] / den).sum(axis=1)
+            J[fin, 1:m + 1] = -cs[None, :] * t * rho[None, :] / den ** 2
+            J[fin, m + 1:] = 1 / den
+            self.key, self.r, self.J = key, (f - self.ys) * self.w, J * self.w2
+        return self
+
+    def residual(self, theta):
+        return self._at(np.asarray(theta, dtype=float)).r
+
+    def jacobian(self, theta):
+        return self._at(np.asarray(theta, dtype=float)).J
+
+
 def _lsq(theta, zs, ys, w, m, evaluations=LSQ_EVALUATIONS):
     """Levenberg--Marquardt (:func:`~exactlearn.strategies.real.lsq.solve`) on the weighted
     residuals: ``(theta, weighted sum of squares)``."""
-    model = last(lambda th: _model(th, zs, m))
-    got = solve(lambda th: (model(th)[0] - ys) * w, lambda th: model(th)[1] * w[:, None], theta,
-                max_nfev=evaluations)
+    model = _Weighted(zs, ys, w, m)
+    got = solve(model.residual, model.jacobian, theta, max_nfev=evaluations)
     return got.x, 2 * got.cost
 
 
