@@ -153,8 +153,9 @@ def _start(zs, ys, w, m, shift=0):
     n = len(z)
     sup = sorted({min(n - 1, int(round(j * (n - 1) / m)) + (shift if 0 < j < m else 0))
                   for j in range(m + 1)})
-    test = [i for i in range(n) if i not in sup]
-    L = np.array([[(ys[i] - ys[j]) / (z[i] - z[j]) for j in sup] for i in test])
+    test = np.array([i for i in range(n) if i not in sup], dtype=np.intp)
+    js = np.array(sup, dtype=np.intp)
+    L = (ys[test][:, None] - ys[js][None, :]) / (z[test][:, None] - z[js][None, :])
     L = L * w[test][:, None]
     _, _, Vt = np.linalg.svd(L)
     wts = Vt[-1]
