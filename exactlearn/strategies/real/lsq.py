@@ -8,14 +8,16 @@ Every float64 fit of the real learner -- a ratio family's poles
 ``scipy.optimize.least_squares`` (MINPACK's Levenberg--Marquardt ``"lm"``, or the trust-region
 reflective ``"trf"`` where there are fewer residuals than parameters) with the analytic
 Jacobian; ``"lm"`` calls the same MINPACK routine through ``scipy.optimize.leastsq``, with
-least_squares' settings (the same iterates) and less Python per evaluation (:func:`_lmder`).  Its result is scipy's ``OptimizeResult``: a caller branches on ``status``
+least_squares' settings (the same iterates) and less Python per evaluation (:func:`_lmder`).
+Its result is scipy's ``OptimizeResult``: a caller branches on ``status``
 (``> 0``: a tolerance was met; ``0``: ``max_nfev`` evaluations spent; ``-1``: improper input)
 and reads ``x``, ``cost`` (half the sum of squared residuals) and ``nfev``.  The
 tolerances default to float64's epsilon: the fits run until float64 can no longer decrease
 the cost, since the field's precision is reached afterwards from there.
 
 Where the field is more precise than float64 the values are finished by :func:`refine`, the
-one iteration that runs in the field's own mpmath context: ``theta <- theta - step(theta)``,
+one iteration that runs in the field's own precision (mpmath, or gmpy2 at the same precision:
+:func:`to_mpfr`, :func:`field_precision`): ``theta <- theta - step(theta)``,
 with ``step`` a (Gauss--)Newton correction -- a float64 pseudo-inverse kept fixed (a
 contraction: ``G J = I + O(eps)``) or the Jacobian's pseudo-inverse recomputed in the
 context.

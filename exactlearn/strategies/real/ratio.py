@@ -20,8 +20,11 @@ at float64 accuracy.  :func:`ratio_nodes` spreads ``t`` geometrically over
 squares (weights ``1/eta_q``): a Loewner (AAA-style) start in ``z = t/(1+t)``, where
 ``f`` is rational of type ``(m, m)`` on ``[0, 1]``; Levenberg-Marquardt in float64
 (:func:`~exactlearn.strategies.real.lsq.solve`, MINPACK through scipy); then
-Gauss-Newton steps in the field's own mpmath context
-(:func:`~exactlearn.strategies.real.lsq.refine`) with the float64 weighted pseudo-inverse ``G``, so the values carry the field's precision.  To first order
+Gauss-Newton steps (:func:`~exactlearn.strategies.real.lsq.refine`) with the float64 weighted
+pseudo-inverse ``G``, so the values carry the field's precision: each residual is computed
+in the field's precision (gmpy2 at the context's precision,
+:func:`~exactlearn.strategies.real.lsq.to_mpfr`), the correction ``G r`` in float64, whose
+rounding -- at most ``(n + 2) eps |G| |r|`` -- is added to the bounds.  To first order
 ``d theta = G d y``: ``G`` *is* the sensitivity (a dense float64 matrix; bounds need only
 a few digits).  The residual of every sample is checked against its first-order bound
 ``|(J G - I)| eta`` (a box noisier than declared fails,

@@ -5,7 +5,10 @@ float black boxes").
 Every query of the stable plan -- probe, rescues and supplementary families included -- is
 ``k`` copies of a token ``a`` followed by ``m >= 1`` copies of the final token ``x`` (or ``a``
 alone), so each head's value is ``f_h = (k rho u_a + m u_x) / (k rho + m)`` with
-``rho = exp((a - x)^T W x)``, ``u = v.token``, computed once per distinct ``(a, x)``.  The
+``rho = exp((a - x)^T W x)``, ``u = v.token``, computed once per distinct ``(a, x)`` (``W x`` once
+per final token), in the field's precision -- gmpy2 at the context's precision, each dot
+product rounded once as mpmath's ``fdot`` -- and each observation's value likewise; the
+tolerances, a bound needing a few digits, for all observations at once in float64.  The
 tolerance is ``eta_q`` plus the first-order effect of the parameter bounds
 (``df_h/dv = p_a a + p_x x``; ``df_h/dW_rc = p_a p_x (u_a - u_x) e_r x_c``) plus rounding;
 a miss is :class:`~exactlearn.errors.NoisierThanDeclared`.  With ``allowance`` each residual
@@ -84,8 +87,9 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False, Bu=No
             pid[n], ks[n], ms[n] = p, k, m
             if k == 0:
                 f = pairs.ux_sum[p]
-            else:                        # f_h = u_x + (u_a - u_x) k / (k + m / rho)
-                f = pairs.ux_sum[p] + gmpy2.fsum([du * k / (k + m * ir) for du, ir in pairs.mp[p]])
+            else:                        # f_h = (k u_a + m u_x / rho) / (k + m / rho): each
+                # head's rounding within a few units of p_a |u_a| + p_x |u_x| (the size)
+                f = gmpy2.fsum([(k * ua + m * ir * ux) / (k + m * ir) for ua, ux, ir in pairs.mp[p]])
             if cK is not None:
                 f += cK
             r[n] = float(f - to_mpfr(y if hasattr(y, "_mpf_") else K(y)))
@@ -130,8 +134,8 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False, Bu=No
 
 
 class _Pairs:
-    """Per distinct token pair ``(a, x)`` and head: in the field, ``u_a - u_x`` and ``1 / rho``
-    (``mp``) and ``sum_h u_x`` (``ux_sum``); in float64 for the tolerances, ``log rho``,
+    """Per distinct token pair ``(a, x)`` and head: in the field, ``u_a``, ``u_x`` and
+    ``1 / rho`` (``mp``) and ``sum_h u_x`` (``ux_sum``); in float64 for the tolerances, ``log rho``,
     ``|u_a|``, ``|u_x|``, and the bound terms ``|a - x|^T B_W |x|`` (+ ``|a - x|^T B_u``),
     ``|a|^T B_v``, ``|x|^T B_v``.  ``W x`` (+ u) and ``u_x`` are formed once per final token.
     The field's numbers are gmpy2's at its precision (built inside
@@ -192,7 +196,7 @@ class _Pairs:
         for h, (w, wxx, ux) in enumerate(wx):
             z = self._dot(a, w) - wxx                    # log rho = (a - x)^T (W x + u)
             ua = self._dot(self.v[h], a)
-            mp.append((ua - ux, gmpy2.exp(-z)))
+            mp.append((ua, ux, gmpy2.exp(-z)))
             kw = float(ef @ self.BW[h] @ xf) + (float(ef @ self.Bu[h]) if self.bias else 0.0)
             fl.append((float(z), abs(float(ua)), abs(float(ux)), abs(float(ua - ux)), kw,
                        float(af @ self.Bv[h]), float(xf @ self.Bv[h])))

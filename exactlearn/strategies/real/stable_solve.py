@@ -6,8 +6,8 @@ In the coordinates ``M = E^T W X`` (``M[j][i] = e_j^T W x_i``) every family meas
 entry of M, or a sum or difference of two, and its c-values ``y_j = c(e_j) = -v.e_j``
 likewise (:func:`rows_of`).  Per head, a weighted least-squares fit (:func:`wls_sparse`:
 a float64 left inverse G, values by iterative refinement in the field's precision
-(:func:`~exactlearn.strategies.real.lsq.refine`), float64
-sensitivities ``G S``) gives M and y; then ``W = E^-T M X^-1``, ``v = -E^-T y``
+(:func:`~exactlearn.strategies.real.lsq.refine`: residuals in the field, corrections in
+float64, their rounding in the bound), float64 sensitivities ``G S``) gives M and y; then ``W = E^-T M X^-1``, ``v = -E^-T y``
 (:func:`solve_stable_heads`).  :func:`undetermined` and :func:`weak_entries` tell the plan
 where supplementary families are needed.
 
