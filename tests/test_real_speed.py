@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import mpmath
 import numpy as np
+import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from exactlearn import learn
@@ -22,6 +23,8 @@ def _blas_threads():
     return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
 
 
+@pytest.mark.skipif(not any(i["user_api"] == "blas" for i in threadpool_info()),
+                    reason="no BLAS library that threadpoolctl controls")
 def test_the_learner_pins_blas_to_one_thread_and_the_box_keeps_its_own(monkeypatch):
     layer = NumpyAttention.from_seed(4, 2, 0)
     seen_box, seen_fit = [], []
