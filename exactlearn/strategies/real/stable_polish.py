@@ -43,6 +43,8 @@ observation (a column of ones beside the v block): ``H (d^2 + 2d) + 1`` unknowns
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from exactlearn.model import Head, HeadSet
@@ -66,11 +68,7 @@ class _Families:
 
     def __init__(self, rec, start, etas, bias=False):
         self.bias = bool(bias)
-        groups: dict = {}
-        for q in range(start, len(rec.observations)):
-            tokens, y = rec.observations[q]
-            a, x, k, m = family_key(tokens)
-            groups.setdefault((a, x), []).append((q, k, m, float(y)))
+        groups = _grouped(rec, start)
         self.pairs = list(groups)
         self.a = np.array([[float(t) for t in a] for a, _ in self.pairs])
         self.x = np.array([[float(t) for t in x] for _, x in self.pairs])
@@ -95,6 +93,31 @@ class _Families:
         self.y_all, self.eta_all = flat(self.y), flat(self.eta)
         with np.errstate(divide="ignore"):
             self.logkm = np.log(self.k_all) - np.log(self.m_all)
+
+
+_GROUPED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _grouped(rec, start) -> dict:
+    """The observations since ``start`` grouped by their token pair: ``{(a, x): [(q, k, m,
+    y)]}``.  A recorder's observations are only ever appended, so the grouping of its first
+    ``n`` is kept (per recorder, while it lives) for the polish, its hat and its tests, which
+    group the same observations again."""
+    n = len(rec.observations)
+    try:
+        memo = _GROUPED.setdefault(rec, {})
+    except TypeError:                   # a recorder without weak references: not kept
+        memo = {}
+    got = memo.get((start, n))
+    if got is None:
+        got = {}
+        for q in range(start, n):
+            tokens, y = rec.observations[q]
+            a, x, k, m = family_key(tokens)
+            got.setdefault((a, x), []).append((q, k, m, float(y)))
+        memo.clear()                    # the latest grouping only
+        memo[(start, n)] = got
+    return got
 
 
 def _values(fam, f, W, V, dt=np.float64, c=0.0):
