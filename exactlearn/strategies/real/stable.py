@@ -271,9 +271,10 @@ class _Noise:
 
     def __init__(self, K, eta, eta_rel):
         self.K, self.eta, self.rel = K, float(eta), float(eta_rel)
+        self.unit = float(rounding(K, 1))       # a power of two: unit * size is exact
 
     def of(self, y, size):
-        return self.eta + self.rel * abs(float(y)) + float(rounding(self.K, size))
+        return self.eta + self.rel * abs(float(y)) + self.unit * float(size)
 
 
 RESCUE = (mpq(1, 2), mpq(2), mpq(1, 4), mpq(4))   # a family that fails is re-asked scaled
