@@ -57,16 +57,24 @@ class TokenAdapter:
     def _convert(self, tokens):
         tokens = list(tokens)       # alive while the ids below are used
         seen: dict = {}             # a query repeats its tokens: each distinct object once
-        rows = []
+        rows, runs = [], []         # runs of the same token object: [row index, copies]
+        prev = None
         for t in tokens:
-            row = seen.get(id(t))
-            if row is None:
-                row = seen[id(t)] = self._row(tuple(t))
-            rows.append(row)
+            if t is prev:
+                runs[-1][1] += 1
+                continue
+            prev = t
+            i = seen.get(id(t))
+            if i is None:
+                i = seen[id(t)] = len(rows)
+                rows.append(self._row(tuple(t)))
+            runs.append([i, 1])
         if self.kind == "float":
-            return rows
+            return [rows[i] for i, n in runs for _ in range(n)]
         import numpy as np
-        return np.array(rows, dtype=np.float32 if self.kind == "float32" else np.float64)
+        U = np.array(rows, dtype=np.float32 if self.kind == "float32" else np.float64)
+        idx, counts = zip(*runs) if runs else ((), ())
+        return np.repeat(U[list(idx)], list(counts), axis=0) if runs else U
 
     def __call__(self, tokens):
         return self.box(self._convert(tokens))

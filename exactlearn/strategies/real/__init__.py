@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from exactlearn.errors import DegenerateDraw, LearningFailure, ResidualsBeyondNoise
 from exactlearn.pipeline.plan import draw_paper_plan
 from exactlearn.strategies.real.learn import run_real, verify_real
+from exactlearn.strategies.real.lsq import one_blas_thread
 from exactlearn.strategies.real.stable import run_stable, stable_count
 
 #: The strategy runs over the real field (inexact) only.
@@ -142,10 +143,11 @@ def run(plan, ask, K, trace, options) -> tuple:
 
 def _run_once(plan, ask, K, options, fit_heads):
     if options.plan == "stable":
-        return run_stable(plan, ask, K, noise=options.noise, noise_rel=options.noise_rel,
-                          query_scale=options.query_scale, heads_exact=options.heads_given,
-                          probe_log=options.state.probes, fit_heads=fit_heads,
-                          bias=getattr(options, "bias", False))
+        with one_blas_thread():        # the box keeps its threads (stable._Asker)
+            return run_stable(plan, ask, K, noise=options.noise, noise_rel=options.noise_rel,
+                              query_scale=options.query_scale, heads_exact=options.heads_given,
+                              probe_log=options.state.probes, fit_heads=fit_heads,
+                              bias=getattr(options, "bias", False))
     return run_real(plan, ask, K, noise=options.noise, query_scale=options.query_scale,
                     snap=options.snap, probe_log=options.state.probes, fit_heads=fit_heads)
 

@@ -7,14 +7,17 @@ Every float64 fit of the real learner -- a ratio family's poles
 (:mod:`~exactlearn.strategies.real.stable_polish`) -- is a call of :func:`solve`, which is
 ``scipy.optimize.least_squares`` (MINPACK's Levenberg--Marquardt ``"lm"``, or the trust-region
 reflective ``"trf"`` where there are fewer residuals than parameters) with the analytic
-Jacobian.  Its result is scipy's ``OptimizeResult``: a caller branches on ``status``
+Jacobian; ``"lm"`` calls the same MINPACK routine through ``scipy.optimize.leastsq``, with
+least_squares' settings (the same iterates) and less Python per evaluation (:func:`_lmder`).
+Its result is scipy's ``OptimizeResult``: a caller branches on ``status``
 (``> 0``: a tolerance was met; ``0``: ``max_nfev`` evaluations spent; ``-1``: improper input)
 and reads ``x``, ``cost`` (half the sum of squared residuals) and ``nfev``.  The
 tolerances default to float64's epsilon: the fits run until float64 can no longer decrease
 the cost, since the field's precision is reached afterwards from there.
 
 Where the field is more precise than float64 the values are finished by :func:`refine`, the
-one iteration that runs in the field's own mpmath context: ``theta <- theta - step(theta)``,
+one iteration that runs in the field's own precision (mpmath, or gmpy2 at the same precision:
+:func:`to_mpfr`, :func:`field_precision`): ``theta <- theta - step(theta)``,
 with ``step`` a (Gauss--)Newton correction -- a float64 pseudo-inverse kept fixed (a
 contraction: ``G J = I + O(eps)``) or the Jacobian's pseudo-inverse recomputed in the
 context.
@@ -39,10 +42,13 @@ context.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+import gmpy2
 import numpy as np
-from scipy.optimize import OptimizeResult, least_squares
+from scipy.optimize import OptimizeResult, least_squares, leastsq
+from threadpoolctl import ThreadpoolController
 
 EPS = float(np.finfo(float).eps)
 
@@ -62,9 +68,31 @@ def solve(residual, jacobian, theta0, *, method=None, ftol=EPS, xtol=EPS, gtol=E
                                   nfev=1, njev=0, message="not finite at the start")
         if method is None:
             method = "lm" if len(r0) >= len(theta0) else "trf"
+        if method == "lm":
+            return _lmder(residual, jacobian, theta0, ftol, xtol, gtol, max_nfev)
         return least_squares(lambda th: _finite(residual(th)), theta0,
                              jac=lambda th: _finite(jacobian(th)), method=method, ftol=ftol,
                              xtol=xtol, gtol=gtol, max_nfev=max_nfev)
+
+
+#: MINPACK's info (lmder) as least_squares' status
+_STATUS = {0: -1, 1: 2, 2: 3, 3: 4, 4: 1, 5: 0}
+
+
+def _lmder(residual, jacobian, theta0, ftol, xtol, gtol, max_nfev):
+    """``least_squares(method="lm")`` without its per-evaluation wrapping: the same MINPACK
+    ``lmder`` call (through ``scipy.optimize.leastsq``: no column scaling given, so MINPACK
+    scales by the Jacobian's columns as least_squares' default ``x_scale="jac"`` does; factor
+    100; at most ``100 n`` evaluations unless given), so the same iterates, at a fraction of
+    the Python overhead of each evaluation of these small fits."""
+    n = theta0.size
+    x, _, info, _, ier = leastsq(lambda th: _finite(residual(th)), theta0,
+                                 Dfun=lambda th: _finite(jacobian(th)), full_output=True,
+                                 ftol=ftol, xtol=xtol, gtol=gtol,
+                                 maxfev=100 * n if max_nfev is None else max_nfev)
+    f = info["fvec"]
+    return OptimizeResult(x=x, cost=0.5 * float(np.dot(f, f)), fun=f, status=_STATUS[ier],
+                          success=_STATUS[ier] > 0, nfev=info["nfev"], njev=info.get("njev"))
 
 
 BIG = 1e100          # a non-finite residual or derivative at a trial point, in its stead
@@ -94,6 +122,74 @@ def last(fn):
     return once
 
 
+def to_mpfr(x):
+    """An mpmath ``mpf`` as the same number in gmpy2's ``mpfr``, for arithmetic at the
+    field's precision (:func:`field_precision`) about ten times faster than mpmath's; exact
+    inside that context (a mantissa of at most its precision), infinities and nan as
+    themselves.
+
+    >>> import mpmath
+    >>> ctx = mpmath.mp.clone(); ctx.prec = 120
+    >>> third = ctx.mpf(1) / 3
+    >>> with field_precision(ctx):
+    ...     r = to_mpfr(third)
+    ...     exact = ctx.mpf(r.as_integer_ratio()[0]) / r.as_integer_ratio()[1] == third
+    ...     one = r * 3 == 1
+    ...     neg = to_mpfr(-third) < 0
+    >>> exact, one, neg
+    (True, True, True)
+    """
+    sign, man, exp, bc = x._mpf_
+    if not man:
+        return gmpy2.mpfr(float(x))
+    r = gmpy2.mul_2exp(gmpy2.mpfr(man, max(int(bc), 1)), int(exp))
+    return -r if sign else r
+
+
+def field_precision(ctx):
+    """gmpy2's context at ``ctx``'s precision (its ``prec`` now, extra precision included),
+    rounding to nearest as mpmath does: the arithmetic of :func:`to_mpfr`'s numbers."""
+    return gmpy2.context(precision=int(ctx.prec))
+
+
+_BLAS: list = []      # the process's ThreadpoolController and the BLAS thread count it found
+
+
+def _blas():
+    if not _BLAS:
+        ctl = ThreadpoolController()
+        blas = ctl.select(user_api="blas")
+        _BLAS.extend([ctl, max((c.num_threads for c in blas.lib_controllers), default=1)])
+    return _BLAS
+
+
+@contextmanager
+def one_blas_thread():
+    """BLAS (numpy's and scipy's OpenBLAS) at one thread inside the block.  The learner's linear
+    algebra is many small SVDs, eigendecompositions and products (matrices of tens to a few
+    hundred rows), which threads do not speed up; on a loaded machine a thread pool waiting
+    for busy cores made them 20--170 times slower (issue 23).  The box runs with the threads
+    it had (:func:`box_blas_threads`).
+
+    >>> with one_blas_thread():
+    ...     inside = [c.num_threads for c in _blas()[0].select(user_api="blas").lib_controllers]
+    >>> all(n == 1 for n in inside)
+    True
+    """
+    ctl, _ = _blas()
+    with ctl.limit(limits=1, user_api="blas"):
+        yield
+
+
+@contextmanager
+def box_blas_threads():
+    """Inside :func:`one_blas_thread`: the BLAS thread count the process had, for the black
+    box's own computation."""
+    ctl, n = _blas()
+    with ctl.limit(limits=n, user_api="blas"):
+        yield
+
+
 @dataclass(frozen=True)
 class Refined:
     """What :func:`refine` did: ``theta`` (in the context), the size of its last step,
@@ -105,20 +201,35 @@ class Refined:
     converged: bool
 
 
-def refine(ctx, step, theta, *, goal, steps, floor=None) -> Refined:
+def refine(ctx, step, theta, *, goal, steps, floor=None, linear=False) -> Refined:
     """``theta <- theta - step(theta)`` in ``ctx`` (module doc) until every component's step is
     at most ``goal`` times ``max(1, |theta_i|)`` (converged), or -- with ``floor`` given --
     the step no longer halves from the third on while it is at most ``floor`` (the rounding
-    floor of a fixed float64 ``step``: converged too); not converged after ``steps``."""
+    floor of a fixed float64 ``step``: converged too); not converged after ``steps``.
+
+    ``linear``: ``step`` is a fixed linear map of the residuals, so near a solution the steps
+    shrink geometrically.  Then a step within ``floor`` that is at most half the one before
+    also converges (a contraction by at least 2 seen: the distance left is at most that step,
+    which the callers' bounds add twice); and the iteration stops, not converged, once two
+    steps in a row show that their contraction cannot bring the step to ``floor`` within the
+    steps left (a step that grows, or shrinks too slowly)."""
     theta = [ctx.mpf(t) for t in theta]
     prev = size = None
+    doomed = 0
     for it in range(steps):
         delta = step(theta)
         theta = [t - s for t, s in zip(theta, delta)]
         size = max(abs(s) for s in delta)
         if all(abs(s) <= goal * max(1, abs(t)) for s, t in zip(delta, theta)):
             return Refined(theta, size, it + 1, True)
-        if floor is not None and it >= 2 and size > prev / 2 and size <= floor:
+        if floor is not None and it >= 1 and size <= floor and (
+                (linear and size <= prev / 2) or (it >= 2 and size > prev / 2)):
             return Refined(theta, size, it + 1, True)
+        if linear and floor is not None and it >= 1 and size > floor:
+            q = size / prev if prev else ctx.inf
+            left = steps - it - 1
+            doomed = doomed + 1 if (not q < 1 or size * q ** left > floor) else 0
+            if doomed >= 2:
+                return Refined(theta, size, it + 1, False)
         prev = size
     return Refined(theta, size, steps, False)

@@ -20,8 +20,11 @@ at float64 accuracy.  :func:`ratio_nodes` spreads ``t`` geometrically over
 squares (weights ``1/eta_q``): a Loewner (AAA-style) start in ``z = t/(1+t)``, where
 ``f`` is rational of type ``(m, m)`` on ``[0, 1]``; Levenberg-Marquardt in float64
 (:func:`~exactlearn.strategies.real.lsq.solve`, MINPACK through scipy); then
-Gauss-Newton steps in the field's own mpmath context
-(:func:`~exactlearn.strategies.real.lsq.refine`) with the float64 weighted pseudo-inverse ``G``, so the values carry the field's precision.  To first order
+Gauss-Newton steps (:func:`~exactlearn.strategies.real.lsq.refine`) with the float64 weighted
+pseudo-inverse ``G``, so the values carry the field's precision: each residual is computed
+in the field's precision (gmpy2 at the context's precision,
+:func:`~exactlearn.strategies.real.lsq.to_mpfr`), the correction ``G r`` in float64, whose
+rounding -- at most ``(n + 2) eps |G| |r|`` -- is added to the bounds.  To first order
 ``d theta = G d y``: ``G`` *is* the sensitivity (a dense float64 matrix; bounds need only
 a few digits).  The residual of every sample is checked against its first-order bound
 ``|(J G - I)| eta`` (a box noisier than declared fails,
@@ -43,11 +46,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import gmpy2
 import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import DegenerateDraw, InterpolationError
-from exactlearn.strategies.real.lsq import last, refine, solve
+from exactlearn.strategies.real.lsq import (EPS, field_precision, refine, solve,
+                                            to_mpfr)
 from exactlearn.strategies.real.sensitivity import LO, check_noise, rounding
 
 #: token entries on the dyadic grid 2^-GRID (exact in float32 and float64 at the plan's sizes)
@@ -151,8 +156,9 @@ def _start(zs, ys, w, m, shift=0):
     n = len(z)
     sup = sorted({min(n - 1, int(round(j * (n - 1) / m)) + (shift if 0 < j < m else 0))
                   for j in range(m + 1)})
-    test = [i for i in range(n) if i not in sup]
-    L = np.array([[(ys[i] - ys[j]) / (z[i] - z[j]) for j in sup] for i in test])
+    test = np.array([i for i in range(n) if i not in sup], dtype=np.intp)
+    js = np.array(sup, dtype=np.intp)
+    L = (ys[test][:, None] - ys[js][None, :]) / (z[test][:, None] - z[js][None, :])
     L = L * w[test][:, None]
     _, _, Vt = np.linalg.svd(L)
     wts = Vt[-1]
@@ -169,12 +175,48 @@ def _start(zs, ys, w, m, shift=0):
     return np.sort(np.log(rho))
 
 
+class _Weighted:
+    """The weighted residuals ``(f - y) w`` and their Jacobian at one point, computed together
+    (MINPACK asks the Jacobian where it evaluated last) with the arithmetic of :func:`_model`;
+    the finite nodes, when they come first (as :func:`ratio_nodes` orders them), by slices."""
+
+    def __init__(self, zs, ys, w, m):
+        self.zs, self.ys, self.w, self.w2, self.m = zs, ys, w, w[:, None], m
+        fin = np.isfinite(zs)
+        nf = int(fin.sum())
+        self.fin = slice(0, nf) if fin[:nf].all() else fin
+        self.t = zs[fin][:, None]
+        self.key = None
+
+    def _at(self, theta):
+        key = theta.tobytes()
+        if key != self.key:
+            m, fin, t = self.m, self.fin, self.t
+            A, ls, cs = theta[0], theta[1:m + 1], theta[m + 1:]
+            rho = np.exp(ls)
+            n = len(self.zs)
+            J = np.zeros((n, 2 * m + 1))
+            f = np.full(n, A)
+            J[:, 0] = 1
+            den = 1 + t * rho[None, :]
+            f[fin] += (cs[None, :] / den).sum(axis=1)
+            J[fin, 1:m + 1] = -cs[None, :] * t * rho[None, :] / den ** 2
+            J[fin, m + 1:] = 1 / den
+            self.key, self.r, self.J = key, (f - self.ys) * self.w, J * self.w2
+        return self
+
+    def residual(self, theta):
+        return self._at(np.asarray(theta, dtype=float)).r
+
+    def jacobian(self, theta):
+        return self._at(np.asarray(theta, dtype=float)).J
+
+
 def _lsq(theta, zs, ys, w, m, evaluations=LSQ_EVALUATIONS):
     """Levenberg--Marquardt (:func:`~exactlearn.strategies.real.lsq.solve`) on the weighted
     residuals: ``(theta, weighted sum of squares)``."""
-    model = last(lambda th: _model(th, zs, m))
-    got = solve(lambda th: (model(th)[0] - ys) * w, lambda th: model(th)[1] * w[:, None], theta,
-                max_nfev=evaluations)
+    model = _Weighted(zs, ys, w, m)
+    got = solve(model.residual, model.jacobian, theta, max_nfev=evaluations)
     return got.x, 2 * got.cost
 
 
@@ -236,24 +278,31 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family",
     if not np.all(np.isfinite(G)):
         raise InterpolationError(f"{what}: the samples do not determine {m} heads (a singular "
                                  f"Jacobian: a head's step lies beyond the nodes, or c_h = 0)")
-    # Gauss-Newton in the field's precision with the float64 G (a contraction: G J = I + O(eps))
-    with ctx.extraprec(30):
-        tk = [None if t is None else K(t) for t in ts]
-        yk = [ctx.mpf(y) for y in ys]
-        Gm = [[ctx.mpf(float(g)) for g in row] for row in G]
+    # Gauss-Newton in the field's precision with the float64 G (a contraction: G J = I + O(eps)):
+    # the residuals in the field's precision, the correction G r in float64
+    n = len(zs)
+    gabs = np.abs(G)
+    slack = [0.0]
+    with ctx.extraprec(30), field_precision(ctx):
+        tk = [None if t is None else to_mpfr(K(t)) for t in ts]
+        yk = [to_mpfr(ctx.mpf(y)) for y in ys]
         tiny = 1e-6 * float(np.min(np.abs(G) @ eta))   # far below every parameter's bound
 
         def step(th):
-            res = _residuals(ctx, th, tk, yk, m)
-            return [ctx.fdot(row, res) for row in Gm]
+            rf = np.array([float(r) for r in _residuals(th, tk, yk, m)])
+            with np.errstate(all="ignore"):        # a diverging step: nan, not converged
+                # G r in float64 differs from the exact product by at most (n + 2) eps |G| |r|
+                # (its rounding, and r's to float64): added to the bounds below
+                slack[0] = float(np.max(gabs @ np.abs(rf))) * (n + 2) * EPS
+                return [ctx.mpf(float(x)) for x in G @ rf]
 
         out = refine(ctx, step, [float(x) for x in theta], goal=ctx.ldexp(1, -K.prec), steps=24,
-                     floor=tiny)
+                     floor=tiny, linear=True)
         if not out.converged:
             raise InterpolationError(f"{what}: the refinement of the least-squares fit with "
                                      f"{m} heads did not converge")
-        th, size = out.theta, out.size
-        res = _residuals(ctx, th, tk, yk, m)
+        th, size = out.theta, float(out.size) + slack[0]
+        res = _residuals(th, tk, yk, m)
     with np.errstate(all="ignore"):
         R = J @ G - np.eye(len(zs))
     rbound = np.abs(R) @ eta
@@ -268,11 +317,14 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family",
     return RatioFit(+th[0], [+x for x in th[1:m + 1]], [+x for x in th[m + 1:]], G, bounds, worst)
 
 
-def _residuals(ctx, th, ts, ys, m):
+def _residuals(th, ts, ys, m):
+    """``f(t) - y`` at every sample, in gmpy2 at the field's precision (:func:`field_precision`
+    entered by the caller; ``ts``, ``ys`` as mpfr, ``None`` for t = oo; ``th`` in mpmath)."""
+    th = [to_mpfr(x) for x in th]
     A, ls, cs = th[0], th[1:m + 1], th[m + 1:]
-    rho = [ctx.exp(x) for x in ls]
+    rho = [gmpy2.exp(x) for x in ls]
     out = []
     for t, y in zip(ts, ys):
-        f = A if t is None else A + ctx.fsum(c / (1 + t * r) for c, r in zip(cs, rho))
+        f = A if t is None else A + gmpy2.fsum([c / (1 + t * r) for c, r in zip(cs, rho)])
         out.append(f - y)
     return out

@@ -100,6 +100,7 @@ from exactlearn.strategies.real.certificate import (SAFETY, SECOND_ORDER, RealOu
                                                     residual_bounds)
 from exactlearn.strategies.real.labels import label_by_c, label_families, references
 from exactlearn.strategies.real.probe import cayley
+from exactlearn.strategies.real.lsq import box_blas_threads
 from exactlearn.strategies.real.ratio import (COARSE_EVALUATIONS, LSQ_EVALUATIONS, MAX_COPIES,
                                               dyadic, family_tokens, fit_ratio_family, node_t,
                                               ratio_nodes)
@@ -215,7 +216,11 @@ def dyadic_basis(cols):
 
 
 class _Asker:
-    """Asks queries (in batches when the box has ``batch``) once each, keeping indices."""
+    """Asks queries (in batches when the box has ``batch``) once each, keeping indices.  A
+    query is known by its runs of equal tokens (:func:`query_key`): the plan's queries are
+    a few hundred copies of two tokens, so the key is built and hashed in a few steps.  The
+    box runs with the BLAS threads the process had
+    (:func:`~exactlearn.strategies.real.lsq.box_blas_threads`)."""
 
     def __init__(self, rec):
         self.rec = rec
@@ -223,7 +228,7 @@ class _Asker:
 
     def ask(self, queries) -> list:
         """``[(y, observation index)]`` for a list of token lists."""
-        keys = [tuple(tuple(t) for t in q) for q in queries]
+        keys = [query_key(q) for q in queries]
         new, seen_now = [], set()
         for key, q in zip(keys, queries):
             if key not in self.seen and key not in seen_now:
@@ -231,10 +236,34 @@ class _Asker:
                 new.append((key, q))
         if new:
             start = len(self.rec.observations)
-            ys = self.rec.ask_many([q for _, q in new])
+            with box_blas_threads():
+                ys = self.rec.ask_many([q for _, q in new])
             for n, ((key, _), y) in enumerate(zip(new, ys, strict=True)):
                 self.seen[key] = (y, start + n)
         return [self.seen[k] for k in keys]
+
+
+def query_key(tokens) -> tuple:
+    """The query as its runs: ``((token, copies), ...)``, adjacent equal tokens in one run (so
+    two queries have the same key exactly when they are the same sequence of tokens).
+
+    >>> query_key([(1, 2), (1, 2), (3, 4), (1, 2)])
+    (((1, 2), 2), ((3, 4), 1), ((1, 2), 1))
+    """
+    runs: list = []
+    prev = prev_key = None
+    for t in tokens:
+        if t is prev:                   # the same object: one more copy (no comparison)
+            runs[-1][1] += 1
+            continue
+        key = tuple(t)
+        if runs and key == prev_key:
+            runs[-1][1] += 1
+        else:
+            runs.append([key, 1])
+            prev_key = key
+        prev = t
+    return tuple((key, n) for key, n in runs)
 
 
 class _Noise:
@@ -242,9 +271,10 @@ class _Noise:
 
     def __init__(self, K, eta, eta_rel):
         self.K, self.eta, self.rel = K, float(eta), float(eta_rel)
+        self.unit = float(rounding(K, 1))       # a power of two: unit * size is exact
 
     def of(self, y, size):
-        return self.eta + self.rel * abs(float(y)) + float(rounding(self.K, size))
+        return self.eta + self.rel * abs(float(y)) + self.unit * float(size)
 
 
 RESCUE = (mpq(1, 2), mpq(2), mpq(1, 4), mpq(4))   # a family that fails is re-asked scaled

@@ -5,7 +5,10 @@ float black boxes").
 Every query of the stable plan -- probe, rescues and supplementary families included -- is
 ``k`` copies of a token ``a`` followed by ``m >= 1`` copies of the final token ``x`` (or ``a``
 alone), so each head's value is ``f_h = (k rho u_a + m u_x) / (k rho + m)`` with
-``rho = exp((a - x)^T W x)``, ``u = v.token``, computed once per distinct ``(a, x)``.  The
+``rho = exp((a - x)^T W x)``, ``u = v.token``, computed once per distinct ``(a, x)`` (``W x`` once
+per final token), in the field's precision -- gmpy2 at the context's precision, each dot
+product rounded once as mpmath's ``fdot`` -- and each observation's value likewise; the
+tolerances, a bound needing a few digits, for all observations at once in float64.  The
 tolerance is ``eta_q`` plus the first-order effect of the parameter bounds
 (``df_h/dv = p_a a + p_x x``; ``df_h/dW_rc = p_a p_x (u_a - u_x) e_r x_c``) plus rounding;
 a miss is :class:`~exactlearn.errors.NoisierThanDeclared`.  With ``allowance`` each residual
@@ -26,9 +29,11 @@ constant c and its bound are added to every value and tolerance.
 
 from __future__ import annotations
 
+import gmpy2
 import numpy as np
 
 from exactlearn.errors import NoisierThanDeclared, ResidualsBeyondNoise
+from exactlearn.strategies.real.lsq import field_precision, to_mpfr
 from exactlearn.strategies.real.sensitivity import rounding
 
 
@@ -61,73 +66,156 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False, Bu=No
     allows as well, ``(worst, worst_residual)``.  Every query of this
     plan (probe and rescues included) is ``k`` copies of a token ``a`` and ``m >= 1`` of a
     final token ``x`` (or ``a`` alone), so each head is evaluated in closed form once per
-    distinct ``(a, x)`` pair.  With biases: ``Bu`` the bounds of each head's ``u``,
-    ``constant`` and its bound ``Bc`` (module doc)."""
+    distinct ``(a, x)`` pair (:class:`_Pairs`): the value of each observation in the field's
+    precision, its tolerance (a bound, needing a few digits) in float64 for all at once.  With
+    biases: ``Bu`` the bounds of each head's ``u``, ``constant`` and its bound ``Bc`` (module
+    doc)."""
     ctx = K.ctx
-    bias = Bu is not None
-    Bun = [np.array(bu) for bu in Bu] if bias else None
-    worst = 0.0
-    Bvn = [np.array(bv) for bv in Bv]
-    BWn = [np.array(bw) for bw in BW]
-    cache: dict = {}
-
-    def per_head(a_tok, x_tok):
-        key = (a_tok, x_tok)
-        got = cache.get(key)
-        if got is None:
-            x = [K(t) for t in x_tok]
-            a = [K(t) for t in a_tok]
-            xf = np.array([abs(float(t)) for t in x_tok])
-            af = np.array([abs(float(t)) for t in a_tok])
-            ef = np.array([abs(float(p) - float(q)) for p, q in zip(a_tok, x_tok)])
-            got = []
-            for h, head in enumerate(heads):
-                wx = [ctx.fdot(row, x) for row in head.W]
-                if bias:
-                    wx = [w + K(b) for w, b in zip(wx, head.u)]
-                rho = ctx.exp(ctx.fdot(a, wx) - ctx.fdot(x, wx))
-                ua, ux = ctx.fdot(head.v, a), ctx.fdot(head.v, x)
-                kw = float(ef @ BWn[h] @ xf) + (float(ef @ Bun[h]) if bias else 0.0)
-                got.append((rho, ua, ux, kw, float(af @ Bvn[h]), float(xf @ Bvn[h])))
-            cache[key] = got
-        return got
-
+    N = len(rec.observations) - start
+    if N <= 0:
+        return 0.0 if allowance is False else (0.0, 0.0)
+    pid = np.zeros(N, dtype=np.intp)
+    ks, ms = np.zeros(N), np.zeros(N)
+    r = np.zeros(N)
+    with field_precision(ctx):       # the field's precision, in gmpy2 (lsq.to_mpfr)
+        pairs = _Pairs(heads, BW, Bv, K, Bu)
+        cK = to_mpfr(K(constant)) if Bu is not None else None
+        for n in range(N):
+            tokens, y = rec.observations[start + n]
+            a_tok, x_tok, k, m = family_key(tokens)
+            p = pairs.of(a_tok, x_tok)
+            pid[n], ks[n], ms[n] = p, k, m
+            if k == 0:
+                f = pairs.ux_sum[p]
+            else:                        # f_h = (k u_a + m u_x / rho) / (k + m / rho): each
+                # head's rounding within a few units of p_a |u_a| + p_x |u_x| (the size)
+                f = gmpy2.fsum([(k * ua + m * ir * ux) / (k + m * ir) for ua, ux, ir in pairs.mp[p]])
+            if cK is not None:
+                f += cK
+            r[n] = float(f - to_mpfr(y if hasattr(y, "_mpf_") else K(y)))
+    grad, size = pairs.tolerance(pid, ks, ms)
+    if Bu is not None:
+        grad += float(Bc)
+        size += abs(float(constant))
+    eta = np.asarray(etas, dtype=float)[start:start + N]
+    rnd = float(rounding(K, 1)) * 4 * size * (1 + 1e-12)   # rounding(K, 4 size), float64 rounded up
+    tol = eta + grad + rnd
+    res = np.abs(r)
+    ratio = res / tol
+    allow0 = eta + rnd
     worst_resid = 0.0
-    for q in range(start, len(rec.observations)):
-        tokens, y = rec.observations[q]
-        a_tok, x_tok, k, m = family_key(tokens)
-        f, grad, size = ctx.zero, 0.0, 0.0
-        for rho, ua, ux, kw, va, vx in per_head(a_tok, x_tok):
-            den = k * rho + m
-            pa, px = k * rho / den, m / den
-            f += pa * ua + px * ux
-            fpa, fpx = float(pa), float(px)
-            grad += fpa * va + fpx * vx + fpa * fpx * abs(float(ua - ux)) * kw
-            size += fpa * abs(float(ua)) + fpx * abs(float(ux))
-        if bias:
-            f += K(constant)
-            grad += float(Bc)
-            size += abs(float(constant))
-        tol = float(etas[q]) + grad + float(rounding(K, 4 * size))
-        ratio = abs(float(f - y)) / tol
-        worst = max(worst, ratio)
-        if allowance is not False and ratio <= 1:
-            allow = float(etas[q]) + float(rounding(K, 4 * size))
-            if abs(float(f - y)) > allow:
-                allow = (float("inf") if allowance is None      # no bound formed: not tested
-                         else max(allow, allowance(q) + float(rounding(K, 4 * size))))
-            worst_resid = max(worst_resid, abs(float(f - y)) / allow)
-            if abs(float(f - y)) > allow:
-                raise ResidualsBeyondNoise(
-                    f"outputs noisier than the declared eta (or a black box outside the model "
-                    f"class, or more heads than {len(heads)}): the recovered heads miss an "
-                    f"observation of length {len(tokens)} by {abs(float(f - y)):.3g}, "
-                    f"{abs(float(f - y)) / allow:.3g} times what the declared noise allows "
-                    f"({allow:.3g}: eta, or the noise propagated through the fit to first "
-                    f"order)", heads=len(heads))
-        if ratio > 1:
+    if allowance is not False:       # the residual test where the tolerance holds (module doc)
+        within = ratio <= 1
+        low = within & (res <= allow0)
+        worst_resid = float(np.max(res[low] / allow0[low], initial=0.0))
+        look = np.flatnonzero((ratio > 1) | (within & (res > allow0)))
+    else:
+        look = np.flatnonzero(ratio > 1)
+    for n in look:                       # in order: the first that fails names the failure
+        tokens = rec.observations[start + n][0]
+        if ratio[n] > 1:
             raise NoisierThanDeclared(
                 f"outputs noisier than the declared eta (or a black box outside the model "
                 f"class): the recovered heads miss an observation of length {len(tokens)} by "
-                f"{abs(float(f - y)):.3g} > tolerance {tol:.3g}")
+                f"{res[n]:.3g} > tolerance {tol[n]:.3g}")
+        allow = (float("inf") if allowance is None      # no bound formed: not tested
+                 else max(allow0[n], allowance(start + int(n)) + rnd[n]))
+        worst_resid = max(worst_resid, res[n] / allow)
+        if res[n] > allow:
+            raise ResidualsBeyondNoise(
+                f"outputs noisier than the declared eta (or a black box outside the model "
+                f"class, or more heads than {len(heads)}): the recovered heads miss an "
+                f"observation of length {len(tokens)} by {res[n]:.3g}, "
+                f"{res[n] / allow:.3g} times what the declared noise allows "
+                f"({allow:.3g}: eta, or the noise propagated through the fit to first "
+                f"order)", heads=len(heads))
+    worst = float(np.max(ratio, initial=0.0))
     return worst if allowance is False else (worst, worst_resid)
+
+
+class _Pairs:
+    """Per distinct token pair ``(a, x)`` and head: in the field, ``u_a``, ``u_x`` and
+    ``1 / rho`` (``mp``) and ``sum_h u_x`` (``ux_sum``); in float64 for the tolerances, ``log rho``,
+    ``|u_a|``, ``|u_x|``, and the bound terms ``|a - x|^T B_W |x|`` (+ ``|a - x|^T B_u``),
+    ``|a|^T B_v``, ``|x|^T B_v``.  ``W x`` (+ u) and ``u_x`` are formed once per final token.
+    The field's numbers are gmpy2's at its precision (built inside
+    :func:`~exactlearn.strategies.real.lsq.field_precision`); a dot product is rounded once,
+    as mpmath's ``fdot``: its products are exact at twice the precision, their sum
+    (``gmpy2.fsum``) correctly rounded."""
+
+    def __init__(self, heads, BW, Bv, K, Bu=None):
+        self.K, self.ctx = K, K.ctx
+        self.bias = Bu is not None
+        self.wide = gmpy2.context(precision=2 * int(K.ctx.prec) + 8)
+        self.W = [[[to_mpfr(K(a)) for a in row] for row in head.W] for head in heads]
+        self.v = [[to_mpfr(K(a)) for a in head.v] for head in heads]
+        self.u = [[to_mpfr(K(a)) for a in head.u] for head in heads] if self.bias else None
+        self.BW = [np.array(bw, dtype=float) for bw in BW]
+        self.Bv = [np.array(bv, dtype=float) for bv in Bv]
+        self.Bu = [np.array(bu, dtype=float) for bu in Bu] if self.bias else None
+        self.index: dict = {}
+        self.tok: dict = {}
+        self.xs: dict = {}
+        self.mp, self.ux_sum, self.fl = [], [], []
+
+    def _dot(self, p, q):
+        with self.wide:
+            prods = [a * b for a, b in zip(p, q)]
+        return gmpy2.fsum(prods)
+
+    def _token(self, t):
+        got = self.tok.get(t)
+        if got is None:
+            got = self.tok[t] = ([to_mpfr(self.K(a)) for a in t], np.array([float(a) for a in t]))
+        return got
+
+    def _final(self, x_tok):
+        got = self.xs.get(x_tok)
+        if got is None:
+            x, _ = self._token(x_tok)
+            wx = []
+            for h, W in enumerate(self.W):
+                w = [self._dot(row, x) for row in W]
+                if self.bias:
+                    w = [a + b for a, b in zip(w, self.u[h])]
+                wx.append((w, self._dot(w, x), self._dot(self.v[h], x)))
+            got = self.xs[x_tok] = (wx, gmpy2.fsum([ux for _, _, ux in wx]))
+        return got
+
+    def of(self, a_tok, x_tok) -> int:
+        key = (a_tok, x_tok)
+        p = self.index.get(key)
+        if p is not None:
+            return p
+        a, af = self._token(a_tok)
+        _, xf = self._token(x_tok)
+        ef = np.abs(af - xf)
+        xf, af = np.abs(xf), np.abs(af)
+        mp, fl = [], []
+        wx, ux_sum = self._final(x_tok)
+        for h, (w, wxx, ux) in enumerate(wx):
+            z = self._dot(a, w) - wxx                    # log rho = (a - x)^T (W x + u)
+            ua = self._dot(self.v[h], a)
+            mp.append((ua, ux, gmpy2.exp(-z)))
+            kw = float(ef @ self.BW[h] @ xf) + (float(ef @ self.Bu[h]) if self.bias else 0.0)
+            fl.append((float(z), abs(float(ua)), abs(float(ux)), abs(float(ua - ux)), kw,
+                       float(af @ self.Bv[h]), float(xf @ self.Bv[h])))
+        p = self.index[key] = len(self.mp)
+        self.mp.append(mp)
+        self.ux_sum.append(ux_sum)
+        self.fl.append(fl)
+        return p
+
+    def tolerance(self, pid, ks, ms):
+        """Per observation (pair ``pid``, ``k`` copies of a, ``m`` of x): the first-order effect
+        of the parameter bounds ``sum_h p_a B.a + p_x B.x + p_a p_x |u_a - u_x| kw`` and the
+        size of the terms ``sum_h p_a |u_a| + p_x |u_x|`` (module doc), in float64."""
+        F = np.array(self.fl)[pid]                       # N x H x 7
+        z, ua, ux, du, kw, va, vx = (F[:, :, i] for i in range(7))
+        with np.errstate(divide="ignore", over="ignore"):
+            s = np.log(ks)[:, None] - np.log(ms)[:, None] + z      # log (k rho / m)
+            pa = np.where(ks[:, None] == 0, 0.0, 1 / (1 + np.exp(-s)))
+            px = np.where(ks[:, None] == 0, 1.0, 1 / (1 + np.exp(s)))
+        grad = (pa * va + px * vx + pa * px * du * kw).sum(axis=1)
+        size = (pa * ua + px * ux).sum(axis=1)
+        return grad, size

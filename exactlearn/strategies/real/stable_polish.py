@@ -43,6 +43,8 @@ observation (a column of ones beside the v block): ``H (d^2 + 2d) + 1`` unknowns
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from exactlearn.model import Head, HeadSet
@@ -66,11 +68,7 @@ class _Families:
 
     def __init__(self, rec, start, etas, bias=False):
         self.bias = bool(bias)
-        groups: dict = {}
-        for q in range(start, len(rec.observations)):
-            tokens, y = rec.observations[q]
-            a, x, k, m = family_key(tokens)
-            groups.setdefault((a, x), []).append((q, k, m, float(y)))
+        groups = _grouped(rec, start)
         self.pairs = list(groups)
         self.a = np.array([[float(t) for t in a] for a, _ in self.pairs])
         self.x = np.array([[float(t) for t in x] for _, x in self.pairs])
@@ -86,6 +84,40 @@ class _Families:
             self.m.append(np.array([r[2] for r in rows], dtype=float))
             self.y.append(np.array([r[3] for r in rows]))
             self.eta.append(np.asarray(etas)[idx])
+        # the same, flat: every observation in family order, ``starts`` where each begins
+        sizes = np.array([len(q) for q in self.q], dtype=np.intp)
+        self.starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.intp)
+        self.fi = np.repeat(np.arange(len(self.pairs)), sizes)
+        flat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0))
+        self.k_all, self.m_all = flat(self.k), flat(self.m)
+        self.y_all, self.eta_all = flat(self.y), flat(self.eta)
+        with np.errstate(divide="ignore"):
+            self.logkm = np.log(self.k_all) - np.log(self.m_all)
+
+
+_GROUPED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _grouped(rec, start) -> dict:
+    """The observations since ``start`` grouped by their token pair: ``{(a, x): [(q, k, m,
+    y)]}``.  A recorder's observations are only ever appended, so the grouping of its first
+    ``n`` is kept (per recorder, while it lives) for the polish, its hat and its tests, which
+    group the same observations again."""
+    n = len(rec.observations)
+    try:
+        memo = _GROUPED.setdefault(rec, {})
+    except TypeError:                   # a recorder without weak references: not kept
+        memo = {}
+    got = memo.get((start, n))
+    if got is None:
+        got = {}
+        for q in range(start, n):
+            tokens, y = rec.observations[q]
+            a, x, k, m = family_key(tokens)
+            got.setdefault((a, x), []).append((q, k, m, float(y)))
+        memo.clear()                    # the latest grouping only
+        memo[(start, n)] = got
+    return got
 
 
 def _values(fam, f, W, V, dt=np.float64, c=0.0):
@@ -119,31 +151,65 @@ def _jv(fam, gv, n):
 
 def _normal(fam, W, V, c=0.0):
     """The normal matrix ``A`` and right-hand side ``b`` (module doc), the per-family reduced
-    Jacobians and weights, and the weighted cost."""
+    Jacobians and weights, and the weighted cost: every observation at once (the values of
+    :func:`_values`), the sums per family by ``np.add.reduceat``.  The v block of a query
+    is ``(1 - p_h) x + p_h a`` per head, so its products reduce to per-family sums of
+    ``w p_h p_g``-type weights times ``x x^T``, ``x a^T``, ``a a^T``."""
     H, d = V.shape
     dd = fam.D.shape[1]
     nv = H * d + fam.bias
     P = H * dd + nv
     F = len(fam.pairs)
-    Nzz = np.zeros((F, H, H))
+    fi = fam.fi
+    Z = fam.D @ W.reshape(H, -1).T                   # F x H: z_h of each family
+    UA, UX = fam.a @ V.T, fam.x @ V.T
+    with np.errstate(divide="ignore", over="ignore"):
+        s = fam.logkm[:, None] + Z[fi]                # N x H
+        p = np.where(fam.k_all[:, None] == 0, 0.0, 1 / (1 + np.exp(-s)))
+    du, ux = (UA - UX)[fi], UX[fi]
+    val = (ux + p * du).sum(axis=1)
+    gz = p * (1 - p) * du
+    size = (np.abs(ux) + p * np.abs(du)).sum(axis=1)
+    if fam.bias:
+        val = val + c
+        size = size + abs(float(c))
+    q = 1 - p
+    w = 1 / fam.eta_all ** 2
+    r = fam.y_all - val
+    cost = float(w @ r ** 2)
+
+    def per_family(X):
+        return np.add.reduceat(X, fam.starts, axis=0)
+
+    wg, wq, wp, wr = w[:, None] * gz, w[:, None] * q, w[:, None] * p, w * r
+    Nzz = per_family(wg[:, :, None] * gz[:, None, :])                    # F x H x H
+    Sx = per_family(wg[:, :, None] * q[:, None, :])                      # sum w gz_h (1 - p_g)
+    Sa = per_family(wg[:, :, None] * p[:, None, :])                      # sum w gz_h p_g
+    Txx = per_family(wq[:, :, None] * q[:, None, :])
+    Txa = per_family(wq[:, :, None] * p[:, None, :])                     # [f, h, g]: (1-p_h) p_g
+    Taa = per_family(wp[:, :, None] * p[:, None, :])
+    xs, as_ = fam.x, fam.a
+    Avv = (np.einsum("fhg,fi,fj->higj", Txx, xs, xs, optimize=True)
+           + np.einsum("fhg,fi,fj->higj", Txa, xs, as_, optimize=True)
+           + np.einsum("fgh,fi,fj->higj", Txa, as_, xs, optimize=True)
+           + np.einsum("fhg,fi,fj->higj", Taa, as_, as_, optimize=True)).reshape(H * d, H * d)
     Nzv = np.zeros((F, H, nv))
-    A = np.zeros((P, P))
-    bz = np.zeros((F, H))
+    Nzv[:, :, :H * d] = (np.einsum("fhg,fi->fhgi", Sx, xs)
+                         + np.einsum("fhg,fi->fhgi", Sa, as_)).reshape(F, H, H * d)
+    bz = per_family(wr[:, None] * gz)                                     # F x H
+    Rx, Ra = per_family(wr[:, None] * q), per_family(wr[:, None] * p)     # F x H
     bv = np.zeros(nv)
-    cost = 0.0
-    parts = []
-    for f in range(F):
-        val, gz, gv, size = _values(fam, f, W, V, c=c)
-        w = 1 / fam.eta[f] ** 2
-        r = fam.y[f] - val
-        cost += float(w @ r ** 2)
-        Jv = _jv(fam, gv, len(r))
-        Nzz[f] = gz.T @ (w[:, None] * gz)
-        Nzv[f] = gz.T @ (w[:, None] * Jv)
-        A[H * dd:, H * dd:] += Jv.T @ (w[:, None] * Jv)
-        bz[f] = gz.T @ (w * r)
-        bv += Jv.T @ (w * r)
-        parts.append((gz, Jv, w, size, r))
+    bv[:H * d] = (np.einsum("fh,fi->hi", Rx, xs) + np.einsum("fh,fi->hi", Ra, as_)).reshape(-1)
+    A = np.zeros((P, P))
+    A[H * dd:H * dd + H * d, H * dd:H * dd + H * d] = Avv
+    if fam.bias:                                     # the constant's column of ones
+        Nzv[:, :, -1] = per_family(wg)
+        col = (np.einsum("fh,fi->hi", per_family(wq), xs)
+               + np.einsum("fh,fi->hi", per_family(wp), as_)).reshape(-1)
+        A[H * dd:-1, -1] = col
+        A[-1, H * dd:-1] = col
+        A[-1, -1] = float(w.sum())
+        bv[-1] = float(wr.sum())
     Dm = fam.D
     for h in range(H):
         rows = slice(h * dd, (h + 1) * dd)
@@ -155,6 +221,12 @@ def _normal(fam, W, V, c=0.0):
         A[rows, H * dd:] = cross
         A[H * dd:, rows] = cross.T
     b = np.concatenate([Dm.T @ bz[:, h] for h in range(H)] + [bv])
+    gv = q[:, :, None] * xs[fi][:, None, :] + p[:, :, None] * as_[fi][:, None, :]
+    Jv = gv.reshape(len(r), H * d)
+    if fam.bias:
+        Jv = np.concatenate([Jv, np.ones((len(r), 1))], axis=1)
+    ends = list(fam.starts[1:]) + [len(r)]
+    parts = [(gz[i:j], Jv[i:j], w[i:j], size[i:j], r[i:j]) for i, j in zip(fam.starts, ends)]
     return A, b, parts, cost
 
 

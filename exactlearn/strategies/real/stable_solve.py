@@ -6,8 +6,8 @@ In the coordinates ``M = E^T W X`` (``M[j][i] = e_j^T W x_i``) every family meas
 entry of M, or a sum or difference of two, and its c-values ``y_j = c(e_j) = -v.e_j``
 likewise (:func:`rows_of`).  Per head, a weighted least-squares fit (:func:`wls_sparse`:
 a float64 left inverse G, values by iterative refinement in the field's precision
-(:func:`~exactlearn.strategies.real.lsq.refine`), float64
-sensitivities ``G S``) gives M and y; then ``W = E^-T M X^-1``, ``v = -E^-T y``
+(:func:`~exactlearn.strategies.real.lsq.refine`: residuals in the field, corrections in
+float64, their rounding in the bound), float64 sensitivities ``G S``) gives M and y; then ``W = E^-T M X^-1``, ``v = -E^-T y``
 (:func:`solve_stable_heads`).  :func:`undetermined` and :func:`weak_entries` tell the plan
 where supplementary families are needed.
 
@@ -35,7 +35,7 @@ from exactlearn.algebra import linalg
 from exactlearn.errors import SingularMatrix
 from exactlearn.fields.rational import QQ
 from exactlearn.model import Head
-from exactlearn.strategies.real.lsq import refine
+from exactlearn.strategies.real.lsq import EPS, refine
 
 WEAK = 10                # an entry whose bound proxy exceeds 10 x the median gets supplements
 WEIGHT_RANGE = 1e9       # the least squares' bounds span at most this factor
@@ -88,11 +88,11 @@ def rows_bias(frame, x, e, f, K):
 
 def undetermined(design, p) -> list:
     """The unknowns (column indices) that the rows of ``design`` do not determine."""
-    A = np.zeros((max(1, len(design)), p))
+    A = np.zeros((max(p, len(design)), p))     # zero rows below: the full null space in Vt
     for r, row in enumerate(design):
         for col, coef in row:
             A[r, col] = coef
-    _, sv, Vt = np.linalg.svd(A)
+    _, sv, Vt = np.linalg.svd(A, full_matrices=False)
     rank = int(np.sum(sv > 1e-9 * sv[0])) if len(sv) else 0
     null = Vt[rank:]
     return [u for u in range(p) if null.size and np.abs(null[:, u]).max() > 1e-6]
@@ -114,10 +114,12 @@ def weak_entries(rows, fits, index, m, d, dc=None) -> list:
         b = np.array([fits[n].bounds[1 + index[n][h]] for n in used])
         b = np.minimum(b, WEIGHT_RANGE * b.min())
         Aw = A / b[:, None]
-        try:
-            proxies.append(np.sqrt(np.abs(np.diag(np.linalg.pinv(Aw.T @ Aw, rcond=1e-15)))))
+        try:                   # diag of pinv(N), N = Aw^T Aw symmetric: through its eigenpairs
+            lam, V = np.linalg.eigh(Aw.T @ Aw)
         except np.linalg.LinAlgError:
             return []
+        keep = np.abs(lam) > 1e-15 * np.abs(lam).max()
+        proxies.append(np.sqrt((V[:, keep] ** 2) @ (1 / np.abs(lam[keep]))))
     proxies = np.array(proxies)
     worst = proxies.max(axis=0) / np.median(proxies)      # against every head's median
     weak = [u for u in np.argsort(-worst) if worst[u] > WEAK]
@@ -145,17 +147,24 @@ def wls_sparse(K, design, p, meas, bounds, sens_rows, n_obs):
     except np.linalg.LinAlgError:
         raise SingularMatrix("the weighted least-squares system of a head is singular") from None
     with ctx.extraprec(30):
-        Gm = [[ctx.mpf(float(g)) for g in row] for row in G]
+        mpf = ctx.mpf
+        gabs = np.abs(G)
+        slack = [0.0]
 
         def step(u):                   # G (A u - meas): G A = I + O(eps), a contraction
             r = [ctx.fsum(co * u[c] for c, co in design[n]) - meas[n] for n in range(N)]
-            return [ctx.fdot(row, r) for row in Gm]
+            rf = np.array([float(x) for x in r])
+            # the residual in the field's precision, the correction in float64: it differs
+            # from G r by at most (N + 2) eps |G| |r| (its rounding, and r's to float64)
+            slack[0] = float(np.max(gabs @ np.abs(rf))) * (N + 2) * EPS
+            return [mpf(float(x)) for x in G @ rf]
 
-        out = refine(ctx, step, [ctx.fdot(row, meas) for row in Gm], goal=ctx.ldexp(1, -ctx.prec),
-                     steps=16, floor=math.inf)         # converged, or at the rounding floor
+        start = [mpf(float(x)) for x in G @ np.array([float(x) for x in meas])]
+        out = refine(ctx, step, start, goal=ctx.ldexp(1, -ctx.prec), steps=16,
+                     floor=math.inf)         # converged, or at the rounding floor
         if not out.converged:
             raise SingularMatrix("the refinement of a head's least-squares solve did not converge")
-        u, size = out.theta, out.size
+        u, size = out.theta, float(out.size) + slack[0]
     S = np.zeros((p, n_obs))
     for n, (ids, row) in enumerate(sens_rows):
         S[:, ids] += np.outer(G[:, n], row)
