@@ -44,3 +44,49 @@ def test_noise_auto_with_outputs_within_the_limits_is_not_refused():
     except AssertionError:
         pass
     assert box.calls >= 1, res
+
+
+# Each module's names as c2c376c's flat modules let a user import them (project names only;
+# the standard library's and third-party modules' names they imported are left out).
+OLD_NAMES = {
+    "exactlearn.api": [
+        "BadBlackBox", "ClusterError", "DEFAULT_RANGES", "ExactLearnError", "ExactnessError",
+        "HeightExceeded", "LearnResult", "MAX_RETRIES", "MAX_VERIFY_QUERIES", "Oracle", "Options",
+        "PLANS", "Progress", "Recorder", "TokenAdapter", "VerificationFailed", "count_problem",
+        "current", "default_retries", "field_named", "head_bound", "learn", "learn_modular",
+        "paper_count", "readable_int", "resolve_field", "strategy_for", "using"],
+    "exactlearn.model": [
+        "BadReduction", "ExactnessError", "FORMAT", "Field", "Head", "HeadEvaluator", "HeadSet",
+        "ModelError", "MultiHeadAttention", "VectorEvaluator", "as_mpq", "canonicalize",
+        "check_format", "check_model_size", "check_outputs_size", "distinct_tokens", "dump_json",
+        "evaluator", "exact_matrix", "exact_vector", "format_rational", "is_matrix",
+        "lcm_of_denominators", "load_json", "structure"],
+    "exactlearn.oracle": [
+        "BadBlackBox", "CountingOracle", "DegenerateDraw", "ExactnessError", "Field",
+        "FieldError", "HeadEvaluator", "ModelError", "MultiHeadAttention", "OneLayerTransformer",
+        "Oracle", "OutputsView", "Recorder", "TokenAdapter", "TransformerEvaluator",
+        "TransformerOracle", "box_name", "checked_batch", "evaluator", "readable_int",
+        "require_ordered", "resolve_field"],
+}
+
+
+@pytest.mark.parametrize("module", sorted(OLD_NAMES))
+def test_the_old_modules_names_still_import(module):
+    """api, model and oracle became packages: every project name their flat modules let a
+    user import on c2c376c still imports, as the same object as its home module's."""
+    import importlib
+    import exactlearn.errors as errors
+    mod = importlib.import_module(module)
+    missing = [n for n in OLD_NAMES[module] if not hasattr(mod, n)]
+    assert not missing, f"{module} lost {missing}"
+    for name in ("ExactnessError", "BadBlackBox", "ModelError"):
+        if name in OLD_NAMES[module]:
+            assert getattr(mod, name) is getattr(errors, name)
+
+
+def test_star_import_of_transformer_model():
+    """transformer_model's __all__ named TransformerOracle, which lives in exactlearn.oracle:
+    ``from exactlearn.transformer_model import *`` raised AttributeError (also on c2c376c)."""
+    namespace: dict = {}
+    exec("from exactlearn.transformer_model import *", namespace)
+    assert "OneLayerTransformer" in namespace and "random_transformer" in namespace
