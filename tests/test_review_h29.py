@@ -90,3 +90,23 @@ def test_star_import_of_transformer_model():
     namespace: dict = {}
     exec("from exactlearn.transformer_model import *", namespace)
     assert "OneLayerTransformer" in namespace and "random_transformer" in namespace
+
+
+def test_the_efficient_plans_detail_over_the_modular_field_still_reads():
+    """Before ModularStrategy, ``res.detail`` of the efficient plan over the modular field was
+    its EfficientDetail; its fields still read (deprecated) through ModularDetail, and the
+    detail still pickles (Dask ships results)."""
+    import pickle
+    from exactlearn import MultiHeadAttention, Oracle
+    from exactlearn.fields import Modular
+    model = MultiHeadAttention([([[1, 0], [0, -1]], [1, 2]), ([[0, 1], [1, 0]], [-1, 1])])
+    res = learn(Oracle(model, Modular()), d=2, heads=2, seed=1, plan="efficient")
+    assert res.certified and res.heads == model.canonical_heads()
+    with pytest.warns(DeprecationWarning, match="ModularDetail.plan_detail is deprecated"):
+        assert res.detail.plan_detail == res.efficient_detail.plan_detail
+    with pytest.warns(DeprecationWarning):
+        assert list(res.detail.fallbacks) == res.plan_fallbacks
+    with pytest.raises(AttributeError):
+        res.detail.no_such_field
+    again = pickle.loads(pickle.dumps(res))
+    assert again.detail == res.detail and again.to_json() == res.to_json()
