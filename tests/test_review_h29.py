@@ -110,3 +110,28 @@ def test_the_efficient_plans_detail_over_the_modular_field_still_reads():
         res.detail.no_such_field
     again = pickle.loads(pickle.dumps(res))
     assert again.detail == res.detail and again.to_json() == res.to_json()
+
+
+@pytest.mark.slow                    # ~13 s: a failed run (its scale probe) and a redrawn one
+def test_a_plan_run_on_one_output_says_which_when_it_fails():
+    """noise='auto' with outputs=m runs the plan on one output drawn at random (the relative
+    bound): when that output does not see every head the plan itself fails, and the failure
+    names the output and retries= (docs: explanation/biases.md#vector-outputs says it does);
+    with retries= the run is certified within its bound of the layer's own heads."""
+    torch = pytest.importorskip("torch")
+    from exactlearn.adapters import torch as ta
+    from exactlearn.strategies.real.learn import max_parameter_error
+    torch.manual_seed(0)
+    layer = torch.nn.MultiheadAttention(4, 2, bias=False, batch_first=True,
+                                        dtype=torch.float64).eval()
+    with torch.no_grad():
+        layer.out_proj.weight[0, 2:] = 0.0           # output 1 reads head 1 only
+    res = learn(ta.black_box(layer), d=4, heads=2, field="real", tokens="float64",
+                noise="auto", outputs=4, seed=1)
+    assert not res.certified
+    assert "the plan ran on output 1 of 4 alone" in res.error and "retries=" in res.error
+    res = learn(ta.black_box(layer), d=4, heads=2, field="real", tokens="float64",
+                noise="auto", outputs=4, seed=1, retries=2)
+    assert res.certified, res.error
+    err, _ = max_parameter_error(res.heads, ta.true_heads(layer).heads(), res.field)
+    assert err <= res.error_bound
