@@ -51,7 +51,8 @@ from exactlearn.errors import NotOrdered
 
 FORMAT = "exactlearn.transformer/1"
 
-__all__ = ["OneLayerTransformer", "TransformerEvaluator", "TransformerOracle", "NotOrdered",
+# (its box, ``TransformerOracle``, is in :mod:`exactlearn.oracle`, a layer above)
+__all__ = ["OneLayerTransformer", "TransformerEvaluator", "NotOrdered",
            "FORMAT", "relu", "sign", "random_transformer"]
 
 

@@ -32,6 +32,17 @@ from exactlearn.fields.base import Field
 from exactlearn.progress import Progress, using
 from exactlearn.strategies import PLANS, choose
 
+# Names that ``from exactlearn.api import ...`` reached before api became a package (the old
+# module's imports); they stay importable from here, outside __all__.
+from exactlearn.errors import (BadBlackBox, ClusterError, ExactLearnError,  # noqa: F401,E402
+                               ExactnessError, HeightExceeded, VerificationFailed)
+from exactlearn.limits import (MAX_RETRIES, MAX_VERIFY_QUERIES,  # noqa: F401,E402
+                               count_problem, default_retries, readable_int)
+from exactlearn.oracle import Oracle, Recorder, TokenAdapter, resolve_field  # noqa: F401,E402
+from exactlearn.pipeline.multimodular import learn_modular  # noqa: F401,E402
+from exactlearn.pipeline.plan import head_bound, paper_count  # noqa: F401,E402
+from exactlearn.progress import current  # noqa: F401,E402
+
 __all__ = ["learn", "LearnResult", "RealOptions", "ModularOptions", "EfficientOptions",
            "DEFAULT_RANGES", "PLANS", "field_named", "strategy_for", "Options"]
 

@@ -69,6 +69,8 @@ def check_arguments(oracle, d, heads, max_heads, field, a: dict, options) -> Che
     if a["bias"] not in (True, False):
         raise ValueError(f"bias must be True or False, got {a['bias']!r}")
     _check_vector(oracle, a, K, d, H)
+    if auto:
+        _check_measurement(d, H, a)
     if a["bias"]:
         check_bias_options(K, plan, a["executor"])
         if a["max_height"] is not None:
@@ -108,6 +110,18 @@ def _check_real(a, K, plan) -> bool:
             raise ValueError("noise='auto' is one setting for the whole box, not one per output")
         return False
     return check_noise(noise, noise_rel, K, plan)
+
+
+def _check_measurement(d, H, a) -> None:
+    """``noise="auto"``: the measurement's queries, tokens and recorded answers (all m of
+    each query with ``outputs=m``) within the plan limits, before any query
+    (docs: reference/cli.md#limits)."""
+    from exactlearn.strategies.real.eta import (DRAWS, PERMUTATIONS, SCALES, STEPPED,
+                                                measurement_size_problem)
+    problem = measurement_size_problem(d, H, len(SCALES), DRAWS, PERMUTATIONS,
+                                       steps=a["tokens"] in STEPPED, outputs=a["outputs"] or 1)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def _check_modular(a, K, plan) -> None:

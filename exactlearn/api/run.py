@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from exactlearn.api.result import LearnResult
-from exactlearn.api.vector import draw_view, outputs_step, verify_outputs
+from exactlearn.api.vector import alone_note, draw_view, outputs_step, verify_outputs
 from exactlearn.errors import (BadBlackBox, ClusterError, ExactLearnError, ExactnessError,
                                HeightExceeded, VerificationFailed)
 from exactlearn.limits import readable_int
@@ -146,7 +146,7 @@ class Run:
             self._failed(exc, "")
             return True
         except ExactLearnError as exc:            # every failure says what it is
-            self._failed(exc, bound_hint(exc, self.H))
+            self._failed(exc, alone_note(self.view, str(exc)) + bound_hint(exc, self.H))
             return False
         finally:
             self.attempt_log.append({"queries": 0 if ask is None else ask.queries,

@@ -69,6 +69,20 @@ def draw_view(view, K, rng, noise, noise_rel=None):
     return combined_noise(K, r, noise, view.m)
 
 
+def alone_note(view, message: str) -> str:
+    """A failed attempt whose plan ran on one output alone (the real field with ``noise_rel``,
+    declared or measured by ``noise="auto"``): which one, and that ``retries=`` draws another
+    (docs: explanation/biases.md#vector-outputs); "" otherwise or when ``message`` says so."""
+    if view is None or view.K.is_exact or view.m == 1 or "the plan ran on output" in message:
+        return ""
+    alone = [j for j, x in enumerate(view.r) if x != 0]
+    if len(alone) != 1:
+        return ""
+    return (f" [the plan ran on output {alone[0] + 1} of {view.m} alone (a relative error "
+            f"bound: noise_rel= or noise='auto'): a head whose readout in that output is 0 is "
+            f"invisible there -- a degenerate draw; retries= draws another output]")
+
+
 def outputs_step(recovered, view, K, d, bias, multimodular, options, noise) -> tuple:
     """Every output's readout from the answers recorded on the scalar view, certified."""
     if not K.is_exact:

@@ -28,6 +28,15 @@ from exactlearn.model.evaluate import HeadEvaluator, VectorEvaluator, evaluator
 from exactlearn.model.heads import (Head, HeadSet, Structure, canonicalize, constant_of,
                                     distinct_tokens, exponent_entries, is_matrix, structure)
 
+# Names that ``from exactlearn.model import ...`` reached before model became a package (the
+# old module's imports); they stay importable from here, outside __all__.
+from exactlearn.errors import BadReduction, ExactnessError  # noqa: F401,E402
+from exactlearn.fields.base import (Field, as_mpq, format_rational,  # noqa: F401,E402
+                                    lcm_of_denominators)
+from exactlearn.io import (check_format, dump_json, exact_matrix, exact_vector,  # noqa: F401,E402
+                           load_json)
+from exactlearn.limits import check_model_size, check_outputs_size  # noqa: F401,E402
+
 __all__ = ["MultiHeadAttention", "Head", "HeadSet", "Structure", "canonicalize", "constant_of",
            "structure", "is_matrix", "distinct_tokens", "exponent_entries", "HeadEvaluator",
            "VectorEvaluator", "evaluator", "FORMAT", "FORMAT_BIAS", "FORMAT_VECTOR", "ModelError"]

@@ -24,5 +24,15 @@ from exactlearn.oracle.counting import CountingOracle, Oracle, TransformerOracle
 from exactlearn.oracle.recorder import Recorder
 from exactlearn.oracle.views import OutputsView, resolve_field
 
+# Names that ``from exactlearn.oracle import ...`` reached before oracle became a package (the
+# old module's imports); they stay importable from here, outside __all__.
+from exactlearn.errors import (BadBlackBox, DegenerateDraw, ExactnessError,  # noqa: F401,E402
+                               FieldError, ModelError)
+from exactlearn.fields.base import Field  # noqa: F401,E402
+from exactlearn.limits import readable_int  # noqa: F401,E402
+from exactlearn.model import HeadEvaluator, MultiHeadAttention, evaluator  # noqa: F401,E402
+from exactlearn.transformer_model import (OneLayerTransformer,  # noqa: F401,E402
+                                          TransformerEvaluator, require_ordered)
+
 __all__ = ["CountingOracle", "Oracle", "TransformerOracle", "Recorder", "TokenAdapter",
            "TOKEN_KINDS", "OutputsView", "resolve_field", "box_name", "checked_batch"]

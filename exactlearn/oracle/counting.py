@@ -19,7 +19,7 @@ class CountingOracle:
     (``.max_length``) and the time spent answering (``.seconds``).
 
     ``evaluate(tokens)`` computes the answer in ``field``; subclasses bind it
-    to a model (:class:`Oracle`, :class:`~exactlearn.transformer_model.TransformerOracle`).
+    to a model (:class:`Oracle`, :class:`TransformerOracle`).
     """
 
     #: Called with this oracle right after each count, answer or not (``None``: nothing

@@ -46,6 +46,20 @@ class ModularDetail:
     inner: object
     report: dict | None
 
+    def __getattr__(self, name):
+        """The wrapped strategy's detail fields (``fallbacks``, ``plan_detail`` of an
+        ``EfficientDetail``), which ``res.detail`` had before the modular field's run became a
+        strategy of its own: deprecated here (a ``DeprecationWarning``), read
+        ``res.detail.inner`` or ``res.efficient_detail``."""
+        if name.startswith("_") or name == "inner" or "inner" not in self.__dict__:
+            raise AttributeError(name)                 # copy and pickle probe before init
+        if not hasattr(self.inner, name):
+            raise AttributeError(f"'ModularDetail' object has no attribute '{name}'")
+        import warnings
+        warnings.warn(f"ModularDetail.{name} is deprecated: use ModularDetail.inner.{name} (or "
+                      f"LearnResult.efficient_detail)", DeprecationWarning, stacklevel=2)
+        return getattr(self.inner, name)
+
     @classmethod
     def from_report(cls, report: dict | None, inner) -> "ModularDetail":
         report = report or {}

@@ -186,10 +186,13 @@ def shape_lengths(H: int) -> list:
 
 
 def measurement_size_problem(d: int, H: int, n_scales: int, draws: int,
-                             permutations: int, steps: bool = False) -> str | None:
+                             permutations: int, steps: bool = False,
+                             outputs: int = 1) -> str | None:
     """None when the measurement of :func:`measure_noise` is within the plan limits of
     :mod:`exactlearn.limits` (queries, tokens sent, bytes: every query's tokens may be
     converted at once for a batch), else a one-line reason; computed from the sizes alone.
+    ``outputs``: a box of m outputs (``learn(..., outputs=m)``), whose m answers per query
+    are all kept for the measurement (``PLAN_BYTES_PER_QUERY`` bytes each).
 
     >>> measurement_size_problem(2, 1, 3, 2, 3) is None
     True
@@ -206,7 +209,7 @@ def measurement_size_problem(d: int, H: int, n_scales: int, draws: int,
     per_draw = n_scales * draws * (1 + permutations + 2 * steps)
     queries = per_draw * len(shapes)
     tokens = per_draw * sum(k + m for k, m in shapes)
-    size = PLAN_BYTES_PER_QUERY * queries + 8 * tokens * (d + 1)
+    size = PLAN_BYTES_PER_QUERY * queries * outputs + 8 * tokens * (d + 1)
     for n, limit, name in ((queries, MAX_PLAN_QUERIES, "queries"), (tokens, MAX_PLAN_TOKENS, "tokens"),
                            (size, MAX_PLAN_BYTES, "bytes")):
         if n > limit:
