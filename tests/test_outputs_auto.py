@@ -79,3 +79,21 @@ def test_the_envelope_is_the_linear_programs_optimum(seed):
                  bounds=[(0, None), (0, None)], method="highs")
     assert lp.status == 0
     assert a + r * y.mean() == pytest.approx(lp.fun, rel=1e-9)
+
+
+def test_estimate_noise_takes_a_vector_box():
+    """estimate_noise(..., outputs=m) on a torch layer's whole output: every query asked once,
+    one envelope over the m outputs; on c2c376c a vector answer was not a number."""
+    from exactlearn import estimate_noise
+    layer = mha(4, 2, 0, True, torch.float32)
+    box = ta.black_box(layer)
+    calls = []
+
+    def counted(X):
+        calls.append(1)
+        return box(X)
+    est = estimate_noise(counted, d=4, heads=2, tokens="float32", seed=0, outputs=4)
+    assert est.queries == len(calls) > 0
+    assert 0 < est.noise < 1e-2 and "every one of the 4 outputs" in est.method
+    with pytest.raises(ValueError, match="outputs must be an integer >= 1"):
+        estimate_noise(counted, d=4, tokens="float32", outputs=0)

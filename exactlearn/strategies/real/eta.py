@@ -298,7 +298,7 @@ def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = D
 
 def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "exact", seed=None,
                    scales=None, draws: int = DRAWS, permutations: int = PERMUTATIONS,
-                   safety: int = SAFETY) -> NoiseEstimate:
+                   safety: int = SAFETY, outputs: int | None = None) -> NoiseEstimate:
     """Measure a float box's output error from the spread of its answers under permutations
     of the non-final tokens (docs: howto/float-black-box.md#measure-eta-from-the-box).
 
@@ -311,6 +311,8 @@ def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "ex
 ``FLOOR[tokens]`` with float tokens), ready for
     ``learn(noise=est.noise, noise_rel=est.noise_rel)``; ``queries`` counts every answer.
     ``learn(..., noise="auto")`` does the same inside the run, its queries counted there.
+    ``outputs=m``: a box answering m values per query (as ``learn(..., outputs=m)``); each
+    output's spreads enter the one envelope (every query asked once).
 
     >>> import numpy as np
     >>> from exactlearn import estimate_noise
@@ -325,7 +327,8 @@ def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "ex
     from exactlearn.fields import Real
     from exactlearn.oracle import Recorder, TokenAdapter, resolve_field
     for name, val, low in (("d", d, 1), ("heads", heads, 1), ("draws", draws, 1),
-                           ("permutations", permutations, 1), ("safety", safety, 1)):
+                           ("permutations", permutations, 1), ("safety", safety, 1),
+                           ("outputs", 1 if outputs is None else outputs, 1)):
         if isinstance(val, bool) or not isinstance(val, int) or val < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {val!r}")
     if safety > MAX_SAFETY:
@@ -336,7 +339,8 @@ def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "ex
         except TypeError:
             raise ValueError(f"scales must be positive powers of two, got {scales!r}") from None
     problem = measurement_size_problem(d, heads, len(SCALES if scales is None else scales),
-                                       draws, permutations, steps=tokens in STEPPED)
+                                       draws, permutations, steps=tokens in STEPPED,
+                                       outputs=1 if outputs is None else outputs)
     if problem is not None:                 # from the sizes alone, before anything is built
         raise ValueError(problem)
     if scales is not None:
@@ -356,6 +360,11 @@ def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "ex
     if K.is_exact:
         raise ValueError(f"estimate_noise measures a float box over the real field, not the "
                          f"{K.name} field (an exact box has no noise)")
+    view = None
+    if outputs is not None:                 # the m answers kept per query, one asked each
+        from exactlearn.oracle import OutputsView
+        box = view = OutputsView(box, outputs, K, convert, [1] + [0] * (outputs - 1))
+        convert = False
     return measure_noise(Recorder(box, K, convert), d, heads, seed=seed, scales=scales,
                          draws=draws, permutations=permutations, safety=safety,
-                         floor=FLOOR.get(tokens, 0.0), steps=tokens in STEPPED)
+                         floor=FLOOR.get(tokens, 0.0), steps=tokens in STEPPED, view=view)
