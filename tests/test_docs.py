@@ -179,6 +179,19 @@ def test_torch_jax_howto_biases_part_runs(capsys):
     assert shown in capsys.readouterr().out
 
 
+def test_torch_jax_howto_float32_part_runs(capsys):
+    """The how-to's float32 layer with biases, its whole output and eta measured, as written:
+    certified against the layer's own true_heads, the printed line the one shown."""
+    pytest.importorskip("torch")
+    ns = _torch_jax_howto(["1.", "5."])
+    res = ns["fres"]
+    assert res.certified and ns["ferr"] <= res.error_bound and float(ns["ferr"]) < 1e-3
+    assert res.noise_estimated is not None and 0 < res.noise_queries < res.queries
+    text = (DOCS / "howto" / "torch-jax-layer.md").read_text()
+    shown = re.search(r"# (certified \d+ \d+) error", text.split("## 5.")[1]).group(1)
+    assert shown in capsys.readouterr().out
+
+
 @pytest.mark.slow                    # the flax part jit-compiles about 15 shapes
 def test_torch_jax_howto_runs():
     pytest.importorskip("torch")
