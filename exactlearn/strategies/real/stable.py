@@ -450,14 +450,15 @@ def _precision_note(fit, m) -> str:
 def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
                 relation, frame=None, scales=None, equal_only=False):
     """Supplementary families for the entries of M (and c) that the labelled families leave
-    undetermined -- ``(x_i, e_j - e_k)``, then ``(x_i, e_j + e_k)``, first for the k whose
-    basis family at x_i is labelled, then ``(x_i + x_k, e_j)`` (:func:`_extra`), at most
-    SUPPLEMENT_PER_ENTRY an entry a round -- or, once every
+    undetermined -- ``(x_i, e_j - e_k)`` for the k whose basis family at x_i is labelled; for
+    a coarse box (``equal_only``) then the other k, ``(x_i, e_j + e_k)`` and ``(x_i + x_k, e_j)``
+    (:func:`_extra`), at most SUPPLEMENT_PER_ENTRY an entry a round -- or, once every
     entry is determined, determine only
     poorly for some head (:func:`~exactlearn.strategies.real.stable_solve.weak_entries`) --
     those and the basis family ``(x_i, e_j)`` again at scales 1/2 and 2.  Each is labelled by
-    its predicted c-values; one of a direction that no labelled family references yet is kept,
-    and labelled once a pair gives that direction its c-values (:func:`_blind_directions`);
+    its predicted c-values; for a coarse box one of a direction that no labelled family
+    references yet is kept, and labelled once a pair gives that direction its c-values
+    (:func:`_blind_directions`);
     up to SUPPLEMENT_ROUNDS rounds, new ones each round.  Returns
     how many were asked.  With biases (``frame``,
     :func:`~exactlearn.strategies.real.stable_solve.bias_frame`) the unknowns are ``M~`` (d x (d + 1)), each new family's rows come from its tokens as asked
@@ -506,8 +507,10 @@ def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nois
             # e_j - e_k, then e_j + e_k; first the k whose basis family at x_i is labelled
             ks = sorted(sorted(k for k in refs if k != j),
                         key=lambda k: splan.index("basis", i, k) not in index)
-            opts = [("e", k, s) for s in (-1, 1) for k in ks]
-            if j in refs:               # then (x_i + x_k, e_j): another final token
+            if not equal_only:          # a box at float64 rounding: as before
+                ks = [k for k in ks if splan.index("basis", i, k) in index]
+            opts = [("e", k, s) for s in ((-1, 1) if equal_only else (-1,)) for k in ks]
+            if j in refs and equal_only:    # then (x_i + x_k, e_j): another final token
                 opts += [("x", k, 1) for k in range(len(splan.X)) if k != i]
             opts = [o for o in opts if (i, j) + o not in tried]
             for o in opts[:SUPPLEMENT_PER_ENTRY]:
@@ -533,8 +536,9 @@ def _supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nois
                 pending.append((c, k, f_used, fit, q, pl, dirs))
                 continue
             add(c, k, f_used, fit, q, pl, lab)
-        _blind_directions(splan, configs, index, poles_of, pending, synth, relation, equal_only,
-                          add)
+        if equal_only:
+            _blind_directions(splan, configs, index, poles_of, pending, synth, relation,
+                              equal_only, add)
     return asked
 
 
