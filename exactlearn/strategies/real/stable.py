@@ -434,7 +434,7 @@ def _precision_failure(bad, nz, rec, start, H) -> str:
                 "noise=, or use noise='auto'")
     else:
         out += (" -- the box's precision, not the eta, limits them: evaluate the layer in "
-                "float64 (float32 layers resolved 4 heads at d <= 8, "
+                "float64 (float32 layers resolved 4 heads at d <= 16, "
                 "docs/howto/float-black-box.md)")
     return out
 
