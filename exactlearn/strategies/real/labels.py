@@ -136,7 +136,7 @@ def known_part(dirs, blind, refs):
     """Per head ``(None, sum coef c_h(e_k), None, its bound)`` over the directions of ``dirs``
     other than ``blind`` (all labelled in ``refs``); None when one of them is not."""
     others = [(k, co) for k, co in dirs if k != blind]
-    if not all(k in refs for k, _ in others):
+    if not refs or not all(k in refs for k, _ in others):
         return None
     m = len(next(iter(refs.values())))
     return [(None, sum(co * refs[k][h][1] for k, co in others), None,
