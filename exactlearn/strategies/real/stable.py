@@ -53,7 +53,10 @@ or could not resolve H heads at that precision (:func:`_precision_failure`); eac
 take COARSE_EVALUATIONS; the labelling passes undecided c-values over (``equal_only`` of
 :func:`~exactlearn.strategies.real.labels.label_families`); the fits stop once more than
 COARSE_MAX_UNRESOLVED have failed, and the pencil start is not tried (its
-extrapolation in 1/m cannot separate heads at float32 precision).  Boxes declared at float64
+extrapolation in 1/m cannot separate heads at float32 precision).  The supplement
+(:func:`_supplement`) also asks ``(x_i, e_j + e_k)`` and ``(x_i + x_k, e_j)`` (every family at
+one final token along e_j can crowd), and a direction whose every basis family failed gets
+its c-values from a pair of its families (:func:`_blind_directions`).  Boxes declared at float64
 rounding run exactly as before.
 
 Query count: ``(2d^2 - 1) n_t + (2d^2 - 1) + (2d - 1)`` (:func:`stable_count`, ``n_t``
