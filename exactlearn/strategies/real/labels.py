@@ -132,6 +132,53 @@ def label_by_c_sum(joint, other, ref, relation, equal_only=False):
     return perm_joint, perm_other
 
 
+def known_part(dirs, blind, refs):
+    """Per head ``(None, sum coef c_h(e_k), None, its bound)`` over the directions of ``dirs``
+    other than ``blind`` (all labelled in ``refs``); None when one of them is not."""
+    others = [(k, co) for k, co in dirs if k != blind]
+    if not refs or not all(k in refs for k, _ in others):
+        return None
+    m = len(next(iter(refs.values())))
+    return [(None, sum(co * refs[k][h][1] for k, co in others), None,
+             sum(abs(co) * refs[k][h][3] for k, co in others)) for h in range(m)]
+
+
+def label_by_c_pair(fam_a, known_a, fam_b, known_b, relation, equal_only=False):
+    """Two families of one direction ``e_j`` that no labelled family has: ``fam_a`` of
+    ``e_j + a``, ``fam_b`` of ``e_j + b`` with ``a`` and ``b`` combinations of labelled
+    directions whose predicted c-values are ``known_a``, ``known_b`` (:func:`known_part`).
+    Since ``c_h(e_j + a) = c_h(e_j + b) + c_h(a) - c_h(b)``, they label each other by c alone
+    (:func:`label_by_c_sum`, the reference ``known_a - known_b``), and their c-values less the
+    known parts give ``e_j``'s own reference (the mean of the two, with the mean of their
+    bounds).  Returns ``(perm_a, perm_b, reference of e_j)`` or None (undecided, a head
+    without exactly one partner, or ``a = b``: every pole would pair).
+
+    >>> from exactlearn.pipeline.match import WithinBounds
+    >>> rel = WithinBounds(10, 100)
+    >>> k1 = [(None, 1.0, None, 1e-3), (None, 2.0, None, 1e-3)]          # c_h(e_1)
+    >>> zero = [(None, 0.0, None, 0.0)] * 2
+    >>> plus = [(None, 5.0, None, 1e-3), (None, -2.0, None, 1e-3)]       # e_j + e_1: 4 + 1, -4 + 2
+    >>> minus = [(None, -6.0, None, 1e-3), (None, 3.0, None, 1e-3)]      # e_j - e_1: -4 - 2, 4 - 1
+    >>> neg = [(None, -a, None, b) for _, a, _, b in k1]
+    >>> pa, pb, ref = label_by_c_pair(plus, k1, minus, neg, rel)
+    >>> pa, pb, [round(r[1], 9) for r in ref]
+    ([0, 1], [1, 0], [4.0, -4.0])
+    >>> label_by_c_pair(plus, k1, plus, k1, rel) is None
+    True
+    """
+    if all(relation.same_c(p, q) is True for p, q in zip(known_a, known_b)):
+        return None
+    ref = [(None, ka[1] - kb[1], None, ka[3] + kb[3]) for ka, kb in zip(known_a, known_b)]
+    got = label_by_c_sum(fam_a, fam_b, ref, relation, equal_only)
+    if got is None:
+        return None
+    pa, pb = got
+    own = [(None, (fam_a[pa[h]][1] - ka[1] + fam_b[pb[h]][1] - kb[1]) / 2, None,
+            (fam_a[pa[h]][3] + ka[3] + fam_b[pb[h]][3] + kb[3]) / 2)
+           for h, (ka, kb) in enumerate(zip(known_a, known_b))]
+    return pa, pb, own
+
+
 def references(plan, index, poles_of) -> dict:
     """Per direction j: the labelled poles of the basis family ``(x_i, e_j)`` with the most
     precise c-values."""
