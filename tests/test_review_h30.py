@@ -71,3 +71,36 @@ def test_an_exception_inside_the_one_thread_block_restores_the_threads():
         assert _blas_threads() == 2
         with lsq.box_blas_threads():                  # outside the block: left as it is
             assert _blas_threads() == 2
+
+
+def _one_head_observations():
+    """A one-head model's exact observations ``k`` a's then ``m`` x's (mpmath, apart from the
+    certificate's gmpy2 arithmetic), with its float bounds."""
+    from exactlearn.model import Head
+    K = Real(dps=30)
+    ctx = K.ctx
+    head = Head(((mpq(1, 2), mpq(0)), (mpq(0), mpq(-1, 4))), (mpq(1), mpq(2)))
+    a, x = (mpq(1), mpq(0)), (mpq(0), mpq(1))
+    wx = [ctx.fsum(K(w) * K(b) for w, b in zip(row, x)) for row in head.W]
+    rho = ctx.exp(ctx.fsum(K(p) * q for p, q in zip(a, wx)) - ctx.fsum(K(p) * q for p, q in zip(x, wx)))
+    ua, ux = (ctx.fsum(K(p) * K(q) for p, q in zip(head.v, t)) for t in (a, x))
+    obs = [((a,) * k + (x,) * m, (k * rho * ua + m * ux) / (k * rho + m))
+           for k, m in [(1, 1), (2, 1), (1, 3)]]
+    return K, head, a, x, obs
+
+
+@pytest.mark.parametrize("allowance", [False, None])
+def test_a_nan_answer_never_passes_the_stable_certificate(allowance):
+    """An observation whose value is nan (an mpf nan reaches the check unconverted) compared
+    False with every tolerance, so the check passed it (on 913c531 and c2c376c)."""
+    from types import SimpleNamespace
+    from exactlearn.errors import NoisierThanDeclared
+    from exactlearn.strategies.real.stable_certificate import certify_two_token
+    K, head, a, x, obs = _one_head_observations()
+    BW, Bv = [[[1e-20] * 2] * 2], [[1e-20] * 2]
+    rec = SimpleNamespace(observations=obs)
+    got = certify_two_token([head], BW, Bv, K, rec, 0, [1e-12] * 4, allowance=allowance)
+    assert (got if allowance is False else got[0]) < 1e-3       # the honest ones pass
+    rec = SimpleNamespace(observations=obs + [((a, a, x), K.ctx.nan)])
+    with pytest.raises(NoisierThanDeclared):
+        certify_two_token([head], BW, Bv, K, rec, 0, [1e-12] * 4, allowance=allowance)
