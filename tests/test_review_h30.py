@@ -35,11 +35,11 @@ def _truth(layer):
 
 
 @needs_two
-def test_each_run_gives_the_box_the_threads_it_had_at_that_run(monkeypatch):
+def test_each_run_gives_the_box_the_threads_it_had_at_that_run():
     """The first run of the process used to fix the box's thread count for every later run:
     a box given two threads after a run at one got one (and a box pinned to one thread after a
-    run at two got two, another float summation order than its owner chose)."""
-    monkeypatch.setattr(lsq, "_BLAS", [])             # as in a fresh process
+    run at two got two, another float summation order than its owner chose): the runs at one,
+    two and one thread each see their own count, whatever ran before in the process."""
     layer = NumpyAttention.from_seed(2, 1, 0)
     for threads in (1, 2, 1):
         seen = []
