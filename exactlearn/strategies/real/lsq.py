@@ -152,14 +152,13 @@ def field_precision(ctx):
     return gmpy2.context(precision=int(ctx.prec))
 
 
-_BLAS: list = []      # the process's ThreadpoolController and the BLAS thread count it found
+_BLAS: list = []      # the process's ThreadpoolController (found once)
+_SAVED: list = []     # per open one_blas_thread, innermost last: the BLAS threads at its entry
 
 
 def _blas():
     if not _BLAS:
-        ctl = ThreadpoolController()
-        blas = ctl.select(user_api="blas")
-        _BLAS.extend([ctl, max((c.num_threads for c in blas.lib_controllers), default=1)])
+        _BLAS.append(ThreadpoolController())
     return _BLAS
 
 
@@ -169,24 +168,31 @@ def one_blas_thread():
     algebra is many small SVDs, eigendecompositions and products (matrices of tens to a few
     hundred rows), which threads do not speed up; on a loaded machine a thread pool waiting
     for busy cores made them 20--170 times slower (issue 23).  The box runs with the threads
-    it had (:func:`box_blas_threads`).
+    each BLAS library had when the block was entered (:func:`box_blas_threads`); on leaving
+    (an exception too) they are restored.
 
     >>> with one_blas_thread():
     ...     inside = [c.num_threads for c in _blas()[0].select(user_api="blas").lib_controllers]
     >>> all(n == 1 for n in inside)
     True
     """
-    ctl, _ = _blas()
-    with ctl.limit(limits=1, user_api="blas"):
-        yield
+    ctl = _blas()[0]
+    _SAVED.append(ctl.select(user_api="blas").info())
+    try:
+        with ctl.limit(limits=1, user_api="blas"):
+            yield
+    finally:
+        _SAVED.pop()
 
 
 @contextmanager
 def box_blas_threads():
-    """Inside :func:`one_blas_thread`: the BLAS thread count the process had, for the black
-    box's own computation."""
-    ctl, n = _blas()
-    with ctl.limit(limits=n, user_api="blas"):
+    """Inside :func:`one_blas_thread`: the BLAS thread counts at its entry (per library), for
+    the black box's own computation; outside it, the counts as they are."""
+    if not _SAVED or not _SAVED[-1]:
+        yield
+        return
+    with _blas()[0].limit(limits=_SAVED[-1]):
         yield
 
 

@@ -223,7 +223,7 @@ class _Asker:
     """Asks queries (in batches when the box has ``batch``) once each, keeping indices.  A
     query is known by its runs of equal tokens (:func:`query_key`): the plan's queries are
     a few hundred copies of two tokens, so the key is built and hashed in a few steps.  The
-    box runs with the BLAS threads the process had
+    box runs with the BLAS threads the run started with
     (:func:`~exactlearn.strategies.real.lsq.box_blas_threads`)."""
 
     def __init__(self, rec):

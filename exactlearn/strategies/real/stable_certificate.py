@@ -101,13 +101,17 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False, Bu=No
     rnd = float(rounding(K, 1)) * 4 * size * (1 + 1e-12)   # rounding(K, 4 size), float64 rounded up
     tol = eta + grad + rnd
     res = np.abs(r)
-    ratio = res / tol
+    res[np.isnan(res)] = np.inf          # an answer that is no number misses every tolerance
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(res == 0, 0.0, res / tol)
     allow0 = eta + rnd
     worst_resid = 0.0
     if allowance is not False:       # the residual test where the tolerance holds (module doc)
         within = ratio <= 1
         low = within & (res <= allow0)
-        worst_resid = float(np.max(res[low] / allow0[low], initial=0.0))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            worst_resid = float(np.max(np.where(res[low] == 0, 0.0, res[low] / allow0[low]),
+                                       initial=0.0))
         look = np.flatnonzero((ratio > 1) | (within & (res > allow0)))
     else:
         look = np.flatnonzero(ratio > 1)
