@@ -32,7 +32,7 @@ BOUND = 90.0
 PRELOAD = '''
 import os, signal
 import exactlearn.oracle as _o
-import exactlearn.pipeline.distributed as _d
+import exactlearn.pipeline.cluster_tasks as _d
 
 ANSWERS, TOKEN = {answers!r}, {token!r}
 KILL_AT_QUERY, KILL_AT_ANALYSIS, EVERY_TIME = {kill_at_query!r}, {kill_at_analysis!r}, {every_time!r}

@@ -17,6 +17,7 @@ import pytest
 from gmpy2 import mpq
 
 import exactlearn.pipeline.multimodular as mm
+import exactlearn.pipeline.over_primes as over_primes
 from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.cli.main import main
 from exactlearn.fields import Modular
@@ -103,13 +104,13 @@ def test_no_certified_wrong_answer_on_tall_rationals():
 
 def test_a_wrong_reconstruction_is_caught_by_the_confirmation_prime(monkeypatch):
     """Mutation: make the stable reconstruction wrong; the independent prime refutes it."""
-    real = mm._reconstruct
+    real = over_primes.reconstruct_heads
 
     def off_by_one(W_set, residues, moduli):
         got = real(W_set, residues, moduli)
         return None if got is None else tuple(Head(h.W, (h.v[0] + 1,) + h.v[1:]) for h in got)
 
-    monkeypatch.setattr(mm, "_reconstruct", off_by_one)
+    monkeypatch.setattr(over_primes, "reconstruct_heads", off_by_one)
     res = learn(Oracle(TALL, Modular()), d=2, heads=1, seed=0, max_primes=5)
     assert res.status == "failed" and res.error.startswith("reconstruction failed")
     assert "refuted by the confirmation prime" in res.error

@@ -39,8 +39,8 @@ def test_the_learner_pins_blas_to_one_thread_and_the_box_keeps_its_own(monkeypat
         seen_fit.append(_blas_threads())
         return fit(*args, **kwargs)
 
-    import exactlearn.strategies.real.stable as stable
-    monkeypatch.setattr(stable, "fit_ratio_family", watched)
+    import exactlearn.strategies.real.stable_families as families   # the families' fits
+    monkeypatch.setattr(families, "fit_ratio_family", watched)
     with threadpool_limits(2, user_api="blas"):
         res = learn(box, d=4, heads=2, field=Real(dps=30), tokens="float64", plan="stable",
                     noise=5e-14, noise_rel=1e-15, seed=0)

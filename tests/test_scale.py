@@ -16,7 +16,7 @@ from exactlearn.errors import CertificateError
 from exactlearn.fields import QQ, Modular
 from exactlearn.generate import random_model
 from exactlearn.model import Head, HeadEvaluator, distinct_tokens
-from exactlearn.pipeline import multimodular
+from exactlearn.pipeline import confirmation, multimodular
 from exactlearn.pipeline.analysis import ask_plan
 from exactlearn.pipeline.certify import certify, certify_plan
 from exactlearn.pipeline.interpolate import (cauchy_interpolate, interpolate_many, poles,
@@ -194,13 +194,13 @@ def test_certify_plan_in_small_batches(monkeypatch):
 def test_design_rank_from_the_plan_equals_the_rows():
     model, K, plan, rec, y0, values = _asked(3, 2, 7)
     heads = model.canonical_heads()
-    multimodular._check_design_rank_plan(heads, plan, K)          # full rank: passes
-    multimodular._check_design_rank(heads, rec.observations, K)
+    confirmation.check_design_rank_plan(heads, plan, K)          # full rank: passes
+    confirmation.check_design_rank(heads, rec.observations, K)
     # two equal heads' rows coincide: rank deficient, and both say so the same way
     twin = (heads[0], Head(heads[0].W, heads[1].v))
     msgs = []
-    for fn in (lambda: multimodular._check_design_rank_plan(twin, plan, K),
-               lambda: multimodular._check_design_rank(twin, rec.observations, K)):
+    for fn in (lambda: confirmation.check_design_rank_plan(twin, plan, K),
+               lambda: confirmation.check_design_rank(twin, rec.observations, K)):
         with pytest.raises(Exception) as exc:
             fn()
         msgs.append(str(exc.value))
@@ -425,7 +425,7 @@ def test_confirmation_over_recorded_answers_solves_small_systems(monkeypatch):
             shapes.append((M.nrows(), M.ncols()))
             return M
 
-    monkeypatch.setattr(multimodular.flint, "fmpz_mod_mat", Recording)
+    monkeypatch.setattr(confirmation.flint, "fmpz_mod_mat", Recording)
     d, H = 4, 2
     tall = MultiHeadAttention([([[1, 0, 2, 0], [0, 1, 0, -1], [1, 1, 0, 0], [0, 0, 1, 1]],
                                 ["1/" + str(2 ** 78 - 1), 1, 2, -1]),

@@ -37,21 +37,9 @@ raises in the oracle (a softmax denominator vanishing modulo a prime, probabilit
 2^-100) stops the serial run at that query, while the other groups' queries were already
 asked on the cluster and are counted.
 
-**Counts.**  Every answer a worker's oracle gives is added to the recorders and to the
-driver's oracle (``add_remote``), whichever execution of a task gave it: a task that a
-dead worker was running, and a task Dask runs again because the worker holding its
-result died, each count what they were answered.  A query counts as *answered* once the
-oracle has returned its value to the ask task, which records the count before it uses
-the value: each execution of an ask task keeps one file in a private folder of the
-driver's (:class:`_Tally`), rewritten after every answer and locked while the task
-runs.  At the end of a stage (a prime's run, a confirmation) the driver marks the stage
-stopped (its tasks still running raise before their next query), waits for every lock
-(a dead process holds none; at most STOP_SECONDS) and adds what the files gained.  So
-the killed execution's answers count up to the last one its oracle returned; a query
-it was computing when it died was never answered and does not count.  A worker that
-does not share this machine's file system (a remote ``--scheduler`` cluster) sends its
-counts with its result instead: exact while no worker dies, and when one does, the
-stage fails rather than return counts that could miss its answers.
+**Counts.**  Every answer a worker's oracle gives is counted, whichever execution of a task
+gave it, a dead worker's included (:mod:`~exactlearn.pipeline.cluster_counts`, where the
+tally is described).
 
 **A worker that dies** costs recomputation, never a hang or a raw traceback: the shared
 data (the plan, the model, the heads, a callable box's answers) are tasks the scheduler
@@ -63,6 +51,11 @@ NO_WORKER_SECONDS (30 s), when a task has killed Dask's ``allowed-failures`` + 1
 (``KilledWorker``, at once), when the scheduler reports a task erred or forgotten whose
 result never arrives (checked every 5 polls), or when the scheduler connection is lost
 (docs/explanation/performance.md, "A worker that dies").
+
+**Modules.** This module is the driver (:class:`ClusterPlan`); the tasks the workers run are
+in :mod:`~exactlearn.pipeline.cluster_tasks`, the count of their answers and the driver's
+timeouts in :mod:`~exactlearn.pipeline.cluster_counts`.  Their public names stay importable
+from here.
 """
 
 from __future__ import annotations
@@ -70,326 +63,21 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shutil
-import struct
-import tempfile
-import threading
 import time
 import uuid
-import weakref
 
 from exactlearn.errors import ClusterError, ExactLearnError
-from exactlearn.model import HeadEvaluator
 from exactlearn.oracle import Oracle
 from exactlearn.pipeline import analysis
 from exactlearn.pipeline.certify import certify_plan
-from exactlearn.pipeline.match import label_cells
+from exactlearn.pipeline.cluster_counts import (NO_WORKER_SECONDS, POLL_SECONDS, STOP_SECONDS,
+                                                Tally, describe_cluster_error, shared_value)
+from exactlearn.pipeline.cluster_tasks import (analyse_task, ask_counts, ask_task, certify_task,
+                                               confirm_task, field_values, first_task, groups)
 from exactlearn.progress import current
 
-
-def groups(plan) -> list:
-    """Config indices per group: group 0 = final token x_1; group i = (x_i, .) and the
-    across configuration of i.
-
-    >>> from exactlearn.pipeline.plan import paper_plan
-    >>> plan = paper_plan([[1, 0], [0, 1]], [[1, 1], [0, 1]], 1)
-    >>> [[plan.configs[n].kind[0] + str(plan.configs[n].i) for n in g] for g in groups(plan)]
-    [['b0', 'b0', 'w0'], ['b1', 'b1', 'w1', 'a1']]
-    """
-    out = [[] for _ in range(plan.d)]
-    for n, c in enumerate(plan.configs):
-        out[c.i].append(n)
-    return out
-
-
-# -- tasks (run on the workers; module-level so they pickle by reference) ------------------
-#: Per worker process and thread: the Oracle or HeadEvaluator of the current run and prime
-#: (built once, its per-final-token work and the field's power cache kept across tasks).
-_WORKER: dict = {}
-
-
-def _cached(run, kind, K, make):
-    """``make()`` once per (run, kind, prime, thread) on this worker; the entries of other
-    runs are dropped, and at most four are kept per thread."""
-    key = (run, kind, K.p, K.omega, threading.get_ident())
-    got = _WORKER.get(key)
-    if got is None:
-        for old in [k for k in _WORKER if k[0] != run]:
-            del _WORKER[old]
-        mine = [k for k in _WORKER if k[4] == key[4]]
-        for old in mine[:max(0, len(mine) - 3)]:
-            del _WORKER[old]
-        got = _WORKER[key] = make()
-    return got
-
-
-#: One execution's counts in its tally file: queries, longest query, oracle seconds.
-_RECORD = struct.Struct("<qqd")
-
-
-class _Tap:
-    """The worker's side of the tally (:class:`_Tally`): one file per execution of an ask
-    task, locked while it runs, holding the counts of every answer the oracle has given
-    so far -- a store into the file's shared mapping from the oracle's own count, the first
-    thing after each answer (:attr:`~exactlearn.oracle.CountingOracle.listener`), no
-    system call in between.  A worker that dies leaves its file behind with the answers it
-    was given; a driver that has stopped the stage (``stop-<stage>``) makes it stop before
-    the next query.  None of this when the driver's folder is not on this worker's file
-    system (``self.fd`` None): the counts then travel with the result."""
-
-    def __init__(self, tally):
-        self.fd = None
-        if tally is None:
-            return
-        folder, run, stage = tally
-        try:
-            import fcntl
-        except ImportError:                 # no flock here: the result carries the counts
-            return
-        if not os.path.exists(os.path.join(folder, "run-" + run)):
-            return
-        import mmap
-        self.stop = os.path.join(folder, "stop-" + stage)
-        fd = os.open(os.path.join(folder, "ask-" + uuid.uuid4().hex), os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.ftruncate(fd, _RECORD.size)
-        self.map = mmap.mmap(fd, _RECORD.size)
-        self.fd = fd
-
-    def check(self) -> None:
-        """Raise when the driver has stopped this stage (the task's result is not wanted)."""
-        if self.fd is not None and os.path.exists(self.stop):
-            raise RuntimeError("exactlearn: the driver has stopped this stage")
-
-    def note(self, oracle) -> None:
-        """Record ``oracle``'s counts: the longest query and the seconds, then the count of
-        queries (a process killed between the two stores leaves that answer uncounted and
-        its time counted, never the reverse)."""
-        struct.pack_into("<qd", self.map, 8, oracle.max_length, oracle.seconds)
-        struct.pack_into("<q", self.map, 0, oracle.queries)
-
-    def close(self) -> None:
-        if self.fd is not None:
-            self.map.close()
-            os.close(self.fd)               # releases the lock
-            self.fd = None
-
-
-def ask_task(model, K, plan, ns, shared, run=None, tally=None) -> tuple:
-    """Ask configurations ``ns`` (and the shared query when ``shared``) of a model through
-    ``K``: ``(y_shared, {n: [ints]}, queries, max_length, seconds, tallied)``, the counts
-    those of this task alone; ``tallied`` when they are also in the driver's tally
-    (``tally``: its folder, the run and the stage; :class:`_Tap`)."""
-    oracle = _cached(run, "oracle", K, lambda: Oracle(model, K)) if run else Oracle(model, K)
-    oracle.reset()
-    tap = _Tap(tally)
-    oracle.listener = tap.note if tap.fd is not None else None
-    try:
-        def one(tokens):
-            tap.check()
-            return int(oracle(tokens))
-        y0 = one(plan.configs[ns[0]].tokens(0)) if shared else None
-        values = {n: [one(plan.configs[n].tokens(k)) for k in range(1, 2 * plan.H + 1)]
-                  for n in ns}
-        return y0, values, oracle.queries, oracle.max_length, oracle.seconds, tap.fd is not None
-    finally:
-        oracle.listener = None
-        tap.close()
-
-
-def _field_values(K, asked) -> tuple:
-    y0, values = asked[0], asked[1]
-    return (None if y0 is None else K(y0)), {n: [K(y) for y in ys] for n, ys in values.items()}
-
-
-def _logs(K, plan, poles_of, ns) -> dict:
-    """``{n: {rho: D log rho}}`` for the basis configurations among ``ns`` (``K.log``; the
-    driver labels the poles by head, then looks the logs up), None for a pole whose log
-    fails (the driver's own ``K.log`` then raises the serial error)."""
-    out = {}
-    for n in ns:
-        if plan.configs[n].kind != "basis":
-            continue
-        got = {}
-        for r, _ in poles_of[n]:
-            try:
-                q = K.log(r)
-                got[int(r)] = int(q.numerator) * (K.D // int(q.denominator))
-            except ExactLearnError:
-                got[int(r)] = None
-        out[n] = got
-    return out
-
-
-def _hinted(K, hints):
-    """K with the exponents another prime found for these configurations (the driver's
-    :meth:`~exactlearn.fields.modular.Modular.know_exponents`, which does not pickle)."""
-    if hints:
-        K.know_exponents(hints)
-    return K
-
-
-def first_task(K, plan, asked, hints=None) -> tuple | Exception:
-    """The group of x_1 (:func:`~exactlearn.pipeline.analysis.first_group`, then its
-    matching configurations' poles): ``(V, {n: poles}, {n: logs})`` as residues, or the
-    ExactLearnError raised (the driver replays the serial analysis)."""
-    K = _hinted(K, hints)
-    y0, values = _field_values(K, asked)
-    try:
-        rfs, poles_of, V = analysis.first_group(plan, y0, values, K)
-        joint: dict = {}
-        ns = sorted(values)
-        for n in ns:
-            if plan.configs[n].kind != "basis":
-                analysis.joint_poles(plan, n, rfs, poles_of, joint, K)
-        cells = label_cells(plan, poles_of, K, [])
-    except ExactLearnError as exc:
-        return exc
-    return ([int(x) for x in V], {n: [(int(r), int(c)) for r, c in poles_of[n]] for n in ns},
-            _logs(K, plan, poles_of, ns), _ints(cells))
-
-
-def _ints(cells) -> dict:
-    return {key: [(int(r), int(c)) for r, c in pl] for key, pl in cells.items()}
-
-
-def analyse_task(K, plan, asked, first, hints=None) -> dict | Exception | None:
-    """Interpolate, limit-check and read the poles of one chunk of groups >= 1 (the serial
-    steps), and the logs of its basis poles: ``({n: poles}, {n: logs})``, the
-    ExactLearnError raised, or None when the group of x_1 failed (``first``, the result of
-    :func:`first_task`).  Residues travel as ints (flint elements do not pickle)."""
-    if isinstance(first, Exception):
-        return None
-    K = _hinted(K, hints)
-    V = [K(x) for x in first[0]]
-    first_poles = {n: [(K(r), K(c)) for r, c in p] for n, p in first[1].items()}
-    _, values = _field_values(K, asked)
-    ns = sorted(values)
-    ks = [K(k) for k in range(2 * plan.H + 1)]
-    rfs: dict = {}
-    poles_of = dict(first_poles)
-    joint: dict = {}
-    try:
-        analysis.fit(rfs, ns, [analysis.dot(V, plan.configs[n].x, K) for n in ns], values,
-                     ks, plan.H, K)
-        for n in ns:
-            analysis.check_limit(plan, n, rfs[n], V, K)
-        for n in ns:
-            if plan.configs[n].kind == "basis":
-                analysis.basis_poles(plan, n, rfs, poles_of, joint, K)
-        for n in ns:
-            if plan.configs[n].kind != "basis":
-                analysis.joint_poles(plan, n, rfs, poles_of, joint, K)
-        rows = sorted({plan.configs[n].i for n in ns})
-        cells = label_cells(plan, poles_of, K, [(i, j) for i in rows for j in range(plan.d)])
-    except ExactLearnError as exc:
-        return exc
-    return ({key: pl for key, pl in _ints(cells).items() if key[0] in rows},
-            _logs(K, plan, poles_of, ns))
-
-
-def certify_task(K, plan, asked, heads, run, token) -> int | None:
-    """Certify one group's answers: the number checked, or None when some value is not
-    reproduced (the driver replays the certificate to report it).  ``heads`` is
-    sent once per round (a task's result); its evaluator is built once per worker and round
-    (``token``)."""
-    ev = _cached(run, token, K, lambda: HeadEvaluator(heads, plan.d, K))
-    y0, values = _field_values(ev.K, asked)
-    try:
-        return certify_plan(heads, plan, y0, values, ev.K, configs=sorted(values), evaluator=ev)
-    except ExactLearnError:
-        return None
-
-
-def confirm_task(model, K, plan, ns, shared, heads, run, token, tally=None) -> tuple:
-    """Ask one chunk modulo the confirmation prime and certify ``heads`` on it, in one
-    task (the answers never travel): ``(n certified, None)``, or ``(None, asked)`` when
-    some value is not reproduced (the driver replays the certificate on ``asked``); the
-    counts of the ask follow (:func:`ask_task`)."""
-    asked = ask_task(model, K, plan, ns, shared, run, tally)
-    n = certify_task(K, plan, asked, heads, run, token)
-    return (n, asked[:2] if n is None or shared else None) + asked[2:]
-
-
-# -- the driver ------------------------------------------------------------------------------
-#: A stage fails once the cluster has had no live worker for this many seconds.
-NO_WORKER_SECONDS = 30.0
-
-#: After a stage, how long the driver waits for ask tasks still running to stop.
-STOP_SECONDS = 30.0
-
-#: How often the driver looks at the cluster while it waits (seconds).
-POLL_SECONDS = 1.0
-
-
-def _value(x):
-    """``x`` as a task's result: data the workers share that the scheduler can recompute
-    when the worker holding it dies (``scatter`` cannot: lost scattered data is lost)."""
-    return x
-
-
-class _Tally:
-    """The driver's side of the count of answered queries (module docstring, "Counts"): a
-    private folder that every ask execution's :class:`_Tap` file lands in, when the worker
-    shares this machine's file system; ``folder`` None without ``fcntl``."""
-
-    def __init__(self, run):
-        self.run = run
-        self.counted: dict = {}
-        try:
-            import fcntl  # noqa: F401
-        except ImportError:
-            self.folder = None
-            return
-        self.folder = tempfile.mkdtemp(prefix="exactlearn-tally-")
-        with open(os.path.join(self.folder, "run-" + run), "w"):
-            pass
-        weakref.finalize(self, shutil.rmtree, self.folder, True)
-
-    def arg(self, stage):
-        """What an ask task needs to find its folder and its stage's stop file."""
-        return None if self.folder is None else (self.folder, self.run, stage)
-
-    def marker(self) -> str | None:
-        return None if self.folder is None else os.path.join(self.folder, "run-" + self.run)
-
-    def collect(self, stage) -> tuple:
-        """Stop ``stage`` (its ask tasks raise before their next query), wait for every
-        execution's lock, and read what each answered since the last collect:
-        ``([(queries, max_length, seconds)], late)``, ``late`` the executions still holding
-        their lock after STOP_SECONDS (their files are read as they stand)."""
-        if self.folder is None:
-            return [], 0
-        import fcntl
-        with open(os.path.join(self.folder, "stop-" + stage), "w"):
-            pass
-        out, late = [], 0
-        deadline = time.monotonic() + STOP_SECONDS
-        for name in sorted(os.listdir(self.folder)):
-            if not name.startswith("ask-"):
-                continue
-            fd = os.open(os.path.join(self.folder, name), os.O_RDONLY)
-            try:
-                while True:
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                        break
-                    except BlockingIOError:
-                        if time.monotonic() > deadline:
-                            late += 1
-                            break
-                        time.sleep(0.005)
-                data = os.pread(fd, _RECORD.size, 0)
-            finally:
-                os.close(fd)
-            if len(data) != _RECORD.size:
-                continue
-            q, length, seconds = _RECORD.unpack(data)
-            q0, s0 = self.counted.get(name, (0, 0.0))
-            if (q, seconds) != (q0, s0):
-                out.append((q - q0, length, seconds - s0))
-                self.counted[name] = (q, seconds)
-        return out, late
+# the names this module had before its split stay importable from here
+from exactlearn.pipeline.cluster_counts import Tap  # noqa: F401,E402
 
 
 class ClusterPlan:
@@ -405,7 +93,7 @@ class ClusterPlan:
         self.plan = plan
         self.model = oracle.model if isinstance(oracle, Oracle) else None
         self.token = uuid.uuid4().hex
-        self.tally = _Tally(self.token)
+        self.tally = Tally(self.token)
         self.lost: set = set()
         self._stage = None
         self._suspect: set = set()
@@ -424,13 +112,14 @@ class ClusterPlan:
             self.groups = [gs[0]] + [sum(rest[t:t + size], []) for t in range(0, len(rest), size)]
             # the workers need the configurations, not the 4Hd^2 Query objects (10 MB pickled
             # at d = 64); tasks, not scatter, so that a dead worker's copy is recomputed
-            self._plan_f = client.submit(_value, dataclasses.replace(plan, queries=[]), pure=False)
-            self._model_f = (client.submit(_value, self.model, pure=False)
+            self._plan_f = client.submit(shared_value, dataclasses.replace(plan, queries=[]),
+                                         pure=False)
+            self._model_f = (client.submit(shared_value, self.model, pure=False)
                              if self.model is not None else None)
         except ExactLearnError:
             raise
         except Exception as exc:            # distributed's own: the scheduler is gone, ...
-            raise ClusterError(_describe(exc)) from None
+            raise ClusterError(describe_cluster_error(exc)) from None
 
     # -- waiting, counting and failing ----------------------------------------------------
     def _watch(self) -> int:
@@ -460,7 +149,7 @@ class ClusterPlan:
                     exc = f.exception()
                     if isinstance(exc, ExactLearnError):
                         raise exc
-                    raise ClusterError(f"a task failed ({_describe(exc)})")
+                    raise ClusterError(f"a task failed ({describe_cluster_error(exc)})")
                 if f.status == "cancelled":
                     raise ClusterError("a task was cancelled by the scheduler")
             if all(f.status == "finished" for f in futs):
@@ -526,13 +215,15 @@ class ClusterPlan:
             raise
         except Exception as exc:
             note = self._count(rec, stage)
-            raise ClusterError(_describe(exc) + (f"; {note}" if note else "")) from None
+            raise ClusterError(describe_cluster_error(exc)
+                               + (f"; {note}" if note else "")) from None
         try:
             if not self.shared:             # a worker lost since the last look
                 self._watch()
         except Exception as exc:            # noqa: BLE001 -- distributed's own
             note = self._count(rec, stage)
-            raise ClusterError(_describe(exc) + (f"; {note}" if note else "")) from None
+            raise ClusterError(describe_cluster_error(exc)
+                               + (f"; {note}" if note else "")) from None
         note = self._count(rec, stage)
         if note:
             raise ClusterError(note)
@@ -554,7 +245,7 @@ class ClusterPlan:
                                   self.token, self._tally(), pure=False)
                     for g, ns in enumerate(self.groups)]
         y_shared, values = analysis.ask_plan(plan, rec)
-        return [client.submit(_value, (int(y_shared) if g == 0 else None,
+        return [client.submit(shared_value, (int(y_shared) if g == 0 else None,
                                        {n: [int(y) for y in values[n]] for n in ns}), pure=False)
                 for g, ns in enumerate(self.groups)]
 
@@ -562,14 +253,14 @@ class ClusterPlan:
         """Wait for the ask tasks and add the counts that are not in the tally (a worker
         not sharing this file system; a remote failure is raised here)."""
         if self._model_f is not None:
-            got = self._results([self.client.submit(_counts, f, pure=False) for f in futs])
+            got = self._results([self.client.submit(ask_counts, f, pure=False) for f in futs])
             self._add_counts(rec, [c[:3] for c in got if not c[3]])
 
     def gather(self, futs, K) -> tuple:
         """Every answer here, in field elements: ``(y_shared, values)``."""
         y_shared, values = None, {}
         for asked in self._results(futs):
-            y0, vs = _field_values(K, asked)
+            y0, vs = field_values(K, asked)
             y_shared = y0 if y0 is not None else y_shared
             values.update(vs)
         return y_shared, values
@@ -625,7 +316,7 @@ class ClusterPlan:
         """Round 3: every answer recomputed from ``heads`` on the worker that holds it; a
         failure is replayed here with the serial certificate."""
         client = self.client
-        heads_f = client.submit(_value, heads, pure=False)
+        heads_f = client.submit(shared_value, heads, pure=False)
         token = uuid.uuid4().hex
         where = client.who_has(futs)
         tasks = [client.submit(certify_task, K, self._plan_f, f, heads_f, self.token, token, pure=False,
@@ -652,7 +343,7 @@ class ClusterPlan:
         """Ask the plan modulo the confirmation prime and certify ``heads`` there: one task
         per chunk that asks and certifies (a model), else :meth:`ask` and :meth:`certify`.
         The answers of the group of x_1 stay here (``first_group``, ints): a refuted
-        confirmation's v comes from them (:func:`~exactlearn.pipeline.multimodular.solve_v_plan`)."""
+        confirmation's v comes from them (:func:`~exactlearn.pipeline.confirmation.solve_v_plan`)."""
         self.first_group = None
         current().phase(current().asking, self.plan.count)        # progress=
         with self._stage_of(rec):
@@ -661,7 +352,7 @@ class ClusterPlan:
                 self.first_group = self._results([futs[0]])[0][:2]
                 return self.certify(futs, heads, K)
             client = self.client
-            heads_f = client.submit(_value, heads, pure=False)
+            heads_f = client.submit(shared_value, heads, pure=False)
             token = uuid.uuid4().hex
             tasks = [client.submit(confirm_task, self._model_f, K, self._plan_f, ns, g == 0,
                                    heads_f, self.token, token, self._tally(), pure=False)
@@ -677,15 +368,3 @@ class ClusterPlan:
                                         configs=sorted(values))
                 return replayed + sum(r[0] for r in got if r[0] is not None)
             return sum(r[0] for r in got)
-
-
-def _describe(exc) -> str:
-    """One line for an exception of the cluster's: its type and message."""
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _counts(asked) -> tuple:
-    """The counts of an ask task, without its answers (sent back small), and whether they
-    are in the tally."""
-    return asked[2], asked[3], asked[4], asked[5]

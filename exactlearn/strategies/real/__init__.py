@@ -92,8 +92,8 @@ def run(plan, ask, K, trace, options) -> tuple:
     heads below the bound, the run is repeated fitting exactly m + 1 heads, and so on up to
     the bound: the smallest count whose residuals are within eta is certified.  The stable
     plan also refutes m heads within eta when the observations resolve a split head (its
-    resolution test, :func:`~exactlearn.strategies.real.stable.resolution_test`).  If no count
-    is certified, the run fails naming every count tried ("the observations resolve more than
+    resolution test, :func:`~exactlearn.strategies.real.stable_checks.resolution_test`).  If no
+    count is certified, the run fails naming every count tried ("the observations resolve more than
     m heads, but ..." after a resolution).  Every query of every try is counted.
     """
     if options.plan == "stable" and options.snap:
@@ -143,7 +143,7 @@ def run(plan, ask, K, trace, options) -> tuple:
 
 def _run_once(plan, ask, K, options, fit_heads):
     if options.plan == "stable":
-        with one_blas_thread():        # the box keeps its threads (stable._Asker)
+        with one_blas_thread():        # the box keeps its threads (stable_plan.Asker)
             return run_stable(plan, ask, K, noise=options.noise, noise_rel=options.noise_rel,
                               query_scale=options.query_scale, heads_exact=options.heads_given,
                               probe_log=options.state.probes, fit_heads=fit_heads,

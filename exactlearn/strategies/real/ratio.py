@@ -119,7 +119,7 @@ class RatioFit:
     G: np.ndarray              # (2m + 1) x n: d theta = G d y (rows A, log rho, c)
     bounds: np.ndarray         # first-order bounds of theta
     worst_residual: float      # largest |residual| / its bound
-    kappa: float = 1.0         # bounds at kappa x the etas given (stable._scatter_fit)
+    kappa: float = 1.0         # bounds at kappa x the etas given (stable_families._scatter_fit)
 
 
 def _model(theta, zs, m):

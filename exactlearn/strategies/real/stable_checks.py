@@ -1,0 +1,145 @@
+"""The stable plan's checks of an estimate (:mod:`~exactlearn.strategies.real.stable`; step 5,
+docs/explanation/real-field.md): the solve's first-order residual allowance for the
+certificate (:class:`SolveAllowance`) and the resolution test of fewer heads than the bound
+(:func:`resolution_test`, "The resolution test").
+"""
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+
+from exactlearn.errors import ResidualsBeyondNoise
+from exactlearn.strategies.real.certificate import SAFETY, SECOND_ORDER, residual_bounds
+from exactlearn.strategies.real.evaluate import evaluate_with_gradient
+from exactlearn.strategies.real.stable_messages import plural
+from exactlearn.strategies.real.stable_polish import split_gain
+
+
+class SolveAllowance:
+    """The first-order residual bound of :mod:`~exactlearn.strategies.real.certificate`
+    (:func:`~exactlearn.strategies.real.certificate.residual_bounds`) for the solve's heads,
+    one observation at a time: their sensitivities ``route["SW"], route["Sv"]`` give ``G``
+    (formed at the first call).  ``constant``: the plan for biases' c (its rows ``[W | u]``,
+    v, and last c: the order of
+    :func:`~exactlearn.strategies.real.evaluate.evaluate_with_gradient` with ``bias``)."""
+
+    def __init__(self, heads, route, K, rec, start, etas_all, d, constant=None):
+        self.heads, self.route, self.K, self.rec, self.start, self.d = heads, route, K, rec, start, d
+        self.constant = constant
+        self.order = [next(j for j, h in enumerate(route["heads"]) if h is a) for a in heads]
+        self.etas = np.asarray(etas_all[start:], dtype=float)
+        self.unit = float(self.etas.max()) or 1.0
+        self.G = None
+
+    def _form(self):
+        d, start, N = self.d, self.start, len(self.etas)
+        bias = self.constant is not None
+        dd = d * (d + 1) if bias else d * d
+        SW, Sv, rounds = self.route["SW"], self.route["Sv"], self.route["rounds"]
+        G = np.zeros((len(self.heads) * (dd + d) + bias, N))   # later observations: not solved
+        rnd = []
+        for k, h in enumerate(self.order):
+            rows = [np.asarray(SW[h][e], dtype=float) for e in range(dd)]
+            rows += [np.asarray(Sv[h][r], dtype=float) for r in range(d)]
+            for i, row in enumerate(rows):
+                part = row[start:start + N]
+                G[k * (dd + d) + i, :len(part)] = part
+            rnd += [rounds[h][0]] * dd + [rounds[h][1]] * d
+        if bias:
+            part = np.asarray(self.route["Sc"], dtype=float)[start:start + N]
+            G[-1, :len(part)] = part
+            rnd.append(self.route["c_round"])
+        self.G, self.rnd = G, np.array(rnd, dtype=float)
+
+    def __call__(self, q) -> float:
+        if self.G is None:
+            self._form()
+        if self.constant is None:
+            _, g, _ = evaluate_with_gradient(self.heads, self.rec.observations[q][0], self.K)
+        else:
+            _, g, _ = evaluate_with_gradient(self.heads, self.rec.observations[q][0], self.K,
+                                             True, self.constant)
+        g = np.array(g)
+        b, T = residual_bounds(g[None, :], self.G, self.etas / self.unit, [q - self.start])
+        return (self.unit * float(SAFETY * b[0] + SECOND_ORDER * T[0])
+                + float(np.abs(g) @ self.rnd))
+
+
+def resolution_test(heads, rec, start, etas, H, bias=False) -> dict:
+    """The resolution test (docs/explanation/real-field.md, "The resolution test") of ``m =
+    len(heads) < H`` heads, from the statistics of
+    :func:`~exactlearn.strategies.real.stable_polish.split_gain`: the observations resolve
+    more than m heads when the ``k`` dimensions a split head adds lower the residuals' sum of
+    squares (i) by more than Gaussian noise of the variance the box shows exceeds with
+    probability ``e^-t``, ``t = RESOLVE_T`` (each residual over its float64 rounding scale; the
+    F quantile of :func:`_f_limit`, the variance being estimated from the residuals left), or
+    (ii) with each residual over its declared eta, by more than ``k + 2 sqrt(t k) + 2 t``,
+    ``t = RESOLVE_T_ETA`` (:func:`_chi2_limit`: what independent output errors within eta
+    exceed with probability below ``e^-t``).  Then :class:`~exactlearn.errors.ResidualsBeyondNoise`
+    (``resolved``; the escalation fits m + 1 heads).  Returns what it found."""
+    got = split_gain(heads, rec, start, etas, bias)
+    if got is None:
+        return {"run": False, "why": "too few observations for the columns of a split head"}
+    gain, extra, rest, dof, floor = (got[k] for k in ("gain", "extra", "rest", "dof", "floor"))
+    sigma2 = max(rest / max(dof, 1), floor)
+    limit = _f_limit(extra, dof, RESOLVE_T)
+    eta_limit = _chi2_limit(extra, RESOLVE_T_ETA)
+    m = len(heads)
+    what = None
+    if gain / sigma2 > limit and gain > extra * floor:
+        what = (f"{gain / sigma2:.3g} times the noise variance the {got['n']} observations "
+                f"show, beyond the {limit:.3g} that noise explains")
+    elif got["gain_eta"] > eta_limit:
+        what = (f"by {got['gain_eta']:.3g} times eta^2, beyond the {eta_limit:.3g} output "
+                f"errors within eta explain")
+    if what is not None:
+        raise ResidualsBeyondNoise(
+            f"the observations resolve more heads than {m} (below the bound {H}): fitting the "
+            f"{extra} dimensions a split head adds lowers the residuals' sum of squares {what}; "
+            f"no bound of {plural(m)} covers the heads they resolve", heads=m, resolved=True)
+    return {"run": True, "gain_over_noise": f"{gain / sigma2:.3g}", "threshold": f"{limit:.3g}",
+            "dimensions": extra, "gain_over_eta": f"{got['gain_eta']:.3g}",
+            "eta_threshold": f"{eta_limit:.3g}"}
+
+
+#: the resolution test's tail exponents: noise explains a fall of the sum of squares beyond
+#: ``k + 2 sqrt(t k) + 2 t`` noise variances in k dimensions with probability below e^-t
+RESOLVE_T = 20           # the noise the observations show (estimated: the larger margin)
+RESOLVE_T_ETA = 40       # output errors within the declared eta
+
+
+def _f_limit(k, dof, t):
+    """``k x`` with ``P(F(k, dof) > x) = e^-t``: the fall of the sum of squares, in noise
+    variances estimated from ``dof`` residuals, that Gaussian noise exceeds with probability
+    ``e^-t`` (the F quantile, from the regularized incomplete beta function; bisection on
+    ``log x``).
+
+    >>> round(_f_limit(7, 70, 20), 1)         # larger than the chi-square's 70.7: sigma estimated
+    78.3
+    """
+    target = mpmath.exp(-t)
+
+    def tail(x):               # P(F > x) = I_{dof / (dof + k x)}(dof / 2, k / 2)
+        return mpmath.betainc(dof / 2, k / 2, 0, dof / (dof + k * x), regularized=True)
+
+    lo, hi = 0.0, math.log(_chi2_limit(k, t) / k) + 1
+    while tail(math.exp(hi)) > target:
+        hi += 1
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tail(math.exp(mid)) > target else (lo, mid)
+    return k * math.exp(hi)
+
+
+def _chi2_limit(k, t):
+    """``k + 2 sqrt(t k) + 2 t`` (Laurent--Massart: a chi-square of k degrees exceeds it with
+    probability at most e^-t; a sum of k squared projections of independent errors bounded by
+    1, sub-Gaussian, likewise).
+
+    >>> round(_chi2_limit(7, 20), 1)
+    70.7
+    """
+    return k + 2 * math.sqrt(t * k) + 2 * t
+

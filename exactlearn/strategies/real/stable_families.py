@@ -1,0 +1,187 @@
+"""The stable plan's families and their rescues (:mod:`~exactlearn.strategies.real.stable`,
+step 3; docs/explanation/real-field.md): every configuration asked and fitted
+(:func:`fit_all`), one configuration at the first scale whose fit resolves
+(:func:`resolve_family`: rescued at 1/2, 2, 1/4, 4, taken back to scale 1), a coarse family's
+bounds at the scatter its residuals show (:func:`_scatter_fit`, "Coarse boxes"), and a fit's
+poles for the labelling (:func:`family_poles`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from gmpy2 import mpq
+
+from exactlearn.errors import (DegenerateDraw, InterpolationError, LearningFailure,
+                               NoisierThanDeclared)
+from exactlearn.strategies.real.ratio import (COARSE_EVALUATIONS, LSQ_EVALUATIONS, family_tokens,
+                                              fit_ratio_family, node_t)
+from exactlearn.strategies.real.stable_plan import (COARSE, COARSE_LINEAR_LIMIT,
+                                                    COARSE_MAX_UNRESOLVED, LINEAR_LIMIT,
+                                                    MAX_UNRESOLVED, SCATTER_MARGIN, SCATTER_MIN)
+from exactlearn.strategies.real.stable_probe import ask_family
+
+
+RESCUE = (mpq(1, 2), mpq(2), mpq(1, 4), mpq(4))   # a family that fails is re-asked scaled
+RESCALE = (mpq(1, 2), mpq(2))                      # a weak entry's basis family, again
+
+
+def rel_bound(fit, m):
+    bl, bc = fit.bounds[1:m + 1], fit.bounds[m + 1:]
+    return max([float(b) for b in bl] + [float(b) / max(abs(float(c)), 1e-300)
+                                         for b, c in zip(bc, fit.cs)])
+
+
+def _normalised(fit, f, m):
+    """A fit of the family (f x, f e) expressed at scale 1: log rho / f^2, c / f, A / f."""
+    scale = np.concatenate([[1 / float(f)], np.full(m, 1 / float(f) ** 2), np.full(m, 1 / float(f))])
+    fit.A = fit.A / f
+    fit.logs = [x / f ** 2 for x in fit.logs]
+    fit.cs = [c / f for c in fit.cs]
+    fit.G = fit.G * scale[:, None]
+    fit.bounds = fit.bounds * scale
+    return fit
+
+
+def _normalised_c(fit, f, m):
+    """With biases: only the c-values of a fit of ``(f x, f e)`` go back to scale 1 (``c / f``);
+    ``log rho`` and ``A`` stay as asked (not homogeneous in f; module doc)."""
+    scale = np.concatenate([[1.0], np.ones(m), np.full(m, 1 / float(f))])
+    fit.cs = [c / f for c in fit.cs]
+    fit.G = fit.G * scale[:, None]
+    fit.bounds = fit.bounds * scale
+    return fit
+
+
+def fit_all(plan, K, asker, noise, nodes, m, H):
+    """Ask and fit every configuration: ``(fits, ids, rescued, bad, stopped)``; ``ids[n]`` are the
+    observation indices of the fit.  A configuration whose fit fails, or whose first-order
+    relative bound exceeds LINEAR_LIMIT (poles crowded or beyond the nodes), is asked again
+    with x and e scaled by 1/2, 2, 1/4, 4 (exact dyadic tokens) and its fit taken back to
+    scale 1 (``log rho`` scales by f^2, ``c`` by f); every query asked stays an observation
+    that the certificate must reproduce.  A coarse box (module doc) stops once more than
+    COARSE_MAX_UNRESOLVED of the configurations have failed, the run's failure then certain
+    (``stopped``: how many were tried; None when all were); ``share``: the share of
+    unresolved configurations that fails the run (MAX_UNRESOLVED, or COARSE_MAX_UNRESOLVED)."""
+    got = asker.ask([q for c in plan.configs for q in
+                     (family_tokens(c.x, c.a, k, mm) for k, mm in nodes)])      # one batch
+    ys = [abs(float(y)) for y, _ in got if float(y) != 0]
+    coarse = bool(ys) and float(np.median([noise.of(y, 0) / y for y in ys])) > COARSE
+    share = COARSE_MAX_UNRESOLVED if coarse else MAX_UNRESOLVED
+    fits, ids, rescued, bad = {}, {}, {}, {}
+    for n, c in enumerate(plan.configs):
+        try:
+            fits[n], ids[n], f = resolve_family(c, K, asker, noise, nodes, m, H, bias=plan.bias)
+        except LearningFailure as exc:
+            bad[n] = exc
+            last = n + 1 == len(plan.configs)
+            if coarse and len(bad) > share * len(plan.configs) and not last:
+                return fits, ids, rescued, bad, n + 1, share
+            continue
+        if f != 1:
+            rescued[n] = str(f)
+    return fits, ids, rescued, bad, None, share
+
+
+def resolve_family(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE, bias=False):
+    """``(fit at scale 1, observation indices, scale asked)`` of one configuration, at the
+    first of ``scales`` (1, 1/2, 2, 1/4, 4) whose fit succeeds within LINEAR_LIMIT
+    (COARSE_LINEAR_LIMIT for a coarse box, its bounds following its scatter:
+    :func:`_scatter_fit`); raises the first failure when none does.  With ``bias`` only the
+    c-values go back to scale 1 (:func:`_normalised_c`)."""
+    ts = [node_t(k, mm) for k, mm in nodes]
+    what = f"configuration {c.kind}{(c.i + 1, c.j + 1)}"
+    first = None
+    for f in scales:
+        ys, etas, ids = ask_family(c, f, asker, noise, nodes, H)
+        label = what if f == 1 else f"{what} at scale {f}"
+        coarse = _coarse(ys, etas)
+        try:
+            fit = fit_ratio_family(K, ts, ys, etas, m, what=label,
+                                   evaluations=COARSE_EVALUATIONS if coarse else LSQ_EVALUATIONS)
+        except (InterpolationError, NoisierThanDeclared, DegenerateDraw) as exc:
+            first = first or exc
+            continue
+        except (np.linalg.LinAlgError, ValueError) as exc:
+            first = first or InterpolationError(f"{what}: {exc}")
+            continue
+        kappa = _scatter(ts, ys, etas, m, fit) if coarse else 1.0
+        norm = _normalised_c if bias else _normalised
+        fit = fit if f == 1 else norm(fit, f, m)
+        if kappa < 1 and rel_bound(fit, m) > LINEAR_LIMIT:
+            tight = _scatter_fit(K, ts, ys, etas, m, kappa, label)
+            if tight is not None:
+                fit = tight if f == 1 else norm(tight, f, m)
+        limit = COARSE_LINEAR_LIMIT if coarse else LINEAR_LIMIT
+        if rel_bound(fit, m) > limit:
+            first = first or DegenerateDraw(
+                f"{what}: relative first-order error bound {rel_bound(fit, m):.3g} > "
+                f"{limit} (two heads' exponents crowd, or lie beyond the nodes"
+                f"{_precision_note(fit, m) if coarse else ''})")
+            continue
+        return fit, ids, f
+    raise first
+
+
+
+def _coarse(ys, etas) -> bool:
+    """A family of a box declared coarser than float64 (COARSE): its median eta_q above
+    ``COARSE`` times its largest |y| (float32, or noisier; a float64 box declares ~1e-15)."""
+    return float(np.median(etas)) > COARSE * max(abs(float(y)) for y in ys)
+
+
+def _scatter(ts, ys, etas, m, fit) -> float:
+    """``kappa``: SCATTER_MARGIN times the rms weighted residual of ``fit`` per degree of
+    freedom, at least SCATTER_MIN; 1 when that is not below 1 (or too few samples)."""
+    n, p = len(ts), 2 * m + 1
+    if n <= p:
+        return 1.0
+    t = [np.inf if x is None else float(x) for x in ts]
+    with np.errstate(all="ignore"):
+        rho = np.exp(np.array([float(x) for x in fit.logs]))
+        cs = np.array([float(c) for c in fit.cs])
+        f = float(fit.A) + np.array([0.0 if x == np.inf else float(np.sum(cs / (1 + x * rho)))
+                                     for x in t])
+        r = (np.array([float(y) for y in ys]) - f) / np.asarray(etas, dtype=float)
+        kappa = SCATTER_MARGIN * math.sqrt(float(r @ r) / (n - p))
+    return max(kappa, SCATTER_MIN) if kappa < 1 else 1.0
+
+
+def _scatter_fit(K, ts, ys, etas, m, kappa, what):
+    """The family refitted with its bounds scaled to the scatter its residuals show
+    (``kappa eta_q``, :func:`_scatter`), or None (module doc, "Coarse boxes").
+
+    A float32 box rounds each token's scores once, and every query of a family repeats the
+    same two tokens: that rounding moves the family's ``log rho`` and ``c`` (which the fit
+    absorbs) but scatters no residual.  What scatters is the sums' rounding, often a hundredth
+    of the eta that must cover both.  The weights, hence the estimate, are those of the
+    declared eta; only its bounds shrink by ``kappa``.  The fit keeps ``kappa``
+    (``RatioFit.kappa``): its bounds at the declared eta are ``1 / kappa`` times larger, and
+    the solve's bounds are certified only when those are within LINEAR_LIMIT too (else only
+    the polish of every observation, at the declared eta, can certify)."""
+    try:
+        out = fit_ratio_family(K, ts, ys, [kappa * e for e in etas], m, what=what,
+                               evaluations=COARSE_EVALUATIONS)
+    except (InterpolationError, NoisierThanDeclared, DegenerateDraw, np.linalg.LinAlgError,
+            ValueError):
+        return None
+    out.kappa = kappa
+    return out
+
+
+
+def _precision_note(fit, m) -> str:
+    """A coarse family's bound at the scatter its residuals show (``kappa``)."""
+    if fit.kappa == 1:
+        return ""
+    return (f"; the bound is at {fit.kappa:.2g} times the declared eta, the scatter its "
+            f"residuals show")
+
+
+
+def family_poles(K, fit, m):
+    """``(rho, c, bound of rho, bound of c)`` per pole (the matching's poles)."""
+    bl, bc = fit.bounds[1:m + 1], fit.bounds[m + 1:]
+    return [(K.ctx.exp(x), c, float(b) * float(K.ctx.exp(x)), float(b2))
+            for x, c, b, b2 in zip(fit.logs, fit.cs, bl, bc)]
+

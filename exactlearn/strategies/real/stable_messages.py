@@ -1,0 +1,63 @@
+"""How coarse a box's declared eta is, in the stable plan's failures
+(:mod:`~exactlearn.strategies.real.stable`, "Coarse boxes"; docs/explanation/real-field.md):
+the declared eta against the outputs (:func:`declared_level`), its wording
+(:func:`coarseness`) and what a coarse box's unresolved families say about its precision
+(:func:`precision_failure`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from exactlearn.errors import NoisierThanDeclared
+from exactlearn.strategies.real.stable_plan import COARSE
+
+
+def declared_level(nz, rec, start) -> float:
+    """The declared eta against the outputs: the median of ``eta_q / |y_q|`` over the
+    observations since ``start`` (0 when there are none); above COARSE the box is coarse."""
+    ys = np.array([abs(float(y)) for _, y in rec.observations[start:]])
+    ys = ys[ys > 0]
+    return float(np.median([nz.of(y, 0) / y for y in ys])) if len(ys) else 0.0
+
+
+def coarseness(nz, rec, start) -> str:
+    """``"; the declared eta (noise=..., noise_rel=...) is L of the typical output, KIND"``:
+    below a float32 box's rounding (L < 2^-24), about it (L < 2^-10: the float32 layers
+    measured declare 1e-6 to 3e-4), or coarser than float32."""
+    level = declared_level(nz, rec, start)
+    kind = ("below a float32 box's rounding (2^-24 = 6e-08)" if level < 2.0 ** -24 else
+            "about a float32 box's rounding" if level < 2.0 ** -10 else "coarser than float32")
+    return (f"; the declared eta (noise={nz.eta:.3g}, noise_rel={nz.rel:.3g}) is {level:.2g} "
+            f"of the typical output, {kind}")
+
+
+def precision_failure(bad, nz, rec, start, H) -> str:
+    """What a coarse box's unresolved families say about its precision (module doc, "Coarse
+    boxes"), or ``""`` for a box declared at float64 rounding: how coarse the declared eta is
+    against the outputs, how many families missed a sample by more than it or did not
+    converge, and how many fitted H heads within it but could not resolve them.  When half
+    of them missed, or the eta is below float32 rounding, it advises a larger ``noise=`` or
+    ``noise='auto'``; else it names the box's precision as the limit."""
+    level = declared_level(nz, rec, start)
+    if not level > COARSE:
+        return ""
+    miss = sum(1 for e in bad.values() if isinstance(e, NoisierThanDeclared))
+    crowd = sum(1 for e in bad.values() if "relative first-order error bound" in str(e))
+    other = len(bad) - miss - crowd
+    out = (f"{coarseness(nz, rec, start)}: of the {len(bad)} unresolved, {miss} missed a sample "
+           f"by more than it, {other} did not converge, {crowd} fitted {plural(H)} within it but "
+           f"left their exponents unresolved at that precision")
+    if 2 * miss >= len(bad) or level < 2.0 ** -24:
+        out += (" -- the box's rounding likely exceeds the declared eta: declare a larger "
+                "noise=, or use noise='auto'")
+    else:
+        out += (" -- the box's precision, not the eta, limits them: evaluate the layer in "
+                "float64 (float32 layers resolved 4 heads at d <= 16, "
+                "docs/howto/float-black-box.md)")
+    return out
+
+
+
+def plural(m):
+    return f"{m} head{'s' if m != 1 else ''}"
+

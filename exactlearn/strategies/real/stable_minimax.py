@@ -1,0 +1,67 @@
+"""The smallest largest residual over its eta about the polish's fit
+(:mod:`~exactlearn.strategies.real.stable_polish`; docs/explanation/real-field.md): a lower
+bound from Lawson's reweighting (:func:`chebyshev_bound`) linearised about the least-squares
+heads (:func:`minimax_bound`), so that a box noisier than declared fails.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from exactlearn.strategies.real.stable_normal import (EPS, Families, LAWSON_STEPS, MAX_DENSE,
+                                                      family_values, head_arrays, v_jacobian)
+
+
+def minimax_bound(polished, rec, start, etas):
+    """A lower bound, to first order about the fit, on ``min max_q |y_q - f(q)| / eta_q`` over
+    every model with as many heads as ``polished`` (a
+    :func:`~exactlearn.strategies.real.stable_polish.polish` result): above 1, no such model keeps
+    every output within its eta (docs/explanation/real-field.md, "The residual test").  The fit's
+    own largest ratio when that is at most 1 (no bound needed), None when the dense Jacobian would
+    exceed ``MAX_DENSE``.
+
+    With scaled residuals ``s = r / eta`` and Jacobian ``Js = J / eta``, every ``u`` with
+    ``Js^T u = 0`` and ``|u|_1 = 1`` gives ``max_q |s_q - (Js d)_q| >= u.s`` for every step d
+    (weak duality of the Chebyshev fit).  The residual ``rr`` of a least-squares fit with
+    weights ``c`` gives ``u = c rr / |c rr|_1``, ``u.s = sum c rr^2 / sum c |rr|``; Lawson's
+    reweighting ``c <- c |rr|`` drives it up to the Chebyshev value (``LAWSON_STEPS``).  The
+    float64 rounding of the residuals is taken off; the linearisation and float64 solves are
+    what the caller's margin covers."""
+    heads = polished[0]
+    bias = len(polished) > 5
+    W, V, c = head_arrays(heads, bias)
+    H, d = V.shape
+    fam = Families(rec, start, etas, bias)
+    vals = [family_values(fam, f, W, V, c=c) for f in range(len(fam.pairs))]
+    eta = np.concatenate(fam.eta)
+    s = np.concatenate([fam.y[f] - v[0] for f, v in enumerate(vals)]) / eta
+    err = float(np.max(np.concatenate([8 * EPS * (v[3] + np.abs(fam.y[f]))
+                                       for f, v in enumerate(vals)]) / eta))
+    if np.max(np.abs(s)) <= 1:
+        return float(np.max(np.abs(s)))
+    if len(s) * H * (fam.D.shape[1] + d) > MAX_DENSE:
+        return None
+    cols = [np.concatenate([np.concatenate([gz[:, h:h + 1] * fam.D[f][None, :] for h in range(H)],
+                                           axis=1), v_jacobian(fam, gv, len(val))], axis=1)
+            for f, (val, gz, gv, _) in enumerate(vals)]
+    return chebyshev_bound(np.concatenate(cols) / eta[:, None], s, err)
+
+
+def chebyshev_bound(Js, s, err=0.0) -> float:
+    """Lawson's lower bound (:func:`minimax_bound`) on ``min_d max_q |s_q - (Js d)_q|``, less
+    ``err`` (the rounding of ``s``)."""
+    c = np.full(len(s), 1.0 / len(s))
+    best = 0.0
+    for _ in range(LAWSON_STEPS):
+        sq = np.sqrt(c)
+        step = np.linalg.lstsq(Js * sq[:, None], s * sq, rcond=None)[0]
+        rr = s - Js @ step
+        a = np.abs(rr)
+        if not a.sum() > 0:
+            break
+        best = max(best, float(c @ (rr * rr)) / float(c @ a) - err)
+        if best > 2:
+            break
+        c = c * a
+        c = c / c.sum()
+    return best

@@ -1,0 +1,184 @@
+"""The stable plan's constants, its configurations and how it asks
+(:mod:`~exactlearn.strategies.real.stable`, steps 1 and 3b; docs/explanation/real-field.md,
+"The stable plan for float black boxes"): the query count (:func:`stable_count`), the dyadic
+tokens (:func:`dyadic_basis`), the plan for biases (:func:`bias_tokens`,
+:func:`stable_bias_plan`), the asker that asks each query once (:class:`Asker`,
+:func:`query_key`) and the per-observation eta (:class:`Noise`).
+"""
+from __future__ import annotations
+
+import math
+
+from gmpy2 import mpq
+
+from exactlearn.algebra.linalg import is_invertible
+from exactlearn.errors import DegenerateDraw
+from exactlearn.fields.rational import QQ
+from exactlearn.pipeline.plan import Config, Plan, across_direction, final_token_configs
+from exactlearn.strategies.real.lsq import box_blas_threads
+from exactlearn.strategies.real.probe import cayley
+from exactlearn.strategies.real.ratio import dyadic, ratio_nodes
+from exactlearn.strategies.real.sensitivity import rounding
+
+
+#: first-order validity: a family's relative bounds at most this (second-order terms are
+#: then below 1e-2 of the first-order ones, inside the certificate's SAFETY factor 2)
+LINEAR_LIMIT = 1e-2
+#: matching: equal within EQUAL_FACTOR (10) first-order bounds, unequal beyond this many
+UNEQUAL_FACTOR = 10 ** 2
+#: the run fails when more than this share of the configurations cannot be resolved
+MAX_UNRESOLVED = 0.25
+#: the same for a coarse box (module doc): its families only label and start the polish, which
+#: alone certifies; four float32 heads left 26 % to 30 % unresolved (d = 4, 8), the rest labelled
+COARSE_MAX_UNRESOLVED = 0.5
+ROOTS_TRIED = 4          # basis families of x_1 tried as the root of the labelling
+SUPPLEMENT_ROUNDS = 5    # rounds of supplementary families for undetermined entries
+SUPPLEMENT_PER_ENTRY = 3
+PENCIL_MIN_HEADS = 2     # the pencil start (step 3b) when the families fail, from this many heads
+PENCIL_SCALES = (mpq(1, 2), mpq(1), mpq(2))   # the plan's families after it, around sigma
+#: a box whose declared eta exceeds this times its outputs is coarser than float64 (a float32
+#: box declares ~1e-6, a float64 one ~1e-15): its families' bounds follow their scatter
+COARSE = 2.0 ** -32
+SCATTER_MARGIN = 4       # kappa = this x the rms of the weighted residuals per degree of freedom
+SCATTER_MIN = 1e-3       # kappa at least this
+#: a coarse box's families only label and start the polish (their solve's bounds are used
+#: only within LINEAR_LIMIT at the declared eta): first-order bounds within 10 %
+COARSE_LINEAR_LIMIT = 1e-1
+
+
+def stable_count(d: int, H: int, bias: bool = False) -> int:
+    """Queries of the stable plan (probe excluded): every configuration at its finite
+    nodes, one ``(a)`` per configuration, one ``(x)`` per distinct final token:
+    ``(2d^2 - 1)(n_t + 1) + 2d - 1``, and with ``bias`` ``(2d^2 + 2d - 1)(n_t + 1) + 2d + 1``
+    (``n_t = len(ratio_nodes(H)) - 2`` finite nodes, at most ``4H + 4``).
+
+    >>> stable_count(2, 1), stable_count(4, 2), stable_count(2, 1, bias=True)
+    (66, 410, 104)
+    """
+    n_t = len(ratio_nodes(H)) - 2
+    if bias:
+        configs = 2 * d * d + 2 * d - 1
+        return configs * n_t + configs + (2 * d + 1)
+    configs = 2 * d * d - 1
+    return configs * n_t + configs + (2 * d - 1)
+
+
+BIAS_GRID = 19           # the plan for biases' final tokens: on 2^-19, so midpoints are on 2^-20
+
+
+def bias_tokens(Q) -> list:
+    """d + 1 final tokens x_0..x_d from d near-orthonormal dyadic columns ``Q``: with
+    ``q_0 = beta (q_1 + ... + q_d)``, ``beta = (1 - sqrt(d + 1))/d``, the q's are the vertices
+    of a regular simplex; centred at 0 (so that u is an interpolation, not an extrapolation)
+    and rounded to the grid ``2^-BIAS_GRID``.  Raises
+    :class:`~exactlearn.errors.DegenerateDraw` when they are not affinely independent.
+
+    >>> from gmpy2 import mpq
+    >>> pts = bias_tokens([(mpq(1), mpq(0)), (mpq(0), mpq(1))])
+    >>> len(pts), [round(float(a), 4) for a in pts[0]]
+    (3, [-0.5774, -0.5774])
+    """
+    d = len(Q)
+    beta = (1 - math.sqrt(d + 1)) / d
+    s = [sum(float(q[r]) for q in Q) for r in range(d)]
+    pts = [[beta * s[r] for r in range(d)]] + [[float(q[r]) for r in range(d)] for q in Q]
+    g = [sum(p[r] for p in pts) / (d + 1) for r in range(d)]
+    scale = 2 ** BIAS_GRID
+    out = [tuple(mpq(int(round((p[r] - g[r]) * scale)), scale) for r in range(d)) for p in pts]
+    if not is_invertible([[QQ(p[r]) for p in out] for r in range(d)] + [[QQ(1)] * (d + 1)], QQ):
+        raise DegenerateDraw("the d + 1 final tokens of the plan for biases are not affinely "
+                             "independent")
+    return out
+
+
+def stable_bias_plan(X, E, H: int):
+    """The stable plan for biases (module doc): ``X`` the d + 1 final tokens x_0..x_d, ``E``
+    the d directions.
+
+    >>> p = stable_bias_plan([(0, 0), (2, 0), (0, 2)], [(1, 0), (0, 1)], 1)
+    >>> len(p.configs), p.configs[-1].kind, [str(a) for a in p.configs[-1].x]
+    (11, 'across', ['0', '1'])
+    """
+    X = tuple(tuple(x) for x in X)
+    E = tuple(tuple(e) for e in E)
+    d = len(E)
+    configs = []
+    for i in range(d + 1):
+        configs.extend(final_token_configs(i, X[i], E))
+    for i in range(1, d + 1):
+        j = across_direction(i, d)
+        mid = tuple((QQ(a) + QQ(b)) / 2 for a, b in zip(X[0], X[i]))
+        configs.append(Config("across", i, j, mid, E[j]))
+    return Plan(d, H, X, E, configs, name="stable", bias=True)
+
+
+def dyadic_basis(cols):
+    """The Cayley-orthogonal matrix of ``cols`` (a drawn integer matrix, columns), rounded
+    to the grid ``2^-GRID`` (:func:`~exactlearn.strategies.real.ratio.dyadic`): columns of exact
+    dyadic rationals."""
+    d = len(cols)
+    Q = cayley([[cols[j][i] for j in range(d)] for i in range(d)])
+    return [dyadic(Q[i][j] for i in range(d)) for j in range(d)]
+
+
+class Asker:
+    """Asks queries (in batches when the box has ``batch``) once each, keeping indices.  A
+    query is known by its runs of equal tokens (:func:`query_key`): the plan's queries are
+    a few hundred copies of two tokens, so the key is built and hashed in a few steps.  The
+    box runs with the BLAS threads the run started with
+    (:func:`~exactlearn.strategies.real.lsq.box_blas_threads`)."""
+
+    def __init__(self, rec):
+        self.rec = rec
+        self.seen: dict = {}
+
+    def ask(self, queries) -> list:
+        """``[(y, observation index)]`` for a list of token lists."""
+        keys = [query_key(q) for q in queries]
+        new, seen_now = [], set()
+        for key, q in zip(keys, queries):
+            if key not in self.seen and key not in seen_now:
+                seen_now.add(key)
+                new.append((key, q))
+        if new:
+            start = len(self.rec.observations)
+            with box_blas_threads():
+                ys = self.rec.ask_many([q for _, q in new])
+            for n, ((key, _), y) in enumerate(zip(new, ys, strict=True)):
+                self.seen[key] = (y, start + n)
+        return [self.seen[k] for k in keys]
+
+
+def query_key(tokens) -> tuple:
+    """The query as its runs: ``((token, copies), ...)``, adjacent equal tokens in one run (so
+    two queries have the same key exactly when they are the same sequence of tokens).
+
+    >>> query_key([(1, 2), (1, 2), (3, 4), (1, 2)])
+    (((1, 2), 2), ((3, 4), 1), ((1, 2), 1))
+    """
+    runs: list = []
+    prev = prev_key = None
+    for t in tokens:
+        if t is prev:                   # the same object: one more copy (no comparison)
+            runs[-1][1] += 1
+            continue
+        key = tuple(t)
+        if runs and key == prev_key:
+            runs[-1][1] += 1
+        else:
+            runs.append([key, 1])
+            prev_key = key
+        prev = t
+    return tuple((key, n) for key, n in runs)
+
+
+class Noise:
+    """eta_q = eta + eta_rel |y_q| + rounding (floats: bounds need a few digits)."""
+
+    def __init__(self, K, eta, eta_rel):
+        self.K, self.eta, self.rel = K, float(eta), float(eta_rel)
+        self.unit = float(rounding(K, 1))       # a power of two: unit * size is exact
+
+    def of(self, y, size):
+        return self.eta + self.rel * abs(float(y)) + self.unit * float(size)
+

@@ -1,0 +1,133 @@
+"""The stable plan's two routes to a start (:mod:`~exactlearn.strategies.real.stable`;
+docs/explanation/real-field.md): the families fitted, labelled, supplemented and solved
+(:func:`per_family`, steps 3--5), or, when they fail with several heads, the pencil start
+(:func:`pencil_route`, step 3b).  Each returns the route's dict that
+:func:`~exactlearn.strategies.real.stable.run_stable` bounds, polishes and certifies.
+"""
+from __future__ import annotations
+
+import numpy as np
+from gmpy2 import mpq
+
+from exactlearn.errors import DegenerateDraw
+from exactlearn.model import Head
+from exactlearn.pipeline.match import WithinBounds
+from exactlearn.pipeline.plan import paper_plan
+from exactlearn.strategies.real.analysis import EQUAL_FACTOR
+from exactlearn.strategies.real.labels import label_families
+from exactlearn.strategies.real.ratio import family_tokens
+from exactlearn.strategies.real.stable_families import family_poles, fit_all, rel_bound
+from exactlearn.strategies.real.stable_messages import declared_level, precision_failure
+from exactlearn.strategies.real.stable_pencil import pencil_heads
+from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_SCALES, ROOTS_TRIED,
+                                                    UNEQUAL_FACTOR, stable_bias_plan)
+from exactlearn.strategies.real.stable_probe import sigma_for
+from exactlearn.strategies.real.stable_solve import (bias_frame, rows_bias, rows_of,
+                                                     solve_bias_heads, solve_stable_heads)
+from exactlearn.strategies.real.stable_supplement import supplement
+
+
+def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
+    """Steps 3--5 up to the solve (module doc): the plan at scale ``sigma``, its families fitted,
+    labelled, supplemented and solved.  Raises when too many families do not resolve."""
+    d = plan0.d
+    X = [tuple(sigma * a for a in x) for x in plan0.X]
+    E = [tuple(sigma * a for a in e) for e in plan0.E]
+    bias = plan0.bias
+    splan = stable_bias_plan(X, E, H) if bias else paper_plan(X, E, H)
+    fits, ids, rescued, bad, stopped, share = fit_all(splan, K, asker, nz, nodes, m, H)
+    if len(bad) > share * len(splan.configs) or not fits:
+        first = bad[min(bad)]
+        some = (f"of the first {stopped} (fitting stopped there: more than "
+                f"{share:.0%} of all had failed) " if stopped else "")
+        raise type(first)(f"{len(bad)} {some}of {len(splan.configs)} configurations could not be "
+                          f"resolved at any scale (a box noisier than declared, or more heads "
+                          f"than {H}){precision_failure(bad, nz, rec, start, H)}; the first: "
+                          f"{first}")
+    # first-order validity, then labelling with per-relation bounds
+    worst_rel = max((rel_bound(f, m) / f.kappa for f in fits.values()), default=0.0)   # at eta
+    poles_of = {n: family_poles(K, f, m) for n, f in fits.items()}
+    basis0 = [splan.index("basis", 0, j) for j in range(d)]
+    roots = sorted((n for n in basis0 if n in fits), key=lambda n: rel_bound(fits[n], m))
+    if not roots:
+        raise DegenerateDraw(f"no basis configuration with final token x_1 could be resolved; "
+                             f"(x_1, e_1): {bad[basis0[0]]}")
+    relation = WithinBounds(EQUAL_FACTOR, UNEQUAL_FACTOR, size=float)
+    loose = declared_level(nz, rec, start) > COARSE   # a coarse box: c-values by equality alone
+    index = {}
+    for root in roots[:ROOTS_TRIED]:       # the head numbering: the root that labels most
+        got = (label_families(splan, poles_of, relation, root, square_joint=True,
+                              scales={n: mpq(f) for n, f in rescued.items()}, equal_only=loose)
+               if bias else label_families(splan, poles_of, relation, root, equal_only=loose))
+        if len(got) > len(index):
+            index = got
+        if len(index) >= 0.9 * len(fits):
+            break
+    configs = list(splan.configs)
+    if not bias:
+        rows = [rows_of(c) for c in configs]
+        n_supp = supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz,
+                             nodes, m, H, relation, equal_only=loose)
+        heads, SW, Sv, rounds = solve_stable_heads(splan, rows, fits, ids, index, K, m,
+                                                   len(rec.observations))
+        return {"splan": splan, "heads": heads, "SW": SW, "Sv": Sv, "rounds": rounds,
+                "fits": fits, "bad": bad, "rescued": rescued, "index": index,
+                "supplementary": n_supp, "worst_rel": worst_rel, "start": None}
+    frame = bias_frame(splan.X, splan.E)
+    scales = {n: mpq(rescued[n]) if n in rescued else mpq(1) for n in range(len(configs))}
+    rows = [rows_bias(frame, tuple(scales[n] * a for a in c.x), tuple(scales[n] * b for b in c.e),
+                      scales[n], K) for n, c in enumerate(configs)]
+    n_supp = supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz, nodes,
+                         m, H, relation, frame=frame, scales=scales, equal_only=loose)
+    tokens_a = {n: tuple(scales[n] * a for a in configs[n].a) for n in index}
+    heads, c, SW, Sv, Sc, rounds, c_round = solve_bias_heads(
+        splan, frame, rows, fits, ids, index, K, m, len(rec.observations), scales, tokens_a)
+    return {"splan": splan, "heads": heads, "SW": SW, "Sv": Sv, "rounds": rounds, "fits": fits,
+            "bad": bad, "rescued": rescued, "index": index, "supplementary": n_supp,
+            "worst_rel": worst_rel, "start": None, "constant": c, "Sc": Sc, "c_round": c_round}
+
+
+def pencil_route(plan0, K, asker, nz, nodes, H, why, bias=False):
+    """Step 3b (module doc): the heads started by
+    :mod:`~exactlearn.strategies.real.stable_pencil`, then the plan's configurations asked as
+    ratio families at ``PENCIL_SCALES`` times the ``sigma`` at which the start's exponents have
+    an rms of about TARGET; the polish that follows fits all of them.  With ``bias`` the start
+    has u (from ``d + 1`` final tokens) and c from the single-token query ``(x_0)``:
+    ``f((x_0)) = c + V.x_0``."""
+    d = plan0.d
+
+    def ask(queries):
+        return [float(y) for y, _ in asker.ask(queries)]
+
+    start, info = pencil_heads(ask, d, H, x_norm=1.0, e_norm=0.5, bias=bias)
+    Xm = np.array([[float(a) for a in x] for x in plan0.X]).T
+    Em = np.array([[float(a) for a in e] for e in plan0.E]).T
+    if bias:
+        logs = np.array([Em.T @ (W @ Xm + u[:, None]) for W, _, u in start])
+    else:
+        logs = np.array([Em.T @ W @ Xm for W, _ in start])
+    rms = float(np.sqrt(np.mean(logs ** 2)))
+    sigma = sigma_for(rms)
+    X = [tuple(sigma * a for a in x) for x in plan0.X]
+    E = [tuple(sigma * a for a in e) for e in plan0.E]
+    splan = stable_bias_plan(X, E, H) if bias else paper_plan(X, E, H)
+    plan_start = len(asker.rec.observations)
+    asker.ask([family_tokens(tuple(f * a for a in c.x), tuple(f * b for b in c.a), k, mm)
+               for f in PENCIL_SCALES for c in splan.configs for k, mm in nodes])
+    mpf = K.ctx.mpf                 # a float64 is exact in any precision
+    out = {}
+    if bias:
+        heads = [Head(tuple(tuple(mpf(float(a)) for a in row) for row in W),
+                      tuple(mpf(float(a)) for a in v), tuple(mpf(float(a)) for a in u))
+                 for W, v, u in start]
+        x0 = splan.X[0]
+        y0 = float(asker.ask([[x0]])[0][0])
+        V = np.sum([v for _, v, _ in start], axis=0)
+        out["constant"] = mpf(y0 - float(V @ np.array([float(a) for a in x0])))
+    else:
+        heads = [Head(tuple(tuple(mpf(float(a)) for a in row) for row in W),
+                      tuple(mpf(float(a)) for a in v)) for W, v in start]
+    info["why"] = str(why)[:200]
+    return {"splan": splan, "heads": heads, "SW": None, "Sv": None, "rounds": None, "fits": {},
+            "bad": {}, "rescued": {}, "index": {}, "supplementary": 0, "worst_rel": 0.0,
+            "sigma": sigma, "pencil": info, "plan_start": plan_start} | out

@@ -1,0 +1,237 @@
+"""The stable plan's supplementary and targeted families
+(:mod:`~exactlearn.strategies.real.stable`, step 4; docs/explanation/real-field.md): families
+for the entries the labelled ones leave undetermined or weak (:func:`supplement`), the
+c-values of directions whose every basis family failed (:func:`_blind_directions`, "Coarse
+boxes"), and the families asked for the directions the polish found undetermined
+(:func:`target_families`).
+"""
+from __future__ import annotations
+
+import numpy as np
+from gmpy2 import mpq
+
+from exactlearn.errors import LearningFailure
+from exactlearn.pipeline.plan import Config
+from exactlearn.strategies.real.labels import (directions, known_part, label_by_c,
+                                               label_by_c_pair, references)
+from exactlearn.strategies.real.ratio import family_tokens
+from exactlearn.strategies.real.stable_families import RESCALE, family_poles, resolve_family
+from exactlearn.strategies.real.stable_plan import SUPPLEMENT_PER_ENTRY, SUPPLEMENT_ROUNDS
+from exactlearn.strategies.real.stable_probe import ask_family
+from exactlearn.strategies.real.stable_solve import rows_bias, rows_of, undetermined, weak_entries
+
+
+def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
+                relation, frame=None, scales=None, equal_only=False):
+    """Supplementary families for the entries of M (and c) that the labelled families leave
+    undetermined -- ``(x_i, e_j - e_k)`` for the k whose basis family at x_i is labelled; for
+    a coarse box (``equal_only``) then the other k, ``(x_i, e_j + e_k)`` and ``(x_i + x_k, e_j)``
+    (:func:`_extra`), at most SUPPLEMENT_PER_ENTRY an entry a round -- or, once every
+    entry is determined, determine only
+    poorly for some head (:func:`~exactlearn.strategies.real.stable_solve.weak_entries`) --
+    those and the basis family ``(x_i, e_j)`` again at scales 1/2 and 2.  Each is labelled by
+    its predicted c-values; for a coarse box one of a direction that no labelled family
+    references yet is kept, and labelled once a pair gives that direction its c-values
+    (:func:`_blind_directions`);
+    up to SUPPLEMENT_ROUNDS rounds, new ones each round.  Returns
+    how many were asked.  With biases (``frame``,
+    :func:`~exactlearn.strategies.real.stable_solve.bias_frame`) the unknowns are ``M~`` (d x (d +
+    1)), each new family's rows come from its tokens as asked
+    and ``scales`` records its scale."""
+    d = splan.d
+    dc = d + 1 if frame is not None else d
+    asked = 0
+    tried: set = set()
+    pending: list = []                  # fitted, not labelled (_blind_directions may label them)
+    synth: dict = {}                    # c-values of directions without a labelled basis family
+
+    def add(c, k, f_used, fit, q, pl, lab):
+        n = len(configs)
+        configs.append(c)
+        if frame is None:               # k: None, or _extra's
+            rows.append(rows_of(c) if k is None else _extra_rows(c, k))
+        else:
+            scales[n] = f_used
+            rows.append(rows_bias(frame, tuple(f_used * a for a in c.x),
+                                  tuple(f_used * b for b in c.e), f_used, K))
+        fits[n], ids[n], poles_of[n], index[n] = fit, q, pl, lab
+
+    for _ in range(SUPPLEMENT_ROUNDS):
+        used = sorted(index)
+        missW = undetermined([[(j * dc + i, co) for (j, i), co in rows[n][0]] for n in used],
+                             d * dc)
+        missv = undetermined([rows[n][1] for n in used], d)
+        weak = not missW and not missv
+        if weak:
+            missW = weak_entries(rows, fits, index, m, d, dc)
+            if not missW:
+                break
+        view = type("View", (), {"configs": configs})()
+        refs = {**synth, **references(view, index, poles_of)}
+        want = [divmod(u, dc) for u in missW] + [(j, 0) for j in missv]
+        new = []
+        if weak:
+            # weak entries: the basis family itself again at other scales (exponents x 1/4
+            # and x 4: a head out of the nodes' range, or crowded, is seen anew)
+            for j, i in want:
+                for f in RESCALE:
+                    if ("scale", i, j, f) not in tried:
+                        tried.add(("scale", i, j, f))
+                        new.append((splan.configs[splan.index("basis", i, j)], None, f))
+        for j, i in want:
+            # e_j - e_k, then e_j + e_k; first the k whose basis family at x_i is labelled
+            ks = sorted(sorted(k for k in refs if k != j),
+                        key=lambda k: splan.index("basis", i, k) not in index)
+            if not equal_only:          # a box at float64 rounding: as before
+                ks = [k for k in ks if splan.index("basis", i, k) in index]
+            opts = [("e", k, s) for s in ((-1, 1) if equal_only else (-1,)) for k in ks]
+            if j in refs and equal_only:    # then (x_i + x_k, e_j): another final token
+                opts += [("x", k, 1) for k in range(len(splan.X)) if k != i]
+            opts = [o for o in opts if (i, j) + o not in tried]
+            for o in opts[:SUPPLEMENT_PER_ENTRY]:
+                tried.add((i, j) + o)
+                new.append((_extra(splan, i, j, o), o, None))
+        if not new:
+            break
+        asker.ask([q for c, _, f in new for q in
+                   (family_tokens(tuple((f or 1) * a for a in c.x),
+                                  tuple((f or 1) * b for b in c.a), kk, mm) for kk, mm in nodes)])
+        asked += len(new)
+        for c, k, f in new:             # f None: the rescue scales, as for the plan's families
+            try:
+                fit, q, f_used = resolve_family(c, K, asker, noise, nodes, m, H,
+                                          **({} if f is None else {"scales": (f,)}),
+                                          bias=frame is not None)
+            except LearningFailure:
+                continue
+            pl = family_poles(K, fit, m)
+            dirs = [(c.j, 1)] + ([] if k is None or k[0] == "x" else [k[1:]])
+            lab = label_by_c(pl, dirs, refs, relation, equal_only)
+            if lab is None:             # kept: a direction without a reference may label it
+                pending.append((c, k, f_used, fit, q, pl, dirs))
+                continue
+            add(c, k, f_used, fit, q, pl, lab)
+        if equal_only:
+            _blind_directions(splan, configs, index, poles_of, pending, synth, relation,
+                              equal_only, add)
+    return asked
+
+
+def _extra(splan, i, j, o):
+    """The supplementary configuration ``o`` for the entry ``(j, i)``: ``("e", k, s)`` is
+    ``(x_i, e_j + s e_k)``, ``("x", k, 1)`` is ``(x_i + x_k, e_j)`` (tokens on the plan's grid)."""
+    kind, k, sg = o
+    if kind == "e":
+        e = tuple(p + sg * q for p, q in zip(splan.E[j], splan.E[k]))
+        return Config("extra", i, j, splan.X[i], e)
+    return Config("extra", i, j, tuple(p + q for p, q in zip(splan.X[i], splan.X[k])), splan.E[j])
+
+
+def _extra_rows(c, o):
+    """The rows (:func:`~exactlearn.strategies.real.stable_solve.rows_of`) of a bias-free
+    supplementary configuration ``c`` made by :func:`_extra` with ``o``."""
+    kind, k, sg = o
+    if kind == "e":
+        return [((c.j, c.i), 1), ((k, c.i), sg)], [(c.j, 1), (k, sg)]
+    return [((c.j, c.i), 1), ((c.j, k), 1)], [(c.j, 1)]
+
+
+def _blind_directions(splan, configs, index, poles_of, pending, synth, relation, equal_only,
+                      add):
+    """Directions ``e_j`` that no labelled basis family references (every ``(x_i, e_j)`` failed:
+    two heads' exponents crowd in each, as four float32 heads often do) get their c-values from
+    a pair of unlabelled families of ``e_j`` plus different labelled directions -- a within
+    family ``(x_i, e_1 + e_j)`` of the plan and a supplementary ``(x_k, e_j - e_1)``, say
+    (:func:`~exactlearn.strategies.real.labels.label_by_c_pair`); those, stored in ``synth``,
+    then label the other families of ``e_j`` by their predicted c-values.  ``pending``: the
+    supplementary families fitted but not labelled (``add`` labels one); the plan's unlabelled
+    families are those of ``poles_of`` outside ``index``; ``configs`` every family labelled."""
+    n_plan = len(splan.configs)
+    while True:
+        refs = {**synth, **references(type("View", (), {"configs": configs})(), index, poles_of)}
+        for p, e in enumerate(pending):  # references found since it was fitted
+            lab = None if e is None else label_by_c(e[5], e[6], refs, relation, equal_only)
+            if lab is not None:
+                _label_candidate(("pending", p), lab, index, pending, add)
+        cands = [(n, poles_of[n], directions(splan.configs[n])) for n in sorted(poles_of)
+                 if n < n_plan and n not in index]
+        cands += [(("pending", p), e[5], e[6]) for p, e in enumerate(pending) if e is not None]
+        by_dir: dict = {}
+        for key, pl, dirs in cands:
+            blind = [(j, co) for j, co in dirs if j not in refs]
+            if len(blind) == 1 and blind[0][1] == 1:
+                known = known_part(dirs, blind[0][0], refs)
+                if known is not None:
+                    by_dir.setdefault(blind[0][0], []).append((key, pl, known))
+        found = None
+        for j, fams in sorted(by_dir.items()):
+            for a in range(len(fams)):
+                for b in range(a + 1, len(fams)):
+                    got = label_by_c_pair(fams[a][1], fams[a][2], fams[b][1], fams[b][2],
+                                          relation, equal_only)
+                    if got is not None:
+                        found = (j, fams[a][0], fams[b][0], got)
+                        break
+                if found:
+                    break
+            if found:
+                break
+        if found is None:
+            return
+        j, ka, kb, (pa, pb, own) = found
+        synth[j] = own
+        refs[j] = own
+        for key, perm in ((ka, pa), (kb, pb)):
+            _label_candidate(key, perm, index, pending, add)
+        for key, pl, dirs in cands:     # the rest of e_j's families by their c-values
+            if key in (ka, kb):
+                continue
+            lab = label_by_c(pl, dirs, refs, relation, equal_only)
+            if lab is not None:
+                _label_candidate(key, lab, index, pending, add)
+
+
+def _label_candidate(key, perm, index, pending, add):
+    """Labels a plan family (its index) or a pending supplementary one (``("pending", p)``)."""
+    if isinstance(key, tuple):
+        c, k, f_used, fit, q, pl, _ = pending[key[1]]
+        pending[key[1]] = None
+        add(c, k, f_used, fit, q, pl, perm)
+    else:
+        index[key] = perm
+
+
+def target_families(weak, splan, heads, asker, noise, nodes, H):
+    """Families for the directions the polish found undetermined
+    (:class:`~exactlearn.strategies.real.stable_polish.Weak`): per
+    direction (at most d), the basis family ``(x_i, e_j)`` of the entry of ``M = E^T U X``
+    it weighs most, asked with its tokens scaled by the power of two ``f`` that brings that
+    head's ``f^2 e_j^T W x_i`` to about 1 (a step beyond the nodes comes back between them),
+    and by ``f/2``, ``2f``.  Returns how many families were asked; every query is counted
+    and certified with the rest."""
+    d = splan.d
+    Xm = np.array([[float(a) for a in x] for x in splan.X]).T       # columns x_i
+    Em = np.array([[float(a) for a in e] for e in splan.E]).T
+    if splan.bias:                      # columns (x_i; 1) and U = [W | u] directions
+        Xm = np.concatenate([Xm, np.ones((1, Xm.shape[1]))])
+    asked, seen = 0, set()
+    for h, U in weak.directions[:d]:
+        if not np.abs(U).max() > 0:
+            continue                    # a direction of v: the solve's families see it
+        Md = Em.T @ U @ Xm
+        j, i = np.unravel_index(int(np.argmax(np.abs(Md))), Md.shape)
+        W = np.array([[float(a) for a in row] for row in heads[h].W])
+        if splan.bias:
+            W = np.concatenate([W, np.array([[float(b)] for b in heads[h].u])], axis=1)
+        z = abs(float(Em[:, j] @ W @ Xm[:, i]))
+        if not z > 1e-12 or (i, j) in seen:
+            continue
+        seen.add((i, j))
+        f = mpq(2) ** int(round(-np.log2(z) / 2))
+        c = splan.configs[splan.index("basis", i, j)]
+        for g in (f / 2, f, 2 * f):
+            if g != 1:
+                ask_family(c, g, asker, noise, nodes, H)
+                asked += 1
+    return asked
+
