@@ -176,3 +176,11 @@ def test_the_api_modules_are_under_400_lines_and_their_functions_under_60(folder
                 doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
                 start = first.end_lineno + 1 if doc else node.lineno
                 assert node.end_lineno - start + 1 <= 60, f"{path.name}: {node.name}"
+
+
+def test_every_module_of_the_package_is_at_most_400_lines():
+    """Issue 21: no module in exactlearn/ over 400 lines (the function cap of 60 holds for the
+    API's modules above; the large functions elsewhere are not split yet)."""
+    over = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "exactlearn").rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert not over, over

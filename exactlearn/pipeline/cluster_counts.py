@@ -89,10 +89,8 @@ class Tap:
 #: A stage fails once the cluster has had no live worker for this many seconds.
 NO_WORKER_SECONDS = 30.0
 
-
 #: After a stage, how long the driver waits for ask tasks still running to stop.
 STOP_SECONDS = 30.0
-
 
 #: How often the driver looks at the cluster while it waits (seconds).
 POLL_SECONDS = 1.0

@@ -22,19 +22,15 @@ from exactlearn.model import Head, HeadSet, constant_of
 #: Analysis primes are ``c * 2**ANALYSIS_SHIFT + 1`` for odd c (p - 1 smooth: discrete logs).
 ANALYSIS_SHIFT = 120
 
-
 #: Default number of analysis primes before the height is declared out of reach.
 DEFAULT_MAX_PRIMES = 12
-
 
 #: The confirmation prime is uniform among the primes in [2^(CONFIRM_BITS-1), 2^CONFIRM_BITS).
 CONFIRM_BITS = 127
 
-
 #: log2 of the number of primes in [2^126, 2^127), from below (Rosser--Schoenfeld:
 #: x/ln x < pi(x) < 1.25506 x/ln x).
 LOG2_CONFIRM_PRIMES = 119
-
 
 #: Bits of the true heights assumed in the stated bound: any model held in memory (32 GiB).
 MODEL_BITS_LOG2 = 38

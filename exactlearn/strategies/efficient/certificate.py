@@ -1,0 +1,185 @@
+"""The efficient plan's certificate, step 7 (:mod:`~exactlearn.strategies.efficient.learn`; docs:
+explanation/efficient-plan.md): *unique* when H heads come out with every label tied
+(:func:`unique_on_plan`), else *by checks*, further check configurations asked until the
+probability that a wrong model passes them is at most 2^-40 (:func:`enough_checks`,
+:func:`miss_bound`).
+"""
+
+from __future__ import annotations
+
+from exactlearn.errors import ExactLearnError
+from exactlearn.fields.multimodular import analysis_fields
+from exactlearn.fields.rational import QQ
+from exactlearn.pipeline.certify import certify
+from exactlearn.strategies.efficient.plan import (MAX_CHECK_MISS, MISS_TARGET_BITS, RangeTooSmall,
+                                                  check_miss_bound, checks_needed, min_range)
+
+
+def miss_bound(plan, heads, K, full: bool, rank_plan: bool, n_checks: int, asked=None,
+               attempts: int = 1) -> tuple:
+    """``(certificate, per-check bound, candidates, bound)`` for certified ``heads``
+    (docs/explanation/efficient-plan.md, "When a certificate can miss").
+
+    * ``unique`` (bound 0): heads of the full plan (also after a rank fallback) that
+      number H and pass :func:`unique_on_plan` -- no other model with at most H
+      canonical heads reproduces the observations, so under the promise the answer is
+      right whatever the checks.
+    * ``checks``: otherwise the check configurations alone guard the answer: each
+      misses a wrong model with probability at most
+      :func:`~exactlearn.strategies.efficient.plan.check_miss_bound` (with the number
+      of heads learned), and a union bound over the ``candidates`` the run may certify
+      (one per analysis field of K, times two for a rank plan: its reconstruction and
+      the full plan's, times the ``attempts`` a run with retries may make) gives
+      ``candidates * per_check ** n_checks``.
+    """
+    if full and len(heads) == plan.H and unique_on_plan(heads, plan, K, asked):
+        return "unique", 0.0, 1, 0.0
+    per = check_miss_bound(plan.H, plan.x_range, plan.e_range, learned=len(heads)) \
+        if plan.x_range is not None else 1.0
+    if rank_plan:                        # the rank candidate may have had any number of heads <= H
+        per = max(per, check_miss_bound(plan.H, plan.x_range, plan.e_range)) \
+            if plan.x_range is not None else 1.0
+    candidates = len(analysis_fields(K)) * (2 if rank_plan else 1) * max(1, attempts)
+    return "checks", per, candidates, min(1.0, candidates * per ** n_checks)
+
+
+def enough_checks(plan, values, K, heads, full, rank_plan, observations, attempts=1):
+    """Set ``plan.certificate`` and ``plan.miss_bound`` for certified ``heads``; when the
+    bound exceeds 2^-MISS_TARGET_BITS ask further check configurations
+    (``plan.more_checks``, counted; the same in every run of the plan), certify them
+    too, and return the number of certified observations (None when none were asked).
+    Raises :class:`RangeTooSmall` when one check misses with probability above 1/2,
+    :class:`CertificateError` when the heads fail a further check."""
+    n0 = len(plan.checks)
+    seen = values.seen
+    asked = [c for c in plan.configs
+             if all(tuple(tuple(t) for t in c.tokens(k)) in seen for k in range(1, plan.samples + 1))]
+    kind, per, candidates, bound = miss_bound(plan, heads, K, full, rank_plan, n0 + len(plan.extra_checks),
+                                              asked, attempts)
+    plan.certificate, plan.miss_bound = kind, bound
+    if bound <= 2.0 ** -MISS_TARGET_BITS:
+        return None
+    if plan.x_range is None:
+        raise RangeTooSmall(
+            f"the plan's {n0} check configuration(s) leave a miss bound of {bound:.3g} > "
+            f"2^-{MISS_TARGET_BITS} and it has no query range to draw more from (a plan from "
+            f"draw_efficient_plan has one)")
+    try:
+        need = checks_needed(per, MISS_TARGET_BITS, candidates)
+    except RangeTooSmall:
+        R = min_range(plan.H, len(heads))
+        raise RangeTooSmall(
+            f"the query range {plan.x_range} is too small to certify this answer: it has "
+            f"{len(heads)} of at most {plan.H} head(s), so {'the rank promise' if rank_plan else 'the observations'} "
+            f"leave(s) other models possible and only the check configurations can rule them out, and one "
+            f"check at this range misses a wrong model with probability up to {per:.3g} (> {MAX_CHECK_MISS}); "
+            f"use query_range >= {R} (and e_range, if given; --range on the command line) or "
+            f"plan='paper'") from None
+    more = need - n0
+    if more > len(plan.extra_checks):
+        plan.extra_checks = plan.more_checks(more)
+        plan.check_reason = (f"{more} further check configuration(s): with {len(heads)} head(s) learned "
+                             f"of at most {plan.H}, the observations alone do not determine the model, and "
+                             f"one check at this range misses a wrong model with probability up to "
+                             f"{per:.3g}; {need} checks bring the miss bound to <= 2^-{MISS_TARGET_BITS}")
+        before = values.rec.queries
+        for c in plan.extra_checks:
+            for k in range(1, plan.samples + 1):
+                values(c.tokens(k))
+        plan.extra_queries += values.rec.queries - before   # a repeated query is not asked again
+    plan.miss_bound = min(1.0, candidates * per ** need)
+    return certify(heads, plan.d, observations(), K)
+
+
+def unique_on_plan(heads, plan, K, asked=None) -> bool:
+    """True when no model with at most ``plan.H`` canonical heads other than ``heads``
+    reproduces the single tokens and the families of the configurations ``asked``
+    (default: the full efficient plan's ``plan.asked``; check configurations are ignored), decided exactly in K
+    (docs/explanation/efficient-plan.md, "A unique certificate").
+
+    Requires len(heads) == H and, with rho_h(c) = exp(e^T W_h x) and c_h(e) = -v_h.e:
+    on every asked configuration the rho_h are pairwise distinct and every c_h != 0
+    (so every family shows H poles and any such model has one head per pole); and the
+    labels of the basis configurations (x_i, e_j) are tied into one class (for H = 1 they
+    are trivially) by
+
+    * equal c-values: all (x_i, e_j), i = 1..d, when the c_h(e_j) are pairwise distinct;
+    * a matching configuration (x_i, e_1 + e_j) or (x_1 + x_i, e_j) whose poles are
+      products rho_h rho_h' of its two basis configurations only for h = h'.
+
+    >>> from exactlearn.fields import QQ, Rational
+    >>> from exactlearn.model import Head
+    >>> from exactlearn.strategies.efficient.plan import efficient_plan
+    >>> p = efficient_plan([[1, 0], [0, 1]], [[1, 1], [0, 1]], H=1, checks=[((1, 2), (3, -1))])
+    >>> W = ((QQ(1), QQ(0)), (QQ(0), QQ(2)))
+    >>> unique_on_plan((Head(W, (QQ(1), QQ(1))),), p, Rational())
+    True
+    >>> unique_on_plan((Head(W, (QQ(1), QQ(-1))),), p, Rational())     # v.e_1 = 0: row 1 unseen
+    False
+    """
+    d, H = plan.d, plan.H
+    if len(heads) != H:
+        return False
+    asked = [c for c in (plan.asked if asked is None else asked) if c.kind != "check"]
+    cells = {(c.i, c.j) for c in asked if c.kind == "basis"}
+    if len(cells) != d * d:
+        return False
+
+    Wx: dict = {}                       # (head, x) -> W_h x, once per final token
+
+    def score(h, e, x):
+        y = Wx.get((h, x))
+        if y is None:
+            W = heads[h].W
+            y = Wx[(h, x)] = [sum((W[r][t] * x[t] for t in range(d)), QQ(0)) for r in range(d)]
+        return sum((e[r] * y[r] for r in range(d)), QQ(0))
+
+    try:
+        vs = [[K(x) for x in h.v] for h in heads]
+        rho = {}
+        for c in asked:
+            rho[(c.kind, c.i, c.j)] = [K.exp(score(h, c.e, c.x)) for h in range(H)]
+        cval = {}
+        for c in asked:
+            if c.e not in cval:
+                ke = [K(e) for e in c.e]
+                cval[c.e] = [-sum((e * y for e, y in zip(ke, v)), K.zero) for v in vs]
+    except (ExactLearnError, ArithmeticError, ValueError):
+        return False
+    def distinct(ys):
+        return all(not K.eq(ys[a], ys[b]) for a in range(len(ys)) for b in range(a))
+
+    for c in asked:
+        if not distinct(rho[(c.kind, c.i, c.j)]) or any(K.is_zero(y) for y in cval[c.e]):
+            return False
+    parent = {cell: cell for cell in cells}
+
+    def find(a):
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    def union(a, b):
+        parent[find(a)] = find(b)
+
+    if H == 1:                          # one head: every labelling is the same
+        return True
+    for j in range(d):
+        if distinct(cval[plan.E[j]]):
+            for i in range(1, d):
+                union((0, j), (i, j))
+
+    def products_unique(r1, r2, r):
+        return not any(K.eq(r1[h] * r2[g], y) for h in range(H) for g in range(H) if h != g for y in r)
+
+    for c in asked:
+        if c.kind == "within":          # (x_i, e_1 + e_j): rho = rho(i, 1) rho(i, j)
+            a, b = (c.i, 0), (c.i, c.j)
+        elif c.kind == "across":        # (x_1 + x_i, e_j): rho = rho(1, j) rho(i, j)
+            a, b = (0, c.j), (c.i, c.j)
+        else:
+            continue
+        if products_unique(rho[("basis",) + a], rho[("basis",) + b], rho[(c.kind, c.i, c.j)]):
+            union(a, b)
+    return len({find(cell) for cell in cells}) == 1
