@@ -146,11 +146,16 @@ def _learn_field_options(lp) -> None:
                     help="learn biases too: each head's u and the constant c, with the plan for "
                          "biases (exact fields: paper plan; real field: stable plan; docs: "
                          "explanation/biases.md)")
-    lp.add_argument("--outputs", type=_int_at_least("--outputs", 1, limits.MAX_OUTPUTS, "MAX_OUTPUTS"),
-                    default=None, metavar="M",
-                    help="the box answers M outputs per query (a model file exactlearn.mha/3; "
-                         "default: the file's own M): each head's v is an M x d matrix "
-                         "(docs: explanation/biases.md#vector-outputs)")
+    _outputs_option(lp, "the box answers M outputs per query (a model file exactlearn.mha/3; "
+                        "default: the file's own M): each head's v is an M x d matrix "
+                        "(docs: explanation/biases.md#vector-outputs)")
+
+
+def _outputs_option(parser, help_text: str) -> None:
+    """``--outputs M`` (1 to MAX_OUTPUTS), for ``learn`` and ``random-model``."""
+    parser.add_argument("--outputs", type=_int_at_least("--outputs", 1, limits.MAX_OUTPUTS,
+                                                        "MAX_OUTPUTS"),
+                        default=None, metavar="M", help=help_text)
 
 
 def _random_model_options(sub) -> None:
@@ -178,11 +183,9 @@ def _random_model_options(sub) -> None:
     rp.add_argument("--bias", action="store_true",
                     help="attention: give every head a random query bias u and the model a random "
                          "constant c (writes exactlearn.mha/2)")
-    rp.add_argument("--outputs", type=_int_at_least("--outputs", 1, limits.MAX_OUTPUTS, "MAX_OUTPUTS"),
-                    default=None, metavar="M",
-                    help="attention: M outputs (default: one, a scalar model), each head's v "
-                         "an M x d matrix (writes exactlearn.mha/3; docs: "
-                         "explanation/biases.md#vector-outputs)")
+    _outputs_option(rp, "attention: M outputs (default: one, a scalar model), each head's v "
+                        "an M x d matrix (writes exactlearn.mha/3; docs: "
+                        "explanation/biases.md#vector-outputs)")
     rp.add_argument("--out", default=None, help="output file (default: stdout)")
 
 

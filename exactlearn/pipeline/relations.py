@@ -5,11 +5,9 @@ field's), and the tie of two labelled configurations through a matching one (:fu
 :func:`match`).
 
 >>> from exactlearn.fields import QQ
->>> base  = [(QQ(2), QQ(1)), (QQ(8), QQ(5))]
->>> other = [(QQ(3), QQ(7)), (QQ("1/2"), QQ(-1))]
->>> joint = [(QQ(4), QQ(4)), (QQ(6), QQ(8))]               # 8*(1/2), 2*3 ; c adds
->>> match(base, other, joint, "add", QQ)
-[0, 1]
+>>> find = Exact(QQ).products([(QQ(6), QQ(8)), (QQ(4), QQ(4))])   # the joint's rho-values
+>>> find((QQ(2), QQ(1)), (QQ(3), QQ(7)))                  # rho 2 * 3: the joint's pole 0
+[(0, True)]
 """
 
 from __future__ import annotations
