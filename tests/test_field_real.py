@@ -422,3 +422,19 @@ def test_learner_over_the_real_field_matches_the_exact_heads():
         for a, b in zip([x for r in got.W for x in r] + list(got.v),
                         [x for r in want.W for x in r] + list(want.v)):
             assert abs(a - K(b)) < K("1e-40")
+
+
+def test_a_real_field_result_pickles_with_its_numbers():
+    """A campaign learns in worker processes: the result over the real field crosses a process
+    boundary with every number intact (each Real field has its own mpmath context, whose
+    classes pickle cannot find by name)."""
+    K = Real(dps=40)
+    model = MultiHeadAttention([([[1, 0], [0, -1]], [1, 2])])
+    res = learn(Oracle(model, K), d=2, heads=1, seed=1)
+    assert res.status == "certified"
+    back = pickle.loads(pickle.dumps(res))
+    assert back.heads == res.heads and back.error_bound == res.error_bound
+    assert back.to_json() == res.to_json()
+    x = K(2) / 3
+    y = pickle.loads(pickle.dumps(x))
+    assert y == x and y.context.prec == K.prec and K.eq(y * 3, 2)

@@ -77,6 +77,7 @@ import mpmath
 from mpmath.libmp import from_rational, round_nearest
 
 from exactlearn.algebra.aberth import aberth, root_size
+from exactlearn.algebra.contexts import context
 from exactlearn.algebra.loewner import loewner_interpolate
 from exactlearn.algebra.rationals import mpf_to_mpq
 from exactlearn.errors import Undecided
@@ -104,8 +105,7 @@ class Real(Field):
             raise ValueError(f"dps must be an integer >= 4, got {dps!r}")
         check_dps(dps, "dps")              # before any mpmath context is built
         self.dps = dps
-        self.ctx = ctx = mpmath.MPContext()
-        ctx.dps = dps
+        self.ctx = ctx = context(dps=dps)   # its numbers pickle (algebra/contexts.py)
         tol = ctx.mpf(10) ** (-(dps // 2)) if tol is None else self._threshold(tol, "tol")
         sep = ctx.sqrt(tol) if sep is None else self._threshold(sep, "sep")
         if not tol <= sep:

@@ -39,11 +39,11 @@ from __future__ import annotations
 
 import mpmath
 
+from exactlearn.algebra.contexts import context
 from exactlearn.errors import NoisierThanDeclared
 
 #: The bounds' context: 20 digits, read-only (module doc).
-LO = mpmath.MPContext()
-LO.dps = 20
+LO = context(dps=20)
 
 #: A residual beyond NOISE_FACTOR first-order bounds from eta: noisier than declared.
 NOISE_FACTOR = 10
@@ -52,9 +52,7 @@ NOISE_FACTOR = 10
 def sens_context(K):
     """A new context for the sensitivities of one run over ``K``: ``K.dps + 30`` digits
     (module doc)."""
-    ctx = mpmath.MPContext()
-    ctx.dps = K.dps + 30
-    return ctx
+    return context(dps=K.dps + 30)
 
 
 class Sens:
