@@ -7,9 +7,11 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
+import pytest
 from gmpy2 import mpq
 
 from exactlearn.fields.real import Real
+from exactlearn.strategies.real import lsq
 from exactlearn.strategies.real.ratio import family_tokens, fit_ratio_family, node_t, ratio_nodes
 
 from float_layers import NumpyAttention
@@ -48,3 +50,21 @@ def test_a_family_the_hand_written_levenberg_marquardt_lost_is_fitted_within_its
         assert abs(float(fit.cs[h]) - c) <= fit.bounds[5 + h]
     assert abs(float(fit.A) - float(sum(Fraction(float(vc)) * ac for v in box.v
                                         for vc, ac in zip(v, af)))) <= fit.bounds[0]
+
+
+@pytest.mark.parametrize("info, status", [(6, 2), (7, 3), (8, 1)])
+def test_minpack_tolerance_too_small_codes_are_convergence_not_a_crash(monkeypatch, info, status):
+    """MINPACK's lmder returns 6/7/8 when ftol/xtol/gtol = eps cannot be improved on in float64;
+    the driver reports them as that tolerance met (least_squares' own codes), never a KeyError."""
+    real = lsq.leastsq
+
+    def leastsq(*args, **kwargs):
+        out = real(*args, **kwargs)
+        return out[:4] + (info,)
+    monkeypatch.setattr(lsq, "leastsq", leastsq)
+    t = np.linspace(0.0, 1.0, 6)
+    y = 1.0 + 2.0 * t
+    res = lsq.solve(lambda th: th[0] + th[1] * t - y,
+                    lambda th: np.stack([np.ones_like(t), t], axis=1), [0.0, 0.0])
+    assert res.status == status and res.success
+    assert np.allclose(res.x, [1.0, 2.0])

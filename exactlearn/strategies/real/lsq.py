@@ -75,8 +75,11 @@ def solve(residual, jacobian, theta0, *, method=None, ftol=EPS, xtol=EPS, gtol=E
                              xtol=xtol, gtol=gtol, max_nfev=max_nfev)
 
 
-#: MINPACK's info (lmder) as least_squares' status
-_STATUS = {0: -1, 1: 2, 2: 3, 3: 4, 4: 1, 5: 0}
+#: MINPACK's info (lmder) as least_squares' status.  6, 7 and 8 (ftol, xtol, gtol "too small":
+#: no further progress is possible in float64) are convergence at machine precision, reported
+#: as that tolerance being met (least_squares never sees them: it refuses tolerances below eps,
+#: while these fits ask for eps itself, where MINPACK may still return them).
+_STATUS = {0: -1, 1: 2, 2: 3, 3: 4, 4: 1, 5: 0, 6: 2, 7: 3, 8: 1}
 
 
 def _lmder(residual, jacobian, theta0, ftol, xtol, gtol, max_nfev):
