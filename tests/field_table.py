@@ -61,3 +61,17 @@ USER_FIELDS = [F for F in EXACT_FIELDS if F.models is not None]
 def over(cases):
     """``pytest.mark.parametrize`` over some rows of the table, named by the field."""
     return pytest.mark.parametrize("F", cases, ids=[F.name for F in cases])
+
+
+def poly_from_roots(F, roots, lead=1):
+    """Coefficients (constant first) of ``lead * prod(k - r)`` over the field ``F``, by
+    schoolbook products (a truth apart from the fields' own polynomial code)."""
+    cs = [F(lead)]
+    for r in roots:
+        r = F(r)
+        new = [F.zero] * (len(cs) + 1)
+        for i, c in enumerate(cs):
+            new[i + 1] += c
+            new[i] -= c * r
+        cs = new
+    return cs

@@ -244,31 +244,31 @@ def test_with_a_bound_H0():
     check_run(model, "rational", res, box, 3)
 
 
-# -- hypothesis round trips, one per exact field -------------------------------------
-@settings(max_examples=scaled(10), deadline=None)
-@given(biased_models(max_d=3, max_heads=3), seeds)
-def test_round_trip_rational(model, seed):
-    box = Counted(Oracle(model, Rational()))
-    res = learn(box, d=model.d, heads=model.H, seed=seed, bias=True, retries=1)
-    check_run(model, "rational", res, box, model.H)
+# -- hypothesis round trips: one body, every exact field ------------------------------
+#: per field: its models (over Q(T) small integer W keep the degrees in T down), the
+#: examples and the query range
+ROUND_TRIPS = {
+    "rational": (biased_models(max_d=3, max_heads=3), 10, None),
+    "modular": (biased_models(max_d=3, max_heads=3), 10, None),
+    "symbolic": (biased_models(max_d=2, max_heads=2, w_num=2, w_den=1), 5, 3),
+}
 
 
-@settings(max_examples=scaled(10), deadline=None)
-@given(biased_models(max_d=3, max_heads=3), seeds)
-def test_round_trip_modular(model, seed):
-    box = Counted(Oracle(model, Modular()))
-    res = learn(box, d=model.d, heads=model.H, seed=seed, bias=True, retries=1)
-    check_run(model, "modular", res, box, model.H)
-    if res.certified:
-        assert res.exact_over_Q
+@pytest.mark.parametrize("field_name", sorted(ROUND_TRIPS))
+def test_round_trip(field_name):
+    models, examples, query_range = ROUND_TRIPS[field_name]
 
+    @settings(max_examples=scaled(examples), deadline=None)
+    @given(models, seeds)
+    def round_trip(model, seed):
+        box = Counted(Oracle(model, FIELDS[field_name]()))
+        res = learn(box, d=model.d, heads=model.H, seed=seed, bias=True, retries=1,
+                    query_range=query_range)
+        check_run(model, field_name, res, box, model.H)
+        if field_name == "modular" and res.certified:
+            assert res.exact_over_Q
 
-@settings(max_examples=scaled(5), deadline=None)
-@given(biased_models(max_d=2, max_heads=2, w_num=2, w_den=1), seeds)
-def test_round_trip_symbolic(model, seed):
-    box = Counted(Oracle(model, Symbolic()))
-    res = learn(box, d=model.d, heads=model.H, seed=seed, bias=True, retries=1, query_range=3)
-    check_run(model, "symbolic", res, box, model.H)
+    round_trip()
 
 
 def test_a_box_fixed_to_one_prime_is_certified_modulo_p_only():

@@ -26,6 +26,8 @@ from exactlearn import Oracle, learn
 from exactlearn.fields import Modular
 from exactlearn.generate import random_model
 
+from boxes import CallableBox
+
 #: Every test must end within this (the runs themselves take a few seconds).
 BOUND = 90.0
 
@@ -181,17 +183,8 @@ def test_worker_killed_in_analysis_recomputes_lost_data(tmp_path):
     serial = _serial(model, d, H, seed)
     inner = Oracle(model, Modular())
 
-    class Box:
-        field = inner.field
-
-        def __call__(self, tokens):
-            return inner(tokens)
-
-        def over(self, K):
-            return inner.over(K)
-
     with _cluster(tmp_path, kill_at_analysis=True) as (client, _, answers, killed):
-        res, seconds = _bounded(lambda: learn(Box(), d=d, heads=H, seed=seed, executor=client))
+        res, seconds = _bounded(lambda: learn(CallableBox(inner), d=d, heads=H, seed=seed, executor=client))
         assert killed.exists()
         assert res.status == "certified", res.error
         assert res.heads == model.canonical_heads()

@@ -26,6 +26,8 @@ from exactlearn.fields.base import ExactnessError, NotExponential, NotSplit
 from exactlearn.fields.modular import (DEFAULT_P, BadReduction, DiscreteLog, ReconstructionError,
                                        crt_reconstruct, rational_reconstruct, reconstruction_bound)
 
+from field_table import poly_from_roots
+
 K = Modular()
 HALF = (DEFAULT_P - 1) // 2
 
@@ -242,17 +244,7 @@ def test_log_errors():
 
 # -- roots ---------------------------------------------------------------------------
 
-def expand(F, roots, lead=1):
-    """Coefficients (low -> high) of lead * prod (k - r), by schoolbook products."""
-    cs = [F(lead)]
-    for r in roots:
-        r = F(r)
-        out = [F.zero] * (len(cs) + 1)
-        for i, c in enumerate(cs):
-            out[i + 1] += c
-            out[i] -= r * c
-        cs = out
-    return cs
+expand = poly_from_roots        # tests/field_table.py
 
 
 @settings(max_examples=max(40, settings().max_examples), deadline=None)

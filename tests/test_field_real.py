@@ -18,6 +18,8 @@ from exactlearn.api import learn
 from exactlearn.model import MultiHeadAttention
 from exactlearn.oracle import Oracle
 
+from field_table import poly_from_roots
+
 K50 = Real(dps=50)
 K100 = Real(dps=100)
 K200 = Real(dps=200)
@@ -28,18 +30,6 @@ def rationals(draw, bound=40, max_den=12):
     den = draw(st.integers(1, max_den))
     num = draw(st.integers(-bound * den, bound * den))
     return mpq(num, den)
-
-
-def poly_from_roots(K, roots, lead=1):
-    """Coefficients (constant first) of lead * prod(k - r)."""
-    cs = [K(lead)]
-    for r in roots:
-        new = [K.zero] * (len(cs) + 1)
-        for i, c in enumerate(cs):
-            new[i + 1] += c
-            new[i] -= c * r
-        cs = new
-    return cs
 
 
 def poly_from_rhos(K, rhos):

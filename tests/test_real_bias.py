@@ -21,18 +21,9 @@ from exactlearn.model import MultiHeadAttention
 from exactlearn.strategies.real.learn import max_parameter_error
 from exactlearn.strategies.real.stable import stable_count
 
+from boxes import Counting
+
 NOISE = dict(noise=1e-14, noise_rel=1e-15)
-
-
-class Counting:
-    """A float box that counts every query it answers."""
-
-    def __init__(self, box):
-        self.box, self.answered = box, 0
-
-    def __call__(self, X):
-        self.answered += 1
-        return self.box(X)
 
 
 def _relative_error(res, model):

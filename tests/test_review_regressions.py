@@ -11,6 +11,8 @@ from gmpy2 import mpq
 from exactlearn import MultiHeadAttention, NoisyOracle, Oracle, learn
 from exactlearn.fields import Modular, Real
 
+from boxes import Counting
+
 W1 = [[1, mpq(1, 2)], [mpq(-1, 3), -1]]
 
 
@@ -23,25 +25,16 @@ def test_real_field_never_certifies_near_merged_heads_as_one():
     assert res.status == "failed" and "1 of the 2 heads given were resolved" in res.error
 
 
-class Counter:
-    def __init__(self, box):
-        self.box, self.n = box, 0
-
-    def __call__(self, tokens):
-        self.n += 1
-        return self.box(tokens)
-
-
 def test_verify_queries_counts_the_queries_actually_asked():
     """A box that disagrees with the learned heads on fresh queries: verification stops at
     the first disagreement, and verify_queries says how many were asked."""
     model = MultiHeadAttention([(W1, [1, 2])])
     K = Modular(scale=6)
     honest = Oracle(model, K)
-    lying = Counter(lambda t: honest(t) + (K.one if len(t) >= 3 and t[0] != t[1] else K.zero))
+    lying = Counting(lambda t: honest(t) + (K.one if len(t) >= 3 and t[0] != t[1] else K.zero))
     res = learn(lying, d=2, heads=1, field=K, seed=0, verify=30)
     assert res.status == "failed" and res.verified is False
-    assert res.queries == res.learning_queries + res.verify_queries == lying.n   # verify included
+    assert res.queries == res.learning_queries + res.verify_queries == lying.answered   # verify included
     assert res.verify_queries < 30
 
 

@@ -24,6 +24,8 @@ from exactlearn.pipeline.interpolate import (cauchy_interpolate, interpolate_man
 from exactlearn.pipeline.plan import draw_paper_plan
 from exactlearn.oracle import Recorder
 
+from boxes import CallableBox
+
 P = 2 ** 61 - 1          # a small prime keeps the random checks quick (any p works)
 
 
@@ -263,17 +265,8 @@ def test_executor_with_a_callable_black_box(client):
     model = random_model(3, 2, 4, den=1)
     inner = Oracle(model, Modular())
 
-    class Box:
-        field = inner.field
-
-        def __call__(self, tokens):
-            return inner(tokens)
-
-        def over(self, K):
-            return inner.over(K)
-
     serial = learn(Oracle(model, Modular()), d=3, heads=2, seed=3)
-    spread = learn(Box(), d=3, heads=2, seed=3, executor=client)
+    spread = learn(CallableBox(inner), d=3, heads=2, seed=3, executor=client)
     assert _json(serial) == _json(spread) and spread.queries == inner.queries
 
 
