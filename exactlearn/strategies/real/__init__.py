@@ -143,7 +143,7 @@ def run(plan, ask, K, trace, options) -> tuple:
 
 def _run_once(plan, ask, K, options, fit_heads):
     if options.plan == "stable":
-        with one_blas_thread():        # the box keeps its threads (stable_plan.Asker)
+        with one_blas_thread():        # the box keeps its threads (lsq.box_blas_threads)
             return run_stable(plan, ask, K, noise=options.noise, noise_rel=options.noise_rel,
                               query_scale=options.query_scale, heads_exact=options.heads_given,
                               probe_log=options.state.probes, fit_heads=fit_heads,

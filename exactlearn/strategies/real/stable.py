@@ -109,17 +109,19 @@ from exactlearn.errors import (DegenerateDraw, InterpolationError, LearningFailu
 from exactlearn.fields.rational import QQ
 from exactlearn.model import HeadSet
 from exactlearn.noise import noise_bound
+from exactlearn.pipeline.ask import AskOnce
 from exactlearn.pipeline.plan import paper_plan
 from exactlearn.progress import current
 from exactlearn.strategies.real.analysis import EQUAL_FACTOR
 from exactlearn.strategies.real.certificate import SAFETY, SECOND_ORDER, RealOutcome
+from exactlearn.strategies.real.lsq import box_blas_threads
 from exactlearn.strategies.real.ratio import MAX_COPIES, ratio_nodes
 from exactlearn.strategies.real.sensitivity import LO, rounding
 from exactlearn.strategies.real.stable_certificate import certify_two_token
 from exactlearn.strategies.real.stable_checks import SolveAllowance, resolution_test
 from exactlearn.strategies.real.stable_families import rel_bound
 from exactlearn.strategies.real.stable_messages import coarseness, declared_level
-from exactlearn.strategies.real.stable_plan import (Asker, COARSE, LINEAR_LIMIT, Noise,
+from exactlearn.strategies.real.stable_plan import (COARSE, LINEAR_LIMIT, Noise,
                                                     PENCIL_MIN_HEADS, UNEQUAL_FACTOR, bias_tokens,
                                                     dyadic_basis, stable_bias_plan, stable_count)
 from exactlearn.strategies.real.stable_polish import Weak, hat, minimax_bound, polish
@@ -134,7 +136,7 @@ from exactlearn.strategies.real.stable_plan import (BIAS_GRID, COARSE_LINEAR_LIM
                                                     COARSE_MAX_UNRESOLVED, MAX_UNRESOLVED,
                                                     ROOTS_TRIED, PENCIL_SCALES, SCATTER_MARGIN,
                                                     SCATTER_MIN, SUPPLEMENT_PER_ENTRY,
-                                                    SUPPLEMENT_ROUNDS, query_key)
+                                                    SUPPLEMENT_ROUNDS)
 # the families' route under its old name: run_stable looks it up here (tests force it)
 from exactlearn.strategies.real.stable_routes import per_family as _per_family
 
@@ -170,7 +172,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     if float(eta) == 0 and float(eta_rel) == 0:
         nz.eta = float(rounding(K, 1))      # an exact box: its field's rounding only
     start = len(rec.observations)
-    asker = Asker(rec)
+    asker = AskOnce(rec, around=box_blas_threads)     # the box keeps its BLAS threads
     nodes = ratio_nodes(H)
     X0, E0 = dyadic_basis(plan.X), dyadic_basis(plan.E)
     plan0 = stable_bias_plan(bias_tokens(X0), E0, H) if bias else paper_plan(X0, E0, H)
