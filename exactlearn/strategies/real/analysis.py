@@ -17,7 +17,7 @@ first-order error bounds (:mod:`~exactlearn.strategies.real.sensitivity`):
   least-squares family fit.  An additive constant or any box outside the class can do
   the same; both are failures.
 * **First-order validity**: the learner fails (an explicit degenerate-draw error) when
-  any relative first-order bound of a ``rho`` or ``c`` exceeds ``LINEAR_LIMIT = 1e-3``.
+  any relative first-order bound of a ``rho`` or ``c`` exceeds ``PAPER_LINEAR_LIMIT = 1e-3``.
 * **Labelling** (:func:`label_real`): the one traversal of
   :func:`exactlearn.pipeline.match.label_heads`, every relation decided against its own
   first-order bound.
@@ -36,9 +36,14 @@ from exactlearn.strategies.real.fit import fit_family_with_sensitivities
 from exactlearn.strategies.real.sensitivity import LO, Sens, check_noise, combine, rounding
 from exactlearn.strategies.real.solve import solve_heads
 
-LINEAR_LIMIT = 1e-3      # a float: compared with low-precision bounds
-EQUAL_FACTOR = 10        # matching: equal within 10 first-order bounds ...
-UNEQUAL_FACTOR = 10 ** 5  # ... unequal beyond 1e5 of them, undecided (a failure) between
+#: the paper plan's first-order validity: a relative bound at most this (a float, compared
+#: with low-precision bounds); the stable plan, for float boxes, allows
+#: :data:`~exactlearn.strategies.real.stable_plan.STABLE_LINEAR_LIMIT` (1e-2)
+PAPER_LINEAR_LIMIT = 1e-3
+EQUAL_FACTOR = 10        # matching, both plans: equal within 10 first-order bounds ...
+#: ... the paper plan: unequal beyond 1e5 of them, undecided (a failure) between (the stable
+#: plan: :data:`~exactlearn.strategies.real.stable_plan.STABLE_UNEQUAL_FACTOR`, 1e2)
+PAPER_UNEQUAL_FACTOR = 10 ** 5
 
 
 def label_real(plan, fits, etas) -> dict:
@@ -55,7 +60,7 @@ def label_real(plan, fits, etas) -> dict:
         _, brho, bc = f.bounds(etas)
         poles_of[n] = list(zip(f.rhos, f.cs, brho, bc))
     check_pole_counts(plan, poles_of)
-    relation = WithinBounds(EQUAL_FACTOR, UNEQUAL_FACTOR, size=LO.convert)
+    relation = WithinBounds(EQUAL_FACTOR, PAPER_UNEQUAL_FACTOR, size=LO.convert)
     return label_heads(plan, poles_of.__getitem__, relation).index
 
 
@@ -114,10 +119,11 @@ def analyse_real(plan, y_shared, q_shared, values, K, S, etas, eta, obs, start,
             worst_rel = max(worst_rel, b / LO.convert(r))
         for c, b in zip(f.cs, bc):
             worst_rel = max(worst_rel, b / LO.convert(abs(c)))
-    if worst_rel > LO.mpf(LINEAR_LIMIT):
+    if worst_rel > LO.mpf(PAPER_LINEAR_LIMIT):
         raise DegenerateDraw(f"the output error is too large for this draw: a pole or coefficient "
                              f"has relative first-order error bound {LO.nstr(worst_rel, 3)} > "
-                             f"{LINEAR_LIMIT} (first-order error bounds would not be reliable)")
+                             f"{PAPER_LINEAR_LIMIT} (first-order error bounds would not be "
+                             f"reliable)")
     index = label_real(plan, fits, etas)
     # every configuration measures its e^T W_h x (log rho) and -v_h.e (c) linearly:
     # weighted least squares over all 2d^2 - 1 of them (exact data: W = E^-T M X^-1)
@@ -133,7 +139,7 @@ def analyse_real(plan, y_shared, q_shared, values, K, S, etas, eta, obs, start,
         "rounding_per_output": LO.nstr(rounding(K, cert.rounding_size), 3),
         "head_error_bounds": [LO.nstr(b, 3) for b in cert.head_bounds],
         "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "
-                    f"{UNEQUAL_FACTOR} first-order bounds",
+                    f"{PAPER_UNEQUAL_FACTOR} first-order bounds",
         "max_relative_pole_error_bound": LO.nstr(worst_rel, 3),
         "max_abs_exponent": ctx.nstr(max((abs(ctx.log(r)) for f in fits.values() for r in f.rhos),
                                          default=0), 4),

@@ -45,8 +45,8 @@ from exactlearn.strategies.real.stable_polish import chebyshev_bound
 
 SAFETY = 2               # reported bound = SAFETY * first-order bound + rounding
 #: the residual test's allowance for second-order terms, as a share of the entry-by-entry
-#: first-order effect of the parameter errors (those terms are below LINEAR_LIMIT -- 1e-3,
-#: the stable plan's 1e-2 -- of the first-order ones, or the analysis fails)
+#: first-order effect of the parameter errors (those terms are below PAPER_LINEAR_LIMIT -- 1e-3,
+#: the stable plan's STABLE_LINEAR_LIMIT 1e-2 -- of the first-order ones, or the analysis fails)
 SECOND_ORDER = 0.02
 
 

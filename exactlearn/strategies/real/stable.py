@@ -17,7 +17,7 @@ is sampled, labelled and solved:
 3. **Families** (:mod:`~exactlearn.strategies.real.ratio`): ``t = k/m`` geometric on
    ``[1/256, 256]`` plus the single tokens ``(x)`` and ``(a)``, weighted least squares,
    residuals checked.  A family that does not resolve (fit fails, or a relative
-   first-order bound above ``LINEAR_LIMIT``) is asked again scaled by 1/2, 2, 1/4, 4; one
+   first-order bound above ``STABLE_LINEAR_LIMIT``) is asked again scaled by 1/2, 2, 1/4, 4; one
    that still does not is left out (more than ``MAX_UNRESOLVED`` of them fail the run).
 4. **Labelling** (:mod:`~exactlearn.strategies.real.labels`): ties both ways and predicted
    c-values; entries left undetermined or weakly determined get supplementary families
@@ -42,12 +42,12 @@ query of a family repeats the same two tokens: that rounding moves the family's 
 and ``c`` (the fit absorbs it) but scatters no residual, while the eta that must cover every
 observation at once (the polish, the certificate) has to include it -- for the layers of
 tests/float_layers.py about a hundred times what the family's residuals show.  So a coarse
-family whose bounds exceed LINEAR_LIMIT is given bounds at ``kappa`` times its eta, ``kappa``
+family whose bounds exceed STABLE_LINEAR_LIMIT is given bounds at ``kappa`` times its eta, ``kappa``
 ``SCATTER_MARGIN = 4`` times the rms of its weighted residuals per degree of freedom
 (:func:`~exactlearn.strategies.real.stable_families._scatter_fit`; the estimate is unchanged), and
 labels within ``COARSE_LINEAR_LIMIT``.
 Those bounds only label and start; when a labelled family's bound at the declared eta exceeds
-LINEAR_LIMIT the solve's bounds are not used, and only the polish of every observation at
+STABLE_LINEAR_LIMIT the solve's bounds are not used, and only the polish of every observation at
 the declared eta can certify (else the run fails).  A failure of too many families says how
 coarse the eta is and whether its families missed a sample (the box noisier than declared)
 or could not resolve H heads at that precision
@@ -121,8 +121,8 @@ from exactlearn.strategies.real.stable_certificate import certify_two_token
 from exactlearn.strategies.real.stable_checks import SolveAllowance, resolution_test
 from exactlearn.strategies.real.stable_families import rel_bound
 from exactlearn.strategies.real.stable_messages import coarseness, declared_level
-from exactlearn.strategies.real.stable_plan import (COARSE, LINEAR_LIMIT, Noise,
-                                                    PENCIL_MIN_HEADS, UNEQUAL_FACTOR, bias_tokens,
+from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_MIN_HEADS, STABLE_LINEAR_LIMIT,
+                                                    STABLE_UNEQUAL_FACTOR, Noise, bias_tokens,
                                                     dyadic_basis, stable_bias_plan, stable_count)
 from exactlearn.strategies.real.stable_polish import Weak, hat, minimax_bound, polish
 from exactlearn.strategies.real.stable_probe import TARGET, probe_scale
@@ -225,10 +225,10 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     size = H * max(abs(float(y)) for _, y in obs)
     for q in range(start, n_obs):
         etas_all[q] = nz.of(rec.observations[q][1], size)
-    # a family whose bounds follow its scatter (_scatter_fit) may exceed LINEAR_LIMIT at the
+    # a family whose bounds follow its scatter (_scatter_fit) may exceed STABLE_LINEAR_LIMIT at the
     # declared eta: the solve's first-order bounds then do not hold, and only the polish's can
     loose = max((rel_bound(fits[n], m) / fits[n].kappa for n in index if n in fits),
-                default=0.0) > LINEAR_LIMIT
+                default=0.0) > STABLE_LINEAR_LIMIT
     Bu, Bc, const = None, 0.0, None
     if route["SW"] is None or loose:    # the pencil route: only the polish gives bounds
         BW = [[[float("inf")] * d for _ in range(d)] for _ in range(m)]
@@ -364,7 +364,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         "eta": f"{float(eta):.6g}", "eta_rel": f"{float(eta_rel):.6g}",
         "head_error_bounds": [f"{b:.3g}" for b in head_b],
         "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "
-                    f"{UNEQUAL_FACTOR} first-order bounds",
+                    f"{STABLE_UNEQUAL_FACTOR} first-order bounds",
         "max_relative_pole_error_bound": f"{worst_rel:.3g}",
         "max_abs_exponent": f"{max((abs(float(x)) for f in fits.values() for x in f.logs), default=0.0):.4g}",
         "query_scale": str(sigma), "scale_rule": "dyadic near-orthogonal X, E; sigma^2 brings the "
