@@ -41,6 +41,7 @@ import numpy as np
 from exactlearn.errors import NoisierThanDeclared, ResidualsBeyondNoise
 from exactlearn.strategies.real.evaluate import evaluate_with_bounds, evaluate_with_gradient
 from exactlearn.strategies.real.sensitivity import LO, rounding
+from exactlearn.strategies.real.stable_messages import plural
 from exactlearn.strategies.real.stable_polish import chebyshev_bound
 
 SAFETY = 2               # reported bound = SAFETY * first-order bound + rounding
@@ -221,13 +222,13 @@ def least_squares_test(heads, obs, K, etas) -> object:
         raise ResidualsBeyondNoise(
             f"outputs noisier than the declared eta (or a black box outside the model class, or "
             f"more heads than {m}): the least-squares fit of all {N} observations with "
-            f"{_heads(m)} leaves a weighted residual sum of squares {excess:.3g} times their "
+            f"{plural(m)} leaves a weighted residual sum of squares {excess:.3g} times their "
             f"number, at most 1 when every output is within its eta", heads=m)
     chebyshev = chebyshev_bound(Js, s) if np.max(np.abs(s)) > 1 else 0.0
     if chebyshev > 1 + SECOND_ORDER:
         raise ResidualsBeyondNoise(
             f"outputs noisier than the declared eta (or a black box outside the model class, or "
-            f"more heads than {m}): no model of {_heads(m)} keeps every output within its eta -- "
+            f"more heads than {m}): no model of {plural(m)} keeps every output within its eta -- "
             f"about the least-squares fit of all {N} observations the smallest largest "
             f"residual over its eta is at least {chebyshev:.3g}", heads=m)
     return excess
@@ -286,10 +287,6 @@ def _refit(heads, obs, K, etas):
     if np.max(8 * 2.0 ** -52 * (np.abs(s) + np.abs(Js) @ np.abs(step))) > 1e-2:
         return None
     return s, Js, rr
-
-
-def _heads(m):
-    return f"{m} head{'s' if m != 1 else ''}"
 
 
 def verify_real(oracle, outcome, heads, d, H, K, convert, rng, R, n) -> tuple:

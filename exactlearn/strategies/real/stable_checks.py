@@ -1,6 +1,8 @@
 """The stable plan's checks of an estimate (:mod:`~exactlearn.strategies.real.stable`; step 5,
-docs/explanation/real-field.md): the solve's first-order residual allowance for the
-certificate (:class:`SolveAllowance`) and the resolution test of fewer heads than the bound
+docs/explanation/real-field.md): the polish's tests of the declared noise
+(:func:`noise_tests`), the certificate of the solve's or the polish's estimate
+(:func:`certify_estimate`) with the solve's first-order residual allowance
+(:class:`SolveAllowance`), and the resolution test of fewer heads than the bound
 (:func:`resolution_test`, "The resolution test").
 """
 from __future__ import annotations
@@ -10,11 +12,82 @@ import math
 import mpmath
 import numpy as np
 
-from exactlearn.errors import ResidualsBeyondNoise
+from exactlearn.errors import DegenerateDraw, ResidualsBeyondNoise
 from exactlearn.strategies.real.certificate import SAFETY, SECOND_ORDER, residual_bounds
 from exactlearn.strategies.real.evaluate import evaluate_with_gradient
+from exactlearn.strategies.real.stable_certificate import certify_two_token
 from exactlearn.strategies.real.stable_messages import plural
-from exactlearn.strategies.real.stable_polish import split_gain
+from exactlearn.strategies.real.stable_polish import hat, minimax_bound, split_gain
+
+
+def noise_tests(polished, far, m, n, rec, start, etas_all):
+    """The polish's tests of the declared noise on its ``n`` observations: a weighted residual
+    sum of squares above n, or (from the families' start) a Chebyshev bound above ``1 +
+    SECOND_ORDER``, is :class:`~exactlearn.errors.ResidualsBeyondNoise` (from the pencil
+    start, an excess is non-convergence: :class:`~exactlearn.errors.DegenerateDraw`)."""
+    excess = polished[3]
+    if far and excess > 1:
+        raise DegenerateDraw(
+            f"the fit of all {n} observations from the pencil start leaves a weighted "
+            f"residual sum of squares {excess:.3g} times their number (at most 1 when every "
+            f"output is within its eta): it did not converge, or the outputs are noisier "
+            f"than declared")
+    if excess > 1:
+        raise ResidualsBeyondNoise(
+            f"outputs noisier than the declared eta (or a black box outside the model "
+            f"class, or more heads than {m}): the heads that fit all {n} observations "
+            f"best leave a weighted residual sum of squares {excess:.3g} times their number, "
+            f"at most 1 when every output is within its eta", heads=m)
+    chebyshev = None if far else minimax_bound(polished, rec, start, etas_all)
+    if chebyshev is not None and chebyshev > 1 + SECOND_ORDER:
+        raise ResidualsBeyondNoise(
+            f"outputs noisier than the declared eta (or a black box outside the model "
+            f"class, or more heads than {m}): no model of {plural(m)} keeps "
+            f"every output within its eta -- about the least-squares fit of all "
+            f"{n} observations the smallest largest residual over its eta is at "
+            f"least {chebyshev:.3g}", heads=m)
+
+
+def certify_estimate(est, method, polished, pol, route, K, rec, start, etas_all, d,
+                     bias) -> tuple:
+    """The certificate (step 5) of the estimate ``est = (heads, BW, Bv, Bu, Bc, constant)``
+    (``method``: ``"solve"`` or ``"polish"``), with the residual test against the estimate's
+    first-order bounds (docs/explanation/real-field.md); when the solve's heads miss, the
+    polish's (``pol``) are certified instead.  Returns ``est`` as certified, ``method`` and
+    the two ratios of :func:`~exactlearn.strategies.real.stable_certificate.certify_two_token`."""
+    heads, BW, Bv, Bu, Bc, const = est
+    extra = {"Bu": Bu, "constant": const, "Bc": Bc} if bias else {}
+    if method == "polish":
+        fitted = hat(polished, rec, start, etas_all)
+        allowance = (lambda q: fitted.allowance(q, SAFETY, SECOND_ORDER)) if fitted else None
+    else:
+        allowance = SolveAllowance(heads, route, K, rec, start, etas_all, d,
+                                   const if bias else None)
+    try:
+        ratios = certify_two_token(heads, BW, Bv, K, rec, start, etas_all, allowance=allowance,
+                                   **extra)
+        return (heads, BW, Bv, Bu, Bc, const, method) + tuple(ratios)
+    except ResidualsBeyondNoise:
+        if method == "polish" or polished is None:
+            raise
+    # the solve's heads miss: certify the polish's least-squares heads instead
+    pheads, pBW, pBv, pBu, pBc = pol
+    heads, BW, Bv, Bu = sorted_with_bounds(pheads, pBW, pBv, pBu)
+    if bias:
+        const, Bc = pheads.constant, pBc
+        extra = {"Bu": Bu, "constant": const, "Bc": Bc}
+    fitted = hat(polished, rec, start, etas_all)
+    allowance = (lambda q: fitted.allowance(q, SAFETY, SECOND_ORDER)) if fitted else None
+    ratios = certify_two_token(heads, BW, Bv, K, rec, start, etas_all, allowance=allowance,
+                               **extra)
+    return (heads, BW, Bv, Bu, Bc, const, "polish") + tuple(ratios)
+
+
+def sorted_with_bounds(heads, BW, Bv, Bu=None):
+    """The heads in their canonical order, their bounds with them (``Bu``: the biases')."""
+    order = sorted(range(len(heads)), key=lambda h: heads[h])
+    return ([heads[h] for h in order], [BW[h] for h in order], [Bv[h] for h in order],
+            None if Bu is None else [Bu[h] for h in order])
 
 
 class SolveAllowance:
