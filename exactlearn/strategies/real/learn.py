@@ -49,7 +49,7 @@ from exactlearn.strategies.real.analysis import (EQUAL_FACTOR, PAPER_LINEAR_LIMI
 from exactlearn.strategies.real.certificate import SAFETY, RealOutcome, verify_real
 from exactlearn.strategies.real.evaluate import evaluate_with_bounds
 from exactlearn.strategies.real.fit import Fit, fit_family_with_sensitivities
-from exactlearn.strategies.real.probe import (PROBE_SAMPLES, PROBE_TRIES, TARGET, cayley,
+from exactlearn.strategies.real.probe import (PAPER_TARGET, PROBE_SAMPLES, PROBE_TRIES, cayley,
                                               orthogonal_plan, probe_families, probe_scale,
                                               scale_for, scaled_plan)
 from exactlearn.strategies.real.sensitivity import (LO, NOISE_FACTOR, Sens, check_noise, rounding,
@@ -60,19 +60,21 @@ __all__ = ["run_real", "verify_real", "max_parameter_error", "RealOutcome", "ort
            "cayley", "scaled_plan", "scale_for", "probe_families", "probe_scale", "check_noise",
            "NoisierThanDeclared", "CertificateError", "Sens", "sens_context", "Fit",
            "fit_family_with_sensitivities", "label_real", "evaluate_with_bounds", "rounding",
-           "LO", "TARGET", "PROBE_TRIES", "PROBE_SAMPLES", "SAFETY", "PAPER_LINEAR_LIMIT",
-           "NOISE_FACTOR", "EQUAL_FACTOR", "PAPER_UNEQUAL_FACTOR"]
+           "LO", "PAPER_TARGET", "PROBE_TRIES", "PROBE_SAMPLES", "SAFETY",
+           "PAPER_LINEAR_LIMIT", "NOISE_FACTOR", "EQUAL_FACTOR", "PAPER_UNEQUAL_FACTOR"]
 
 #: the paper plan's thresholds under the names they had when the stable plan had its own
-_RENAMED = {"LINEAR_LIMIT": "PAPER_LINEAR_LIMIT", "UNEQUAL_FACTOR": "PAPER_UNEQUAL_FACTOR"}
+_RENAMED = {"LINEAR_LIMIT": "PAPER_LINEAR_LIMIT", "UNEQUAL_FACTOR": "PAPER_UNEQUAL_FACTOR",
+            "TARGET": "PAPER_TARGET"}
 
 
 def __getattr__(name):
     """The old names of :data:`_RENAMED`, with a ``DeprecationWarning``."""
     if name in _RENAMED:
         import warnings
+        where = "stable_probe" if name == "TARGET" else "stable_plan"
         warnings.warn(f"exactlearn.strategies.real.learn.{name} is deprecated: use "
-                      f"{_RENAMED[name]} (the stable plan's differs: stable_plan.STABLE_{name})",
+                      f"{_RENAMED[name]} (the stable plan's differs: {where}.STABLE_{name})",
                       DeprecationWarning, stacklevel=2)
         return globals()[_RENAMED[name]]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

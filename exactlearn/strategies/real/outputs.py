@@ -33,9 +33,8 @@ from exactlearn.model import Head, canonicalize
 from exactlearn.noise import noise_bound
 from exactlearn.progress import current
 from exactlearn.strategies.real.certificate import SAFETY
+from exactlearn.strategies.real.lsq import EPS
 from exactlearn.strategies.real.sensitivity import LO
-
-EPS = 2.0 ** -52
 
 
 def draw_unit(m: int, rng) -> list:

@@ -94,10 +94,10 @@ for biases, the asker), :mod:`~exactlearn.strategies.real.stable_families` (the 
 their rescues), :mod:`~exactlearn.strategies.real.stable_supplement` (the supplementary and
 targeted families), :mod:`~exactlearn.strategies.real.stable_messages` (how coarse the declared
 eta is, in the failures), :mod:`~exactlearn.strategies.real.stable_routes` (the families' route
-and the pencil start) and :mod:`~exactlearn.strategies.real.stable_checks` (the solve's
-residual allowance and the resolution test).  :func:`run_stable` runs the steps in order:
-:func:`_start` (probe and route), :func:`_solve_bounds`, :func:`_polish_step` (with the
-targeted families), then :func:`~exactlearn.strategies.real.stable_checks.noise_tests` and
+and the pencil start) and :mod:`~exactlearn.strategies.real.stable_checks` (the noise tests,
+the certificate of the estimate, the solve's residual allowance and the resolution test).  :func:`run_stable` runs the steps in order:
+:func:`_probe_and_route`, :func:`_solve_bounds`, :func:`_polish_step` (with the targeted
+families), then :func:`~exactlearn.strategies.real.stable_checks.noise_tests` and
 :func:`~exactlearn.strategies.real.stable_checks.certify_estimate`.
 """
 from __future__ import annotations
@@ -128,7 +128,7 @@ from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_MIN_HEADS, ST
                                                     STABLE_UNEQUAL_FACTOR, Noise, bias_tokens,
                                                     dyadic_basis, stable_bias_plan, stable_count)
 from exactlearn.strategies.real.stable_polish import Weak, polish
-from exactlearn.strategies.real.stable_probe import TARGET, probe_scale
+from exactlearn.strategies.real.stable_probe import STABLE_TARGET, probe_scale
 from exactlearn.strategies.real.stable_routes import pencil_route
 from exactlearn.strategies.real.stable_supplement import target_families
 
@@ -162,8 +162,9 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     probe_log = [] if probe_log is None else probe_log
     probe_log.append(0)
     m = fit_heads if fit_heads is not None else H if heads_exact else None
-    route, sigma, m, tries, n_probe = _start(plan0, K, asker, nz, nodes, H, m, rec, start,
-                                             probe_log, query_scale, heads_exact, bias)
+    route, sigma, m, tries, n_probe = _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec,
+                                                       start, probe_log, query_scale,
+                                                       heads_exact, bias)
     splan, fits, index = route["splan"], route["fits"], route["index"]
     obs = rec.observations[start:]
     n_obs = len(rec.observations)
@@ -226,7 +227,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         "max_relative_pole_error_bound": f"{route['worst_rel']:.3g}",
         "max_abs_exponent": f"{max((abs(float(x)) for f in fits.values() for x in f.logs), default=0.0):.4g}",
         "query_scale": str(sigma), "scale_rule": "dyadic near-orthogonal X, E; sigma^2 brings the "
-        f"probe's rms log rho to about {TARGET}", "probe": tries, "probe_queries": n_probe,
+        f"probe's rms log rho to about {STABLE_TARGET}", "probe": tries,
+        "probe_queries": n_probe,
         "stable_plan_queries": stable_count(d, H, bias),
         "unresolved_configurations": {name(n): str(e)[:160] for n, e in route["bad"].items()},
         "unlabelled_configurations": [name(n) for n in fits if n not in index and n < len(splan.configs)],
@@ -258,8 +260,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     return tuple(heads), len(obs), out
 
 
-def _start(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, query_scale, heads_exact,
-           bias) -> tuple:
+def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, query_scale,
+                     heads_exact, bias) -> tuple:
     """Steps 2 to 4, or the pencil start (step 3b) when the families fail:
     ``(route, sigma, m, probe detail, probe queries)``; ``probe_log[-1]`` kept up to date."""
     tries = []

@@ -12,6 +12,7 @@ import weakref
 
 import numpy as np
 
+from exactlearn.strategies.real.lsq import EPS
 from exactlearn.strategies.real.stable_certificate import family_key
 
 COND_LIMIT = 1e12        # the Jacobi-scaled normal matrix's condition at most this
@@ -21,7 +22,6 @@ MAX_STEPS = 8            # Gauss--Newton steps
 LAWSON_STEPS = 60        # reweightings of stable_minimax.minimax_bound
 MAX_DENSE = 2 * 10 ** 7  # N P at most this for the dense Jacobian of stable_minimax.minimax_bound
 LM_STEPS = 100           # Levenberg--Marquardt steps from a far start
-EPS = 2.0 ** -52
 LD_EPS = float(np.finfo(np.longdouble).eps)   # 2^-63 where long double is x87's, else EPS
 
 

@@ -91,7 +91,7 @@ def pencil_route(plan0, K, asker, nz, nodes, H, why, bias=False):
     """Step 3b (module doc): the heads started by
     :mod:`~exactlearn.strategies.real.stable_pencil`, then the plan's configurations asked as
     ratio families at ``PENCIL_SCALES`` times the ``sigma`` at which the start's exponents have
-    an rms of about TARGET; the polish that follows fits all of them.  With ``bias`` the start
+    an rms of about STABLE_TARGET; the polish that follows fits all of them.  With ``bias`` the start
     has u (from ``d + 1`` final tokens) and c from the single-token query ``(x_0)``:
     ``f((x_0)) = c + V.x_0``."""
     d = plan0.d
