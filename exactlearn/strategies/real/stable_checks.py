@@ -13,11 +13,14 @@ import mpmath
 import numpy as np
 
 from exactlearn.errors import DegenerateDraw, ResidualsBeyondNoise
-from exactlearn.strategies.real.certificate import SAFETY, SECOND_ORDER, residual_bounds
+from exactlearn.strategies.real.certificate import (SAFETY, SECOND_ORDER, beyond_noise,
+                                                    residual_bounds)
 from exactlearn.strategies.real.evaluate import evaluate_with_gradient
 from exactlearn.strategies.real.stable_certificate import certify_two_token
 from exactlearn.strategies.real.stable_messages import plural
-from exactlearn.strategies.real.stable_polish import hat, minimax_bound, split_gain
+from exactlearn.strategies.real.stable_minimax import minimax_bound
+from exactlearn.strategies.real.stable_polish import hat
+from exactlearn.strategies.real.stable_split import split_gain
 
 
 def noise_tests(polished, far, m, n, rec, start, etas_all):
@@ -32,20 +35,9 @@ def noise_tests(polished, far, m, n, rec, start, etas_all):
             f"residual sum of squares {excess:.3g} times their number (at most 1 when every "
             f"output is within its eta): it did not converge, or the outputs are noisier "
             f"than declared")
-    if excess > 1:
-        raise ResidualsBeyondNoise(
-            f"outputs noisier than the declared eta (or a black box outside the model "
-            f"class, or more heads than {m}): the heads that fit all {n} observations "
-            f"best leave a weighted residual sum of squares {excess:.3g} times their number, "
-            f"at most 1 when every output is within its eta", heads=m)
-    chebyshev = None if far else minimax_bound(polished, rec, start, etas_all)
-    if chebyshev is not None and chebyshev > 1 + SECOND_ORDER:
-        raise ResidualsBeyondNoise(
-            f"outputs noisier than the declared eta (or a black box outside the model "
-            f"class, or more heads than {m}): no model of {plural(m)} keeps "
-            f"every output within its eta -- about the least-squares fit of all "
-            f"{n} observations the smallest largest residual over its eta is at "
-            f"least {chebyshev:.3g}", heads=m)
+    beyond_noise(m, n, excess,
+                 lambda: None if far else minimax_bound(polished, rec, start, etas_all),
+                 f"the heads that fit all {n} observations best leave")
 
 
 def certify_estimate(est, method, polished, pol, route, K, rec, start, etas_all, d,
@@ -143,7 +135,7 @@ class SolveAllowance:
 def resolution_test(heads, rec, start, etas, H, bias=False) -> dict:
     """The resolution test (docs/explanation/real-field.md, "The resolution test") of ``m =
     len(heads) < H`` heads, from the statistics of
-    :func:`~exactlearn.strategies.real.stable_polish.split_gain`: the observations resolve
+    :func:`~exactlearn.strategies.real.stable_split.split_gain`: the observations resolve
     more than m heads when the ``k`` dimensions a split head adds lower the residuals' sum of
     squares (i) by more than Gaussian noise of the variance the box shows exceeds with
     probability ``e^-t``, ``t = RESOLVE_T`` (each residual over its float64 rounding scale; the

@@ -12,7 +12,6 @@ import weakref
 
 import numpy as np
 
-from exactlearn.strategies.real.lsq import EPS
 from exactlearn.strategies.real.stable_certificate import family_key
 
 COND_LIMIT = 1e12        # the Jacobi-scaled normal matrix's condition at most this
