@@ -73,6 +73,41 @@ def analyse_real(plan, y_shared, q_shared, values, K, S, etas, eta, obs, start,
     ``S`` the run's sensitivity context.  Returns ``(heads, certified observations,
     RealOutcome)``."""
     ctx = K.ctx
+    H = plan.H
+    fits, dot_V = _fit_families(plan, y_shared, q_shared, values, K, S, etas, fit_heads)
+    _check_limits(plan, fits, dot_V, K, etas)
+    worst_rel = _first_order(fits, etas)
+    index = label_real(plan, fits, etas)
+    # every configuration measures its e^T W_h x (log rho) and -v_h.e (c) linearly:
+    # weighted least squares over all 2d^2 - 1 of them (exact data: W = E^-T M X^-1)
+    raw = solve_heads(plan, fits, index, K, S, etas)
+    cert = certify_within_tolerance(raw, obs, start, K, etas, eta, H)
+    detail = {
+        "certificate": "within tolerance (noise + propagated parameter uncertainty); not exact",
+        "certified_observations": len(obs),
+        "max_residual_over_tolerance": LO.nstr(cert.worst_ratio, 3),
+        "max_residual_over_noise_allowance": (None if cert.residual_ratio is None
+                                              else LO.nstr(cert.residual_ratio, 3)),
+        "eta": LO.nstr(LO.convert(eta), 6),
+        "rounding_per_output": LO.nstr(rounding(K, cert.rounding_size), 3),
+        "head_error_bounds": [LO.nstr(b, 3) for b in cert.head_bounds],
+        "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "
+                    f"{PAPER_UNEQUAL_FACTOR} first-order bounds",
+        "max_relative_pole_error_bound": LO.nstr(worst_rel, 3),
+        "max_abs_exponent": ctx.nstr(max((abs(ctx.log(r)) for f in fits.values() for r in f.rhos),
+                                         default=0), 4),
+    }
+    out = RealOutcome(sigma=None, probe_queries=0, error_bound=cert.error_bound,
+                      head_bounds=cert.head_bounds, eta=eta, detail=detail,
+                      W_bounds=cert.W_bounds, v_bounds=cert.v_bounds, etas=cert.etas)
+    return cert.heads, len(obs), out
+
+
+def _fit_families(plan, y_shared, q_shared, values, K, S, etas, fit_heads) -> tuple:
+    """Every family fitted with its sensitivities (module doc): the group of x_1 first (it
+    shares the k = 0 query), V from it, then the rest with ``y_0 = V.x``.  Returns
+    ``(fits, dot_V)``, ``dot_V(x)`` the value ``V.x`` and its sensitivity."""
+    ctx = K.ctx
     d, H = plan.d, plan.H
     configs = plan.configs
     fits: dict = {}
@@ -104,14 +139,23 @@ def analyse_real(plan, y_shared, q_shared, values, K, S, etas, eta, obs, start,
             ss = [s0] + [Sens.unit(S, q) for _, q in values[n]]
             fits[n] = fit_family_with_sensitivities(K, H, ys, ss, etas, computed0=True, m=m_shared,
                                                     exact_poles=fit_heads)
-    # every family's limit is V.a (an overdetermined relation: V comes from the group of x_1)
-    for n, c in enumerate(configs):
+    return fits, dot_V
+
+
+def _check_limits(plan, fits, dot_V, K, etas):
+    """Every family's limit is V.a (an overdetermined relation: V comes from the group of
+    x_1): :func:`~exactlearn.strategies.real.sensitivity.check_noise` on each."""
+    for n, c in enumerate(plan.configs):
         f = fits[n]
         va, sva = dot_V(c.a)
         check_noise(f.A - va, f.sA.add(sva, -1).bound(etas), rounding(K, 64 * (abs(f.A) + abs(va))),
                     f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) misses V.a "
                     f"(an additive constant or bias would do the same)")
-    # first-order validity
+
+
+def _first_order(fits, etas):
+    """The largest relative first-order bound of a ``rho`` or ``c``; beyond
+    ``PAPER_LINEAR_LIMIT`` the draw fails (first-order bounds would not be reliable)."""
     worst_rel = LO.zero
     for n, f in fits.items():
         _, brho, bc = f.bounds(etas)
@@ -124,27 +168,4 @@ def analyse_real(plan, y_shared, q_shared, values, K, S, etas, eta, obs, start,
                              f"has relative first-order error bound {LO.nstr(worst_rel, 3)} > "
                              f"{PAPER_LINEAR_LIMIT} (first-order error bounds would not be "
                              f"reliable)")
-    index = label_real(plan, fits, etas)
-    # every configuration measures its e^T W_h x (log rho) and -v_h.e (c) linearly:
-    # weighted least squares over all 2d^2 - 1 of them (exact data: W = E^-T M X^-1)
-    raw = solve_heads(plan, fits, index, K, S, etas)
-    cert = certify_within_tolerance(raw, obs, start, K, etas, eta, H)
-    detail = {
-        "certificate": "within tolerance (noise + propagated parameter uncertainty); not exact",
-        "certified_observations": len(obs),
-        "max_residual_over_tolerance": LO.nstr(cert.worst_ratio, 3),
-        "max_residual_over_noise_allowance": (None if cert.residual_ratio is None
-                                              else LO.nstr(cert.residual_ratio, 3)),
-        "eta": LO.nstr(LO.convert(eta), 6),
-        "rounding_per_output": LO.nstr(rounding(K, cert.rounding_size), 3),
-        "head_error_bounds": [LO.nstr(b, 3) for b in cert.head_bounds],
-        "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "
-                    f"{PAPER_UNEQUAL_FACTOR} first-order bounds",
-        "max_relative_pole_error_bound": LO.nstr(worst_rel, 3),
-        "max_abs_exponent": ctx.nstr(max((abs(ctx.log(r)) for f in fits.values() for r in f.rhos),
-                                         default=0), 4),
-    }
-    out = RealOutcome(sigma=None, probe_queries=0, error_bound=cert.error_bound,
-                      head_bounds=cert.head_bounds, eta=eta, detail=detail,
-                      W_bounds=cert.W_bounds, v_bounds=cert.v_bounds, etas=cert.etas)
-    return cert.heads, len(obs), out
+    return worst_rel
