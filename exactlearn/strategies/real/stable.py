@@ -102,8 +102,6 @@ families), then :func:`~exactlearn.strategies.real.stable_checks.noise_tests` an
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from gmpy2 import mpq
 
@@ -120,8 +118,8 @@ from exactlearn.strategies.real.certificate import SAFETY, RealOutcome
 from exactlearn.strategies.real.lsq import box_blas_threads
 from exactlearn.strategies.real.ratio import MAX_COPIES, ratio_nodes
 from exactlearn.strategies.real.sensitivity import LO, rounding
-from exactlearn.strategies.real.stable_checks import (certify_estimate, noise_tests,
-                                                     resolution_test, sorted_with_bounds)
+from exactlearn.strategies.real.stable_checks import (Estimate, certify_estimate, noise_tests,
+                                                     resolution_test)
 from exactlearn.strategies.real.stable_families import rel_bound
 from exactlearn.strategies.real.stable_messages import coarseness, declared_level
 from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_MIN_HEADS, STABLE_LINEAR_LIMIT,
@@ -134,11 +132,6 @@ from exactlearn.strategies.real.stable_supplement import target_families
 
 # the families' route: run_stable looks it up here (tests force it)
 from exactlearn.strategies.real.stable_routes import per_family as _per_family
-
-
-def _largest(BW, Bv, Bu=None, Bc=0.0) -> float:
-    """The largest of a set of bounds."""
-    return max(np.max(BW), np.max(Bv), np.max(Bu) if Bu is not None else 0.0, Bc)
 
 
 def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
@@ -174,7 +167,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     # the declared eta: the solve's first-order bounds then do not hold, and only the polish's can
     loose = max((rel_bound(fits[n], m) / fits[n].kappa for n in index if n in fits),
                 default=0.0) > STABLE_LINEAR_LIMIT
-    heads, BW, Bv, Bu, Bc, const = _solve_bounds(route, m, d, bias, etas_all, n_obs, loose)
+    est = _solve_bounds(route, m, d, bias, etas_all, n_obs, loose)
     # the polish computes in float64: worth it (and its noise test meaningful) only when the
     # declared noise is above float64 rounding (an exact high-precision box keeps the solve)
     ys = np.array([abs(float(y)) for _, y in obs])
@@ -185,25 +178,22 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
                              "a declared noise above float64 rounding")
     current().stage("polish" if float_noise else "certify")
     polished, n_target, etas_all, obs = (
-        _polish_step(heads, K, rec, start, etas_all, route, bias, (asker, nz, nodes, H), size)
+        _polish_step(est.heads, K, rec, start, etas_all, route, bias, (asker, nz, nodes, H), size)
         if float_noise else (None, 0, etas_all, obs))
     if far and polished is None:
         raise DegenerateDraw(f"the pencil start ({route['pencil']['why'][:80]}...) did not "
                              f"converge to a well-determined fit of all {len(obs)} observations")
-    method, pol = "solve", None
+    pol = None
     if polished is not None:
         noise_tests(polished, far, m, len(obs), rec, start, etas_all)
         pol = _polished_bounds(polished, d, bias)
-        if far or _largest(*pol[1:]) < _largest(BW, Bv, Bu, Bc):
-            (heads, BW, Bv, Bu, Bc), method = pol, "polish"
-            const = getattr(heads, "constant", None) if bias else None
-    if not (np.all(np.isfinite(BW)) and np.all(np.isfinite(Bv))
-            and (not bias or (np.all(np.isfinite(Bu)) and math.isfinite(Bc)))):
+        if far or pol.largest() < est.largest():
+            est = pol
+    if not est.finite():
         raise DegenerateDraw("a parameter's error bound is not finite: nothing to certify")
-    heads, BW, Bv, Bu = sorted_with_bounds(heads, BW, Bv, Bu)
-    heads, BW, Bv, Bu, Bc, const, method, worst_ratio, resid_ratio = certify_estimate(
-        (heads, BW, Bv, Bu, Bc, const), method, polished, pol, route, K, rec, start, etas_all,
-        d, bias)
+    est, worst_ratio, resid_ratio = certify_estimate(est.sorted(), polished, pol, route, K, rec,
+                                                     start, etas_all, d, bias)
+    heads, BW, Bv, Bu, Bc, const = est.heads, est.BW, est.Bv, est.Bu, est.Bc, est.constant
     head_b = [max([x for row in bw for x in row] + list(bv) + (list(Bu[h]) if bias else []))
               for h, (bw, bv) in enumerate(zip(BW, Bv))]
     err = max(head_b + ([Bc] if bias else []), default=0.0)
@@ -233,7 +223,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         "unresolved_configurations": {name(n): str(e)[:160] for n, e in route["bad"].items()},
         "unlabelled_configurations": [name(n) for n in fits if n not in index and n < len(splan.configs)],
         "supplementary_families": route["supplementary"],
-        "estimate": method,
+        "estimate": est.method,
         "start": "pencil" if far else "solve",
         "targeted_families": n_target,
         "rescued_configurations": {name(n): f for n, f in route["rescued"].items()},
@@ -310,10 +300,9 @@ def _etas(rec, nz, size, etas, first):
     return out
 
 
-def _solve_bounds(route, m, d, bias, etas_all, n_obs, loose) -> tuple:
-    """The route's heads and their bounds ``SAFETY`` times first order plus rounding:
-    ``(heads, BW, Bv, Bu, Bc, constant)`` (infinite where only the polish can bound: the
-    pencil route, or ``loose`` families)."""
+def _solve_bounds(route, m, d, bias, etas_all, n_obs, loose) -> Estimate:
+    """The route's heads and their bounds, ``SAFETY`` times first order plus rounding
+    (infinite where only the polish can bound: the pencil route, or ``loose`` families)."""
     heads, Bu, Bc, const = route["heads"], None, 0.0, None
     if route["SW"] is None or loose:    # the pencil route: only the polish gives bounds
         BW = [[[float("inf")] * d for _ in range(d)] for _ in range(m)]
@@ -321,7 +310,7 @@ def _solve_bounds(route, m, d, bias, etas_all, n_obs, loose) -> tuple:
         if bias:
             Bu, Bc, const = [[float("inf")] * d for _ in range(m)], float("inf"), route["constant"]
             heads = HeadSet(heads, constant=const, bias=True)
-        return heads, BW, Bv, Bu, Bc, const
+        return Estimate(heads, BW, Bv, Bu, Bc, const)
     SW, Sv, rounds = route["SW"], route["Sv"], route["rounds"]
     dc = d + 1 if bias else d           # with biases, [W | u]'s rows: d entries of W, then u[r]
     BW = [[[SAFETY * float(np.abs(SW[h][r * dc + q]) @ etas_all) + rounds[h][0]
@@ -334,7 +323,7 @@ def _solve_bounds(route, m, d, bias, etas_all, n_obs, loose) -> tuple:
         const = route["constant"]
         Bc = SAFETY * float(np.abs(route["Sc"][:n_obs]) @ etas_all) + route["c_round"]
         heads = HeadSet(heads, constant=const, bias=True)
-    return heads, BW, Bv, Bu, Bc, const
+    return Estimate(heads, BW, Bv, Bu, Bc, const)
 
 
 def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tuple:
@@ -358,9 +347,8 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
     return (None if isinstance(polished, Weak) else polished), n_target, etas_all, obs
 
 
-def _polished_bounds(polished, d, bias) -> tuple:
-    """The polish's heads and bounds, ``SAFETY`` times first order plus rounding:
-    ``(heads, BW, Bv, Bu, Bc)``."""
+def _polished_bounds(polished, d, bias) -> Estimate:
+    """The polish's heads and bounds, ``SAFETY`` times first order plus rounding."""
     pheads, (fW, rW), (fV, rV) = polished[:3]
     pBW = (SAFETY * fW + rW).tolist()
     pBv = (SAFETY * fV + rV).tolist()
@@ -369,4 +357,5 @@ def _polished_bounds(polished, d, bias) -> tuple:
         pBu = [[row[d] for row in bw] for bw in pBW]
         pBW = [[row[:d] for row in bw] for bw in pBW]
         pBc = SAFETY * polished[5][0] + polished[5][1]
-    return pheads, pBW, pBv, pBu, pBc
+    return Estimate(pheads, pBW, pBv, pBu, pBc,
+                    getattr(pheads, "constant", None) if bias else None, "polish")

@@ -1,6 +1,6 @@
 """The stable plan's checks of an estimate (:mod:`~exactlearn.strategies.real.stable`; step 5,
 docs/explanation/real-field.md): the polish's tests of the declared noise
-(:func:`noise_tests`), the certificate of the solve's or the polish's estimate
+(:func:`noise_tests`), the certificate of the solve's or the polish's :class:`Estimate`
 (:func:`certify_estimate`) with the solve's first-order residual allowance
 (:class:`SolveAllowance`), and the resolution test of fewer heads than the bound
 (:func:`resolution_test`, "The resolution test").
@@ -8,6 +8,7 @@ docs/explanation/real-field.md): the polish's tests of the declared noise
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 import mpmath
 import numpy as np
@@ -40,46 +41,66 @@ def noise_tests(polished, far, m, n, rec, start, etas_all):
                  f"the heads that fit all {n} observations best leave")
 
 
-def certify_estimate(est, method, polished, pol, route, K, rec, start, etas_all, d,
-                     bias) -> tuple:
-    """The certificate (step 5) of the estimate ``est = (heads, BW, Bv, Bu, Bc, constant)``
-    (``method``: ``"solve"`` or ``"polish"``), with the residual test against the estimate's
-    first-order bounds (docs/explanation/real-field.md); when the solve's heads miss, the
-    polish's (``pol``) are certified instead.  Returns ``est`` as certified, ``method`` and
-    the two ratios of :func:`~exactlearn.strategies.real.stable_certificate.certify_two_token`."""
-    heads, BW, Bv, Bu, Bc, const = est
-    extra = {"Bu": Bu, "constant": const, "Bc": Bc} if bias else {}
-    if method == "polish":
+@dataclass
+class Estimate:
+    """Heads and the bounds of their parameters, ``SAFETY`` times first order plus rounding:
+    ``BW[h][r][c]``, ``Bv[h][r]``, with biases ``Bu[h][r]`` (None without), the constant's
+    ``Bc`` and the ``constant``; ``method`` says which step made it (``"solve"`` or
+    ``"polish"``)."""
+
+    heads: list
+    BW: list
+    Bv: list
+    Bu: list | None = None
+    Bc: float = 0.0
+    constant: object = None
+    method: str = "solve"
+
+    def largest(self) -> float:
+        """The largest bound."""
+        return max(np.max(self.BW), np.max(self.Bv),
+                   np.max(self.Bu) if self.Bu is not None else 0.0, self.Bc)
+
+    def finite(self) -> bool:
+        """Whether every bound is finite."""
+        return bool(np.all(np.isfinite(self.BW)) and np.all(np.isfinite(self.Bv))
+                    and (self.Bu is None or (np.all(np.isfinite(self.Bu))
+                                             and math.isfinite(self.Bc))))
+
+    def sorted(self) -> "Estimate":
+        """The heads in their canonical order, their bounds with them."""
+        order = sorted(range(len(self.heads)), key=lambda h: self.heads[h])
+        return replace(self, heads=[self.heads[h] for h in order],
+                       BW=[self.BW[h] for h in order], Bv=[self.Bv[h] for h in order],
+                       Bu=None if self.Bu is None else [self.Bu[h] for h in order])
+
+
+def certify_estimate(est, polished, pol, route, K, rec, start, etas_all, d, bias) -> tuple:
+    """The certificate (step 5) of the :class:`Estimate` ``est`` (in canonical order), with
+    the residual test against its first-order bounds (docs/explanation/real-field.md); when
+    the solve's heads miss, the polish's (``pol``) are certified instead.  Returns the
+    estimate certified and the two ratios of
+    :func:`~exactlearn.strategies.real.stable_certificate.certify_two_token`."""
+    try:
+        return (est,) + _certify(est, polished, route, K, rec, start, etas_all, d, bias)
+    except ResidualsBeyondNoise:
+        if est.method == "polish" or polished is None:
+            raise
+    # the solve's heads miss: certify the polish's least-squares heads instead
+    est = pol.sorted()
+    return (est,) + _certify(est, polished, route, K, rec, start, etas_all, d, bias)
+
+
+def _certify(est, polished, route, K, rec, start, etas_all, d, bias) -> tuple:
+    extra = {"Bu": est.Bu, "constant": est.constant, "Bc": est.Bc} if bias else {}
+    if est.method == "polish":
         fitted = hat(polished, rec, start, etas_all)
         allowance = (lambda q: fitted.allowance(q, SAFETY, SECOND_ORDER)) if fitted else None
     else:
-        allowance = SolveAllowance(heads, route, K, rec, start, etas_all, d,
-                                   const if bias else None)
-    try:
-        ratios = certify_two_token(heads, BW, Bv, K, rec, start, etas_all, allowance=allowance,
-                                   **extra)
-        return (heads, BW, Bv, Bu, Bc, const, method) + tuple(ratios)
-    except ResidualsBeyondNoise:
-        if method == "polish" or polished is None:
-            raise
-    # the solve's heads miss: certify the polish's least-squares heads instead
-    pheads, pBW, pBv, pBu, pBc = pol
-    heads, BW, Bv, Bu = sorted_with_bounds(pheads, pBW, pBv, pBu)
-    if bias:
-        const, Bc = pheads.constant, pBc
-        extra = {"Bu": Bu, "constant": const, "Bc": Bc}
-    fitted = hat(polished, rec, start, etas_all)
-    allowance = (lambda q: fitted.allowance(q, SAFETY, SECOND_ORDER)) if fitted else None
-    ratios = certify_two_token(heads, BW, Bv, K, rec, start, etas_all, allowance=allowance,
-                               **extra)
-    return (heads, BW, Bv, Bu, Bc, const, "polish") + tuple(ratios)
-
-
-def sorted_with_bounds(heads, BW, Bv, Bu=None):
-    """The heads in their canonical order, their bounds with them (``Bu``: the biases')."""
-    order = sorted(range(len(heads)), key=lambda h: heads[h])
-    return ([heads[h] for h in order], [BW[h] for h in order], [Bv[h] for h in order],
-            None if Bu is None else [Bu[h] for h in order])
+        allowance = SolveAllowance(est.heads, route, K, rec, start, etas_all, d,
+                                   est.constant if bias else None)
+    return tuple(certify_two_token(est.heads, est.BW, est.Bv, K, rec, start, etas_all,
+                                   allowance=allowance, **extra))
 
 
 class SolveAllowance:
