@@ -10,6 +10,8 @@
   these is defined twice in ``exactlearn/strategies/real``, nor ``EPS``.
 * The noise tests are one function for both plans: a sum of squares above 1 fails first, the
   Chebyshev bound is formed only after it passes.
+* The stable plan's estimate is a typed value (``stable_checks.Estimate``), sorted to the
+  canonical order (computed apart, by ``canonicalize``) with its bounds.
 """
 
 from __future__ import annotations
@@ -141,3 +143,25 @@ def test_noise_tests_one_function_sum_of_squares_first():
         beyond_noise(1, 40, 0.5, cheb(1.03), "the fit leaves")
     for ok in (1.02, None):                                  # within 1 + SECOND_ORDER, or none
         assert beyond_noise(2, 40, 1.0, cheb(ok), "the fit leaves") is None
+
+
+def test_the_stable_plans_estimate_is_a_typed_value():
+    """The solve's and the polish's estimates pass to the certificate as an ``Estimate``:
+    sorted to the canonical order with their bounds, their largest bound, finite or not."""
+    import math
+    from gmpy2 import mpq
+    from exactlearn.model import Head, canonicalize
+    from exactlearn.strategies.real.stable_checks import Estimate
+    a = Head(((mpq(2),),), (mpq(1),))
+    b = Head(((mpq(-1),),), (mpq(3),))
+    truth = list(canonicalize([a, b]))                  # the canonical order, computed apart
+    est = Estimate([a, b], [[[1e-9]], [[2e-9]]], [[3e-9], [4e-9]], method="polish")
+    got = est.sorted()
+    assert got.heads == truth and got.method == "polish"
+    assert got.BW == ([[[1e-9]], [[2e-9]]] if truth[0] is a else [[[2e-9]], [[1e-9]]])
+    assert got.Bv == ([[3e-9], [4e-9]] if truth[0] is a else [[4e-9], [3e-9]])
+    assert est.largest() == 4e-9 and est.finite()
+    biased = Estimate([a], [[[1e-9]]], [[1e-9]], Bu=[[5e-9]], Bc=6e-9)
+    assert biased.largest() == 6e-9 and biased.finite()
+    assert not Estimate([a], [[[math.inf]]], [[1e-9]]).finite()
+    assert not Estimate([a], [[[1e-9]]], [[1e-9]], Bu=[[1e-9]], Bc=math.inf).finite()
