@@ -90,12 +90,14 @@ final tokens).  The pencil start
 **Modules.** This module is the driver (:func:`run_stable`: probe, route, bounds, polish,
 certificate, detail); the steps live in
 :mod:`~exactlearn.strategies.real.stable_plan` (the constants, the count, the tokens, the plan
-for biases, the asker), :mod:`~exactlearn.strategies.real.stable_families` (the families and
+for biases), :mod:`~exactlearn.strategies.real.stable_families` (the families and
 their rescues), :mod:`~exactlearn.strategies.real.stable_supplement` (the supplementary and
 targeted families), :mod:`~exactlearn.strategies.real.stable_messages` (how coarse the declared
 eta is, in the failures), :mod:`~exactlearn.strategies.real.stable_routes` (the families' route
 and the pencil start) and :mod:`~exactlearn.strategies.real.stable_checks` (the noise tests,
-the certificate of the estimate, the solve's residual allowance and the resolution test).  :func:`run_stable` runs the steps in order:
+the certificate of the :class:`~exactlearn.strategies.real.stable_checks.Estimate`, the solve's
+residual allowance and the resolution test); every query is asked once, through
+:class:`~exactlearn.pipeline.ask.AskOnce`.  :func:`run_stable` runs the steps in order:
 :func:`_probe_and_route`, :func:`_solve_bounds`, :func:`_polish_step` (with the targeted
 families), then :func:`~exactlearn.strategies.real.stable_checks.noise_tests` and
 :func:`~exactlearn.strategies.real.stable_checks.certify_estimate`.
