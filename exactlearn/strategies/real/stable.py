@@ -160,7 +160,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     route, sigma, m, tries, n_probe = _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec,
                                                        start, probe_log, query_scale,
                                                        heads_exact, bias)
-    splan, fits, index = route["splan"], route["fits"], route["index"]
+    fits, index = route["fits"], route["index"]
     obs = rec.observations[start:]
     n_obs = len(rec.observations)
     size = H * max(abs(float(y)) for _, y in obs)
@@ -203,42 +203,9 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     if not heads_exact and len(heads) < H and float_noise:
         resolution = resolution_test(HeadSet(heads, constant=const, bias=True) if bias else heads,
                                      rec, start, etas_all, H, bias)
-    name = lambda n: f"{splan.configs[n].kind}{(splan.configs[n].i + 1, splan.configs[n].j + 1)}"
-    detail = {
-        "plan": "stable: ratio families t = k/m geometric on [1/%d, %d], %d finite nodes, "
-                "weighted least squares" % (MAX_COPIES, MAX_COPIES, len(nodes) - 2),
-        "certificate": "within tolerance (noise + propagated parameter uncertainty); not exact",
-        "certified_observations": len(obs),
-        "max_residual_over_tolerance": f"{worst_ratio:.3g}",
-        "max_residual_over_noise_allowance": (None if resid_ratio is None
-                                              else f"{float(resid_ratio):.3g}"),
-        "eta": f"{float(eta):.6g}", "eta_rel": f"{float(eta_rel):.6g}",
-        "head_error_bounds": [f"{b:.3g}" for b in head_b],
-        "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "
-                    f"{STABLE_UNEQUAL_FACTOR} first-order bounds",
-        "max_relative_pole_error_bound": f"{route['worst_rel']:.3g}",
-        "max_abs_exponent": f"{max((abs(float(x)) for f in fits.values() for x in f.logs), default=0.0):.4g}",
-        "query_scale": str(sigma), "scale_rule": "dyadic near-orthogonal X, E; sigma^2 brings the "
-        f"probe's rms log rho to about {STABLE_TARGET}", "probe": tries,
-        "probe_queries": n_probe,
-        "stable_plan_queries": stable_count(d, H, bias),
-        "unresolved_configurations": {name(n): str(e)[:160] for n, e in route["bad"].items()},
-        "unlabelled_configurations": [name(n) for n in fits if n not in index and n < len(splan.configs)],
-        "supplementary_families": route["supplementary"],
-        "estimate": est.method,
-        "start": "pencil" if far else "solve",
-        "targeted_families": n_target,
-        "rescued_configurations": {name(n): f for n, f in route["rescued"].items()},
-    }
-    if resolution is not None:
-        detail["resolution_test"] = resolution
-    if bias:
-        detail["bias"] = ("u and c learned (docs/explanation/biases.md): d + 1 final tokens, "
-                          "across families at the midpoints (x_0 + x_i)/2")
-        detail["constant_error_bound"] = f"{Bc:.3g}"
-    if far:
-        detail["pencil"] = route["pencil"]
-        detail["max_relative_pole_error_bound"] = "n/a (pencil start: no family fitted)"
+    detail = _detail(route, est, head_b, len(obs), (worst_ratio, resid_ratio), resolution,
+                     sigma=sigma, tries=tries, n_probe=n_probe, nodes=nodes, eta=eta,
+                     eta_rel=eta_rel, d=d, H=H, bias=bias, n_target=n_target)
     out = RealOutcome(sigma=sigma, probe_queries=n_probe, error_bound=LO.convert(err),
                       head_bounds=[LO.convert(b) for b in head_b], eta=eta, detail=detail,
                       W_bounds=[[[LO.convert(x) for x in row] for row in bw] for bw in BW],
@@ -250,6 +217,54 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         out.constant = const
         return HeadSet(heads, constant=const, bias=True), len(obs), out
     return tuple(heads), len(obs), out
+
+
+def _detail(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries, n_probe, nodes, eta,
+            eta_rel, d, H, bias, n_target) -> dict:
+    """The run's account (``real_detail``): the certified estimate ``est`` (its per-head
+    bounds ``head_b``) on ``n_cert`` observations, the certificate's two ratios, the route's
+    families and the probe."""
+    splan, fits, index, far = route["splan"], route["fits"], route["index"], "pencil" in route
+    worst_ratio, resid_ratio = ratios
+    name = lambda n: f"{splan.configs[n].kind}{(splan.configs[n].i + 1, splan.configs[n].j + 1)}"
+    detail = {
+        "plan": "stable: ratio families t = k/m geometric on [1/%d, %d], %d finite nodes, "
+                "weighted least squares" % (MAX_COPIES, MAX_COPIES, len(nodes) - 2),
+        "certificate": "within tolerance (noise + propagated parameter uncertainty); not exact",
+        "certified_observations": n_cert,
+        "max_residual_over_tolerance": f"{worst_ratio:.3g}",
+        "max_residual_over_noise_allowance": (None if resid_ratio is None
+                                              else f"{float(resid_ratio):.3g}"),
+        "eta": f"{float(eta):.6g}", "eta_rel": f"{float(eta_rel):.6g}",
+        "head_error_bounds": [f"{b:.3g}" for b in head_b],
+        "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "
+                    f"{STABLE_UNEQUAL_FACTOR} first-order bounds",
+        "max_relative_pole_error_bound": f"{route['worst_rel']:.3g}",
+        "max_abs_exponent":
+            f"{max((abs(float(x)) for f in fits.values() for x in f.logs), default=0.0):.4g}",
+        "query_scale": str(sigma), "scale_rule": "dyadic near-orthogonal X, E; sigma^2 brings the "
+        f"probe's rms log rho to about {STABLE_TARGET}", "probe": tries,
+        "probe_queries": n_probe,
+        "stable_plan_queries": stable_count(d, H, bias),
+        "unresolved_configurations": {name(n): str(e)[:160] for n, e in route["bad"].items()},
+        "unlabelled_configurations": [name(n) for n in fits
+                                      if n not in index and n < len(splan.configs)],
+        "supplementary_families": route["supplementary"],
+        "estimate": est.method,
+        "start": "pencil" if far else "solve",
+        "targeted_families": n_target,
+        "rescued_configurations": {name(n): f for n, f in route["rescued"].items()},
+    }
+    if resolution is not None:
+        detail["resolution_test"] = resolution
+    if bias:
+        detail["bias"] = ("u and c learned (docs/explanation/biases.md): d + 1 final tokens, "
+                          "across families at the midpoints (x_0 + x_i)/2")
+        detail["constant_error_bound"] = f"{est.Bc:.3g}"
+    if far:
+        detail["pencil"] = route["pencil"]
+        detail["max_relative_pole_error_bound"] = "n/a (pencil start: no family fitted)"
+    return detail
 
 
 def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, query_scale,
