@@ -51,9 +51,8 @@ def enough_checks(plan, values, K, heads, full, rank_plan, observations, attempt
     Raises :class:`RangeTooSmall` when one check misses with probability above 1/2,
     :class:`CertificateError` when the heads fail a further check."""
     n0 = len(plan.checks)
-    seen = values.seen
     asked = [c for c in plan.configs
-             if all(tuple(tuple(t) for t in c.tokens(k)) in seen for k in range(1, plan.samples + 1))]
+             if all(c.tokens(k) in values for k in range(1, plan.samples + 1))]
     kind, per, candidates, bound = miss_bound(plan, heads, K, full, rank_plan, n0 + len(plan.extra_checks),
                                               asked, attempts)
     plan.certificate, plan.miss_bound = kind, bound

@@ -16,6 +16,7 @@ from exactlearn.pipeline.plan import draw_paper_plan
 from exactlearn.strategies.real.learn import run_real, verify_real
 from exactlearn.strategies.real.lsq import one_blas_thread
 from exactlearn.strategies.real.stable import run_stable, stable_count
+from exactlearn.strategies.real.stable_messages import plural
 
 #: The strategy runs over the real field (inexact) only.
 EXACT = False
@@ -111,7 +112,7 @@ def run(plan, ask, K, trace, options) -> tuple:
                 options.state.outcome.detail["head_counts_refuted"] = [t[:300] for t in tried]
             if not options.heads_given and len(heads) < plan.H:     # what the bound can't show
                 options.state.outcome.detail["head_bound_caveat"] = (
-                    f"{_heads(len(heads))} certified under a bound of {plan.H}: the error bound "
+                    f"{plural(len(heads))} certified under a bound of {plan.H}: the error bound "
                     f"covers the canonical heads if no two true heads are closer than these "
                     f"observations resolve at the declared eta (two such heads are reported as "
                     f"one; docs/explanation/real-field.md#the-resolution-test)")
@@ -120,7 +121,7 @@ def run(plan, ask, K, trace, options) -> tuple:
             m = exc.heads
             if exc.resolved and resolved is None:
                 resolved = m
-            tried.append(f"with {_heads(m) if m is not None else 'the heads found'}: {exc}")
+            tried.append(f"with {plural(m) if m is not None else 'the heads found'}: {exc}")
             if options.heads_given or m is None or m >= plan.H:
                 if len(tried) > 1:
                     raise ResidualsBeyondNoise(_history(tried, resolved), heads=m) from None
@@ -131,7 +132,7 @@ def run(plan, ask, K, trace, options) -> tuple:
         except LearningFailure as exc:
             if not tried:
                 raise
-            tried.append(f"refitting with exactly {_heads(fit_heads)}: {exc.kind}: {exc}")
+            tried.append(f"refitting with exactly {plural(fit_heads)}: {exc.kind}: {exc}")
             raise ResidualsBeyondNoise(_history(tried, resolved), heads=fit_heads) from None
     if options.heads_given and len(heads) < plan.H:
         raise DegenerateDraw(
@@ -143,7 +144,7 @@ def run(plan, ask, K, trace, options) -> tuple:
 
 def _run_once(plan, ask, K, options, fit_heads):
     if options.plan == "stable":
-        with one_blas_thread():        # the box keeps its threads (stable_plan.Asker)
+        with one_blas_thread():        # the box keeps its threads (lsq.box_blas_threads)
             return run_stable(plan, ask, K, noise=options.noise, noise_rel=options.noise_rel,
                               query_scale=options.query_scale, heads_exact=options.heads_given,
                               probe_log=options.state.probes, fit_heads=fit_heads,
@@ -152,13 +153,9 @@ def _run_once(plan, ask, K, options, fit_heads):
                     snap=options.snap, probe_log=options.state.probes, fit_heads=fit_heads)
 
 
-def _heads(m):
-    return f"{m} head{'s' if m != 1 else ''}"
-
-
 def _history(tried, resolved=None):
     if resolved is not None:            # the resolution test refuted a count within eta
-        head = (f"the observations resolve more than {_heads(resolved)}, but no larger count up "
+        head = (f"the observations resolve more than {plural(resolved)}, but no larger count up "
                 f"to the bound is certified with a covering bound; ")
     else:
         head = "no head count up to the bound fits the observations within the declared eta; "

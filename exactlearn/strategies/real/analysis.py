@@ -17,7 +17,7 @@ first-order error bounds (:mod:`~exactlearn.strategies.real.sensitivity`):
   least-squares family fit.  An additive constant or any box outside the class can do
   the same; both are failures.
 * **First-order validity**: the learner fails (an explicit degenerate-draw error) when
-  any relative first-order bound of a ``rho`` or ``c`` exceeds ``LINEAR_LIMIT = 1e-3``.
+  any relative first-order bound of a ``rho`` or ``c`` exceeds ``PAPER_LINEAR_LIMIT = 1e-3``.
 * **Labelling** (:func:`label_real`): the one traversal of
   :func:`exactlearn.pipeline.match.label_heads`, every relation decided against its own
   first-order bound.
@@ -36,9 +36,14 @@ from exactlearn.strategies.real.fit import fit_family_with_sensitivities
 from exactlearn.strategies.real.sensitivity import LO, Sens, check_noise, combine, rounding
 from exactlearn.strategies.real.solve import solve_heads
 
-LINEAR_LIMIT = 1e-3      # a float: compared with low-precision bounds
-EQUAL_FACTOR = 10        # matching: equal within 10 first-order bounds ...
-UNEQUAL_FACTOR = 10 ** 5  # ... unequal beyond 1e5 of them, undecided (a failure) between
+#: the paper plan's first-order validity: a relative bound at most this (a float, compared
+#: with low-precision bounds); the stable plan, for float boxes, allows
+#: :data:`~exactlearn.strategies.real.stable_plan.STABLE_LINEAR_LIMIT` (1e-2)
+PAPER_LINEAR_LIMIT = 1e-3
+EQUAL_FACTOR = 10        # matching, both plans: equal within 10 first-order bounds ...
+#: ... the paper plan: unequal beyond 1e5 of them, undecided (a failure) between (the stable
+#: plan: :data:`~exactlearn.strategies.real.stable_plan.STABLE_UNEQUAL_FACTOR`, 1e2)
+PAPER_UNEQUAL_FACTOR = 10 ** 5
 
 
 def label_real(plan, fits, etas) -> dict:
@@ -55,7 +60,7 @@ def label_real(plan, fits, etas) -> dict:
         _, brho, bc = f.bounds(etas)
         poles_of[n] = list(zip(f.rhos, f.cs, brho, bc))
     check_pole_counts(plan, poles_of)
-    relation = WithinBounds(EQUAL_FACTOR, UNEQUAL_FACTOR, size=LO.convert)
+    relation = WithinBounds(EQUAL_FACTOR, PAPER_UNEQUAL_FACTOR, size=LO.convert)
     return label_heads(plan, poles_of.__getitem__, relation).index
 
 
@@ -67,6 +72,41 @@ def analyse_real(plan, y_shared, q_shared, values, K, S, etas, eta, obs, start,
     ``values[n]`` are configuration n's ``(y, observation index)`` at k = 1..2H,
     ``S`` the run's sensitivity context.  Returns ``(heads, certified observations,
     RealOutcome)``."""
+    ctx = K.ctx
+    H = plan.H
+    fits, dot_V = _fit_families(plan, y_shared, q_shared, values, K, S, etas, fit_heads)
+    _check_limits(plan, fits, dot_V, K, etas)
+    worst_rel = _first_order(fits, etas)
+    index = label_real(plan, fits, etas)
+    # every configuration measures its e^T W_h x (log rho) and -v_h.e (c) linearly:
+    # weighted least squares over all 2d^2 - 1 of them (exact data: W = E^-T M X^-1)
+    raw = solve_heads(plan, fits, index, K, S, etas)
+    cert = certify_within_tolerance(raw, obs, start, K, etas, eta, H)
+    detail = {
+        "certificate": "within tolerance (noise + propagated parameter uncertainty); not exact",
+        "certified_observations": len(obs),
+        "max_residual_over_tolerance": LO.nstr(cert.worst_ratio, 3),
+        "max_residual_over_noise_allowance": (None if cert.residual_ratio is None
+                                              else LO.nstr(cert.residual_ratio, 3)),
+        "eta": LO.nstr(LO.convert(eta), 6),
+        "rounding_per_output": LO.nstr(rounding(K, cert.rounding_size), 3),
+        "head_error_bounds": [LO.nstr(b, 3) for b in cert.head_bounds],
+        "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "
+                    f"{PAPER_UNEQUAL_FACTOR} first-order bounds",
+        "max_relative_pole_error_bound": LO.nstr(worst_rel, 3),
+        "max_abs_exponent": ctx.nstr(max((abs(ctx.log(r)) for f in fits.values() for r in f.rhos),
+                                         default=0), 4),
+    }
+    out = RealOutcome(sigma=None, probe_queries=0, error_bound=cert.error_bound,
+                      head_bounds=cert.head_bounds, eta=eta, detail=detail,
+                      W_bounds=cert.W_bounds, v_bounds=cert.v_bounds, etas=cert.etas)
+    return cert.heads, len(obs), out
+
+
+def _fit_families(plan, y_shared, q_shared, values, K, S, etas, fit_heads) -> tuple:
+    """Every family fitted with its sensitivities (module doc): the group of x_1 first (it
+    shares the k = 0 query), V from it, then the rest with ``y_0 = V.x``.  Returns
+    ``(fits, dot_V)``, ``dot_V(x)`` the value ``V.x`` and its sensitivity."""
     ctx = K.ctx
     d, H = plan.d, plan.H
     configs = plan.configs
@@ -99,14 +139,23 @@ def analyse_real(plan, y_shared, q_shared, values, K, S, etas, eta, obs, start,
             ss = [s0] + [Sens.unit(S, q) for _, q in values[n]]
             fits[n] = fit_family_with_sensitivities(K, H, ys, ss, etas, computed0=True, m=m_shared,
                                                     exact_poles=fit_heads)
-    # every family's limit is V.a (an overdetermined relation: V comes from the group of x_1)
-    for n, c in enumerate(configs):
+    return fits, dot_V
+
+
+def _check_limits(plan, fits, dot_V, K, etas):
+    """Every family's limit is V.a (an overdetermined relation: V comes from the group of
+    x_1): :func:`~exactlearn.strategies.real.sensitivity.check_noise` on each."""
+    for n, c in enumerate(plan.configs):
         f = fits[n]
         va, sva = dot_V(c.a)
         check_noise(f.A - va, f.sA.add(sva, -1).bound(etas), rounding(K, 64 * (abs(f.A) + abs(va))),
                     f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) misses V.a "
                     f"(an additive constant or bias would do the same)")
-    # first-order validity
+
+
+def _first_order(fits, etas):
+    """The largest relative first-order bound of a ``rho`` or ``c``; beyond
+    ``PAPER_LINEAR_LIMIT`` the draw fails (first-order bounds would not be reliable)."""
     worst_rel = LO.zero
     for n, f in fits.items():
         _, brho, bc = f.bounds(etas)
@@ -114,31 +163,9 @@ def analyse_real(plan, y_shared, q_shared, values, K, S, etas, eta, obs, start,
             worst_rel = max(worst_rel, b / LO.convert(r))
         for c, b in zip(f.cs, bc):
             worst_rel = max(worst_rel, b / LO.convert(abs(c)))
-    if worst_rel > LO.mpf(LINEAR_LIMIT):
+    if worst_rel > LO.mpf(PAPER_LINEAR_LIMIT):
         raise DegenerateDraw(f"the output error is too large for this draw: a pole or coefficient "
                              f"has relative first-order error bound {LO.nstr(worst_rel, 3)} > "
-                             f"{LINEAR_LIMIT} (first-order error bounds would not be reliable)")
-    index = label_real(plan, fits, etas)
-    # every configuration measures its e^T W_h x (log rho) and -v_h.e (c) linearly:
-    # weighted least squares over all 2d^2 - 1 of them (exact data: W = E^-T M X^-1)
-    raw = solve_heads(plan, fits, index, K, S, etas)
-    cert = certify_within_tolerance(raw, obs, start, K, etas, eta, H)
-    detail = {
-        "certificate": "within tolerance (noise + propagated parameter uncertainty); not exact",
-        "certified_observations": len(obs),
-        "max_residual_over_tolerance": LO.nstr(cert.worst_ratio, 3),
-        "max_residual_over_noise_allowance": (None if cert.residual_ratio is None
-                                              else LO.nstr(cert.residual_ratio, 3)),
-        "eta": LO.nstr(LO.convert(eta), 6),
-        "rounding_per_output": LO.nstr(rounding(K, cert.rounding_size), 3),
-        "head_error_bounds": [LO.nstr(b, 3) for b in cert.head_bounds],
-        "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "
-                    f"{UNEQUAL_FACTOR} first-order bounds",
-        "max_relative_pole_error_bound": LO.nstr(worst_rel, 3),
-        "max_abs_exponent": ctx.nstr(max((abs(ctx.log(r)) for f in fits.values() for r in f.rhos),
-                                         default=0), 4),
-    }
-    out = RealOutcome(sigma=None, probe_queries=0, error_bound=cert.error_bound,
-                      head_bounds=cert.head_bounds, eta=eta, detail=detail,
-                      W_bounds=cert.W_bounds, v_bounds=cert.v_bounds, etas=cert.etas)
-    return cert.heads, len(obs), out
+                             f"{PAPER_LINEAR_LIMIT} (first-order error bounds would not be "
+                             f"reliable)")
+    return worst_rel

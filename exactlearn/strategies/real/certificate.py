@@ -41,12 +41,13 @@ import numpy as np
 from exactlearn.errors import NoisierThanDeclared, ResidualsBeyondNoise
 from exactlearn.strategies.real.evaluate import evaluate_with_bounds, evaluate_with_gradient
 from exactlearn.strategies.real.sensitivity import LO, rounding
-from exactlearn.strategies.real.stable_polish import chebyshev_bound
+from exactlearn.strategies.real.stable_messages import plural
+from exactlearn.strategies.real.stable_minimax import chebyshev_bound
 
 SAFETY = 2               # reported bound = SAFETY * first-order bound + rounding
 #: the residual test's allowance for second-order terms, as a share of the entry-by-entry
-#: first-order effect of the parameter errors (those terms are below LINEAR_LIMIT -- 1e-3,
-#: the stable plan's 1e-2 -- of the first-order ones, or the analysis fails)
+#: first-order effect of the parameter errors (those terms are below PAPER_LINEAR_LIMIT -- 1e-3,
+#: the stable plan's STABLE_LINEAR_LIMIT 1e-2 -- of the first-order ones, or the analysis fails)
 SECOND_ORDER = 0.02
 
 
@@ -207,7 +208,7 @@ def least_squares_test(heads, obs, K, etas) -> object:
     """The least-squares test (module doc): ``heads`` refitted to every observation at once by
     Gauss--Newton (:func:`_refit`: residuals in the field's precision, steps in float64), then
     a weighted residual sum of squares above the number of observations, or a Chebyshev bound
-    (:func:`~exactlearn.strategies.real.stable_polish.chebyshev_bound`) above ``1 +
+    (:func:`~exactlearn.strategies.real.stable_minimax.chebyshev_bound`) above ``1 +
     SECOND_ORDER``, is :class:`~exactlearn.errors.ResidualsBeyondNoise`: no model of that many
     heads keeps every output within its eta.  Returns the sum-of-squares ratio, or None when
     the refit cannot be formed in float64 (residuals or gradients out of its range)."""
@@ -217,20 +218,35 @@ def least_squares_test(heads, obs, K, etas) -> object:
     s, Js, rr = got
     m, N = len(heads), len(obs)
     excess = float(rr @ rr) / N
+    beyond_noise(m, N, excess, lambda: chebyshev_bound(Js, s) if np.max(np.abs(s)) > 1 else 0.0,
+                 f"the least-squares fit of all {N} observations with {plural(m)} leaves")
+    return excess
+
+
+def beyond_noise(m, N, excess, chebyshev, fit):
+    """Both plans' tests of the declared noise on a least-squares fit of ``m`` heads to all
+    ``N`` observations (module doc): a weighted residual sum of squares ``excess`` times ``N``
+    with ``excess > 1``, or a Chebyshev bound (``chebyshev()``, asked only then; None: not
+    formed) above ``1 + SECOND_ORDER``, is :class:`~exactlearn.errors.ResidualsBeyondNoise`
+    (``fit`` names the fit in the message).
+
+    >>> beyond_noise(2, 10, 1.5, lambda: None, "the fit leaves")
+    Traceback (most recent call last):
+    ...
+    exactlearn.errors.ResidualsBeyondNoise: outputs noisier than the declared eta (or a black box outside the model class, or more heads than 2): the fit leaves a weighted residual sum of squares 1.5 times their number, at most 1 when every output is within its eta
+    """
+    why = (f"outputs noisier than the declared eta (or a black box outside the model class, or "
+           f"more heads than {m}): ")
     if excess > 1:
         raise ResidualsBeyondNoise(
-            f"outputs noisier than the declared eta (or a black box outside the model class, or "
-            f"more heads than {m}): the least-squares fit of all {N} observations with "
-            f"{_heads(m)} leaves a weighted residual sum of squares {excess:.3g} times their "
-            f"number, at most 1 when every output is within its eta", heads=m)
-    chebyshev = chebyshev_bound(Js, s) if np.max(np.abs(s)) > 1 else 0.0
-    if chebyshev > 1 + SECOND_ORDER:
+            f"{why}{fit} a weighted residual sum of squares {excess:.3g} times their number, at "
+            f"most 1 when every output is within its eta", heads=m)
+    bound = chebyshev()
+    if bound is not None and bound > 1 + SECOND_ORDER:
         raise ResidualsBeyondNoise(
-            f"outputs noisier than the declared eta (or a black box outside the model class, or "
-            f"more heads than {m}): no model of {_heads(m)} keeps every output within its eta -- "
-            f"about the least-squares fit of all {N} observations the smallest largest "
-            f"residual over its eta is at least {chebyshev:.3g}", heads=m)
-    return excess
+            f"{why}no model of {plural(m)} keeps every output within its eta -- about the "
+            f"least-squares fit of all {N} observations the smallest largest residual over its "
+            f"eta is at least {bound:.3g}", heads=m)
 
 
 REFIT_STEPS = 8          # Gauss--Newton steps of :func:`_refit`
@@ -286,10 +302,6 @@ def _refit(heads, obs, K, etas):
     if np.max(8 * 2.0 ** -52 * (np.abs(s) + np.abs(Js) @ np.abs(step))) > 1e-2:
         return None
     return s, Js, rr
-
-
-def _heads(m):
-    return f"{m} head{'s' if m != 1 else ''}"
 
 
 def verify_real(oracle, outcome, heads, d, H, K, convert, rng, R, n) -> tuple:

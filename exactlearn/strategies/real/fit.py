@@ -75,25 +75,11 @@ def fit_family_with_sensitivities(K, H, ys, ssens, etas, computed0=False, m=None
     ctx = K.ctx
     S = ssens[0].ctx
     n = 2 * H + 1
-    eta_k = [s.bound(etas) for s in ssens]
     ymax = max(abs(y) for y in ys)
     if ymax == 0:
         raise DegenerateDraw("a query family returned only zeros")
-    noise = max(eta_k[1:] if computed0 else eta_k) / LO.convert(ymax)
-    noise = min(max(noise, LO.ldexp(1, -K.prec)), LO.mpf("1e-3"))
-    Kc = K.with_tolerance(K.tol, K.sep, noise=K(noise))
-    if exact_poles is not None:
-        Kf = K.with_tolerance(K.tol, K.sep, noise=K(LO.ldexp(1, -K.prec)))
-        lo, top = (1 if computed0 else 0), 2 * exact_poles + 1
-        rf = cauchy_interpolate([Kf(k) for k in range(lo, lo + top)], ys[lo:lo + top],
-                                exact_poles, Kf)
-        if rf.n_poles != exact_poles:
-            raise DegenerateDraw(f"a family's samples show {rf.n_poles} poles, not the "
-                                 f"{exact_poles} fitted")
-    elif computed0 and m is not None and m < H:
-        rf = cauchy_interpolate([Kc(k) for k in range(1, 2 * m + 2)], ys[1:2 * m + 2], m, Kc)
-    else:
-        rf = cauchy_interpolate([Kc(k) for k in range(n)], ys, H, Kc)
+    rf, Kc = _loewner_start(K, H, ys, [s.bound(etas) for s in ssens], ymax, computed0, m,
+                            exact_poles)
     pl = poles(rf, Kc)
     m = len(pl)
     theta = [rf.limit(Kc)] + [r for r, _ in pl] + [c for _, c in pl]
@@ -161,3 +147,24 @@ def _pinv(ctx, J, m, n):
         for k in range(n):
             out[i, k] = ctx.fsum(Vt[t, i] * U[k, t] / S[t] for t in range(p))
     return out
+
+
+def _loewner_start(K, H, ys, eta_k, ymax, computed0, m, exact_poles) -> tuple:
+    """The Loewner start of :func:`fit_family_with_sensitivities` (its doc): ``(rational
+    function, the field with the samples' noise as its tolerance)``."""
+    noise = max(eta_k[1:] if computed0 else eta_k) / LO.convert(ymax)
+    noise = min(max(noise, LO.ldexp(1, -K.prec)), LO.mpf("1e-3"))
+    Kc = K.with_tolerance(K.tol, K.sep, noise=K(noise))
+    if exact_poles is not None:
+        Kf = K.with_tolerance(K.tol, K.sep, noise=K(LO.ldexp(1, -K.prec)))
+        lo, top = (1 if computed0 else 0), 2 * exact_poles + 1
+        rf = cauchy_interpolate([Kf(k) for k in range(lo, lo + top)], ys[lo:lo + top],
+                                exact_poles, Kf)
+        if rf.n_poles != exact_poles:
+            raise DegenerateDraw(f"a family's samples show {rf.n_poles} poles, not the "
+                                 f"{exact_poles} fitted")
+    elif computed0 and m is not None and m < H:
+        rf = cauchy_interpolate([Kc(k) for k in range(1, 2 * m + 2)], ys[1:2 * m + 2], m, Kc)
+    else:
+        rf = cauchy_interpolate([Kc(k) for k in range(2 * H + 1)], ys, H, Kc)
+    return rf, Kc

@@ -44,12 +44,12 @@ from exactlearn.noise import noise_bound
 from exactlearn.model import is_matrix
 from exactlearn.pipeline.ask import AskOnce
 from exactlearn.progress import current
-from exactlearn.strategies.real.analysis import (EQUAL_FACTOR, LINEAR_LIMIT, UNEQUAL_FACTOR,
-                                                 analyse_real, label_real)
+from exactlearn.strategies.real.analysis import (EQUAL_FACTOR, PAPER_LINEAR_LIMIT,
+                                                 PAPER_UNEQUAL_FACTOR, analyse_real, label_real)
 from exactlearn.strategies.real.certificate import SAFETY, RealOutcome, verify_real
 from exactlearn.strategies.real.evaluate import evaluate_with_bounds
 from exactlearn.strategies.real.fit import Fit, fit_family_with_sensitivities
-from exactlearn.strategies.real.probe import (PROBE_SAMPLES, PROBE_TRIES, TARGET, cayley,
+from exactlearn.strategies.real.probe import (PAPER_TARGET, PROBE_SAMPLES, PROBE_TRIES, cayley,
                                               orthogonal_plan, probe_families, probe_scale,
                                               scale_for, scaled_plan)
 from exactlearn.strategies.real.sensitivity import (LO, NOISE_FACTOR, Sens, check_noise, rounding,
@@ -60,8 +60,24 @@ __all__ = ["run_real", "verify_real", "max_parameter_error", "RealOutcome", "ort
            "cayley", "scaled_plan", "scale_for", "probe_families", "probe_scale", "check_noise",
            "NoisierThanDeclared", "CertificateError", "Sens", "sens_context", "Fit",
            "fit_family_with_sensitivities", "label_real", "evaluate_with_bounds", "rounding",
-           "LO", "TARGET", "PROBE_TRIES", "PROBE_SAMPLES", "SAFETY", "LINEAR_LIMIT",
-           "NOISE_FACTOR", "EQUAL_FACTOR", "UNEQUAL_FACTOR"]
+           "LO", "PAPER_TARGET", "PROBE_TRIES", "PROBE_SAMPLES", "SAFETY",
+           "PAPER_LINEAR_LIMIT", "NOISE_FACTOR", "EQUAL_FACTOR", "PAPER_UNEQUAL_FACTOR"]
+
+#: the paper plan's thresholds under the names they had when the stable plan had its own
+_RENAMED = {"LINEAR_LIMIT": "PAPER_LINEAR_LIMIT", "UNEQUAL_FACTOR": "PAPER_UNEQUAL_FACTOR",
+            "TARGET": "PAPER_TARGET"}
+
+
+def __getattr__(name):
+    """The old names of :data:`_RENAMED`, with a ``DeprecationWarning``."""
+    if name in _RENAMED:
+        import warnings
+        where = "stable_probe" if name == "TARGET" else "stable_plan"
+        warnings.warn(f"exactlearn.strategies.real.learn.{name} is deprecated: use "
+                      f"{_RENAMED[name]} (the stable plan's differs: {where}.STABLE_{name})",
+                      DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_height=None,

@@ -33,9 +33,8 @@ from exactlearn.model import Head, canonicalize
 from exactlearn.noise import noise_bound
 from exactlearn.progress import current
 from exactlearn.strategies.real.certificate import SAFETY
+from exactlearn.strategies.real.lsq import EPS
 from exactlearn.strategies.real.sensitivity import LO
-
-EPS = 2.0 ** -52
 
 
 def draw_unit(m: int, rng) -> list:
@@ -89,6 +88,69 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
     current().stage("analyse")          # progress=: the outputs' solve
     heads = tuple(heads)
     H = len(heads)
+    u_bounds = _bounds_given(heads, outcome)
+    etas_j = output_etas(K, noise, m)
+    rel = 0.0 if noise_rel is None else float(noise_bound(K, noise_rel))
+    Wf = [np.array([[float(a) for a in row] for row in h.W]) for h in heads]
+    uf = [np.array([float(a) for a in h.u]) for h in heads]
+    BW = [np.array([[float(x) for x in row] for row in bw]) for bw in outcome.W_bounds]
+    Bu = [np.zeros(d) if u_bounds is None else np.array([float(x) for x in bu]) for bu in
+          (u_bounds if u_bounds is not None else [None] * H)]
+    N = len(records)
+    n = H * d + (1 if bias else 0)
+    F, Y, toks = _features(heads, d, records, K, m, bias)
+    # each answer's eta: eta_j + eta_rel |y_{q,j}| (noise_rel), floored at float64 rounding
+    floor = 8 * EPS * max(1.0, float(np.abs(Y).max()))
+    E = np.array(etas_j)[None, :] + rel * np.abs(Y)                 # (N, m), declared
+    Ee = np.maximum(E, floor)                          # an exact box: float64 rounding only
+    Vhat, Ps = _readouts(F, Y, Ee, n, bias)
+    G = _w_effect(toks, Wf, uf, BW, Bu, Vhat, d, m)
+    RND = 64 * EPS * (np.abs(F) @ np.abs(Vhat.T) + np.abs(Y))       # (N, m) rounding
+    Bv = np.zeros((m, n))
+    for j in range(m):
+        e, P = Ee[:, j], Ps[j]
+        Bv[j] = SAFETY * (np.abs(P) @ ((E[:, j] + G[:, j]) / e))
+        Bv[j] += np.abs(P) @ (RND[:, j] / e) + 16 * EPS * np.abs(Vhat[j])
+    if not np.all(np.isfinite(Bv)):
+        raise DegenerateDraw("a readout's error bound is not finite: nothing to certify")
+    alone = [j for j, x in enumerate(r or []) if x != 0]
+    # noise_rel: the plan ran on output k alone, where a head whose row k of V is 0 is invisible
+    note = ("" if len(alone) != 1 else
+            f" [the plan ran on output {alone[0] + 1} alone (noise_rel=): a head whose readout in "
+            f"that output is 0 is invisible there and misses from every other output -- a "
+            f"degenerate draw; retries= draws another output]")
+    excess, worst = _output_tests(F, Y, Vhat, Bv, E, Ee, G, RND, floor, H, note)
+    out = []
+    for h, head in enumerate(heads):
+        V = tuple(tuple(mpq(float(Vhat[j, h * d + c])) for c in range(d)) for j in range(m))
+        out.append(Head(head.W, V, head.u))
+    if bias:
+        const = tuple(mpq(float(Vhat[j, n - 1])) for j in range(m))
+        canon = canonicalize(out, const, True)
+    else:
+        canon = canonicalize(out)
+    vb = float(Bv.max())
+    wb = max([float(b.max()) for b in BW] + [float(b.max()) for b in Bu])
+    err = max(vb, wb)
+    outcome.error_bound = LO.convert(err)
+    outcome.v_bounds = [[[LO.convert(float(Bv[j, h * d + c])) for c in range(d)] for j in range(m)]
+                        for h in range(H)]
+    outcome.head_bounds = [LO.convert(max(float(BW[h].max()), float(Bv[:, h * d:(h + 1) * d].max())))
+                           for h in range(H)]
+    outcome.detail["outputs"] = {
+        "outputs": m, "method": "weighted least squares of every recorded answer, the W of the "
+        "scalar view r . y", "combination": None if r is None else [f"{float(x):.17g}" for x in r],
+        "certified_values": N * m, "max_residual_over_tolerance": f"{worst:.3g}",
+        "max_residual_norm_over_noise_allowance": f"{excess:.3g}",
+        "readout_error_bound": f"{vb:.3g}", "W_error_bound": f"{wb:.3g}"}
+    outcome.detail["head_error_bounds"] = [f"{float(b):.3g}" for b in outcome.head_bounds]
+    return canon, N * m
+
+
+def _bounds_given(heads, outcome):
+    """The u bounds of ``outcome`` (None without); raises when the scalar run certified no
+    head, or bounds fewer heads than ``heads`` (W, or u when the heads have one)."""
+    H = len(heads)
     if H == 0:
         raise DegenerateDraw("no head was certified on the scalar view: nothing to solve the "
                              "outputs from")
@@ -98,18 +160,17 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
     u_bounds = getattr(outcome, "u_bounds", None)
     if any(h.biased for h in heads) and (u_bounds is None or len(u_bounds) != H):
         raise DegenerateDraw("the heads have query biases u but no bounds on them to propagate")
-    etas_j = output_etas(K, noise, m)
-    rel = 0.0 if noise_rel is None else float(noise_bound(K, noise_rel))
+    return u_bounds
+
+
+def _features(heads, d, records, K, m, bias) -> tuple:
+    """``(F, Y, toks)``: every record's features ``a_h`` (in the field's precision, then
+    float64; a 1 last with ``bias``), its m answers, and its distinct tokens, their
+    multiplicities and its final token (float64), computed once per distinct query."""
     ctx = K.ctx
     Ws = [([[K(a) for a in row] for row in h.W], [K(a) for a in h.u]) for h in heads]
-    Wf = [np.array([[float(a) for a in row] for row in h.W]) for h in heads]
-    uf = [np.array([float(a) for a in h.u]) for h in heads]
-    BW = [np.array([[float(x) for x in row] for row in bw]) for bw in outcome.W_bounds]
-    Bu = [np.zeros(d) if u_bounds is None else np.array([float(x) for x in bu]) for bu in
-          (u_bounds if u_bounds is not None else [None] * H)]
     N = len(records)
-    n = H * d + (1 if bias else 0)
-    F = np.zeros((N, n))
+    F = np.zeros((N, len(heads) * d + (1 if bias else 0)))
     Y = np.zeros((N, m))
     toks = []
     cache: dict = {}
@@ -140,12 +201,14 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
         F[q] = got[0]
         Y[q] = [float(y) for y in ys]
         toks.append(got[1:])
-    # each answer's eta: eta_j + eta_rel |y_{q,j}| (noise_rel), floored at float64 rounding
-    floor = 8 * EPS * max(1.0, float(np.abs(Y).max()))
-    E = np.array(etas_j)[None, :] + rel * np.abs(Y)                 # (N, m), declared
-    Ee = np.maximum(E, floor)                          # an exact box: float64 rounding only
+    return F, Y, toks
+
+
+def _readouts(F, Y, Ee, n, bias) -> tuple:
+    """``(Vhat, Ps)``: each output's weighted least-squares readouts (weights ``1 / Ee``) and
+    its pseudo-inverse ``Ps[j]`` (one per distinct weighting)."""
+    m = Y.shape[1]
     Vhat = np.zeros((m, n))
-    Bv = np.zeros((m, n))
     Ps: dict = {}
     for j in range(m):
         e = Ee[:, j]
@@ -160,34 +223,34 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
             P = Ps[key] = np.linalg.pinv(A)
         Ps[j] = P
         Vhat[j] = P @ (Y[:, j] / e)
-    # first order: the W bounds' effect g_{j,q} on each answer, with the estimated readouts
-    G = np.zeros((N, m))
-    for q in range(N):
-        X, mult, xn = toks[q]
-        for h in range(H):
+    return Vhat, Ps
+
+
+def _w_effect(toks, Wf, uf, BW, Bu, Vhat, d, m):
+    """First order: the W (and u) bounds' effect ``g_{q,j}`` on each answer, with the
+    estimated readouts (module doc), an (N, m) array."""
+    G = np.zeros((len(toks), m))
+    for q, (X, mult, xn) in enumerate(toks):
+        for h in range(len(Wf)):
             p = _softmax_stats(Wf[h], uf[h], X, mult, xn)
             vx = X @ Vhat[:, h * d:(h + 1) * d].T          # (tokens, m): v_j . x_i
             xbar = p @ X
             vbar = p @ vx
             cov = ((vx - vbar) * p[:, None]).T @ (X - xbar)  # (m, d): Cov_p(v_j . x, x_r)
             G[q] += np.abs(cov) @ (BW[h] @ np.abs(xn) + Bu[h])      # d/dW_rc, d/du_r
-    RND = 64 * EPS * (np.abs(F) @ np.abs(Vhat.T) + np.abs(Y))       # (N, m) rounding
-    for j in range(m):
-        e, P = Ee[:, j], Ps[j]
-        Bv[j] = SAFETY * (np.abs(P) @ ((E[:, j] + G[:, j]) / e))
-        Bv[j] += np.abs(P) @ (RND[:, j] / e) + 16 * EPS * np.abs(Vhat[j])
-    if not np.all(np.isfinite(Bv)):
-        raise DegenerateDraw("a readout's error bound is not finite: nothing to certify")
+    return G
+
+
+def _output_tests(F, Y, Vhat, Bv, E, Ee, G, RND, floor, H, note) -> tuple:
+    """Each output's residual norm, then every answer of every output within its tolerance
+    (module doc): ``(largest norm ratio, largest residual over tolerance)``; raises
+    :class:`~exactlearn.errors.ResidualsBeyondNoise`, then
+    :class:`~exactlearn.errors.NoisierThanDeclared`, beyond 1."""
+    N, m = Y.shape
     # the least-squares residuals are a projection of the output errors: with every output
     # within its eta, their weighted 2-norm is at most that of eta / eta_eff (sqrt(N) at most)
     # plus the W bounds' effect
     excess = 0.0
-    alone = [j for j, x in enumerate(r or []) if x != 0]
-    # noise_rel: the plan ran on output k alone, where a head whose row k of V is 0 is invisible
-    note = ("" if len(alone) != 1 else
-            f" [the plan ran on output {alone[0] + 1} alone (noise_rel=): a head whose readout in "
-            f"that output is 0 is invisible there and misses from every other output -- a "
-            f"degenerate draw; retries= draws another output]")
     for j in range(m):
         e = Ee[:, j]
         rw = (Y[:, j] - F @ Vhat[j]) / e
@@ -215,28 +278,4 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
                 f"outputs noisier than the declared eta (or a black box outside the model "
                 f"class): the recovered readouts miss output {k + 1} of {m} on an observation "
                 f"by {res[k]:.3g} > tolerance {tol[k]:.3g}{note}")
-    out = []
-    for h, head in enumerate(heads):
-        V = tuple(tuple(mpq(float(Vhat[j, h * d + c])) for c in range(d)) for j in range(m))
-        out.append(Head(head.W, V, head.u))
-    if bias:
-        const = tuple(mpq(float(Vhat[j, n - 1])) for j in range(m))
-        canon = canonicalize(out, const, True)
-    else:
-        canon = canonicalize(out)
-    vb = float(Bv.max())
-    wb = max([float(b.max()) for b in BW] + [float(b.max()) for b in Bu])
-    err = max(vb, wb)
-    outcome.error_bound = LO.convert(err)
-    outcome.v_bounds = [[[LO.convert(float(Bv[j, h * d + c])) for c in range(d)] for j in range(m)]
-                        for h in range(H)]
-    outcome.head_bounds = [LO.convert(max(float(BW[h].max()), float(Bv[:, h * d:(h + 1) * d].max())))
-                           for h in range(H)]
-    outcome.detail["outputs"] = {
-        "outputs": m, "method": "weighted least squares of every recorded answer, the W of the "
-        "scalar view r . y", "combination": None if r is None else [f"{float(x):.17g}" for x in r],
-        "certified_values": N * m, "max_residual_over_tolerance": f"{worst:.3g}",
-        "max_residual_norm_over_noise_allowance": f"{excess:.3g}",
-        "readout_error_bound": f"{vb:.3g}", "W_error_bound": f"{wb:.3g}"}
-    outcome.detail["head_error_bounds"] = [f"{float(b):.3g}" for b in outcome.head_bounds]
-    return canon, N * m
+    return excess, worst

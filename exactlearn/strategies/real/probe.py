@@ -11,7 +11,7 @@ when the ``s_h`` of one configuration crowd together their poles do.  So:
   perfectly conditioned final solves, exact rational queries.
 * **Scale.**  Both are multiplied by one rational ``sigma`` (a multiple of 1/16):
 
-      sigma = sqrt(TARGET / s_rms),   TARGET = 1,
+      sigma = sqrt(PAPER_TARGET / s_rms),   PAPER_TARGET = 1,
 
   where ``s_rms`` is the root mean square of ``log rho_h`` over the poles of a *probe*:
   basis families of the plan, ``(x_1, e_1), (x_2, e_2), ...``, sampled at unit scale for
@@ -46,7 +46,9 @@ from exactlearn.pipeline.plan import paper_plan
 from exactlearn.strategies.real.fit import fit_family_with_sensitivities
 from exactlearn.strategies.real.sensitivity import LO, Sens, rounding
 
-TARGET = mpq(1)          # the probe family's exponents are scaled to rms about TARGET
+#: the probe family's exponents are scaled to rms about this (the stable plan, for float
+#: boxes, aims at :data:`~exactlearn.strategies.real.stable_probe.STABLE_TARGET`, 3)
+PAPER_TARGET = mpq(1)
 PROBE_TRIES = 4
 PROBE_SAMPLES = 6        # probe families until at least this many exponents are seen
 
@@ -83,8 +85,8 @@ def scaled_plan(plan, sigma):
 
 
 def scale_for(K, s_rms):
-    """sigma = sqrt(TARGET / s_rms) rounded to a multiple of 1/16 (at least 1/16)."""
-    t = K.ctx.sqrt(K(TARGET) / s_rms)
+    """sigma = sqrt(PAPER_TARGET / s_rms) rounded to a multiple of 1/16 (at least 1/16)."""
+    t = K.ctx.sqrt(K(PAPER_TARGET) / s_rms)
     return mpq(max(1, int(K.ctx.nint(16 * t))), 16)
 
 

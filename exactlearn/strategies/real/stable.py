@@ -17,7 +17,7 @@ is sampled, labelled and solved:
 3. **Families** (:mod:`~exactlearn.strategies.real.ratio`): ``t = k/m`` geometric on
    ``[1/256, 256]`` plus the single tokens ``(x)`` and ``(a)``, weighted least squares,
    residuals checked.  A family that does not resolve (fit fails, or a relative
-   first-order bound above ``LINEAR_LIMIT``) is asked again scaled by 1/2, 2, 1/4, 4; one
+   first-order bound above ``STABLE_LINEAR_LIMIT``) is asked again scaled by 1/2, 2, 1/4, 4; one
    that still does not is left out (more than ``MAX_UNRESOLVED`` of them fail the run).
 4. **Labelling** (:mod:`~exactlearn.strategies.real.labels`): ties both ways and predicted
    c-values; entries left undetermined or weakly determined get supplementary families
@@ -42,12 +42,12 @@ query of a family repeats the same two tokens: that rounding moves the family's 
 and ``c`` (the fit absorbs it) but scatters no residual, while the eta that must cover every
 observation at once (the polish, the certificate) has to include it -- for the layers of
 tests/float_layers.py about a hundred times what the family's residuals show.  So a coarse
-family whose bounds exceed LINEAR_LIMIT is given bounds at ``kappa`` times its eta, ``kappa``
+family whose bounds exceed STABLE_LINEAR_LIMIT is given bounds at ``kappa`` times its eta, ``kappa``
 ``SCATTER_MARGIN = 4`` times the rms of its weighted residuals per degree of freedom
 (:func:`~exactlearn.strategies.real.stable_families._scatter_fit`; the estimate is unchanged), and
 labels within ``COARSE_LINEAR_LIMIT``.
 Those bounds only label and start; when a labelled family's bound at the declared eta exceeds
-LINEAR_LIMIT the solve's bounds are not used, and only the polish of every observation at
+STABLE_LINEAR_LIMIT the solve's bounds are not used, and only the polish of every observation at
 the declared eta can certify (else the run fails).  A failure of too many families says how
 coarse the eta is and whether its families missed a sample (the box noisier than declared)
 or could not resolve H heads at that precision
@@ -90,70 +90,50 @@ final tokens).  The pencil start
 **Modules.** This module is the driver (:func:`run_stable`: probe, route, bounds, polish,
 certificate, detail); the steps live in
 :mod:`~exactlearn.strategies.real.stable_plan` (the constants, the count, the tokens, the plan
-for biases, the asker), :mod:`~exactlearn.strategies.real.stable_families` (the families and
+for biases), :mod:`~exactlearn.strategies.real.stable_families` (the families and
 their rescues), :mod:`~exactlearn.strategies.real.stable_supplement` (the supplementary and
 targeted families), :mod:`~exactlearn.strategies.real.stable_messages` (how coarse the declared
 eta is, in the failures), :mod:`~exactlearn.strategies.real.stable_routes` (the families' route
-and the pencil start) and :mod:`~exactlearn.strategies.real.stable_checks` (the solve's
-residual allowance and the resolution test).  Their public names stay importable from here.
+and the pencil start) and :mod:`~exactlearn.strategies.real.stable_checks` (the noise tests,
+the certificate of the :class:`~exactlearn.strategies.real.stable_checks.Estimate`, the solve's
+residual allowance and the resolution test); every query is asked once, through
+:class:`~exactlearn.pipeline.ask.AskOnce`.  :func:`run_stable` runs the steps in order:
+:func:`_probe_and_route`, :func:`_solve_bounds`, :func:`_polish_step` (with the targeted
+families), then :func:`~exactlearn.strategies.real.stable_checks.noise_tests` and
+:func:`~exactlearn.strategies.real.stable_checks.certify_estimate`.
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import (DegenerateDraw, InterpolationError, LearningFailure, MatchError,
-                               ResidualsBeyondNoise, SingularMatrix)
+                               SingularMatrix)
 from exactlearn.fields.rational import QQ
 from exactlearn.model import HeadSet
 from exactlearn.noise import noise_bound
+from exactlearn.pipeline.ask import AskOnce
 from exactlearn.pipeline.plan import paper_plan
 from exactlearn.progress import current
 from exactlearn.strategies.real.analysis import EQUAL_FACTOR
-from exactlearn.strategies.real.certificate import SAFETY, SECOND_ORDER, RealOutcome
+from exactlearn.strategies.real.certificate import SAFETY, RealOutcome
+from exactlearn.strategies.real.lsq import box_blas_threads
 from exactlearn.strategies.real.ratio import MAX_COPIES, ratio_nodes
 from exactlearn.strategies.real.sensitivity import LO, rounding
-from exactlearn.strategies.real.stable_certificate import certify_two_token
-from exactlearn.strategies.real.stable_checks import SolveAllowance, resolution_test
+from exactlearn.strategies.real.stable_checks import (Estimate, certify_estimate, noise_tests,
+                                                     resolution_test)
 from exactlearn.strategies.real.stable_families import rel_bound
 from exactlearn.strategies.real.stable_messages import coarseness, declared_level
-from exactlearn.strategies.real.stable_plan import (Asker, COARSE, LINEAR_LIMIT, Noise,
-                                                    PENCIL_MIN_HEADS, UNEQUAL_FACTOR, bias_tokens,
+from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_MIN_HEADS, STABLE_LINEAR_LIMIT,
+                                                    STABLE_UNEQUAL_FACTOR, Noise, bias_tokens,
                                                     dyadic_basis, stable_bias_plan, stable_count)
-from exactlearn.strategies.real.stable_polish import Weak, hat, minimax_bound, polish
-from exactlearn.strategies.real.stable_probe import TARGET, probe_scale
+from exactlearn.strategies.real.stable_polish import Weak, polish
+from exactlearn.strategies.real.stable_probe import STABLE_TARGET, probe_scale
 from exactlearn.strategies.real.stable_routes import pencil_route
 from exactlearn.strategies.real.stable_supplement import target_families
 
-# the names this module had before its split stay importable from here
-from exactlearn.strategies.real.stable_checks import RESOLVE_T, RESOLVE_T_ETA  # noqa: F401,E402
-from exactlearn.strategies.real.stable_families import RESCALE, RESCUE  # noqa: F401,E402
-from exactlearn.strategies.real.stable_plan import (BIAS_GRID, COARSE_LINEAR_LIMIT,  # noqa: F401
-                                                    COARSE_MAX_UNRESOLVED, MAX_UNRESOLVED,
-                                                    ROOTS_TRIED, PENCIL_SCALES, SCATTER_MARGIN,
-                                                    SCATTER_MIN, SUPPLEMENT_PER_ENTRY,
-                                                    SUPPLEMENT_ROUNDS, query_key)
-# the families' route under its old name: run_stable looks it up here (tests force it)
+# the families' route: run_stable looks it up here (tests force it)
 from exactlearn.strategies.real.stable_routes import per_family as _per_family
-
-
-def _sorted(heads, BW, Bv, Bu=None):
-    """The heads in their canonical order, their bounds with them (``Bu``: the biases')."""
-    order = sorted(range(len(heads)), key=lambda h: heads[h])
-    return ([heads[h] for h in order], [BW[h] for h in order], [Bv[h] for h in order],
-            None if Bu is None else [Bu[h] for h in order])
-
-
-def _largest(BW, Bv, Bu=None, Bc=0.0) -> float:
-    """The largest of a set of bounds."""
-    return max(np.max(BW), np.max(Bv), np.max(Bu) if Bu is not None else 0.0, Bc)
-
-
-def order_of(before, after) -> list:
-    """``[index in before of after[i]]`` (the heads are the same objects, reordered)."""
-    return [next(j for j, h in enumerate(before) if h is a) for a in after]
 
 
 def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
@@ -170,15 +150,128 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     if float(eta) == 0 and float(eta_rel) == 0:
         nz.eta = float(rounding(K, 1))      # an exact box: its field's rounding only
     start = len(rec.observations)
-    asker = Asker(rec)
+    asker = AskOnce(rec, around=box_blas_threads)     # the box keeps its BLAS threads
     nodes = ratio_nodes(H)
     X0, E0 = dyadic_basis(plan.X), dyadic_basis(plan.E)
     plan0 = stable_bias_plan(bias_tokens(X0), E0, H) if bias else paper_plan(X0, E0, H)
     probe_log = [] if probe_log is None else probe_log
     probe_log.append(0)
     m = fit_heads if fit_heads is not None else H if heads_exact else None
+    route, sigma, m, tries, n_probe = _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec,
+                                                       start, probe_log, query_scale,
+                                                       heads_exact, bias)
+    fits, index = route["fits"], route["index"]
+    obs = rec.observations[start:]
+    n_obs = len(rec.observations)
+    size = H * max(abs(float(y)) for _, y in obs)
+    etas_all = _etas(rec, nz, size, np.zeros(start), start)
+    # a family whose bounds follow its scatter (_scatter_fit) may exceed STABLE_LINEAR_LIMIT at
+    # the declared eta: the solve's first-order bounds then do not hold, and only the polish's can
+    loose = max((rel_bound(fits[n], m) / fits[n].kappa for n in index if n in fits),
+                default=0.0) > STABLE_LINEAR_LIMIT
+    est = _solve_bounds(route, m, d, bias, etas_all, n_obs, loose)
+    # the polish computes in float64: worth it (and its noise test meaningful) only when the
+    # declared noise is above float64 rounding (an exact high-precision box keeps the solve)
+    ys = np.array([abs(float(y)) for _, y in obs])
+    float_noise = float(np.median(etas_all[start:] / np.maximum(8 * 2.0 ** -52 * ys, 1e-300))) >= 1
+    far = "pencil" in route
+    if far and not float_noise:
+        raise DegenerateDraw("the pencil start needs the polish, which runs in float64 only for "
+                             "a declared noise above float64 rounding")
+    current().stage("polish" if float_noise else "certify")
+    polished, n_target, etas_all, obs = (
+        _polish_step(est.heads, K, rec, start, etas_all, route, bias, (asker, nz, nodes, H), size)
+        if float_noise else (None, 0, etas_all, obs))
+    if far and polished is None:
+        raise DegenerateDraw(f"the pencil start ({route['pencil']['why'][:80]}...) did not "
+                             f"converge to a well-determined fit of all {len(obs)} observations")
+    pol = None
+    if polished is not None:
+        noise_tests(polished, far, m, len(obs), rec, start, etas_all)
+        pol = _polished_bounds(polished, d, bias)
+        if far or pol.largest() < est.largest():
+            est = pol
+    if not est.finite():
+        raise DegenerateDraw("a parameter's error bound is not finite: nothing to certify")
+    est, worst_ratio, resid_ratio = certify_estimate(est.sorted(), polished, pol, route, K, rec,
+                                                     start, etas_all, d, bias)
+    heads, BW, Bv, Bu, Bc, const = est.heads, est.BW, est.Bv, est.Bu, est.Bc, est.constant
+    head_b = [max([x for row in bw for x in row] + list(bv) + (list(Bu[h]) if bias else []))
+              for h, (bw, bv) in enumerate(zip(BW, Bv))]
+    err = max(head_b + ([Bc] if bias else []), default=0.0)
+    resolution = None
+    if not heads_exact and len(heads) < H and float_noise:
+        resolution = resolution_test(HeadSet(heads, constant=const, bias=True) if bias else heads,
+                                     rec, start, etas_all, H, bias)
+    detail = _detail(route, est, head_b, len(obs), (worst_ratio, resid_ratio), resolution,
+                     sigma=sigma, tries=tries, n_probe=n_probe, nodes=nodes, eta=eta,
+                     eta_rel=eta_rel, d=d, H=H, bias=bias, n_target=n_target)
+    out = RealOutcome(sigma=sigma, probe_queries=n_probe, error_bound=LO.convert(err),
+                      head_bounds=[LO.convert(b) for b in head_b], eta=eta, detail=detail,
+                      W_bounds=[[[LO.convert(x) for x in row] for row in bw] for bw in BW],
+                      v_bounds=[[LO.convert(x) for x in bv] for bv in Bv],
+                      etas={q: LO.convert(float(etas_all[q])) for q in range(start, len(rec.observations))})
+    if bias:
+        out.u_bounds = [[LO.convert(x) for x in bu] for bu in Bu]
+        out.c_bound = LO.convert(Bc)
+        out.constant = const
+        return HeadSet(heads, constant=const, bias=True), len(obs), out
+    return tuple(heads), len(obs), out
+
+
+def _detail(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries, n_probe, nodes, eta,
+            eta_rel, d, H, bias, n_target) -> dict:
+    """The run's account (``real_detail``): the certified estimate ``est`` (its per-head
+    bounds ``head_b``) on ``n_cert`` observations, the certificate's two ratios, the route's
+    families and the probe."""
+    splan, fits, index, far = route["splan"], route["fits"], route["index"], "pencil" in route
+    worst_ratio, resid_ratio = ratios
+    name = lambda n: f"{splan.configs[n].kind}{(splan.configs[n].i + 1, splan.configs[n].j + 1)}"
+    detail = {
+        "plan": "stable: ratio families t = k/m geometric on [1/%d, %d], %d finite nodes, "
+                "weighted least squares" % (MAX_COPIES, MAX_COPIES, len(nodes) - 2),
+        "certificate": "within tolerance (noise + propagated parameter uncertainty); not exact",
+        "certified_observations": n_cert,
+        "max_residual_over_tolerance": f"{worst_ratio:.3g}",
+        "max_residual_over_noise_allowance": (None if resid_ratio is None
+                                              else f"{float(resid_ratio):.3g}"),
+        "eta": f"{float(eta):.6g}", "eta_rel": f"{float(eta_rel):.6g}",
+        "head_error_bounds": [f"{b:.3g}" for b in head_b],
+        "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "
+                    f"{STABLE_UNEQUAL_FACTOR} first-order bounds",
+        "max_relative_pole_error_bound": f"{route['worst_rel']:.3g}",
+        "max_abs_exponent":
+            f"{max((abs(float(x)) for f in fits.values() for x in f.logs), default=0.0):.4g}",
+        "query_scale": str(sigma), "scale_rule": "dyadic near-orthogonal X, E; sigma^2 brings the "
+        f"probe's rms log rho to about {STABLE_TARGET}", "probe": tries,
+        "probe_queries": n_probe,
+        "stable_plan_queries": stable_count(d, H, bias),
+        "unresolved_configurations": {name(n): str(e)[:160] for n, e in route["bad"].items()},
+        "unlabelled_configurations": [name(n) for n in fits
+                                      if n not in index and n < len(splan.configs)],
+        "supplementary_families": route["supplementary"],
+        "estimate": est.method,
+        "start": "pencil" if far else "solve",
+        "targeted_families": n_target,
+        "rescued_configurations": {name(n): f for n, f in route["rescued"].items()},
+    }
+    if resolution is not None:
+        detail["resolution_test"] = resolution
+    if bias:
+        detail["bias"] = ("u and c learned (docs/explanation/biases.md): d + 1 final tokens, "
+                          "across families at the midpoints (x_0 + x_i)/2")
+        detail["constant_error_bound"] = f"{est.Bc:.3g}"
+    if far:
+        detail["pencil"] = route["pencil"]
+        detail["max_relative_pole_error_bound"] = "n/a (pencil start: no family fitted)"
+    return detail
+
+
+def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, query_scale,
+                     heads_exact, bias) -> tuple:
+    """Steps 2 to 4, or the pencil start (step 3b) when the families fail:
+    ``(route, sigma, m, probe detail, probe queries)``; ``probe_log[-1]`` kept up to date."""
     tries = []
-    route = None
     n_probe = None
     try:
         if query_scale is None:
@@ -192,7 +285,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
             if m is None:
                 m = H
         n_probe = len(rec.observations) - start
-        current().phase("ask", stable_count(d, H, bias))    # progress=: the families, fitted
+        current().phase("ask", stable_count(plan0.d, H, bias))    # progress=: the families
         route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start)
     except (DegenerateDraw, InterpolationError, MatchError, SingularMatrix) as exc:
         # crowded exponents in every family (many heads for d): the pencil start (step 3b)
@@ -213,188 +306,73 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
             raise type(exc)(f"{exc}; the pencil start failed too: {str(exc2)[:400]}") from None
         sigma, m = route["sigma"], H
     probe_log[-1] = n_probe
-    splan, heads = route["splan"], route["heads"]
-    fits, bad, rescued, index = route["fits"], route["bad"], route["rescued"], route["index"]
-    n_supp, worst_rel = route["supplementary"], route["worst_rel"]
-    name = lambda n: f"{splan.configs[n].kind}{(splan.configs[n].i + 1, splan.configs[n].j + 1)}"
-    obs = rec.observations[start:]
-    n_obs = len(rec.observations)
-    etas_all = np.zeros(n_obs)
-    size = H * max(abs(float(y)) for _, y in obs)
-    for q in range(start, n_obs):
-        etas_all[q] = nz.of(rec.observations[q][1], size)
-    # a family whose bounds follow its scatter (_scatter_fit) may exceed LINEAR_LIMIT at the
-    # declared eta: the solve's first-order bounds then do not hold, and only the polish's can
-    loose = max((rel_bound(fits[n], m) / fits[n].kappa for n in index if n in fits),
-                default=0.0) > LINEAR_LIMIT
-    Bu, Bc, const = None, 0.0, None
+    return route, sigma, m, tries, n_probe
+
+
+def _etas(rec, nz, size, etas, first):
+    """``etas`` extended to every observation: eta_q (``nz``, at ``size``) from ``first`` on."""
+    out = np.concatenate([etas, np.zeros(len(rec.observations) - len(etas))])
+    for q in range(first, len(out)):
+        out[q] = nz.of(rec.observations[q][1], size)
+    return out
+
+
+def _solve_bounds(route, m, d, bias, etas_all, n_obs, loose) -> Estimate:
+    """The route's heads and their bounds, ``SAFETY`` times first order plus rounding
+    (infinite where only the polish can bound: the pencil route, or ``loose`` families)."""
+    heads, Bu, Bc, const = route["heads"], None, 0.0, None
     if route["SW"] is None or loose:    # the pencil route: only the polish gives bounds
         BW = [[[float("inf")] * d for _ in range(d)] for _ in range(m)]
         Bv = [[float("inf")] * d for _ in range(m)]
         if bias:
             Bu, Bc, const = [[float("inf")] * d for _ in range(m)], float("inf"), route["constant"]
             heads = HeadSet(heads, constant=const, bias=True)
-    elif not bias:
-        SW, Sv, rounds = route["SW"], route["Sv"], route["rounds"]
-        BW = [[[SAFETY * float(np.abs(SW[h][r * d + q]) @ etas_all) + rounds[h][0]
-                for q in range(d)] for r in range(d)] for h in range(m)]
-        Bv = [[SAFETY * float(np.abs(Sv[h][r]) @ etas_all) + rounds[h][1] for r in range(d)]
-              for h in range(m)]
-    else:                               # [W | u]'s rows: d entries of W, then u[r]
-        SW, Sv, rounds = route["SW"], route["Sv"], route["rounds"]
-        dc = d + 1
-        BWt = [[[SAFETY * float(np.abs(SW[h][r * dc + q]) @ etas_all) + rounds[h][0]
-                 for q in range(dc)] for r in range(d)] for h in range(m)]
-        BW = [[row[:d] for row in bw] for bw in BWt]
-        Bu = [[row[d] for row in bw] for bw in BWt]
-        Bv = [[SAFETY * float(np.abs(Sv[h][r]) @ etas_all) + rounds[h][1] for r in range(d)]
-              for h in range(m)]
+        return Estimate(heads, BW, Bv, Bu, Bc, const)
+    SW, Sv, rounds = route["SW"], route["Sv"], route["rounds"]
+    dc = d + 1 if bias else d           # with biases, [W | u]'s rows: d entries of W, then u[r]
+    BW = [[[SAFETY * float(np.abs(SW[h][r * dc + q]) @ etas_all) + rounds[h][0]
+            for q in range(dc)] for r in range(d)] for h in range(m)]
+    Bv = [[SAFETY * float(np.abs(Sv[h][r]) @ etas_all) + rounds[h][1] for r in range(d)]
+          for h in range(m)]
+    if bias:
+        Bu = [[row[d] for row in bw] for bw in BW]
+        BW = [[row[:d] for row in bw] for bw in BW]
         const = route["constant"]
         Bc = SAFETY * float(np.abs(route["Sc"][:n_obs]) @ etas_all) + route["c_round"]
         heads = HeadSet(heads, constant=const, bias=True)
-    # the polish computes in float64: worth it (and its noise test meaningful) only when the
-    # declared noise is above float64 rounding (an exact high-precision box keeps the solve)
-    ys = np.array([abs(float(y)) for _, y in obs])
-    float_noise = float(np.median(etas_all[start:] / np.maximum(8 * 2.0 ** -52 * ys, 1e-300))) >= 1
-    far = "pencil" in route
-    if far and not float_noise:
-        raise DegenerateDraw("the pencil start needs the polish, which runs in float64 only for "
-                             "a declared noise above float64 rounding")
-    lm_from = route.get("plan_start") if far else None
-    current().stage("polish" if float_noise else "certify")
-    polished = (polish(heads, K, rec, start, etas_all, far=lm_from, bias=bias) if float_noise
-                else None)
+    return Estimate(heads, BW, Bv, Bu, Bc, const)
+
+
+def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tuple:
+    """The polish of every observation, and when it finds directions few observations see,
+    targeted families (``ask = (asker, nz, nodes, H)``) and the polish again:
+    ``(polished or None, targeted families, etas, observations)``."""
+    lm_from = route.get("plan_start") if "pencil" in route else None
+    polished = polish(heads, K, rec, start, etas_all, far=lm_from, bias=bias)
     n_target = 0
+    obs = rec.observations[start:]
     weak = polished if isinstance(polished, Weak) else polished[4] if polished else None
     if weak is not None and weak.directions:   # directions few observations see: ask for them
-        n_target = target_families(weak, splan, heads, asker, nz, nodes, H)
+        n_target = target_families(weak, route["splan"], heads, *ask)
         obs = rec.observations[start:]
         if n_target:
-            etas_all = np.concatenate([etas_all, np.zeros(len(rec.observations) - n_obs)])
-            for q in range(n_obs, len(rec.observations)):
-                etas_all[q] = nz.of(rec.observations[q][1], size)
+            etas_all = _etas(rec, ask[1], size, etas_all, len(etas_all))
             again = polish(polished[0] if isinstance(polished, tuple) else heads, K, rec, start,
                            etas_all, far=lm_from, bias=bias)
             if not isinstance(again, Weak) and again is not None:
                 polished = again
-    if isinstance(polished, Weak):
-        polished = None
-    if far and polished is None:
-        raise DegenerateDraw(f"the pencil start ({route['pencil']['why'][:80]}...) did not "
-                             f"converge to a well-determined fit of all {len(obs)} observations")
-    method = "solve"
-    if polished is not None:
-        pheads, (fW, rW), (fV, rV), excess = polished[:4]
-        if far and excess > 1:
-            raise DegenerateDraw(
-                f"the fit of all {len(obs)} observations from the pencil start leaves a weighted "
-                f"residual sum of squares {excess:.3g} times their number (at most 1 when every "
-                f"output is within its eta): it did not converge, or the outputs are noisier "
-                f"than declared")
-        if excess > 1:
-            raise ResidualsBeyondNoise(
-                f"outputs noisier than the declared eta (or a black box outside the model "
-                f"class, or more heads than {m}): the heads that fit all {len(obs)} observations "
-                f"best leave a weighted residual sum of squares {excess:.3g} times their number, "
-                f"at most 1 when every output is within its eta", heads=m)
-        chebyshev = None if far else minimax_bound(polished, rec, start, etas_all)
-        if chebyshev is not None and chebyshev > 1 + SECOND_ORDER:
-            raise ResidualsBeyondNoise(
-                f"outputs noisier than the declared eta (or a black box outside the model "
-                f"class, or more heads than {m}): no model of {m} head{'s' if m != 1 else ''} "
-                f"keeps every output within its eta -- about the least-squares fit of all "
-                f"{len(obs)} observations the smallest largest residual over its eta is at "
-                f"least {chebyshev:.3g}", heads=m)
-        pBW = (SAFETY * fW + rW).tolist()
-        pBv = (SAFETY * fV + rV).tolist()
-        pBu, pBc = None, 0.0
-        if bias:                        # [W | u] bounds: split; the constant's
-            pBu = [[row[d] for row in bw] for bw in pBW]
-            pBW = [[row[:d] for row in bw] for bw in pBW]
-            pBc = SAFETY * polished[5][0] + polished[5][1]
-        if far or _largest(pBW, pBv, pBu, pBc) < _largest(BW, Bv, Bu, Bc):
-            heads, BW, Bv, Bu, Bc, method = pheads, pBW, pBv, pBu, pBc, "polish"
-            const = getattr(pheads, "constant", None) if bias else None
-    if not (np.all(np.isfinite(BW)) and np.all(np.isfinite(Bv))
-            and (not bias or (np.all(np.isfinite(Bu)) and math.isfinite(Bc)))):
-        raise DegenerateDraw("a parameter's error bound is not finite: nothing to certify")
-    heads, BW, Bv, Bu = _sorted(heads, BW, Bv, Bu)
-    extra = {"Bu": Bu, "constant": const, "Bc": Bc} if bias else {}
-    # the residual test (docs/explanation/real-field.md): every residual within eta or, where
-    # larger, its first-order bound through the estimate (the polish's or the solve's)
-    if method == "polish":
-        fitted = hat(polished, rec, start, etas_all)
-        allowance = (lambda q: fitted.allowance(q, SAFETY, SECOND_ORDER)) if fitted else None
-    else:
-        allowance = SolveAllowance(heads, route, K, rec, start, etas_all, d,
-                                    const if bias else None)
-    try:
-        worst_ratio, resid_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all,
-                                                     allowance=allowance, **extra)
-    except ResidualsBeyondNoise:
-        if method == "polish" or polished is None:
-            raise
-        # the solve's heads miss: certify the polish's least-squares heads instead
-        heads, BW, Bv, Bu = _sorted(pheads, pBW, pBv, pBu)
-        method = "polish"
-        if bias:
-            const, Bc = pheads.constant, pBc
-            extra = {"Bu": Bu, "constant": const, "Bc": Bc}
-        fitted = hat(polished, rec, start, etas_all)
-        allowance = (lambda q: fitted.allowance(q, SAFETY, SECOND_ORDER)) if fitted else None
-        worst_ratio, resid_ratio = certify_two_token(heads, BW, Bv, K, rec, start, etas_all,
-                                                     allowance=allowance, **extra)
-    head_b = [max([x for row in bw for x in row] + list(bv) + (list(Bu[h]) if bias else []))
-              for h, (bw, bv) in enumerate(zip(BW, Bv))]
-    err = max(head_b + ([Bc] if bias else []), default=0.0)
-    resolution = None
-    if not heads_exact and len(heads) < H and float_noise:
-        resolution = resolution_test(HeadSet(heads, constant=const, bias=True) if bias else heads,
-                                     rec, start, etas_all, H, bias)
-    detail = {
-        "plan": "stable: ratio families t = k/m geometric on [1/%d, %d], %d finite nodes, "
-                "weighted least squares" % (MAX_COPIES, MAX_COPIES, len(nodes) - 2),
-        "certificate": "within tolerance (noise + propagated parameter uncertainty); not exact",
-        "certified_observations": len(obs),
-        "max_residual_over_tolerance": f"{worst_ratio:.3g}",
-        "max_residual_over_noise_allowance": (None if resid_ratio is None
-                                              else f"{float(resid_ratio):.3g}"),
-        "eta": f"{float(eta):.6g}", "eta_rel": f"{float(eta_rel):.6g}",
-        "head_error_bounds": [f"{b:.3g}" for b in head_b],
-        "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "
-                    f"{UNEQUAL_FACTOR} first-order bounds",
-        "max_relative_pole_error_bound": f"{worst_rel:.3g}",
-        "max_abs_exponent": f"{max((abs(float(x)) for f in fits.values() for x in f.logs), default=0.0):.4g}",
-        "query_scale": str(sigma), "scale_rule": "dyadic near-orthogonal X, E; sigma^2 brings the "
-        f"probe's rms log rho to about {TARGET}", "probe": tries, "probe_queries": n_probe,
-        "stable_plan_queries": stable_count(d, H, bias),
-        "unresolved_configurations": {name(n): str(e)[:160] for n, e in bad.items()},
-        "unlabelled_configurations": [name(n) for n in fits if n not in index and n < len(splan.configs)],
-        "supplementary_families": n_supp,
-        "estimate": method,
-        "start": "pencil" if far else "solve",
-        "targeted_families": n_target,
-        "rescued_configurations": {name(n): f for n, f in rescued.items()},
-    }
-    if resolution is not None:
-        detail["resolution_test"] = resolution
-    if bias:
-        detail["bias"] = ("u and c learned (docs/explanation/biases.md): d + 1 final tokens, "
-                          "across families at the midpoints (x_0 + x_i)/2")
-        detail["constant_error_bound"] = f"{Bc:.3g}"
-    if far:
-        detail["pencil"] = route["pencil"]
-        detail["max_relative_pole_error_bound"] = "n/a (pencil start: no family fitted)"
-    out = RealOutcome(sigma=sigma, probe_queries=n_probe, error_bound=LO.convert(err),
-                      head_bounds=[LO.convert(b) for b in head_b], eta=eta, detail=detail,
-                      W_bounds=[[[LO.convert(x) for x in row] for row in bw] for bw in BW],
-                      v_bounds=[[LO.convert(x) for x in bv] for bv in Bv],
-                      etas={q: LO.convert(float(etas_all[q])) for q in range(start, len(rec.observations))})
-    if bias:
-        out.u_bounds = [[LO.convert(x) for x in bu] for bu in Bu]
-        out.c_bound = LO.convert(Bc)
-        out.constant = const
-        return HeadSet(heads, constant=const, bias=True), len(obs), out
-    return tuple(heads), len(obs), out
+    return (None if isinstance(polished, Weak) else polished), n_target, etas_all, obs
 
 
+def _polished_bounds(polished, d, bias) -> Estimate:
+    """The polish's heads and bounds, ``SAFETY`` times first order plus rounding."""
+    pheads, (fW, rW), (fV, rV) = polished[:3]
+    pBW = (SAFETY * fW + rW).tolist()
+    pBv = (SAFETY * fV + rV).tolist()
+    pBu, pBc = None, 0.0
+    if bias:                        # [W | u] bounds: split; the constant's
+        pBu = [[row[d] for row in bw] for bw in pBW]
+        pBW = [[row[:d] for row in bw] for bw in pBW]
+        pBc = SAFETY * polished[5][0] + polished[5][1]
+    return Estimate(pheads, pBW, pBv, pBu, pBc,
+                    getattr(pheads, "constant", None) if bias else None, "polish")

@@ -70,14 +70,34 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False, Bu=No
     precision, its tolerance (a bound, needing a few digits) in float64 for all at once.  With
     biases: ``Bu`` the bounds of each head's ``u``, ``constant`` and its bound ``Bc`` (module
     doc)."""
-    ctx = K.ctx
     N = len(rec.observations) - start
     if N <= 0:
         return 0.0 if allowance is False else (0.0, 0.0)
+    pairs, pid, ks, ms, r = _residuals(heads, BW, Bv, K, rec, start, N, Bu, constant)
+    grad, size = pairs.tolerance(pid, ks, ms)
+    if Bu is not None:
+        grad += float(Bc)
+        size += abs(float(constant))
+    eta = np.asarray(etas, dtype=float)[start:start + N]
+    rnd = float(rounding(K, 1)) * 4 * size * (1 + 1e-12)   # rounding(K, 4 size), float64 rounded up
+    tol = eta + grad + rnd
+    res = np.abs(r)
+    res[np.isnan(res)] = np.inf          # an answer that is no number misses every tolerance
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(res == 0, 0.0, res / tol)
+    allow0 = eta + rnd
+    worst_resid = _misses(ratio, res, tol, allow0, rnd, allowance, rec, start, len(heads))
+    worst = float(np.max(ratio, initial=0.0))
+    return worst if allowance is False else (worst, worst_resid)
+
+
+def _residuals(heads, BW, Bv, K, rec, start, N, Bu, constant) -> tuple:
+    """Each observation's residual ``f - y`` from the heads (in the field's precision, then
+    float64) and its token pair: ``(pairs, pair index, k, m, residuals)``."""
     pid = np.zeros(N, dtype=np.intp)
     ks, ms = np.zeros(N), np.zeros(N)
     r = np.zeros(N)
-    with field_precision(ctx):       # the field's precision, in gmpy2 (lsq.to_mpfr)
+    with field_precision(K.ctx):     # the field's precision, in gmpy2 (lsq.to_mpfr)
         pairs = _Pairs(heads, BW, Bv, K, Bu)
         cK = to_mpfr(K(constant)) if Bu is not None else None
         for n in range(N):
@@ -93,18 +113,14 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False, Bu=No
             if cK is not None:
                 f += cK
             r[n] = float(f - to_mpfr(y if hasattr(y, "_mpf_") else K(y)))
-    grad, size = pairs.tolerance(pid, ks, ms)
-    if Bu is not None:
-        grad += float(Bc)
-        size += abs(float(constant))
-    eta = np.asarray(etas, dtype=float)[start:start + N]
-    rnd = float(rounding(K, 1)) * 4 * size * (1 + 1e-12)   # rounding(K, 4 size), float64 rounded up
-    tol = eta + grad + rnd
-    res = np.abs(r)
-    res[np.isnan(res)] = np.inf          # an answer that is no number misses every tolerance
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = np.where(res == 0, 0.0, res / tol)
-    allow0 = eta + rnd
+    return pairs, pid, ks, ms, r
+
+
+def _misses(ratio, res, tol, allow0, rnd, allowance, rec, start, H) -> float:
+    """The observations beyond their tolerance (:class:`~exactlearn.errors.NoisierThanDeclared`)
+    or, with ``allowance``, beyond what the noise allows
+    (:class:`~exactlearn.errors.ResidualsBeyondNoise`), the first in order named; returns the
+    largest residual over what the noise allows (0 without ``allowance``)."""
     worst_resid = 0.0
     if allowance is not False:       # the residual test where the tolerance holds (module doc)
         within = ratio <= 1
@@ -128,13 +144,12 @@ def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False, Bu=No
         if res[n] > allow:
             raise ResidualsBeyondNoise(
                 f"outputs noisier than the declared eta (or a black box outside the model "
-                f"class, or more heads than {len(heads)}): the recovered heads miss an "
+                f"class, or more heads than {H}): the recovered heads miss an "
                 f"observation of length {len(tokens)} by {res[n]:.3g}, "
                 f"{res[n] / allow:.3g} times what the declared noise allows "
                 f"({allow:.3g}: eta, or the noise propagated through the fit to first "
-                f"order)", heads=len(heads))
-    worst = float(np.max(ratio, initial=0.0))
-    return worst if allowance is False else (worst, worst_resid)
+                f"order)", heads=H)
+    return worst_resid
 
 
 class _Pairs:

@@ -1,20 +1,106 @@
 """The stable plan's checks of an estimate (:mod:`~exactlearn.strategies.real.stable`; step 5,
-docs/explanation/real-field.md): the solve's first-order residual allowance for the
-certificate (:class:`SolveAllowance`) and the resolution test of fewer heads than the bound
+docs/explanation/real-field.md): the polish's tests of the declared noise
+(:func:`noise_tests`), the certificate of the solve's or the polish's :class:`Estimate`
+(:func:`certify_estimate`) with the solve's first-order residual allowance
+(:class:`SolveAllowance`), and the resolution test of fewer heads than the bound
 (:func:`resolution_test`, "The resolution test").
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 import mpmath
 import numpy as np
 
-from exactlearn.errors import ResidualsBeyondNoise
-from exactlearn.strategies.real.certificate import SAFETY, SECOND_ORDER, residual_bounds
+from exactlearn.errors import DegenerateDraw, ResidualsBeyondNoise
+from exactlearn.strategies.real.certificate import (SAFETY, SECOND_ORDER, beyond_noise,
+                                                    residual_bounds)
 from exactlearn.strategies.real.evaluate import evaluate_with_gradient
+from exactlearn.strategies.real.stable_certificate import certify_two_token
 from exactlearn.strategies.real.stable_messages import plural
-from exactlearn.strategies.real.stable_polish import split_gain
+from exactlearn.strategies.real.stable_minimax import minimax_bound
+from exactlearn.strategies.real.stable_polish import hat
+from exactlearn.strategies.real.stable_split import split_gain
+
+
+def noise_tests(polished, far, m, n, rec, start, etas_all):
+    """The polish's tests of the declared noise on its ``n`` observations: a weighted residual
+    sum of squares above n, or (from the families' start) a Chebyshev bound above ``1 +
+    SECOND_ORDER``, is :class:`~exactlearn.errors.ResidualsBeyondNoise` (from the pencil
+    start, an excess is non-convergence: :class:`~exactlearn.errors.DegenerateDraw`)."""
+    excess = polished[3]
+    if far and excess > 1:
+        raise DegenerateDraw(
+            f"the fit of all {n} observations from the pencil start leaves a weighted "
+            f"residual sum of squares {excess:.3g} times their number (at most 1 when every "
+            f"output is within its eta): it did not converge, or the outputs are noisier "
+            f"than declared")
+    beyond_noise(m, n, excess,
+                 lambda: None if far else minimax_bound(polished, rec, start, etas_all),
+                 f"the heads that fit all {n} observations best leave")
+
+
+@dataclass
+class Estimate:
+    """Heads and the bounds of their parameters, ``SAFETY`` times first order plus rounding:
+    ``BW[h][r][c]``, ``Bv[h][r]``, with biases ``Bu[h][r]`` (None without), the constant's
+    ``Bc`` and the ``constant``; ``method`` says which step made it (``"solve"`` or
+    ``"polish"``)."""
+
+    heads: list
+    BW: list
+    Bv: list
+    Bu: list | None = None
+    Bc: float = 0.0
+    constant: object = None
+    method: str = "solve"
+
+    def largest(self) -> float:
+        """The largest bound."""
+        return max(np.max(self.BW), np.max(self.Bv),
+                   np.max(self.Bu) if self.Bu is not None else 0.0, self.Bc)
+
+    def finite(self) -> bool:
+        """Whether every bound is finite."""
+        return bool(np.all(np.isfinite(self.BW)) and np.all(np.isfinite(self.Bv))
+                    and (self.Bu is None or (np.all(np.isfinite(self.Bu))
+                                             and math.isfinite(self.Bc))))
+
+    def sorted(self) -> "Estimate":
+        """The heads in their canonical order, their bounds with them."""
+        order = sorted(range(len(self.heads)), key=lambda h: self.heads[h])
+        return replace(self, heads=[self.heads[h] for h in order],
+                       BW=[self.BW[h] for h in order], Bv=[self.Bv[h] for h in order],
+                       Bu=None if self.Bu is None else [self.Bu[h] for h in order])
+
+
+def certify_estimate(est, polished, pol, route, K, rec, start, etas_all, d, bias) -> tuple:
+    """The certificate (step 5) of the :class:`Estimate` ``est`` (in canonical order), with
+    the residual test against its first-order bounds (docs/explanation/real-field.md); when
+    the solve's heads miss, the polish's (``pol``) are certified instead.  Returns the
+    estimate certified and the two ratios of
+    :func:`~exactlearn.strategies.real.stable_certificate.certify_two_token`."""
+    try:
+        return (est,) + _certify(est, polished, route, K, rec, start, etas_all, d, bias)
+    except ResidualsBeyondNoise:
+        if est.method == "polish" or polished is None:
+            raise
+    # the solve's heads miss: certify the polish's least-squares heads instead
+    est = pol.sorted()
+    return (est,) + _certify(est, polished, route, K, rec, start, etas_all, d, bias)
+
+
+def _certify(est, polished, route, K, rec, start, etas_all, d, bias) -> tuple:
+    extra = {"Bu": est.Bu, "constant": est.constant, "Bc": est.Bc} if bias else {}
+    if est.method == "polish":
+        fitted = hat(polished, rec, start, etas_all)
+        allowance = (lambda q: fitted.allowance(q, SAFETY, SECOND_ORDER)) if fitted else None
+    else:
+        allowance = SolveAllowance(est.heads, route, K, rec, start, etas_all, d,
+                                   est.constant if bias else None)
+    return tuple(certify_two_token(est.heads, est.BW, est.Bv, K, rec, start, etas_all,
+                                   allowance=allowance, **extra))
 
 
 class SolveAllowance:
@@ -70,7 +156,7 @@ class SolveAllowance:
 def resolution_test(heads, rec, start, etas, H, bias=False) -> dict:
     """The resolution test (docs/explanation/real-field.md, "The resolution test") of ``m =
     len(heads) < H`` heads, from the statistics of
-    :func:`~exactlearn.strategies.real.stable_polish.split_gain`: the observations resolve
+    :func:`~exactlearn.strategies.real.stable_split.split_gain`: the observations resolve
     more than m heads when the ``k`` dimensions a split head adds lower the residuals' sum of
     squares (i) by more than Gaussian noise of the variance the box shows exceeds with
     probability ``e^-t``, ``t = RESOLVE_T`` (each residual over its float64 rounding scale; the

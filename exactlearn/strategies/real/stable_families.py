@@ -17,7 +17,7 @@ from exactlearn.errors import (DegenerateDraw, InterpolationError, LearningFailu
 from exactlearn.strategies.real.ratio import (COARSE_EVALUATIONS, LSQ_EVALUATIONS, family_tokens,
                                               fit_ratio_family, node_t)
 from exactlearn.strategies.real.stable_plan import (COARSE, COARSE_LINEAR_LIMIT,
-                                                    COARSE_MAX_UNRESOLVED, LINEAR_LIMIT,
+                                                    COARSE_MAX_UNRESOLVED, STABLE_LINEAR_LIMIT,
                                                     MAX_UNRESOLVED, SCATTER_MARGIN, SCATTER_MIN)
 from exactlearn.strategies.real.stable_probe import ask_family
 
@@ -56,7 +56,7 @@ def _normalised_c(fit, f, m):
 def fit_all(plan, K, asker, noise, nodes, m, H):
     """Ask and fit every configuration: ``(fits, ids, rescued, bad, stopped)``; ``ids[n]`` are the
     observation indices of the fit.  A configuration whose fit fails, or whose first-order
-    relative bound exceeds LINEAR_LIMIT (poles crowded or beyond the nodes), is asked again
+    relative bound exceeds STABLE_LINEAR_LIMIT (poles crowded or beyond the nodes), is asked again
     with x and e scaled by 1/2, 2, 1/4, 4 (exact dyadic tokens) and its fit taken back to
     scale 1 (``log rho`` scales by f^2, ``c`` by f); every query asked stays an observation
     that the certificate must reproduce.  A coarse box (module doc) stops once more than
@@ -85,7 +85,7 @@ def fit_all(plan, K, asker, noise, nodes, m, H):
 
 def resolve_family(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE, bias=False):
     """``(fit at scale 1, observation indices, scale asked)`` of one configuration, at the
-    first of ``scales`` (1, 1/2, 2, 1/4, 4) whose fit succeeds within LINEAR_LIMIT
+    first of ``scales`` (1, 1/2, 2, 1/4, 4) whose fit succeeds within STABLE_LINEAR_LIMIT
     (COARSE_LINEAR_LIMIT for a coarse box, its bounds following its scatter:
     :func:`_scatter_fit`); raises the first failure when none does.  With ``bias`` only the
     c-values go back to scale 1 (:func:`_normalised_c`)."""
@@ -108,11 +108,11 @@ def resolve_family(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE, b
         kappa = _scatter(ts, ys, etas, m, fit) if coarse else 1.0
         norm = _normalised_c if bias else _normalised
         fit = fit if f == 1 else norm(fit, f, m)
-        if kappa < 1 and rel_bound(fit, m) > LINEAR_LIMIT:
+        if kappa < 1 and rel_bound(fit, m) > STABLE_LINEAR_LIMIT:
             tight = _scatter_fit(K, ts, ys, etas, m, kappa, label)
             if tight is not None:
                 fit = tight if f == 1 else norm(tight, f, m)
-        limit = COARSE_LINEAR_LIMIT if coarse else LINEAR_LIMIT
+        limit = COARSE_LINEAR_LIMIT if coarse else STABLE_LINEAR_LIMIT
         if rel_bound(fit, m) > limit:
             first = first or DegenerateDraw(
                 f"{what}: relative first-order error bound {rel_bound(fit, m):.3g} > "
@@ -157,7 +157,7 @@ def _scatter_fit(K, ts, ys, etas, m, kappa, what):
     of the eta that must cover both.  The weights, hence the estimate, are those of the
     declared eta; only its bounds shrink by ``kappa``.  The fit keeps ``kappa``
     (``RatioFit.kappa``): its bounds at the declared eta are ``1 / kappa`` times larger, and
-    the solve's bounds are certified only when those are within LINEAR_LIMIT too (else only
+    the solve's bounds are certified only when those are within STABLE_LINEAR_LIMIT too (else only
     the polish of every observation, at the declared eta, can certify)."""
     try:
         out = fit_ratio_family(K, ts, ys, [kappa * e for e in etas], m, what=what,

@@ -58,6 +58,7 @@ def precision_failure(bad, nz, rec, start, H) -> str:
 
 
 
-def plural(m):
+def plural(m) -> str:
+    """``m`` heads, in words (both plans' messages)."""
     return f"{m} head{'s' if m != 1 else ''}"
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from exactlearn.strategies.real.stable_normal import (EPS, Families, LAWSON_STEPS, MAX_DENSE,
+from exactlearn.strategies.real.lsq import EPS
+from exactlearn.strategies.real.stable_normal import (Families, LAWSON_STEPS, MAX_DENSE,
                                                       family_values, head_arrays, v_jacobian)
 
 

@@ -21,7 +21,6 @@ MAX_STEPS = 8            # Gauss--Newton steps
 LAWSON_STEPS = 60        # reweightings of stable_minimax.minimax_bound
 MAX_DENSE = 2 * 10 ** 7  # N P at most this for the dense Jacobian of stable_minimax.minimax_bound
 LM_STEPS = 100           # Levenberg--Marquardt steps from a far start
-EPS = 2.0 ** -52
 LD_EPS = float(np.finfo(np.longdouble).eps)   # 2^-63 where long double is x87's, else EPS
 
 

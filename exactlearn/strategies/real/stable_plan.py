@@ -2,8 +2,8 @@
 (:mod:`~exactlearn.strategies.real.stable`, steps 1 and 3b; docs/explanation/real-field.md,
 "The stable plan for float black boxes"): the query count (:func:`stable_count`), the dyadic
 tokens (:func:`dyadic_basis`), the plan for biases (:func:`bias_tokens`,
-:func:`stable_bias_plan`), the asker that asks each query once (:class:`Asker`,
-:func:`query_key`) and the per-observation eta (:class:`Noise`).
+:func:`stable_bias_plan`) and the per-observation eta (:class:`Noise`).  The plan asks each
+query once through :class:`~exactlearn.pipeline.ask.AskOnce`, as the paper plan does.
 """
 from __future__ import annotations
 
@@ -15,17 +15,19 @@ from exactlearn.algebra.linalg import is_invertible
 from exactlearn.errors import DegenerateDraw
 from exactlearn.fields.rational import QQ
 from exactlearn.pipeline.plan import Config, Plan, across_direction, final_token_configs
-from exactlearn.strategies.real.lsq import box_blas_threads
 from exactlearn.strategies.real.probe import cayley
 from exactlearn.strategies.real.ratio import dyadic, ratio_nodes
 from exactlearn.strategies.real.sensitivity import rounding
 
 
 #: first-order validity: a family's relative bounds at most this (second-order terms are
-#: then below 1e-2 of the first-order ones, inside the certificate's SAFETY factor 2)
-LINEAR_LIMIT = 1e-2
-#: matching: equal within EQUAL_FACTOR (10) first-order bounds, unequal beyond this many
-UNEQUAL_FACTOR = 10 ** 2
+#: then below 1e-2 of the first-order ones, inside the certificate's SAFETY factor 2); the
+#: paper plan, at high precision, asks for 1e-3
+#: (:data:`~exactlearn.strategies.real.analysis.PAPER_LINEAR_LIMIT`)
+STABLE_LINEAR_LIMIT = 1e-2
+#: matching: equal within EQUAL_FACTOR (10) first-order bounds, unequal beyond this many (the
+#: paper plan: :data:`~exactlearn.strategies.real.analysis.PAPER_UNEQUAL_FACTOR`, 1e5)
+STABLE_UNEQUAL_FACTOR = 10 ** 2
 #: the run fails when more than this share of the configurations cannot be resolved
 MAX_UNRESOLVED = 0.25
 #: the same for a coarse box (module doc): its families only label and start the polish, which
@@ -42,7 +44,7 @@ COARSE = 2.0 ** -32
 SCATTER_MARGIN = 4       # kappa = this x the rms of the weighted residuals per degree of freedom
 SCATTER_MIN = 1e-3       # kappa at least this
 #: a coarse box's families only label and start the polish (their solve's bounds are used
-#: only within LINEAR_LIMIT at the declared eta): first-order bounds within 10 %
+#: only within STABLE_LINEAR_LIMIT at the declared eta): first-order bounds within 10 %
 COARSE_LINEAR_LIMIT = 1e-1
 
 
@@ -119,57 +121,6 @@ def dyadic_basis(cols):
     d = len(cols)
     Q = cayley([[cols[j][i] for j in range(d)] for i in range(d)])
     return [dyadic(Q[i][j] for i in range(d)) for j in range(d)]
-
-
-class Asker:
-    """Asks queries (in batches when the box has ``batch``) once each, keeping indices.  A
-    query is known by its runs of equal tokens (:func:`query_key`): the plan's queries are
-    a few hundred copies of two tokens, so the key is built and hashed in a few steps.  The
-    box runs with the BLAS threads the run started with
-    (:func:`~exactlearn.strategies.real.lsq.box_blas_threads`)."""
-
-    def __init__(self, rec):
-        self.rec = rec
-        self.seen: dict = {}
-
-    def ask(self, queries) -> list:
-        """``[(y, observation index)]`` for a list of token lists."""
-        keys = [query_key(q) for q in queries]
-        new, seen_now = [], set()
-        for key, q in zip(keys, queries):
-            if key not in self.seen and key not in seen_now:
-                seen_now.add(key)
-                new.append((key, q))
-        if new:
-            start = len(self.rec.observations)
-            with box_blas_threads():
-                ys = self.rec.ask_many([q for _, q in new])
-            for n, ((key, _), y) in enumerate(zip(new, ys, strict=True)):
-                self.seen[key] = (y, start + n)
-        return [self.seen[k] for k in keys]
-
-
-def query_key(tokens) -> tuple:
-    """The query as its runs: ``((token, copies), ...)``, adjacent equal tokens in one run (so
-    two queries have the same key exactly when they are the same sequence of tokens).
-
-    >>> query_key([(1, 2), (1, 2), (3, 4), (1, 2)])
-    (((1, 2), 2), ((3, 4), 1), ((1, 2), 1))
-    """
-    runs: list = []
-    prev = prev_key = None
-    for t in tokens:
-        if t is prev:                   # the same object: one more copy (no comparison)
-            runs[-1][1] += 1
-            continue
-        key = tuple(t)
-        if runs and key == prev_key:
-            runs[-1][1] += 1
-        else:
-            runs.append([key, 1])
-            prev_key = key
-        prev = t
-    return tuple((key, n) for key, n in runs)
 
 
 class Noise:

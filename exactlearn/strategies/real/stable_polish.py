@@ -43,7 +43,7 @@ observation (a column of ones beside the v block): ``H (d^2 + 2d) + 1`` unknowns
 **Modules.** This module is the polish (:func:`polish`, :func:`hat`); the model's values and
 normal equations are in :mod:`~exactlearn.strategies.real.stable_normal`, the minimax bound in
 :mod:`~exactlearn.strategies.real.stable_minimax` and the resolution test's statistics in
-:mod:`~exactlearn.strategies.real.stable_split`.  Their public names stay importable from here.
+:mod:`~exactlearn.strategies.real.stable_split`.
 """
 
 from __future__ import annotations
@@ -51,19 +51,11 @@ from __future__ import annotations
 import numpy as np
 
 from exactlearn.model import Head, HeadSet
-from exactlearn.strategies.real.lsq import last, solve
-from exactlearn.strategies.real.stable_normal import (EPS, Families, LM_STEPS, MAX_DENSE,
+from exactlearn.strategies.real.lsq import EPS, last, solve
+from exactlearn.strategies.real.stable_normal import (Families, LM_STEPS, MAX_DENSE,
                                                       MAX_PARAMETERS, MAX_STEPS, Weak,
                                                       family_values, head_arrays,
                                                       normal_equations, solve_scaled, v_jacobian)
-
-# the names this module had before its split stay importable from here
-from exactlearn.strategies.real.stable_normal import (COND_LIMIT, LAWSON_STEPS,  # noqa: F401
-                                                      LD_EPS, WEAK_COND)
-from exactlearn.strategies.real.stable_minimax import (chebyshev_bound,  # noqa: F401
-                                                       minimax_bound)
-from exactlearn.strategies.real.stable_split import (RESOLVE_DOF,  # noqa: F401
-                                                     RESOLVE_RCOND, split_gain)
 
 
 def _levenberg(fam, W, V, steps, c=0.0):

@@ -6,9 +6,9 @@ The basis families ``(x_i, e_i)`` of the unit (dyadic, near-orthogonal) plan --
 (:mod:`~exactlearn.strategies.real.ratio`) at scale 1, then 4, 1/4, 16, 1/16 until at least
 one fits; a family that does not fit is passed over.  ``log rho`` scales with ``sigma^2``,
 so :func:`sigma_for` picks the ``sigma`` (a power of two or 3/2 of one: the tokens stay
-dyadic) that brings their rms to about ``TARGET = 3``.  With a head bound (``max_heads``)
-the first probe family also fixes the number of heads (:func:`count_heads`).  Every probe
-query is counted (``probe_queries``) and certified with the rest.
+dyadic) that brings their rms to about ``STABLE_TARGET = 3``.  With a head bound
+(``max_heads``) the first probe family also fixes the number of heads (:func:`count_heads`).
+Every probe query is counted (``probe_queries``) and certified with the rest.
 
 >>> sigma_for(0.75), sigma_for(12.0), sigma_for(1e300), sigma_for(float("inf"))
 (mpq(2,1), mpq(1,2), mpq(1,256), mpq(1,1))
@@ -25,14 +25,17 @@ from exactlearn.errors import (DegenerateDraw, FieldError, InterpolationError, L
                                NoisierThanDeclared)
 from exactlearn.strategies.real.ratio import family_tokens, fit_ratio_family, node_t
 
-TARGET = 3.0             # rms log rho the scale aims at
+#: rms log rho the scale aims at (the paper plan's:
+#: :data:`~exactlearn.strategies.real.probe.PAPER_TARGET`, 1)
+STABLE_TARGET = 3.0
 PROBE_SCALES = (mpq(1), mpq(4), mpq(1, 4), mpq(16), mpq(1, 16))
 MAX_PROBE_LOG = 40.0     # |log rho| beyond this is e^40 past the nodes: not a measurement
 
 
 def sigma_for(rms: float) -> mpq:
-    """The scale with ``sigma^2 rms`` closest to TARGET among ``2^k`` and ``3 * 2^(k-1)``."""
-    want = math.sqrt(TARGET / rms) if 0 < rms < math.inf else 1.0
+    """The scale with ``sigma^2 rms`` closest to STABLE_TARGET among ``2^k`` and
+    ``3 * 2^(k-1)``."""
+    want = math.sqrt(STABLE_TARGET / rms) if 0 < rms < math.inf else 1.0
     want = min(max(want, 2.0 ** -8), 2.0 ** 8)          # the candidates' range
     cands = [mpq(2) ** k for k in range(-8, 9)] + [mpq(3, 2) * mpq(2) ** k for k in range(-8, 8)]
     return min(cands, key=lambda s: abs(math.log(float(s) / want)))

@@ -20,7 +20,7 @@ from exactlearn.strategies.real.stable_families import family_poles, fit_all, re
 from exactlearn.strategies.real.stable_messages import declared_level, precision_failure
 from exactlearn.strategies.real.stable_pencil import pencil_heads
 from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_SCALES, ROOTS_TRIED,
-                                                    UNEQUAL_FACTOR, stable_bias_plan)
+                                                    STABLE_UNEQUAL_FACTOR, stable_bias_plan)
 from exactlearn.strategies.real.stable_probe import sigma_for
 from exactlearn.strategies.real.stable_solve import (bias_frame, rows_bias, rows_of,
                                                      solve_bias_heads, solve_stable_heads)
@@ -52,7 +52,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
     if not roots:
         raise DegenerateDraw(f"no basis configuration with final token x_1 could be resolved; "
                              f"(x_1, e_1): {bad[basis0[0]]}")
-    relation = WithinBounds(EQUAL_FACTOR, UNEQUAL_FACTOR, size=float)
+    relation = WithinBounds(EQUAL_FACTOR, STABLE_UNEQUAL_FACTOR, size=float)
     loose = declared_level(nz, rec, start) > COARSE   # a coarse box: c-values by equality alone
     index = {}
     for root in roots[:ROOTS_TRIED]:       # the head numbering: the root that labels most
@@ -91,7 +91,7 @@ def pencil_route(plan0, K, asker, nz, nodes, H, why, bias=False):
     """Step 3b (module doc): the heads started by
     :mod:`~exactlearn.strategies.real.stable_pencil`, then the plan's configurations asked as
     ratio families at ``PENCIL_SCALES`` times the ``sigma`` at which the start's exponents have
-    an rms of about TARGET; the polish that follows fits all of them.  With ``bias`` the start
+    an rms of about STABLE_TARGET; the polish that follows fits all of them.  With ``bias`` the start
     has u (from ``d + 1`` final tokens) and c from the single-token query ``(x_0)``:
     ``f((x_0)) = c + V.x_0``."""
     d = plan0.d

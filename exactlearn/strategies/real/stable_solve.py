@@ -173,43 +173,51 @@ def wls_sparse(K, design, p, meas, bounds, sens_rows, n_obs):
 
 def solve_stable_heads(plan, rows, fits, ids, index, K, m, n_obs):
     """Heads in the field's precision and their float64 sensitivities (module doc, step 5);
-    ``rows[n]`` from :func:`_rows`."""
+    ``rows[n]`` from :func:`rows_of`."""
     d = plan.d
+    Xq = [[QQ(plan.X[i][r]) for i in range(d)] for r in range(d)]     # columns -> matrix
+    Eq = [[QQ(plan.E[j][r]) for j in range(d)] for r in range(d)]
+    return _solve_M(rows, fits, ids, index, K, m, n_obs, linalg.inverse(Xq, QQ),
+                    linalg.transpose(linalg.inverse(Eq, QQ)), d)
+
+
+def _solve_M(rows, fits, ids, index, K, m, n_obs, Xinv, EinvT, d):
+    """Per head, M (``d x dc``, ``dc = len(Xinv)``: d, or d + 1 with biases) and the c-values
+    by :func:`wls_sparse`, then ``W = E^-T M X^-1`` (``[W | u] = E^-T M~ X~^-1``) and
+    ``v = -E^-T c``: ``(heads, SWs, Svs, rounds)``, ``SWs[h]`` with ``d dc`` rows."""
+    dc = len(Xinv)
     used = sorted(index)
-    dW = [[(j * d + i, co) for (j, i), co in rows[n][0]] for n in used]
+    dW = [[(j * dc + i, co) for (j, i), co in rows[n][0]] for n in used]
     dv = [rows[n][1] for n in used]
-    for design, p, what in ((dW, d * d, "W"), (dv, d, "v")):
+    for design, p, what in ((dW, d * dc, "W" if dc == d else "W and u"), (dv, d, "v")):
         if undetermined(design, p):
             raise SingularMatrix(f"the {len(used)} configurations that could be labelled do not "
                                  f"determine every entry of {what}")
-    Xq = [[QQ(plan.X[i][r]) for i in range(d)] for r in range(d)]     # columns -> matrix
-    Eq = [[QQ(plan.E[j][r]) for j in range(d)] for r in range(d)]
-    Xinv = linalg.inverse(Xq, QQ)
-    EinvT = linalg.transpose(linalg.inverse(Eq, QQ))
     Xi = np.array([[float(a) for a in row] for row in Xinv])
     Ei = np.array([[float(a) for a in row] for row in EinvT])
     XiK = [[K(a) for a in row] for row in Xinv]
     EiK = [[K(a) for a in row] for row in EinvT]
-    heads, SWs, Svs, rounds = [], [], [], []
     e_norm = float(np.abs(Ei).sum(axis=1).max())
     x_norm = float(np.abs(Xi).sum(axis=0).max())
-    floor = float(K.ctx.ldexp(1, -K.prec)) * 64 * d * d
+    floor = float(K.ctx.ldexp(1, -K.prec)) * 64 * dc * dc
+    ctx = K.ctx
+    heads, SWs, Svs, rounds = [], [], [], []
     for h in range(m):
         ml, bl, sl, mc, bc, sc = _head_measurements(fits, ids, index, used, h, m)
-        Mu, SM, rM = wls_sparse(K, dW, d * d, ml, bl, sl, n_obs)
+        Mu, SM, rM = wls_sparse(K, dW, d * dc, ml, bl, sl, n_obs)
         cu, Sc, rc = wls_sparse(K, dv, d, mc, bc, sc, n_obs)
-        M = [[Mu[j * d + i] for i in range(d)] for j in range(d)]
-        # W = E^-T M X^-1, v = -E^-T c
-        EM = [[K.ctx.fsum(EiK[r][j] * M[j][i] for j in range(d)) for i in range(d)] for r in range(d)]
-        W = tuple(tuple(K.ctx.fsum(EM[r][i] * XiK[i][q] for i in range(d)) for q in range(d))
-                  for r in range(d))
-        v = tuple(-K.ctx.fsum(EiK[r][j] * cu[j] for j in range(d)) for r in range(d))
-        SMr = SM.reshape(d, d, n_obs)
-        SW = np.einsum("rj,jin,iq->rqn", Ei, SMr, Xi, optimize=True).reshape(d * d, n_obs)
-        heads.append(Head(W, v))
+        M = [[Mu[j * dc + i] for i in range(dc)] for j in range(d)]
+        EM = [[ctx.fsum(EiK[r][j] * M[j][i] for j in range(d)) for i in range(dc)] for r in range(d)]
+        Wt = tuple(tuple(ctx.fsum(EM[r][i] * XiK[i][q] for i in range(dc)) for q in range(dc))
+                   for r in range(d))
+        v = tuple(-ctx.fsum(EiK[r][j] * cu[j] for j in range(d)) for r in range(d))
+        SMr = SM.reshape(d, dc, n_obs)
+        SW = np.einsum("rj,jin,iq->rqn", Ei, SMr, Xi, optimize=True).reshape(d * dc, n_obs)
+        heads.append(Head(Wt, v) if dc == d else
+                     Head(tuple(tuple(row[:d]) for row in Wt), v, tuple(row[d] for row in Wt)))
         SWs.append(SW)
         Svs.append(-(Ei @ Sc))
-        size = max(abs(float(a)) for row in W for a in row) + max(abs(float(a)) for a in v)
+        size = max(abs(float(a)) for row in Wt for a in row) + max(abs(float(a)) for a in v)
         rounds.append((rM * e_norm * x_norm + floor * size, rc * e_norm + floor * size))
     return heads, SWs, Svs, rounds
 
@@ -239,42 +247,12 @@ def solve_bias_heads(plan, frame, rows, fits, ids, index, K, m, n_obs, scales, t
     Returns ``(heads, c, SWs, Svs, Sc, rounds, c_round)``; ``SWs[h]`` has ``d (d + 1)`` rows
     (row r of ``[W | u]``: its d entries of W, then u[r])."""
     d = plan.d
-    dc = d + 1
-    used = sorted(index)
-    dW = [[(j * dc + i, co) for (j, i), co in rows[n][0]] for n in used]
-    dv = [rows[n][1] for n in used]
-    for design, p, what in ((dW, d * dc, "W and u"), (dv, d, "v")):
-        if undetermined(design, p):
-            raise SingularMatrix(f"the {len(used)} configurations that could be labelled do not "
-                                 f"determine every entry of {what}")
     Xinv, Einv = frame
-    EinvT = linalg.transpose(Einv)
-    Xi = np.array([[float(a) for a in row] for row in Xinv])
-    Ei = np.array([[float(a) for a in row] for row in EinvT])
-    XiK = [[K(a) for a in row] for row in Xinv]
-    EiK = [[K(a) for a in row] for row in EinvT]
-    e_norm = float(np.abs(Ei).sum(axis=1).max())
-    x_norm = float(np.abs(Xi).sum(axis=0).max())
-    floor = float(K.ctx.ldexp(1, -K.prec)) * 64 * dc * dc
+    heads, SWs, Svs, rounds = _solve_M(rows, fits, ids, index, K, m, n_obs, Xinv,
+                                       linalg.transpose(Einv), d)
     ctx = K.ctx
-    heads, SWs, Svs, rounds = [], [], [], []
-    for h in range(m):
-        ml, bl, sl, mc, bc, sc = _head_measurements(fits, ids, index, used, h, m)
-        Mu, SM, rM = wls_sparse(K, dW, d * dc, ml, bl, sl, n_obs)
-        cu, Sc, rc = wls_sparse(K, dv, d, mc, bc, sc, n_obs)
-        M = [[Mu[j * dc + i] for i in range(dc)] for j in range(d)]
-        # [W | u] = E^-T M~ X~^-1, v = -E^-T c
-        EM = [[ctx.fsum(EiK[r][j] * M[j][i] for j in range(d)) for i in range(dc)] for r in range(d)]
-        Wt = [[ctx.fsum(EM[r][i] * XiK[i][q] for i in range(dc)) for q in range(dc)]
-              for r in range(d)]
-        v = tuple(-ctx.fsum(EiK[r][j] * cu[j] for j in range(d)) for r in range(d))
-        SMr = SM.reshape(d, dc, n_obs)
-        SW = np.einsum("rj,jin,iq->rqn", Ei, SMr, Xi, optimize=True).reshape(d * dc, n_obs)
-        heads.append(Head(tuple(tuple(row[:d]) for row in Wt), v, tuple(row[d] for row in Wt)))
-        SWs.append(SW)
-        Svs.append(-(Ei @ Sc))
-        size = max(abs(float(a)) for row in Wt for a in row) + max(abs(float(a)) for a in v)
-        rounds.append((rM * e_norm * x_norm + floor * size, rc * e_norm + floor * size))
+    used = sorted(index)
+    floor = float(ctx.ldexp(1, -K.prec)) * 64 * (d + 1) * (d + 1)
     # the constant: every labelled family's limit A_n = c + V.a_n
     V = [ctx.fsum(hd.v[r] for hd in heads) for r in range(d)]
     SV = sum(Svs)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from exactlearn.strategies.real.stable_normal import (EPS, Families, LD_EPS, MAX_DENSE,
+from exactlearn.strategies.real.lsq import EPS
+from exactlearn.strategies.real.stable_normal import (Families, LD_EPS, MAX_DENSE,
                                                       family_values, head_arrays)
 
 

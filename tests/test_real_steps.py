@@ -1,0 +1,167 @@
+"""Each real-field step written once (issue 21; docs: explanation/real-field.md).
+
+* One asker for every plan: :class:`exactlearn.pipeline.ask.AskOnce` asks a batch of queries
+  once each (one call of the box's ``batch``), reuses earlier answers with their observation
+  indices, and enters ``around`` at every call of the box -- the counts checked against an
+  independent counting box.  The stable plan asks through it (its own ``Asker`` is gone).
+* The two plans' thresholds have distinct names with their values unchanged
+  (``PAPER_*`` 1e-3, 1e5, 1; ``STABLE_*`` 1e-2, 1e2, 3); the old names of
+  :mod:`exactlearn.strategies.real.learn` still work, with a ``DeprecationWarning``; no name of
+  these is defined twice in ``exactlearn/strategies/real``, nor ``EPS``.
+* The noise tests are one function for both plans: a sum of squares above 1 fails first, the
+  Chebyshev bound is formed only after it passes.
+* The stable plan's estimate is a typed value (``stable_checks.Estimate``), sorted to the
+  canonical order (computed apart, by ``canonicalize``) with its bounds.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import warnings
+from contextlib import contextmanager
+
+import pytest
+
+from exactlearn.errors import ResidualsBeyondNoise
+from exactlearn.fields import QQ
+from exactlearn.oracle import Recorder
+from exactlearn.pipeline.ask import AskOnce
+
+import exactlearn.strategies.real as real_package
+
+REAL = pathlib.Path(real_package.__file__).resolve().parent
+
+
+class CountingBox:
+    """Answers the sum of a query's first entries; counts its calls itself (no exactlearn
+    code), and whether each happened inside ``around``."""
+
+    def __init__(self):
+        self.calls, self.batches, self.inside, self.depth = 0, 0, [], 0
+
+    def __call__(self, tokens):
+        self.calls += 1
+        self.inside.append(self.depth)
+        return sum(t[0] for t in tokens)
+
+    def batch(self, queries):
+        self.batches += 1
+        return [self(q) for q in queries]
+
+
+def test_ask_once_batches_each_distinct_query_once_inside_around():
+    box = CountingBox()
+
+    @contextmanager
+    def around():
+        box.depth += 1
+        try:
+            yield
+        finally:
+            box.depth -= 1
+
+    ask = AskOnce(Recorder(box, QQ, convert=True), around=around)
+    a, b = (1, 0), (2, 0)
+    queries = [[a, a, b], [a, b], [(1, 0), (1, 0), (2, 0)], [a, b]]   # 2 distinct
+    got = ask.ask(queries)
+    assert box.calls == 2 and box.batches == 1 and ask.rec.queries == 2
+    assert [y for y, _ in got] == [4, 3, 4, 3]
+    assert [q for _, q in got] == [0, 1, 0, 1]
+    # an earlier query is answered from memory, a new one asked once, each inside around
+    assert ask.observe([a, b]) == (3, 1) and box.calls == 2
+    assert ask.observe([b]) == (2, 2) and box.calls == 3
+    assert ask.ask([[b], [a]]) == [(2, 2), (1, 3)] and box.calls == 4
+    assert box.inside == [1, 1, 1, 1]
+    assert [a, a, b] in ask and [b, a] not in ask
+
+
+def test_stable_plan_asks_through_ask_once():
+    from exactlearn.strategies.real import stable, stable_plan
+    assert not hasattr(stable_plan, "Asker") and stable.AskOnce is AskOnce
+
+
+def _definitions(name) -> list:
+    out, paths = [], sorted(REAL.glob("*.py"))
+    assert len(paths) > 20                  # the package's modules, not an empty folder
+    for path in paths:
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == name for t in node.targets):
+                out.append(path.name)
+    return out
+
+
+@pytest.mark.parametrize("name", ["LINEAR_LIMIT", "UNEQUAL_FACTOR", "TARGET", "EPS"])
+def test_no_threshold_defined_twice_under_one_name(name):
+    assert len(_definitions(name)) <= 1, _definitions(name)
+
+
+def test_the_two_plans_thresholds_keep_their_values():
+    from exactlearn.strategies.real import analysis, lsq, outputs, probe, stable_normal
+    from exactlearn.strategies.real import stable_plan, stable_probe
+    assert (analysis.PAPER_LINEAR_LIMIT, analysis.PAPER_UNEQUAL_FACTOR, probe.PAPER_TARGET) \
+        == (1e-3, 10 ** 5, 1)
+    assert (stable_plan.STABLE_LINEAR_LIMIT, stable_plan.STABLE_UNEQUAL_FACTOR,
+            stable_probe.STABLE_TARGET) == (1e-2, 10 ** 2, 3.0)
+    assert lsq.EPS == 2.0 ** -52 and outputs.EPS is lsq.EPS
+    assert not hasattr(stable_normal, "EPS")
+
+
+@pytest.mark.parametrize("old,new,value", [("LINEAR_LIMIT", "PAPER_LINEAR_LIMIT", 1e-3),
+                                           ("UNEQUAL_FACTOR", "PAPER_UNEQUAL_FACTOR", 10 ** 5),
+                                           ("TARGET", "PAPER_TARGET", 1)])
+def test_old_names_of_the_paper_thresholds_warn(old, new, value):
+    from exactlearn.strategies.real import learn
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = getattr(learn, old)
+    assert got == value == getattr(learn, new)
+    assert [w.category for w in caught] == [DeprecationWarning] and new in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert getattr(learn, new) == value          # the new name: no warning
+    with pytest.raises(AttributeError):
+        learn.NO_SUCH_NAME
+
+
+def test_noise_tests_one_function_sum_of_squares_first():
+    from exactlearn.strategies.real.certificate import beyond_noise
+    asked = []
+
+    def cheb(value):
+        def f():
+            asked.append(value)
+            return value
+        return f
+
+    with pytest.raises(ResidualsBeyondNoise, match="sum of squares 1.5 times") as exc:
+        beyond_noise(3, 40, 1.5, cheb(9.0), "the fit leaves")
+    assert asked == [] and exc.value.heads == 3            # the Chebyshev bound not formed
+    with pytest.raises(ResidualsBeyondNoise, match="no model of 1 head keeps every output.* "
+                                                   "of all 40 observations.* at least 1.03"):
+        beyond_noise(1, 40, 0.5, cheb(1.03), "the fit leaves")
+    for ok in (1.02, None):                                  # within 1 + SECOND_ORDER, or none
+        assert beyond_noise(2, 40, 1.0, cheb(ok), "the fit leaves") is None
+
+
+def test_the_stable_plans_estimate_is_a_typed_value():
+    """The solve's and the polish's estimates pass to the certificate as an ``Estimate``:
+    sorted to the canonical order with their bounds, their largest bound, finite or not."""
+    import math
+    from gmpy2 import mpq
+    from exactlearn.model import Head, canonicalize
+    from exactlearn.strategies.real.stable_checks import Estimate
+    a = Head(((mpq(2),),), (mpq(1),))
+    b = Head(((mpq(-1),),), (mpq(3),))
+    truth = list(canonicalize([a, b]))                  # the canonical order, computed apart
+    est = Estimate([a, b], [[[1e-9]], [[2e-9]]], [[3e-9], [4e-9]], method="polish")
+    got = est.sorted()
+    assert got.heads == truth and got.method == "polish"
+    assert got.BW == ([[[1e-9]], [[2e-9]]] if truth[0] is a else [[[2e-9]], [[1e-9]]])
+    assert got.Bv == ([[3e-9], [4e-9]] if truth[0] is a else [[4e-9], [3e-9]])
+    assert est.largest() == 4e-9 and est.finite()
+    biased = Estimate([a], [[[1e-9]]], [[1e-9]], Bu=[[5e-9]], Bc=6e-9)
+    assert biased.largest() == 6e-9 and biased.finite()
+    assert not Estimate([a], [[[math.inf]]], [[1e-9]]).finite()
+    assert not Estimate([a], [[[1e-9]]], [[1e-9]], Bu=[[1e-9]], Bc=math.inf).finite()
