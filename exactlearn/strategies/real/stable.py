@@ -270,11 +270,11 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         n_target = target_families(weak, splan, heads, asker, nz, nodes, H)
         obs = rec.observations[start:]
         if n_target:
-            etas_all = np.concatenate([etas_all, np.zeros(len(rec.observations) - n_obs)])
-            for q in range(n_obs, len(rec.observations)):
-                etas_all[q] = nz.of(rec.observations[q][1], size)
-            again = polish(polished[0] if isinstance(polished, tuple) else heads, K, rec, start,
-                           etas_all, far=lm_from, bias=bias)
+            etas_all = np.concatenate([etas_all, [nz.of(rec.observations[q][1], size)
+                                                  for q in range(n_obs, len(rec.observations))]])
+            # from the solve's heads again, not the polished (at float64's floor: polish's doc)
+            again = polish(polished[0] if far and isinstance(polished, tuple) else heads, K, rec,
+                           start, etas_all, far=lm_from, bias=bias)
             if not isinstance(again, Weak) and again is not None:
                 polished = again
     if isinstance(polished, Weak):
