@@ -274,34 +274,27 @@ def _refit(heads, obs, K, etas):
         s, J = np.array(s), np.array(J) / eta_hat[:, None]
         return (s, J) if np.all(np.isfinite(s)) and np.all(np.isfinite(J)) else (None, None)
 
-    seen = {}            # the points evaluated (their parameters as a tuple): (s, Js)
+    seen = {}            # the points evaluated, in order (parameters as a tuple): (s, Js)
 
     def at(th):
-        key = tuple(th)
-        if key not in seen:
-            seen[key] = scaled(th)
-        if seen[key][0] is None:
-            raise _Outside
-        return seen[key]
+        if tuple(th) not in seen:
+            seen[tuple(th)] = scaled(th)
+        return seen[tuple(th)]
 
     mpunit = ctx.mpf(unit)
-    before = [None]      # the sum of squares at the point the last step was taken from
+    before = []          # the sum of squares at the point the last step was taken from
 
     def step(th):
         s, J = at(th)
-        cost = float(s @ s)
-        if before[0] is not None and before[0] - cost <= REFIT_SETTLED * before[0]:
-            return [0] * len(th)         # settled (or no decrease): refine converges here
-        before[0] = cost
+        if s is None or (before and before[-1] - float(s @ s) <= REFIT_SETTLED * before[-1]):
+            return [0] * len(th)     # outside float64, settled or no decrease: refine stops
+        before.append(float(s @ s))
         x = np.linalg.lstsq(J, s, rcond=None)[0]          # in units of `unit`
         return [-ctx.mpf(float(v)) * mpunit for v in x]
 
-    try:
-        at(theta)
-        at(refine(ctx, step, theta, goal=0, steps=REFIT_STEPS).theta)
-    except _Outside:
-        if seen[tuple(theta)][0] is None:
-            return None                                  # not finite at the start
+    if at(theta)[0] is None:
+        return None
+    at(refine(ctx, step, theta, goal=0, steps=REFIT_STEPS).theta)
     points = iter(seen.values())         # in the order refine reached them
     s, Js = next(points)
     for s1, J1 in points:                 # each kept unless it raised the sum of squares
@@ -315,10 +308,6 @@ def _refit(heads, obs, K, etas):
     if np.max(8 * 2.0 ** -52 * (np.abs(s) + np.abs(Js) @ np.abs(x))) > 1e-2:
         return None
     return s, Js, rr
-
-
-class _Outside(Exception):
-    """A point of :func:`_refit` where the residuals or gradients leave the float64 range."""
 
 
 def _heads(m):
