@@ -115,9 +115,9 @@ class _Unsolved(Exception):
 
 
 def _gauss_newton(fam, W, V, c, far):
-    """Gauss--Newton on the normal equations (:func:`~exactlearn.strategies.real.stable_normal.
-    normal_equations`) from ``(W, V, c)``, as the steps of
-    :func:`~exactlearn.strategies.real.lsq.refine` at float64's precision (``_F64``): a step
+    """Gauss--Newton on the normal equations
+    (:func:`~exactlearn.strategies.real.stable_normal.normal_equations`) from ``(W, V, c)``, as
+    the steps of :func:`~exactlearn.strategies.real.lsq.refine` at float64's precision: a step
     that raises the weighted cost (beyond ``1e-9`` of it, rounding) is not taken, and one that
     lowers it by at most ``1e-6`` of it settles.  Returns ``(W, V, c, A, b, parts, weak)`` at
     the last point taken (``weak``: the start's weak directions, :class:`Weak`); ``None`` when
