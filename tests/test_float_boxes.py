@@ -414,6 +414,25 @@ def test_targeted_families_rescue_a_direction_no_family_sees():
     assert res.queries == box.calls
 
 
+
+@pytest.mark.slow
+def test_the_polish_after_the_targeted_families_uses_them():
+    """d=16, H=6, seed 2 of the float64 grid (issue 21; bench_float.py --cases 16x6 --seeds 1
+    --first-seed 2): the first polish leaves 7 weak directions and 21 targeted families are
+    asked.  Polished again from the first polish's heads -- at float64's floor of the cost, where
+    the first Gauss--Newton step was refused on rounding -- the targeted queries were dropped
+    and the run erred by 1.46e-13 (d52c45b); polished from the solve's heads it errs by about
+    2.5e-14, within 1e-13."""
+    box = NumpyAttention.from_seed(16, 6, 2)
+    res = learn_box(box, 16, 6, 2, retries=2)
+    assert res.certified, res.error
+    assert res.real_detail["targeted_families"] > 0
+    assert res.real_detail["estimate"] == "polish"
+    err, _ = max_parameter_error(res.heads, truth(box), res.field)
+    assert err <= res.error_bound
+    assert err <= 1e-13
+    assert res.queries == box.calls
+
 # -- the pencil start (docs "The real field", step 3b) ------------------------------------
 
 def test_the_pencil_reads_every_head_off_a_float_box():

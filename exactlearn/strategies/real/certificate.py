@@ -40,6 +40,7 @@ import numpy as np
 
 from exactlearn.errors import NoisierThanDeclared, ResidualsBeyondNoise
 from exactlearn.strategies.real.evaluate import evaluate_with_bounds, evaluate_with_gradient
+from exactlearn.strategies.real.lsq import refine
 from exactlearn.strategies.real.sensitivity import LO, rounding
 from exactlearn.strategies.real.stable_messages import plural
 from exactlearn.strategies.real.stable_minimax import chebyshev_bound
@@ -250,6 +251,7 @@ def beyond_noise(m, N, excess, chebyshev, fit):
 
 
 REFIT_STEPS = 8          # Gauss--Newton steps of :func:`_refit`
+REFIT_SETTLED = 1e-6     # ... until a step lowers the sum of squares by at most this share
 
 
 def _refit(heads, obs, K, etas):
@@ -257,7 +259,13 @@ def _refit(heads, obs, K, etas):
     over their eta (computed in the field, then rounded to float64), the gradient over eta (in
     a common unit of the parameters' steps) and the linear least-squares residual about that
     point; None when they leave the float64 range or float64 cannot form ``rr`` to 1e-2 (an
-    ill-conditioned fit far above the noise, e.g. an exact box at high precision)."""
+    ill-conditioned fit far above the noise, e.g. an exact box at high precision).
+
+    The fit is :func:`~exactlearn.strategies.real.lsq.refine` (the parameters in the field,
+    each Gauss--Newton step a float64 least-squares solve) until a step lowers the sum of
+    squares by at most ``REFIT_SETTLED`` of it (or raises it), or ``REFIT_STEPS`` steps; the
+    last point before a step that raised the sum of squares is kept (float64 rounding or the
+    nonlinearity made that step worse)."""
     ctx = K.ctx
     unit = max(LO.convert(e) for e in etas)
     eta_hat = np.array([float(LO.convert(e) / unit) for e in etas])
@@ -282,24 +290,38 @@ def _refit(heads, obs, K, etas):
         s, J = np.array(s), np.array(J) / eta_hat[:, None]
         return (s, J) if np.all(np.isfinite(s)) and np.all(np.isfinite(J)) else (None, None)
 
-    s, Js = scaled(theta)
-    if s is None:
+    seen = {}            # the points evaluated, in order (parameters as a tuple): (s, Js)
+
+    def at(th):
+        if tuple(th) not in seen:
+            seen[tuple(th)] = scaled(th)
+        return seen[tuple(th)]
+
+    mpunit = ctx.mpf(unit)
+    before = []          # the sum of squares at the point the last step was taken from
+
+    def step(th):
+        s, J = at(th)
+        if s is None or (before and before[-1] - float(s @ s) <= REFIT_SETTLED * before[-1]):
+            return [0] * len(th)     # outside float64, settled or no decrease: refine stops
+        before.append(float(s @ s))
+        x = np.linalg.lstsq(J, s, rcond=None)[0]          # in units of `unit`
+        return [-ctx.mpf(float(v)) * mpunit for v in x]
+
+    if at(theta)[0] is None:
         return None
-    for _ in range(REFIT_STEPS):
-        step = np.linalg.lstsq(Js, s, rcond=None)[0]      # in units of `unit`
-        trial = [t + ctx.mpf(float(x)) * ctx.mpf(unit) for t, x in zip(theta, step)]
-        s1, J1 = scaled(trial)
+    at(refine(ctx, step, theta, goal=0, steps=REFIT_STEPS).theta)
+    points = iter(seen.values())         # in the order refine reached them
+    s, Js = next(points)
+    for s1, J1 in points:                 # each kept unless it raised the sum of squares
         if s1 is None or float(s1 @ s1) > float(s @ s) * (1 + 1e-9):
             break
-        settled = float(s @ s) - float(s1 @ s1) <= 1e-6 * float(s @ s)
-        theta, s, Js = trial, s1, J1
-        if settled:
-            break
-    # the linear least-squares residual about the last point: its smallest sum of squares to
+        s, Js = s1, J1
+    # the linear least-squares residual about that point: its smallest sum of squares to
     # first order, trusted only when float64 forms it to within 1e-2 of eta
-    step = np.linalg.lstsq(Js, s, rcond=None)[0]
-    rr = s - Js @ step
-    if np.max(8 * 2.0 ** -52 * (np.abs(s) + np.abs(Js) @ np.abs(step))) > 1e-2:
+    x = np.linalg.lstsq(Js, s, rcond=None)[0]
+    rr = s - Js @ x
+    if np.max(8 * 2.0 ** -52 * (np.abs(s) + np.abs(Js) @ np.abs(x))) > 1e-2:
         return None
     return s, Js, rr
 

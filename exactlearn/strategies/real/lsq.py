@@ -20,7 +20,11 @@ one iteration that runs in the field's own precision (mpmath, or gmpy2 at the sa
 :func:`to_mpfr`, :func:`field_precision`): ``theta <- theta - step(theta)``,
 with ``step`` a (Gauss--)Newton correction -- a float64 pseudo-inverse kept fixed (a
 contraction: ``G J = I + O(eps)``) or the Jacobian's pseudo-inverse recomputed in the
-context.
+context.  The certificate's least-squares refit
+(:mod:`~exactlearn.strategies.real.certificate`: float64 steps, parameters in the field) and the
+polish's Gauss--Newton (:mod:`~exactlearn.strategies.real.stable_polish`, in a context of
+float64's 53 bits) are its steps too: a step returning zeros ends the iteration there
+(``goal = 0``), which is how they stop on their cost.
 
 >>> import numpy as np
 >>> got = solve(lambda th: np.array([th[0] - 3.0, 2 * (th[0] - 3.0)]),

@@ -357,8 +357,9 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
         obs = rec.observations[start:]
         if n_target:
             etas_all = _etas(rec, ask[1], size, etas_all, len(etas_all))
-            again = polish(polished[0] if isinstance(polished, tuple) else heads, K, rec, start,
-                           etas_all, far=lm_from, bias=bias)
+            # from the solve's heads again, not the polished (at float64's floor: polish's doc)
+            again = polish(polished[0] if "pencil" in route and isinstance(polished, tuple)
+                           else heads, K, rec, start, etas_all, far=lm_from, bias=bias)
             if not isinstance(again, Weak) and again is not None:
                 polished = again
     return (None if isinstance(polished, Weak) else polished), n_target, etas_all, obs

@@ -48,10 +48,11 @@ normal equations are in :mod:`~exactlearn.strategies.real.stable_normal`, the mi
 
 from __future__ import annotations
 
+import mpmath
 import numpy as np
 
 from exactlearn.model import Head, HeadSet
-from exactlearn.strategies.real.lsq import EPS, last, solve
+from exactlearn.strategies.real.lsq import EPS, last, refine, solve
 from exactlearn.strategies.real.stable_normal import (Families, LM_STEPS, MAX_DENSE,
                                                       MAX_PARAMETERS, MAX_STEPS, Weak,
                                                       family_values, head_arrays,
@@ -95,6 +96,69 @@ def _levenberg(fam, W, V, steps, c=0.0):
     return split(got.x)
 
 
+#: float64's precision for :func:`~exactlearn.strategies.real.lsq.refine`: its steps
+#: ``theta - step`` round to 53 bits to nearest, as numpy's float64 sums do
+_F64 = mpmath.mp.clone()
+_F64.prec = 53
+
+
+class _Unsolved(Exception):
+    """The normal matrix at a point of :func:`_gauss_newton` is too ill-conditioned."""
+
+
+def _gauss_newton(fam, W, V, c, far):
+    """Gauss--Newton on the normal equations
+    (:func:`~exactlearn.strategies.real.stable_normal.normal_equations`) from ``(W, V, c)``, as
+    the steps of :func:`~exactlearn.strategies.real.lsq.refine` at float64's precision: a step
+    that raises the weighted cost (beyond ``1e-9`` of it, rounding) is not taken, and one that
+    lowers it by at most ``1e-6`` of it settles.  Returns ``(W, V, c, A, b, parts, weak)`` at
+    the last point taken (``weak``: the start's weak directions, :class:`Weak`); ``None`` when
+    no step is taken from a start that is not ``far`` (Levenberg--Marquardt's end), the matrix
+    stops solving after the start or ``MAX_STEPS`` steps do not settle; the start's
+    :class:`Weak` when its matrix does not solve.
+
+    At float64's floor of the cost (its residuals' rounding: on d = 16, H = 6, seed 2 a float64
+    cost of 195 where long double gives 96) the comparison is rounding: a start must lie above
+    it (the solve's heads, or Levenberg--Marquardt's from a far start), or its first step can
+    be refused (docs/explanation/real-field.md, step 5)."""
+    H, d = V.shape
+    shape, nW = W.shape, W.size
+    kept, weak0 = [], []                # the points taken: (W, V, c, A, b, parts, cost)
+
+    def judge(th):
+        """Takes the point ``th`` or not: False when the iteration stops there."""
+        x = np.array([float(t) for t in th])
+        W1, V1 = x[:nW].reshape(shape), x[nW:nW + H * d].reshape(H, d)
+        c1 = x[-1] if fam.bias else c
+        A1, b1, parts1, cost1 = normal_equations(fam, W1, V1, c1)
+        cost = kept[-1][-1] if kept else None
+        if cost is not None and cost1 > cost * (1 + 1e-9):
+            return False                                # no further decrease: keep the last
+        kept.append((W1, V1, c1, A1, b1, parts1, cost1))
+        return cost is None or cost - cost1 > 1e-6 * cost
+
+    def step(th):
+        if not judge(th):
+            return [0.0] * len(th)                      # refine converges: the iteration ends
+        delta, _, weak = solve_scaled(*kept[-1][3:5])
+        if len(kept) == 1:
+            weak0.append(Weak([_direction(u, H, d, shape[2]) for u in weak]))
+        if delta is None:
+            raise _Unsolved
+        return [-x for x in delta]
+
+    theta = np.concatenate([W.reshape(-1), V.reshape(-1)] + ([[c]] if fam.bias else []))
+    try:
+        out = refine(_F64, step, theta.tolist(), goal=0, steps=MAX_STEPS)
+    except _Unsolved:
+        return weak0[0] if len(kept) == 1 and weak0[0].directions else None
+    if not out.converged and judge(out.theta):
+        return None                                     # MAX_STEPS steps, still not settled
+    if len(kept) == 1 and not far:
+        return None                                     # no step decreased the cost
+    return kept[-1][:6] + (weak0[0],)
+
+
 def _heads_of(W, V, c, bias, mpf):
     """Heads (with their u, and a :class:`~exactlearn.model.HeadSet` carrying c, with biases)
     from float64 arrays; a float64 is exact in any precision."""
@@ -125,31 +189,13 @@ def polish(heads, K, rec, start, etas, far=None, bias=False):
             return None
         W, V, c = got
     fam = Families(rec, start, etas, bias)
-    A, b, parts, cost = normal_equations(fam, W, V, c)
-    step = np.zeros(len(b)) if far is not None else None    # after Levenberg--Marquardt
-    weak0 = None
+    got = _gauss_newton(fam, W, V, c, far is not None)
+    if not isinstance(got, tuple):
+        return got                                  # None, or the start's weak directions
+    W, V, c, A, b, parts, weak0 = got
     shape = W.shape
-    for it in range(MAX_STEPS):
-        delta, inv, weak = solve_scaled(A, b)
-        if it == 0:
-            weak0 = Weak([_direction(u, H, d, shape[2]) for u in weak])
-        if delta is None:
-            return weak0 if it == 0 and weak else None
-        W1 = W + delta[:H * dd].reshape(shape)
-        V1 = V + delta[H * dd:H * dd + H * d].reshape(H, d)
-        c1 = c + delta[-1] if bias else c
-        A1, b1, parts1, cost1 = normal_equations(fam, W1, V1, c1)
-        if cost1 > cost * (1 + 1e-9):
-            break                                   # no further decrease: keep (W, V)
-        W, V, c, A, b, parts, step = W1, V1, c1, A1, b1, parts1, np.abs(delta)
-        settled = cost - cost1 <= 1e-6 * cost
-        cost = cost1
-        if settled:
-            break
-    else:
-        return None
     nxt, inv, _ = solve_scaled(A, b)
-    if inv is None or step is None:
+    if inv is None:
         return None
     step = np.abs(nxt)            # the step still to go from the estimate: its distance to the fit
     excess = _excess(fam, parts)
