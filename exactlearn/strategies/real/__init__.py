@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 from exactlearn.errors import DegenerateDraw, LearningFailure, ResidualsBeyondNoise
 from exactlearn.pipeline.plan import draw_paper_plan
-from exactlearn.strategies.real.learn import run_real, verify_real
-from exactlearn.strategies.real.lsq import one_blas_thread
-from exactlearn.strategies.real.stable import run_stable, stable_count
+
+# the learner's modules (numpy, mpmath, scipy) are imported where they run, so that
+# importing exactlearn for an exact field does not load them (RealDetail is all the
+# API's result needs from here)
 
 #: The strategy runs over the real field (inexact) only.
 EXACT = False
@@ -78,7 +79,10 @@ def plan_count(name, d, H, bias=False, drawn=None) -> int:
     """The plan's own count (probe excluded): the stable plan's (with ``bias``, the stable plan
     for biases', docs/explanation/biases.md), or the paper's."""
     from exactlearn.pipeline.plan import paper_count
-    return stable_count(d, H, bias) if name == "stable" else paper_count(d, H)
+    if name == "stable":
+        from exactlearn.strategies.real.stable import stable_count
+        return stable_count(d, H, bias)
+    return paper_count(d, H)
 
 
 def run(plan, ask, K, trace, options) -> tuple:
@@ -142,6 +146,9 @@ def run(plan, ask, K, trace, options) -> tuple:
 
 
 def _run_once(plan, ask, K, options, fit_heads):
+    from exactlearn.strategies.real.learn import run_real
+    from exactlearn.strategies.real.lsq import one_blas_thread
+    from exactlearn.strategies.real.stable import run_stable
     if options.plan == "stable":
         with one_blas_thread():        # the box keeps its threads (stable_plan.Asker)
             return run_stable(plan, ask, K, noise=options.noise, noise_rel=options.noise_rel,
@@ -167,6 +174,7 @@ def _history(tried, resolved=None):
 
 def verify(oracle, heads, d, H, K, convert, rng, R, n, state) -> tuple:
     """``n`` fresh queries compared within the certificate's tolerance."""
+    from exactlearn.strategies.real.learn import verify_real
     return verify_real(oracle, state.outcome, heads, d, H, K, convert, rng, R, n)
 
 
