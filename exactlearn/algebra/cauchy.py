@@ -99,8 +99,8 @@ def interpolants_mod_p(ys_list, ctx, polyctx) -> list:
     n, m = len(ys_list[0]), len(ys_list)
     Vinv = _inverse_vandermonde(int(ctx.modulus()), n)
     Y = flint.fmpz_mod_mat(n, m, [ys[k] for k in range(n) for ys in ys_list], ctx)
-    C = (Vinv * Y).entries()                     # row-major: column c is C[c::m]
-    return [polyctx(C[c::m]) for c in range(m)]
+    C = Vinv * Y
+    return [polyctx([C[i, c] for i in range(n)]) for c in range(m)]
 
 
 def sum_of_fractions(fracs, one):

@@ -332,24 +332,24 @@ def poles_paired(rf_b: RationalFunction, rf_w: RationalFunction, alphas, K):
     ring = rings[1]
     Qb, Qw = ring(rf_b.Q), ring(rf_w.Q)
     ks = []
-    if any(K.is_zero(alpha) for alpha in alphas):
-        return None
-    one = K.one
-    for alpha, inv in zip(alphas, _batch_inverse(alphas, K)):     # the 1/alpha, one inversion
+    for alpha in alphas:
+        if K.is_zero(alpha):
+            return None
+        inv = K.one / alpha
         G = Qb.gcd(Qw.compose(ring([0, inv])))       # Q_w(k / alpha)
         if G.degree() != 1:
             return None
         g0, g1 = G.coeffs()
-        k = -g0 if g1 == one else -g0 / g1          # python-flint's gcd is monic
+        k = -g0 / g1
         ks.append(k)
         if Qb.degree() > 1:          # deflate both: the later gcds have lower degrees
             Qb = Qb.exact_division(ring([-k, 1]))
             Qw = Qw.exact_division(ring([-k * inv, 1]))
     if len(set(ks)) != m or any(K.is_zero(k) for k in ks):
         return None
-    inv_ks = _batch_inverse(ks, K)
     order = sorted(range(m), key=lambda g: int(ks[g]))          # poles() sorts by residue
-    basis = _with_coefficients(rf_b, [-inv_ks[g] for g in order], K, ps=[ks[g] for g in order])
+    basis = _with_coefficients(rf_b, [-K.one / ks[g] for g in order], K, ps=[ks[g] for g in order])
+    at = {g: t for t, g in enumerate(order)}
     # alpha_g * gamma_g, in the order of the candidates (alpha index, then gamma index)
-    joint = [-alpha * inv_k for alpha, inv_k in zip(alphas, inv_ks)]
+    joint = [-alphas[g] / ks[g] for g in sorted(range(m), key=lambda g: (g, at[g]))]
     return basis, (joint if len(set(joint)) == m else None)
