@@ -159,6 +159,9 @@ _SAVED: list = []     # per open one_blas_thread, innermost last: the BLAS threa
 
 def _blas():
     if not _BLAS:
+        # scipy (imported on first use, module doc) brings its own OpenBLAS: load it before the
+        # controller looks for the process's BLAS libraries, so that it pins that one too
+        import scipy.optimize  # noqa: F401
         _BLAS.append(ThreadpoolController())
     return _BLAS
 
