@@ -13,9 +13,12 @@ whole process, the learner's and the oracle's seconds (``learner_seconds``,
 ``oracle_seconds`` of the JSON), their ratio, the passes of the plan (primes asked) and
 **the whole run / one oracle pass** ratio (wall time over ``oracle_seconds / passes``: 1
 would be the oracle's own time for one pass), the process's peak resident memory
-(``ru_maxrss``), the queries per prime (the paper's ``4Hd^2 - 2H + 1``) and in total
-(every prime of the multi-modular method), and ``uptime``'s load average before the run
-(the machine is shared).  The exponent of
+(``ru_maxrss``), its CPU seconds (user + system, ``ru_utime + ru_stime``: less moved by the
+load of a shared machine than the wall time), the queries per prime (the paper's
+``4Hd^2 - 2H + 1``) and in total (every prime of the multi-modular method), and ``uptime``'s
+load average before the run (the machine is shared).  Each run's line ends with issue 23's
+target for it (whole run / one oracle pass <= 3 without a height bound, <= 2 with one, at
+d = 32, H = 16 and d = 64, H = 32) and whether it is met.  The exponent of
 each quantity against d is fitted by least squares on log-log (per series, cases with
 d >= 16), and the projection for d = 384, H = 12 (a MiniLM layer) is printed from them:
 T(d, H) = C d^a H^b with a from the H = 4 series, a + b from the H = d/2 series and C
@@ -35,10 +38,15 @@ import sys
 import tempfile
 import time
 
-# the child: run the CLI, then report this process's peak memory on stderr
+# the child: run the CLI, then report this process's peak memory and CPU seconds on stderr
 CHILD = ("import resource, sys\nfrom exactlearn.cli import main\nrc = main(sys.argv[1:])\n"
-         "print('maxrss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+         "u = resource.getrusage(resource.RUSAGE_SELF)\n"
+         "print('maxrss_kb', u.ru_maxrss, file=sys.stderr)\n"
+         "print('cpu_s', u.ru_utime + u.ru_stime, file=sys.stderr)\n"
          "sys.exit(rc)\n")
+
+#: issue 23's targets for whole run / one oracle pass: (without a height bound, with one)
+TARGETS = {(32, 16): (3, 2), (64, 32): (3, 2)}
 
 DS = [8, 12, 16, 24, 32, 48, 64]
 
@@ -67,12 +75,14 @@ def run_case(d, H, tmp, workers=None, max_height=None) -> dict:
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     rss = next((int(line.split()[1]) for line in p.stderr.splitlines() if line.startswith("maxrss_kb")), 0)
+    cpu = next((float(line.split()[1]) for line in p.stderr.splitlines() if line.startswith("cpu_s")),
+               float("nan"))
     r = json.loads(p.stdout)
     per = [q["queries"] for q in r["multimodular"]["primes"]]
     passes = sum(1 for q in per if q)
     one_pass = r["oracle_seconds"] / passes if passes else float("nan")
     return {"d": d, "H": H, "workers": workers or 0, "wall": wall, "learner": r["learner_seconds"],
-            "oracle": r["oracle_seconds"], "rss_mb": rss / 1024, "queries": r["queries"],
+            "oracle": r["oracle_seconds"], "rss_mb": rss / 1024, "cpu": cpu, "queries": r["queries"],
             "per_prime": per, "status": r["status"], "load": before, "json": r,
             "max_height": max_height, "passes": passes, "one_pass": one_pass,
             "run_per_pass": wall / one_pass if one_pass else float("nan")}
@@ -90,11 +100,17 @@ def show(c) -> None:
     ratio = c["learner"] / c["oracle"] if c["oracle"] else float("nan")
     where = f"{c['workers']} Dask workers" if c["workers"] else "serial"
     bound = f"B=2^{c['max_height'].bit_length() - 1}" if c.get("max_height") else "no bound"
+    target = TARGETS.get((c["d"], c["H"]))
+    goal = ""
+    if target is not None and not c["workers"]:
+        t = target[1] if c.get("max_height") else target[0]
+        goal = f"  target <= {t}: {'met' if c['run_per_pass'] <= t else 'NOT met'}"
     print(f"d={c['d']:3d} H={c['H']:2d} {where:15} {bound:9} wall {c['wall']:7.1f} s  "
+          f"cpu {c.get('cpu', float('nan')):7.1f} s  "
           f"learner {c['learner']:7.1f} s  oracle {c['oracle']:7.1f} s  learner/oracle {ratio:4.2f}  "
           f"passes {c['passes']}  whole run / one oracle pass {c['run_per_pass']:5.2f}  "
           f"peak {c['rss_mb']:6.0f} MB  queries {c['queries']} ({'+'.join(map(str, c['per_prime']))})  "
-          f"{c['status']}  load before {c['load']}", flush=True)
+          f"{c['status']}  load before {c['load']}{goal}", flush=True)
 
 
 def plot(series, path, bounded=None, commit="") -> None:

@@ -502,3 +502,38 @@ def test_distinct_dots_are_the_plain_sums():
     assert set(got) == set(xs)
     for x in xs:
         assert int(got[x]) == sum(a * b for a, b in zip(u, x)) % P
+
+
+def test_an_exact_run_loads_no_float_stack():
+    """The exact fields' start-up and runs import neither numpy, mpmath nor scipy (the real
+    field's learner imports them where it runs): about 0.3 s of CPU, and more of the wall
+    time, of every exact process (docs: explanation/performance.md#scale)."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "from exactlearn import MultiHeadAttention, Oracle, learn\n"
+            "from exactlearn.cli import main\n"
+            "from exactlearn.fields import Modular, Rational\n"
+            "m = MultiHeadAttention([([[1, 0], [0, 1]], ['1/3', 1])])\n"
+            "r = [learn(Oracle(m, K), d=2, heads=1, seed=0).status for K in (Modular(), Rational())]\n"
+            "print(r, sorted(x for x in ('numpy', 'scipy', 'mpmath') if x in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[0] == "['certified', 'certified'] []"
+
+
+def test_small_logs_first_are_the_logs():
+    """DiscreteLog.symmetric tries a small log from the low 80 bits of the 2-power part of
+    p - 1 = 7 * 2^120 first, and goes whole after a taller log (until a small one again):
+    every log, small, tall, at the ends of the range and alternating, is the plain one."""
+    from exactlearn.algebra.dlog import DiscreteLog
+    from exactlearn.fields.modular import DEFAULT_P
+    p, half = DEFAULT_P, (DEFAULT_P - 1) // 2
+    dl = DiscreteLog(p, 3, {2: 120, 7: 1})
+    rng = random.Random(4)
+    ns = [0, 1, -1, 2 ** 79 - 1, -(2 ** 79) + 1, 2 ** 79, -(2 ** 79), half, -half + 1]
+    ns += [rng.randrange(-2 ** b, 2 ** b) for b in (8, 60, 78, 79, 80, 81, 100, 121) for _ in range(6)]
+    ns += [n for pair in zip(ns[::2], ns[::-3]) for n in pair]          # small and tall mixed
+    ns = [n for n in ns if -half < n <= half]
+    assert [dl.symmetric(pow(3, n % (p - 1), p), 3) for n in ns] == ns
+    plain = [dl(pow(3, n % (p - 1), p)) for n in ns]
+    assert [x - (p - 1) if x > half else x for x in plain] == ns

@@ -197,6 +197,19 @@ class _SplitPrimePowerLog:
         self.g = g
         self._nodes: dict = {}
         self._build(e)
+        # the low digits a small log needs (DiscreteLog.symmetric tries them first): two
+        # thirds of the windows, 80 of the 120 bits of p - 1 = 7 * 2^120 (0: none)
+        n = -(-e // w)
+        self.small_bits = w * -(-2 * n // 3) if n >= 3 else 0
+        if self.small_bits >= e:
+            self.small_bits = 0
+        if self.small_bits:
+            self._build(self.small_bits)
+
+    def low(self, h, k) -> int:
+        """The log of ``h`` in the subgroup of order q^k (k a built node, e.g. ``small_bits``)
+        to base g^(q^(e-k)): x mod q^k for ``h = (g^x)^(q^(e-k))``."""
+        return self._solve(h, k)
 
     def _build(self, k) -> None:
         if k in self._nodes:
@@ -283,6 +296,7 @@ class DiscreteLog:
             parts.append((m, solve, crt))
         self._parts = parts
         self._small_mod = 1 << SMALL_BITS
+        self._small_first = True
         self._inverses: dict = {}
 
 
@@ -325,9 +339,19 @@ class DiscreteLog:
         if self._split is not None:         # the largest part by divide and conquer, one probe
             big, qe = self._split
             m, solve, crt = self._parts[big]
+            small = solve.small_bits
+            if small and self._small_first:     # a log below q^k / 2: its k low digits suffice
+                qk = solve.q ** small
+                low = solve.low(gmpy2.powmod(a, m * solve.q ** (solve.e - small), P), small)
+                n = low if 2 * low < qk else low - qk
+                if gmpy2.powmod(omega if n >= 0 else inv, abs(n), P) == a:
+                    return int(n)
+                self._small_first = False       # the logs are taller: whole from now on
             got = solve(gmpy2.powmod(a, m, P))
             n = got if 2 * got < qe else got - qe
             if 2 * abs(n) < qe and gmpy2.powmod(omega if n >= 0 else inv, abs(n), P) == a:
+                if small and 4 * abs(n) < solve.q ** small:
+                    self._small_first = True    # small again: the low digits first
                 return int(n)
             return self._lift(got * crt, big, a)
         big = max(range(len(self._parts)), key=lambda t: N // self._parts[t][0])

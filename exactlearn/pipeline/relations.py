@@ -85,22 +85,32 @@ class Exact(Relation):
         return lambda bp, op: [(s, True) for s in finder.find(bp[0] * op[0])]
 
     def partners(self, joint):
-        """Over F_p the products rho_h * rho_r of all r are one scalar multiple of a
-        python-flint polynomial whose coefficients are the rho_r (in C); the same pairs."""
+        """Over F_p (python-flint ``fmpz_mod``) the products rho_h * rho_r are taken on the
+        residues as Python integers and looked up among the joint's residues: the same
+        pairs as the products in the field (equal elements of F_p are equal residues in
+        [0, p)), without a field element per product."""
         ring = getattr(self.K, "poly_ring", None)
         if not isinstance(ring, flint.fmpz_mod_poly_ctx):
             return super().partners(joint)
-        finder = _Finder([p[0] for p in joint], self.K)
+        p = int(ring.modulus())
+        table: dict = {}
+        for s, jp in enumerate(joint):
+            table.setdefault(int(jp[0]), []).append(s)
+        get = table.get
         cache: dict = {}
 
         def pairs(bp, other):
             key = id(other)
-            if key not in cache:
-                cache[key] = (other, ring([op[0] for op in other]), len(other))
-            _, poly, n = cache[key]
-            prods = (poly * bp[0]).coeffs()
-            prods += [self.K.zero] * (n - len(prods))
-            return [(r, s, True) for r, x in enumerate(prods) for s in finder.find(x)]
+            got = cache.get(key)
+            if got is None:
+                got = cache[key] = (other, [int(op[0]) for op in other])
+            b = int(bp[0])
+            out = []
+            for r, o in enumerate(got[1]):
+                hit = get(b * o % p)
+                if hit is not None:
+                    out.extend((r, s, True) for s in hit)
+            return out
         return pairs
 
     def c_tie(self, jp, bp, op, mode):

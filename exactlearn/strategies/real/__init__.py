@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 from exactlearn.errors import DegenerateDraw, LearningFailure, ResidualsBeyondNoise
 from exactlearn.pipeline.plan import draw_paper_plan
-from exactlearn.strategies.real.learn import run_real, verify_real
-from exactlearn.strategies.real.lsq import one_blas_thread
-from exactlearn.strategies.real.stable import run_stable, stable_count
-from exactlearn.strategies.real.stable_messages import plural
+
+# the learner's modules (numpy, mpmath, scipy) are imported where they run, so that
+# importing exactlearn for an exact field does not load them (RealDetail is all the
+# API's result needs from here)
 
 #: The strategy runs over the real field (inexact) only.
 EXACT = False
@@ -79,7 +79,10 @@ def plan_count(name, d, H, bias=False, drawn=None) -> int:
     """The plan's own count (probe excluded): the stable plan's (with ``bias``, the stable plan
     for biases', docs/explanation/biases.md), or the paper's."""
     from exactlearn.pipeline.plan import paper_count
-    return stable_count(d, H, bias) if name == "stable" else paper_count(d, H)
+    if name == "stable":
+        from exactlearn.strategies.real.stable import stable_count
+        return stable_count(d, H, bias)
+    return paper_count(d, H)
 
 
 def run(plan, ask, K, trace, options) -> tuple:
@@ -112,7 +115,7 @@ def run(plan, ask, K, trace, options) -> tuple:
                 options.state.outcome.detail["head_counts_refuted"] = [t[:300] for t in tried]
             if not options.heads_given and len(heads) < plan.H:     # what the bound can't show
                 options.state.outcome.detail["head_bound_caveat"] = (
-                    f"{plural(len(heads))} certified under a bound of {plan.H}: the error bound "
+                    f"{_plural(len(heads))} certified under a bound of {plan.H}: the error bound "
                     f"covers the canonical heads if no two true heads are closer than these "
                     f"observations resolve at the declared eta (two such heads are reported as "
                     f"one; docs/explanation/real-field.md#the-resolution-test)")
@@ -121,7 +124,7 @@ def run(plan, ask, K, trace, options) -> tuple:
             m = exc.heads
             if exc.resolved and resolved is None:
                 resolved = m
-            tried.append(f"with {plural(m) if m is not None else 'the heads found'}: {exc}")
+            tried.append(f"with {_plural(m) if m is not None else 'the heads found'}: {exc}")
             if options.heads_given or m is None or m >= plan.H:
                 if len(tried) > 1:
                     raise ResidualsBeyondNoise(_history(tried, resolved), heads=m) from None
@@ -132,7 +135,7 @@ def run(plan, ask, K, trace, options) -> tuple:
         except LearningFailure as exc:
             if not tried:
                 raise
-            tried.append(f"refitting with exactly {plural(fit_heads)}: {exc.kind}: {exc}")
+            tried.append(f"refitting with exactly {_plural(fit_heads)}: {exc.kind}: {exc}")
             raise ResidualsBeyondNoise(_history(tried, resolved), heads=fit_heads) from None
     if options.heads_given and len(heads) < plan.H:
         raise DegenerateDraw(
@@ -142,7 +145,15 @@ def run(plan, ask, K, trace, options) -> tuple:
     return heads, n
 
 
+def _plural(n) -> str:
+    from exactlearn.strategies.real.stable_messages import plural    # numpy: imported here
+    return plural(n)
+
+
 def _run_once(plan, ask, K, options, fit_heads):
+    from exactlearn.strategies.real.learn import run_real
+    from exactlearn.strategies.real.lsq import one_blas_thread
+    from exactlearn.strategies.real.stable import run_stable
     if options.plan == "stable":
         with one_blas_thread():        # the box keeps its threads (lsq.box_blas_threads)
             return run_stable(plan, ask, K, noise=options.noise, noise_rel=options.noise_rel,
@@ -155,7 +166,7 @@ def _run_once(plan, ask, K, options, fit_heads):
 
 def _history(tried, resolved=None):
     if resolved is not None:            # the resolution test refuted a count within eta
-        head = (f"the observations resolve more than {plural(resolved)}, but no larger count up "
+        head = (f"the observations resolve more than {_plural(resolved)}, but no larger count up "
                 f"to the bound is certified with a covering bound; ")
     else:
         head = "no head count up to the bound fits the observations within the declared eta; "
@@ -164,6 +175,7 @@ def _history(tried, resolved=None):
 
 def verify(oracle, heads, d, H, K, convert, rng, R, n, state) -> tuple:
     """``n`` fresh queries compared within the certificate's tolerance."""
+    from exactlearn.strategies.real.learn import verify_real
     return verify_real(oracle, state.outcome, heads, d, H, K, convert, rng, R, n)
 
 

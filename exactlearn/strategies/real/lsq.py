@@ -51,7 +51,6 @@ from dataclasses import dataclass
 
 import gmpy2
 import numpy as np
-from scipy.optimize import OptimizeResult, least_squares, leastsq
 from threadpoolctl import ThreadpoolController
 
 EPS = float(np.finfo(float).eps)
@@ -64,6 +63,7 @@ def solve(residual, jacobian, theta0, *, method=None, ftol=EPS, xtol=EPS, gtol=E
     ``"trf"``, unless given.  A residual that is not finite at a trial point (an overflow
     far from the start) is replaced by ``BIG``, so the step is rejected; one that is not
     finite at the start gives ``status = -1`` (nothing evaluated further)."""
+    from scipy.optimize import OptimizeResult, least_squares   # on first use: the exact fields never import scipy
     theta0 = np.asarray(theta0, dtype=float)
     with np.errstate(all="ignore"):
         r0 = np.asarray(residual(theta0), dtype=float)
@@ -92,6 +92,7 @@ def _lmder(residual, jacobian, theta0, ftol, xtol, gtol, max_nfev):
     scales by the Jacobian's columns as least_squares' default ``x_scale="jac"`` does; factor
     100; at most ``100 n`` evaluations unless given), so the same iterates, at a fraction of
     the Python overhead of each evaluation of these small fits."""
+    from scipy.optimize import OptimizeResult, leastsq
     n = theta0.size
     x, _, info, _, ier = leastsq(lambda th: _finite(residual(th)), theta0,
                                  Dfun=lambda th: _finite(jacobian(th)), full_output=True,
@@ -165,6 +166,9 @@ _SAVED: list = []     # per open one_blas_thread, innermost last: the BLAS threa
 
 def _blas():
     if not _BLAS:
+        # scipy (imported on first use, module doc) brings its own OpenBLAS: load it before the
+        # controller looks for the process's BLAS libraries, so that it pins that one too
+        import scipy.optimize  # noqa: F401
         _BLAS.append(ThreadpoolController())
     return _BLAS
 
