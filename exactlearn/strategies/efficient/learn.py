@@ -47,9 +47,9 @@ docs/explanation/efficient-plan.md).
 ...                             ([[0, 1, 0], [1, 0, -2], [2, 0, 1]], [-1, 1, 3])])
 >>> res = learn(Oracle(model, Modular()), d=3, heads=2, seed=1, plan="efficient")
 >>> res.status, res.heads == model.canonical_heads(), res.plan_queries, res.plan, res.plan_fallbacks
-('certified', True, 39, 'efficient', [])
+('certified', True, 35, 'efficient', [])
 >>> [r["queries"] for r in res.multimodular["primes"]]      # the count holds per prime
-[39, 39]
+[35, 35]
 """
 
 from __future__ import annotations

@@ -16,6 +16,14 @@ keeps the paper's configurations (x_i, e_j) but asks less of each:
   equal v) the learner falls back to the paper's matching for that configuration:
   the ``reserve`` configurations (x_1 + x_i, e_1) and (x_i, e_1 + e_j) below,
   asked only when needed and reported in ``plan_fallbacks``.
+* **Lean sampling** (issue 23, the default for the full plan; ``lean=False`` turns it
+  off): once the group of x_1 has given every c_h(e_j), a basis configuration
+  (x_i, e_j), i ≥ 2, is asked at k = 1..2H−2 for H ≥ 3
+  (:func:`~exactlearn.strategies.efficient.known_c.samples_basis`), and a matching
+  configuration (x_1, e_1 + e_j) at k = 1 alone for 2 ≤ H ≤ 6
+  (:func:`~exactlearn.strategies.efficient.known_c.samples_within`).  Where those
+  samples do not pin the answer down the learner asks the rest (a ``samples``
+  fallback, counted).
 * **H = 1.** No matching at all, and 2H − 1 = 1 sample per configuration.
 * **Rank r** (``rank=r``, a promise that every canonical M_h = Eᵀ W_h X has
   rank ≤ r): only the skeleton -- configurations (x_i, e_j) with i < r or j < r,
@@ -32,17 +40,21 @@ keeps the paper's configurations (x_i, e_j) but asks less of each:
   bound is ≤ 2^−40, or fails explicitly (:class:`RangeTooSmall`) when the range is
   too small for that (docs/explanation/efficient-plan.md).
 
-The count is read off the plan (d singles, then 2H − 1 samples per asked
-configuration)::
+The count is read off the plan (d singles, then the samples of each asked configuration:
+2H − 1, or fewer where lean)::
 
-    efficient_count(d, H)          = d + (2H−1)(d² + [H ≥ 2](d − 1) + 1)
+    efficient_count(d, H)          = d + (2H−1)(d + 1) + (d − 1) n_w + d(d − 1) n_b     (lean)
                                    = d² + d + 1                 (H = 1)
+        with n_b = 2H − 2 for H ≥ 3 (2H − 1 for H ≤ 2), n_w = 1 for 2 ≤ H ≤ 6 (2H − 1 above)
+    efficient_count(d, H, lean=False) = d + (2H−1)(d² + [H ≥ 2](d − 1) + 1)
                                    = 2Hd² + 2Hd − d²            (H ≥ 2)
     efficient_count(d, H, rank=r, checks=n) = d + (2H−1)(d² − (d−r)² + [H ≥ 2](d−1) + n)
 
 >>> p = efficient_plan([[1, 0], [0, 1]], [[1, 1], [0, 1]], H=2, checks=[((1, 2), (3, -1))])
 >>> p.name, p.count, p.count == efficient_count(2, 2), efficient_count(3, 1), efficient_count(3, 2)
-('efficient', 20, True, 13, 39)
+('efficient', 18, True, 13, 35)
+>>> efficient_count(3, 2, lean=False), efficient_count(8, 4), efficient_count(8, 4, lean=False)
+(39, 414, 512)
 >>> efficient_count(6, 2, rank=1, checks=2), paper_count(6, 2)
 (60, 285)
 """
