@@ -38,7 +38,7 @@ import itertools
 from exactlearn.algebra import linalg, polys
 from exactlearn.errors import FieldError
 
-__all__ = ["samples_basis", "samples_within", "MAX_PAIRING_HEADS", "poles_known_c", "line_of_families",
+__all__ = ["samples_basis", "samples_within", "MAX_PAIRING_HEADS", "poles_known_c", "pole_sets", "line_of_families",
            "resultant_monic", "pairings"]
 
 #: The within configurations are asked at k = 1 alone when H! pairings are few enough
@@ -151,7 +151,8 @@ def _in_t(N0, D0, N1, D1, c, H, K):
 
 def poles_known_c(gs, cs, K):
     """The labelled poles [ρ_h] of g(k) = Σ_h c_h/(1 + k ρ_h) from ``gs`` = g(1..2H−2)
-    and the labelled, pairwise distinct, nonzero ``cs`` (H ≥ 3), or None.
+    and the labelled, pairwise distinct, nonzero ``cs`` (H ≥ 2; for H = 2 always None:
+    see :func:`pole_sets`), or None.
 
     Not None only when the answer is the *only* one: every list of H nonzero poles
     (distinct or not) whose family with the coefficients ``cs`` takes the values ``gs``
@@ -161,8 +162,48 @@ def poles_known_c(gs, cs, K):
     is then linear; and the poles come out as H distinct roots of D_t whose residues are
     the c-values, one each.  None otherwise: the caller asks the family's last sample.
     """
+    got = _common_roots(gs, cs, K)
+    if got is None or polys.degree(got[1]) != 1:
+        return None
+    G = got[1]
+    return _poles_at(got[0], -G[0] / G[1], cs, K)
+
+
+def pole_sets(gs, cs, K) -> list:
+    """Every labelled pole list [ρ_h] (distinct, nonzero, split over K) whose family with
+    the coefficients ``cs`` takes the values ``gs`` at k = 1..2H−2 (H ≥ 2, c-values
+    distinct), found among the common roots of R_1 and R_2; [] when the samples leave more
+    than a line of (N, D).  For H ≥ 3 generically one; for H = 2 (2H − 2 = H samples)
+    generically two -- why the plan keeps 2H − 1 samples there.
+
+    >>> from exactlearn.fields import Modular
+    >>> K = Modular(p=10007)
+    >>> rho, c = [K(3), K(5)], [K(2), K(-1)]
+    >>> g = lambda k: sum((ci / (1 + k * ri) for ri, ci in zip(rho, c)), K.zero)
+    >>> sets = pole_sets([g(K(1)), g(K(2))], c, K)
+    >>> len(sets), rho in sets
+    (2, True)
+    """
+    got = _common_roots(gs, cs, K)
+    if got is None:
+        return []
+    line, G = got
+    try:
+        ts = K.roots(G) if polys.degree(G) >= 1 else []
+    except (FieldError, ArithmeticError, ValueError):
+        return []
+    out = []
+    for t in ts:
+        rho = _poles_at(line, t, cs, K)
+        if rho is not None:
+            out.append(rho)
+    return out
+
+
+def _common_roots(gs, cs, K):
+    """(the line, gcd(R_1, R_2)) or None (not a line, or a resultant identically 0)."""
     H = len(cs)
-    if H < 3 or len(gs) != 2 * H - 2:
+    if H < 2 or len(gs) != 2 * H - 2:
         return None
     line = line_of_families(gs, cs, K)
     if line is None:
@@ -172,10 +213,14 @@ def poles_known_c(gs, cs, K):
     R2 = _in_t(N0, D0, N1, D1, cs[1], H, K)
     if not R1 or not R2:
         return None
-    G = _gcd(R1, R2, K)
-    if polys.degree(G) != 1:
-        return None
-    t = -G[0] / G[1]
+    return line, _gcd(R1, R2, K)
+
+
+def _poles_at(line, t, cs, K):
+    """The labelled poles of the point t of the line, or None when D_t does not split into
+    H distinct nonzero roots whose residues are the c-values, one each."""
+    H = len(cs)
+    N0, D0, N1, D1 = line
     D = polys.trim([a + t * b for a, b in zip(D0, D1)], K)
     N = polys.trim([a + t * b for a, b in zip(N0, N1)], K)
     try:
