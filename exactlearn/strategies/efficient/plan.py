@@ -232,6 +232,13 @@ class EfficientPlan(Plan):
         """2H − 1: the samples k = 1..2H−1 that determine a family on their own."""
         return samples_per_config(self.H)
 
+    def unlean(self) -> None:
+        """Make this plan the one before lean sampling (every configuration at 2H − 1
+        samples), before anything is asked: the learner does so over a field whose exact
+        arithmetic makes the lean tests too slow (the symbolic field, Q(T))."""
+        self.lean = False
+        self.queries = _queries(self)
+
     def samples_of(self, c) -> int:
         """The samples k = 1..n the plan asks of configuration ``c``: in a lean plan
         :func:`~exactlearn.strategies.efficient.known_c.samples_basis` for a basis
@@ -316,11 +323,16 @@ def efficient_plan(X, E, H: int, rank: int | None = None, checks=(), miss_bound:
     plan = EfficientPlan(d, H, X, E, configs, [], name, rank=rank, n_asked=len(asked),
                          checks=tuple(range(first_check, len(asked))), miss_bound=miss_bound,
                          lean=lean and rank is None and H >= 2)
-    queries = [Query(plan.index("basis", i, 0), 0) for i in range(d)]
-    for n in range(len(asked)):
-        queries.extend(Query(n, k) for k in range(1, plan.samples_of(configs[n]) + 1))
-    plan.queries = queries
+    plan.queries = _queries(plan)
     return plan
+
+
+def _queries(plan) -> list:
+    """The d single tokens, then k = 1..samples_of(c) for each asked configuration c."""
+    queries = [Query(plan.index("basis", i, 0), 0) for i in range(plan.d)]
+    for n in range(plan.n_asked):
+        queries.extend(Query(n, k) for k in range(1, plan.samples_of(plan.configs[n]) + 1))
+    return queries
 
 
 def draw_efficient_plan(d: int, H: int, rng: random.Random, x_range: int, e_range: int | None = None,
