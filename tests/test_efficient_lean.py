@@ -1,0 +1,136 @@
+"""Lean sampling of the efficient plan (issue 23, sec. 3; docs: explanation/efficient-plan.md,
+"Fewer samples once v is known"): counts against H(d^2 + d), exactness against the raw
+model's canonical heads, the per-family tests, and every fallback counted."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from exactlearn import Modular, MultiHeadAttention, Oracle, Rational, learn
+from exactlearn.generate import random_model
+from exactlearn.strategies.efficient import certificate as eff_certificate
+from exactlearn.strategies.efficient import learn as eff_learn
+from exactlearn.strategies.efficient.plan import efficient_count
+
+
+def per_prime(res) -> list:
+    return [r["queries"] for r in (res.multimodular or {}).get("primes", []) if r.get("queries")] or [res.queries]
+
+
+def test_d8_h4_modular_within_one_and_a_half_times_the_parameters():
+    """414 queries per prime (512 before lean sampling) <= 1.5 * 4 * (64 + 8) = 432,
+    exact, certified unique, no fallback."""
+    d, H = 8, 4
+    model = random_model(d, H, seed=3)
+    oracle = Oracle(model, Modular())
+    res = learn(oracle, d=d, heads=H, seed=3, plan="efficient")
+    assert res.certified and res.heads == model.canonical_heads()
+    assert per_prime(res) == [414] * len(per_prime(res)) and 414 <= 1.5 * H * (d * d + d)
+    assert res.queries == oracle.queries and res.plan_fallbacks == []
+    assert res.plan_detail["certificate"] == "unique" and res.plan_detail["check_miss_bound"] == 0
+    assert res.plan_detail["samples_basis"] == 6 and res.plan_detail["samples_within"] == 1
+    assert res.plan_detail["parameter_count"] == H * (d * d + d)
+
+
+def test_rational_field_lean_count_exact_and_unique():
+    """Over Q (analysis modulo primes, the uniqueness tests modulo a prime): 119 queries
+    for d = 5, H = 3 (155 before)."""
+    d, H = 5, 3
+    model = random_model(d, H, seed=1)
+    oracle = Oracle(model, Rational())
+    res = learn(oracle, d=d, heads=H, seed=1, plan="efficient")
+    assert res.certified and res.heads == model.canonical_heads()
+    assert res.queries == oracle.queries == 119 == efficient_count(d, H)
+    assert res.plan_detail["certificate"] == "unique"
+
+
+@pytest.mark.parametrize("H", [3, 4, 6])
+def test_poles_known_c_recovers_the_true_poles_from_2h_minus_2_samples(H):
+    from exactlearn.strategies.efficient.known_c import poles_known_c
+    K = Modular()
+    rng = random.Random(H)
+    for _ in range(5):
+        rho = [K(rng.randrange(2, 10 ** 12)) for _ in range(H)]
+        c = [K(rng.randrange(1, 10 ** 6) * (-1) ** t) for t in range(H)]
+        gs = [sum((ci / (1 + K(k) * ri) for ri, ci in zip(rho, c)), K.zero) for k in range(1, 2 * H - 1)]
+        assert poles_known_c(gs, c, K) == rho
+        assert poles_known_c(gs[:-1] + [gs[-1] + 1], c, K) != rho       # other values: not these poles
+
+
+def test_two_heads_two_samples_leave_two_pole_sets():
+    """Why H = 2 keeps 2H - 1 samples: with known c-values, 2H - 2 = H samples fit two
+    labelled pole sets exactly (and poles_known_c says so by returning None)."""
+    from exactlearn.strategies.efficient.known_c import pole_sets, poles_known_c
+    K = Modular()
+    rho, c = [K(12345), K(987654321)], [K(7), K(-3)]
+    gs = [sum((ci / (1 + K(k) * ri) for ri, ci in zip(rho, c)), K.zero) for k in (1, 2)]
+    sets = pole_sets(gs, c, K)
+    assert len(sets) == 2 and rho in sets
+    other = next(s for s in sets if s != rho)
+    assert [sum((ci / (1 + K(k) * ri) for ri, ci in zip(other, c)), K.zero) for k in (1, 2)] == gs
+    assert poles_known_c(gs, c, K) is None
+
+
+def test_pairing_read_at_k_equal_one():
+    from exactlearn.strategies.efficient.known_c import pairings
+    K = Modular()
+    ref = [(K(3), K(2)), (K(5), K(-1)), (K(11), K(4))]
+    other = [(K(7), K(6)), (K(13), K(1)), (K(2), K(-5))]
+    perm = (2, 0, 1)
+    y = sum(((c + other[g][1]) / (1 + a * other[g][0]) for (a, c), g in zip(ref, perm)), K.zero)
+    assert pairings(ref, other, y + K(9), K(9), K) == [perm]
+
+
+def test_an_undetermined_family_is_completed_and_counted(monkeypatch):
+    """When the 2H - 2 samples do not decide (forced here), the family's last sample is
+    asked: a 'samples' fallback whose queries are in the count, the answer still exact."""
+    monkeypatch.setattr(eff_learn, "poles_known_c", lambda gs, cs, K: None)
+    d, H = 4, 3
+    model = random_model(d, H, seed=2)
+    oracle = Oracle(model, Rational())
+    res = learn(oracle, d=d, heads=H, seed=2, plan="efficient")
+    assert res.certified and res.heads == model.canonical_heads()
+    fb = [f for f in res.plan_fallbacks if f["kind"] == "samples"]
+    assert len(fb) == 1 and fb[0]["configs"] == d * (d - 1) and fb[0]["queries"] == d * (d - 1)
+    assert res.queries == oracle.queries == res.plan_queries + sum(f["queries"] for f in res.plan_fallbacks)
+
+
+def test_the_unique_certificate_needs_the_reduced_families_test(monkeypatch):
+    """If the certificate's uniqueness test fails for the reduced families (forced here),
+    the answer is not certified 'unique': it rests on further check configurations (asked,
+    counted) with a miss bound <= 2^-40."""
+    monkeypatch.setattr(eff_certificate, "poles_known_c", lambda gs, cs, K: None)
+    d, H = 4, 3
+    model = random_model(d, H, seed=5)
+    oracle = Oracle(model, Modular())
+    res = learn(oracle, d=d, heads=H, seed=5, plan="efficient")
+    assert res.certified and res.heads == model.canonical_heads()
+    assert res.plan_detail["certificate"] == "checks" and 0 < res.plan_detail["check_miss_bound"] <= 2.0 ** -40
+    assert any(f["kind"] == "checks" for f in res.plan_fallbacks)
+    assert res.queries == oracle.queries
+
+
+def test_a_bound_above_the_true_heads_completes_the_plan_counted():
+    """Fewer poles than the bound: the lean route needs H, so every family is completed to
+    2H - 1 samples (a counted 'samples' fallback) and analysed as before."""
+    model = MultiHeadAttention([([[1, 0, 2], [0, -1, 1], [1, 1, 0]], [1, 2, 0]),
+                                ([[0, 1, 0], [1, 0, -2], [2, 0, 1]], [-1, 1, 3])])
+    oracle = Oracle(model, Modular())
+    res = learn(oracle, d=3, max_heads=3, seed=1, plan="efficient")
+    assert res.certified and res.heads == model.canonical_heads()
+    kinds = [f["kind"] for f in res.plan_fallbacks]
+    assert "samples" in kinds
+    run = res.plan_queries + sum(f["queries"] for f in res.plan_fallbacks)
+    assert all(q == run for q in per_prime(res)) and res.queries == oracle.queries
+
+
+def test_lean_false_keeps_the_plan_before():
+    from exactlearn.strategies.efficient.plan import draw_efficient_plan
+    p = draw_efficient_plan(8, 4, random.Random(0), 2 ** 32, lean=False)
+    assert p.count == efficient_count(8, 4, lean=False) == 512 and not p.lean
+    q = draw_efficient_plan(8, 4, random.Random(0), 2 ** 32)
+    assert q.count == 414 and q.lean
+    q.unlean()
+    assert q.count == 512
