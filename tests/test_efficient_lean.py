@@ -134,3 +134,26 @@ def test_lean_false_keeps_the_plan_before():
     assert q.count == 414 and q.lean
     q.unlean()
     assert q.count == 512
+
+
+def test_coinciding_c_values_complete_only_their_direction():
+    """c-values that coincide at one direction e_j (v_1.e_j = v_2.e_j) need the paper's
+    matching there: only the families (x_i, e_j) of that direction are completed (counted),
+    the others keep their 2H - 2 samples; the answer is the canonical heads."""
+    from exactlearn import Recorder
+    from exactlearn.strategies.efficient.learn import run_efficient
+    from exactlearn.strategies.efficient.plan import efficient_plan
+    # v_2 - v_1 = (0, -2, -3) is orthogonal to e_2 = (1, 3, -2) only
+    model = MultiHeadAttention([([[5, -3, 7], [2, -6, 1], [4, 9, -2]], [1, 2, 3]),
+                                ([[-4, 8, 3], [6, 1, -5], [7, -2, 9]], [1, 0, 0]),
+                                ([[3, 6, -8], [-7, 4, 2], [1, -9, 5]], [2, -1, 5])], d=3)
+    K = Modular().with_scale(1)
+    X, E = [[3, 1, -2], [1, -2, 4], [2, 3, 1]], [[2, -1, 3], [1, 3, -2], [-3, 1, 2]]
+    plan = efficient_plan(X, E, 3, checks=[((1, -2, 3), (2, 1, -1))])
+    rec = Recorder(Oracle(model, K), K, False)
+    heads, _ = run_efficient(plan, rec, K, lambda: rec.observations)
+    assert heads == model.canonical_heads()
+    fb = {f["kind"]: f for f in plan.fallbacks}
+    assert fb["samples"]["configs"] == 2 and fb["samples"]["queries"] == 2     # (x_2, e_2), (x_3, e_2)
+    assert "matching" in fb and "coincide" in fb["samples"]["reason"]
+    assert rec.queries == plan.count + sum(f["queries"] for f in plan.fallbacks)

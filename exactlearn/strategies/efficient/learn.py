@@ -198,8 +198,13 @@ def _analyse_and_certify(plan, values, K, full, observations, trace) -> tuple:
 
 
 class _Complete(Exception):
-    """The lean analysis cannot use its fewer samples here: complete every family to
-    2H − 1 samples and analyse as the plan that is not lean does."""
+    """The lean analysis cannot use its fewer samples here: complete the families to
+    2H − 1 samples and analyse as the plan that is not lean does -- every family, or all
+    but those in ``known`` (configuration index -> their poles, already determined)."""
+
+    def __init__(self, reason, known=None):
+        super().__init__(reason)
+        self.known = known or {}
 
 
 def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
@@ -210,11 +215,14 @@ def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
     coinciding c-values, a pairing or a c-value label that is not unique) every family
     is completed to 2H − 1 samples -- asked here, counted, reported as a ``samples``
     fallback -- and analysed as below."""
+    known: dict = {}
     if plan.lean and full:
         try:
             return _analyse_lean(plan, values, A, K, trace)
         except _Complete as exc:
-            plan.lean_reasons.add(f"{exc}: every family completed to 2H - 1 = {plan.samples} samples")
+            known = exc.known
+            plan.lean_reasons.add(f"{exc}: {'those' if known else 'every'} famil{'ies' if known else 'y'} "
+                                  f"completed to 2H - 1 = {plan.samples} samples")
     d, H, ns = plan.d, plan.H, plan.samples
     P = A.param
     conv = (lambda y: y) if A is K else A
@@ -239,6 +247,9 @@ def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
     def fit(n):
         if n not in fits:
             c = plan.configs[n]
+            if n in known:              # determined by the lean analysis (its proofs)
+                fits[n] = known[n]
+                return fits[n]
             y0 = obs(c, 0) if c.x in plan.X else dot(V, c.x)
             fits[n] = poles_through_limit(y0, [obs(c, k) for k in range(1, ns + 1)], dot(V, c.a), H, A)
         return fits[n]
@@ -350,12 +361,16 @@ def _analyse_lean(plan, values, A, K, trace) -> tuple:
             if len(perms) != 1:
                 raise _Complete(f"the heads of (x_1, e_1) and (x_1, e_{j + 1}) pair in {len(perms)} ways")
             lab[(0, j)] = [other[g] for g in perms[0]]
+            if n not in fits:           # its poles, as a full fit would give them (distinct products)
+                w_poles = [(a * b, c + g) for (a, c), (b, g) in zip(ref, lab[(0, j)])]
+                if all(not A.eq(w_poles[s][0], w_poles[t][0]) for s in range(H) for t in range(s)):
+                    fits[n] = w_poles
         cs = [[c for _, c in lab[(0, j)]] for j in range(d)]
-        for j in range(d):
-            if any(A.eq(cs[j][a], cs[j][b]) for a in range(H) for b in range(a)):
-                raise _Complete(f"the heads' c-values coincide at e_{j + 1} (e.g. equal v)")
+        tied = [j for j in range(d) if any(A.eq(cs[j][a], cs[j][b]) for a in range(H) for b in range(a))]
         for i in range(1, d):
             for j in range(d):
+                if j in tied:
+                    continue
                 n = idx("basis", i, j)
                 c = plan.configs[n]
                 nb = plan.samples_of(c)
@@ -383,6 +398,9 @@ def _analyse_lean(plan, values, A, K, trace) -> tuple:
                 lab[(i, j)] = [by[h] for h in range(H)]
     except (InterpolationError, ExactnessError) as exc:
         raise _Complete(f"a family does not fit: {exc}") from None
+    if tied:                            # the paper's matching for those directions, as before
+        raise _Complete(f"the heads' c-values coincide at e_j for j in {[j + 1 for j in tied]} (e.g. "
+                        f"equal v): the families (x_i, e_j) there", known=dict(fits))
     cells = skeleton(d, None)
     logs = [{(i, j): A.log(lab[(i, j)][h][0]) for i, j in cells} for h in range(H)]
     heads = []
