@@ -27,6 +27,11 @@ The steps, reusing the paper learner's parts:
    false rank promise, caught by the check configurations -- falls back to the
    full plan as well; so does one whose W is not exact in the field.
 
+**Lean sampling** (issue 23; the default for the full plan over the modular and rational
+fields, :func:`_analyse_lean`): the families whose c-values the group of x_1 has given are
+asked at fewer samples (:mod:`~exactlearn.strategies.efficient.known_c`); a family whose
+samples do not determine it is completed (counted, a ``samples`` fallback).
+
 7. **Certificate** (:mod:`~exactlearn.strategies.efficient.certificate`): *unique* when H
    heads come out with every label tied
    (:func:`~exactlearn.strategies.efficient.certificate.unique_on_plan`: no other model with
