@@ -244,13 +244,17 @@ def _reduced_determined(reduced, heads, plan, K, rho, cval, vs) -> bool:
             test = _only_pairing
         else:
             return False
-        if not _holds(test, data, K):
+        if not _holds(test, data, K, getattr(plan, "known_c_passed", None)):
             return False
     return True
 
 
-def _only_poles(data, F) -> bool:
+def _only_poles(data, F, memo=None) -> bool:
+    """The test of poles_known_c on ``data``; ``memo`` (field, values, c-values) of the
+    tests the analysis passed in the same field: an identical input passed already."""
     gs, cs = data
+    if memo is not None and any(f is F and g == gs and c == cs for f, g, c in memo):
+        return True
     return poles_known_c(gs, cs, F) is not None
 
 
@@ -261,7 +265,7 @@ def _only_pairing(data, F) -> bool:
     return pairings(ref, other, y, F.zero, F) == [tuple(range(len(ref)))]
 
 
-def _holds(test, data, K) -> bool:
+def _holds(test, data, K, memo=None) -> bool:
     """``test(data, K)``; over Q decided modulo a prime instead (the analysis primes, the
     first whose reduction exists): uniqueness modulo p implies uniqueness over Q
     (docs/explanation/efficient-plan.md, "Fewer samples once v is known": two rational
@@ -278,7 +282,7 @@ def _holds(test, data, K) -> bool:
         except (ExactLearnError, ArithmeticError, ValueError, ZeroDivisionError):
             continue                # a denominator divisible by p: the next prime
         try:
-            return test(mapped, F)
+            return test(mapped, F, memo) if test is _only_poles else test(mapped, F)
         except (ExactLearnError, ArithmeticError, ValueError, ZeroDivisionError):
             return False
     return False

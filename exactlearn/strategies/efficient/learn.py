@@ -142,6 +142,7 @@ def run_efficient(plan, ask, K, observations, trace=None, attempts: int = 1) -> 
     rank_fallback = None
     plan.extra_checks, plan.extra_queries = [], 0
     plan.lean_reasons = set()
+    plan.known_c_passed = []        # (field, values, c-values) whose poles_known_c test passed
     while True:
         try:
             heads, matching, n_cert = _analyse_and_certify(plan, values, K, full, observations, trace)
@@ -382,8 +383,10 @@ def _analyse_lean(plan, values, A, K, trace) -> tuple:
                 rho = None
                 if nb < ns:
                     limit = dot(V, c.a)
-                    rho = poles_known_c([obs(c, k) - limit for k in range(1, nb + 1)], cs[j], A)
+                    gs = [obs(c, k) - limit for k in range(1, nb + 1)]
+                    rho = poles_known_c(gs, cs[j], A)
                     if rho is not None:
+                        plan.known_c_passed.append((A, gs, list(cs[j])))
                         lab[(i, j)] = list(zip(rho, cs[j]))
                         fits[n] = lab[(i, j)]
                         continue

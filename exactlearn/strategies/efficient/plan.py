@@ -226,6 +226,7 @@ class EfficientPlan(Plan):
     extra_queries: int = 0             # the queries they asked (a query asked before is not asked again)
     lean: bool = False                 # fewer samples where the c-values are known (samples_of)
     lean_reasons: set = field(default_factory=set)     # why the learner asked beyond samples_of
+    known_c_passed: list = field(default_factory=list)  # the learner's passed tests (the certificate reuses)
 
     @property
     def samples(self) -> int:
