@@ -37,6 +37,7 @@ import itertools
 
 from exactlearn.algebra import linalg, polys
 from exactlearn.errors import FieldError
+from exactlearn.pipeline.interpolate import fmpz_mod_ring
 
 __all__ = ["samples_basis", "samples_within", "MAX_PAIRING_HEADS", "poles_known_c", "pole_sets", "line_of_families",
            "resultant_monic", "pairings"]
@@ -128,6 +129,9 @@ def _power(x, n, K):
 
 
 def _gcd(f, g, K):
+    rings = fmpz_mod_ring(K)
+    if rings is not None:               # F_p on python-flint: the same monic-up-to-scale gcd, in C
+        return polys.trim(list(rings[1](f).gcd(rings[1](g)).coeffs()), K)
     f, g = polys.trim(f, K), polys.trim(g, K)
     while g:
         f, g = g, polys.divmod_(f, g, K)[1]
@@ -138,6 +142,7 @@ def _in_t(N0, D0, N1, D1, c, H, K):
     """R(t) = Res_s(D_t, N_t − c D_t') as a polynomial in t (degree ≤ 2H − 1), from its
     values at t = 0..2H − 1."""
     ts, vals = [], []
+    rings = fmpz_mod_ring(K)
     for t in range(2 * H):
         tt = K(t)
         D = [a + tt * b for a, b in zip(D0, D1)]
@@ -145,7 +150,10 @@ def _in_t(N0, D0, N1, D1, c, H, K):
         dD = polys.derivative(D, K)
         G = [n - c * (dD[i] if i < len(dD) else K.zero) for i, n in enumerate(N)]
         ts.append(tt)
-        vals.append(resultant_monic(D, G, K))
+        if rings is not None:           # F_p on python-flint: Res(D, G) = prod G(r) (D monic), in C
+            vals.append(rings[1](D).resultant(rings[1](G)))
+        else:
+            vals.append(resultant_monic(D, G, K))
     return polys.trim(polys.newton_interpolate(ts, vals, K), K)
 
 
