@@ -251,9 +251,11 @@ def _reduced_determined(reduced, heads, plan, K, rho, cval, vs) -> bool:
 
 def _only_poles(data, F, memo=None) -> bool:
     """The test of poles_known_c on ``data``; ``memo`` (field, values, c-values) of the
-    tests the analysis passed in the same field: an identical input passed already."""
+    tests the analysis passed in the same field: an identical input passed already (the
+    c-values up to their order: the heads' names do not change the claim it proves)."""
     gs, cs = data
-    if memo is not None and any(f is F and g == gs and c == cs for f, g, c in memo):
+    if memo is not None and any(_same_field(f, F) and g == gs and len(c) == len(cs)
+                                and all(any(x == y for y in c) for x in cs) for f, g, c in memo):
         return True
     return poles_known_c(gs, cs, F) is not None
 
@@ -263,6 +265,15 @@ def _only_pairing(data, F) -> bool:
     if any(F.is_zero(F.one + a * b) for a, _ in ref for b, _ in other):
         return False                # (over Q, 1 + rho rho' > 0: a zero is a bad prime)
     return pairings(ref, other, y, F.zero, F) == [tuple(range(len(ref)))]
+
+
+def _same_field(f, F) -> bool:
+    """The same arithmetic: the same object, or two prime fields F_p with the same p (the
+    tests use + - * / and roots only, which depend on p alone)."""
+    if f is F:
+        return True
+    p = getattr(F, "p", None)
+    return p is not None and getattr(f, "p", None) == p and f.name == F.name == "modular"
 
 
 def _holds(test, data, K, memo=None) -> bool:
