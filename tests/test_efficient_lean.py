@@ -98,18 +98,26 @@ def test_an_undetermined_family_is_completed_and_counted(monkeypatch):
 
 
 def test_the_unique_certificate_needs_the_reduced_families_test(monkeypatch):
-    """If the certificate's uniqueness test fails for the reduced families (forced here),
-    the answer is not certified 'unique': it rests on further check configurations (asked,
-    counted) with a miss bound <= 2^-40."""
+    """unique_on_plan ties a family asked at 2H - 2 samples only when poles_known_c proves
+    its poles the only ones: with that test failing (forced here) the same heads are not
+    certified 'unique' on the lean plan, while on the plan with 2H - 1 samples they are."""
+    from exactlearn import Recorder
+    from exactlearn.strategies.efficient.learn import run_efficient
+    from exactlearn.strategies.efficient.plan import efficient_plan
+    model = MultiHeadAttention([([[5, -3, 7], [2, -6, 1], [4, 9, -2]], [1, 2, 3]),
+                                ([[-4, 8, 3], [6, 1, -5], [7, -2, 9]], [3, -1, 2]),
+                                ([[3, 6, -8], [-7, 4, 2], [1, -9, 5]], [2, -1, 5])], d=3)
+    K = Modular().with_scale(1)
+    X, E = [[3, 1, -2], [1, -2, 4], [2, 3, 1]], [[2, -1, 3], [1, 3, -2], [-3, 1, 2]]
+    checks = [((1, -2, 3), (2, 1, -1))]
+    plan = efficient_plan(X, E, 3, checks=checks)
+    rec = Recorder(Oracle(model, K), K, False)
+    heads, _ = run_efficient(plan, rec, K, lambda: rec.observations)
+    assert heads == model.canonical_heads() and plan.certificate == "unique" and plan.fallbacks == []
+    assert eff_certificate.unique_on_plan(heads, efficient_plan(X, E, 3, checks=checks), K)
     monkeypatch.setattr(eff_certificate, "poles_known_c", lambda gs, cs, K: None)
-    d, H = 4, 3
-    model = random_model(d, H, seed=5)
-    oracle = Oracle(model, Modular())
-    res = learn(oracle, d=d, heads=H, seed=5, plan="efficient")
-    assert res.certified and res.heads == model.canonical_heads()
-    assert res.plan_detail["certificate"] == "checks" and 0 < res.plan_detail["check_miss_bound"] <= 2.0 ** -40
-    assert any(f["kind"] == "checks" for f in res.plan_fallbacks)
-    assert res.queries == oracle.queries
+    assert not eff_certificate.unique_on_plan(heads, efficient_plan(X, E, 3, checks=checks), K)
+    assert eff_certificate.unique_on_plan(heads, efficient_plan(X, E, 3, checks=checks, lean=False), K)
 
 
 def test_a_bound_above_the_true_heads_completes_the_plan_counted():
