@@ -66,7 +66,10 @@ def test_counts_read_off_the_plan():
         assert draw_efficient_plan(d, 1, rng, 2 ** 32).count == d * d + d + 1
         for H in range(2, 5):
             p = draw_efficient_plan(d, H, rng, 2 ** 32)
-            assert p.count == efficient_count(d, H) == 2 * H * d * d + 2 * H * d - d * d
+            assert p.count == efficient_count(d, H) <= efficient_count(d, H, lean=False) \
+                == 2 * H * d * d + 2 * H * d - d * d                  # issue 23: lean sampling (< for d >= 2)
+            assert d == 1 or p.count < efficient_count(d, H, lean=False)
+            assert draw_efficient_plan(d, H, rng, 2 ** 32, lean=False).count == efficient_count(d, H, lean=False)
     p = draw_efficient_plan(6, 2, rng, 2 ** 32, rank=1)
     assert len(p.checks) == rank_checks(2, 2 ** 32) == 2
     assert p.count == efficient_count(6, 2, 1, 2) == 60 and 5 * p.count <= 2 * paper_count(6, 2)
@@ -83,6 +86,7 @@ def test_paper_plan_stays_the_default():
 def test_equal_v_falls_back_to_matching():
     model, res = run_row("equal v", 4, 2, None, 7)
     assert res.certified and res.heads == model.canonical_heads()
+    # H = 2: the lean plan's basis families have all their samples; only the matching is added
     assert [f["kind"] for f in res.plan_fallbacks] == ["matching"]
     assert "coincide" in res.plan_fallbacks[0]["reason"]
     assert res.queries <= res.plan_runs * paper_count(4, 2)
@@ -157,10 +161,10 @@ def test_json_keys_and_cli(tmp_path, capsys):
     for obj in (paper, eff):
         assert OLD_KEYS | {"plan_fallbacks", "plan_detail"} <= set(obj)
     assert paper["plan"] == "paper" and paper["plan_fallbacks"] == [] and paper["plan_detail"] is None
-    assert eff["plan"] == "efficient" and eff["plan_queries"] == 39
+    assert eff["plan"] == "efficient" and eff["plan_queries"] == 35      # 39 before lean sampling
     # per prime; 2 passes (analysis prime + confirmation) since issue 23, 3 before
-    assert [r["queries"] for r in eff["multimodular"]["primes"]] == [39] * 2
-    assert eff["queries"] == 2 * 39 and eff["exact_over_Q"] is True
+    assert [r["queries"] for r in eff["multimodular"]["primes"]] == [35] * 2
+    assert eff["queries"] == 2 * 35 and eff["exact_over_Q"] is True
     assert eff["plan_detail"]["paper_queries"] == 69 and eff["heads"] == paper["heads"]
     assert main(["learn", "--model", str(path), "--heads", "2", "--rank", "1"]) == 2
     assert "--plan efficient" in capsys.readouterr().err

@@ -115,7 +115,7 @@ def test_generic_run_keeps_its_count_with_a_unique_certificate():
     res = learn(oracle, d=3, heads=2, seed=1, plan="efficient")
     check_run(model, oracle, res)
     assert res.plan_detail["certificate"] == "unique" and res.plan_detail["check_miss_bound"] == 0
-    assert res.plan_fallbacks == [] and res.queries == 2 * 39     # two passes: analysis, confirmation
+    assert res.plan_fallbacks == [] and res.queries == 2 * 35     # two passes: analysis, confirmation
 
 
 def test_miss_bound_is_a_bound_by_enumeration():

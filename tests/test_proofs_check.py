@@ -197,4 +197,4 @@ def test_every_claim_module_is_imported_and_registers_a_claim():
     files = {p.stem for p in Path(pkg.__file__).parent.glob("*.py") if not p.stem.startswith("_")}
     registering = {c.run.__module__.rsplit(".", 1)[1] for c in discover().values()}
     assert registering == files
-    assert len(discover()) == 12
+    assert len(discover()) == 13

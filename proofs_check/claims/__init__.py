@@ -8,7 +8,7 @@ checks that none is missing).
 """
 
 # each registers its claims on import
-from . import (approximate_oracle, bias_extension, canonical_form, efficient_plan,  # noqa: F401
-               exact_recovery,
+from . import (approximate_oracle, bias_extension, canonical_form, efficient_parameter_count,  # noqa: F401
+               efficient_plan, exact_recovery,
                exact_recovery_upper_bound, nonidentifiability, probability_one_rate, query_count,
                query_length, rational_function_form, transformer_equivalence)

@@ -11,6 +11,7 @@ from exactlearn.errors import ExactLearnError
 from exactlearn.fields.multimodular import analysis_fields
 from exactlearn.fields.rational import QQ
 from exactlearn.pipeline.certify import certify
+from exactlearn.strategies.efficient.known_c import pairings, poles_known_c
 from exactlearn.strategies.efficient.plan import (MAX_CHECK_MISS, MISS_TARGET_BITS, RangeTooSmall,
                                                   check_miss_bound, checks_needed, min_range)
 
@@ -52,7 +53,10 @@ def enough_checks(plan, values, K, heads, full, rank_plan, observations, attempt
     :class:`CertificateError` when the heads fail a further check."""
     n0 = len(plan.checks)
     asked = [c for c in plan.configs
-             if all(c.tokens(k) in values for k in range(1, plan.samples + 1))]
+             if all(c.tokens(k) in values for k in range(1, plan.samples_of(c) + 1))]
+    if plan.lean:                   # families asked at fewer than 2H - 1 samples
+        asked = [c if all(c.tokens(k) in values for k in range(1, plan.samples + 1))
+                 else _Reduced(c, plan.samples_of(c)) for c in asked]
     kind, per, candidates, bound = miss_bound(plan, heads, K, full, rank_plan, n0 + len(plan.extra_checks),
                                               asked, attempts)
     plan.certificate, plan.miss_bound = kind, bound
@@ -90,6 +94,18 @@ def enough_checks(plan, values, K, heads, full, rank_plan, observations, attempt
     return certify(heads, plan.d, observations(), K)
 
 
+class _Reduced:
+    """An asked configuration whose family was asked at k = 1..n only, n < 2H − 1 (a lean
+    plan): it ties labels only by the tests of "Fewer samples once v is known"
+    (docs/explanation/efficient-plan.md)."""
+
+    def __init__(self, config, n):
+        self.config, self.n = config, n
+
+    def __getattr__(self, name):
+        return getattr(self.config, name)
+
+
 def unique_on_plan(heads, plan, K, asked=None) -> bool:
     """True when no model with at most ``plan.H`` canonical heads other than ``heads``
     reproduces the single tokens and the families of the configurations ``asked``
@@ -119,7 +135,10 @@ def unique_on_plan(heads, plan, K, asked=None) -> bool:
     d, H = plan.d, plan.H
     if len(heads) != H:
         return False
-    asked = [c for c in (plan.asked if asked is None else asked) if c.kind != "check"]
+    if asked is None:                   # a lean plan's fewer samples, as planned
+        asked = [_Reduced(c, plan.samples_of(c)) if plan.samples_of(c) < plan.samples else c
+                 for c in plan.asked]
+    asked = [c for c in asked if c.kind != "check"]
     cells = {(c.i, c.j) for c in asked if c.kind == "basis"}
     if len(cells) != d * d:
         return False
@@ -151,6 +170,9 @@ def unique_on_plan(heads, plan, K, asked=None) -> bool:
     for c in asked:
         if not distinct(rho[(c.kind, c.i, c.j)]) or any(K.is_zero(y) for y in cval[c.e]):
             return False
+    reduced = {(c.kind, c.i, c.j): c.n for c in asked if isinstance(c, _Reduced)}
+    if reduced and not _reduced_determined(reduced, heads, plan, K, rho, cval, vs):
+        return False
     parent = {cell: cell for cell in cells}
 
     def find(a):
@@ -168,11 +190,17 @@ def unique_on_plan(heads, plan, K, asked=None) -> bool:
         if distinct(cval[plan.E[j]]):
             for i in range(1, d):
                 union((0, j), (i, j))
+        elif any(("basis", i, j) in reduced for i in range(d)):
+            return False                # a reduced family needs distinct c-values
 
     def products_unique(r1, r2, r):
         return not any(K.eq(r1[h] * r2[g], y) for h in range(H) for g in range(H) if h != g for y in r)
 
     for c in asked:
+        if (c.kind, c.i, c.j) in reduced:
+            if c.kind == "within":      # its one pairing was checked by _reduced_determined
+                union((c.i, 0), (c.i, c.j))
+            continue
         if c.kind == "within":          # (x_i, e_1 + e_j): rho = rho(i, 1) rho(i, j)
             a, b = (c.i, 0), (c.i, c.j)
         elif c.kind == "across":        # (x_1 + x_i, e_j): rho = rho(1, j) rho(i, j)
@@ -182,3 +210,95 @@ def unique_on_plan(heads, plan, K, asked=None) -> bool:
         if products_unique(rho[("basis",) + a], rho[("basis",) + b], rho[(c.kind, c.i, c.j)]):
             union(a, b)
     return len({find(cell) for cell in cells}) == 1
+
+
+def _reduced_determined(reduced, heads, plan, K, rho, cval, vs) -> bool:
+    """The families a lean plan asked at fewer samples pin the learned heads down
+    (docs/explanation/efficient-plan.md, "Fewer samples once v is known"): each reduced
+    basis configuration's poles are the only ones with its labelled c-values that
+    reproduce its samples (:func:`~exactlearn.strategies.efficient.known_c.poles_known_c`
+    on the learned model's values, which the certificate has made the observed ones), and
+    each reduced matching configuration (x_1, e_1 + e_j) is reproduced at k = 1 by the
+    learned pairing only (:func:`~exactlearn.strategies.efficient.known_c.pairings`)."""
+    d, H = plan.d, plan.H
+    V = [sum((v[r] for v in vs), K.zero) for r in range(d)]
+
+    def value(key, c, k):
+        """The learned model's f(q_k) on configuration c."""
+        lim = sum((K(a) * x for a, x in zip(c.a, V)), K.zero)
+        return lim + sum((cv / (K.one + K(k) * r) for r, cv in zip(rho[key], cval[c.e])), K.zero)
+
+    for c in plan.asked:
+        key = (c.kind, c.i, c.j)
+        n = reduced.get(key)
+        if n is None:
+            continue
+        lim = sum((K(a) * x for a, x in zip(c.a, V)), K.zero)
+        if c.kind == "basis":
+            data = ([value(key, c, k) - lim for k in range(1, n + 1)], cval[c.e])
+            test = _only_poles
+        elif c.kind == "within" and c.i == 0 and n == 1:
+            data = (list(zip(rho[("basis", 0, 0)], cval[plan.E[0]])),
+                    list(zip(rho[("basis", 0, c.j)], cval[plan.E[c.j]])), value(key, c, 1) - lim)
+            test = _only_pairing
+        else:
+            return False
+        if not _holds(test, data, K, getattr(plan, "known_c_passed", None)):
+            return False
+    return True
+
+
+def _only_poles(data, F, memo=None) -> bool:
+    """The test of poles_known_c on ``data``; ``memo`` (field, values, c-values) of the
+    tests the analysis passed in the same field: an identical input passed already (the
+    c-values up to their order: the heads' names do not change the claim it proves)."""
+    gs, cs = data
+    if memo is not None and any(_same_field(f, F) and g == gs and len(c) == len(cs)
+                                and all(any(x == y for y in c) for x in cs) for f, g, c in memo):
+        return True
+    return poles_known_c(gs, cs, F) is not None
+
+
+def _only_pairing(data, F) -> bool:
+    ref, other, y = data
+    if any(F.is_zero(F.one + a * b) for a, _ in ref for b, _ in other):
+        return False                # (over Q, 1 + rho rho' > 0: a zero is a bad prime)
+    return pairings(ref, other, y, F.zero, F) == [tuple(range(len(ref)))]
+
+
+def _same_field(f, F) -> bool:
+    """The same arithmetic: the same object, or two prime fields F_p with the same p (the
+    tests use + - * / and roots only, which depend on p alone)."""
+    if f is F:
+        return True
+    p = getattr(F, "p", None)
+    return p is not None and getattr(f, "p", None) == p and f.name == F.name == "modular"
+
+
+def _holds(test, data, K, memo=None) -> bool:
+    """``test(data, K)``; over Q decided modulo a prime instead (the analysis primes, the
+    first whose reduction exists): uniqueness modulo p implies uniqueness over Q
+    (docs/explanation/efficient-plan.md, "Fewer samples once v is known": two rational
+    solutions reduce to two solutions, or to a repeated root of both resultants, modulo p),
+    and the rationals here -- powers b^(Ds) of thousands of bits -- make the test slow in Q."""
+    fields = analysis_fields(K) if K.is_rational else [K]
+    for F in fields:
+        if F is K:
+            conv = (lambda x: x)
+        else:
+            conv = F
+        try:
+            mapped = _map(data, conv)
+        except (ExactLearnError, ArithmeticError, ValueError, ZeroDivisionError):
+            continue                # a denominator divisible by p: the next prime
+        try:
+            return test(mapped, F, memo) if test is _only_poles else test(mapped, F)
+        except (ExactLearnError, ArithmeticError, ValueError, ZeroDivisionError):
+            return False
+    return False
+
+
+def _map(x, conv):
+    if isinstance(x, (list, tuple)):
+        return type(x)(_map(y, conv) for y in x)
+    return conv(x)

@@ -27,6 +27,11 @@ The steps, reusing the paper learner's parts:
    false rank promise, caught by the check configurations -- falls back to the
    full plan as well; so does one whose W is not exact in the field.
 
+**Lean sampling** (issue 23; the default for the full plan over the modular and rational
+fields, :func:`_analyse_lean`): the families whose c-values the group of x_1 has given are
+asked at fewer samples (:mod:`~exactlearn.strategies.efficient.known_c`); a family whose
+samples do not determine it is completed (counted, a ``samples`` fallback).
+
 7. **Certificate** (:mod:`~exactlearn.strategies.efficient.certificate`): *unique* when H
    heads come out with every label tied
    (:func:`~exactlearn.strategies.efficient.certificate.unique_on_plan`: no other model with
@@ -47,12 +52,14 @@ docs/explanation/efficient-plan.md).
 ...                             ([[0, 1, 0], [1, 0, -2], [2, 0, 1]], [-1, 1, 3])])
 >>> res = learn(Oracle(model, Modular()), d=3, heads=2, seed=1, plan="efficient")
 >>> res.status, res.heads == model.canonical_heads(), res.plan_queries, res.plan, res.plan_fallbacks
-('certified', True, 39, 'efficient', [])
+('certified', True, 35, 'efficient', [])
 >>> [r["queries"] for r in res.multimodular["primes"]]      # the count holds per prime
-[39, 39]
+[35, 35]
 """
 
 from __future__ import annotations
+
+import itertools
 
 from exactlearn.algebra import linalg, polys
 from exactlearn.fields.base import ExactnessError
@@ -65,6 +72,7 @@ from exactlearn.pipeline.match import Exact, PoleCounts, label_heads
 from exactlearn.pipeline.solve import solve_W, solve_v
 from exactlearn.progress import current
 from exactlearn.strategies.efficient.certificate import enough_checks
+from exactlearn.strategies.efficient.known_c import pairings, poles_known_c
 from exactlearn.strategies.efficient.plan import skeleton
 
 # the names this module had before its split stay importable from here
@@ -133,6 +141,8 @@ def run_efficient(plan, ask, K, observations, trace=None, attempts: int = 1) -> 
     rank_plan = not full
     rank_fallback = None
     plan.extra_checks, plan.extra_queries = [], 0
+    plan.lean_reasons = set()
+    plan.known_c_passed = []        # (field, values, c-values) whose poles_known_c test passed
     while True:
         try:
             heads, matching, n_cert = _analyse_and_certify(plan, values, K, full, observations, trace)
@@ -153,7 +163,8 @@ def run_efficient(plan, ask, K, observations, trace=None, attempts: int = 1) -> 
                          "configs": 0, "queries": 0}] if plan.rank_dropped else [])
             extra = ([{"kind": "checks", "reason": plan.check_reason, "configs": len(plan.extra_checks),
                        "queries": plan.extra_queries}] if plan.extra_checks else [])
-            plan.fallbacks = dropped + ([rank_fallback] if rank_fallback else []) + matching + extra
+            plan.fallbacks = (dropped + ([rank_fallback] if rank_fallback else []) + _completed(plan, values)
+                              + matching + extra)
             return heads, n_cert
         full = True
         off = plan.d * plan.d - len(skeleton(plan.d, plan.rank))
@@ -161,6 +172,25 @@ def run_efficient(plan, ask, K, observations, trace=None, attempts: int = 1) -> 
                          "skeleton (the full efficient plan)", "configs": off,
                          "queries": off * plan.samples}
         plan.name = "efficient"
+
+
+def _completed(plan, values) -> list:
+    """The ``samples`` fallback of a lean plan: the configurations of the plan asked beyond
+    their planned samples (up to 2H − 1), and those queries (each asked once), with the
+    reasons the analyses gave; [] when there are none."""
+    if not plan.lean:
+        return []
+    seen = values.seen
+    configs = queries = 0
+    for c in plan.asked:
+        extra = sum(1 for k in range(plan.samples_of(c) + 1, plan.samples + 1)
+                    if tuple(tuple(t) for t in c.tokens(k)) in seen)
+        configs += extra > 0
+        queries += extra
+    if not queries:
+        return []
+    return [{"kind": "samples", "reason": "; ".join(sorted(plan.lean_reasons)) or
+             "families completed to 2H - 1 samples", "configs": configs, "queries": queries}]
 
 
 def _analyse_and_certify(plan, values, K, full, observations, trace) -> tuple:
@@ -173,8 +203,32 @@ def _analyse_and_certify(plan, values, K, full, observations, trace) -> tuple:
     return over_analysis_fields(K, analyse_and_certify, trace)
 
 
+class _Complete(Exception):
+    """The lean analysis cannot use its fewer samples here: complete the families to
+    2H − 1 samples and analyse as the plan that is not lean does -- every family, or all
+    but those in ``known`` (configuration index -> their poles, already determined)."""
+
+    def __init__(self, reason, known=None):
+        super().__init__(reason)
+        self.known = known or {}
+
+
 def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
-    """Steps 1-5 of the module docstring in the field A: (canonical heads, matching fallbacks)."""
+    """Steps 1-5 of the module docstring in the field A: (canonical heads, matching fallbacks).
+
+    A lean plan (:meth:`~exactlearn.strategies.efficient.plan.EfficientPlan.samples_of`)
+    is analysed by :func:`_analyse_lean`; where that cannot go on (fewer poles than H,
+    coinciding c-values, a pairing or a c-value label that is not unique) every family
+    is completed to 2H − 1 samples -- asked here, counted, reported as a ``samples``
+    fallback -- and analysed as below."""
+    known: dict = {}
+    if plan.lean and full:
+        try:
+            return _analyse_lean(plan, values, A, K, trace)
+        except _Complete as exc:
+            known = exc.known
+            plan.lean_reasons.add(f"{exc}: {'those' if known else 'every'} famil{'ies' if known else 'y'} "
+                                  f"completed to 2H - 1 = {plan.samples} samples")
     d, H, ns = plan.d, plan.H, plan.samples
     P = A.param
     conv = (lambda y: y) if A is K else A
@@ -199,6 +253,9 @@ def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
     def fit(n):
         if n not in fits:
             c = plan.configs[n]
+            if n in known:              # determined by the lean analysis (its proofs)
+                fits[n] = known[n]
+                return fits[n]
             y0 = obs(c, 0) if c.x in plan.X else dot(V, c.x)
             fits[n] = poles_through_limit(y0, [obs(c, k) for k in range(1, ns + 1)], dot(V, c.a), H, A)
         return fits[n]
@@ -240,6 +297,156 @@ def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
                        f"paper's matching (products of rho in the field)"),
             "configs": len(used), "queries": len(used) * ns})
     return canonicalize(heads), matching
+
+
+def _analyse_lean(plan, values, A, K, trace) -> tuple:
+    """Steps 1-6 for a lean plan in the field A (docs: explanation/efficient-plan.md, "Fewer
+    samples once v is known"): the group of x_1 (full families) labels the heads and gives
+    every c_h(e_j); each matching configuration (x_1, e_1 + e_j) is read at k = 1 alone
+    (:func:`~exactlearn.strategies.efficient.known_c.pairings`: exactly one pairing must
+    reproduce it); each other basis configuration's poles come from its 2H − 2 samples and
+    the known c-values (:func:`~exactlearn.strategies.efficient.known_c.poles_known_c`).
+    A family whose samples do not pin its answer down is completed (its remaining samples
+    asked: counted, reported); :class:`_Complete` when the lean route cannot go on."""
+    d, H, ns = plan.d, plan.H, plan.samples
+    P = A.param
+    conv = (lambda y: y) if A is K else A
+
+    def obs(c, k):
+        return conv(values(c.tokens(k)))
+
+    def dot(u, x):
+        acc = A.zero
+        for a, b in zip(u, x):
+            acc = acc + a * A(b)
+        return acc
+
+    singles = [plan.configs[plan.index("basis", i, 0)] for i in range(d)]
+    Xt = [[A(x[r]) for r in range(d)] for x in plan.X]
+    V = linalg.matvec(linalg.inverse(Xt, A), [obs(c, 0) for c in singles], A)
+    fits: dict = {}
+
+    def fit(n):
+        if n not in fits:
+            c = plan.configs[n]
+            y0 = obs(c, 0) if c.x in plan.X else dot(V, c.x)
+            fits[n] = poles_through_limit(y0, [obs(c, k) for k in range(1, ns + 1)], dot(V, c.a), H, A)
+        return fits[n]
+
+    def full_fit(n, why):
+        got = fit(n)
+        if len(got) != H:
+            raise _Complete(f"configuration {n} shows {len(got)} poles, not {H}")
+        plan.lean_reasons.add(why)
+        return got
+
+    idx = plan.index
+    try:
+        ref = fit(idx("basis", 0, 0))
+    except (InterpolationError, ExactnessError) as exc:
+        raise _Complete(f"the family of (x_1, e_1) does not fit: {exc}") from None
+    if len(ref) != H:
+        raise _Complete(f"(x_1, e_1) shows {len(ref)} poles, fewer than the bound H = {H}")
+    lab = {(0, 0): ref}
+    try:
+        for j in range(1, d):
+            other = fit(idx("basis", 0, j))
+            if len(other) != H:
+                raise _Complete(f"(x_1, e_{j + 1}) shows {len(other)} poles, not {H}")
+            n = idx("within", 0, j)
+            w = plan.configs[n]
+            if plan.samples_of(w) < ns:
+                perms = pairings(ref, other, obs(w, 1), dot(V, w.a), A)
+                if len(perms) != 1:
+                    full_fit(n, f"a matching configuration (x_1, e_1 + e_j) whose value at k = 1 "
+                                f"{'no' if not perms else 'more than one'} pairing of heads reproduces: "
+                                f"its remaining {ns - 1} samples asked")
+                    perms = _paired_by_products(ref, other, fits[n], A)
+            else:
+                perms = _paired_by_products(ref, other, fit(n), A)
+            if len(perms) != 1:
+                raise _Complete(f"the heads of (x_1, e_1) and (x_1, e_{j + 1}) pair in {len(perms)} ways")
+            lab[(0, j)] = [other[g] for g in perms[0]]
+            if n not in fits:           # its poles, as a full fit would give them (distinct products)
+                w_poles = [(a * b, c + g) for (a, c), (b, g) in zip(ref, lab[(0, j)])]
+                if all(not A.eq(w_poles[s][0], w_poles[t][0]) for s in range(H) for t in range(s)):
+                    fits[n] = w_poles
+        cs = [[c for _, c in lab[(0, j)]] for j in range(d)]
+        tied = [j for j in range(d) if any(A.eq(cs[j][a], cs[j][b]) for a in range(H) for b in range(a))]
+        for i in range(1, d):
+            for j in range(d):
+                if j in tied:
+                    continue
+                n = idx("basis", i, j)
+                c = plan.configs[n]
+                nb = plan.samples_of(c)
+                rho = None
+                if nb < ns:
+                    limit = dot(V, c.a)
+                    gs = [obs(c, k) - limit for k in range(1, nb + 1)]
+                    rho = poles_known_c(gs, cs[j], A)
+                    if rho is not None:
+                        plan.known_c_passed.append((A, gs, list(cs[j])))
+                        lab[(i, j)] = list(zip(rho, cs[j]))
+                        fits[n] = lab[(i, j)]
+                        continue
+                    got = full_fit(n, f"a basis configuration whose {nb} samples and known c-values "
+                                      f"leave its poles undetermined (gcd of R_1, R_2 not linear): its "
+                                      f"sample k = {ns} asked")
+                else:
+                    got = fit(n)
+                by = {}
+                for r, cv in got:
+                    h = [t for t in range(H) if A.eq(cs[j][t], cv)]
+                    if len(h) != 1 or h[0] in by:
+                        raise _Complete(f"a pole of (x_{i + 1}, e_{j + 1}) is not labelled by its c-value")
+                    by[h[0]] = (r, cv)
+                if len(by) != H:
+                    raise _Complete(f"(x_{i + 1}, e_{j + 1}) shows {len(got)} poles, not {H}")
+                lab[(i, j)] = [by[h] for h in range(H)]
+    except (InterpolationError, ExactnessError) as exc:
+        raise _Complete(f"a family does not fit: {exc}") from None
+    if tied:                            # the paper's matching for those directions, as before
+        raise _Complete(f"the heads' c-values coincide at e_j for j in {[j + 1 for j in tied]} (e.g. "
+                        f"equal v): the families (x_i, e_j) there", known=dict(fits))
+    cells = skeleton(d, None)
+    logs = [{(i, j): A.log(lab[(i, j)][h][0]) for i, j in cells} for h in range(H)]
+    heads = []
+    for h in range(H):
+        v = solve_v(plan, [cs[j][h] for j in range(d)], A)
+        heads.append(Head(solve_W(plan, logs[h], P), tuple(A.to_param(x) for x in v)))
+    if trace is not None:
+        trace.clear()
+        for n, pl in fits.items():
+            c = plan.configs[n]
+            trace.append({"config": c, "poles": pl,
+                          "labelled": lab.get((c.i, c.j)) if c.kind == "basis" else None})
+        trace.append({"V": V})
+    return canonicalize(heads), []
+
+
+def _paired_by_products(ref, other, within, A) -> list:
+    """The pairings π of a fully fitted matching configuration: head h of ``ref`` with the
+    pole π[h] of ``other``, when its poles are the products α_h β_π(h) with coefficients
+    c_h + γ_π(h) (at most two are returned)."""
+    H = len(ref)
+    found = []
+    for perm in itertools.permutations(range(H)) if H <= 6 else ():
+        if all(any(A.eq(ref[h][0] * other[g][0], r) and A.eq(ref[h][1] + other[g][1], c) for r, c in within)
+               for h, g in enumerate(perm)):
+            found.append(perm)
+            if len(found) > 1:
+                break
+    if H > 6:                       # one partner per head, found pole by pole
+        perm = []
+        for a, c in ref:
+            g = [t for t, (b, gc) in enumerate(other)
+                 if any(A.eq(a * b, r) and A.eq(c + gc, cw) for r, cw in within)]
+            if len(g) != 1:
+                return []
+            perm.append(g[0])
+        found = [tuple(perm)] if len(set(perm)) == H else []
+    return found
 
 
 def _cur(plan, L, P, h) -> dict:

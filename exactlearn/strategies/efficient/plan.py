@@ -16,6 +16,14 @@ keeps the paper's configurations (x_i, e_j) but asks less of each:
   equal v) the learner falls back to the paper's matching for that configuration:
   the ``reserve`` configurations (x_1 + x_i, e_1) and (x_i, e_1 + e_j) below,
   asked only when needed and reported in ``plan_fallbacks``.
+* **Lean sampling** (issue 23, the default for the full plan; ``lean=False`` turns it
+  off): once the group of x_1 has given every c_h(e_j), a basis configuration
+  (x_i, e_j), i ≥ 2, is asked at k = 1..2H−2 for H ≥ 3
+  (:func:`~exactlearn.strategies.efficient.known_c.samples_basis`), and a matching
+  configuration (x_1, e_1 + e_j) at k = 1 alone for 2 ≤ H ≤ 6
+  (:func:`~exactlearn.strategies.efficient.known_c.samples_within`).  Where those
+  samples do not pin the answer down the learner asks the rest (a ``samples``
+  fallback, counted).
 * **H = 1.** No matching at all, and 2H − 1 = 1 sample per configuration.
 * **Rank r** (``rank=r``, a promise that every canonical M_h = Eᵀ W_h X has
   rank ≤ r): only the skeleton -- configurations (x_i, e_j) with i < r or j < r,
@@ -32,17 +40,21 @@ keeps the paper's configurations (x_i, e_j) but asks less of each:
   bound is ≤ 2^−40, or fails explicitly (:class:`RangeTooSmall`) when the range is
   too small for that (docs/explanation/efficient-plan.md).
 
-The count is read off the plan (d singles, then 2H − 1 samples per asked
-configuration)::
+The count is read off the plan (d singles, then the samples of each asked configuration:
+2H − 1, or fewer where lean)::
 
-    efficient_count(d, H)          = d + (2H−1)(d² + [H ≥ 2](d − 1) + 1)
+    efficient_count(d, H)          = d + (2H−1)(d + 1) + (d − 1) n_w + d(d − 1) n_b     (lean)
                                    = d² + d + 1                 (H = 1)
+        with n_b = 2H − 2 for H ≥ 3 (2H − 1 for H ≤ 2), n_w = 1 for 2 ≤ H ≤ 6 (2H − 1 above)
+    efficient_count(d, H, lean=False) = d + (2H−1)(d² + [H ≥ 2](d − 1) + 1)
                                    = 2Hd² + 2Hd − d²            (H ≥ 2)
     efficient_count(d, H, rank=r, checks=n) = d + (2H−1)(d² − (d−r)² + [H ≥ 2](d−1) + n)
 
 >>> p = efficient_plan([[1, 0], [0, 1]], [[1, 1], [0, 1]], H=2, checks=[((1, 2), (3, -1))])
 >>> p.name, p.count, p.count == efficient_count(2, 2), efficient_count(3, 1), efficient_count(3, 2)
-('efficient', 20, True, 13, 39)
+('efficient', 18, True, 13, 35)
+>>> efficient_count(3, 2, lean=False), efficient_count(8, 4), efficient_count(8, 4, lean=False)
+(39, 414, 512)
 >>> efficient_count(6, 2, rank=1, checks=2), paper_count(6, 2)
 (60, 285)
 """
@@ -55,6 +67,7 @@ from dataclasses import dataclass, field
 
 from exactlearn.errors import LearningFailure
 from exactlearn.pipeline.plan import Config, Plan, Query, vector_sum, draw_matrix, paper_count
+from exactlearn.strategies.efficient.known_c import samples_basis, samples_within
 
 __all__ = ["EfficientPlan", "efficient_plan", "draw_efficient_plan", "efficient_count",
            "check_miss_bound", "checks_needed", "min_range", "rank_checks", "RangeTooSmall", "prior_count",
@@ -82,9 +95,14 @@ def skeleton(d: int, rank: int | None) -> list:
     return [(i, j) for i in range(d) for j in range(d) if i < r or j < r]
 
 
-def efficient_count(d: int, H: int, rank: int | None = None, checks: int = 1) -> int:
-    """Queries of the efficient plan before any fallback (see the module docstring)."""
+def efficient_count(d: int, H: int, rank: int | None = None, checks: int = 1, lean: bool = True) -> int:
+    """Queries of the efficient plan before any fallback (see the module docstring);
+    ``lean=False``: the plan with 2H − 1 samples for every configuration (before issue 23).
+    A rank plan is never lean."""
     within = d - 1 if H >= 2 else 0
+    if rank is None and lean:
+        n = samples_per_config(H)
+        return d + n * (d + checks) + within * samples_within(H) + d * (d - 1) * samples_basis(H)
     return d + samples_per_config(H) * (len(skeleton(d, rank)) + within + checks)
 
 
@@ -206,10 +224,35 @@ class EfficientPlan(Plan):
     extra_checks: list = field(default_factory=list)   # further check configurations, in order
     check_reason: str = ""             # why they were asked (the ``checks`` fallback's reason)
     extra_queries: int = 0             # the queries they asked (a query asked before is not asked again)
+    lean: bool = False                 # fewer samples where the c-values are known (samples_of)
+    lean_reasons: set = field(default_factory=set)     # why the learner asked beyond samples_of
+    known_c_passed: list = field(default_factory=list)  # the learner's passed tests (the certificate reuses)
 
     @property
     def samples(self) -> int:
+        """2H − 1: the samples k = 1..2H−1 that determine a family on their own."""
         return samples_per_config(self.H)
+
+    def unlean(self) -> None:
+        """Make this plan the one before lean sampling (every configuration at 2H − 1
+        samples), before anything is asked: the learner does so over a field whose exact
+        arithmetic makes the lean tests too slow (the symbolic field, Q(T))."""
+        self.lean = False
+        self.queries = _queries(self)
+
+    def samples_of(self, c) -> int:
+        """The samples k = 1..n the plan asks of configuration ``c``: in a lean plan
+        :func:`~exactlearn.strategies.efficient.known_c.samples_basis` for a basis
+        configuration (x_i, e_j) with i ≥ 2 and
+        :func:`~exactlearn.strategies.efficient.known_c.samples_within` for a matching
+        configuration (x_1, e_1 + e_j); 2H − 1 otherwise (and for every configuration of a
+        plan that is not lean, and for the check configurations)."""
+        if self.lean:
+            if c.kind == "basis" and c.i > 0:
+                return samples_basis(self.H)
+            if c.kind == "within" and c.i == 0:
+                return samples_within(self.H)
+        return self.samples
 
     @property
     def asked(self) -> list:
@@ -244,12 +287,18 @@ class EfficientPlan(Plan):
                 "check_miss_bound": float(b),
                 "check_miss_bound_log2": None if b <= 0 else round(math.log2(b), 2),
                 "certificate": self.certificate,
-                "planned_queries": self.count, "paper_queries": paper_count(self.d, self.H)}
+                "planned_queries": self.count, "paper_queries": paper_count(self.d, self.H),
+                "lean": self.lean, "samples_basis": self.samples_of(Config("basis", 1, 0, (), ())),
+                "samples_within": self.samples_of(Config("within", 0, 1, (), ())),
+                "parameter_count": self.H * prior_count(self.d)}
 
 
-def efficient_plan(X, E, H: int, rank: int | None = None, checks=(), miss_bound: float = 1.0) -> EfficientPlan:
+def efficient_plan(X, E, H: int, rank: int | None = None, checks=(), miss_bound: float = 1.0,
+                   lean: bool = True) -> EfficientPlan:
     """The efficient plan for columns X, E, head bound H, optional rank promise r,
-    and check configurations ``checks`` (a list of (x', e'))."""
+    and check configurations ``checks`` (a list of (x', e')); ``lean`` (the default; a
+    rank plan never is) asks fewer samples where the c-values will be known
+    (:meth:`EfficientPlan.samples_of`)."""
     X = tuple(tuple(x) for x in X)
     E = tuple(tuple(e) for e in E)
     d = len(X)
@@ -273,16 +322,22 @@ def efficient_plan(X, E, H: int, rank: int | None = None, checks=(), miss_bound:
     configs = asked + reserve
     name = "efficient" if rank is None else f"efficient rank={rank}"
     plan = EfficientPlan(d, H, X, E, configs, [], name, rank=rank, n_asked=len(asked),
-                         checks=tuple(range(first_check, len(asked))), miss_bound=miss_bound)
-    queries = [Query(plan.index("basis", i, 0), 0) for i in range(d)]
-    for n in range(len(asked)):
-        queries.extend(Query(n, k) for k in range(1, plan.samples + 1))
-    plan.queries = queries
+                         checks=tuple(range(first_check, len(asked))), miss_bound=miss_bound,
+                         lean=lean and rank is None and H >= 2)
+    plan.queries = _queries(plan)
     return plan
 
 
+def _queries(plan) -> list:
+    """The d single tokens, then k = 1..samples_of(c) for each asked configuration c."""
+    queries = [Query(plan.index("basis", i, 0), 0) for i in range(plan.d)]
+    for n in range(plan.n_asked):
+        queries.extend(Query(n, k) for k in range(1, plan.samples_of(plan.configs[n]) + 1))
+    return queries
+
+
 def draw_efficient_plan(d: int, H: int, rng: random.Random, x_range: int, e_range: int | None = None,
-                        rank: int | None = None) -> EfficientPlan:
+                        rank: int | None = None, lean: bool = True) -> EfficientPlan:
     """Random X, E (as :func:`~exactlearn.pipeline.plan.draw_paper_plan`) and random check
     configurations with entries in the same ranges: one for the full plan, and
     :func:`rank_checks` of them for a rank plan; and a seed for further checks, which the
@@ -308,7 +363,7 @@ def draw_efficient_plan(d: int, H: int, rng: random.Random, x_range: int, e_rang
             rank, n = None, 1
     checks = [(tuple(rng.randint(-x_range, x_range) for _ in range(d)),
                tuple(rng.randint(-R_e, R_e) for _ in range(d))) for _ in range(n)]
-    plan = efficient_plan(X, E, H, rank, checks, 1.0)
+    plan = efficient_plan(X, E, H, rank, checks, 1.0, lean)
     plan.rank_dropped = dropped
     plan.x_range, plan.e_range, plan.check_seed = x_range, R_e, rng.randrange(2 ** 63)
     return plan
