@@ -180,11 +180,10 @@ def _completed(plan, values) -> list:
     reasons the analyses gave; [] when there are none."""
     if not plan.lean:
         return []
-    seen = values.seen
     configs = queries = 0
     for c in plan.asked:
         extra = sum(1 for k in range(plan.samples_of(c) + 1, plan.samples + 1)
-                    if tuple(tuple(t) for t in c.tokens(k)) in seen)
+                    if c.tokens(k) in values)
         configs += extra > 0
         queries += extra
     if not queries:
