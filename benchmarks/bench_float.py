@@ -42,6 +42,7 @@ from exactlearn.fields.real import Real             # noqa: E402
 from exactlearn.model import Head, canonicalize     # noqa: E402
 from exactlearn.pipeline.plan import paper_count    # noqa: E402
 from exactlearn.strategies.real.learn import max_parameter_error   # noqa: E402
+from exactlearn.strategies.real.stable_plan import Noise             # noqa: E402
 
 
 def truth(box):
@@ -119,7 +120,9 @@ def one(d, H, seed, args):
         def target(X):                 # the box, its true error beside (rounding ~1e-16)
             y = box(X)
             t0 = time.perf_counter()
-            seen.append((float(y), float(y) - float(ref(np.asarray(X, dtype=np.float64)))))
+            X64 = np.asarray(X, dtype=np.float64)
+            seen.append((float(y), float(y) - float(ref(X64)),
+                         float(np.sqrt((X64 ** 2).sum(axis=1)).max())))
             bench[0] += time.perf_counter() - t0
             return y
     if args.plan == "paper":           # its tokens are not dyadic: round them to floats, as a
@@ -149,9 +152,17 @@ def one(d, H, seed, args):
         est = res.noise_estimated or {}
         eta = float(est.get("noise", args.noise if not auto else 0))
         rel = float(est.get("noise_rel", args.noise_rel if not auto else 0))
-        ys, es = np.array(seen).T
+        ys, es, norms = np.array(seen).T
         row["eta"] = f"{eta:.3g}+{rel:.3g}|y|"
-        row["err_over_eta"] = float(np.max(np.abs(es) / (eta + rel * np.abs(ys))))
+        if est.get("by_scale"):        # eta by each query's largest token norm (noise="auto")
+            nz = Noise(K, 0, 0)
+            nz.by_scale([(float(r["max_token_norm"]), float(r["noise"]), float(r["noise_rel"]))
+                         for r in est["by_scale"]])
+            etas = np.array([nz.of(y, 0, n) for y, n in zip(ys, norms)])
+            row["eta"] += " at sigma, by scale"
+        else:
+            etas = eta + rel * np.abs(ys)
+        row["err_over_eta"] = float(np.max(np.abs(es) / etas))
     if res.certified:
         err, _ = max_parameter_error(res.heads, truth(layer), K)
         row.update(error=float(err), bound=float(res.error_bound), covers=bool(err <= res.error_bound))

@@ -121,7 +121,8 @@ from exactlearn.strategies.real.stable_families import rel_bound
 from exactlearn.strategies.real.stable_messages import coarseness, declared_level
 from exactlearn.strategies.real.stable_plan import (Asker, COARSE, LINEAR_LIMIT, Noise,
                                                     PENCIL_MIN_HEADS, UNEQUAL_FACTOR, bias_tokens,
-                                                    dyadic_basis, stable_bias_plan, stable_count)
+                                                    dyadic_basis, query_norm, stable_bias_plan,
+                                                    stable_count)
 from exactlearn.strategies.real.stable_polish import Weak, hat, minimax_bound, polish
 from exactlearn.strategies.real.stable_probe import TARGET, probe_scale
 from exactlearn.strategies.real.stable_routes import pencil_route
@@ -156,13 +157,39 @@ def order_of(before, after) -> list:
     return [next(j for j, h in enumerate(before) if h is a) for a in after]
 
 
+def plan_pairs(plan0, sigma, tries, bias, H) -> dict:
+    """The stable plan's own tokens at every scale it asks, for measuring eta there
+    (``noise="auto"``; docs/explanation/real-field.md#eta-measured-from-the-box):
+    ``{scale: [(x, e) of every configuration]}``, the probe's unit plan at each probe scale
+    tried, and the plan at ``sigma`` times 1 and the rescues' 1/2, 2, 1/4, 4 (exact scales:
+    every token stays dyadic)."""
+    pairs: dict = {}
+
+    def add(p, f, base):                # p's configurations (at scale base) times f
+        pairs.setdefault(base * f, []).extend(
+            (tuple(f * a for a in c.x), tuple(f * b for b in c.e)) for c in p.configs)
+
+    for t in tries:
+        add(plan0, mpq(t["scale"]), mpq(1))
+    X = [tuple(sigma * a for a in x) for x in plan0.X]
+    E = [tuple(sigma * a for a in e) for e in plan0.E]
+    splan = stable_bias_plan(X, E, H) if bias else paper_plan(X, E, H)
+    for f in (mpq(1),) + RESCUE:
+        add(splan, f, sigma)
+    return pairs
+
+
 def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
-               probe_log=None, fit_heads=None, bias=False):
+               probe_log=None, fit_heads=None, bias=False, remeasure=None):
     """Probe, scale, ask, fit, label, solve and certify (module doc).  Returns
     ``(heads, certified observations, RealOutcome)``.  ``fit_heads``: fit exactly that many heads
     (at most ``plan.H``; the escalation of :func:`exactlearn.strategies.real.run`), where
     ``heads_exact`` is False.  ``bias``: the plan for biases (module doc); the heads are then a
-    :class:`~exactlearn.model.HeadSet` with their u and the constant c."""
+    :class:`~exactlearn.model.HeadSet` with their u and the constant c.  ``remeasure``
+    (``noise="auto"``): called once the scale sigma is chosen, ``remeasure(pairs, sigma)`` with
+    the plan's own tokens at every scale it asks (:func:`plan_pairs`), it returns eta per scale
+    (``[(scale, eta, eta_rel)]``), which replaces the eta measured before the probe
+    (:meth:`~exactlearn.strategies.real.stable_plan.Noise.by_scale`)."""
     H, d = plan.H, plan.d
     eta = K(0) if noise is None else noise_bound(K, noise)
     eta_rel = K(0) if noise_rel is None else noise_bound(K, noise_rel)
@@ -180,6 +207,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     tries = []
     route = None
     n_probe = None
+    scale_etas = None
     try:
         if query_scale is None:
             current().stage("probe")
@@ -192,6 +220,14 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
             if m is None:
                 m = H
         n_probe = len(rec.observations) - start
+        if remeasure is not None:       # eta on the plan's own scales (noise="auto")
+            current().stage("eta")
+            table = remeasure(plan_pairs(plan0, sigma, tries, bias, H), sigma)
+            nz.by_scale([(n, e, r) for _, n, e, r in table])
+            eta, eta_rel = next((noise_bound(K, e), noise_bound(K, r))
+                                for s, _, e, r in table if s == sigma)
+            scale_etas = [{"scale": str(s), "max_token_norm": f"{n:.6g}", "eta": f"{e:.6g}",
+                           "eta_rel": f"{r:.6g}"} for s, n, e, r in table]
         current().phase("ask", stable_count(d, H, bias))    # progress=: the families, fitted
         route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start)
     except (DegenerateDraw, InterpolationError, MatchError, SingularMatrix) as exc:
@@ -221,8 +257,10 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     n_obs = len(rec.observations)
     etas_all = np.zeros(n_obs)
     size = H * max(abs(float(y)) for _, y in obs)
+    norms = {}                          # eta by each query's token scale (noise="auto")
     for q in range(start, n_obs):
-        etas_all[q] = nz.of(rec.observations[q][1], size)
+        toks, y = rec.observations[q]
+        etas_all[q] = nz.of(y, size, query_norm(toks, norms) if nz.table else None)
     # a family whose bounds follow its scatter (_scatter_fit) may exceed LINEAR_LIMIT at the
     # declared eta: the solve's first-order bounds then do not hold, and only the polish's can
     loose = max((rel_bound(fits[n], m) / fits[n].kappa for n in index if n in fits),
@@ -272,7 +310,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         if n_target:
             etas_all = np.concatenate([etas_all, np.zeros(len(rec.observations) - n_obs)])
             for q in range(n_obs, len(rec.observations)):
-                etas_all[q] = nz.of(rec.observations[q][1], size)
+                toks, y = rec.observations[q]
+                etas_all[q] = nz.of(y, size, query_norm(toks, norms) if nz.table else None)
             again = polish(polished[0] if isinstance(polished, tuple) else heads, K, rec, start,
                            etas_all, far=lm_from, bias=bias)
             if not isinstance(again, Weak) and again is not None:
@@ -378,6 +417,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     }
     if resolution is not None:
         detail["resolution_test"] = resolution
+    if scale_etas is not None:
+        detail["eta_by_scale"] = scale_etas
     if bias:
         detail["bias"] = ("u and c learned (docs/explanation/biases.md): d + 1 final tokens, "
                           "across families at the midpoints (x_0 + x_i)/2")

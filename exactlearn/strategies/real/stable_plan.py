@@ -173,12 +173,69 @@ def query_key(tokens) -> tuple:
 
 
 class Noise:
-    """eta_q = eta + eta_rel |y_q| + rounding (floats: bounds need a few digits)."""
+    """eta_q = eta + eta_rel |y_q| + rounding (floats: bounds need a few digits).
+
+    ``table`` (``noise="auto"``, :meth:`by_scale`): eta measured at each token scale the plan
+    asks, as ``(largest token norm at that scale, eta, eta_rel)`` ascending: a query whose
+    largest token norm is ``norm`` takes the first row that reaches it (a query beyond every
+    row the last, times ``(norm / its norm)^3``: a float32 layer's rounding grows about as the
+    cube of the scale), and without ``norm`` the largest eta and eta_rel of any row.
+
+    >>> from exactlearn.fields import Real
+    >>> nz = Noise(Real(dps=30), 1e-6, 0.0)
+    >>> nz.by_scale([(1.0, 1e-7, 2e-8), (2.0, 4e-7, 1e-8)])
+    >>> nz.table
+    [(1.0, 1e-07, 2e-08), (2.0, 4e-07, 2e-08)]
+    >>> nz.of(0.0, 0, 0.5) == 1e-7, nz.of(0.0, 0, 2.0) == 4e-7, nz.of(0.0, 0, 4.0) == 32e-7
+    (True, True, True)
+    >>> nz.of(1.0, 0) == 4e-7 + 2e-8
+    True
+    """
 
     def __init__(self, K, eta, eta_rel):
         self.K, self.eta, self.rel = K, float(eta), float(eta_rel)
         self.unit = float(rounding(K, 1))       # a power of two: unit * size is exact
+        self.table = None
 
-    def of(self, y, size):
-        return self.eta + self.rel * abs(float(y)) + self.unit * float(size)
+    def by_scale(self, rows) -> None:
+        """Take eta per scale (class doc) from ``(norm, eta, eta_rel)`` rows; each row's eta
+        and eta_rel at least those of every smaller scale (rounding does not shrink with the
+        scale: a row's few samples may show less), ``eta`` and ``rel`` the largest."""
+        table, top_e, top_r = [], 0.0, 0.0
+        for n, e, r in sorted((float(n), float(e), float(r)) for n, e, r in rows):
+            top_e, top_r = max(top_e, e), max(top_r, r)
+            table.append((n, top_e, top_r))
+        self.table, self.eta, self.rel = table, top_e, top_r
 
+    def of(self, y, size, norm=None):
+        if self.table is None or norm is None:
+            return self.eta + self.rel * abs(float(y)) + self.unit * float(size)
+        for limit, eta, rel in self.table:
+            if norm <= limit:
+                break
+        else:
+            eta, rel = (x * (norm / limit) ** 3 for x in (eta, rel))
+        return eta + rel * abs(float(y)) + self.unit * float(size)
+
+
+def token_norm(t) -> float:
+    """The 2-norm of a token (exact entries), in float64, rounded up a little."""
+    return math.sqrt(sum(float(a) ** 2 for a in t)) * (1 + 1e-12)
+
+
+def query_norm(tokens, cache=None) -> float:
+    """The largest 2-norm of a query's tokens (:func:`token_norm`); ``cache`` (a dict) keeps
+    each token object's norm, so that a query of a few hundred copies of two tokens costs
+    two norms."""
+    cache = {} if cache is None else cache
+    best = 0.0
+    prev = None
+    for t in tokens:
+        if t is prev:
+            continue
+        prev = t
+        n = cache.get(id(t))
+        if n is None:
+            n = cache[id(t)] = (token_norm(t), t)
+        best = max(best, n[0])
+    return best
