@@ -116,9 +116,10 @@ def _check_measurement(d, H, a) -> None:
     """``noise="auto"``: the measurement's queries, tokens and recorded answers (all m of
     each query with ``outputs=m``) within the plan limits, before any query
     (docs: reference/cli.md#limits)."""
-    from exactlearn.strategies.real.eta import (DRAWS, PERMUTATIONS, SCALES, STEPPED,
-                                                measurement_size_problem)
-    problem = measurement_size_problem(d, H, len(SCALES), DRAWS, PERMUTATIONS,
+    from exactlearn.strategies.real.eta import (DRAWS, PERMUTATIONS, PLAN_SCALES, SCALES,
+                                                STEPPED, measurement_size_problem)
+    # the measurement before the probe, and each attempt's on the plan's scales (one batch each)
+    problem = measurement_size_problem(d, H, max(len(SCALES), PLAN_SCALES), DRAWS, PERMUTATIONS,
                                        steps=a["tokens"] in STEPPED, outputs=a["outputs"] or 1)
     if problem is not None:
         raise ValueError(problem)

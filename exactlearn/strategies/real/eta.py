@@ -67,6 +67,9 @@ SAFETY = 30
 #: weights of order one, and its rescues at 1/4 and 4 times it
 SCALES = (mpq(1, 2), mpq(2), mpq(8))
 DRAWS = 2            # random (x, e) per scale and length
+#: at most this many scales measured again once the stable plan's scale is chosen
+#: (:func:`measure_plan_noise`): the probe's five and the plan's sigma x 1, 1/2, 2, 1/4, 4
+PLAN_SCALES = 10
 PERMUTATIONS = 3     # random orders of the non-final tokens per query, besides its own
 #: with float tokens, the least envelope (abs and rel) before the safety multiple: the unit
 #: roundoff of the tokens' type (an answer computed in it carries at least its rounding)

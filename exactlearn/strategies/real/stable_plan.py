@@ -176,18 +176,20 @@ class Noise:
     """eta_q = eta + eta_rel |y_q| + rounding (floats: bounds need a few digits).
 
     ``table`` (``noise="auto"``, :meth:`by_scale`): eta measured at each token scale the plan
-    asks, as ``(largest token norm at that scale, eta, eta_rel)`` ascending: a query whose
-    largest token norm is ``norm`` takes the first row that reaches it (a query beyond every
-    row the last, times ``(norm / its norm)^3``: a float32 layer's rounding grows about as the
-    cube of the scale), and without ``norm`` the largest eta and eta_rel of any row.
+    asks, as ``(largest token norm at that scale, [(eta, eta_rel), ...])`` ascending, each row
+    with the lines of every smaller scale too (rounding does not shrink with the scale: a
+    row's few samples may show less): a query whose largest token norm is ``norm`` takes the
+    largest line of the first row that reaches it (a query beyond every row the last row,
+    times ``(norm / its norm)^3``: a float32 layer's rounding grows about as the cube of the
+    scale); without ``norm``, the largest eta and eta_rel of any row.
 
     >>> from exactlearn.fields import Real
     >>> nz = Noise(Real(dps=30), 1e-6, 0.0)
     >>> nz.by_scale([(1.0, 1e-7, 2e-8), (2.0, 4e-7, 1e-8)])
-    >>> nz.table
-    [(1.0, 1e-07, 2e-08), (2.0, 4e-07, 2e-08)]
     >>> nz.of(0.0, 0, 0.5) == 1e-7, nz.of(0.0, 0, 2.0) == 4e-7, nz.of(0.0, 0, 4.0) == 32e-7
     (True, True, True)
+    >>> nz.of(100.0, 0, 2.0) == 1e-7 + 2e-8 * 100         # the smaller scale's line is higher
+    True
     >>> nz.of(1.0, 0) == 4e-7 + 2e-8
     True
     """
@@ -198,24 +200,25 @@ class Noise:
         self.table = None
 
     def by_scale(self, rows) -> None:
-        """Take eta per scale (class doc) from ``(norm, eta, eta_rel)`` rows; each row's eta
-        and eta_rel at least those of every smaller scale (rounding does not shrink with the
-        scale: a row's few samples may show less), ``eta`` and ``rel`` the largest."""
-        table, top_e, top_r = [], 0.0, 0.0
+        """Take eta per scale (class doc) from ``(norm, eta, eta_rel)`` rows; ``eta`` and
+        ``rel`` become the largest of any row."""
+        table, lines = [], []
         for n, e, r in sorted((float(n), float(e), float(r)) for n, e, r in rows):
-            top_e, top_r = max(top_e, e), max(top_r, r)
-            table.append((n, top_e, top_r))
-        self.table, self.eta, self.rel = table, top_e, top_r
+            lines = lines + [(e, r)]
+            table.append((n, lines))
+        self.table = table
+        self.eta = max(e for e, _ in lines)
+        self.rel = max(r for _, r in lines)
 
     def of(self, y, size, norm=None):
         if self.table is None or norm is None:
             return self.eta + self.rel * abs(float(y)) + self.unit * float(size)
-        for limit, eta, rel in self.table:
+        a = abs(float(y))
+        for limit, lines in self.table:
             if norm <= limit:
-                break
-        else:
-            eta, rel = (x * (norm / limit) ** 3 for x in (eta, rel))
-        return eta + rel * abs(float(y)) + self.unit * float(size)
+                return max(e + r * a for e, r in lines) + self.unit * float(size)
+        return (max(e + r * a for e, r in lines) * (norm / limit) ** 3
+                + self.unit * float(size))
 
 
 def token_norm(t) -> float:
