@@ -9,6 +9,11 @@ the longest query and the wall time, split into the box's own time (``box``: tim
 the layer's ``__call__``/``batch`` only) and the learner's (``learner`` = wall - box - the
 benchmark's own checks beside the box), and their ratio ``learner/box``; then a summary line
 per case with the median of that ratio (issue 23 section 2: the target is <= 2).
+With ``--dtype float32`` it also prints ``box_error/eta``: the box's largest error on every
+query it answered (against a float64 evaluation of the same weights) over the eta it had
+-- with ``--noise auto`` each query's eta by its scale (``noise_estimated["by_scale"]``, the
+plan's own scales) -- and ``box_error/eta_before_probe``, the same over the one eta measured
+before the probe at token norms 1/2, 2, 8 (all that ``noise="auto"`` used before).
 
     python benchmarks/bench_float.py --cases 4x2 6x3 8x4 --seeds 5
     python benchmarks/bench_float.py --cases 4x2 --plan paper --seeds 5
@@ -160,6 +165,9 @@ def one(d, H, seed, args):
                          for r in est["by_scale"]])
             etas = np.array([nz.of(y, 0, n) for y, n in zip(ys, norms)])
             row["eta"] += " at sigma, by scale"
+            pre = est["preliminary"]        # the one eta measured before the probe (d52c45b's)
+            row["err_over_pre"] = float(np.max(np.abs(es) / (float(pre["noise"]) + float(
+                pre["noise_rel"]) * np.abs(ys))))
         else:
             etas = eta + rel * np.abs(ys)
         row["err_over_eta"] = float(np.max(np.abs(es) / etas))
@@ -209,6 +217,8 @@ def main(argv=None):
                   f"longest={r['max_length']} attempts={r['attempts']} estimate={r['estimate']} "
                   f"start={r['start']} noise_queries={r['noise_queries']} "
                   + (f"eta={r['eta']} box_error/eta={r['err_over_eta']:.3g} " if 'eta' in r else "")
+                  + (f"box_error/eta_before_probe={r['err_over_pre']:.3g} " if 'err_over_pre' in r
+                     else "")
                   + f"{r['wall']:.1f}s box={r['box']:.2f}s learner={r['learner']:.2f}s "
                   f"learner/box={r['ratio']:.2f} queries/paper={r['queries'] / r['paper_count']:.2f}"
                   + ("" if r["status"] == "certified" else f" stage={r['stage']}") + " "

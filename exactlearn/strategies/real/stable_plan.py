@@ -29,8 +29,12 @@ UNEQUAL_FACTOR = 10 ** 2
 #: the run fails when more than this share of the configurations cannot be resolved
 MAX_UNRESOLVED = 0.25
 #: the same for a coarse box (module doc): its families only label and start the polish, which
-#: alone certifies; four float32 heads left 26 % to 30 % unresolved (d = 4, 8), the rest labelled
-COARSE_MAX_UNRESOLVED = 0.5
+#: alone certifies (a wrong label fails the run, it certifies nothing); four float32 heads left
+#: 26 % to 30 % unresolved (d = 4, 8), the rest labelled, and a biased float32 torch layer
+#: (d = 8, H = 4, seed 1 of benchmarks/bench_adapters.py) 57 % of its first 127 -- its
+#: families' four log rho crowd or lie beyond the nodes at any scale -- yet the 40 % labelled
+#: and 209 supplementary families certified it (error 3.2e-6 within a bound of 2.5e-3)
+COARSE_MAX_UNRESOLVED = 0.75
 ROOTS_TRIED = 4          # basis families of x_1 tried as the root of the labelling
 SUPPLEMENT_ROUNDS = 5    # rounds of supplementary families for undetermined entries
 SUPPLEMENT_PER_ENTRY = 3
