@@ -235,7 +235,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         if not heads_exact or H < PENCIL_MIN_HEADS or query_scale is not None:
             raise
         if declared_level(nz, rec, start) > COARSE:   # its extrapolation in 1/m needs float64
-            where = "" if "the declared eta (noise=" in str(exc) else coarseness(nz, rec, start)
+            where = "" if "the declared eta " in str(exc) else coarseness(nz, rec, start)
             raise type(exc)(f"{exc}{where} (the pencil start is not tried at a declared eta "
                             f"coarser than float64: its extrapolation in 1/m from queries of "
                             f"257 to 1025 tokens cannot separate the heads at that "
