@@ -122,9 +122,9 @@ class Run:
         ([`measure_plan_noise`][exactlearn.strategies.real.eta.measure_plan_noise]), its
         queries counted in ``noise_queries`` and not certified (with ``outputs=m`` the
         measurement's answers are dropped from the view's records).  Returns ``[(scale,
-        largest token norm, eta, eta_rel)]``.  ``noise_estimated`` then reports the eta at sigma (``noise``,
-        ``noise_rel``), every scale's (``by_scale``), the measurement before the probe
-        (``preliminary``) and every measuring query so far (``queries``)."""
+        largest token norm, eta, eta_rel)]``.  ``noise_estimated`` then reports the eta at
+        sigma (``noise``, ``noise_rel``), every scale's (``by_scale``), the measurement before
+        the probe (``preliminary``) and every measuring query so far (``queries``)."""
         from exactlearn.strategies.real.eta import FLOOR, STEPPED, measure_plan_noise
         tokens = self.a["tokens"]
         r0 = len(self.view.records) if self.view is not None else 0

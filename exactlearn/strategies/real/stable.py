@@ -188,8 +188,9 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     :class:`~exactlearn.model.HeadSet` with their u and the constant c.  ``remeasure``
     (``noise="auto"``): called once the scale sigma is chosen, ``remeasure(pairs, sigma)`` with
     the plan's own tokens at every scale it asks (:func:`plan_pairs`), it returns eta per scale
-    (``[(scale, eta, eta_rel)]``), which replaces the eta measured before the probe
-    (:meth:`~exactlearn.strategies.real.stable_plan.Noise.by_scale`)."""
+    (``[(scale, largest token norm, eta, eta_rel)]``), which replaces the eta measured before
+    the probe for every query since (:meth:`~exactlearn.strategies.real.stable_plan.Noise.by_scale`:
+    a query's eta by its largest token norm)."""
     H, d = plan.H, plan.d
     eta = K(0) if noise is None else noise_bound(K, noise)
     eta_rel = K(0) if noise_rel is None else noise_bound(K, noise_rel)
