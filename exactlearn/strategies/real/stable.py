@@ -222,7 +222,6 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
                 m = H
         n_probe = len(rec.observations) - start
         if remeasure is not None:       # eta on the plan's own scales (noise="auto")
-            current().stage("eta")
             table = remeasure(plan_pairs(plan0, sigma, tries, bias, H), sigma)
             nz.by_scale([(n, e, r) for _, n, e, r in table])
             eta, eta_rel = next((noise_bound(K, e), noise_bound(K, r))
