@@ -50,7 +50,6 @@ eta of 0 for answers that are floats would fail every such box.
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 
@@ -60,6 +59,7 @@ from gmpy2 import mpq
 from exactlearn.limits import (MAX_DIMENSION, MAX_HEADS, MAX_PLAN_BYTES, MAX_PLAN_QUERIES,
                                MAX_PLAN_TOKENS, PLAN_BYTES_PER_QUERY, readable_int)
 from exactlearn.strategies.real.ratio import GRID, dyadic, family_tokens, ratio_nodes
+from exactlearn.strategies.real.stable_plan import token_norm
 
 #: the declared eta is this multiple of the measured envelope of the spreads
 SAFETY = 30
@@ -401,14 +401,9 @@ def measure_plan_noise(rec, H: int, pairs: dict, *, seed=None, draws: int = PLAN
             method=_method(ng, permutations, steps, m, view, floor, safety, plan=True),
             floor=floor))
     ests[-1].queries += n_q - sum(e.queries for e in ests)     # every answer counted once
-    norms = [max(max(_norm(x), _norm(tuple(p + q for p, q in zip(x, e)))) for x, e in pairs[s])
-             for s in scales]
+    norms = [max(max(token_norm(x), token_norm(tuple(p + q for p, q in zip(x, e))))
+                 for x, e in pairs[s]) for s in scales]
     return ScaledNoise(scales, ests, n_q, norms)
-
-
-def _norm(t) -> float:
-    """A token's 2-norm in float64, rounded up a little."""
-    return math.sqrt(sum(float(a) ** 2 for a in t)) * (1 + 1e-12)
 
 
 def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "exact", seed=None,
