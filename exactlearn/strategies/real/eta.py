@@ -21,6 +21,16 @@ group's spread (a two-variable linear program, solved over the vertices of the u
 The declared eta is ``SAFETY`` (30) times that envelope: ``noise = SAFETY * abs``,
 ``noise_rel = SAFETY * rel``, the stable plan's ``eta + eta_rel |y|``.
 
+On the plan's own scales (:func:`measure_plan_noise`, ``learn(noise="auto")``).  The
+measurement above, at fixed token norms, serves the stable plan's scale probe; once the probe
+has chosen the plan's scale sigma, every attempt measures again the same way on the plan's own
+tokens at every scale it asks (the probe's, and sigma times 1, 1/2, 2, 1/4, 4), each scale
+with an envelope of its own, and a query's eta is its tokens' scale's
+(:class:`~exactlearn.strategies.real.stable_plan.Noise`).  A float32 layer's score rounding
+grows with the square of the token norm: at d = 16, H = 4 the plan's queries erred by 1.31
+times the eta of the fixed norms, 0.38 times the eta of their own scales
+(docs/howto/float-black-box.md#float32-layers).
+
 Grid steps (``steps=True``; ``tokens="float32"``).  A float32 box rounds each token's
 scores ``x_i^T W_h x_n`` once, to about ``2^-24 |s|``, and with scores of tens that rounding
 is larger than the sums' (the layers of tests/float_layers.py at d = 6, H = 3 erred by up to
