@@ -148,7 +148,7 @@ def learn_runs(args):
     for d, H in cases:
         r = np.linspace(-1.0, 1.5, d)
         stats = {}
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             for name, box, truth in _boxes(args, d, H, seed, r):
                 t0 = time.perf_counter()
                 noise = {"noise": "auto"} if args.noise == "auto" else NOISE
@@ -305,6 +305,7 @@ def main():
     ap.add_argument("--d", type=int, default=4)
     ap.add_argument("--heads", type=int, default=2)
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=0, help="--learn: the first seed")
     ap.add_argument("--sample", type=int, default=300, help="queries replayed one at a time")
     ap.add_argument("--bias", action="store_true", help="--learn: layers with all four biases")
     ap.add_argument("--bias-std", type=float, default=0.5, help="the biases' standard deviation")

@@ -9,6 +9,11 @@ the longest query and the wall time, split into the box's own time (``box``: tim
 the layer's ``__call__``/``batch`` only) and the learner's (``learner`` = wall - box - the
 benchmark's own checks beside the box), and their ratio ``learner/box``; then a summary line
 per case with the median of that ratio (issue 23 section 2: the target is <= 2).
+With ``--dtype float32`` it also prints ``box_error/eta``: the box's largest error on every
+query it answered (against a float64 evaluation of the same weights) over the eta it had
+-- with ``--noise auto`` each query's eta by its scale (``noise_estimated["by_scale"]``, the
+plan's own scales) -- and ``box_error/eta_before_probe``, the same over the one eta measured
+before the probe at token norms 1/2, 2, 8 (all that ``noise="auto"`` used before).
 
     python benchmarks/bench_float.py --cases 4x2 6x3 8x4 --seeds 5
     python benchmarks/bench_float.py --cases 4x2 --plan paper --seeds 5
@@ -42,6 +47,7 @@ from exactlearn.fields.real import Real             # noqa: E402
 from exactlearn.model import Head, canonicalize     # noqa: E402
 from exactlearn.pipeline.plan import paper_count    # noqa: E402
 from exactlearn.strategies.real.learn import max_parameter_error   # noqa: E402
+from exactlearn.strategies.real.stable_plan import Noise             # noqa: E402
 
 
 def truth(box):
@@ -119,7 +125,9 @@ def one(d, H, seed, args):
         def target(X):                 # the box, its true error beside (rounding ~1e-16)
             y = box(X)
             t0 = time.perf_counter()
-            seen.append((float(y), float(y) - float(ref(np.asarray(X, dtype=np.float64)))))
+            X64 = np.asarray(X, dtype=np.float64)
+            seen.append((float(y), float(y) - float(ref(X64)),
+                         float(np.sqrt((X64 ** 2).sum(axis=1)).max())))
             bench[0] += time.perf_counter() - t0
             return y
     if args.plan == "paper":           # its tokens are not dyadic: round them to floats, as a
@@ -149,9 +157,20 @@ def one(d, H, seed, args):
         est = res.noise_estimated or {}
         eta = float(est.get("noise", args.noise if not auto else 0))
         rel = float(est.get("noise_rel", args.noise_rel if not auto else 0))
-        ys, es = np.array(seen).T
+        ys, es, norms = np.array(seen).T
         row["eta"] = f"{eta:.3g}+{rel:.3g}|y|"
-        row["err_over_eta"] = float(np.max(np.abs(es) / (eta + rel * np.abs(ys))))
+        if est.get("by_scale"):        # eta by each query's largest token norm (noise="auto")
+            nz = Noise(K, 0, 0)
+            nz.by_scale([(float(r["max_token_norm"]), float(r["noise"]), float(r["noise_rel"]))
+                         for r in est["by_scale"]])
+            etas = np.array([nz.of(y, 0, n) for y, n in zip(ys, norms)])
+            row["eta"] += " at sigma, by scale"
+            pre = est["preliminary"]        # the one eta measured before the probe (d52c45b's)
+            row["err_over_pre"] = float(np.max(np.abs(es) / (float(pre["noise"]) + float(
+                pre["noise_rel"]) * np.abs(ys))))
+        else:
+            etas = eta + rel * np.abs(ys)
+        row["err_over_eta"] = float(np.max(np.abs(es) / etas))
     if res.certified:
         err, _ = max_parameter_error(res.heads, truth(layer), K)
         row.update(error=float(err), bound=float(res.error_bound), covers=bool(err <= res.error_bound))
@@ -198,6 +217,8 @@ def main(argv=None):
                   f"longest={r['max_length']} attempts={r['attempts']} estimate={r['estimate']} "
                   f"start={r['start']} noise_queries={r['noise_queries']} "
                   + (f"eta={r['eta']} box_error/eta={r['err_over_eta']:.3g} " if 'eta' in r else "")
+                  + (f"box_error/eta_before_probe={r['err_over_pre']:.3g} " if 'err_over_pre' in r
+                     else "")
                   + f"{r['wall']:.1f}s box={r['box']:.2f}s learner={r['learner']:.2f}s "
                   f"learner/box={r['ratio']:.2f} queries/paper={r['queries'] / r['paper_count']:.2f}"
                   + ("" if r["status"] == "certified" else f" stage={r['stage']}") + " "

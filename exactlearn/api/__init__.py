@@ -142,8 +142,11 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         first: the spread of its answers when the non-final tokens of the plan's query
         shapes are permuted, times a safety multiple
         ([`estimate_noise`][exactlearn.strategies.real.eta.estimate_noise]; docs:
-        howto/float-black-box.md).  Those queries are answered by the box, so they are part
-        of ``queries`` (``noise_queries``); ``noise_estimated`` says what was measured.
+        howto/float-black-box.md), and once each attempt's scale is chosen again on the
+        plan's own tokens at every scale it asks, each query's eta by its scale
+        ([`measure_plan_noise`][exactlearn.strategies.real.eta.measure_plan_noise]).  Those
+        queries are answered by the box, so they are part of ``queries``
+        (``noise_queries``); ``noise_estimated`` says what was measured.
     query_scale : optional
         Real field, paper plan: the scale of the queries (default: found by a probe, whose
         queries are counted in ``queries`` and reported as ``probe_queries``).

@@ -116,12 +116,14 @@ def _check_measurement(d, H, a) -> None:
     """``noise="auto"``: the measurement's queries, tokens and recorded answers (all m of
     each query with ``outputs=m``) within the plan limits, before any query
     (docs: reference/cli.md#limits)."""
-    from exactlearn.strategies.real.eta import (DRAWS, PERMUTATIONS, SCALES, STEPPED,
-                                                measurement_size_problem)
-    problem = measurement_size_problem(d, H, len(SCALES), DRAWS, PERMUTATIONS,
-                                       steps=a["tokens"] in STEPPED, outputs=a["outputs"] or 1)
-    if problem is not None:
-        raise ValueError(problem)
+    from exactlearn.strategies.real.eta import (DRAWS, PERMUTATIONS, PLAN_DRAWS, PLAN_SCALES,
+                                                SCALES, STEPPED, measurement_size_problem)
+    # the measurement before the probe, and each attempt's on the plan's scales (one batch each)
+    for n_scales, draws in ((len(SCALES), DRAWS), (PLAN_SCALES, PLAN_DRAWS)):
+        problem = measurement_size_problem(d, H, n_scales, draws, PERMUTATIONS,
+                                           steps=a["tokens"] in STEPPED, outputs=a["outputs"] or 1)
+        if problem is not None:
+            raise ValueError(problem)
 
 
 def _check_modular(a, K, plan) -> None:

@@ -43,6 +43,7 @@ class RunContext:
     attempts: int = 1                  # retries + 1: a bound over one attempt's checks counts them all
     state: object = None
     bias: bool = False                 # bias=True over the real field (docs: explanation/biases.md)
+    remeasure: object = None           # noise="auto": eta on the plan's own scales (Run._remeasure)
 
 
 class Run:
@@ -79,7 +80,7 @@ class Run:
         self.error, self.failure = None, None      # the reason, and the typed exception
         self.recovered, self.drawn, self.tr, self.n_cert = (), None, [], 0
         self.multimodular, self.attempt_log, self.attempts = None, [], 0
-        self.noise_box, self.noise_estimated = None, None
+        self.noise_box, self.noise_estimated, self.preliminary = None, None, None
 
     def result(self) -> LearnResult:
         """Measure eta (``noise="auto"``), run the attempts, verify, and report."""
@@ -107,10 +108,47 @@ class Run:
             if self.view is not None:      # every output within est.noise + est.noise_rel |y_j|
                 self.noise = est.noise
             self.noise_estimated = est.to_json()
+            self.preliminary = self.noise_estimated
+            if self.plan == "stable":
+                self.options.remeasure = self._remeasure
         except ExactLearnError as exc:           # the box's answers: no attempt follows
             self.error = f"{exc.kind}: measuring eta (noise='auto'): {exc}"
             self.failure = kept(exc)
             self.retries = -1
+
+    def _remeasure(self, pairs, sigma) -> list:
+        """``noise="auto"``, once an attempt's scale ``sigma`` is chosen: eta measured on the
+        plan's own tokens at every scale it asks
+        ([`measure_plan_noise`][exactlearn.strategies.real.eta.measure_plan_noise]), its
+        queries counted in ``noise_queries`` and not certified (with ``outputs=m`` the
+        measurement's answers are dropped from the view's records).  Returns ``[(scale,
+        largest token norm, eta, eta_rel)]``.  ``noise_estimated`` then reports the eta at
+        sigma (``noise``, ``noise_rel``), every scale's (``by_scale``), the measurement before
+        the probe (``preliminary``) and every measuring query so far (``queries``)."""
+        from exactlearn.strategies.real.eta import FLOOR, STEPPED, measure_plan_noise
+        tokens = self.a["tokens"]
+        r0 = len(self.view.records) if self.view is not None else 0
+        got = measure_plan_noise(self.noise_box, self.H, pairs, seed=self.rng.getrandbits(64),
+                                 floor=FLOOR.get(tokens, 0.0), steps=tokens in STEPPED,
+                                 view=self.view)
+        if self.view is not None:          # not the attempt's records: the outputs' fit
+            del self.view.records[r0:]     # certifies the plan's own answers
+            self.noise = max(e.noise for e in got.estimates)
+            self.options.noise_rel = max(e.noise_rel for e in got.estimates)
+        at = got.at(sigma)
+        self.noise_estimated = dict(
+            self.preliminary, noise=repr(at.noise), noise_rel=repr(at.noise_rel),
+            envelope_abs=repr(at.envelope_abs), envelope_rel=repr(at.envelope_rel),
+            max_spread=repr(max(e.max_spread for e in got.estimates)),
+            groups=sum(e.groups for e in got.estimates), scales=[str(x) for x in got.scales],
+            query_scale=str(sigma), by_scale=got.to_json(), preliminary=self.preliminary,
+            queries=self.noise_box.queries,
+            method=(f"at the plan's own scales: {at.method}; eta for a query by its largest "
+                    f"token norm (by_scale; noise and noise_rel are those at the plan's scale "
+                    f"sigma = {sigma}); before the probe, for the probe: the preliminary "
+                    f"measurement"))
+        return [(s, n, e.noise, e.noise_rel)
+                for s, n, e in zip(got.scales, got.norms, got.estimates)]
 
     def _attempt(self) -> bool:
         """One attempt: draw, ask, certify.  True when no further attempt follows."""

@@ -218,8 +218,11 @@ def summary_lines(res, model) -> list:
                      f"{'stable plan' if res.plan == 'stable' else 'paper'} count is {res.plan_queries})")
     if res.noise_estimated is not None:
         est = res.noise_estimated
+        at = (f" at the plan's scale {est['query_scale']} (each of the {len(est['by_scale'])} "
+              f"scales it asks measured apart: noise_estimated.by_scale)"
+              if est.get("by_scale") else "")
         lines.append(f"noise measured: eta = {float(est['noise']):.3g} + {float(est['noise_rel']):.3g}"
-                     f" |y| ({est['safety']} x the permutation spread; {res.noise_queries} "
+                     f" |y|{at} ({est['safety']} x the permutation spread; {res.noise_queries} "
                      f"queries, included in queries)")
     if res.real_detail is not None and res.certified:
         det = res.real_detail

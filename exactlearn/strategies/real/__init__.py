@@ -159,7 +159,8 @@ def _run_once(plan, ask, K, options, fit_heads):
             return run_stable(plan, ask, K, noise=options.noise, noise_rel=options.noise_rel,
                               query_scale=options.query_scale, heads_exact=options.heads_given,
                               probe_log=options.state.probes, fit_heads=fit_heads,
-                              bias=getattr(options, "bias", False))
+                              bias=getattr(options, "bias", False),
+                              remeasure=getattr(options, "remeasure", None))
     return run_real(plan, ask, K, noise=options.noise, query_scale=options.query_scale,
                     snap=options.snap, probe_log=options.state.probes, fit_heads=fit_heads)
 

@@ -21,6 +21,16 @@ group's spread (a two-variable linear program, solved over the vertices of the u
 The declared eta is ``SAFETY`` (30) times that envelope: ``noise = SAFETY * abs``,
 ``noise_rel = SAFETY * rel``, the stable plan's ``eta + eta_rel |y|``.
 
+On the plan's own scales (:func:`measure_plan_noise`, ``learn(noise="auto")``).  The
+measurement above, at fixed token norms, serves the stable plan's scale probe; once the probe
+has chosen the plan's scale sigma, every attempt measures again the same way on the plan's own
+tokens at every scale it asks (the probe's, and sigma times 1, 1/2, 2, 1/4, 4), each scale
+with an envelope of its own, and a query's eta is its tokens' scale's
+(:class:`~exactlearn.strategies.real.stable_plan.Noise`).  A float32 layer's score rounding
+grows with the square of the token norm: at d = 16, H = 4 the plan's queries erred by 1.31
+times the eta of the fixed norms, 0.38 times the eta of their own scales
+(docs/howto/float-black-box.md#float32-layers).
+
 Grid steps (``steps=True``; ``tokens="float32"``).  A float32 box rounds each token's
 scores ``x_i^T W_h x_n`` once, to about ``2^-24 |s|``, and with scores of tens that rounding
 is larger than the sums' (the layers of tests/float_layers.py at d = 6, H = 3 erred by up to
@@ -59,6 +69,7 @@ from gmpy2 import mpq
 from exactlearn.limits import (MAX_DIMENSION, MAX_HEADS, MAX_PLAN_BYTES, MAX_PLAN_QUERIES,
                                MAX_PLAN_TOKENS, PLAN_BYTES_PER_QUERY, readable_int)
 from exactlearn.strategies.real.ratio import GRID, dyadic, family_tokens, ratio_nodes
+from exactlearn.strategies.real.stable_plan import token_norm
 
 #: the declared eta is this multiple of the measured envelope of the spreads
 SAFETY = 30
@@ -66,6 +77,12 @@ SAFETY = 30
 #: weights of order one, and its rescues at 1/4 and 4 times it
 SCALES = (mpq(1, 2), mpq(2), mpq(8))
 DRAWS = 2            # random (x, e) per scale and length
+#: at most this many scales measured again once the stable plan's scale is chosen
+#: (:func:`measure_plan_noise`): the probe's five and the plan's sigma x 1, 1/2, 2, 1/4, 4
+PLAN_SCALES = 10
+#: random (x, e) of the plan per scale and length there: each scale's envelope rests on its own
+#: samples alone (a float32 12 x 4 layer erred by up to 0.69 times the eta of 2 draws)
+PLAN_DRAWS = 3
 PERMUTATIONS = 3     # random orders of the non-final tokens per query, besides its own
 #: with float tokens, the least envelope (abs and rel) before the safety multiple: the unit
 #: roundoff of the tokens' type (an answer computed in it carries at least its rounding)
@@ -218,6 +235,81 @@ def measurement_size_problem(d: int, H: int, n_scales: int, draws: int,
     return None
 
 
+def _build(rnd, d, H, scales, draws, permutations, steps, pairs=None) -> tuple:
+    """The measuring queries: per scale, shape and draw one query (``k`` copies of ``a = x +
+    e``, ``m`` copies of ``x``) in its own order and ``permutations`` random orders of its
+    non-final tokens, and with ``steps`` ``a`` moved one grid step either way.  ``(x, e)`` are
+    random tokens of norm about the scale, or with ``pairs`` (``{scale: [(x, e), ...]}``, the
+    plan's own tokens at that scale) one of those drawn at random.  Returns ``(queries,
+    groups, stepped)``: ``groups`` ``(first query, orders, scale index)``, ``stepped`` ``(base
+    query, first stepped query, scale index)``."""
+    shapes = shape_lengths(H)
+    queries, groups, stepped = [], [], []
+    for s, f in enumerate(scales):
+        for k, m in shapes:
+            for _ in range(draws):
+                if pairs is None:
+                    x, e = _token(rnd, d, f), _token(rnd, d, f)
+                else:
+                    x, e = pairs[f][rnd.randrange(len(pairs[f]))]
+                a = tuple(p + q for p, q in zip(x, e))
+                base = family_tokens(x, a, k, m)
+                rest = base[:-1]
+                orders = [rest]
+                for _ in range(permutations):
+                    p = list(rest)
+                    rnd.shuffle(p)
+                    orders.append(p)
+                groups.append((len(queries), len(orders), s))
+                queries += [o + [x] for o in orders]
+                if steps:                   # a +- one grid step: the second difference
+                    delta = [f * mpq(rnd.choice((-1, 1)), 2 ** GRID) for _ in range(d)]
+                    up = tuple(p + q for p, q in zip(a, delta))
+                    down = tuple(p - q for p, q in zip(a, delta))
+                    stepped.append((len(queries) - len(orders), len(queries), s))
+                    queries += [family_tokens(x, up, k, m), family_tokens(x, down, k, m)]
+    return queries, groups, stepped
+
+
+def _spreads(rec, queries, groups, stepped, view, n_scales) -> tuple:
+    """Ask ``queries`` (one batch) and return per scale index ``(sizes, spreads)`` (every
+    output its own with ``view``), and the number of outputs."""
+    r0 = len(view.records) if view is not None else 0
+    ys = rec.ask_many(queries)
+    # the m answers of each query, in the field (differences taken before rounding to float)
+    Y = [row for _, row in view.records[r0:]] if view is not None else [[y] for y in ys]
+    m = len(Y[0]) if Y else 1
+    out = [([], []) for _ in range(n_scales)]
+    for start, n, s in groups:
+        for j in range(m):
+            g = [Y[q][j] for q in range(start, start + n)]
+            out[s][1].append(abs(float(max(g) - min(g))))
+            out[s][0].append(max(abs(float(y)) for y in g))
+    for base, at, s in stepped:         # |y(a + delta) + y(a - delta) - 2 y(a)| / 2
+        for j in range(m):
+            y0, yu, yd = Y[base][j], Y[at][j], Y[at + 1][j]
+            out[s][1].append(abs(float(yu + yd - 2 * y0)) / 2)
+            out[s][0].append(max(abs(float(y)) for y in (y0, yu, yd)))
+    return out, m
+
+
+def _method(groups, permutations, steps, m, view, floor, safety, plan=False) -> str:
+    floored = (f"; each term at least {floor!r} (the float tokens' unit roundoff)"
+               if floor > 0 else "")
+    return (f"permutation spread: {groups} queries of the stable plan's shapes (k copies "
+            f"of a = x + e, m copies of x"
+            + ("; x and e the plan's own tokens at each scale it asks" if plan else "")
+            + f") each asked in its own order and {permutations} "
+            f"random orders of its non-final tokens"
+            + (f", and with a moved one grid step 2^-{GRID} (times the scale) either way "
+               f"(the second difference |y(a + delta) + y(a - delta) - 2 y(a)| / 2: the "
+               f"rounding of the scores, which no reordering changes)" if steps else "")
+            + (f"; every one of the {m} outputs a spread and size of its own"
+               if view is not None else "")
+            + f"; envelope abs + rel |y| of least mean height over the spreads (max - min "
+            f"per query){' at each scale apart' if plan else ''}{floored}, times {safety}")
+
+
 def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = DRAWS,
                   permutations: int = PERMUTATIONS, safety: int = SAFETY,
                   floor: float = 0.0, steps: bool = False, view=None) -> NoiseEstimate:
@@ -236,64 +328,92 @@ def measure_noise(rec, d: int, H: int, *, seed=None, scales=None, draws: int = D
     rnd = random.Random(seed)
     scales = list(SCALES if scales is None else scales)
     shapes = shape_lengths(H)
-    queries, groups, stepped = [], [], []
-    for f in scales:
-        for k, m in shapes:
-            for _ in range(draws):
-                x, e = _token(rnd, d, f), _token(rnd, d, f)
-                a = tuple(p + q for p, q in zip(x, e))
-                base = family_tokens(x, a, k, m)
-                rest = base[:-1]
-                orders = [rest]
-                for _ in range(permutations):
-                    p = list(rest)
-                    rnd.shuffle(p)
-                    orders.append(p)
-                groups.append((len(queries), len(orders)))
-                queries += [o + [x] for o in orders]
-                if steps:                   # a +- one grid step: the second difference
-                    delta = [f * mpq(rnd.choice((-1, 1)), 2 ** GRID) for _ in range(d)]
-                    up = tuple(p + q for p, q in zip(a, delta))
-                    down = tuple(p - q for p, q in zip(a, delta))
-                    stepped.append((len(queries) - len(orders), len(queries)))
-                    queries += [family_tokens(x, up, k, m), family_tokens(x, down, k, m)]
+    queries, groups, stepped = _build(rnd, d, H, scales, draws, permutations, steps)
     n0 = rec.queries
-    r0 = len(view.records) if view is not None else 0
-    ys = rec.ask_many(queries)
-    # the m answers of each query, in the field (differences taken before rounding to float)
-    Y = [row for _, row in view.records[r0:]] if view is not None else [[y] for y in ys]
-    m = len(Y[0]) if Y else 1
-    sizes, spreads = [], []
-    for start, n in groups:
-        for j in range(m):
-            g = [Y[q][j] for q in range(start, start + n)]
-            spreads.append(abs(float(max(g) - min(g))))
-            sizes.append(max(abs(float(y)) for y in g))
-    for base, at in stepped:            # |y(a + delta) + y(a - delta) - 2 y(a)| / 2
-        for j in range(m):
-            y0, yu, yd = Y[base][j], Y[at][j], Y[at + 1][j]
-            spreads.append(abs(float(yu + yd - 2 * y0)) / 2)
-            sizes.append(max(abs(float(y)) for y in (y0, yu, yd)))
+    per, m = _spreads(rec, queries, groups, stepped, view, len(scales))
+    sizes = [x for s, _ in per for x in s]
+    spreads = [x for _, s in per for x in s]
     ea, er = envelope(sizes, spreads)
-    floored = (f"; each term at least {floor!r} (the float tokens' unit roundoff)"
-               if floor > 0 else "")
     return NoiseEstimate(
         noise=safety * max(ea, floor), noise_rel=safety * max(er, floor), safety=safety, envelope_abs=ea,
         envelope_rel=er, max_spread=max(spreads, default=0.0), groups=len(groups),
         queries=rec.queries - n0, max_length=max(len(q) for q in queries),
         lengths=sorted({k + m for k, m in shapes}), scales=scales, permutations=permutations,
-        draws=draws,
-        method=(f"permutation spread: {len(groups)} queries of the stable plan's shapes (k copies "
-                f"of a = x + e, m copies of x) each asked in its own order and {permutations} "
-                f"random orders of its non-final tokens"
-                + (f", and with a moved one grid step 2^-{GRID} (times the scale) either way "
-                   f"(the second difference |y(a + delta) + y(a - delta) - 2 y(a)| / 2: the "
-                   f"rounding of the scores, which no reordering changes)" if steps else "")
-                + (f"; every one of the {m} outputs a spread and size of its own"
-                   if view is not None else "")
-                + f"; envelope abs + rel |y| of least mean height over the spreads (max - min "
-                f"per query){floored}, times {safety}"),
+        draws=draws, method=_method(len(groups), permutations, steps, m, view, floor, safety),
         floor=floor)
+
+
+@dataclass
+class ScaledNoise:
+    """eta measured at each scale the stable plan asks
+    ([`measure_plan_noise`][exactlearn.strategies.real.eta.measure_plan_noise]): per scale
+    (ascending) a [`NoiseEstimate`][exactlearn.strategies.real.eta.NoiseEstimate] of the
+    plan's own tokens at that scale; ``queries`` counts every answer."""
+
+    scales: list            # the token scales, ascending (exact rationals)
+    estimates: list         # one NoiseEstimate per scale
+    queries: int
+    norms: list             # per scale the largest norm of its tokens x and a = x + e
+
+    def at(self, scale) -> "NoiseEstimate":
+        return self.estimates[self.scales.index(scale)]
+
+    def to_json(self) -> list:
+        return [{"scale": str(s), "max_token_norm": repr(n), "noise": repr(e.noise),
+                 "noise_rel": repr(e.noise_rel),
+                 "envelope_abs": repr(e.envelope_abs), "envelope_rel": repr(e.envelope_rel),
+                 "max_spread": repr(e.max_spread), "groups": e.groups}
+                for s, n, e in zip(self.scales, self.norms, self.estimates)]
+
+
+def measure_plan_noise(rec, H: int, pairs: dict, *, seed=None, draws: int = PLAN_DRAWS,
+                       permutations: int = PERMUTATIONS, safety: int = SAFETY,
+                       floor: float = 0.0, steps: bool = False, view=None) -> ScaledNoise:
+    """eta on the stable plan's own scales (docs/explanation/real-field.md#eta-measured-from-the-box):
+    ``pairs`` maps each token scale the plan asks (the probe's, and the plan's sigma times 1,
+    1/2, 2, 1/4, 4) to the plan's own ``(x, e)`` at that scale; at every shape of
+    :func:`shape_lengths` ``draws`` of them are asked as :func:`measure_noise` asks its
+    random tokens (one batch), and each scale gets its own envelope of the spreads, times
+    ``safety`` (each term at least ``floor``).  A float32 layer's rounding grows with the
+    scale (its scores ``x_i^T W_h x_n`` grow with its square): one envelope over every
+    scale would charge the largest scale's rounding to every query.
+
+    >>> from exactlearn.fields import Real
+    >>> from exactlearn.oracle import Recorder
+    >>> from gmpy2 import mpq
+    >>> box = lambda X: float(len(X) % 3) * 2.0 ** -30 + 1.0     # order-blind
+    >>> pairs = {mpq(s): [((mpq(s), mpq(0)), (mpq(0), mpq(s)))] for s in (1, 2)}
+    >>> got = measure_plan_noise(Recorder(box, Real(dps=30), True), 1, pairs, seed=0)
+    >>> [e.noise for e in got.estimates], got.queries == sum(e.queries for e in got.estimates)
+    ([0.0, 0.0], True)
+    >>> [round(n, 6) for n in got.norms]            # the largest |x|, |x + e| per scale
+    [1.414214, 2.828427]
+    """
+    rnd = random.Random(seed)
+    scales = sorted(pairs)
+    d = len(pairs[scales[0]][0][0])
+    shapes = shape_lengths(H)
+    queries, groups, stepped = _build(rnd, d, H, scales, draws, permutations, steps, pairs)
+    n0 = rec.queries
+    per, m = _spreads(rec, queries, groups, stepped, view, len(scales))
+    n_q = rec.queries - n0
+    per_group = len(queries) // max(len(groups), 1)
+    ests = []
+    for s, (sizes, spreads) in enumerate(per):
+        ea, er = envelope(sizes, spreads)
+        ng = sum(1 for g in groups if g[2] == s)
+        ests.append(NoiseEstimate(
+            noise=safety * max(ea, floor), noise_rel=safety * max(er, floor), safety=safety,
+            envelope_abs=ea, envelope_rel=er, max_spread=max(spreads, default=0.0), groups=ng,
+            queries=ng * per_group, max_length=max(len(q) for q in queries),
+            lengths=sorted({k + mm for k, mm in shapes}), scales=[scales[s]],
+            permutations=permutations, draws=draws,
+            method=_method(ng, permutations, steps, m, view, floor, safety, plan=True),
+            floor=floor))
+    ests[-1].queries += n_q - sum(e.queries for e in ests)     # every answer counted once
+    norms = [max(max(token_norm(x), token_norm(tuple(p + q for p, q in zip(x, e))))
+                 for x, e in pairs[s]) for s in scales]
+    return ScaledNoise(scales, ests, n_q, norms)
 
 
 def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "exact", seed=None,

@@ -122,11 +122,12 @@ from exactlearn.strategies.real.ratio import MAX_COPIES, ratio_nodes
 from exactlearn.strategies.real.sensitivity import LO, rounding
 from exactlearn.strategies.real.stable_checks import (Estimate, certify_estimate, noise_tests,
                                                      resolution_test)
-from exactlearn.strategies.real.stable_families import rel_bound
+from exactlearn.strategies.real.stable_families import plan_pairs, rel_bound
 from exactlearn.strategies.real.stable_messages import coarseness, declared_level
 from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_MIN_HEADS, STABLE_LINEAR_LIMIT,
                                                     STABLE_UNEQUAL_FACTOR, Noise, bias_tokens,
-                                                    dyadic_basis, stable_bias_plan, stable_count)
+                                                    dyadic_basis, query_norm, stable_bias_plan,
+                                                    stable_count)
 from exactlearn.strategies.real.stable_polish import Weak, polish
 from exactlearn.strategies.real.stable_probe import STABLE_TARGET, probe_scale
 from exactlearn.strategies.real.stable_routes import pencil_route
@@ -137,12 +138,15 @@ from exactlearn.strategies.real.stable_routes import per_family as _per_family
 
 
 def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
-               probe_log=None, fit_heads=None, bias=False):
+               probe_log=None, fit_heads=None, bias=False, remeasure=None):
     """Probe, scale, ask, fit, label, solve and certify (module doc).  Returns
     ``(heads, certified observations, RealOutcome)``.  ``fit_heads``: fit exactly that many heads
     (at most ``plan.H``; the escalation of :func:`exactlearn.strategies.real.run`), where
     ``heads_exact`` is False.  ``bias``: the plan for biases (module doc); the heads are then a
-    :class:`~exactlearn.model.HeadSet` with their u and the constant c."""
+    :class:`~exactlearn.model.HeadSet` with their u and the constant c.  ``remeasure``
+    (``noise="auto"``), once sigma is chosen: ``remeasure(plan_pairs(...), sigma)`` gives eta per
+    scale of the plan (``[(scale, largest token norm, eta, eta_rel)]``), which replaces the eta
+    measured before the probe for every query since (``Noise.by_scale``)."""
     H, d = plan.H, plan.d
     eta = K(0) if noise is None else noise_bound(K, noise)
     eta_rel = K(0) if noise_rel is None else noise_bound(K, noise_rel)
@@ -157,9 +161,11 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     probe_log = [] if probe_log is None else probe_log
     probe_log.append(0)
     m = fit_heads if fit_heads is not None else H if heads_exact else None
-    route, sigma, m, tries, n_probe = _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec,
-                                                       start, probe_log, query_scale,
-                                                       heads_exact, bias)
+    route, sigma, m, tries, n_probe, scaled = _probe_and_route(
+        plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, query_scale, heads_exact, bias,
+        remeasure)
+    if scaled is not None:              # eta on the plan's own scales: the eta at sigma reported
+        eta, eta_rel = scaled[0]
     fits, index = route["fits"], route["index"]
     obs = rec.observations[start:]
     n_obs = len(rec.observations)
@@ -205,7 +211,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
                                      rec, start, etas_all, H, bias)
     detail = _detail(route, est, head_b, len(obs), (worst_ratio, resid_ratio), resolution,
                      sigma=sigma, tries=tries, n_probe=n_probe, nodes=nodes, eta=eta,
-                     eta_rel=eta_rel, d=d, H=H, bias=bias, n_target=n_target)
+                     eta_rel=eta_rel, d=d, H=H, bias=bias, n_target=n_target,
+                     scale_etas=None if scaled is None else scaled[1])
     out = RealOutcome(sigma=sigma, probe_queries=n_probe, error_bound=LO.convert(err),
                       head_bounds=[LO.convert(b) for b in head_b], eta=eta, detail=detail,
                       W_bounds=[[[LO.convert(x) for x in row] for row in bw] for bw in BW],
@@ -220,7 +227,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
 
 
 def _detail(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries, n_probe, nodes, eta,
-            eta_rel, d, H, bias, n_target) -> dict:
+            eta_rel, d, H, bias, n_target, scale_etas=None) -> dict:
     """The run's account (``real_detail``): the certified estimate ``est`` (its per-head
     bounds ``head_b``) on ``n_cert`` observations, the certificate's two ratios, the route's
     families and the probe."""
@@ -257,6 +264,8 @@ def _detail(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries, n_p
     }
     if resolution is not None:
         detail["resolution_test"] = resolution
+    if scale_etas is not None:
+        detail["eta_by_scale"] = scale_etas
     if bias:
         detail["bias"] = ("u and c learned (docs/explanation/biases.md): d + 1 final tokens, "
                           "across families at the midpoints (x_0 + x_i)/2")
@@ -268,11 +277,14 @@ def _detail(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries, n_p
 
 
 def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, query_scale,
-                     heads_exact, bias) -> tuple:
+                     heads_exact, bias, remeasure=None) -> tuple:
     """Steps 2 to 4, or the pencil start (step 3b) when the families fail:
-    ``(route, sigma, m, probe detail, probe queries)``; ``probe_log[-1]`` kept up to date."""
+    ``(route, sigma, m, probe detail, probe queries, scaled)``; ``probe_log[-1]`` kept up to
+    date; ``scaled``: None, or with ``remeasure`` (run_stable's doc) the eta and eta_rel at
+    sigma and the account of eta per scale."""
     tries = []
     n_probe = None
+    scaled = None
     try:
         if query_scale is None:
             current().stage("probe")
@@ -285,6 +297,13 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
             if m is None:
                 m = H
         n_probe = len(rec.observations) - start
+        if remeasure is not None:       # eta on the plan's own scales (noise="auto")
+            table = remeasure(plan_pairs(plan0, sigma, tries, bias, H), sigma)
+            nz.by_scale([(n, e, r) for _, n, e, r in table])
+            scaled = (next((noise_bound(K, e), noise_bound(K, r)) for s, _, e, r in table
+                           if s == sigma),
+                      [{"scale": str(s), "max_token_norm": f"{n:.6g}", "eta": f"{e:.6g}",
+                        "eta_rel": f"{r:.6g}"} for s, n, e, r in table])
         current().phase("ask", stable_count(plan0.d, H, bias))    # progress=: the families
         route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start)
     except (DegenerateDraw, InterpolationError, MatchError, SingularMatrix) as exc:
@@ -292,7 +311,7 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
         if not heads_exact or H < PENCIL_MIN_HEADS or query_scale is not None:
             raise
         if declared_level(nz, rec, start) > COARSE:   # its extrapolation in 1/m needs float64
-            where = "" if "the declared eta (noise=" in str(exc) else coarseness(nz, rec, start)
+            where = "" if "the declared eta " in str(exc) else coarseness(nz, rec, start)
             raise type(exc)(f"{exc}{where} (the pencil start is not tried at a declared eta "
                             f"coarser than float64: its extrapolation in 1/m from queries of "
                             f"257 to 1025 tokens cannot separate the heads at that "
@@ -306,14 +325,16 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
             raise type(exc)(f"{exc}; the pencil start failed too: {str(exc2)[:400]}") from None
         sigma, m = route["sigma"], H
     probe_log[-1] = n_probe
-    return route, sigma, m, tries, n_probe
+    return route, sigma, m, tries, n_probe, scaled
 
 
 def _etas(rec, nz, size, etas, first):
     """``etas`` extended to every observation: eta_q (``nz``, at ``size``) from ``first`` on."""
     out = np.concatenate([etas, np.zeros(len(rec.observations) - len(etas))])
+    norms: dict = {}                    # eta by each query's token scale (noise="auto")
     for q in range(first, len(out)):
-        out[q] = nz.of(rec.observations[q][1], size)
+        toks, y = rec.observations[q]
+        out[q] = nz.of(y, size, query_norm(toks, norms) if nz.table else None)
     return out
 
 

@@ -14,11 +14,13 @@ from gmpy2 import mpq
 
 from exactlearn.errors import (DegenerateDraw, InterpolationError, LearningFailure,
                                NoisierThanDeclared)
+from exactlearn.pipeline.plan import paper_plan
 from exactlearn.strategies.real.ratio import (COARSE_EVALUATIONS, LSQ_EVALUATIONS, family_tokens,
                                               fit_ratio_family, node_t)
 from exactlearn.strategies.real.stable_plan import (COARSE, COARSE_LINEAR_LIMIT,
                                                     COARSE_MAX_UNRESOLVED, STABLE_LINEAR_LIMIT,
-                                                    MAX_UNRESOLVED, SCATTER_MARGIN, SCATTER_MIN)
+                                                    MAX_UNRESOLVED, SCATTER_MARGIN, SCATTER_MIN,
+                                                    stable_bias_plan)
 from exactlearn.strategies.real.stable_probe import ask_family
 
 
@@ -185,3 +187,24 @@ def family_poles(K, fit, m):
     return [(K.ctx.exp(x), c, float(b) * float(K.ctx.exp(x)), float(b2))
             for x, c, b, b2 in zip(fit.logs, fit.cs, bl, bc)]
 
+
+def plan_pairs(plan0, sigma, tries, bias, H) -> dict:
+    """The stable plan's own tokens at every scale it asks, for measuring eta there
+    (``noise="auto"``; docs/explanation/real-field.md#eta-measured-from-the-box):
+    ``{scale: [(x, e) of every configuration]}``, the probe's unit plan at each probe scale
+    tried, and the plan at ``sigma`` times 1 and the rescues' 1/2, 2, 1/4, 4 (exact scales:
+    every token stays dyadic)."""
+    pairs: dict = {}
+
+    def add(p, f, base):                # p's configurations (at scale base) times f
+        pairs.setdefault(base * f, []).extend(
+            (tuple(f * a for a in c.x), tuple(f * b for b in c.e)) for c in p.configs)
+
+    for t in tries:
+        add(plan0, mpq(t["scale"]), mpq(1))
+    X = [tuple(sigma * a for a in x) for x in plan0.X]
+    E = [tuple(sigma * a for a in e) for e in plan0.E]
+    splan = stable_bias_plan(X, E, H) if bias else paper_plan(X, E, H)
+    for f in (mpq(1),) + RESCUE:
+        add(splan, f, sigma)
+    return pairs

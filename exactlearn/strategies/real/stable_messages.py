@@ -9,26 +9,32 @@ from __future__ import annotations
 import numpy as np
 
 from exactlearn.errors import NoisierThanDeclared
-from exactlearn.strategies.real.stable_plan import COARSE
+from exactlearn.strategies.real.stable_plan import COARSE, query_norm
 
 
 def declared_level(nz, rec, start) -> float:
     """The declared eta against the outputs: the median of ``eta_q / |y_q|`` over the
     observations since ``start`` (0 when there are none); above COARSE the box is coarse."""
-    ys = np.array([abs(float(y)) for _, y in rec.observations[start:]])
-    ys = ys[ys > 0]
-    return float(np.median([nz.of(y, 0) / y for y in ys])) if len(ys) else 0.0
+    obs = [(t, abs(float(y))) for t, y in rec.observations[start:] if float(y) != 0]
+    if not obs:
+        return 0.0
+    norms: dict = {}                    # eta by the query's scale (noise="auto", Noise.by_scale)
+    return float(np.median([nz.of(y, 0, query_norm(t, norms) if nz.table else None) / y
+                            for t, y in obs]))
 
 
 def coarseness(nz, rec, start) -> str:
-    """``"; the declared eta (noise=..., noise_rel=...) is L of the typical output, KIND"``:
+    """``"; the declared eta (noise=..., noise_rel=...) is L of the typical output, KIND"``
+    (with eta per scale, ``noise="auto"``: "measured at each scale of the plan (at most ...)"):
     below a float32 box's rounding (L < 2^-24), about it (L < 2^-10: the float32 layers
     measured declare 1e-6 to 3e-4), or coarser than float32."""
     level = declared_level(nz, rec, start)
     kind = ("below a float32 box's rounding (2^-24 = 6e-08)" if level < 2.0 ** -24 else
             "about a float32 box's rounding" if level < 2.0 ** -10 else "coarser than float32")
-    return (f"; the declared eta (noise={nz.eta:.3g}, noise_rel={nz.rel:.3g}) is {level:.2g} "
-            f"of the typical output, {kind}")
+    which = (f"measured at each scale of the plan (at most noise={nz.eta:.3g}, "
+             f"noise_rel={nz.rel:.3g})" if nz.table else
+             f"(noise={nz.eta:.3g}, noise_rel={nz.rel:.3g})")
+    return f"; the declared eta {which} is {level:.2g} of the typical output, {kind}"
 
 
 def precision_failure(bad, nz, rec, start, H) -> str:

@@ -24,6 +24,7 @@ from gmpy2 import mpq
 from exactlearn.errors import (DegenerateDraw, FieldError, InterpolationError, LearningFailure,
                                NoisierThanDeclared)
 from exactlearn.strategies.real.ratio import family_tokens, fit_ratio_family, node_t
+from exactlearn.strategies.real.stable_plan import token_norm
 
 #: rms log rho the scale aims at (the paper plan's:
 #: :data:`~exactlearn.strategies.real.probe.PAPER_TARGET`, 1)
@@ -50,7 +51,8 @@ def ask_family(c, f, asker, noise, nodes, H) -> tuple:
     part = asker.ask([family_tokens(x, a, k, mm) for k, mm in nodes])
     ys = [y for y, _ in part]
     size = H * max(abs(float(y)) for y in ys)
-    return ys, [noise.of(y, size) for y in ys], np.array([q for _, q in part])
+    norm = max(token_norm(x), token_norm(a))      # eta by the tokens' scale (noise="auto")
+    return ys, [noise.of(y, size, norm) for y in ys], np.array([q for _, q in part])
 
 
 def probe_scale(plan0, K, asker, noise, nodes, H, m_fixed):
