@@ -11,7 +11,7 @@ import pytest
 from exactlearn import Modular, MultiHeadAttention, Oracle, Rational, learn
 from exactlearn.generate import random_model
 from exactlearn.strategies.efficient import certificate as eff_certificate
-from exactlearn.strategies.efficient import learn as eff_learn
+from exactlearn.strategies.efficient import lean as eff_lean
 from exactlearn.strategies.efficient.plan import efficient_count
 
 
@@ -86,7 +86,7 @@ def test_pairing_read_at_k_equal_one():
 def test_an_undetermined_family_is_completed_and_counted(monkeypatch):
     """When the 2H - 2 samples do not decide (forced here), the family's last sample is
     asked: a 'samples' fallback whose queries are in the count, the answer still exact."""
-    monkeypatch.setattr(eff_learn, "poles_known_c", lambda gs, cs, K: None)
+    monkeypatch.setattr(eff_lean, "poles_known_c", lambda gs, cs, K: None)
     d, H = 4, 3
     model = random_model(d, H, seed=2)
     oracle = Oracle(model, Rational())

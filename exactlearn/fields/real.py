@@ -73,7 +73,6 @@ import math
 from fractions import Fraction
 
 from gmpy2 import mpq, mpz
-import mpmath
 from mpmath.libmp import from_rational, round_nearest
 
 from exactlearn.algebra.aberth import aberth, root_size

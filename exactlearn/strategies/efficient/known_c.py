@@ -9,7 +9,7 @@ c_h = −v_h·e, and its family
 has only its H poles ρ_h left to find.  Two exact tools use that:
 
 * :func:`poles_known_c` -- the poles of a family from its values at k = 1..2H−2 (one
-  fewer than :func:`~exactlearn.strategies.efficient.learn.poles_through_limit` needs),
+  fewer than :func:`~exactlearn.strategies.efficient.lean.poles_through_limit` needs),
   together with a *proof* that no other choice of poles with those labelled c-values
   reproduces them: in s = 1/k the family is s·N(s)/D(s) with D = Π(s + ρ_h) monic and
   N = Σ_h c_h Π_{g≠h}(s + ρ_g); the samples are linear equations on (N, D), whose

@@ -7,7 +7,7 @@ The steps, reusing the paper learner's parts:
 
 1. **V** from the d single-token queries: V·x_i = f((x_i)), V = X^{-T} (f((x_i)))_i.
 2. **Fit each family** from k = 0 (V·x), k = 1..2H−1 and the limit V·a
-   (:func:`poles_through_limit`: :func:`~exactlearn.pipeline.interpolate.cauchy_interpolate`
+   (:func:`~exactlearn.strategies.efficient.lean.poles_through_limit`: :func:`~exactlearn.pipeline.interpolate.cauchy_interpolate`
    and :func:`~exactlearn.pipeline.interpolate.poles` after a change of variable that
    puts k = ∞ at a finite point).
 3. **Label the group of x_1** by the paper's matching (configurations
@@ -28,7 +28,7 @@ The steps, reusing the paper learner's parts:
    full plan as well; so does one whose W is not exact in the field.
 
 **Lean sampling** (issue 23; the default for the full plan over the modular and rational
-fields, :func:`_analyse_lean`): the families whose c-values the group of x_1 has given are
+fields, :func:`~exactlearn.strategies.efficient.lean.analyse_lean`): the families whose c-values the group of x_1 has given are
 asked at fewer samples (:mod:`~exactlearn.strategies.efficient.known_c`); a family whose
 samples do not determine it is completed (counted, a ``samples`` fallback).
 
@@ -59,59 +59,23 @@ docs/explanation/efficient-plan.md).
 
 from __future__ import annotations
 
-import itertools
-
-from exactlearn.algebra import linalg, polys
+from exactlearn.algebra import linalg
 from exactlearn.fields.base import ExactnessError
 from exactlearn.model import Head, canonicalize
 from exactlearn.pipeline.analysis import over_analysis_fields
 from exactlearn.pipeline.ask import AskOnce
 from exactlearn.pipeline.certify import CertificateError, certify
-from exactlearn.pipeline.interpolate import InterpolationError, cauchy_interpolate, poles
 from exactlearn.pipeline.match import Exact, PoleCounts, label_heads
 from exactlearn.pipeline.solve import solve_W, solve_v
 from exactlearn.progress import current
 from exactlearn.strategies.efficient.certificate import enough_checks
-from exactlearn.strategies.efficient.known_c import pairings, poles_known_c
+from exactlearn.strategies.efficient.lean import (LeanIncomplete, analyse_lean,  # noqa: F401
+                                                 completed_fallbacks, poles_through_limit)
 from exactlearn.strategies.efficient.plan import skeleton
 
 # the names this module had before its split stay importable from here
 from exactlearn.strategies.efficient.certificate import (miss_bound,  # noqa: F401
                                                          unique_on_plan)
-
-
-def poles_through_limit(y0, samples, limit, H, K) -> list:
-    """[(rho_h, c_h)] of f(q_k) = V·a + Σ_h c_h / (1 + k rho_h) (the query family of
-    arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works), exactly, from its
-    value y0 at k = 0, ``samples`` at k = 1..n (n = 2H − 1) and its limit V·a.
-
-    In t = 1/(k* − k), k* = n + 1 (not sampled), k = ∞ becomes t = 0, so the
-    n + 2 = 2H + 1 known values are samples of a rational function of t of type
-    (H, H): :func:`cauchy_interpolate` finds it and :func:`poles` writes it as
-    const + Σ c'/(1 + t rho').  Since c/(1 + k rho) = ct/((1 + k* rho) t − rho),
-    rho = −1/(rho' + k*) and c = −c' (1 + k* rho).  A pole at k* itself would
-    leave deg P > deg Q and is reported (InterpolationError).
-
-    >>> from exactlearn.fields import QQ
-    >>> f = lambda k: QQ(7) + QQ(3) / (1 + 2 * k) + QQ(-1) / (1 + QQ("1/4") * k)
-    >>> sorted(poles_through_limit(f(0), [f(k) for k in (1, 2, 3)], QQ(7), 2, QQ))
-    [(mpq(1,4), mpq(-1,1)), (mpq(2,1), mpq(3,1))]
-    """
-    n = len(samples)
-    kstar = K(n + 1)
-    ts = [K.one / (kstar - K(k)) for k in range(n + 1)] + [K.zero]
-    rf = cauchy_interpolate(ts, [y0] + list(samples) + [limit], H, K)
-    if polys.degree(rf.P) > polys.degree(rf.Q):
-        raise InterpolationError(f"k = {n + 1} is a pole of f(q_k): not a rational function of "
-                                 f"the attention form")
-    out = []
-    for rho_t, c_t in poles(rf, K):
-        s = rho_t + kstar
-        if K.is_zero(s):
-            raise InterpolationError("a pole at k = 0 cannot come from attention")
-        rho = -K.one / s
-        out.append((rho, -c_t * (K.one + kstar * rho)))
-    return out
 
 
 class _CoreSingular(Exception):
@@ -163,7 +127,7 @@ def run_efficient(plan, ask, K, observations, trace=None, attempts: int = 1) -> 
                          "configs": 0, "queries": 0}] if plan.rank_dropped else [])
             extra = ([{"kind": "checks", "reason": plan.check_reason, "configs": len(plan.extra_checks),
                        "queries": plan.extra_queries}] if plan.extra_checks else [])
-            plan.fallbacks = (dropped + ([rank_fallback] if rank_fallback else []) + _completed(plan, values)
+            plan.fallbacks = (dropped + ([rank_fallback] if rank_fallback else []) + completed_fallbacks(plan, values)
                               + matching + extra)
             return heads, n_cert
         full = True
@@ -172,24 +136,6 @@ def run_efficient(plan, ask, K, observations, trace=None, attempts: int = 1) -> 
                          "skeleton (the full efficient plan)", "configs": off,
                          "queries": off * plan.samples}
         plan.name = "efficient"
-
-
-def _completed(plan, values) -> list:
-    """The ``samples`` fallback of a lean plan: the configurations of the plan asked beyond
-    their planned samples (up to 2H − 1), and those queries (each asked once), with the
-    reasons the analyses gave; [] when there are none."""
-    if not plan.lean:
-        return []
-    configs = queries = 0
-    for c in plan.asked:
-        extra = sum(1 for k in range(plan.samples_of(c) + 1, plan.samples + 1)
-                    if c.tokens(k) in values)
-        configs += extra > 0
-        queries += extra
-    if not queries:
-        return []
-    return [{"kind": "samples", "reason": "; ".join(sorted(plan.lean_reasons)) or
-             "families completed to 2H - 1 samples", "configs": configs, "queries": queries}]
 
 
 def _analyse_and_certify(plan, values, K, full, observations, trace) -> tuple:
@@ -202,29 +148,19 @@ def _analyse_and_certify(plan, values, K, full, observations, trace) -> tuple:
     return over_analysis_fields(K, analyse_and_certify, trace)
 
 
-class _Complete(Exception):
-    """The lean analysis cannot use its fewer samples here: complete the families to
-    2H − 1 samples and analyse as the plan that is not lean does -- every family, or all
-    but those in ``known`` (configuration index -> their poles, already determined)."""
-
-    def __init__(self, reason, known=None):
-        super().__init__(reason)
-        self.known = known or {}
-
-
 def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
     """Steps 1-5 of the module docstring in the field A: (canonical heads, matching fallbacks).
 
     A lean plan (:meth:`~exactlearn.strategies.efficient.plan.EfficientPlan.samples_of`)
-    is analysed by :func:`_analyse_lean`; where that cannot go on (fewer poles than H,
+    is analysed by :func:`~exactlearn.strategies.efficient.lean.analyse_lean`; where that cannot go on (fewer poles than H,
     coinciding c-values, a pairing or a c-value label that is not unique) every family
     is completed to 2H − 1 samples -- asked here, counted, reported as a ``samples``
     fallback -- and analysed as below."""
     known: dict = {}
     if plan.lean and full:
         try:
-            return _analyse_lean(plan, values, A, K, trace)
-        except _Complete as exc:
+            return analyse_lean(plan, values, A, K, trace)
+        except LeanIncomplete as exc:
             known = exc.known
             plan.lean_reasons.add(f"{exc}: {'those' if known else 'every'} famil{'ies' if known else 'y'} "
                                   f"completed to 2H - 1 = {plan.samples} samples")
@@ -296,156 +232,6 @@ def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
                        f"paper's matching (products of rho in the field)"),
             "configs": len(used), "queries": len(used) * ns})
     return canonicalize(heads), matching
-
-
-def _analyse_lean(plan, values, A, K, trace) -> tuple:
-    """Steps 1-6 for a lean plan in the field A (docs: explanation/efficient-plan.md, "Fewer
-    samples once v is known"): the group of x_1 (full families) labels the heads and gives
-    every c_h(e_j); each matching configuration (x_1, e_1 + e_j) is read at k = 1 alone
-    (:func:`~exactlearn.strategies.efficient.known_c.pairings`: exactly one pairing must
-    reproduce it); each other basis configuration's poles come from its 2H − 2 samples and
-    the known c-values (:func:`~exactlearn.strategies.efficient.known_c.poles_known_c`).
-    A family whose samples do not pin its answer down is completed (its remaining samples
-    asked: counted, reported); :class:`_Complete` when the lean route cannot go on."""
-    d, H, ns = plan.d, plan.H, plan.samples
-    P = A.param
-    conv = (lambda y: y) if A is K else A
-
-    def obs(c, k):
-        return conv(values(c.tokens(k)))
-
-    def dot(u, x):
-        acc = A.zero
-        for a, b in zip(u, x):
-            acc = acc + a * A(b)
-        return acc
-
-    singles = [plan.configs[plan.index("basis", i, 0)] for i in range(d)]
-    Xt = [[A(x[r]) for r in range(d)] for x in plan.X]
-    V = linalg.matvec(linalg.inverse(Xt, A), [obs(c, 0) for c in singles], A)
-    fits: dict = {}
-
-    def fit(n):
-        if n not in fits:
-            c = plan.configs[n]
-            y0 = obs(c, 0) if c.x in plan.X else dot(V, c.x)
-            fits[n] = poles_through_limit(y0, [obs(c, k) for k in range(1, ns + 1)], dot(V, c.a), H, A)
-        return fits[n]
-
-    def full_fit(n, why):
-        got = fit(n)
-        if len(got) != H:
-            raise _Complete(f"configuration {n} shows {len(got)} poles, not {H}")
-        plan.lean_reasons.add(why)
-        return got
-
-    idx = plan.index
-    try:
-        ref = fit(idx("basis", 0, 0))
-    except (InterpolationError, ExactnessError) as exc:
-        raise _Complete(f"the family of (x_1, e_1) does not fit: {exc}") from None
-    if len(ref) != H:
-        raise _Complete(f"(x_1, e_1) shows {len(ref)} poles, fewer than the bound H = {H}")
-    lab = {(0, 0): ref}
-    try:
-        for j in range(1, d):
-            other = fit(idx("basis", 0, j))
-            if len(other) != H:
-                raise _Complete(f"(x_1, e_{j + 1}) shows {len(other)} poles, not {H}")
-            n = idx("within", 0, j)
-            w = plan.configs[n]
-            if plan.samples_of(w) < ns:
-                perms = pairings(ref, other, obs(w, 1), dot(V, w.a), A)
-                if len(perms) != 1:
-                    full_fit(n, f"a matching configuration (x_1, e_1 + e_j) whose value at k = 1 "
-                                f"{'no' if not perms else 'more than one'} pairing of heads reproduces: "
-                                f"its remaining {ns - 1} samples asked")
-                    perms = _paired_by_products(ref, other, fits[n], A)
-            else:
-                perms = _paired_by_products(ref, other, fit(n), A)
-            if len(perms) != 1:
-                raise _Complete(f"the heads of (x_1, e_1) and (x_1, e_{j + 1}) pair in {len(perms)} ways")
-            lab[(0, j)] = [other[g] for g in perms[0]]
-            if n not in fits:           # its poles, as a full fit would give them (distinct products)
-                w_poles = [(a * b, c + g) for (a, c), (b, g) in zip(ref, lab[(0, j)])]
-                if all(not A.eq(w_poles[s][0], w_poles[t][0]) for s in range(H) for t in range(s)):
-                    fits[n] = w_poles
-        cs = [[c for _, c in lab[(0, j)]] for j in range(d)]
-        tied = [j for j in range(d) if any(A.eq(cs[j][a], cs[j][b]) for a in range(H) for b in range(a))]
-        for i in range(1, d):
-            for j in range(d):
-                if j in tied:
-                    continue
-                n = idx("basis", i, j)
-                c = plan.configs[n]
-                nb = plan.samples_of(c)
-                rho = None
-                if nb < ns:
-                    limit = dot(V, c.a)
-                    gs = [obs(c, k) - limit for k in range(1, nb + 1)]
-                    rho = poles_known_c(gs, cs[j], A)
-                    if rho is not None:
-                        plan.known_c_passed.append((A, gs, list(cs[j])))
-                        lab[(i, j)] = list(zip(rho, cs[j]))
-                        fits[n] = lab[(i, j)]
-                        continue
-                    got = full_fit(n, f"a basis configuration whose {nb} samples and known c-values "
-                                      f"leave its poles undetermined (gcd of R_1, R_2 not linear): its "
-                                      f"sample k = {ns} asked")
-                else:
-                    got = fit(n)
-                by = {}
-                for r, cv in got:
-                    h = [t for t in range(H) if A.eq(cs[j][t], cv)]
-                    if len(h) != 1 or h[0] in by:
-                        raise _Complete(f"a pole of (x_{i + 1}, e_{j + 1}) is not labelled by its c-value")
-                    by[h[0]] = (r, cv)
-                if len(by) != H:
-                    raise _Complete(f"(x_{i + 1}, e_{j + 1}) shows {len(got)} poles, not {H}")
-                lab[(i, j)] = [by[h] for h in range(H)]
-    except (InterpolationError, ExactnessError) as exc:
-        raise _Complete(f"a family does not fit: {exc}") from None
-    if tied:                            # the paper's matching for those directions, as before
-        raise _Complete(f"the heads' c-values coincide at e_j for j in {[j + 1 for j in tied]} (e.g. "
-                        f"equal v): the families (x_i, e_j) there", known=dict(fits))
-    cells = skeleton(d, None)
-    logs = [{(i, j): A.log(lab[(i, j)][h][0]) for i, j in cells} for h in range(H)]
-    heads = []
-    for h in range(H):
-        v = solve_v(plan, [cs[j][h] for j in range(d)], A)
-        heads.append(Head(solve_W(plan, logs[h], P), tuple(A.to_param(x) for x in v)))
-    if trace is not None:
-        trace.clear()
-        for n, pl in fits.items():
-            c = plan.configs[n]
-            trace.append({"config": c, "poles": pl,
-                          "labelled": lab.get((c.i, c.j)) if c.kind == "basis" else None})
-        trace.append({"V": V})
-    return canonicalize(heads), []
-
-
-def _paired_by_products(ref, other, within, A) -> list:
-    """The pairings π of a fully fitted matching configuration: head h of ``ref`` with the
-    pole π[h] of ``other``, when its poles are the products α_h β_π(h) with coefficients
-    c_h + γ_π(h) (at most two are returned)."""
-    H = len(ref)
-    found = []
-    for perm in itertools.permutations(range(H)) if H <= 6 else ():
-        if all(any(A.eq(ref[h][0] * other[g][0], r) and A.eq(ref[h][1] + other[g][1], c) for r, c in within)
-               for h, g in enumerate(perm)):
-            found.append(perm)
-            if len(found) > 1:
-                break
-    if H > 6:                       # one partner per head, found pole by pole
-        perm = []
-        for a, c in ref:
-            g = [t for t, (b, gc) in enumerate(other)
-                 if any(A.eq(a * b, r) and A.eq(c + gc, cw) for r, cw in within)]
-            if len(g) != 1:
-                return []
-            perm.append(g[0])
-        found = [tuple(perm)] if len(set(perm)) == H else []
-    return found
 
 
 def _cur(plan, L, P, h) -> dict:

@@ -8,7 +8,7 @@ keeps the paper's configurations (x_i, e_j) but asks less of each:
   known before any family is analysed (a single token attends only to itself:
   f((x)) = V·x for every attention model).  Every family then has its k = 0
   value V·x *and* its limit V·a = lim_k f(q_k): 2H − 1 samples k = 1..2H−1 fix
-  the rational function of type (H, H) (:func:`exactlearn.strategies.efficient.learn.poles_through_limit`).
+  the rational function of type (H, H) (:func:`exactlearn.strategies.efficient.lean.poles_through_limit`).
 * **Labels from v.** Only the group of x_1 is matched (the paper's
   ``within`` configurations (x_1, e_1 + e_j), j ≥ 2).  That labels the v_h;
   afterwards the c-values c_h = −v_h·e_j label the poles of every other

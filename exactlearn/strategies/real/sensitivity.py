@@ -37,7 +37,6 @@ Precision
 
 from __future__ import annotations
 
-import mpmath
 
 from exactlearn.algebra.contexts import context
 from exactlearn.errors import NoisierThanDeclared
