@@ -159,8 +159,9 @@ def _in_t(N0, D0, N1, D1, c, H, K):
 
 def poles_known_c(gs, cs, K):
     """The labelled poles [ρ_h] of g(k) = Σ_h c_h/(1 + k ρ_h) from ``gs`` = g(1..2H−2)
-    and the labelled, pairwise distinct, nonzero ``cs`` (H ≥ 2; for H = 2 always None:
-    see :func:`pole_sets`), or None.
+    and the labelled, pairwise distinct, nonzero ``cs`` (H ≥ 2; for H = 2 generically None,
+    since two pole lists pass through H = 2H − 2 samples -- see :func:`pole_sets` -- and an
+    answer only where the second one is absent, still the only list), or None.
 
     Not None only when the answer is the *only* one: every list of H nonzero poles
     (distinct or not) whose family with the coefficients ``cs`` takes the values ``gs``
