@@ -56,12 +56,14 @@ def test_a_family_the_hand_written_levenberg_marquardt_lost_is_fitted_within_its
 def test_minpack_tolerance_too_small_codes_are_convergence_not_a_crash(monkeypatch, info, status):
     """MINPACK's lmder returns 6/7/8 when ftol/xtol/gtol = eps cannot be improved on in float64;
     the driver reports them as that tolerance met (least_squares' own codes), never a KeyError."""
-    real = lsq.leastsq
+    import scipy.optimize
+    real = scipy.optimize.leastsq
 
     def leastsq(*args, **kwargs):
         out = real(*args, **kwargs)
         return out[:4] + (info,)
-    monkeypatch.setattr(lsq, "leastsq", leastsq)
+    monkeypatch.setattr(scipy.optimize, "leastsq", leastsq)     # lsq imports it on first use
+    monkeypatch.setattr(lsq, "leastsq", leastsq, raising=False)  # or at import, where it did
     t = np.linspace(0.0, 1.0, 6)
     y = 1.0 + 2.0 * t
     res = lsq.solve(lambda th: th[0] + th[1] * t - y,
