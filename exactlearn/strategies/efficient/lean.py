@@ -55,6 +55,46 @@ def poles_through_limit(y0, samples, limit, H, K) -> list:
     return out
 
 
+class PlanReader:
+    """The plan's answers read in the analysis field ``A`` (the box's field ``K``, or a prime
+    field of the multi-modular method): ``obs(c, k)``, ``dot(u, x)``, ``V`` from the single
+    tokens x_i (step 1), and ``fit(n)``, configuration n's poles through its 2H − 1 samples
+    and its limit V·a (:func:`poles_through_limit`; k = 0 observed for final tokens x_i, else
+    V·x), kept in ``fits`` -- or those given in ``known`` (configuration -> poles already
+    determined by the lean analysis)."""
+
+    def __init__(self, plan, values, A, K, known=None):
+        self.plan, self.values, self.A = plan, values, A
+        self.conv = (lambda y: y) if A is K else A
+        self.known = known or {}
+        self.fits: dict = {}
+        singles = [plan.configs[plan.index("basis", i, 0)] for i in range(plan.d)]
+        Xt = [[A(x[r]) for r in range(plan.d)] for x in plan.X]           # rows x_i^T
+        self.V = linalg.matvec(linalg.inverse(Xt, A), [self.obs(c, 0) for c in singles], A)
+
+    def obs(self, c, k):
+        return self.conv(self.values(c.tokens(k)))
+
+    def dot(self, u, x):
+        A = self.A
+        acc = A.zero
+        for a, b in zip(u, x):
+            acc = acc + a * A(b)
+        return acc
+
+    def fit(self, n):
+        fits, plan = self.fits, self.plan
+        if n not in fits:
+            if n in self.known:         # determined by the lean analysis (its proofs)
+                fits[n] = self.known[n]
+                return fits[n]
+            c = plan.configs[n]
+            y0 = self.obs(c, 0) if c.x in plan.X else self.dot(self.V, c.x)
+            fits[n] = poles_through_limit(y0, [self.obs(c, k) for k in range(1, plan.samples + 1)],
+                                          self.dot(self.V, c.a), plan.H, self.A)
+        return fits[n]
+
+
 class LeanIncomplete(Exception):
     """The lean analysis cannot use its fewer samples here: complete the families to
     2H − 1 samples and analyse as the plan that is not lean does -- every family, or all
@@ -94,28 +134,8 @@ def analyse_lean(plan, values, A, K, trace) -> tuple:
     asked: counted, reported); :class:`LeanIncomplete` when the lean route cannot go on."""
     d, H, ns = plan.d, plan.H, plan.samples
     P = A.param
-    conv = (lambda y: y) if A is K else A
-
-    def obs(c, k):
-        return conv(values(c.tokens(k)))
-
-    def dot(u, x):
-        acc = A.zero
-        for a, b in zip(u, x):
-            acc = acc + a * A(b)
-        return acc
-
-    singles = [plan.configs[plan.index("basis", i, 0)] for i in range(d)]
-    Xt = [[A(x[r]) for r in range(d)] for x in plan.X]
-    V = linalg.matvec(linalg.inverse(Xt, A), [obs(c, 0) for c in singles], A)
-    fits: dict = {}
-
-    def fit(n):
-        if n not in fits:
-            c = plan.configs[n]
-            y0 = obs(c, 0) if c.x in plan.X else dot(V, c.x)
-            fits[n] = poles_through_limit(y0, [obs(c, k) for k in range(1, ns + 1)], dot(V, c.a), H, A)
-        return fits[n]
+    read = PlanReader(plan, values, A, K)
+    obs, dot, fit, V, fits = read.obs, read.dot, read.fit, read.V, read.fits
 
     def full_fit(n, why):
         got = fit(n)

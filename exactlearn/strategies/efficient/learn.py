@@ -69,8 +69,9 @@ from exactlearn.pipeline.match import Exact, PoleCounts, label_heads
 from exactlearn.pipeline.solve import solve_W, solve_v
 from exactlearn.progress import current
 from exactlearn.strategies.efficient.certificate import enough_checks
-from exactlearn.strategies.efficient.lean import (LeanIncomplete, analyse_lean,  # noqa: F401
-                                                 completed_fallbacks, poles_through_limit)
+from exactlearn.strategies.efficient.lean import (LeanIncomplete, PlanReader,  # noqa: F401
+                                                 analyse_lean, completed_fallbacks,
+                                                 poles_through_limit)
 from exactlearn.strategies.efficient.plan import skeleton
 
 # the names this module had before its split stay importable from here
@@ -166,34 +167,9 @@ def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
                                   f"completed to 2H - 1 = {plan.samples} samples")
     d, H, ns = plan.d, plan.H, plan.samples
     P = A.param
-    conv = (lambda y: y) if A is K else A
-
-    def obs(c, k):
-        return conv(values(c.tokens(k)))
-
-    def dot(u, x):
-        acc = A.zero
-        for a, b in zip(u, x):
-            acc = acc + a * A(b)
-        return acc
-
-    # 1. V from the single tokens (x_i)
-    singles = [plan.configs[plan.index("basis", i, 0)] for i in range(d)]
-    Xt = [[A(x[r]) for r in range(d)] for x in plan.X]                 # rows x_i^T
-    V = linalg.matvec(linalg.inverse(Xt, A), [obs(c, 0) for c in singles], A)
-
-    # 2. fit a family (k = 0 observed for final tokens x_i, else V.x)
-    fits: dict = {}
-
-    def fit(n):
-        if n not in fits:
-            c = plan.configs[n]
-            if n in known:              # determined by the lean analysis (its proofs)
-                fits[n] = known[n]
-                return fits[n]
-            y0 = obs(c, 0) if c.x in plan.X else dot(V, c.x)
-            fits[n] = poles_through_limit(y0, [obs(c, k) for k in range(1, ns + 1)], dot(V, c.a), H, A)
-        return fits[n]
+    # 1. V from the single tokens (x_i); 2. a family's poles (lean.PlanReader)
+    read = PlanReader(plan, values, A, K, known)
+    fit, V, fits = read.fit, read.V, read.fits
 
     counts = PoleCounts(plan, len(fit(plan.index("basis", 0, 0))))
 
