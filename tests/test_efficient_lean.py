@@ -12,6 +12,7 @@ from exactlearn import Modular, MultiHeadAttention, Oracle, Rational, learn
 from exactlearn.generate import random_model
 from exactlearn.strategies.efficient import certificate as eff_certificate
 from exactlearn.strategies.efficient import lean as eff_lean
+from exactlearn.strategies.efficient import learn as eff_learn
 from exactlearn.strategies.efficient.plan import efficient_count
 
 
@@ -94,6 +95,26 @@ def test_an_undetermined_family_is_completed_and_counted(monkeypatch):
     assert res.certified and res.heads == model.canonical_heads()
     fb = [f for f in res.plan_fallbacks if f["kind"] == "samples"]
     assert len(fb) == 1 and fb[0]["configs"] == d * (d - 1) and fb[0]["queries"] == d * (d - 1)
+    assert res.queries == oracle.queries == res.plan_queries + sum(f["queries"] for f in res.plan_fallbacks)
+
+
+def test_a_failed_run_lists_the_samples_it_completed(monkeypatch):
+    """A run that completes families and then fails (the certificate refuses, forced here)
+    still says what it asked beyond the plan: its 'samples' fallback, whose queries with the
+    plan's make up every query the box answered (h37's review: it listed none)."""
+    from exactlearn.pipeline.certify import CertificateError
+    monkeypatch.setattr(eff_lean, "poles_known_c", lambda gs, cs, K: None)
+
+    def refuse(*args, **kwargs):
+        raise CertificateError("refused (forced by the test)")
+    monkeypatch.setattr(eff_learn, "certify", refuse)
+    d, H = 4, 3
+    model = random_model(d, H, seed=2)
+    oracle = Oracle(model, Rational())
+    res = learn(oracle, d=d, heads=H, seed=2, plan="efficient", retries=0)
+    assert res.status == "failed"
+    fb = [f for f in res.plan_fallbacks if f["kind"] == "samples"]
+    assert len(fb) == 1 and fb[0]["queries"] == d * (d - 1)
     assert res.queries == oracle.queries == res.plan_queries + sum(f["queries"] for f in res.plan_fallbacks)
 
 

@@ -108,35 +108,41 @@ def run_efficient(plan, ask, K, observations, trace=None, attempts: int = 1) -> 
     plan.extra_checks, plan.extra_queries = [], 0
     plan.lean_reasons = set()
     plan.known_c_passed = []        # (field, values, c-values) whose poles_known_c test passed
-    while True:
-        try:
-            heads, matching, n_cert = _analyse_and_certify(plan, values, K, full, observations, trace)
-            checks = enough_checks(plan, values, K, heads, full, rank_plan, observations, attempts)
-        except _CoreSingular as exc:
-            reason = str(exc)
-        except (CertificateError, ExactnessError) as exc:
-            if full:
-                raise
-            why = ("the certificate rejects it on the check configurations"
-                   if isinstance(exc, CertificateError) else
-                   "its scores are not exact in the field (denominators the scale D does not clear), "
-                   "so it cannot reproduce the check configurations")
-            reason = f"the rank-{plan.rank} reconstruction is refuted: {why}; not every head has rank <= {plan.rank}"
-        else:
-            n_cert = checks if checks is not None else n_cert
-            dropped = ([{"kind": "rank", "reason": f"rank promise not used: {plan.rank_dropped}",
-                         "configs": 0, "queries": 0}] if plan.rank_dropped else [])
-            extra = ([{"kind": "checks", "reason": plan.check_reason, "configs": len(plan.extra_checks),
-                       "queries": plan.extra_queries}] if plan.extra_checks else [])
-            plan.fallbacks = (dropped + ([rank_fallback] if rank_fallback else []) + completed_fallbacks(plan, values)
-                              + matching + extra)
-            return heads, n_cert
-        full = True
-        off = plan.d * plan.d - len(skeleton(plan.d, plan.rank))
-        rank_fallback = {"kind": "rank", "reason": reason + "; asked the configurations off the "
-                         "skeleton (the full efficient plan)", "configs": off,
-                         "queries": off * plan.samples}
-        plan.name = "efficient"
+    try:
+        while True:
+            try:
+                heads, matching, n_cert = _analyse_and_certify(plan, values, K, full, observations, trace)
+                checks = enough_checks(plan, values, K, heads, full, rank_plan, observations, attempts)
+            except _CoreSingular as exc:
+                reason = str(exc)
+            except (CertificateError, ExactnessError) as exc:
+                if full:
+                    raise
+                why = ("the certificate rejects it on the check configurations"
+                       if isinstance(exc, CertificateError) else
+                       "its scores are not exact in the field (denominators the scale D does not clear), "
+                       "so it cannot reproduce the check configurations")
+                reason = f"the rank-{plan.rank} reconstruction is refuted: {why}; not every head has rank <= {plan.rank}"
+            else:
+                n_cert = checks if checks is not None else n_cert
+                dropped = ([{"kind": "rank", "reason": f"rank promise not used: {plan.rank_dropped}",
+                             "configs": 0, "queries": 0}] if plan.rank_dropped else [])
+                extra = ([{"kind": "checks", "reason": plan.check_reason, "configs": len(plan.extra_checks),
+                           "queries": plan.extra_queries}] if plan.extra_checks else [])
+                plan.fallbacks = (dropped + ([rank_fallback] if rank_fallback else []) + completed_fallbacks(plan, values)
+                                  + matching + extra)
+                return heads, n_cert
+            full = True
+            off = plan.d * plan.d - len(skeleton(plan.d, plan.rank))
+            rank_fallback = {"kind": "rank", "reason": reason + "; asked the configurations off the "
+                             "skeleton (the full efficient plan)", "configs": off,
+                             "queries": off * plan.samples}
+            plan.name = "efficient"
+    except Exception:
+        # a failed run reports what it asked beyond the plan too (the count is complete
+        # either way: every query is in ``queries``)
+        plan.fallbacks = ([rank_fallback] if rank_fallback else []) + completed_fallbacks(plan, values)
+        raise
 
 
 def _analyse_and_certify(plan, values, K, full, observations, trace) -> tuple:
