@@ -94,6 +94,24 @@ class PlanReader:
                                           self.dot(self.V, c.a), plan.H, self.A)
         return fits[n]
 
+    def heads(self, logs, cs, lab, P, trace) -> list:
+        """Step 6: each head's W from its scores ``logs[h]`` and v from its c-values
+        ``cs[j][h]``, canonical; ``trace`` (a list, or None) gets every fitted family
+        (with its labels ``lab``) and V."""
+        plan, A = self.plan, self.A
+        out = []
+        for h, L in enumerate(logs):
+            v = solve_v(plan, [cs[j][h] for j in range(plan.d)], A)
+            out.append(Head(solve_W(plan, L, P), tuple(A.to_param(x) for x in v)))
+        if trace is not None:
+            trace.clear()
+            for n, pl in self.fits.items():
+                c = plan.configs[n]
+                trace.append({"config": c, "poles": pl,
+                              "labelled": lab.get((c.i, c.j)) if c.kind == "basis" else None})
+            trace.append({"V": self.V})
+        return canonicalize(out)
+
 
 class LeanIncomplete(Exception):
     """The lean analysis cannot use its fewer samples here: complete the families to
@@ -215,18 +233,7 @@ def analyse_lean(plan, values, A, K, trace) -> tuple:
                         f"equal v): the families (x_i, e_j) there", known=dict(fits))
     cells = skeleton(d, None)
     logs = [{(i, j): A.log(lab[(i, j)][h][0]) for i, j in cells} for h in range(H)]
-    heads = []
-    for h in range(H):
-        v = solve_v(plan, [cs[j][h] for j in range(d)], A)
-        heads.append(Head(solve_W(plan, logs[h], P), tuple(A.to_param(x) for x in v)))
-    if trace is not None:
-        trace.clear()
-        for n, pl in fits.items():
-            c = plan.configs[n]
-            trace.append({"config": c, "poles": pl,
-                          "labelled": lab.get((c.i, c.j)) if c.kind == "basis" else None})
-        trace.append({"V": V})
-    return canonicalize(heads), []
+    return read.heads(logs, cs, lab, P, trace), []
 
 
 def paired_by_products(ref, other, within, A) -> list:

@@ -61,12 +61,10 @@ from __future__ import annotations
 
 from exactlearn.algebra import linalg
 from exactlearn.fields.base import ExactnessError
-from exactlearn.model import Head, canonicalize
 from exactlearn.pipeline.analysis import over_analysis_fields
 from exactlearn.pipeline.ask import AskOnce
 from exactlearn.pipeline.certify import CertificateError, certify
 from exactlearn.pipeline.match import Exact, PoleCounts, label_heads
-from exactlearn.pipeline.solve import solve_W, solve_v
 from exactlearn.progress import current
 from exactlearn.strategies.efficient.certificate import enough_checks
 from exactlearn.strategies.efficient.lean import (LeanIncomplete, PlanReader,  # noqa: F401
@@ -175,7 +173,7 @@ def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
     P = A.param
     # 1. V from the single tokens (x_i); 2. a family's poles (lean.PlanReader)
     read = PlanReader(plan, values, A, K, known)
-    fit, V, fits = read.fit, read.V, read.fits
+    fit = read.fit
 
     counts = PoleCounts(plan, len(fit(plan.index("basis", 0, 0))))
 
@@ -194,17 +192,7 @@ def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
     logs = [{(i, j): A.log(lab[(i, j)][h][0]) for i, j in cells} for h in range(m)]
     if not full:
         logs = [_cur(plan, L, P, h) for h, L in enumerate(logs)]
-    heads = []
-    for h in range(m):
-        v = solve_v(plan, [cs[j][h] for j in range(d)], A)
-        heads.append(Head(solve_W(plan, logs[h], P), tuple(A.to_param(x) for x in v)))
-    if trace is not None:
-        trace.clear()
-        for n, pl in fits.items():
-            c = plan.configs[n]
-            trace.append({"config": c, "poles": pl,
-                          "labelled": lab.get((c.i, c.j)) if c.kind == "basis" else None})
-        trace.append({"V": V})
+    heads = read.heads(logs, cs, lab, P, trace)
     matching = []
     if used:
         matching.append({
@@ -213,7 +201,7 @@ def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
                        f"(equal v_h.e_j, e.g. equal v): those configurations are labelled by the "
                        f"paper's matching (products of rho in the field)"),
             "configs": len(used), "queries": len(used) * ns})
-    return canonicalize(heads), matching
+    return heads, matching
 
 
 def _cur(plan, L, P, h) -> dict:
