@@ -74,7 +74,10 @@ def test_cli_symbolic_matches_cli_modular(tmp_path, capsys):
     model.dump(path)
     outs = {}
     for field in ("symbolic", "modular"):
-        code = main(["learn", "--model", str(path), "--field", field, "--heads", "2", "--json"])
+        # a fixed seed: unseeded, a rare draw fails explicitly (degenerate) at every retry and
+        # the test failed once in CI (14:31 UTC, 2026-12-02); the property is the match
+        code = main(["learn", "--model", str(path), "--field", field, "--heads", "2", "--json",
+                     "--seed", "1"])
         outs[field] = json.loads(capsys.readouterr().out)
         assert code == 0 and outs[field]["status"] == "certified"
     key = lambda h: json.dumps(h, sort_keys=True)
