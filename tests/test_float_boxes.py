@@ -17,7 +17,7 @@ from gmpy2 import mpq
 
 from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.cli.main import main
-from exactlearn.errors import DegenerateDraw, ModelError
+from exactlearn.errors import BadBlackBox, DegenerateDraw, ModelError
 from exactlearn.fields import Rational
 from exactlearn.fields.real import Real
 from exactlearn.model import Head, canonicalize
@@ -51,10 +51,20 @@ def test_float_outputs_are_read_as_their_exact_binary_value(y):
     assert K.from_output(np.float32(0.1)) == K(mpq(13421773, 134217728))
 
 
-@pytest.mark.parametrize("y", [float("nan"), float("inf"), np.array([1.0, 2.0]), "x"])
+@pytest.mark.parametrize("y", [float("nan"), float("inf"), "x"])
 def test_a_non_finite_or_non_scalar_output_fails_as_outside_the_field(y):
     rec = Recorder(lambda tokens: y, Real(dps=20), convert=True)
     with pytest.raises(DegenerateDraw, match="not in the real field"):
+        rec([(1,)])
+    assert rec.queries == 1                   # answered, so counted
+
+
+@pytest.mark.parametrize("y", [np.array([1.0, 2.0]), [1.0, 2.0], np.ones((1, 2))])
+def test_an_output_of_several_values_is_bad_input_naming_outputs(y):
+    """Several values per query is a box of m outputs learned without outputs=m: bad input
+    (no redraw), not a degenerate draw (docs: howto/float-black-box.md)."""
+    rec = Recorder(lambda tokens: y, Real(dps=20), convert=True)
+    with pytest.raises(BadBlackBox, match="answered 2 values per query, not one: .* outputs=2"):
         rec([(1,)])
     assert rec.queries == 1                   # answered, so counted
 

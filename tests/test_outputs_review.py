@@ -165,3 +165,32 @@ def test_a_vector_model_learned_without_outputs_is_refused_before_any_query(fiel
     with pytest.raises(ValueError, match=r"a model of 3 outputs .*: pass outputs=3"):
         learn(box, d=2, heads=2, seed=0)
     assert box.queries == 0
+
+
+class VectorBox:
+    """A black box of 3 outputs (a layer adapter without a readout), counted."""
+
+    def __init__(self, kind):
+        self.kind, self.asked = kind, 0
+
+    def __call__(self, tokens):
+        self.asked += 1
+        ys = [float(len(tokens)), 1.0, -2.0]
+        return np.array(ys) if self.kind == "array" else ys
+
+
+@pytest.mark.parametrize("kind", ["array", "list"])
+@pytest.mark.parametrize("field", ["real", "rational"])
+def test_a_vector_box_learned_without_outputs_is_bad_input_naming_outputs(kind, field):
+    """A box answering 3 values per query, learned without outputs=: bad input at the first
+    answer, naming outputs=3, no redraw, the query counted -- it was read as a degenerate
+    draw ("not a scalar: can only convert an array of size 1 ..."), redrawn with retries
+    (a torch MultiheadAttention box without a readout: 1,620 queries, 3 attempts)."""
+    from exactlearn.errors import BadBlackBox
+    box = VectorBox(kind)
+    kw = dict(noise=1e-12) if field == "real" else {}
+    res = learn(box, d=2, heads=1, field=field, seed=0, retries=2, **kw)
+    assert res.status == "failed" and isinstance(res.failure, BadBlackBox)
+    assert res.error.startswith("bad input: the black box VectorBox answered 3 values per "
+                                "query, not one: learn a box of m outputs with outputs=3")
+    assert res.attempts == 1 and res.queries == box.asked == 1

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 from exactlearn.errors import BadBlackBox, DegenerateDraw, FieldError
 from exactlearn.fields.base import Field
-from exactlearn.oracle.adapt import checked_batch
+from exactlearn.oracle.adapt import box_name, checked_batch
 
 
 class Recorder:
@@ -142,6 +143,12 @@ class Recorder:
             try:
                 y = self.K.from_output(y)
             except (ValueError, TypeError, FieldError) as exc:
+                m = _values(y)
+                if m > 1:                   # a vector answer: the caller forgot outputs=m
+                    raise BadBlackBox(f"the black box {box_name(self.oracle)} answered {m} "
+                                      f"values per query, not one: learn a box of m outputs "
+                                      f"with outputs={m} (docs: explanation/biases.md"
+                                      f"#vector-outputs)") from None
                 raise DegenerateDraw(f"the black box returned a value that is not in the "
                                  f"{self.K.name} field: {exc}") from None
         if self.keep:
@@ -192,3 +199,14 @@ class Recorder:
         return [self._record(q, y) for q, y in zip(queries, ys)]
 
 
+
+
+def _values(y) -> int:
+    """How many values an answer holds: the length of a list or tuple, the size of an array
+    (numpy, torch, JAX: anything with a ``shape`` of at least one axis), else 1."""
+    if isinstance(y, (list, tuple)):
+        return len(y)
+    shape = getattr(y, "shape", None)
+    if isinstance(shape, tuple) and shape and all(isinstance(n, int) for n in shape):
+        return math.prod(shape)
+    return 1
