@@ -92,6 +92,8 @@ def test_tokens_of_another_dtype_are_refused_or_converted_exactly():
         conv(np.array([[0.1, 0.25]]))
     with pytest.raises(ModelError, match="float32 or float64"):
         token_dtypes("float16", None)
+    with pytest.raises(ModelError, match="computes in bfloat16: .* float32 or float64"):
+        token_dtypes("bfloat16", None)          # unknown to numpy: was taken for float64
     with pytest.raises(ModelError, match="length 2"):
         LayerBox(forward, 2, 2, [1.0], *token_dtypes("float64", None))
     with pytest.raises(ModelError, match="dimension 2"):

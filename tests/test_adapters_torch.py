@@ -8,6 +8,7 @@ without torch (the ``torch`` extra).
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -155,6 +156,26 @@ def test_refused_modules_and_arguments():
         ta.black_box(torch.nn.MultiheadAttention(4, 2, dtype=torch.float16))
     biased = ta.true_heads(mha(4, 2, 0, bias=True), readout=np.ones(4)).heads()  # was refused
     assert biased.bias and biased.constant != 0
+
+
+@pytest.mark.parametrize("make", ["mha", "linear"])
+def test_a_bfloat16_layer_is_refused_in_one_line_and_its_true_heads_are_exact(make):
+    """A bfloat16 layer (as many models ship): refused by the box with the float16 layer's
+    ModelError, and true_heads converts its weights exactly -- both raised torch's raw
+    "TypeError: Got unsupported ScalarType BFloat16" (numpy has no bfloat16)."""
+    torch.manual_seed(0)
+    if make == "mha":
+        m = torch.nn.MultiheadAttention(4, 2, batch_first=True, dtype=torch.bfloat16).eval()
+        box, truth = (lambda: ta.black_box(m)), (lambda: ta.true_heads(m))
+        ref = ta.true_heads(copy.deepcopy(m).double())
+    else:
+        lins = [torch.nn.Linear(4, 4, dtype=torch.bfloat16) for _ in range(4)]
+        box, truth = (lambda: ta.black_box_linear(*lins, 2)), (lambda: ta.true_heads_linear(*lins, 2))
+        ref = ta.true_heads_linear(*(copy.deepcopy(lin).double() for lin in lins), 2)
+    with pytest.raises(ModelError, match="computes in bfloat16: the adapters take float32 or float64"):
+        box()
+    t = truth()
+    assert all(np.array_equal(a, b) for a, b in zip((t.W, t.u, t.v, t.c), (ref.W, ref.u, ref.v, ref.c)))
 
 
 @pytest.mark.parametrize("batch_first", [True, False])

@@ -134,9 +134,9 @@ def token_dtypes(module_dtype, dtype) -> tuple:
     :func:`as_module_tokens`)."""
     try:
         md = np.dtype(module_dtype)
-    except TypeError:
+    except TypeError:                   # a name numpy lacks: torch's "bfloat16"
         md = None
-    if md not in FLOAT_DTYPES:
+    if md is None or md not in FLOAT_DTYPES:      # (np.dtype("float64") == None is True)
         raise ModelError(f"the layer computes in {module_dtype}: the adapters take float32 or "
                          f"float64 layers")
     if dtype is None:

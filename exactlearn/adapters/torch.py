@@ -56,7 +56,9 @@ def _check_threads(threads):
 
 
 def _np(t) -> np.ndarray:
-    return None if t is None else t.detach().cpu().numpy().astype(np.float64)
+    """A parameter as float64 numpy, converted in torch (exact from float16, bfloat16 and
+    float32; numpy has no bfloat16, so ``.numpy()`` first would raise a raw TypeError)."""
+    return None if t is None else t.detach().cpu().double().numpy()
 
 
 def _mha_blocks(module):
