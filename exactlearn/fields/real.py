@@ -70,10 +70,9 @@ True
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 from gmpy2 import mpq, mpz
-from mpmath.libmp import from_rational, round_nearest
+from mpmath.libmp import from_float, from_rational, round_nearest
 
 from exactlearn.algebra.aberth import aberth, root_size
 from exactlearn.algebra.contexts import context
@@ -187,15 +186,15 @@ class Real(Field):
         >>> K.format(K.from_output(np.float32(0.1))), K.format(K.from_output(0.5))
         ('0.10000000149011611938', '0.5')
         """
-        if not _is_mpf(y) and hasattr(y, "item") and callable(y.item):
+        if not isinstance(y, float) and not _is_mpf(y) and hasattr(y, "item") and callable(y.item):
             try:
                 y = y.item()
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"not a scalar: {exc}") from None
-        if isinstance(y, float):
+        if isinstance(y, float):        # numpy's float64 too: rounded once, as from Fraction(y)
             if not math.isfinite(y):
                 raise ValueError(f"not a finite real number: {y!r}")
-            y = Fraction(y)
+            return self.ctx.make_mpf(from_float(float(y), self.ctx.prec, round_nearest))
         return self(y)
 
     @property

@@ -37,6 +37,7 @@ class TokenAdapter:
         self.field = getattr(box, "field", None)
         self.noise = getattr(box, "noise", None)
         self._cache: dict = {}
+        self._arrays: dict = {}
         if hasattr(box, "batch"):           # one value per query, checked (BadBlackBox)
             self.batch = lambda queries: checked_batch(
                 box, box.batch, [self._convert(q) for q in queries])
@@ -54,31 +55,79 @@ class TokenAdapter:
             row = self._cache[t] = [float(f) for f in vals]
         return row
 
+    def _array(self, t):
+        """:meth:`_row` as a numpy row of the kind's dtype (kept per token)."""
+        row = self._arrays.get(t)
+        if row is None:
+            import numpy as np
+            row = self._arrays[t] = np.array(self._row(t), dtype=np.float32 if self.kind ==
+                                             "float32" else np.float64)
+        return row
+
     def _convert(self, tokens):
-        tokens = list(tokens)       # alive while the ids below are used
-        seen: dict = {}             # a query repeats its tokens: each distinct object once
-        rows, runs = [], []         # runs of the same token object: [row index, copies]
-        prev = None
-        for t in tokens:
-            if t is prev:
-                runs[-1][1] += 1
-                continue
-            prev = t
+        rows, idx, counts = [], [], []   # each distinct token object once, and its runs
+        seen: dict = {}
+        runs = token_runs(tokens)       # holds its tokens: their ids stay theirs meanwhile
+        for t, n in runs:
             i = seen.get(id(t))
             if i is None:
                 i = seen[id(t)] = len(rows)
-                rows.append(self._row(tuple(t)))
-            runs.append([i, 1])
+                rows.append(self._row(tuple(t)) if self.kind == "float" else self._array(tuple(t)))
+            idx.append(i)
+            counts.append(n)
         if self.kind == "float":
-            return [rows[i] for i, n in runs for _ in range(n)]
+            return [rows[i] for i, n in zip(idx, counts) for _ in range(n)]
         import numpy as np
-        U = np.array(rows, dtype=np.float32 if self.kind == "float32" else np.float64)
-        idx, counts = zip(*runs) if runs else ((), ())
-        return np.repeat(U[list(idx)], list(counts), axis=0) if runs else U
+        dtype = np.float32 if self.kind == "float32" else np.float64
+        if not runs:
+            return np.array(rows, dtype=dtype)
+        out = np.empty((sum(counts), len(rows[0])), dtype=dtype)
+        at = 0
+        for i, n in zip(idx, counts):   # each run: its row, broadcast (exact: _row checked it)
+            out[at:at + n] = rows[i]
+            at += n
+        return out
 
     def __call__(self, tokens):
         return self.box(self._convert(tokens))
 
+
+
+def token_runs(tokens) -> list:
+    """``[(token, copies)]``: the runs of equal adjacent tokens in a query, each given by its
+    first token, in order.  A stable-plan query -- ``k`` copies of a token, then ``m`` of
+    another (tuples) -- is recognised in a few list operations in C, however long; any other
+    query is read token by token (identity first, then ``tuple(t)`` equality).
+
+    >>> a, b = (1, 2), (3, 4)
+    >>> token_runs([a, a, b, a]), token_runs([a, (1, 2), b]), token_runs([])
+    ([((1, 2), 2), ((3, 4), 1), ((1, 2), 1)], [((1, 2), 2), ((3, 4), 1)], [])
+    """
+    tokens = tokens if isinstance(tokens, (list, tuple)) else list(tokens)
+    if not tokens:
+        return []
+    first, last = tokens[0], tokens[-1]
+    if type(first) is tuple and type(last) is tuple:
+        m = tokens.count(last)
+        k = len(tokens) - m
+        if k == 0:
+            return [(last, m)]
+        if list(tokens[k:]) == [last] * m and list(tokens[:k]) == [first] * k:
+            return [(first, k), (last, m)]
+    runs: list = []
+    prev = prev_key = None
+    for t in tokens:
+        if t is prev:                   # the same object: one more copy (no comparison)
+            runs[-1][1] += 1
+            continue
+        key = tuple(t)
+        if runs and key == prev_key:
+            runs[-1][1] += 1
+        else:
+            runs.append([t, 1])
+            prev_key = key
+        prev = t
+    return [(t, n) for t, n in runs]
 
 
 def box_name(box) -> str:

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
+from exactlearn.oracle.adapt import token_runs
+
 
 class AskOnce:
     """Asks through a :class:`~exactlearn.oracle.Recorder` once per distinct query.
@@ -81,16 +83,10 @@ def query_key(tokens) -> tuple:
     (((1, 2), 2), ((3, 4), 1), ((1, 2), 1))
     """
     runs: list = []
-    prev = prev_key = None
-    for t in tokens:
-        if t is prev:                   # the same object: one more copy (no comparison)
-            runs[-1][1] += 1
-            continue
+    for t, n in token_runs(tokens):     # runs of one object, then of equal tokens
         key = tuple(t)
-        if runs and key == prev_key:
-            runs[-1][1] += 1
+        if runs and key == runs[-1][0]:
+            runs[-1][1] += n
         else:
-            runs.append([key, 1])
-            prev_key = key
-        prev = t
+            runs.append([key, n])
     return tuple((key, n) for key, n in runs)

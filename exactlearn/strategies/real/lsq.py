@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 import gmpy2
 import numpy as np
+from mpmath.libmp import from_man_exp
 from threadpoolctl import ThreadpoolController
 
 EPS = float(np.finfo(float).eps)
@@ -158,6 +159,31 @@ def field_precision(ctx):
     """gmpy2's context at ``ctx``'s precision (its ``prec`` now, extra precision included),
     rounding to nearest as mpmath does: the arithmetic of :func:`to_mpfr`'s numbers."""
     return gmpy2.context(precision=int(ctx.prec))
+
+
+def from_mpfr(ctx, r):
+    """A gmpy2 ``mpfr`` (finite) as the same number in mpmath, exactly (not rounded to
+    ``ctx``'s precision: ``+x`` does that); the inverse of :func:`to_mpfr`.
+
+    >>> import mpmath
+    >>> ctx = mpmath.mp.clone(); ctx.prec = 120
+    >>> third = ctx.mpf(1) / 3
+    >>> with field_precision(ctx):
+    ...     back = from_mpfr(ctx, to_mpfr(third))
+    >>> back == third, from_mpfr(ctx, gmpy2.mpfr(0)) == 0
+    (True, True)
+    """
+    man, exp = r.as_mantissa_exp()
+    return ctx.make_mpf(from_man_exp(int(man), int(exp)))
+
+
+class Mpfr:
+    """gmpy2's ``mpfr`` as the context of :func:`refine` (inside :func:`field_precision`): the
+    same steps as in the mpmath context of that precision (both round to nearest), at a
+    fraction of the cost; :func:`from_mpfr` brings the result back."""
+
+    mpf = staticmethod(gmpy2.mpfr)
+    inf = gmpy2.inf()
 
 
 _BLAS: list = []      # the process's ThreadpoolController (found once)

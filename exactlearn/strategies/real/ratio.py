@@ -51,9 +51,11 @@ import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import DegenerateDraw, InterpolationError
-from exactlearn.strategies.real.lsq import (EPS, field_precision, refine, solve,
-                                            to_mpfr)
-from exactlearn.strategies.real.sensitivity import LO, check_noise, rounding
+from exactlearn.strategies.real.lsq import (EPS, Mpfr, field_precision, from_mpfr, refine,
+                                            solve, to_mpfr)
+from exactlearn.strategies.real.sensitivity import LO, NOISE_FACTOR, check_noise, rounding
+
+MPFR = type(gmpy2.mpfr(0))
 
 #: token entries on the dyadic grid 2^-GRID (exact in float32 and float64 at the plan's sizes)
 GRID = 20
@@ -256,7 +258,6 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family",
     Levenberg--Marquardt fit (COARSE_EVALUATIONS for a coarse box's families).  Raises
     :class:`~exactlearn.errors.InterpolationError` when no fit converges,
     :class:`~exactlearn.errors.NoisierThanDeclared` when a residual exceeds its bound."""
-    ctx = K.ctx
     zs = np.array([np.inf if t is None else float(t) for t in ts])
     yf = np.array([float(y) for y in ys])
     eta = np.asarray(etas, dtype=float)
@@ -278,15 +279,27 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family",
     if not np.all(np.isfinite(G)):
         raise InterpolationError(f"{what}: the samples do not determine {m} heads (a singular "
                                  f"Jacobian: a head's step lies beyond the nodes, or c_h = 0)")
-    # Gauss-Newton in the field's precision with the float64 G (a contraction: G J = I + O(eps)):
-    # the residuals in the field's precision, the correction G r in float64
-    n = len(zs)
+    th, size, res = _refine(K, ts, ys, theta, G, eta, m, what)
+    with np.errstate(all="ignore"):
+        R = J @ G - np.eye(len(zs))
+    worst = _check_residuals(K, res, np.abs(R) @ eta, yf, theta[m + 1:], m, what)
+    bounds = np.abs(G) @ eta + 2 * float(size)       # + the refinement's rounding floor
+    return RatioFit(+th[0], [+x for x in th[1:m + 1]], [+x for x in th[m + 1:]], G, bounds, worst)
+
+
+def _refine(K, ts, ys, theta, G, eta, m, what):
+    """Gauss-Newton in the field's precision with the float64 ``G`` (a contraction:
+    ``G J = I + O(eps)``): the residuals in the field's precision (gmpy2, 30 bits more), the
+    correction ``G r`` in float64.  ``(theta in mpmath, its last step plus the correction's
+    rounding, the residuals at theta as floats)``."""
+    ctx = K.ctx
+    n = len(ts)
     gabs = np.abs(G)
     slack = [0.0]
     with ctx.extraprec(30), field_precision(ctx):
-        tk = [None if t is None else to_mpfr(K(t)) for t in ts]
+        tk = [None if t is None else gmpy2.mpfr(mpq(t)) for t in ts]   # K(t), exactly
         yk = [to_mpfr(ctx.mpf(y)) for y in ys]
-        tiny = 1e-6 * float(np.min(np.abs(G) @ eta))   # far below every parameter's bound
+        tiny = 1e-6 * float(np.min(gabs @ eta))     # far below every parameter's bound
 
         def step(th):
             rf = np.array([float(r) for r in _residuals(th, tk, yk, m)])
@@ -294,33 +307,40 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family",
                 # G r in float64 differs from the exact product by at most (n + 2) eps |G| |r|
                 # (its rounding, and r's to float64): added to the bounds below
                 slack[0] = float(np.max(gabs @ np.abs(rf))) * (n + 2) * EPS
-                return [ctx.mpf(float(x)) for x in G @ rf]
+                return [gmpy2.mpfr(float(x)) for x in G @ rf]
 
-        out = refine(ctx, step, [float(x) for x in theta], goal=ctx.ldexp(1, -K.prec), steps=24,
-                     floor=tiny, linear=True)
+        out = refine(Mpfr, step, [float(x) for x in theta], goal=gmpy2.mul_2exp(1, -K.prec),
+                     steps=24, floor=tiny, linear=True)
         if not out.converged:
             raise InterpolationError(f"{what}: the refinement of the least-squares fit with "
                                      f"{m} heads did not converge")
-        th, size = out.theta, float(out.size) + slack[0]
-        res = _residuals(th, tk, yk, m)
-    with np.errstate(all="ignore"):
-        R = J @ G - np.eye(len(zs))
-    rbound = np.abs(R) @ eta
-    worst = 0.0
-    for q in range(len(zs)):
-        r = abs(float(res[q]))
-        slack = float(rounding(K, 64 * (abs(yf[q]) + np.sum(np.abs(theta[m + 1:])))))
-        check_noise(r, LO.convert(float(rbound[q])), LO.convert(slack),
+        res = np.array([float(r) for r in _residuals(out.theta, tk, yk, m)])
+        th = [from_mpfr(ctx, x) for x in out.theta]
+    return th, float(out.size) + slack[0], res
+
+
+def _check_residuals(K, res, rbound, yf, cs, m, what) -> float:
+    """Every sample's residual against its first-order bound ``rbound`` plus its rounding
+    (:func:`~exactlearn.strategies.real.sensitivity.check_noise`); the largest ratio
+    ``|residual| / bound``.  A residual clearly inside its allowance in float64 passes as
+    it would in :data:`~exactlearn.strategies.real.sensitivity.LO`; the others are checked
+    there, in order."""
+    r = np.abs(res)
+    Y = 64 * (np.abs(yf) + float(np.sum(np.abs(cs))))
+    slack = np.ldexp(64 * 8 * Y, -K.prec)                       # rounding(K, Y) in float64
+    allow = NOISE_FACTOR * rbound + slack
+    for q in np.flatnonzero(~(r <= allow * (1 - 1e-9))):
+        check_noise(float(r[q]), LO.convert(float(rbound[q])),
+                    LO.convert(float(rounding(K, float(Y[q])))),
                     f"{what} fitted with {m} heads misses its sample {q}")
-        worst = max(worst, r / max(rbound[q], 1e-300))
-    bounds = np.abs(G) @ eta + 2 * float(size)       # + the refinement's rounding floor
-    return RatioFit(+th[0], [+x for x in th[1:m + 1]], [+x for x in th[m + 1:]], G, bounds, worst)
+    return float(np.max(r / np.maximum(rbound, 1e-300)))
 
 
 def _residuals(th, ts, ys, m):
     """``f(t) - y`` at every sample, in gmpy2 at the field's precision (:func:`field_precision`
-    entered by the caller; ``ts``, ``ys`` as mpfr, ``None`` for t = oo; ``th`` in mpmath)."""
-    th = [to_mpfr(x) for x in th]
+    entered by the caller; ``ts``, ``ys`` as mpfr, ``None`` for t = oo; ``th`` in mpmath or
+    as mpfr)."""
+    th = [x if isinstance(x, MPFR) else to_mpfr(x) for x in th]
     A, ls, cs = th[0], th[1:m + 1], th[m + 1:]
     rho = [gmpy2.exp(x) for x in ls]
     out = []

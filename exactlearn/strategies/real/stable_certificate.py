@@ -33,8 +33,12 @@ import gmpy2
 import numpy as np
 
 from exactlearn.errors import NoisierThanDeclared, ResidualsBeyondNoise
+from exactlearn.oracle.adapt import token_runs
 from exactlearn.strategies.real.lsq import field_precision, to_mpfr
 from exactlearn.strategies.real.sensitivity import rounding
+
+
+_MPQ = type(gmpy2.mpq(0))
 
 
 def family_key(tokens):
@@ -48,9 +52,9 @@ def family_key(tokens):
     x = tuple(last)
     a = a_obj = None
     m = 0
-    for t in tokens:                    # identity first: a long query repeats two objects
+    for t, n in token_runs(tokens):     # runs of one object: a long query repeats two
         if t is last or tuple(t) == x:
-            m += 1
+            m += n
         elif a is None:
             a, a_obj = tuple(t), t
         elif not (t is a_obj or tuple(t) == a):
@@ -177,15 +181,18 @@ class _Pairs:
         self.xs: dict = {}
         self.mp, self.ux_sum, self.fl = [], [], []
 
-    def _dot(self, p, q):
+    def _dots(self, ps, q):
+        """``[p . q for p in ps]``, each rounded once (class doc)."""
         with self.wide:
-            prods = [a * b for a, b in zip(p, q)]
-        return gmpy2.fsum(prods)
+            prods = [[a * b for a, b in zip(p, q)] for p in ps]
+        return [gmpy2.fsum(pr) for pr in prods]
 
     def _token(self, t):
         got = self.tok.get(t)
         if got is None:
-            got = self.tok[t] = ([to_mpfr(self.K(a)) for a in t], np.array([float(a) for a in t]))
+            # an exact rational rounded once to the field's precision, as K(a) rounds it
+            got = self.tok[t] = ([gmpy2.mpfr(a) if type(a) is _MPQ else to_mpfr(self.K(a))
+                                  for a in t], np.array([float(a) for a in t]))
         return got
 
     def _final(self, x_tok):
@@ -194,10 +201,10 @@ class _Pairs:
             x, _ = self._token(x_tok)
             wx = []
             for h, W in enumerate(self.W):
-                w = [self._dot(row, x) for row in W]
+                w = self._dots(W, x)
                 if self.bias:
                     w = [a + b for a, b in zip(w, self.u[h])]
-                wx.append((w, self._dot(w, x), self._dot(self.v[h], x)))
+                wx.append((w, *self._dots((w, self.v[h]), x)))
             got = self.xs[x_tok] = (wx, gmpy2.fsum([ux for _, _, ux in wx]))
         return got
 
@@ -212,9 +219,10 @@ class _Pairs:
         xf, af = np.abs(xf), np.abs(af)
         mp, fl = [], []
         wx, ux_sum = self._final(x_tok)
+        dots = self._dots([w for w, _, _ in wx] + self.v, a)
         for h, (w, wxx, ux) in enumerate(wx):
-            z = self._dot(a, w) - wxx                    # log rho = (a - x)^T (W x + u)
-            ua = self._dot(self.v[h], a)
+            z = dots[h] - wxx                            # log rho = (a - x)^T (W x + u)
+            ua = dots[len(wx) + h]
             mp.append((ua, ux, gmpy2.exp(-z)))
             kw = float(ef @ self.BW[h] @ xf) + (float(ef @ self.Bu[h]) if self.bias else 0.0)
             fl.append((float(z), abs(float(ua)), abs(float(ux)), abs(float(ua - ux)), kw,

@@ -206,14 +206,29 @@ class Weak:
         self.directions = directions
 
 
-def solve_scaled(A, b):
+def solve_scaled(A, b, inverse=True):
     """``(A^-1 b, A^-1, [])`` with Jacobi scaling, or ``(None, None, weak directions)`` when
-    A is too ill-conditioned."""
+    A is too ill-conditioned (``A^-1`` None too unless ``inverse``).  The eigenvalues decide;
+    the eigenvectors are formed only when some direction is weak, else the solve is
+    Cholesky's (the scaled matrix's condition is then below ``WEAK_COND``)."""
+    from scipy.linalg import cho_factor, cho_solve
     s = np.sqrt(np.maximum(np.diag(A), 1e-300))
     As = A / s[:, None] / s[None, :]
-    ev, U = np.linalg.eigh(As)
+    ev = np.linalg.eigvalsh(As)
     if ev[-1] <= 0:
         return None, None, []
+    if ev[0] > ev[-1] / WEAK_COND:
+        try:
+            fac = cho_factor(As, lower=True, check_finite=False)
+        except np.linalg.LinAlgError:
+            fac = None
+        if fac is not None:
+            x = cho_solve(fac, b / s, check_finite=False) / s
+            if not inverse:
+                return x, None, []
+            inv = cho_solve(fac, np.eye(len(s)), check_finite=False)
+            return x, inv / s[:, None] / s[None, :], []
+    ev, U = np.linalg.eigh(As)
     weak = [U[:, k] / s for k in np.flatnonzero(ev <= ev[-1] / WEAK_COND)]
     if ev[0] <= ev[-1] / COND_LIMIT:
         return None, None, weak

@@ -140,7 +140,7 @@ def _gauss_newton(fam, W, V, c, far):
     def step(th):
         if not judge(th):
             return [0.0] * len(th)                      # refine converges: the iteration ends
-        delta, _, weak = solve_scaled(*kept[-1][3:5])
+        delta, _, weak = solve_scaled(*kept[-1][3:5], inverse=False)
         if len(kept) == 1:
             weak0.append(Weak([_direction(u, H, d, shape[2]) for u in weak]))
         if delta is None:

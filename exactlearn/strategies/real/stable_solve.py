@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import math
 
+import gmpy2
 import numpy as np
 
 from exactlearn.algebra import linalg
 from exactlearn.errors import SingularMatrix
 from exactlearn.fields.rational import QQ
 from exactlearn.model import Head
-from exactlearn.strategies.real.lsq import EPS, refine
+from exactlearn.strategies.real.lsq import EPS, Mpfr, field_precision, from_mpfr, refine, to_mpfr
 
 WEAK = 10                # an entry whose bound proxy exceeds 10 x the median gets supplements
 WEIGHT_RANGE = 1e9       # the least squares' bounds span at most this factor
@@ -146,25 +147,27 @@ def wls_sparse(K, design, p, meas, bounds, sens_rows, n_obs):
         G = np.linalg.pinv(A * sw[:, None], rcond=1e-14) * sw[None, :]
     except np.linalg.LinAlgError:
         raise SingularMatrix("the weighted least-squares system of a head is singular") from None
-    with ctx.extraprec(30):
-        mpf = ctx.mpf
+    with ctx.extraprec(30), field_precision(ctx):    # gmpy2 at 30 bits more (lsq.Mpfr)
         gabs = np.abs(G)
         slack = [0.0]
+        rows = [[(c, to_mpfr(co) if hasattr(co, "_mpf_") else gmpy2.mpfr(co)) for c, co in row]
+                for row in design]
+        mk = [to_mpfr(ctx.mpf(x)) for x in meas]
 
         def step(u):                   # G (A u - meas): G A = I + O(eps), a contraction
-            r = [ctx.fsum(co * u[c] for c, co in design[n]) - meas[n] for n in range(N)]
+            r = [gmpy2.fsum([co * u[c] for c, co in rows[n]]) - mk[n] for n in range(N)]
             rf = np.array([float(x) for x in r])
             # the residual in the field's precision, the correction in float64: it differs
             # from G r by at most (N + 2) eps |G| |r| (its rounding, and r's to float64)
             slack[0] = float(np.max(gabs @ np.abs(rf))) * (N + 2) * EPS
-            return [mpf(float(x)) for x in G @ rf]
+            return [gmpy2.mpfr(float(x)) for x in G @ rf]
 
-        start = [mpf(float(x)) for x in G @ np.array([float(x) for x in meas])]
-        out = refine(ctx, step, start, goal=ctx.ldexp(1, -ctx.prec), steps=16,
+        start = [float(x) for x in G @ np.array([float(x) for x in meas])]
+        out = refine(Mpfr, step, start, goal=gmpy2.mul_2exp(1, -int(ctx.prec)), steps=16,
                      floor=math.inf)         # converged, or at the rounding floor
         if not out.converged:
             raise SingularMatrix("the refinement of a head's least-squares solve did not converge")
-        u, size = out.theta, float(out.size) + slack[0]
+        u, size = [from_mpfr(ctx, x) for x in out.theta], float(out.size) + slack[0]
     S = np.zeros((p, n_obs))
     for n, (ids, row) in enumerate(sens_rows):
         S[:, ids] += np.outer(G[:, n], row)
@@ -211,8 +214,8 @@ def _solve_M(rows, fits, ids, index, K, m, n_obs, Xinv, EinvT, d):
         Wt = tuple(tuple(ctx.fsum(EM[r][i] * XiK[i][q] for i in range(dc)) for q in range(dc))
                    for r in range(d))
         v = tuple(-ctx.fsum(EiK[r][j] * cu[j] for j in range(d)) for r in range(d))
-        SMr = SM.reshape(d, dc, n_obs)
-        SW = np.einsum("rj,jin,iq->rqn", Ei, SMr, Xi, optimize=True).reshape(d * dc, n_obs)
+        T = (Ei @ SM.reshape(d, dc * n_obs)).reshape(d, dc, n_obs)         # E^-T M, per r
+        SW = np.matmul(Xi.T[None], T).reshape(d * dc, n_obs)               # then X^-1
         heads.append(Head(Wt, v) if dc == d else
                      Head(tuple(tuple(row[:d]) for row in Wt), v, tuple(row[d] for row in Wt)))
         SWs.append(SW)
