@@ -19,7 +19,9 @@ at float64 accuracy.  :func:`ratio_nodes` spreads ``t`` geometrically over
 :func:`fit_ratio_family` fits ``theta = (A, log rho_1..m, c_1..m)`` by weighted least
 squares (weights ``1/eta_q``): a Loewner (AAA-style) start in ``z = t/(1+t)``, where
 ``f`` is rational of type ``(m, m)`` on ``[0, 1]``; Levenberg-Marquardt in float64
-(:func:`~exactlearn.strategies.real.lsq.solve`, MINPACK through scipy); then
+(:func:`~exactlearn.strategies.real.lsq.solve`, MINPACK through scipy) on the ``m`` values
+``log rho`` alone, ``A`` and ``c`` by linear least squares at each (variable projection,
+:class:`_Projected`); then
 Gauss-Newton steps (:func:`~exactlearn.strategies.real.lsq.refine`) with the float64 weighted
 pseudo-inverse ``G``, so the values carry the field's precision: each residual is computed
 in the field's precision (gmpy2 at the context's precision,
@@ -67,7 +69,8 @@ MAX_COPIES = 256
 LSQ_EVALUATIONS = 100
 #: the same for a family of a box declared coarser than float64 (float32): fitting four heads
 #: to float32 samples, MINPACK often stopped at 100 evaluations short of the optimum, where the
-#: refinement with its fixed pseudo-inverse then diverged (docs/explanation/real-field.md)
+#: refinement with its fixed pseudo-inverse then diverged (docs/explanation/real-field.md);
+#: on the exponents alone (:class:`_Projected`) a median fit takes about 40
 COARSE_EVALUATIONS = 1000
 
 
@@ -141,17 +144,6 @@ def _model(theta, zs, m):
     return f, J
 
 
-def _linear_c(ls, zs, ys, w, m):
-    """(A, c) by weighted least squares for fixed log rho (variable projection)."""
-    rho = np.exp(ls)
-    B = np.zeros((len(zs), m + 1))
-    B[:, 0] = 1
-    fin = np.isfinite(zs)
-    B[fin, 1:] = 1 / (1 + zs[fin][:, None] * rho[None, :])
-    sol, *_ = np.linalg.lstsq(B * w[:, None], ys * w, rcond=None)
-    return np.concatenate([[sol[0]], ls, sol[1:]])
-
-
 def _start(zs, ys, w, m, shift=0):
     """log rho from a Loewner least-squares fit in z = t/(1+t) (AAA with m+1 supports)."""
     z = np.where(np.isfinite(zs), zs / (1 + np.where(np.isfinite(zs), zs, 0)), 1.0)
@@ -177,49 +169,68 @@ def _start(zs, ys, w, m, shift=0):
     return np.sort(np.log(rho))
 
 
-class _Weighted:
-    """The weighted residuals ``(f - y) w`` and their Jacobian at one point, computed together
-    (MINPACK asks the Jacobian where it evaluated last) with the arithmetic of :func:`_model`;
-    the finite nodes, when they come first (as :func:`ratio_nodes` orders them), by slices."""
+class _Projected:
+    """Variable projection (Golub--Pereyra, with Kaufman's Jacobian) of the weighted residuals
+    ``(f - y) w``: for fixed ``log rho`` the model is linear in ``(A, c)``, whose weighted
+    least-squares values (a Householder QR ``B w = Q R`` of the weighted basis, LAPACK) leave
+    the residual ``(B c - y) w``, a function of the ``m`` values ``log rho`` alone (evaluated
+    as that product, not as the projection ``-(I - Q Q^T) y w``, whose cancellation left
+    float64 fits of poorly determined heads short of their minimum); its
+    Jacobian is taken as ``(I - Q Q^T)`` times the full Jacobian's ``log rho`` columns (Kaufman's
+    approximation: exact up to a term of the residual's order).  The same minimum as the fit of
+    all ``2m + 1`` parameters, in a fraction of the evaluations: a float32 box's families,
+    whose ``c_h`` the samples determine poorly, no longer crawl along that valley.  A singular
+    ``R`` (two equal ``rho``) gives nan residuals (a rejected step).  Residual and Jacobian are
+    computed together (MINPACK asks the Jacobian where it evaluated last)."""
 
     def __init__(self, zs, ys, w, m):
-        self.zs, self.ys, self.w, self.w2, self.m = zs, ys, w, w[:, None], m
         fin = np.isfinite(zs)
         nf = int(fin.sum())
         self.fin = slice(0, nf) if fin[:nf].all() else fin
-        self.t = zs[fin][:, None]
+        self.t, self.wf, self.yw, self.m = zs[fin][:, None], w[fin][:, None], ys * w, m
+        self.B = np.zeros((len(zs), m + 1))
+        self.B[:, 0] = w
+        self.D = np.zeros((len(zs), m))
         self.key = None
+        from scipy.linalg.lapack import dgeqrf, dorgqr, dtrtrs   # scipy on first use (lsq.solve)
+        self.lapack = dgeqrf, dorgqr, dtrtrs
 
-    def _at(self, theta):
-        key = theta.tobytes()
+    def _at(self, ls):
+        key = ls.tobytes()
         if key != self.key:
             m, fin, t = self.m, self.fin, self.t
-            A, ls, cs = theta[0], theta[1:m + 1], theta[m + 1:]
-            rho = np.exp(ls)
-            n = len(self.zs)
-            J = np.zeros((n, 2 * m + 1))
-            f = np.full(n, A)
-            J[:, 0] = 1
-            den = 1 + t * rho[None, :]
-            f[fin] += (cs[None, :] / den).sum(axis=1)
-            J[fin, 1:m + 1] = -cs[None, :] * t * rho[None, :] / den ** 2
-            J[fin, m + 1:] = 1 / den
-            self.key, self.r, self.J = key, (f - self.ys) * self.w, J * self.w2
+            dgeqrf, dorgqr, dtrtrs = self.lapack
+            trho = t * np.exp(ls)[None, :]
+            inv = 1 / (1 + trho)
+            self.B[fin, 1:] = inv * self.wf
+            qr, tau, _, _ = dgeqrf(self.B)
+            Q = dorgqr(qr, tau)[0]
+            qy = Q.T @ self.yw
+            coef, info = dtrtrs(qr[:m + 1], qy)
+            if info != 0:
+                coef = np.full(m + 1, np.nan)
+            self.D[fin] = -(coef[None, 1:] * self.wf) * (inv * inv) * trho
+            self.r = self.B @ coef - self.yw
+            self.J = self.D - Q @ (Q.T @ self.D)
+            self.key, self.coef = key, coef
         return self
 
-    def residual(self, theta):
-        return self._at(np.asarray(theta, dtype=float)).r
+    def residual(self, ls):
+        return self._at(np.asarray(ls, dtype=float)).r
 
-    def jacobian(self, theta):
-        return self._at(np.asarray(theta, dtype=float)).J
+    def jacobian(self, ls):
+        return self._at(np.asarray(ls, dtype=float)).J
 
 
-def _lsq(theta, zs, ys, w, m, evaluations=LSQ_EVALUATIONS):
-    """Levenberg--Marquardt (:func:`~exactlearn.strategies.real.lsq.solve`) on the weighted
-    residuals: ``(theta, weighted sum of squares)``."""
-    model = _Weighted(zs, ys, w, m)
-    got = solve(model.residual, model.jacobian, theta, max_nfev=evaluations)
-    return got.x, 2 * got.cost
+def _lsq(ls, zs, ys, w, m, evaluations=LSQ_EVALUATIONS):
+    """Levenberg--Marquardt (:func:`~exactlearn.strategies.real.lsq.solve`) on the projected
+    residuals of :class:`_Projected` from ``ls`` (log rho): ``(theta, weighted sum of
+    squares)``, ``theta = (A, log rho, c)`` with ``A``, ``c`` the linear least-squares values at
+    the fitted ``log rho``."""
+    model = _Projected(zs, ys, w, m)
+    got = solve(model.residual, model.jacobian, ls, max_nfev=evaluations)
+    coef = model._at(np.asarray(got.x, dtype=float)).coef
+    return np.concatenate([coef[:1], got.x, coef[1:]]), 2 * got.cost
 
 
 def _best_fit(zs, yf, w, m, evaluations=LSQ_EVALUATIONS):
@@ -241,7 +252,7 @@ def _best_fit(zs, yf, w, m, evaluations=LSQ_EVALUATIONS):
     best = None
     for ls in starts:
         try:
-            theta, cost = _lsq(_linear_c(ls, zs, yf, w, m), zs, yf, w, m, evaluations)
+            theta, cost = _lsq(ls, zs, yf, w, m, evaluations)
         except (np.linalg.LinAlgError, ValueError):
             continue
         if np.isfinite(cost) and (best is None or cost < best[1]):

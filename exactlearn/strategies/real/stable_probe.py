@@ -4,7 +4,8 @@ boxes", step 2).
 The basis families ``(x_i, e_i)`` of the unit (dyadic, near-orthogonal) plan --
 ``max(3, ceil(6/H))`` of them -- are asked as ratio families
 (:mod:`~exactlearn.strategies.real.ratio`) at scale 1, then 4, 1/4, 16, 1/16 until at least
-one fits; a family that does not fit is passed over.  ``log rho`` scales with ``sigma^2``,
+one fits; a family that does not fit is passed over, and so is an exponent whose first-order
+bound exceeds ``max(1, |log rho|)`` (:func:`measured`).  ``log rho`` scales with ``sigma^2``,
 so :func:`sigma_for` picks the ``sigma`` (a power of two or 3/2 of one: the tokens stay
 dyadic) that brings their rms to about ``STABLE_TARGET = 3``.  With a head bound
 (``max_heads``) the first probe family also fixes the number of heads (:func:`count_heads`).
@@ -78,6 +79,11 @@ def probe_scale(plan0, K, asker, noise, nodes, H, m_fixed):
                 failed.append(InterpolationError(f"a probe family's exponents {got} lie far "
                                                  f"beyond its nodes"))
                 continue
+            got = measured(got, fit.bounds[1:m + 1])
+            if not got:
+                failed.append(InterpolationError("a probe family's samples determine none of "
+                                                 "its exponents"))
+                continue
             logs += got
         if not logs:
             if all(isinstance(e, NoisierThanDeclared) for e in failed) and s0 == PROBE_SCALES[-1]:
@@ -92,6 +98,17 @@ def probe_scale(plan0, K, asker, noise, nodes, H, m_fixed):
                          f"({', '.join(t['scale'] for t in tries)}): its families never fit "
                          f"{H if m_fixed else 'at most ' + str(H)} heads within the declared "
                          f"noise; first failure: {tries[0]['failed']}")
+
+
+def measured(logs, bounds) -> list:
+    """The exponents ``log rho`` whose first-order bound is within ``max(1, |log rho|)`` (rho
+    known to a factor e, or to its own order): a head the family's samples do not determine
+    (a float32 box's fit of more heads than its samples resolve) is no measurement of the scale.
+
+    >>> measured([-0.7, -6.3, 0.1, 2.0], [26.0, 7e3, 0.2, 1.5])
+    [0.1, 2.0]
+    """
+    return [x for x, b in zip(logs, bounds) if float(b) <= max(1.0, abs(x))]
 
 
 def count_heads(K, ts, ys, etas, H):
