@@ -166,7 +166,10 @@ def _bounds_given(heads, outcome):
 def _features(heads, d, records, K, m, bias) -> tuple:
     """``(F, Y, toks)``: every record's features ``a_h`` (in the field's precision, then
     float64; a 1 last with ``bias``), its m answers, and its distinct tokens, their
-    multiplicities and its final token (float64), computed once per distinct query."""
+    multiplicities and its final token (float64), computed once per distinct query.  The
+    scores ``x^T (W_h x_n + u_h)`` and their exponentials depend on the distinct tokens and the
+    final token only, so they are computed once per such pair (a stable-plan family's queries
+    differ only in their multiplicities): the same operations as per query, the same values."""
     ctx = K.ctx
     Ws = [([[K(a) for a in row] for row in h.W], [K(a) for a in h.u]) for h in heads]
     N = len(records)
@@ -174,6 +177,7 @@ def _features(heads, d, records, K, m, bias) -> tuple:
     Y = np.zeros((N, m))
     toks = []
     cache: dict = {}
+    scores: dict = {}
     for q, (tokens, ys) in enumerate(records):
         pairs: dict = {}
         for t in tokens:
@@ -183,15 +187,11 @@ def _features(heads, d, records, K, m, bias) -> tuple:
         key = (tuple(sorted(pairs.items())), final)
         got = cache.get(key)
         if got is None:
-            xs = [[K(a) for a in t] for t in pairs]
             mult = list(pairs.values())
-            xn = [K(a) for a in final]
+            xs, exps = _scores(scores, Ws, tuple(pairs), final, K)
             row = []
-            for W, u in Ws:
-                wx = [ctx.fdot(r, xn) + b for r, b in zip(W, u)]          # W x_n + u
-                sc = [ctx.fdot(x, wx) for x in xs]
-                top = max(sc)
-                w = [ctx.exp(s - top) * c for s, c in zip(sc, mult)]
+            for e in exps:
+                w = [x * c for x, c in zip(e, mult)]
                 tot = ctx.fsum(w)
                 row.extend(float(ctx.fsum(wi * x[c] for wi, x in zip(w, xs)) / tot) for c in range(d))
             if bias:
@@ -202,6 +202,24 @@ def _features(heads, d, records, K, m, bias) -> tuple:
         Y[q] = [float(y) for y in ys]
         toks.append(got[1:])
     return F, Y, toks
+
+
+def _scores(memo, Ws, distinct, final, K) -> tuple:
+    """``(xs, exps)`` for the distinct tokens (in order) and the final token: the tokens in
+    ``K`` and, per head, ``exp(s_i - max s)`` of their scores ``s_i = x_i^T (W x_n + u)``."""
+    got = memo.get((distinct, final))
+    if got is None:
+        ctx = K.ctx
+        xs = [[K(a) for a in t] for t in distinct]
+        xn = [K(a) for a in final]
+        exps = []
+        for W, u in Ws:
+            wx = [ctx.fdot(r, xn) + b for r, b in zip(W, u)]          # W x_n + u
+            sc = [ctx.fdot(x, wx) for x in xs]
+            top = max(sc)
+            exps.append([ctx.exp(s - top) for s in sc])
+        got = memo[(distinct, final)] = (xs, exps)
+    return got
 
 
 def _readouts(F, Y, Ee, n, bias) -> tuple:
