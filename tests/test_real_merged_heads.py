@@ -162,3 +162,17 @@ def test_fewer_heads_than_the_bound_say_what_the_bound_covers():
     assert "closer than these observations resolve" in res.real_detail["head_bound_caveat"]
     exact = learn(Oracle(model, Real(dps=30)), d=2, heads=1, seed=1, noise=1e-20)
     assert "head_bound_caveat" not in exact.real_detail
+
+
+def test_a_head_count_above_the_box_names_max_heads_in_the_note():
+    """heads=2 on a one-head box over the real field fails (heads= is the exact count there);
+    the note, which spoke only of raising the bound, says so and names max_heads= (the
+    rehearsal of issue 22 found a layer failing with "raise heads=" for a count too large)."""
+    from exactlearn.cli.main import random_model
+    model = random_model(3, 1, seed=1)
+    res = learn(Oracle(model, Real(dps=30)), d=3, heads=2, field=Real(dps=30), seed=0)
+    assert res.status == "failed"
+    assert "a box with fewer canonical heads fails this way too" in res.error
+    assert "max_heads= a bound" in res.error
+    ok = learn(Oracle(model, Real(dps=30)), d=3, max_heads=2, field=Real(dps=30), seed=0)
+    assert ok.status == "certified" and len(ok.heads) == 1

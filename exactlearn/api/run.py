@@ -52,6 +52,7 @@ class Run:
 
     def __init__(self, c, a: dict, d: int, heads_given: bool, seed, t_start: float):
         self.a, self.d, self.H, self.K, self.t_start = a, d, c.H, c.K, t_start
+        self.heads_given = heads_given
         self.retries, self.plan, self.auto = c.retries, c.plan, c.auto
         self.R = a["query_range"] if a["query_range"] is not None else \
             DEFAULT_RANGES.get(c.K.name, 20)
@@ -184,7 +185,8 @@ class Run:
             self._failed(exc, "")
             return True
         except ExactLearnError as exc:            # every failure says what it is
-            self._failed(exc, alone_note(self.view, str(exc)) + bound_hint(exc, self.H))
+            self._failed(exc, alone_note(self.view, str(exc)) + bound_hint(
+                exc, self.H, exact_count=self.heads_given and K.name == "real"))
             return False
         finally:
             self.attempt_log.append({"queries": 0 if ask is None else ask.queries,
@@ -291,11 +293,19 @@ def draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank, adapt) -> t
             R //= 2
 
 
-def bound_hint(exc, H) -> str:
+def bound_hint(exc, H, exact_count: bool = False) -> str:
     """A black box with more canonical heads than the bound fails like a degenerate draw or
-    a box outside the class: say so, since the bound is the user's to raise."""
+    a box outside the class: say so, since the bound is the user's to raise.  Over the real
+    field ``heads=H`` (``exact_count``) fits exactly H heads to every family, so a box with
+    fewer canonical heads fails too: say that as well, and that ``max_heads=`` is the bound.
+
+    >>> bound_hint(ValueError(), 3, exact_count=True).split("; ")[1]
+    'over the real field a box with fewer canonical heads fails this way too (heads= is the exact count there, max_heads= a bound)]'
+    """
     if (isinstance(exc, (ExactnessError, HeightExceeded, ClusterError))
             or not getattr(exc, "bound_hint", True)):
         return ""
+    fewer = (f"; over the real field a box with fewer canonical heads fails this way too "
+             f"(heads= is the exact count there, max_heads= a bound)" if exact_count else "")
     return (f" [note: a black box with more than {H} canonical head{'s' if H > 1 else ''} "
-            f"(the bound) fails this way too: raise heads= / max_heads=]")
+            f"(the bound) fails this way too: raise heads= / max_heads={fewer}]")
