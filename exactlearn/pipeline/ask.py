@@ -82,11 +82,4 @@ def query_key(tokens) -> tuple:
     >>> query_key([(1, 2), (1, 2), (3, 4), (1, 2)])
     (((1, 2), 2), ((3, 4), 1), ((1, 2), 1))
     """
-    runs: list = []
-    for t, n in token_runs(tokens):     # runs of one object, then of equal tokens
-        key = tuple(t)
-        if runs and key == runs[-1][0]:
-            runs[-1][1] += n
-        else:
-            runs.append([key, n])
-    return tuple((key, n) for key, n in runs)
+    return tuple((tuple(t), n) for t, n in token_runs(tokens))   # its runs are maximal
