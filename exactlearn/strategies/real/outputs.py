@@ -6,14 +6,19 @@ view's eta is ``sum_j |r_j| eta_j``) and certifies heads W_h with entrywise boun
 them every output is linear in its readouts: for a query X,
 ``y_j(X) = sum_h V_h[j] . a_h(X)``, ``a_h(X) = sum_i softmax_i(x_i^T W_h x_n) x_i``, the
 features the same for every output.  :func:`learn_outputs_real` computes the features of
-every recorded answer (in the field's precision), solves the weighted least squares
+every recorded answer (in float64, with a bound on their rounding), solves the weighted least squares
 ``min sum_q ((y_{j,q} - F_q v_j) / eta_q)^2`` for all m outputs at once (one
 pseudo-inverse P, m right-hand sides), and bounds each entry at first order:
 
-    |v_hat - v|_i <= SAFETY * sum_q |P_iq| (eta_q + g_q) / eta_q + rounding,
+    |v_hat - v|_i <= SAFETY * (sum_q |P_iq| eta_q + sum_k |sum_q P_iq J_qk| B_k) + rounding,
 
-``g_q`` the effect of the W bounds on answer q (``|d(V . a_h)/dW_h[r, c]| = |Cov_p(v . x,
-x_r)| |x_n[c]|`` times the entry's bound).  Then each output's weighted least-squares
+``P`` with the weights ``1 / eta_q`` folded in, ``J_qk`` the derivative of answer q in the
+W or u entry k (``d(V . a_h)/dW_h[r, c] = Cov_p(v . x, x_r) x_n[c]``, ``d/du_h[r]`` the same
+without ``x_n[c]``) and ``B_k`` its bound: the effects of one W entry on different answers
+are summed before their absolute value is taken, so that they may cancel (the worst W
+perturbation attains the sum; tests/test_outputs_bounds.py).  The features are computed in
+float64 (:class:`QueryArrays`) with a stated bound on their rounding, part of "rounding".
+Then each output's weighted least-squares
 residuals, a projection of the output errors, must have 2-norm at most sqrt(N) plus the W
 bounds' effect (:class:`~exactlearn.errors.ResidualsBeyondNoise` otherwise: a box noisier than
 declared in that output), and every recorded answer of every output must be within its
@@ -31,6 +36,7 @@ from gmpy2 import mpq
 from exactlearn.errors import DegenerateDraw, NoisierThanDeclared, ResidualsBeyondNoise
 from exactlearn.model import Head, canonicalize
 from exactlearn.noise import noise_bound
+from exactlearn.oracle.adapt import token_runs
 from exactlearn.progress import current
 from exactlearn.strategies.real.certificate import SAFETY
 from exactlearn.strategies.real.lsq import EPS
@@ -68,14 +74,6 @@ def combined_noise(K, r, noise, m: int):
     return total * (1 + K.ctx.ldexp(4 * (m + 1), -K.prec))
 
 
-def _softmax_stats(W, u, x_tokens, mults, final):
-    """Per token the softmax weight p_i (float64, from the float W and u of a head)."""
-    s = x_tokens @ (W @ final + u)
-    s = s - s.max()
-    w = np.exp(s) * mults
-    return w / w.sum()
-
-
 def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None,
                        bias: bool = False, noise_rel=None) -> tuple:
     """The m outputs' readouts from ``records`` (module doc): returns
@@ -91,26 +89,22 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
     u_bounds = _bounds_given(heads, outcome)
     etas_j = output_etas(K, noise, m)
     rel = 0.0 if noise_rel is None else float(noise_bound(K, noise_rel))
-    Wf = [np.array([[float(a) for a in row] for row in h.W]) for h in heads]
-    uf = [np.array([float(a) for a in h.u]) for h in heads]
-    BW = [np.array([[float(x) for x in row] for row in bw]) for bw in outcome.W_bounds]
-    Bu = [np.zeros(d) if u_bounds is None else np.array([float(x) for x in bu]) for bu in
-          (u_bounds if u_bounds is not None else [None] * H)]
+    Wf = np.array([[[float(a) for a in row] for row in h.W] for h in heads]).reshape(H, d, d)
+    uf = np.array([[float(a) for a in h.u] for h in heads]).reshape(H, d)
+    BW = np.array([[[float(x) for x in row] for row in bw] for bw in outcome.W_bounds]
+                  ).reshape(H, d, d)
+    Bu = np.zeros((H, d)) if u_bounds is None else \
+        np.array([[float(x) for x in bu] for bu in u_bounds]).reshape(H, d)
     N = len(records)
     n = H * d + (1 if bias else 0)
-    F, Y, toks = _features(heads, d, records, K, m, bias)
+    qs = QueryArrays(records, d, m)
+    F, Ferr = qs.features(Wf, uf, bias)
+    Y = qs.Y
     # each answer's eta: eta_j + eta_rel |y_{q,j}| (noise_rel), floored at float64 rounding
     floor = 8 * EPS * max(1.0, float(np.abs(Y).max()))
     E = np.array(etas_j)[None, :] + rel * np.abs(Y)                 # (N, m), declared
     Ee = np.maximum(E, floor)                          # an exact box: float64 rounding only
-    Vhat, Ps = _readouts(F, Y, Ee, n, bias)
-    G = _w_effect(toks, Wf, uf, BW, Bu, Vhat, d, m)
-    RND = 64 * EPS * (np.abs(F) @ np.abs(Vhat.T) + np.abs(Y))       # (N, m) rounding
-    Bv = np.zeros((m, n))
-    for j in range(m):
-        e, P = Ee[:, j], Ps[j]
-        Bv[j] = SAFETY * (np.abs(P) @ ((E[:, j] + G[:, j]) / e))
-        Bv[j] += np.abs(P) @ (RND[:, j] / e) + 16 * EPS * np.abs(Vhat[j])
+    Vhat, Bv, G, RND = _readouts(qs, F, Ferr, Y, E, Ee, BW, Bu, n, bias)
     if not np.all(np.isfinite(Bv)):
         raise DegenerateDraw("a readout's error bound is not finite: nothing to certify")
     alone = [j for j, x in enumerate(r or []) if x != 0]
@@ -129,14 +123,29 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
         canon = canonicalize(out, const, True)
     else:
         canon = canonicalize(out)
+    if len(canon) != H:
+        raise DegenerateDraw("a head's readouts came out exactly 0 in every output: it cannot "
+                             "be told apart from no head")
+    order = sorted(range(H), key=lambda h: out[h])      # the canonical order of the heads
+    _report(outcome, Bv, BW, Bu, order, r, N, m, excess, worst)
+    return canon, N * m
+
+
+def _report(outcome, Bv, BW, Bu, order, r, N, m, excess, worst) -> None:
+    """The bounds into ``outcome``, per head in the canonical order ``order`` of the heads
+    returned (W and u bounds permuted with them): ``error_bound``, ``W_bounds``,
+    ``u_bounds``, ``v_bounds``, ``head_bounds`` and ``detail["outputs"]``."""
+    H, d = Bu.shape
     vb = float(Bv.max())
-    wb = max([float(b.max()) for b in BW] + [float(b.max()) for b in Bu])
-    err = max(vb, wb)
-    outcome.error_bound = LO.convert(err)
+    wb = max(float(BW.max()), float(Bu.max()))
+    outcome.error_bound = LO.convert(max(vb, wb))
+    outcome.W_bounds = [outcome.W_bounds[h] for h in order]
+    if getattr(outcome, "u_bounds", None) is not None:
+        outcome.u_bounds = [outcome.u_bounds[h] for h in order]
     outcome.v_bounds = [[[LO.convert(float(Bv[j, h * d + c])) for c in range(d)] for j in range(m)]
-                        for h in range(H)]
-    outcome.head_bounds = [LO.convert(max(float(BW[h].max()), float(Bv[:, h * d:(h + 1) * d].max())))
-                           for h in range(H)]
+                        for h in order]
+    outcome.head_bounds = [LO.convert(max(float(BW[h].max()), float(Bu[h].max()),
+                                          float(Bv[:, h * d:(h + 1) * d].max()))) for h in order]
     outcome.detail["outputs"] = {
         "outputs": m, "method": "weighted least squares of every recorded answer, the W of the "
         "scalar view r . y", "combination": None if r is None else [f"{float(x):.17g}" for x in r],
@@ -144,7 +153,6 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
         "max_residual_norm_over_noise_allowance": f"{excess:.3g}",
         "readout_error_bound": f"{vb:.3g}", "W_error_bound": f"{wb:.3g}"}
     outcome.detail["head_error_bounds"] = [f"{float(b):.3g}" for b in outcome.head_bounds]
-    return canon, N * m
 
 
 def _bounds_given(heads, outcome):
@@ -163,100 +171,152 @@ def _bounds_given(heads, outcome):
     return u_bounds
 
 
-def _features(heads, d, records, K, m, bias) -> tuple:
-    """``(F, Y, toks)``: every record's features ``a_h`` (in the field's precision, then
-    float64; a 1 last with ``bias``), its m answers, and its distinct tokens, their
-    multiplicities and its final token (float64), computed once per distinct query.  The
-    scores ``x^T (W_h x_n + u_h)`` and their exponentials depend on the distinct tokens and the
-    final token only, so they are computed once per such pair (a stable-plan family's queries
-    differ only in their multiplicities): the same operations as per query, the same values."""
-    ctx = K.ctx
-    Ws = [([[K(a) for a in row] for row in h.W], [K(a) for a in h.u]) for h in heads]
-    N = len(records)
-    F = np.zeros((N, len(heads) * d + (1 if bias else 0)))
-    Y = np.zeros((N, m))
-    toks = []
-    cache: dict = {}
-    scores: dict = {}
-    for q, (tokens, ys) in enumerate(records):
-        pairs: dict = {}
-        for t in tokens:
-            key = tuple(t)
-            pairs[key] = pairs.get(key, 0) + 1
-        final = tuple(tokens[-1])
-        key = (tuple(sorted(pairs.items())), final)
-        got = cache.get(key)
-        if got is None:
-            mult = list(pairs.values())
-            xs, exps = _scores(scores, Ws, tuple(pairs), final, K)
-            row = []
-            for e in exps:
-                w = [x * c for x, c in zip(e, mult)]
-                tot = ctx.fsum(w)
-                row.extend(float(ctx.fsum(wi * x[c] for wi, x in zip(w, xs)) / tot) for c in range(d))
-            if bias:
-                row.append(1.0)
-            got = cache[key] = (row, np.array([[float(a) for a in t] for t in pairs]),
-                                np.array(mult, dtype=float), np.array([float(a) for a in final]))
-        F[q] = got[0]
-        Y[q] = [float(y) for y in ys]
-        toks.append(got[1:])
-    return F, Y, toks
+class QueryArrays:
+    """The recorded queries as float64 arrays, grouped by their number T of distinct tokens:
+    per group the query indices, the distinct tokens ``X`` (n, T, d), their multiplicities
+    ``M`` (n, T) and the final token ``xn`` (n, d); and the answers ``Y`` (N, m).  Attention
+    depends on a query only through these (the scores ``x^T (W x_n + u)`` of its distinct
+    tokens, weighted by their copies)."""
+
+    def __init__(self, records, d: int, m: int):
+        self.N, self.d = len(records), d
+        self.Y = np.array([[float(y) for y in ys] for _, ys in records]).reshape(self.N, m)
+        floats: dict = {}
+
+        def conv(t):
+            got = floats.get(t)
+            if got is None:
+                got = floats[t] = [float(a) for a in t]
+            return got
+        by_T: dict = {}
+        for q, (tokens, _) in enumerate(records):
+            mult: dict = {}
+            for t, k in token_runs(tokens):
+                key = tuple(t)
+                mult[key] = mult.get(key, 0) + k
+            by_T.setdefault(len(mult), []).append((q, mult, tuple(tokens[-1])))
+        self.groups = []
+        for T, rows in sorted(by_T.items()):
+            idx = np.array([q for q, _, _ in rows], dtype=np.intp)
+            X = np.array([[conv(t) for t in mult] for _, mult, _ in rows]).reshape(len(rows), T, d)
+            M = np.array([list(mult.values()) for _, mult, _ in rows], dtype=float)
+            xn = np.array([conv(f) for _, _, f in rows]).reshape(len(rows), d)
+            self.groups.append(QueryGroup(idx, X, M, xn))
+        self.xn = np.zeros((self.N, d))
+        for g in self.groups:
+            self.xn[g.idx] = g.xn
+
+    def features(self, W, u, bias) -> tuple:
+        """``(F, Ferr)``: every query's features ``a_h`` (N, H d; a 1 last with ``bias``) in
+        float64 for the heads ``(W, u)`` (float64 arrays), and a bound on each entry's rounding
+        error (:meth:`QueryGroup.features`)."""
+        H, d = u.shape
+        n = H * d + (1 if bias else 0)
+        F, Ferr = np.zeros((self.N, n)), np.zeros((self.N, n))
+        for g in self.groups:
+            a, err = g.features(W, u)
+            F[g.idx, :H * d] = a.reshape(len(g.idx), H * d)
+            Ferr[g.idx, :H * d] = err.reshape(len(g.idx), H * d)
+        if bias:
+            F[:, -1] = 1.0
+        return F, Ferr
+
+    def covariances(self, V) -> np.ndarray:
+        """``Cov_p(v_h . x, x_r)`` (N, H, d) for readouts ``V`` (H, d): the derivative of
+        ``v_h . a_h`` in the score of ``x_r`` (times ``x_n[c]`` for ``W_h[r, c]``, alone for
+        ``u_h[r]``)."""
+        H, d = V.shape
+        C = np.zeros((self.N, H, d))
+        for g in self.groups:
+            vx = np.einsum("qtr,hr->qht", g.X, V)
+            w = g.p * (vx - np.einsum("qht,qht->qh", g.p, vx)[:, :, None])
+            C[g.idx] = np.einsum("qht,qtr->qhr", w, g.X) - w.sum(-1)[:, :, None] * g.a
+        return C
 
 
-def _scores(memo, Ws, distinct, final, K) -> tuple:
-    """``(xs, exps)`` for the distinct tokens (in order) and the final token: the tokens in
-    ``K`` and, per head, ``exp(s_i - max s)`` of their scores ``s_i = x_i^T (W x_n + u)``."""
-    got = memo.get((distinct, final))
-    if got is None:
-        ctx = K.ctx
-        xs = [[K(a) for a in t] for t in distinct]
-        xn = [K(a) for a in final]
-        exps = []
-        for W, u in Ws:
-            wx = [ctx.fdot(r, xn) + b for r, b in zip(W, u)]          # W x_n + u
-            sc = [ctx.fdot(x, wx) for x in xs]
-            top = max(sc)
-            exps.append([ctx.exp(s - top) for s in sc])
-        got = memo[(distinct, final)] = (xs, exps)
-    return got
+class QueryGroup:
+    """Queries with the same number T of distinct tokens (:class:`QueryArrays`)."""
+
+    def __init__(self, idx, X, M, xn):
+        self.idx, self.X, self.M, self.xn = idx, X, M, xn
+        self.p = self.a = None
+
+    def features(self, W, u) -> tuple:
+        """``(a, err)`` (n, H, d): the softmax averages ``a_h = sum_t p_t x_t`` in float64 and
+        a bound on their rounding error, against the exact values for the float64 W and u.
+        The scores ``s_t`` err by at most ``sigma = (2d + 4) eps max_t |x_t|^T (|W| |x_n| +
+        |u|)`` (the dot products, and the tokens', W's and u's own rounding to float64); each
+        ``exp(s_t - max s)`` then by the relative ``delta_t = expm1(2 sigma + eps |s_t - max s|
+        + 4 eps)``, and, the weights normalised, ``|a - a_hat|_r <= 1.01 sum_t p_t delta_t
+        |x_tr - a_r| + (T + 3) eps sum_t p_t |x_tr|``."""
+        X, M, xn = self.X, self.M, self.xn
+        d, T = X.shape[2], X.shape[1]
+        Z = np.einsum("hrc,qc->qhr", W, xn) + u[None]
+        S = np.einsum("qtr,qhr->qht", X, Z)
+        top = S.max(-1, keepdims=True)
+        w = np.exp(S - top) * M[:, None, :]
+        p = w / w.sum(-1, keepdims=True)
+        a = np.einsum("qht,qtr->qhr", p, X)
+        absX = np.abs(X)
+        Zabs = np.einsum("hrc,qc->qhr", np.abs(W), np.abs(xn)) + np.abs(u)[None]
+        sigma = (2 * d + 4) * EPS * np.einsum("qtr,qhr->qht", absX, Zabs).max(-1, keepdims=True)
+        delta = np.expm1(2 * sigma + EPS * np.abs(S - top) + 4 * EPS)
+        dev = np.abs(X[:, None, :, :] - a[:, :, None, :])              # (n, H, T, d)
+        err = 1.01 * np.einsum("qht,qhtr->qhr", p * delta, dev) \
+            + (T + 3) * EPS * np.einsum("qht,qtr->qhr", p, absX)
+        self.p, self.a = p, a
+        return a, err
 
 
-def _readouts(F, Y, Ee, n, bias) -> tuple:
-    """``(Vhat, Ps)``: each output's weighted least-squares readouts (weights ``1 / Ee``) and
-    its pseudo-inverse ``Ps[j]`` (one per distinct weighting)."""
-    m = Y.shape[1]
-    Vhat = np.zeros((m, n))
-    Ps: dict = {}
+def _readouts(qs, F, Ferr, Y, E, Ee, BW, Bu, n, bias) -> tuple:
+    """``(Vhat, Bv, G, RND)``: each output's weighted least-squares readouts (weights
+    ``1 / Ee``), their bounds (module doc), the W and u bounds' first-order effect on each
+    answer ``G`` and each answer's rounding allowance ``RND`` ((N, m) each).  One
+    pseudo-inverse per distinct weighting, computed when the weighting changes."""
+    N, m = Y.shape
+    H, d = Bu.shape
+    Vhat, Bv, G = np.zeros((m, n)), np.zeros((m, n)), np.zeros((N, m))
+    RND = np.zeros((N, m))
+    key = P = None
+    Bz = np.einsum("hrc,qc->qhr", BW, np.abs(qs.xn)) + Bu[None]       # (N, H, d)
     for j in range(m):
         e = Ee[:, j]
-        key = e.tobytes()
-        P = Ps.get(key)
-        if P is None:
+        if key != e.tobytes():
+            key = e.tobytes()
             A = F / e[:, None]
             if np.linalg.matrix_rank(A) < n:
                 raise DegenerateDraw(f"the recorded answers determine fewer than the {n} "
                                      f"readouts of each output (H d{' + 1' if bias else ''}): a "
                                      f"degenerate draw")
-            P = Ps[key] = np.linalg.pinv(A)
-        Ps[j] = P
-        Vhat[j] = P @ (Y[:, j] / e)
-    return Vhat, Ps
+            P = np.linalg.pinv(A) / e[None, :]          # v_hat = P y: the weights folded in
+        Vhat[j] = P @ Y[:, j]
+        C = qs.covariances(Vhat[j, :H * d].reshape(H, d))
+        G[:, j] = np.einsum("qhr,qhr->q", np.abs(C), Bz)
+        RND[:, j] = 64 * EPS * (np.abs(F) @ np.abs(Vhat[j]) + np.abs(Y[:, j])) \
+            + Ferr @ np.abs(Vhat[j])
+        absP = np.abs(P)
+        Bv[j] = SAFETY * (absP @ E[:, j] + _w_effect(P, C, qs.xn, BW, Bu))
+        Bv[j] += absP @ RND[:, j] + 16 * EPS * np.abs(Vhat[j])
+    return Vhat, Bv, G, RND
 
 
-def _w_effect(toks, Wf, uf, BW, Bu, Vhat, d, m):
-    """First order: the W (and u) bounds' effect ``g_{q,j}`` on each answer, with the
-    estimated readouts (module doc), an (N, m) array."""
-    G = np.zeros((len(toks), m))
-    for q, (X, mult, xn) in enumerate(toks):
-        for h in range(len(Wf)):
-            p = _softmax_stats(Wf[h], uf[h], X, mult, xn)
-            vx = X @ Vhat[:, h * d:(h + 1) * d].T          # (tokens, m): v_j . x_i
-            xbar = p @ X
-            vbar = p @ vx
-            cov = ((vx - vbar) * p[:, None]).T @ (X - xbar)  # (m, d): Cov_p(v_j . x, x_r)
-            G[q] += np.abs(cov) @ (BW[h] @ np.abs(xn) + Bu[h])      # d/dW_rc, d/du_r
-    return G
+def _w_effect(P, C, xn, BW, Bu, chunk: int = 8192) -> np.ndarray:
+    """The W and u bounds' first-order effect on the readouts ``v_hat = P y``: per readout
+    ``sum_{h,r,c} |sum_q P_iq C_qhr x_n,q[c]| BW_h[r, c] + sum_{h,r} |sum_q P_iq C_qhr|
+    Bu_h[r]``, the derivative of ``v_hat`` in each W and u entry summed over the queries
+    before its absolute value is taken (so that their effects may cancel)."""
+    n, N = P.shape
+    H, d = Bu.shape
+    out = np.zeros(n)
+    for h in range(H):
+        Mh = np.zeros((n, d * d + d))
+        for s in range(0, N, chunk):
+            c = C[s:s + chunk, h]
+            D = np.concatenate(((c[:, :, None] * xn[s:s + chunk, None, :]).reshape(len(c), d * d),
+                                c), axis=1)
+            Mh += P[:, s:s + chunk] @ D
+        out += np.abs(Mh) @ np.concatenate((BW[h].ravel(), Bu[h]))
+    return out
 
 
 def _output_tests(F, Y, Vhat, Bv, E, Ee, G, RND, floor, H, note) -> tuple:
@@ -268,13 +328,13 @@ def _output_tests(F, Y, Vhat, Bv, E, Ee, G, RND, floor, H, note) -> tuple:
     # the least-squares residuals are a projection of the output errors: with every output
     # within its eta, their weighted 2-norm is at most that of eta / eta_eff (sqrt(N) at most)
     # plus the W bounds' effect
+    R = Y - F @ Vhat.T                                    # (N, m)
     excess = 0.0
     for j in range(m):
         e = Ee[:, j]
-        rw = (Y[:, j] - F @ Vhat[j]) / e
         allow = (float(np.linalg.norm(np.maximum(E[:, j], floor) / e))
                  + float(np.linalg.norm(SAFETY * G[:, j] / e)) + float(np.linalg.norm(RND[:, j] / e)))
-        ratio = float(np.linalg.norm(rw)) / allow
+        ratio = float(np.linalg.norm(R[:, j] / e)) / allow
         excess = max(excess, ratio)
         if ratio > 1:
             raise ResidualsBeyondNoise(
@@ -283,17 +343,13 @@ def _output_tests(F, Y, Vhat, Bv, E, Ee, G, RND, floor, H, note) -> tuple:
                 f"leaves weighted residuals of 2-norm {ratio:.3g} times what outputs within "
                 f"their eta allow (sqrt(N) plus the W bounds' effect){note}", heads=H)
     # every recorded answer of every output within its tolerance
-    worst = 0.0
-    for q in range(N):
-        fq = F[q] @ Vhat.T                                # (m,)
-        res = np.abs(Y[q] - fq)
-        tol = E[q] + SAFETY * G[q] + np.abs(F[q]) @ Bv.T + RND[q]
-        ratio = res / np.maximum(tol, 1e-300)
-        k = int(np.argmax(ratio))
-        worst = max(worst, float(ratio[k]))
-        if ratio[k] > 1:
-            raise NoisierThanDeclared(
-                f"outputs noisier than the declared eta (or a black box outside the model "
-                f"class): the recovered readouts miss output {k + 1} of {m} on an observation "
-                f"by {res[k]:.3g} > tolerance {tol[k]:.3g}{note}")
+    tol = E + SAFETY * G + np.abs(F) @ Bv.T + RND
+    ratio = np.abs(R) / np.maximum(tol, 1e-300)
+    q, k = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+    worst = float(ratio[q, k])
+    if worst > 1:
+        raise NoisierThanDeclared(
+            f"outputs noisier than the declared eta (or a black box outside the model "
+            f"class): the recovered readouts miss output {k + 1} of {m} on an observation "
+            f"by {abs(R[q, k]):.3g} > tolerance {tol[q, k]:.3g}{note}")
     return excess, worst

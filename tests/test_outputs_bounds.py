@@ -1,0 +1,133 @@
+"""The real field's vector-output bounds (docs: explanation/biases.md#vector-outputs): the
+float64 features within their stated rounding bound of 60-digit values, and the readouts'
+first-order W and u bound attained -- up to its safety factor -- by the W perturbation that
+is worst for a readout, found here by finite differences apart from the learner."""
+
+import mpmath
+import numpy as np
+import pytest
+from types import SimpleNamespace
+from gmpy2 import mpq
+
+from exactlearn.fields import Real
+from exactlearn.model import Head
+from exactlearn.strategies.real.certificate import SAFETY
+from exactlearn.strategies.real.outputs import QueryArrays, learn_outputs_real
+
+D, H, M = 3, 2, 3
+
+
+def layer(seed):
+    rng = np.random.default_rng(seed)
+    return (rng.normal(0, 0.5, (H, D, D)), rng.normal(0, 0.5, (H, D)),
+            rng.normal(0, 0.5, (H, M, D)), rng.normal(0, 0.5, M), rng)
+
+
+def records_of(seed, scale=1.0, repeats=12):
+    """Queries of 1..8 tokens, some repeated (so T < length), and the layer's answers."""
+    W, u, V, c, rng = layer(seed)
+    K = Real(dps=30)
+    out = []
+    for n in (1, 2, 3, 5, 8) * repeats:
+        X = rng.normal(size=(n, D)) * scale
+        if n > 2:
+            X[1] = X[0]                                 # a repeated token: multiplicity 2
+        s = np.einsum("ic,hcr,r->hi", X, W, X[-1]) + np.einsum("hc,ic->hi", u, X)
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        y = c + np.einsum("hi,hmc,ic->m", p, V, X)
+        out.append(([tuple(mpq(float(a)) for a in t) for t in X], [K.from_output(a) for a in y]))
+    return out
+
+
+def features_60_digits(tokens, W, u):
+    """Each head's softmax average of the query's tokens, in 60-digit arithmetic from the
+    float64 W and u (the tokens' and parameters' exact binary values)."""
+    with mpmath.workdps(60):
+        X = [[mpmath.mpf(float(a)) for a in t] for t in tokens]
+        row = []
+        for h in range(H):
+            z = [mpmath.fsum(mpmath.mpf(W[h, r, c]) * X[-1][c] for c in range(D)) + mpmath.mpf(u[h, r])
+                 for r in range(D)]
+            s = [mpmath.fsum(x[r] * z[r] for r in range(D)) for x in X]
+            top = max(s)
+            w = [mpmath.exp(a - top) for a in s]
+            tot = mpmath.fsum(w)
+            row.extend(mpmath.fsum(wi * x[r] for wi, x in zip(w, X)) / tot for r in range(D))
+        return row
+
+
+@pytest.mark.parametrize("scale", [1.0, 40.0])
+def test_float64_features_within_their_rounding_bound(scale):
+    """At scale 40 the scores reach the thousands: the float64 features then err by far more
+    than one rounding, and the bound must still cover every entry."""
+    W, u, _, _, _ = layer(1)
+    recs = records_of(1, scale, repeats=4)
+    F, Ferr = QueryArrays(recs, D, M).features(W, u, bias=True)
+    assert (F[:, -1] == 1).all() and (Ferr[:, -1] == 0).all()
+    worst = 0.0
+    for q, (tokens, _) in enumerate(recs):
+        exact = features_60_digits(tokens, W, u)
+        err = np.array([abs(float(mpmath.mpf(F[q, i]) - exact[i])) for i in range(H * D)])
+        assert (err <= Ferr[q, :H * D]).all(), (q, err, Ferr[q])
+        worst = max(worst, float(err.max()))
+    assert Ferr.max() <= (1e-9 if scale > 1 else 1e-13)   # a rounding bound, not a vacuous one
+    assert worst > 0                                        # float64 did round
+
+
+def readouts(heads, recs, B):
+    outcome = SimpleNamespace(W_bounds=[[[B] * D for _ in range(D)] for _ in range(H)],
+                              u_bounds=[[B] * D] * H, detail={})
+    got, _ = learn_outputs_real(heads, D, recs, Real(dps=30), M, 1e-13, outcome, bias=True)
+    V = np.array([[[float(a) for a in r] for r in h.v] for h in got])
+    vb = np.array([[[float(x) for x in r] for r in h] for h in outcome.v_bounds])
+    return got, V, vb
+
+
+def heads_of(W, u):
+    return [Head(tuple(tuple(mpq(float(a)) for a in row) for row in W[h]),
+                 tuple(tuple(mpq(0) for _ in range(D)) for _ in range(M)),
+                 tuple(mpq(float(a)) for a in u[h])) for h in range(H)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_readout_bound_attained_by_the_worst_w_perturbation(seed):
+    """For one readout entry, the W and u perturbation of size B in the direction of its
+    derivative (finite differences of the whole step, apart from the bound's formula) moves
+    it by at least 0.4 of its bound and never past it: the bound is first order, times its
+    safety factor 2, with the W effects of different queries allowed to cancel (summing
+    their absolute values, as before, gives 2-5x larger bounds here)."""
+    W, u, V, c, _ = layer(seed)
+    recs = records_of(seed)
+    got, V0, _ = readouts(heads_of(W, u), recs, 1e-6)
+    order = [min(range(H), key=lambda k: abs(float(h.u[0]) - u[k][0])) for h in got]
+    h, j, r = 0, 1, 2                                   # the readout entry V[h][j, r]
+    eps, B = 1e-7, 1e-6
+    grad_W, grad_u = np.zeros_like(W), np.zeros_like(u)
+    for idx in np.ndindex(*W.shape):
+        Wp = W.copy()
+        Wp[idx] += eps
+        grad_W[idx] = (readouts(heads_of(Wp, u), recs, 1e-6)[1][h, j, r] - V0[h, j, r]) / eps
+    for idx in np.ndindex(*u.shape):
+        up = u.copy()
+        up[idx] += eps
+        grad_u[idx] = (readouts(heads_of(W, up), recs, 1e-6)[1][h, j, r] - V0[h, j, r]) / eps
+    _, Vb, vb = readouts(heads_of(W + B * np.sign(grad_W), u + B * np.sign(grad_u)), recs, B)
+    moved = abs(Vb[h, j, r] - V[order[h], j, r])
+    assert moved <= vb[h, j, r]
+    assert moved >= 0.4 * vb[h, j, r], (moved, vb[h, j, r])
+    assert SAFETY == 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_readout_bounds_cover_random_w_perturbations(seed):
+    """W and u off by B = 1e-4 in random signs: every readout and the constant within their
+    bounds of the layer's own weights."""
+    W, u, V, c, rng = layer(seed)
+    B = 1e-4
+    Wp = W + B * rng.choice([-1.0, 1.0], size=W.shape)
+    up = u + B * rng.choice([-1.0, 1.0], size=u.shape)
+    got, Vh, vb = readouts(heads_of(Wp, up), records_of(seed), B)
+    for i, hd in enumerate(got):
+        k = min(range(H), key=lambda k: np.abs(np.array([float(a) for a in hd.u]) - up[k]).max())
+        assert (np.abs(Vh[i] - V[k]) <= vb[i]).all()
