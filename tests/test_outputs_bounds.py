@@ -12,7 +12,8 @@ from gmpy2 import mpq
 from exactlearn.fields import Real
 from exactlearn.model import Head
 from exactlearn.strategies.real.certificate import SAFETY
-from exactlearn.strategies.real.outputs import QueryArrays, learn_outputs_real
+from exactlearn.strategies.real.features import QueryArrays
+from exactlearn.strategies.real.outputs import learn_outputs_real
 
 D, H, M = 3, 2, 3
 
@@ -131,3 +132,81 @@ def test_readout_bounds_cover_random_w_perturbations(seed):
     for i, hd in enumerate(got):
         k = min(range(H), key=lambda k: np.abs(np.array([float(a) for a in hd.u]) - up[k]).max())
         assert (np.abs(Vh[i] - V[k]) <= vb[i]).all()
+
+
+def outcome_of(heads, recs, B, scale=None):
+    outcome = SimpleNamespace(W_bounds=[[[B] * D for _ in range(D)] for _ in range(H)],
+                              u_bounds=[[B] * D] * H, detail={})
+    got, _ = learn_outputs_real(heads, D, recs, Real(dps=30), M, 1e-13, outcome, bias=True)
+    return got, outcome
+
+
+def test_small_w_bounds_give_a_rigorous_readout_bound():
+    W, u, _, _, _ = layer(0)
+    _, out = outcome_of(heads_of(W, u), records_of(0), 1e-6)
+    assert out.detail["outputs"]["readout_bound"].startswith("rigorous")
+    assert out.detail["outputs"]["fitted_answers"] == 60
+
+
+def test_wide_w_bounds_on_large_tokens_cover_and_say_first_order():
+    """Pinned from a hostile review: tokens at scale 3 and W, u off by B = 0.01 in the signs
+    worst at first order for V[1][0, 0].  The sum with cancellation alone certified
+    -1.1138 +- 0.1219 against the true -1.3556; the remainder does not close here, so the
+    bound is the first-order one over every answer (summed absolute values), which covers,
+    and the result says it is first order."""
+    seed, scale, B = 1, 3.0, 0.01
+    W, u, V, c, _ = layer(seed)
+    recs = records_of(seed, scale)
+
+    def run(Wp, up):
+        got, out = outcome_of(heads_of(Wp, up), recs, B)
+        Vh = np.array([[[float(a) for a in r] for r in h.v] for h in got])
+        vb = np.array([[[float(x) for x in r] for r in h] for h in out.v_bounds])
+        order = [min(range(H), key=lambda k: np.abs(np.array([float(a) for a in h.u]) - up[k]).max())
+                 for h in got]
+        return Vh, vb, order, out
+    V0 = run(W, u)[0]
+    i, j, r, e = 1, 0, 0, 1e-6
+    gW, gu = np.zeros_like(W), np.zeros_like(u)
+    for idx in np.ndindex(*W.shape):
+        Wp = W.copy()
+        Wp[idx] += e
+        gW[idx] = (run(Wp, u)[0][i, j, r] - V0[i, j, r]) / e
+    for idx in np.ndindex(*u.shape):
+        up = u.copy()
+        up[idx] += e
+        gu[idx] = (run(W, up)[0][i, j, r] - V0[i, j, r]) / e
+    Vh, vb, order, out = run(W + B * np.sign(gW), u + B * np.sign(gu))
+    assert abs(Vh[i, j, r] - V[order[i], j, r]) > 0.2                     # a large move ...
+    assert (np.abs(Vh - V[order]) <= vb).all()                            # ... and covered
+    assert out.detail["outputs"]["readout_bound"].startswith("first order")
+
+
+def test_features_bound_covers_weights_that_underflow():
+    """exp(s - max s) below float64's normal range (a token scoring -700 to -750 against the
+    final token's 0) with that token near float64's top, 1e308: its weight times the token
+    is about 1e-16 and computed from a subnormal weight, which the bound's absolute term
+    covers (60-digit values from the same float64 inputs)."""
+    big = 1e308
+    u = np.zeros((1, 2))
+    for gap in (-700.0, -745.0, -746.0, -750.0):
+        W = np.zeros((1, 2, 2))
+        W[0, 0, 1] = -gap / big                          # token (-big, 0) scores gap; x_n 0
+        tokens = [(mpq(-big), mpq(0)), (mpq(0), mpq(1))]
+        F, Ferr = QueryArrays([(tokens, [0.0])], 2, 1).features(W, u, False)
+        with mpmath.workdps(60):
+            s0 = mpmath.mpf(-big) * mpmath.mpf(W[0, 0, 1])
+            w0 = mpmath.exp(s0)
+            exact = [mpmath.mpf(-big) * w0 / (1 + w0), 1 / (1 + w0)]
+            err = [abs(mpmath.mpf(F[0, k]) - exact[k]) for k in range(2)]
+        assert all(e <= Ferr[0, k] for k, e in enumerate(err)), (gap, err, Ferr)
+        assert Ferr[0, 0] < 1e-10 * max(1.0, abs(F[0, 0]))         # not a vacuous one
+
+
+def test_features_beyond_float64_fail_explicitly():
+    from exactlearn.errors import DegenerateDraw
+    W, u = np.eye(2)[None], np.zeros((1, 2))
+    for tok in ((mpq(10) ** 400, mpq(1)), (mpq(1e160), mpq(1e160))):
+        recs = [([tok, (mpq(1), mpq(0))], [0.0])] * 3
+        with pytest.raises(DegenerateDraw, match="float64"):
+            QueryArrays(recs, 2, 1).features(W, u, False)

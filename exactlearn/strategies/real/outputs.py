@@ -8,16 +8,26 @@ them every output is linear in its readouts: for a query X,
 features the same for every output.  :func:`learn_outputs_real` computes the features of
 every recorded answer (in float64, with a bound on their rounding), solves the weighted least squares
 ``min sum_q ((y_{j,q} - F_q v_j) / eta_q)^2`` for all m outputs at once (one
-pseudo-inverse P, m right-hand sides), and bounds each entry at first order:
+pseudo-inverse P, m right-hand sides), and bounds each entry.  Exactly,
+``v_hat - v = P (noise + (F(W) - F(W_hat)) v)``, so
 
-    |v_hat - v|_i <= SAFETY * (sum_q |P_iq| eta_q + sum_k |sum_q P_iq J_qk| B_k) + rounding,
+    |v_hat - v|_i <= sum_q |P_iq| eta_q + sum_k |sum_q P_iq J_qk| B_k + |P| S + rounding,
 
 ``P`` with the weights ``1 / eta_q`` folded in, ``J_qk`` the derivative of answer q in the
-W or u entry k (``d(V . a_h)/dW_h[r, c] = Cov_p(v . x, x_r) x_n[c]``, ``d/du_h[r]`` the same
-without ``x_n[c]``) and ``B_k`` its bound: the effects of one W entry on different answers
-are summed before their absolute value is taken, so that they may cancel (the worst W
-perturbation attains the sum; tests/test_outputs_bounds.py).  The features are computed in
-float64 (:class:`QueryArrays`) with a stated bound on their rounding, part of "rounding".
+W or u entry k at ``v_hat`` (``d(V . a_h)/dW_h[r, c] = Cov_p(v . x, x_r) x_n[c]``, ``d/du_h[r]``
+the same without ``x_n[c]``), ``B_k`` its bound, and ``S`` the rest: the derivative's
+change from ``v_hat`` to ``v`` and the Taylor remainder, bounded over the whole W and u box
+(:func:`_remainder`; they grow with ``Delta_q``, how far the box lets query q's scores move).
+The effects of one W entry on different answers are summed before the absolute value is
+taken, so that they may cancel.  The readouts are fitted to the answers whose ``Delta_q``
+is small (:func:`_pinned`), and the bound, ``SAFETY`` times the first two terms plus
+rounding, raised until it covers ``S`` too, is then rigorous given the W and u bounds
+("readout_bound": "rigorous ...").  When it does not close (wide W bounds and large
+tokens: first order does not describe the box), every answer is fitted and the bound is
+the first-order ``SAFETY * sum_q |P_iq| (eta_q + g_q) + rounding`` (``g_q`` the W bounds'
+effect on answer q, absolute values), and the result says so ("readout_bound": "first
+order ...").  The features are computed in float64 (:class:`~exactlearn.strategies.real.features.QueryArrays`) with a stated
+bound on their rounding, part of "rounding".
 Then each output's weighted least-squares
 residuals, a projection of the output errors, must have 2-norm at most sqrt(N) plus the W
 bounds' effect (:class:`~exactlearn.errors.ResidualsBeyondNoise` otherwise: a box noisier than
@@ -36,9 +46,9 @@ from gmpy2 import mpq
 from exactlearn.errors import DegenerateDraw, NoisierThanDeclared, ResidualsBeyondNoise
 from exactlearn.model import Head, canonicalize
 from exactlearn.noise import noise_bound
-from exactlearn.oracle.adapt import token_runs
 from exactlearn.progress import current
 from exactlearn.strategies.real.certificate import SAFETY
+from exactlearn.strategies.real.features import QueryArrays
 from exactlearn.strategies.real.lsq import EPS
 from exactlearn.strategies.real.sensitivity import LO
 
@@ -104,7 +114,7 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
     floor = 8 * EPS * max(1.0, float(np.abs(Y).max()))
     E = np.array(etas_j)[None, :] + rel * np.abs(Y)                 # (N, m), declared
     Ee = np.maximum(E, floor)                          # an exact box: float64 rounding only
-    Vhat, Bv, G, RND = _readouts(qs, F, Ferr, Y, E, Ee, BW, Bu, n, bias)
+    Vhat, Bv, G, RND, used, rigorous = _readouts(qs, F, Ferr, Y, E, Ee, BW, Bu, n, bias)
     if not np.all(np.isfinite(Bv)):
         raise DegenerateDraw("a readout's error bound is not finite: nothing to certify")
     alone = [j for j, x in enumerate(r or []) if x != 0]
@@ -113,7 +123,7 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
             f" [the plan ran on output {alone[0] + 1} alone (noise_rel=): a head whose readout in "
             f"that output is 0 is invisible there and misses from every other output -- a "
             f"degenerate draw; retries= draws another output]")
-    excess, worst = _output_tests(F, Y, Vhat, Bv, E, Ee, G, RND, floor, H, note)
+    excess, worst = _output_tests(F, Y, Vhat, Bv, E, Ee, G, RND, floor, H, note, used)
     out = []
     for h, head in enumerate(heads):
         V = tuple(tuple(mpq(float(Vhat[j, h * d + c])) for c in range(d)) for j in range(m))
@@ -127,11 +137,11 @@ def learn_outputs_real(heads, d: int, records, K, m: int, noise, outcome, r=None
         raise DegenerateDraw("a head's readouts came out exactly 0 in every output: it cannot "
                              "be told apart from no head")
     order = sorted(range(H), key=lambda h: out[h])      # the canonical order of the heads
-    _report(outcome, Bv, BW, Bu, order, r, N, m, excess, worst)
+    _report(outcome, Bv, BW, Bu, order, r, N, m, excess, worst, int(used.sum()), rigorous)
     return canon, N * m
 
 
-def _report(outcome, Bv, BW, Bu, order, r, N, m, excess, worst) -> None:
+def _report(outcome, Bv, BW, Bu, order, r, N, m, excess, worst, fitted, rigorous) -> None:
     """The bounds into ``outcome``, per head in the canonical order ``order`` of the heads
     returned (W and u bounds permuted with them): ``error_bound``, ``W_bounds``,
     ``u_bounds``, ``v_bounds``, ``head_bounds`` and ``detail["outputs"]``."""
@@ -147,9 +157,13 @@ def _report(outcome, Bv, BW, Bu, order, r, N, m, excess, worst) -> None:
     outcome.head_bounds = [LO.convert(max(float(BW[h].max()), float(Bu[h].max()),
                                           float(Bv[:, h * d:(h + 1) * d].max()))) for h in order]
     outcome.detail["outputs"] = {
-        "outputs": m, "method": "weighted least squares of every recorded answer, the W of the "
-        "scalar view r . y", "combination": None if r is None else [f"{float(x):.17g}" for x in r],
-        "certified_values": N * m, "max_residual_over_tolerance": f"{worst:.3g}",
+        "outputs": m, "method": "weighted least squares of the recorded answers "
+        "(fitted_answers of them), the W of the scalar view r . y", "combination": None if r is None else [f"{float(x):.17g}" for x in r],
+        "certified_values": N * m, "fitted_answers": fitted,
+        "readout_bound": "rigorous given the certified W and u bounds" if rigorous else
+        "first order: the certified W and u bounds let some scores move too far for a "
+        "rigorous bound (explanation/biases.md#vector-outputs)",
+        "max_residual_over_tolerance": f"{worst:.3g}",
         "max_residual_norm_over_noise_allowance": f"{excess:.3g}",
         "readout_error_bound": f"{vb:.3g}", "W_error_bound": f"{wb:.3g}"}
     outcome.detail["head_error_bounds"] = [f"{float(b):.3g}" for b in outcome.head_bounds]
@@ -171,108 +185,30 @@ def _bounds_given(heads, outcome):
     return u_bounds
 
 
-class QueryArrays:
-    """The recorded queries as float64 arrays, grouped by their number T of distinct tokens:
-    per group the query indices, the distinct tokens ``X`` (n, T, d), their multiplicities
-    ``M`` (n, T) and the final token ``xn`` (n, d); and the answers ``Y`` (N, m).  Attention
-    depends on a query only through these (the scores ``x^T (W x_n + u)`` of its distinct
-    tokens, weighted by their copies)."""
-
-    def __init__(self, records, d: int, m: int):
-        self.N, self.d = len(records), d
-        self.Y = np.array([[float(y) for y in ys] for _, ys in records]).reshape(self.N, m)
-        floats: dict = {}
-
-        def conv(t):
-            got = floats.get(t)
-            if got is None:
-                got = floats[t] = [float(a) for a in t]
-            return got
-        by_T: dict = {}
-        for q, (tokens, _) in enumerate(records):
-            mult: dict = {}
-            for t, k in token_runs(tokens):
-                key = tuple(t)
-                mult[key] = mult.get(key, 0) + k
-            by_T.setdefault(len(mult), []).append((q, mult, tuple(tokens[-1])))
-        self.groups = []
-        for T, rows in sorted(by_T.items()):
-            idx = np.array([q for q, _, _ in rows], dtype=np.intp)
-            X = np.array([[conv(t) for t in mult] for _, mult, _ in rows]).reshape(len(rows), T, d)
-            M = np.array([list(mult.values()) for _, mult, _ in rows], dtype=float)
-            xn = np.array([conv(f) for _, _, f in rows]).reshape(len(rows), d)
-            self.groups.append(QueryGroup(idx, X, M, xn))
-        self.xn = np.zeros((self.N, d))
-        for g in self.groups:
-            self.xn[g.idx] = g.xn
-
-    def features(self, W, u, bias) -> tuple:
-        """``(F, Ferr)``: every query's features ``a_h`` (N, H d; a 1 last with ``bias``) in
-        float64 for the heads ``(W, u)`` (float64 arrays), and a bound on each entry's rounding
-        error (:meth:`QueryGroup.features`)."""
-        H, d = u.shape
-        n = H * d + (1 if bias else 0)
-        F, Ferr = np.zeros((self.N, n)), np.zeros((self.N, n))
-        for g in self.groups:
-            a, err = g.features(W, u)
-            F[g.idx, :H * d] = a.reshape(len(g.idx), H * d)
-            Ferr[g.idx, :H * d] = err.reshape(len(g.idx), H * d)
-        if bias:
-            F[:, -1] = 1.0
-        return F, Ferr
-
-    def covariances(self, V) -> np.ndarray:
-        """``Cov_p(v_h . x, x_r)`` (N, H, d) for readouts ``V`` (H, d): the derivative of
-        ``v_h . a_h`` in the score of ``x_r`` (times ``x_n[c]`` for ``W_h[r, c]``, alone for
-        ``u_h[r]``)."""
-        H, d = V.shape
-        C = np.zeros((self.N, H, d))
-        for g in self.groups:
-            vx = np.einsum("qtr,hr->qht", g.X, V)
-            w = g.p * (vx - np.einsum("qht,qht->qh", g.p, vx)[:, :, None])
-            C[g.idx] = np.einsum("qht,qtr->qhr", w, g.X) - w.sum(-1)[:, :, None] * g.a
-        return C
-
-
-class QueryGroup:
-    """Queries with the same number T of distinct tokens (:class:`QueryArrays`)."""
-
-    def __init__(self, idx, X, M, xn):
-        self.idx, self.X, self.M, self.xn = idx, X, M, xn
-        self.p = self.a = None
-
-    def features(self, W, u) -> tuple:
-        """``(a, err)`` (n, H, d): the softmax averages ``a_h = sum_t p_t x_t`` in float64 and
-        a bound on their rounding error, against the exact values for the float64 W and u.
-        The scores ``s_t`` err by at most ``sigma = (2d + 4) eps max_t |x_t|^T (|W| |x_n| +
-        |u|)`` (the dot products, and the tokens', W's and u's own rounding to float64); each
-        ``exp(s_t - max s)`` then by the relative ``delta_t = expm1(2 sigma + eps |s_t - max s|
-        + 4 eps)``, and, the weights normalised, ``|a - a_hat|_r <= 1.01 sum_t p_t delta_t
-        |x_tr - a_r| + (T + 3) eps sum_t p_t |x_tr|``."""
-        X, M, xn = self.X, self.M, self.xn
-        d, T = X.shape[2], X.shape[1]
-        Z = np.einsum("hrc,qc->qhr", W, xn) + u[None]
-        S = np.einsum("qtr,qhr->qht", X, Z)
-        top = S.max(-1, keepdims=True)
-        w = np.exp(S - top) * M[:, None, :]
-        p = w / w.sum(-1, keepdims=True)
-        a = np.einsum("qht,qtr->qhr", p, X)
-        absX = np.abs(X)
-        Zabs = np.einsum("hrc,qc->qhr", np.abs(W), np.abs(xn)) + np.abs(u)[None]
-        sigma = (2 * d + 4) * EPS * np.einsum("qtr,qhr->qht", absX, Zabs).max(-1, keepdims=True)
-        delta = np.expm1(2 * sigma + EPS * np.abs(S - top) + 4 * EPS)
-        dev = np.abs(X[:, None, :, :] - a[:, :, None, :])              # (n, H, T, d)
-        err = 1.01 * np.einsum("qht,qhtr->qhr", p * delta, dev) \
-            + (T + 3) * EPS * np.einsum("qht,qtr->qhr", p, absX)
-        self.p, self.a = p, a
-        return a, err
-
-
 def _readouts(qs, F, Ferr, Y, E, Ee, BW, Bu, n, bias) -> tuple:
-    """``(Vhat, Bv, G, RND)``: each output's weighted least-squares readouts (weights
-    ``1 / Ee``), their bounds (module doc), the W and u bounds' first-order effect on each
-    answer ``G`` and each answer's rounding allowance ``RND`` ((N, m) each).  One
-    pseudo-inverse per distinct weighting, computed when the weighting changes."""
+    """``(Vhat, Bv, G, RND, used, rigorous)``: each output's weighted least-squares readouts
+    (weights ``1 / Ee``) over the answers ``used``, their bounds, the W and u bounds'
+    first-order effect on each answer ``G`` and each answer's rounding allowance ``RND``
+    ((N, m) each).  First over the answers whose scores the W box pins (:func:`_pinned`),
+    bounded rigorously given the W and u bounds (:func:`_remainder`); when that bound does
+    not close, over every answer with the first-order bound ``SAFETY |P| (eta + G) +
+    rounding`` (``rigorous`` False: the result says so)."""
+    second = qs.second_order(BW, Bu)
+    used = _pinned(F, second[0].max(1), n, bias)
+    try:
+        return _solve(qs, F, Ferr, Y, E, Ee, BW, Bu, n, used, second) + (used, True)
+    except _NotClosed:
+        used = np.ones(len(F), dtype=bool)
+        return _solve(qs, F, Ferr, Y, E, Ee, BW, Bu, n, used, None) + (used, False)
+
+
+class _NotClosed(Exception):
+    """The rigorous readout bound does not close (:func:`_remainder`)."""
+
+
+def _solve(qs, F, Ferr, Y, E, Ee, BW, Bu, n, used, second) -> tuple:
+    """:func:`_readouts` over the answers ``used``: rigorous bounds with ``second``
+    (:meth:`~exactlearn.strategies.real.features.QueryArrays.second_order`), first-order ones (summed absolute values) without."""
     N, m = Y.shape
     H, d = Bu.shape
     Vhat, Bv, G = np.zeros((m, n)), np.zeros((m, n)), np.zeros((N, m))
@@ -283,21 +219,68 @@ def _readouts(qs, F, Ferr, Y, E, Ee, BW, Bu, n, bias) -> tuple:
         e = Ee[:, j]
         if key != e.tobytes():
             key = e.tobytes()
-            A = F / e[:, None]
-            if np.linalg.matrix_rank(A) < n:
-                raise DegenerateDraw(f"the recorded answers determine fewer than the {n} "
-                                     f"readouts of each output (H d{' + 1' if bias else ''}): a "
-                                     f"degenerate draw")
-            P = np.linalg.pinv(A) / e[None, :]          # v_hat = P y: the weights folded in
+            P = np.zeros((n, N))                        # v_hat = P y: the weights folded in
+            P[:, used] = np.linalg.pinv(F[used] / e[used, None]) / e[None, used]
+            absP = np.abs(P)
         Vhat[j] = P @ Y[:, j]
-        C = qs.covariances(Vhat[j, :H * d].reshape(H, d))
+        C, rng_v = qs.covariances(Vhat[j, :H * d].reshape(H, d))
         G[:, j] = np.einsum("qhr,qhr->q", np.abs(C), Bz)
         RND[:, j] = 64 * EPS * (np.abs(F) @ np.abs(Vhat[j]) + np.abs(Y[:, j])) \
             + Ferr @ np.abs(Vhat[j])
-        absP = np.abs(P)
-        Bv[j] = SAFETY * (absP @ E[:, j] + _w_effect(P, C, qs.xn, BW, Bu))
-        Bv[j] += absP @ RND[:, j] + 16 * EPS * np.abs(Vhat[j])
+        rounding = absP @ RND[:, j] + 16 * EPS * np.abs(Vhat[j])
+        if second is None:
+            Bv[j] = SAFETY * (absP @ (E[:, j] + G[:, j])) + rounding
+        else:
+            first = absP @ E[:, j] + _w_effect(P, C, qs.xn, BW, Bu)
+            Bv[j] = _remainder(absP, first, rounding, second, rng_v, H, d)
     return Vhat, Bv, G, RND
+
+
+def _pinned(F, Delta, n, bias, cuts=(0.05, 0.2, 1.0)) -> np.ndarray:
+    """The answers the readouts are fitted to: those whose scores the certified W and u
+    bounds pin down, ``Delta_q`` (:meth:`~exactlearn.strategies.real.features.QueryArrays.second_order`, its largest head) at most
+    the first cut under which they still determine all n readouts (a mask; every answer when
+    none does).  On the others the W box allows scores to move by more than first order
+    describes, and the readouts' bound could not be stated from them
+    (:func:`_remainder`)."""
+    for cut in cuts:
+        used = Delta <= cut
+        if used.sum() >= n and np.linalg.matrix_rank(F[used]) == n:
+            return used
+    used = np.ones(len(F), dtype=bool)
+    if np.linalg.matrix_rank(F) < n:
+        raise DegenerateDraw(f"the recorded answers determine fewer than the {n} readouts of "
+                             f"each output (H d{' + 1' if bias else ''}): a degenerate draw")
+    return used
+
+
+def _remainder(absP, first, rounding, second, rng_v, H, d, rounds: int = 30) -> np.ndarray:
+    """Output j's readout bounds: ``SAFETY * first + rounding``, raised until they hold
+    rigorously.  Exactly, ``v_hat - v = P (noise + (F(W) - F(W_hat)) v)``; per answer and
+    head, ``(a_h(W) - a_h(W_hat)) . v_h`` is its first-order part at ``v_hat`` (in
+    ``first``) plus ``Cov_p((v_h - v_hat_h) . x, ds)``, at most ``2 Delta sum_r A_r
+    |v - v_hat|_r``, plus the Taylor remainder, half the third central moment
+    ``E[(g - Eg)(ds - E ds)^2]`` of ``g = v_h . x_t`` somewhere on the way, at most ``2
+    Delta^2 (range of v_hat_h . x_t + sum_r R_r |v - v_hat|_r)`` (``Delta``, ``A``, ``R``:
+    :meth:`~exactlearn.strategies.real.features.QueryArrays.second_order`).  So a bound B holds when ``first + rounding + |P|
+    S(B) <= B``, S those terms at ``|v - v_hat| <= B`` (B > 0 with that property: the
+    linear map's spectral radius is below 1, and the true error lies below B).  Raises
+    :class:`_NotClosed` when no such B is found: W bounds too wide for first order."""
+    Delta, A, R = second
+    base = np.maximum(first + rounding, 1e-300)        # > 0: the spectral radius argument
+
+    def allowance(B):
+        Bh = B[:H * d].reshape(H, d)
+        cross = 2 * Delta * np.einsum("qhr,hr->qh", A, Bh)
+        taylor = 2 * Delta ** 2 * (rng_v + R @ Bh.T)
+        return absP @ (cross + taylor).sum(1)
+    B = np.maximum(SAFETY * first + rounding, base)
+    for _ in range(rounds):
+        need = base + allowance(B)
+        if np.all(need <= B):
+            return B
+        B = np.maximum(B, 1.25 * need)
+    raise _NotClosed
 
 
 def _w_effect(P, C, xn, BW, Bu, chunk: int = 8192) -> np.ndarray:
@@ -319,7 +302,7 @@ def _w_effect(P, C, xn, BW, Bu, chunk: int = 8192) -> np.ndarray:
     return out
 
 
-def _output_tests(F, Y, Vhat, Bv, E, Ee, G, RND, floor, H, note) -> tuple:
+def _output_tests(F, Y, Vhat, Bv, E, Ee, G, RND, floor, H, note, used) -> tuple:
     """Each output's residual norm, then every answer of every output within its tolerance
     (module doc): ``(largest norm ratio, largest residual over tolerance)``; raises
     :class:`~exactlearn.errors.ResidualsBeyondNoise`, then
@@ -329,17 +312,18 @@ def _output_tests(F, Y, Vhat, Bv, E, Ee, G, RND, floor, H, note) -> tuple:
     # within its eta, their weighted 2-norm is at most that of eta / eta_eff (sqrt(N) at most)
     # plus the W bounds' effect
     R = Y - F @ Vhat.T                                    # (N, m)
-    excess = 0.0
+    excess, k = 0.0, int(used.sum())                      # the fit's own answers: a projection
     for j in range(m):
-        e = Ee[:, j]
-        allow = (float(np.linalg.norm(np.maximum(E[:, j], floor) / e))
-                 + float(np.linalg.norm(SAFETY * G[:, j] / e)) + float(np.linalg.norm(RND[:, j] / e)))
-        ratio = float(np.linalg.norm(R[:, j] / e)) / allow
+        e = Ee[used, j]
+        allow = (float(np.linalg.norm(np.maximum(E[used, j], floor) / e))
+                 + float(np.linalg.norm(SAFETY * G[used, j] / e))
+                 + float(np.linalg.norm(RND[used, j] / e)))
+        ratio = float(np.linalg.norm(R[used, j] / e)) / allow
         excess = max(excess, ratio)
         if ratio > 1:
             raise ResidualsBeyondNoise(
                 f"outputs noisier than the declared eta (or a black box outside the model "
-                f"class): the least-squares fit of output {j + 1} of {m} to all {N} answers "
+                f"class): the least-squares fit of output {j + 1} of {m} to its {k} answers "
                 f"leaves weighted residuals of 2-norm {ratio:.3g} times what outputs within "
                 f"their eta allow (sqrt(N) plus the W bounds' effect){note}", heads=H)
     # every recorded answer of every output within its tolerance
