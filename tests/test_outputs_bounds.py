@@ -210,3 +210,37 @@ def test_features_beyond_float64_fail_explicitly():
         recs = [([tok, (mpq(1), mpq(0))], [0.0])] * 3
         with pytest.raises(DegenerateDraw, match="float64"):
             QueryArrays(recs, 2, 1).features(W, u, False)
+
+
+def test_a_later_cut_closes_when_the_first_does_not():
+    """Pinned from a second hostile review: 12 queries of tiny tokens (nearly collinear
+    features, scores pinned) and 60 at scale 2 with W and u bounds 3e-3.  The tiny ones alone
+    determine the readouts but too poorly for the bound to close; the next cut's answers
+    close it, so the bound is rigorous rather than first order over every answer."""
+    rng = np.random.default_rng(11)
+    W, u = rng.normal(0, .5, (H, D, D)), rng.normal(0, .5, (H, D))
+    V, c = rng.normal(0, 1, (H, 1, D)), rng.normal(0, 1, 1)
+    K = Real(dps=30)
+    recs = []
+    for N, scale, lengths in ((12, 0.02, (2, 3, 5)), (60, 2.0, (1, 2, 3, 5, 8))):
+        for _ in range(N):
+            X = rng.normal(size=(int(rng.choice(lengths)), D)) * scale
+            if len(X) > 2 and rng.random() < 0.5:
+                X[1] = X[0]
+            s = np.einsum("ic,hcr,r->hi", X, W, X[-1]) + np.einsum("hc,ic->hi", u, X)
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            p /= p.sum(axis=1, keepdims=True)
+            y = c + np.einsum("hi,hmc,ic->m", p, V, X)
+            recs.append(([tuple(mpq(float(a)) for a in t) for t in X], [K.from_output(a) for a in y]))
+    heads = [Head(tuple(tuple(mpq(float(a)) for a in row) for row in W[h]), ((mpq(0),) * D,),
+                  tuple(mpq(float(a)) for a in u[h])) for h in range(H)]
+    B = 3e-3
+    out = SimpleNamespace(W_bounds=[[[B] * D for _ in range(D)] for _ in range(H)],
+                          u_bounds=[[B] * D] * H, detail={})
+    got, _ = learn_outputs_real(heads, D, recs, K, 1, 1e-13, out, bias=True)
+    det = out.detail["outputs"]
+    assert det["readout_bound"].startswith("rigorous") and 12 < det["fitted_answers"] < 72
+    for i, h in enumerate(got):
+        k = min(range(H), key=lambda k: abs(float(h.u[0]) - u[k][0]))
+        err = np.abs(np.array([[float(a) for a in r] for r in h.v]) - V[k])
+        assert (err <= np.array(out.v_bounds[i], dtype=float)).all()

@@ -20,13 +20,13 @@ change from ``v_hat`` to ``v`` and the Taylor remainder, bounded over the whole 
 (:func:`_remainder`; they grow with ``Delta_q``, how far the box lets query q's scores move).
 The effects of one W entry on different answers are summed before the absolute value is
 taken, so that they may cancel.  The readouts are fitted to the answers whose ``Delta_q``
-is small (:func:`_pinned`), and the bound, ``SAFETY`` times the first two terms plus
-rounding, raised until it covers ``S`` too, is then rigorous given the W and u bounds
-("readout_bound": "rigorous ...").  When it does not close (wide W bounds and large
-tokens: first order does not describe the box), every answer is fitted and the bound is
-the first-order ``SAFETY * sum_q |P_iq| (eta_q + g_q) + rounding`` (``g_q`` the W bounds'
-effect on answer q, absolute values), and the result says so ("readout_bound": "first
-order ...").  The features are computed in float64 (:class:`~exactlearn.strategies.real.features.QueryArrays`) with a stated
+is small (:func:`_pinned`: the cuts 0.05, 0.2, 1, then every answer, in turn), and the
+bound, ``SAFETY`` times the first two terms plus rounding, raised until it covers ``S`` too,
+is then rigorous given the W and u bounds ("readout_bound": "rigorous ...").  When it
+closes for none of them (wide W bounds and large tokens: first order does not describe the
+box), every answer is fitted and the bound is the first-order ``SAFETY * sum_q |P_iq|
+(eta_q + g_q) + rounding`` (``g_q`` the W bounds' effect on answer q, absolute values), and
+the result says so ("readout_bound": "first order ...").  The features are computed in float64 (:class:`~exactlearn.strategies.real.features.QueryArrays`) with a stated
 bound on their rounding, part of "rounding".
 Then each output's weighted least-squares
 residuals, a projection of the output errors, must have 2-norm at most sqrt(N) plus the W
@@ -194,12 +194,16 @@ def _readouts(qs, F, Ferr, Y, E, Ee, BW, Bu, n, bias) -> tuple:
     not close, over every answer with the first-order bound ``SAFETY |P| (eta + G) +
     rounding`` (``rigorous`` False: the result says so)."""
     second = qs.second_order(BW, Bu)
-    used = _pinned(F, second[0].max(1), n, bias)
-    try:
-        return _solve(qs, F, Ferr, Y, E, Ee, BW, Bu, n, used, second) + (used, True)
-    except _NotClosed:
-        used = np.ones(len(F), dtype=bool)
-        return _solve(qs, F, Ferr, Y, E, Ee, BW, Bu, n, used, None) + (used, False)
+    for used in _pinned(F, second[0].max(1), n):
+        try:
+            return _solve(qs, F, Ferr, Y, E, Ee, BW, Bu, n, used, second) + (used, True)
+        except _NotClosed:
+            continue
+    used = np.ones(len(F), dtype=bool)
+    if np.linalg.matrix_rank(F) < n:
+        raise DegenerateDraw(f"the recorded answers determine fewer than the {n} readouts of "
+                             f"each output (H d{' + 1' if bias else ''}): a degenerate draw")
+    return _solve(qs, F, Ferr, Y, E, Ee, BW, Bu, n, used, None) + (used, False)
 
 
 class _NotClosed(Exception):
@@ -236,22 +240,19 @@ def _solve(qs, F, Ferr, Y, E, Ee, BW, Bu, n, used, second) -> tuple:
     return Vhat, Bv, G, RND
 
 
-def _pinned(F, Delta, n, bias, cuts=(0.05, 0.2, 1.0)) -> np.ndarray:
-    """The answers the readouts are fitted to: those whose scores the certified W and u
-    bounds pin down, ``Delta_q`` (:meth:`~exactlearn.strategies.real.features.QueryArrays.second_order`, its largest head) at most
-    the first cut under which they still determine all n readouts (a mask; every answer when
-    none does).  On the others the W box allows scores to move by more than first order
-    describes, and the readouts' bound could not be stated from them
-    (:func:`_remainder`)."""
+def _pinned(F, Delta, n, cuts=(0.05, 0.2, 1.0, math.inf)):
+    """The answer sets the readouts are fitted to, in turn: those whose scores the certified W
+    and u bounds pin down, ``Delta_q`` (:meth:`~exactlearn.strategies.real.features.QueryArrays.second_order`,
+    its largest head) at most each cut, when they determine all n readouts (masks).  On the
+    others the W box lets scores move by more than first order describes, and the readouts'
+    bound could not be stated from them (:func:`_remainder`)."""
+    seen = -1
     for cut in cuts:
         used = Delta <= cut
-        if used.sum() >= n and np.linalg.matrix_rank(F[used]) == n:
-            return used
-    used = np.ones(len(F), dtype=bool)
-    if np.linalg.matrix_rank(F) < n:
-        raise DegenerateDraw(f"the recorded answers determine fewer than the {n} readouts of "
-                             f"each output (H d{' + 1' if bias else ''}): a degenerate draw")
-    return used
+        k = int(used.sum())
+        if k > seen and k >= n and np.linalg.matrix_rank(F[used]) == n:
+            seen = k
+            yield used
 
 
 def _remainder(absP, first, rounding, second, rng_v, H, d, rounds: int = 30) -> np.ndarray:
