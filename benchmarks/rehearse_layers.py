@@ -14,7 +14,8 @@ weights (W_h = K_h^T Q_h/sqrt(d_h), u_h = K_h^T b_q,h/sqrt(d_h), v_h = O_h V_h, 
 times r for a scalar readout), independently of exactlearn; ``true_heads_dev`` is how far the
 adapter's ``true_heads`` is from them.  Heads are paired by the assignment minimising the
 largest entry difference.  ``rel`` is the largest |entry error| over W, u, v and c divided by
-their largest |entry|; ``covers`` says whether the error is within ``error_bound``.  One JSON
+their largest |entry|; ``covers`` says whether the error is within ``error_bound``; vector runs
+add ``readout_bound`` ("rigorous" or "first order") and ``fitted_answers``.  One JSON
 line per run (``--json FILE`` appends them).
 
     python benchmarks/rehearse_layers.py --kinds torch bert flax --dtype float64 \
@@ -195,6 +196,10 @@ def run_one(kind, dtype, out, d, H, seed, retries):
         cmp = compare(res, truth)
         row.update(cmp, bound=float(res.error_bound))
         row["covers"] = "err" in cmp and cmp["err"] <= row["bound"]
+        outs = (res.real_detail or {}).get("outputs")
+        if outs:                    # the vector readouts' bound: "rigorous" or "first order"
+            row["readout_bound"] = outs["readout_bound"].split(" given")[0].split(":")[0]
+            row["fitted_answers"] = outs["fitted_answers"]
     else:
         row["error"] = res.error
     return row
