@@ -189,36 +189,32 @@ def _readouts(qs, F, Ferr, Y, E, Ee, BW, Bu, n, bias) -> tuple:
     """``(Vhat, Bv, G, RND, used, rigorous)``: each output's weighted least-squares readouts
     (weights ``1 / Ee``) over the answers ``used``, their bounds, the W and u bounds'
     first-order effect on each answer ``G`` and each answer's rounding allowance ``RND``
-    ((N, m) each).  First over the answers whose scores the W box pins (:func:`_pinned`),
-    bounded rigorously given the W and u bounds (:func:`_remainder`); when that bound does
-    not close, over every answer with the first-order bound ``SAFETY |P| (eta + G) +
-    rounding`` (``rigorous`` False: the result says so)."""
+    ((N, m) each).  Over the answer sets of :func:`_pinned` in turn, the first whose bounds
+    close rigorously given the W and u bounds (:func:`_remainder`); when none does, over
+    every answer with the first-order bound ``SAFETY |P| (eta + G) + rounding`` (``rigorous``
+    False: the result says so)."""
     second = qs.second_order(BW, Bu)
-    for used in _pinned(F, second[0].max(1), n):
-        try:
-            return _solve(qs, F, Ferr, Y, E, Ee, BW, Bu, n, used, second) + (used, True)
-        except _NotClosed:
-            continue
-    used = np.ones(len(F), dtype=bool)
-    if np.linalg.matrix_rank(F) < n:
-        raise DegenerateDraw(f"the recorded answers determine fewer than the {n} readouts of "
-                             f"each output (H d{' + 1' if bias else ''}): a degenerate draw")
-    return _solve(qs, F, Ferr, Y, E, Ee, BW, Bu, n, used, None) + (used, False)
+    Bz = np.einsum("hrc,qc->qhr", BW, np.abs(qs.xn)) + Bu[None]       # (N, H, d)
+    for used in _pinned(F, second[0].max(1), n, bias):     # ends with every answer, where
+        got = _solve(qs, F, Ferr, Y, E, Ee, Bz, BW, Bu, n, used, second)   # got is never None
+        if got is not None:
+            break
+    return got[:4] + (used, got[4])
 
 
-class _NotClosed(Exception):
-    """The rigorous readout bound does not close (:func:`_remainder`)."""
-
-
-def _solve(qs, F, Ferr, Y, E, Ee, BW, Bu, n, used, second) -> tuple:
-    """:func:`_readouts` over the answers ``used``: rigorous bounds with ``second``
-    (:meth:`~exactlearn.strategies.real.features.QueryArrays.second_order`), first-order ones (summed absolute values) without."""
+def _solve(qs, F, Ferr, Y, E, Ee, Bz, BW, Bu, n, used, second) -> tuple | None:
+    """:func:`_readouts` over the answers ``used``: ``(Vhat, Bv, G, RND, rigorous)`` with
+    the rigorous bounds (``second``:
+    :meth:`~exactlearn.strategies.real.features.QueryArrays.second_order`), None when they do
+    not close for some output -- except over every answer, where the first-order bounds
+    (summed absolute values), computed beside them, are returned instead."""
     N, m = Y.shape
     H, d = Bu.shape
+    last = bool(used.all())
     Vhat, Bv, G = np.zeros((m, n)), np.zeros((m, n)), np.zeros((N, m))
-    RND = np.zeros((N, m))
+    RND, first_order = np.zeros((N, m)), np.zeros((m, n))
     key = P = None
-    Bz = np.einsum("hrc,qc->qhr", BW, np.abs(qs.xn)) + Bu[None]       # (N, H, d)
+    rigorous = True
     for j in range(m):
         e = Ee[:, j]
         if key != e.tobytes():
@@ -232,27 +228,38 @@ def _solve(qs, F, Ferr, Y, E, Ee, BW, Bu, n, used, second) -> tuple:
         RND[:, j] = 64 * EPS * (np.abs(F) @ np.abs(Vhat[j]) + np.abs(Y[:, j])) \
             + Ferr @ np.abs(Vhat[j])
         rounding = absP @ RND[:, j] + 16 * EPS * np.abs(Vhat[j])
-        if second is None:
-            Bv[j] = SAFETY * (absP @ (E[:, j] + G[:, j])) + rounding
-        else:
+        if last:
+            first_order[j] = SAFETY * (absP @ (E[:, j] + G[:, j])) + rounding
+        if rigorous:
             first = absP @ E[:, j] + _w_effect(P, C, qs.xn, BW, Bu)
-            Bv[j] = _remainder(absP, first, rounding, second, rng_v, H, d)
-    return Vhat, Bv, G, RND
+            B = _remainder(absP, first, rounding, second, rng_v, H, d)
+            if B is None and not last:
+                return None
+            rigorous = B is not None
+            Bv[j] = B if rigorous else 0
+    return Vhat, Bv if rigorous else first_order, G, RND, rigorous
 
 
-def _pinned(F, Delta, n, cuts=(0.05, 0.2, 1.0, math.inf)):
-    """The answer sets the readouts are fitted to, in turn: those whose scores the certified W
-    and u bounds pin down, ``Delta_q`` (:meth:`~exactlearn.strategies.real.features.QueryArrays.second_order`,
-    its largest head) at most each cut, when they determine all n readouts (masks).  On the
+def _pinned(F, Delta, n, bias, cuts=(0.05, 0.2, 1.0)):
+    """The answer sets the readouts are fitted to, in turn (masks): those whose scores the
+    certified W and u bounds pin down, ``Delta_q``
+    (:meth:`~exactlearn.strategies.real.features.QueryArrays.second_order`, its largest
+    head) at most each cut, when they determine all n readouts, then every answer.  On the
     others the W box lets scores move by more than first order describes, and the readouts'
-    bound could not be stated from them (:func:`_remainder`)."""
+    bound could not be stated from them (:func:`_remainder`).  Raises
+    :class:`~exactlearn.errors.DegenerateDraw` when even every answer leaves some readout
+    undetermined."""
+    if np.linalg.matrix_rank(F) < n:
+        raise DegenerateDraw(f"the recorded answers determine fewer than the {n} readouts of "
+                             f"each output (H d{' + 1' if bias else ''}): a degenerate draw")
     seen = -1
     for cut in cuts:
         used = Delta <= cut
         k = int(used.sum())
-        if k > seen and k >= n and np.linalg.matrix_rank(F[used]) == n:
+        if seen < k < len(F) and k >= n and np.linalg.matrix_rank(F[used]) == n:
             seen = k
             yield used
+    yield np.ones(len(F), dtype=bool)
 
 
 def _remainder(absP, first, rounding, second, rng_v, H, d, rounds: int = 30) -> np.ndarray:
@@ -265,8 +272,8 @@ def _remainder(absP, first, rounding, second, rng_v, H, d, rounds: int = 30) -> 
     Delta^2 (range of v_hat_h . x_t + sum_r R_r |v - v_hat|_r)`` (``Delta``, ``A``, ``R``:
     :meth:`~exactlearn.strategies.real.features.QueryArrays.second_order`).  So a bound B holds when ``first + rounding + |P|
     S(B) <= B``, S those terms at ``|v - v_hat| <= B`` (B > 0 with that property: the
-    linear map's spectral radius is below 1, and the true error lies below B).  Raises
-    :class:`_NotClosed` when no such B is found: W bounds too wide for first order."""
+    linear map's spectral radius is below 1, and the true error lies below B).  None when
+    no such B is found: W bounds too wide for first order."""
     Delta, A, R = second
     base = np.maximum(first + rounding, 1e-300)        # > 0: the spectral radius argument
 
@@ -281,7 +288,7 @@ def _remainder(absP, first, rounding, second, rng_v, H, d, rounds: int = 30) -> 
         if np.all(need <= B):
             return B
         B = np.maximum(B, 1.25 * need)
-    raise _NotClosed
+    return None
 
 
 def _w_effect(P, C, xn, BW, Bu, chunk: int = 8192) -> np.ndarray:
