@@ -290,7 +290,22 @@ def draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank, adapt) -> t
                 raise ExactnessError(f"the draw at query {ranges} was refused before any query, "
                                      f"too large for the field (not a degenerate draw): {exc}") \
                     from None
-            R //= 2
+            R //= 2 ** _halvings(exc, e_range, R)
+
+
+def _halvings(exc, e_range, R) -> int:
+    """How far to halve the range after a refused draw: once, or further while the refused
+    plan's largest exponent scaled to the smaller range (as R^2 when the directions share the
+    range, else as R) is still above 16 times the field's limit -- draws that would be
+    refused all but surely (an efficient plan at d = 384 went from 2^32 down to 2^17, one
+    draw and check each, minutes at that size).  At least 1, and never below R = 2."""
+    worst, limit = getattr(exc, "worst", None), getattr(exc, "limit", None)
+    power = 2 if e_range is None else 1
+    n = 1
+    if worst is not None and limit:
+        while R >> (n + 1) >= 2 and worst > 16 * limit * 2 ** (power * n):
+            n += 1
+    return min(n, max(1, R.bit_length() - 2))
 
 
 def bound_hint(exc, H, exact_count: bool = False) -> str:
