@@ -67,6 +67,51 @@ class BadBlackBox(ExactLearnError):
         self.longest = longest
 
 
+class TooLarge(ExactLearnError):
+    """A run that would pass a memory limit of :mod:`exactlearn.limits` while it runs (the
+    answers a vector box's run records, ``learn(outputs=m)``), or that ran out of memory:
+    stopped before the next query, every query asked so far counted.  Not a degenerate
+    draw: a learner does not redraw on it."""
+
+    kind = "too large"
+    bound_hint = False
+
+
+def mark_box_failure(exc: BaseException, box: str) -> None:
+    """Mark ``exc`` as raised by the user's black box ``box`` (not by exactlearn): ``learn()``
+    lets it propagate unchanged, with a note counting the queries answered before it, and
+    the command line reports it in one line (:func:`box_failure`)."""
+    if isinstance(exc, Exception) and not isinstance(exc, ExactLearnError) \
+            and getattr(exc, "exactlearn_box", None) is None:
+        try:
+            exc.exactlearn_box = box
+        except AttributeError:          # an exception type without a __dict__
+            pass
+
+
+def box_failure(exc: BaseException) -> str | None:
+    """The one-line reason of an exception the black box raised (:func:`mark_box_failure`),
+    else None.
+
+    >>> exc = RuntimeError("GPU fell over")
+    >>> mark_box_failure(exc, "layer")
+    >>> exc.exactlearn_queries = 9
+    >>> box_failure(exc)
+    'the black box layer raised RuntimeError at query 10 (9 queries answered before it, counted): GPU fell over'
+    >>> box_failure(ValueError("x")) is None
+    True
+    """
+    box = getattr(exc, "exactlearn_box", None)
+    if box is None:
+        return None
+    n = getattr(exc, "exactlearn_queries", None)
+    at = "" if n is None else f" at query {n + 1} ({n} quer{'y' if n == 1 else 'ies'} answered " \
+                              f"before it, counted)"
+    text = " ".join(str(exc).split())
+    text = text if len(text) <= 300 else text[:297] + "..."
+    return f"the black box {box} raised {type(exc).__name__}{at}" + (f": {text}" if text else "")
+
+
 # -- the fields ---------------------------------------------------------------------------
 class FieldError(ExactLearnError, ArithmeticError):
     """The field cannot do what was asked (base of the field-level errors)."""
@@ -119,6 +164,38 @@ class LearningFailure(ExactLearnError, ArithmeticError):
 
 class DegenerateDraw(LearningFailure):
     """A detected degenerate draw (or a black box outside the model class)."""
+
+
+class NonFiniteAnswer(DegenerateDraw):
+    """The black box answered nan or an infinity (a float box that overflowed): not in the
+    real field.  A draw at another scale may avoid it (a probe tries smaller ones), so it
+    is a failure of the draw; its reason is one line naming the value, the query's number in
+    the run (``at``, filled in by the Recorder that counted it) and, for a box of m outputs,
+    which output.
+
+    >>> exc = NonFiniteAnswer("box", "nan", output=2, m=3)
+    >>> exc.at = 5
+    >>> f"{exc.kind}: {exc}"
+    'bad answer: the black box box answered nan at query 5 (output 2 of 3): not a finite real number, so not in the real field'
+    """
+
+    kind = "bad answer"
+    bound_hint = False
+
+    def __init__(self, box: str, value: str | None = None, output: int | None = None,
+                 m: int | None = None, answered: int = 1, longest: int = 0, index: int = 0):
+        super().__init__(*((box,) if value is None else (box, value, output, m)))
+        self.box, self.value, self.output, self.m = box, value, output, m
+        self.answered, self.longest, self.index = answered, longest, index
+        self.at = None                  # the query's number in the run, once counted
+
+    def __str__(self) -> str:
+        if self.value is None:          # one message (``type(exc)(message)``)
+            return str(self.box)
+        at = "" if self.at is None else f" at query {self.at}"
+        out = "" if self.output is None else f" (output {self.output} of {self.m})"
+        return (f"the black box {self.box} answered {self.value}{at}{out}: not a finite real "
+                f"number, so not in the real field")
 
 
 class InterpolationError(LearningFailure):
@@ -196,4 +273,5 @@ __all__ = ["ExactLearnError", "ModelError", "BadBlackBox", "FieldError", "Exactn
            "Undecided", "LearningFailure", "DegenerateDraw", "InterpolationError", "MatchError",
            "PoleCountMismatch", "SingularMatrix", "CertificateError", "NoisierThanDeclared",
            "ResidualsBeyondNoise",
-           "PrimesDisagree", "TransformerFailure", "ClusterError", "VerificationFailed", "DEGENERATE"]
+           "PrimesDisagree", "TransformerFailure", "ClusterError", "VerificationFailed", "DEGENERATE",
+           "TooLarge", "NonFiniteAnswer", "mark_box_failure", "box_failure"]

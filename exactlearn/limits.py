@@ -57,6 +57,20 @@ MAX_MODEL_ENTRIES = 2 ** 22
 #: Most outputs of a vector-output box (``learn(outputs=m)``, ``--outputs``): the plan's
 #: answers are recorded as m values each (docs: explanation/biases.md#vector-outputs).
 MAX_OUTPUTS = 2 ** 16
+#: Bytes one recorded value of a vector box's answers costs while a run holds it
+#: (``learn(outputs=m)``: every query's m values are kept for the outputs step), by field:
+#: the value itself and the outputs step's work on it, measured with ``tracemalloc`` on runs
+#: at d = 2 and 4 (real: an mpf of about 240 bytes and the step's float64 arrays, 312; a
+#: rational: 258; modular: 434 per value and prime; symbolic: 648 at its smallest).  Exact
+#: values grow with their size: these are the least a value costs.
+OUTPUT_VALUE_BYTES = {"real": 352, "rational": 320, "modular": 448, "symbolic": 1024}
+#: Queries a vector run over the real field records, as a multiple of its plan's own count:
+#: the probe, the rescued and supplementary families (1.3 to 2.1 times the stable plan's
+#: count measured at d = 2, 4, 8; :class:`~exactlearn.oracle.OutputsView` stops a run that
+#: records more than the budget allows).
+OUTPUTS_REAL_QUERY_FACTOR = 2
+#: Primes a vector run over the modular field records at least (one and its confirmation).
+OUTPUTS_MODULAR_PRIMES = 2
 #: Largest model file, in bytes (checked before it is read; 16 bytes per entry).
 MAX_MODEL_FILE_BYTES = 16 * MAX_MODEL_ENTRIES
 #: Most local Dask worker processes ``--workers`` starts (each is a Python process of its own).
@@ -211,6 +225,43 @@ def check_outputs_size(d: int, H: int, outputs) -> None:
                          f"docs/reference/cli.md, \"Limits\")")
 
 
+def output_value_bytes(field: str) -> int:
+    """:data:`OUTPUT_VALUE_BYTES` of a field's name (the largest for a name it does not list)."""
+    return OUTPUT_VALUE_BYTES.get(field, max(OUTPUT_VALUE_BYTES.values()))
+
+
+def outputs_values_limit(field: str) -> int:
+    """Most values a vector run over ``field`` may record: :data:`MAX_PLAN_BYTES` at
+    :func:`output_value_bytes` a value."""
+    return MAX_PLAN_BYTES // output_value_bytes(field)
+
+
+def outputs_memory_problem(d: int, H: int, outputs: int, field: str, plan_queries: int,
+                           plan: str = "paper") -> str | None:
+    """None when a vector run's recorded answers fit :data:`MAX_PLAN_BYTES`, else a one-line
+    reason naming the sizes and the limit: ``plan_queries`` (the plan's own count) times
+    :data:`OUTPUTS_REAL_QUERY_FACTOR` over the real field, or times
+    :data:`OUTPUTS_MODULAR_PRIMES` over the modular field, each of ``outputs`` values at
+    :func:`output_value_bytes`.
+
+    >>> print(outputs_memory_problem(8, 4, 65536, "real", 2555, "stable"))
+    d = 8, H = 4, outputs = 65536 over the real field: 5110 queries (the stable plan's 2555, twice) would record 334888960 values, about 117880913920 bytes at 352 bytes a value, more than the limit 17179869184 (MAX_PLAN_BYTES; docs/reference/cli.md, "Limits")
+    >>> outputs_memory_problem(8, 4, 9000, "real", 2555, "stable") is None
+    True
+    """
+    factor = {"real": OUTPUTS_REAL_QUERY_FACTOR, "modular": OUTPUTS_MODULAR_PRIMES}.get(field, 1)
+    queries = plan_queries * factor
+    values = queries * outputs
+    need = values * output_value_bytes(field)
+    if need <= MAX_PLAN_BYTES:
+        return None
+    how = {"real": ", twice", "modular": f", at {factor} primes"}.get(field, "")
+    return (f"d = {d}, H = {H}, outputs = {outputs} over the {field} field: {queries} queries "
+            f"(the {plan} plan's {plan_queries}{how}) would record {values} values, about {need} bytes at "
+            f"{output_value_bytes(field)} bytes a value, more than the limit {MAX_PLAN_BYTES} "
+            f"(MAX_PLAN_BYTES; docs/reference/cli.md, \"Limits\")")
+
+
 def check_model_size(d: int, H: int, neurons: int = 0, m: int | None = None,
                      what: str = "model") -> None:
     """Refuse a model with d > :data:`MAX_DIMENSION`, more than :data:`MAX_HEADS` heads
@@ -323,4 +374,6 @@ __all__ = ["MAX_PLAN_QUERIES", "MAX_PLAN_TOKENS", "MAX_PLAN_BYTES", "PLAN_BYTES_
            "MAX_ENTRY_DIGITS", "MAX_DPS", "MAX_DIMENSION", "MAX_HEADS", "PlanCost", "plan_cost",
            "plan_size_problem", "check_plan_size", "check_dimension", "check_heads",
            "model_entries", "check_model_size", "entry_digits", "check_entry_text", "readable_int",
-           "check_dps", "MAX_VERIFY_QUERIES", "MAX_RETRIES", "MAX_SYMBOLIC_EXPONENT", "count_problem"]
+           "check_dps", "OUTPUT_VALUE_BYTES", "OUTPUTS_REAL_QUERY_FACTOR", "OUTPUTS_MODULAR_PRIMES",
+           "output_value_bytes", "outputs_values_limit", "outputs_memory_problem",
+           "MAX_VERIFY_QUERIES", "MAX_RETRIES", "MAX_SYMBOLIC_EXPONENT", "count_problem"]

@@ -77,6 +77,9 @@ def check_arguments(oracle, d, heads, max_heads, field, a: dict, options) -> Che
             raise ValueError("max_height= does not apply to bias=True yet (the biased plan's "
                              "exponent check is not written for a height bound)")
     strategy = choose(plan, K, a["bias"])
+    if a["outputs"] is not None:        # the answers it records, before any query
+        check_outputs_size(d, H, a["outputs"], K, plan,
+                           strategy.plan_count(plan, d, H, bias=a["bias"]))
     if a["executor"] is not None and not (K.multimodular and getattr(oracle, "over", None)
                                           and strategy.ASKS_PLAN and not a["trace"]):
         raise ValueError("executor= spreads the paper plan over the modular field with a black "
@@ -146,7 +149,6 @@ def _check_vector(oracle, a, K, d, H) -> None:
     if a["outputs"] is not None:
         check_outputs(a["outputs"], K, oracle, a["noise"], a["noise_rel"], a["snap"],
                       a["executor"], a["max_height"], a["verify"])
-        check_outputs_size(d, H, a["outputs"])
         return
     model_box = oracle.box if isinstance(oracle, TokenAdapter) else oracle   # before any query
     m = model_box.outputs if isinstance(model_box, Oracle) else None

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from exactlearn.api.result import LearnResult
 from exactlearn.api.vector import alone_note, draw_view, outputs_step, verify_outputs
 from exactlearn.errors import (BadBlackBox, ClusterError, ExactLearnError, ExactnessError,
-                               HeightExceeded, VerificationFailed)
-from exactlearn.limits import readable_int
+                               HeightExceeded, TooLarge, VerificationFailed, box_failure)
+from exactlearn.limits import outputs_values_limit, readable_int
 from exactlearn.oracle import Recorder
 from exactlearn.progress import current
 from exactlearn.strategies.modular import ModularStrategy
@@ -62,7 +62,7 @@ class Run:
             from exactlearn.oracle import OutputsView
             box_noise = getattr(oracle, "noise", None)
             self.view = oracle = OutputsView(oracle, a["outputs"], c.K, convert,
-                                             [1] * a["outputs"])
+                                             [1] * a["outputs"], outputs_values_limit(c.K.name))
             convert = False
             if self.noise is None and box_noise is not None:
                 self.noise = box_noise
@@ -84,14 +84,22 @@ class Run:
         self.noise_box, self.noise_estimated, self.preliminary = None, None, None
 
     def result(self) -> LearnResult:
-        """Measure eta (``noise="auto"``), run the attempts, verify, and report."""
-        if self.auto:
-            self._measure_noise()
-        while self.attempts <= self.retries:
-            if self._attempt():
-                break
-        self._note_refused()
-        verified, verify_box = self._verify()
+        """Measure eta (``noise="auto"``), run the attempts, verify, and report.  An exception
+        the black box raised propagates unchanged, with the queries answered before it (all
+        counted) in a note and in ``exactlearn_queries``: there is no result to return."""
+        try:
+            if self.auto:
+                self._measure_noise()
+            while self.attempts <= self.retries:
+                if self._attempt():
+                    break
+            self._note_refused()
+            verified, verify_box = self._verify()
+        except Exception as exc:
+            if getattr(exc, "exactlearn_box", None) is not None:
+                exc.exactlearn_queries = self.rec.queries
+                exc.add_note(f"exactlearn: {box_failure(exc)}; learn() returned no result")
+            raise
         if self.error is None:
             current().finish()             # the last phase ends at its total
         return self._report(verified, verify_box)
@@ -180,9 +188,16 @@ class Run:
                     self.options, self.noise)
             self.error, self.failure, outcome = None, None, "certified"
             return True
-        except (BadBlackBox, ClusterError) as exc:    # the box broke its interface, or the
-            # cluster failed: not the draw's fault, so no redraw
+        except (BadBlackBox, ClusterError, TooLarge) as exc:  # the box broke its interface, the
+            # cluster failed, or the run outgrew its memory: not the draw's fault, so no redraw
             self._failed(exc, "")
+            return True
+        except MemoryError as exc:         # outputs=m: answers past what this machine holds
+            if self.view is None or getattr(exc, "exactlearn_box", None) is not None:
+                raise
+            self._failed(TooLarge(f"out of memory with outputs={self.view.m} after "
+                                  f"{self.rec.queries} queries: lower outputs=, d or the head "
+                                  f"bound"), "")
             return True
         except ExactLearnError as exc:            # every failure says what it is
             self._failed(exc, alone_note(self.view, str(exc)) + bound_hint(

@@ -35,17 +35,17 @@ def check_outputs(outputs, K, oracle, noise, noise_rel, snap, executor, max_heig
                          f"got {len(noise)}")
 
 
-def check_outputs_size(d, H, outputs) -> None:
-    """The recorded answers of a vector box (m values each, at most twice the paper plan's
-    count for the stable plan) within ``MAX_PLAN_BYTES`` at 64 bytes a value, before any
-    query (docs: reference/cli.md#limits)."""
-    from exactlearn.limits import MAX_PLAN_BYTES, PLAN_BYTES_PER_QUERY, plan_cost
-    need = 2 * plan_cost(d, H).queries * outputs * PLAN_BYTES_PER_QUERY
-    if need > MAX_PLAN_BYTES:
-        raise ValueError(f"d = {d}, H = {H}, outputs = {outputs}: the recorded answers would take "
-                         f"about {readable_int(need)} bytes, more than the limit "
-                         f"{readable_int(MAX_PLAN_BYTES)} (MAX_PLAN_BYTES; docs/reference/cli.md, "
-                         f"\"Limits\")")
+def check_outputs_size(d, H, outputs, K, plan, plan_queries) -> None:
+    """The recorded answers of a vector box -- ``plan_queries`` (the plan's own count) times
+    what the field's run asks beyond it, m values each, at the field's cost of a value
+    (:func:`exactlearn.limits.outputs_memory_problem`) -- within ``MAX_PLAN_BYTES``, before
+    any query (docs: reference/cli.md#limits); the run itself stops past it
+    (:class:`~exactlearn.oracle.OutputsView`)."""
+    from exactlearn.limits import outputs_memory_problem
+    problem = outputs_memory_problem(d, H, outputs, K.name, plan_queries,
+                                     plan if plan == "stable" else "paper")
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def draw_view(view, K, rng, noise, noise_rel=None):

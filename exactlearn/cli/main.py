@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 
-from exactlearn.errors import ClusterError, FieldError, ModelError
+from exactlearn.errors import ClusterError, FieldError, ModelError, box_failure
 from exactlearn.generate import random_model
 from exactlearn.io import load_json
 from exactlearn import limits
@@ -276,8 +276,13 @@ def _main(argv=None) -> int:
     except (BadInput, ModelError) as exc:
         print(f"exactlearn: error: {exc}", file=sys.stderr)
         return 2
-    except (ValueError, FieldError) as exc:
-        print(f"exactlearn: error: {exc}", file=sys.stderr)
+    except Exception as exc:            # the box's own exception, memory, or a bad value
+        reason = box_failure(exc)
+        if reason is None and isinstance(exc, MemoryError):
+            reason = "out of memory (lower --outputs, d or the head bound)"
+        if reason is None and not isinstance(exc, (ValueError, FieldError)):
+            raise
+        print(f"exactlearn: error: {reason or exc}", file=sys.stderr)
         return 2
 
 

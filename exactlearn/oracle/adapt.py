@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from gmpy2 import mpq
@@ -136,6 +137,29 @@ def box_name(box) -> str:
     box = box.box if isinstance(box, TokenAdapter) else box
     name = getattr(box, "__qualname__", None)
     return name if isinstance(name, str) else type(box).__qualname__
+
+
+def non_finite(y) -> str | None:
+    """``'nan'``, ``'inf'`` or ``'-inf'`` for an answer that is a float that is not finite (a
+    Python or numpy float, a 0-d array or a torch/JAX scalar through ``.item()``, an mpmath
+    mpf), else None.
+
+    >>> import numpy as np
+    >>> non_finite(float("nan")), non_finite(np.float32("-inf")), non_finite(0.5), non_finite("x")
+    ('nan', '-inf', None, None)
+    """
+    if not isinstance(y, (float, int)) and callable(getattr(y, "item", None)):
+        try:
+            y = y.item()
+        except (TypeError, ValueError, RuntimeError):
+            return None
+    if not isinstance(y, float) and type(y).__name__ != "mpf":
+        return None
+    try:
+        f = float(y)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None if math.isfinite(f) else repr(f)
 
 
 def checked_batch(box, batch, queries) -> list:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 import time
 
-from exactlearn.errors import BadBlackBox, DegenerateDraw, FieldError
+from exactlearn.errors import (BadBlackBox, DegenerateDraw, FieldError, NonFiniteAnswer,
+                               mark_box_failure)
 from exactlearn.fields.base import Field
-from exactlearn.oracle.adapt import box_name, checked_batch
+from exactlearn.oracle.adapt import box_name, checked_batch, non_finite
 
 
 class Recorder:
@@ -74,12 +75,14 @@ class Recorder:
         except (BadBlackBox, DegenerateDraw) as exc:   # answered, not as it should be: counted
             answered = getattr(exc, "answered", 0)
             self._count(len(tokens) if answered else None, time.perf_counter() - t0)
+            _number(exc, self._root().queries)
             raise
-        except BaseException:
+        except BaseException as exc:    # the box's own (RuntimeError, ...): it propagates
             self._count(None, time.perf_counter() - t0)
+            mark_box_failure(exc, box_name(self.oracle))
             raise
         self._count(len(tokens), time.perf_counter() - t0)
-        return self._record(tokens, y)
+        return self._record(tokens, y, self._root().queries)
 
     def ask_all(self, queries) -> list:
         """``[self(tokens) for tokens in queries]``: every query asked, in order, timed and
@@ -107,13 +110,17 @@ class Recorder:
                 except (BadBlackBox, DegenerateDraw) as exc:   # answered, not as it should be
                     if getattr(exc, "answered", 0):
                         n, longest = n + 1, max(longest, len(tokens))
+                    _number(exc, self._root().queries + n - sent)
+                    raise
+                except BaseException as exc:
+                    mark_box_failure(exc, box_name(oracle))
                     raise
                 finally:
                     seconds += clock() - t0
                 n += 1
                 if len(tokens) > longest:
                     longest = len(tokens)
-                out.append(record(tokens, y))
+                out.append(record(tokens, y, self._root().queries + n - sent))
                 if n == flush_at:           # the same sums, added in parts
                     self._count_many(n - sent, longest, seconds)
                     sent, seconds, flush_at = n, 0.0, n + tracker.step
@@ -121,12 +128,15 @@ class Recorder:
             self._count_many(n - sent, longest, seconds)
         return out
 
-    def _progress(self):
-        """The root recorder's progress tracker, or None."""
+    def _root(self) -> "Recorder":
         rec = self
         while rec.parent is not None:
             rec = rec.parent
-        return rec.progress
+        return rec
+
+    def _progress(self):
+        """The root recorder's progress tracker, or None."""
+        return self._root().progress
 
     def _count_many(self, n, longest, seconds):
         """``n`` answered queries, the longest of ``longest`` tokens, in ``seconds``."""
@@ -138,11 +148,17 @@ class Recorder:
         elif self.progress is not None and self.queries >= self.progress.next_at:
             self.progress.asked(self.queries)
 
-    def _record(self, tokens, y):
+    def _record(self, tokens, y, at=None):
+        """``y`` converted (with ``convert``) and kept; ``at``: the query's number in the run."""
         if self.convert:
             try:
                 y = self.K.from_output(y)
             except (ValueError, TypeError, FieldError) as exc:
+                bad = non_finite(y)
+                if bad is not None:         # nan, inf: one line naming the query
+                    err = NonFiniteAnswer(box_name(self.oracle), bad, longest=len(tokens))
+                    err.at = at
+                    raise err from None
                 m = _values(y)
                 if m > 1:                   # a vector answer: the caller forgot outputs=m
                     raise BadBlackBox(f"the black box {box_name(self.oracle)} answered {m} "
@@ -189,16 +205,25 @@ class Recorder:
         except (BadBlackBox, DegenerateDraw) as exc:   # what it answered is counted, then it fails
             answered = getattr(exc, "answered", 0)
             self._count_many(answered, exc.longest if answered else 0, time.perf_counter() - t0)
+            _number(exc, self._root().queries - answered + getattr(exc, "index", 0) + 1)
             raise
-        except BaseException:
+        except BaseException as exc:
             self._count(None, time.perf_counter() - t0)
+            mark_box_failure(exc, box_name(self.oracle))
             raise
         seconds = time.perf_counter() - t0
         for n, q in enumerate(queries):
             self._count(len(q), seconds if n == 0 else 0.0)
-        return [self._record(q, y) for q, y in zip(queries, ys)]
+        first = self._root().queries - len(queries) + 1
+        return [self._record(q, y, first + i) for i, (q, y) in enumerate(zip(queries, ys))]
 
 
+
+
+def _number(exc, at: int) -> None:
+    """A non-finite answer's number in the run (:class:`~exactlearn.errors.NonFiniteAnswer`)."""
+    if isinstance(exc, NonFiniteAnswer) and exc.at is None:
+        exc.at = at
 
 
 def _values(y) -> int:

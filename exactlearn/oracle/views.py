@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from exactlearn.errors import BadBlackBox, DegenerateDraw, FieldError
+from exactlearn.errors import BadBlackBox, DegenerateDraw, FieldError, NonFiniteAnswer, TooLarge
 from exactlearn.fields.base import Field
-from exactlearn.oracle.adapt import box_name, checked_batch
+from exactlearn.oracle.adapt import box_name, checked_batch, non_finite
 
 
 def resolve_field(oracle, field: Field | None) -> tuple:
@@ -47,7 +47,8 @@ class OutputsView:
     (mpq(0,1), 2)
     """
 
-    def __init__(self, box, m: int, K: Field, convert: bool, r):
+    def __init__(self, box, m: int, K: Field, convert: bool, r, limit: int | None = None,
+                 parent: "OutputsView | None" = None):
         self.box = box
         self.m = m
         self.K = K
@@ -57,7 +58,9 @@ class OutputsView:
         self.field = K
         self.records: list = []
         self.views: list = []
-        self.__name__ = box_name(box)
+        self.limit = limit                # most values recorded over every view, or None
+        self.parent = parent
+        self.__name__ = self.__qualname__ = box_name(box)
         if hasattr(box, "batch"):
             self.batch = self._batch
         if hasattr(box, "check_plan"):
@@ -75,37 +78,70 @@ class OutputsView:
     def _over(self, field: Field) -> "OutputsView":
         sub = self.box.over(field)
         bf = getattr(sub, "field", None)
-        view = OutputsView(sub, self.m, field, not (isinstance(bf, Field) and bf == field), self.r)
+        view = OutputsView(sub, self.m, field, not (isinstance(bf, Field) and bf == field), self.r,
+                           self.limit, self)
         self.views.append(view)
         return view
 
-    def row(self, y, longest: int, answered: int = 1) -> list:
-        """The m answers of one query as field elements (else BadBlackBox)."""
+    def held(self) -> int:
+        """Answers recorded by this view and its views modulo other primes (queries)."""
+        top = self if self.parent is None else self.parent
+        return len(top.records) + sum(len(v.records) for v in top.views)
+
+    def _room(self, n: int) -> None:
+        """Refuse (TooLarge, before asking) n more queries past ``limit`` values."""
+        if self.limit is not None and (self.held() + n) * self.m > self.limit:
+            from exactlearn.limits import MAX_PLAN_BYTES, output_value_bytes
+            raise TooLarge(f"outputs={self.m}: the run has recorded {self.held()} answers of "
+                           f"{self.m} values; more would pass {self.limit} values (about "
+                           f"{MAX_PLAN_BYTES} bytes at {output_value_bytes(self.K.name)} bytes a "
+                           f"value over the {self.K.name} field; MAX_PLAN_BYTES, "
+                           f"docs/reference/cli.md, \"Limits\"): lower outputs=, d or the "
+                           f"head bound")
+
+    def _bad(self, what: str, answered: int, longest: int, sep: str = ", not "):
         m = self.m
+        return BadBlackBox(f"the black box {self.__name__} answered {what}{sep}outputs={m} "
+                           f"values (expected a list of {m} or an array of shape ({m},))",
+                           answered, longest)
+
+    def row(self, y, longest: int, answered: int = 1, index: int = 0) -> list:
+        """The m answers of one query as field elements (else BadBlackBox, or NonFiniteAnswer
+        naming the output; ``index``: its place in a batch)."""
+        m = self.m
+        shape = getattr(y, "shape", None)
+        if isinstance(shape, tuple) and shape and shape != (m,):
+            raise self._bad(f"an array of shape {shape} per query", answered, longest)
         if not _is_row(y):
             if m == 1:
                 y = [y]
             else:
-                raise BadBlackBox(f"the black box {self.__name__} answered one value, not a vector "
-                                  f"of outputs={m} values", answered, longest)
+                raise self._bad("one value", answered, longest, ", not a vector of ")
         try:
             ys = list(y)
         except TypeError:
-            raise BadBlackBox(f"the black box {self.__name__} answered {type(y).__name__}, not a "
-                              f"vector of outputs={m} values", answered, longest) from None
+            raise self._bad(f"{type(y).__name__} per query", answered, longest) from None
         if len(ys) != m:
-            raise BadBlackBox(f"the black box {self.__name__} answered {len(ys)} values per query, "
-                              f"not outputs={m}", answered, longest)
+            raise self._bad(f"{len(ys)} value{'s' if len(ys) != 1 else ''} per query", answered,
+                            longest)
         if not self.convert:
             return ys
         K = self.K
         try:
             return [K.from_output(a) for a in ys]
         except (ValueError, TypeError, FieldError) as exc:
+            for j, a in enumerate(ys):
+                bad = non_finite(a)
+                if bad is not None:
+                    raise NonFiniteAnswer(self.__name__, bad, j + 1, m, answered, longest,
+                                          index) from None
             err = DegenerateDraw(f"the black box returned a value that is not in the {K.name} "
                                  f"field: {exc}")
             err.answered, err.longest = answered, longest     # answered: the Recorder counts it
             raise err from None
+        except MemoryError:
+            raise TooLarge(f"out of memory recording the answers of outputs={m} (after "
+                           f"{self.held()} queries): lower outputs=, d or the head bound") from None
 
     def _combine(self, tokens, ys):
         self.records.append((tokens, ys))
@@ -115,10 +151,12 @@ class OutputsView:
         return acc
 
     def __call__(self, tokens):
+        self._room(1)
         return self._combine(tokens, self.row(self.box(tokens), len(tokens)))
 
     def _batch(self, queries) -> list:
+        self._room(len(queries))
         answers = checked_batch(self.box, self.box.batch, queries)
         longest = max((len(q) for q in queries), default=0)
-        rows = [self.row(y, longest, len(queries)) for y in answers]
+        rows = [self.row(y, longest, len(queries), i) for i, y in enumerate(answers)]
         return [self._combine(q, ys) for q, ys in zip(queries, rows)]

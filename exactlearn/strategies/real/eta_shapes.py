@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from exactlearn.limits import (MAX_DIMENSION, MAX_HEADS, MAX_PLAN_BYTES, MAX_PLAN_QUERIES,
-                               MAX_PLAN_TOKENS, PLAN_BYTES_PER_QUERY, readable_int)
+                               MAX_PLAN_TOKENS, PLAN_BYTES_PER_QUERY, output_value_bytes,
+                               readable_int)
 from exactlearn.strategies.real.ratio import ratio_nodes
 
 
@@ -88,7 +89,7 @@ def measurement_size_problem(d: int, H: int, n_scales: int, draws: int,
     :mod:`exactlearn.limits` (queries, tokens sent, bytes: every query's tokens may be
     converted at once for a batch), else a one-line reason; computed from the sizes alone.
     ``outputs``: a box of m outputs (``learn(..., outputs=m)``), whose m answers per query
-    are all kept for the measurement (``PLAN_BYTES_PER_QUERY`` bytes each).
+    are all kept for the measurement (:func:`~exactlearn.limits.output_value_bytes` each).
 
     >>> measurement_size_problem(2, 1, 3, 2, 3) is None
     True
@@ -105,7 +106,8 @@ def measurement_size_problem(d: int, H: int, n_scales: int, draws: int,
     per_draw = n_scales * draws * (1 + permutations + 2 * steps)
     queries = per_draw * len(shapes)
     tokens = per_draw * sum(k + m for k, m in shapes)
-    size = PLAN_BYTES_PER_QUERY * queries * outputs + 8 * tokens * (d + 1)
+    size = (PLAN_BYTES_PER_QUERY + (output_value_bytes("real") * outputs if outputs > 1 else 0)) \
+        * queries + 8 * tokens * (d + 1)
     for n, limit, name in ((queries, MAX_PLAN_QUERIES, "queries"), (tokens, MAX_PLAN_TOKENS, "tokens"),
                            (size, MAX_PLAN_BYTES, "bytes")):
         if n > limit:

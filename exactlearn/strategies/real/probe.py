@@ -40,7 +40,7 @@ from __future__ import annotations
 from gmpy2 import mpq
 
 from exactlearn.algebra import linalg
-from exactlearn.errors import DegenerateDraw, FieldError, NoisierThanDeclared
+from exactlearn.errors import DegenerateDraw, FieldError, NoisierThanDeclared, NonFiniteAnswer
 from exactlearn.fields.rational import QQ
 from exactlearn.pipeline.plan import paper_plan
 from exactlearn.strategies.real.fit import fit_family_with_sensitivities
@@ -104,8 +104,7 @@ def probe_scale(plan, ask, K, S, H, eta, Yguess):
     """``(sigma, probe_detail)`` by the rule of the module docstring (``plan`` has unit
     columns): the rms of ``log rho`` over the poles of the probe families.  ``ask`` is an
     :class:`~exactlearn.pipeline.ask.AskOnce`, ``S`` the run's sensitivity context."""
-    sigma0 = mpq(1)
-    tries = []
+    sigma0, tries, first = mpq(1), [], None
     ctx = K.ctx
     families = probe_families(plan, H)
     for _ in range(PROBE_TRIES):
@@ -122,6 +121,7 @@ def probe_scale(plan, ask, K, S, H, eta, Yguess):
         except NoisierThanDeclared:
             raise                  # a smaller scale would only hide the noise, not remove it
         except (FieldError, ArithmeticError, ValueError) as exc:
+            first = first or exc
             tries.append({"scale": str(sigma0), "failed": str(exc)[:120]})
             sigma0 /= 4
             continue
@@ -132,6 +132,8 @@ def probe_scale(plan, ask, K, S, H, eta, Yguess):
         if not rms:
             return sigma0, tries
         return sigma0 * scale_for(K, rms / sigma0 ** 2), tries
+    if isinstance(first, NonFiniteAnswer):     # the box's nan or inf: that, in one line
+        raise first
     raise DegenerateDraw(f"the scale probe failed at every scale tried "
                          f"({', '.join(t['scale'] for t in tries)}), so no query scale is known "
                          f"(its samples never fit at most {H} poles within the declared eta: a box "

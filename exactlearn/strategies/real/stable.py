@@ -108,7 +108,7 @@ import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import (DegenerateDraw, InterpolationError, LearningFailure, MatchError,
-                               SingularMatrix)
+                               NonFiniteAnswer, SingularMatrix)
 from exactlearn.fields.rational import QQ
 from exactlearn.model import HeadSet
 from exactlearn.noise import noise_bound
@@ -316,13 +316,13 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
                             f"coarser than float64: its extrapolation in 1/m from queries of "
                             f"257 to 1025 tokens cannot separate the heads at that "
                             f"precision)") from None
-        if n_probe is None:             # the probe itself failed: all it asked was probing
-            n_probe = len(rec.observations) - start
+        n_probe = len(rec.observations) - start if n_probe is None else n_probe   # all probing
         probe_log[-1] = n_probe
         try:
             route = pencil_route(plan0, K, asker, nz, nodes, H, exc, bias)
-        except LearningFailure as exc2:
-            raise type(exc)(f"{exc}; the pencil start failed too: {str(exc2)[:400]}") from None
+        except LearningFailure as exc2:     # the box's nan twice: said once, in one line
+            raise (exc if {type(exc), type(exc2)} == {NonFiniteAnswer} else type(exc)(
+                f"{exc}; the pencil start failed too: {str(exc2)[:400]}")) from None
         sigma, m = route["sigma"], H
     probe_log[-1] = n_probe
     return route, sigma, m, tries, n_probe, scaled
