@@ -103,12 +103,19 @@ def vector_sum(u, v):
     return tuple(a + b for a, b in zip(u, v))
 
 
+def within_directions(E) -> tuple:
+    """``(E[0], e_1 + e_2, ..., e_1 + e_d)``: the within configurations' directions, one tuple
+    each, shared by every final token (at d = 384 a tuple per configuration held 2 GB)."""
+    return (E[0],) + tuple(vector_sum(E[0], e) for e in E[1:])
+
+
 def final_token_configs(i: int, x, E) -> list:
     """The basis and within configurations of final token ``x`` (index i) in the plans for
     biases: ``(x, e_j)`` for every j, then ``(x, e_1 + e_j)`` for j >= 2."""
     d = len(E)
+    within = within_directions(E)
     return ([Config("basis", i, j, x, E[j]) for j in range(d)]
-            + [Config("within", i, j, x, vector_sum(E[0], E[j])) for j in range(1, d)])
+            + [Config("within", i, j, x, within[j]) for j in range(1, d)])
 
 
 def across_direction(i: int, d: int) -> int:
@@ -129,12 +136,13 @@ def paper_plan(X, E, H: int) -> Plan:
     if H < 1:
         raise ValueError("the head bound H must be at least 1")
     group1, rest = [], []
+    within = within_directions(E)
     for i in range(d):
         target = group1 if i == 0 else rest
         for j in range(d):
             target.append(Config("basis", i, j, X[i], E[j]))
         for j in range(1, d):
-            target.append(Config("within", i, j, X[i], vector_sum(E[0], E[j])))
+            target.append(Config("within", i, j, X[i], within[j]))
     for i in range(1, d):
         j = across_direction(i, d)
         rest.append(Config("across", i, j, vector_sum(X[0], X[i]), E[j]))

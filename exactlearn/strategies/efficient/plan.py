@@ -66,7 +66,7 @@ import random
 from dataclasses import dataclass, field
 
 from exactlearn.errors import LearningFailure
-from exactlearn.pipeline.plan import Config, Plan, Query, vector_sum, draw_matrix, paper_count
+from exactlearn.pipeline.plan import Config, Plan, Query, vector_sum, within_directions, draw_matrix, paper_count
 from exactlearn.strategies.efficient.known_c import samples_basis, samples_within
 
 __all__ = ["EfficientPlan", "efficient_plan", "draw_efficient_plan", "efficient_count",
@@ -310,14 +310,15 @@ def efficient_plan(X, E, H: int, rank: int | None = None, checks=(), miss_bound:
         rank = None                        # every d x d matrix has rank <= d: no promise
     sk = skeleton(d, rank)
     on = set(sk)
+    within = within_directions(E)           # one tuple per direction, shared
     asked = [Config("basis", i, j, X[i], E[j]) for (i, j) in sk if i == 0]
     if H >= 2:
-        asked += [Config("within", 0, j, X[0], vector_sum(E[0], E[j])) for j in range(1, d)]
+        asked += [Config("within", 0, j, X[0], within[j]) for j in range(1, d)]
     asked += [Config("basis", i, j, X[i], E[j]) for (i, j) in sk if i > 0]
     first_check = len(asked)
     asked += [Config("check", n, n, tuple(x), tuple(e)) for n, (x, e) in enumerate(checks)]
     reserve = [Config("across", i, 0, vector_sum(X[0], X[i]), E[0]) for i in range(1, d)]
-    reserve += [Config("within", i, j, X[i], vector_sum(E[0], E[j])) for i in range(1, d) for j in range(1, d)]
+    reserve += [Config("within", i, j, X[i], within[j]) for i in range(1, d) for j in range(1, d)]
     reserve += [Config("basis", i, j, X[i], E[j]) for i in range(d) for j in range(d) if (i, j) not in on]
     configs = asked + reserve
     name = "efficient" if rank is None else f"efficient rank={rank}"
