@@ -37,15 +37,10 @@ def solve_W(plan, logs, P, inverses=None):
 
 
 def _solve_W_flint(plan, logs):
-    import flint
-    from gmpy2 import mpq
-    d = plan.d
-    X = flint.fmpq_mat(d, d, [plan.X[i][r] for r in range(d) for i in range(d)])
-    Et = flint.fmpq_mat(d, d, [plan.E[j][r] for j in range(d) for r in range(d)])
-    M = flint.fmpq_mat(d, d, [flint.fmpq(int(logs[(i, j)].numerator), int(logs[(i, j)].denominator))
-                              for j in range(d) for i in range(d)])
-    W = Et.solve(M) * X.inv()
-    return tuple(tuple(mpq(int(W[r, c].p), int(W[r, c].q)) for c in range(d)) for r in range(d))
+    """One head's W over Q by :func:`_solve_W_all_flint`'s two fraction-free solves (the same
+    exact W as ``E^{-T} M X^{-1}`` with fmpq matrices, which at d = 384 took about 7 minutes a
+    head against 10 s)."""
+    return _solve_W_all_flint(plan, [logs])[0]
 
 
 def solve_v(plan, cs, K, Etinv=None):
