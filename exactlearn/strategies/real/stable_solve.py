@@ -168,10 +168,20 @@ def wls_sparse(K, design, p, meas, bounds, sens_rows, n_obs):
         if not out.converged:
             raise SingularMatrix("the refinement of a head's least-squares solve did not converge")
         u, size = [from_mpfr(ctx, x) for x in out.theta], float(out.size) + slack[0]
-    S = np.zeros((p, n_obs))
-    for n, (ids, row) in enumerate(sens_rows):
-        S[:, ids] += np.outer(G[:, n], row)
-    return [+x for x in u], S, 2 * float(size)
+    return [+x for x in u], _sensitivities(G, sens_rows, n_obs), 2 * float(size)
+
+
+def _sensitivities(G, sens_rows, n_obs):
+    """``S = G S_meas`` (p x n_obs): measurement n's sensitivity row ``row`` over the
+    observations ``ids`` (``sens_rows[n] = (ids, row)``) as one sparse matrix, an observation
+    that several measurements share summed."""
+    from scipy.sparse import csr_matrix
+    lens = [len(ids) for ids, _ in sens_rows]
+    SmT = csr_matrix((np.concatenate([np.asarray(r, dtype=float) for _, r in sens_rows]),
+                      (np.concatenate([np.asarray(ids, dtype=np.intp) for ids, _ in sens_rows]),
+                       np.repeat(np.arange(len(sens_rows)), lens))),
+                     shape=(n_obs, len(sens_rows)))            # S_meas^T, n_obs x N
+    return np.ascontiguousarray((SmT @ np.ascontiguousarray(G.T)).T)
 
 
 def solve_stable_heads(plan, rows, fits, ids, index, K, m, n_obs):
