@@ -46,6 +46,8 @@ float64's 53 bits) are its steps too: a step returning zeros ends the iteration 
 
 from __future__ import annotations
 
+import math
+
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -109,6 +111,8 @@ BIG = 1e100          # a non-finite residual or derivative at a trial point, in 
 
 def _finite(a):
     a = np.asarray(a, dtype=float)
+    if math.isfinite(a.sum()):          # no inf or nan (a finite sum may overflow: checked)
+        return a
     return a if np.isfinite(a).all() else np.nan_to_num(a, nan=BIG, posinf=BIG, neginf=-BIG)
 
 

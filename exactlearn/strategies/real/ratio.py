@@ -209,17 +209,23 @@ class _Projected:
             coef, info = dtrtrs(qr[:m + 1], qy)
             if info != 0:
                 coef = np.full(m + 1, np.nan)
-            self.D[fin] = -(coef[None, 1:] * self.wf) * (inv * inv) * trho
             self.r = self.B @ coef - self.yw
-            self.J = self.D - Q @ (Q.T @ self.D)
-            self.key, self.coef = key, coef
+            self.key, self.coef, self.J = key, coef, None
+            self.parts = Q, inv, trho
         return self
 
     def residual(self, ls):
         return self._at(np.asarray(ls, dtype=float)).r
 
     def jacobian(self, ls):
-        return self._at(np.asarray(ls, dtype=float)).J
+        """The Jacobian at ``ls``, formed only when asked (MINPACK asks it at the points it
+        accepts, the residual at every trial point)."""
+        self._at(np.asarray(ls, dtype=float))
+        if self.J is None:
+            (Q, inv, trho), fin = self.parts, self.fin
+            self.D[fin] = -(self.coef[None, 1:] * self.wf) * (inv * inv) * trho
+            self.J = self.D - Q @ (Q.T @ self.D)
+        return self.J
 
 
 def _lsq(ls, zs, ys, w, m, evaluations=LSQ_EVALUATIONS):
@@ -233,24 +239,29 @@ def _lsq(ls, zs, ys, w, m, evaluations=LSQ_EVALUATIONS):
     return np.concatenate([coef[:1], got.x, coef[1:]]), 2 * got.cost
 
 
-def _best_fit(zs, yf, w, m, evaluations=LSQ_EVALUATIONS):
-    """Levenberg-Marquardt from the Loewner start, then from spread starts until the
-    weighted residuals are of the order of their weights (``evaluations`` each at most)."""
-    starts = []
+def _starts(zs, yf, w, m):
+    """The starts of :func:`_best_fit`, in order, each formed only when asked for: the Loewner
+    starts (shifts 0, 1, 2; those that fail are passed over), two spread ones, then twelve
+    random ones (deterministic: seeded by the number of samples)."""
     for shift in range(3):
         try:
             s0 = _start(zs, yf, w, m, shift)
         except (np.linalg.LinAlgError, ValueError):
             s0 = None
         if s0 is not None:
-            starts.append(s0)
+            yield s0
     top = math.log(MAX_COPIES)
-    starts.append(np.linspace(-top, top, m + 2)[1:-1])
-    starts.append(np.linspace(-1.5 * top, 1.5 * top, m))
-    rng = np.random.default_rng(len(yf))                 # deterministic extra starts
-    starts += [np.sort(rng.uniform(-2 * top, 2 * top, m)) for _ in range(12)]
+    yield np.linspace(-top, top, m + 2)[1:-1]
+    yield np.linspace(-1.5 * top, 1.5 * top, m)
+    rng = np.random.default_rng(len(yf))
+    yield from [np.sort(rng.uniform(-2 * top, 2 * top, m)) for _ in range(12)]
+
+
+def _best_fit(zs, yf, w, m, evaluations=LSQ_EVALUATIONS):
+    """Levenberg-Marquardt from the Loewner start, then from spread starts until the
+    weighted residuals are of the order of their weights (``evaluations`` each at most)."""
     best = None
-    for ls in starts:
+    for ls in _starts(zs, yf, w, m):
         try:
             theta, cost = _lsq(ls, zs, yf, w, m, evaluations)
         except (np.linalg.LinAlgError, ValueError):

@@ -168,10 +168,20 @@ def wls_sparse(K, design, p, meas, bounds, sens_rows, n_obs):
         if not out.converged:
             raise SingularMatrix("the refinement of a head's least-squares solve did not converge")
         u, size = [from_mpfr(ctx, x) for x in out.theta], float(out.size) + slack[0]
-    S = np.zeros((p, n_obs))
-    for n, (ids, row) in enumerate(sens_rows):
-        S[:, ids] += np.outer(G[:, n], row)
-    return [+x for x in u], S, 2 * float(size)
+    return [+x for x in u], _sensitivities(G, sens_rows, n_obs), 2 * float(size)
+
+
+def _sensitivities(G, sens_rows, n_obs):
+    """``S = G S_meas`` (p x n_obs): measurement n's sensitivity row ``row`` over the
+    observations ``ids`` (``sens_rows[n] = (ids, row)``) as one sparse matrix, an observation
+    that several measurements share summed."""
+    from scipy.sparse import csr_matrix
+    lens = [len(ids) for ids, _ in sens_rows]
+    SmT = csr_matrix((np.concatenate([np.asarray(r, dtype=float) for _, r in sens_rows]),
+                      (np.concatenate([np.asarray(ids, dtype=np.intp) for ids, _ in sens_rows]),
+                       np.repeat(np.arange(len(sens_rows)), lens))),
+                     shape=(n_obs, len(sens_rows)))            # S_meas^T, n_obs x N
+    return np.ascontiguousarray((SmT @ np.ascontiguousarray(G.T)).T)
 
 
 def solve_stable_heads(plan, rows, fits, ids, index, K, m, n_obs):
@@ -209,11 +219,7 @@ def _solve_M(rows, fits, ids, index, K, m, n_obs, Xinv, EinvT, d):
         ml, bl, sl, mc, bc, sc = _head_measurements(fits, ids, index, used, h, m)
         Mu, SM, rM = wls_sparse(K, dW, d * dc, ml, bl, sl, n_obs)
         cu, Sc, rc = wls_sparse(K, dv, d, mc, bc, sc, n_obs)
-        M = [[Mu[j * dc + i] for i in range(dc)] for j in range(d)]
-        EM = [[ctx.fsum(EiK[r][j] * M[j][i] for j in range(d)) for i in range(dc)] for r in range(d)]
-        Wt = tuple(tuple(ctx.fsum(EM[r][i] * XiK[i][q] for i in range(dc)) for q in range(dc))
-                   for r in range(d))
-        v = tuple(-ctx.fsum(EiK[r][j] * cu[j] for j in range(d)) for r in range(d))
+        Wt, v = _heads_of_M(ctx, EiK, XiK, Mu, cu, d, dc)
         T = (Ei @ SM.reshape(d, dc * n_obs)).reshape(d, dc, n_obs)         # E^-T M, per r
         SW = np.matmul(Xi.T[None], T).reshape(d * dc, n_obs)               # then X^-1
         heads.append(Head(Wt, v) if dc == d else
@@ -223,6 +229,24 @@ def _solve_M(rows, fits, ids, index, K, m, n_obs, Xinv, EinvT, d):
         size = max(abs(float(a)) for row in Wt for a in row) + max(abs(float(a)) for a in v)
         rounds.append((rM * e_norm * x_norm + floor * size, rc * e_norm + floor * size))
     return heads, SWs, Svs, rounds
+
+
+def _heads_of_M(ctx, EiK, XiK, Mu, cu, d, dc):
+    """``W = E^-T M X^-1`` and ``v = -E^-T c`` in the field's precision, each product rounded
+    to it and each sum of products rounded once (mpmath's ``fsum``, in gmpy2: the same
+    numbers, :func:`~exactlearn.strategies.real.lsq.to_mpfr`)."""
+    with field_precision(ctx):
+        Ei = [[to_mpfr(a) for a in row] for row in EiK]
+        Xi = [[to_mpfr(a) for a in row] for row in XiK]
+        M = [[to_mpfr(Mu[j * dc + i]) for i in range(dc)] for j in range(d)]
+        EM = [[gmpy2.fsum([Ei[r][j] * M[j][i] for j in range(d)]) for i in range(dc)]
+              for r in range(d)]
+        Wt = [[gmpy2.fsum([EM[r][i] * Xi[i][q] for i in range(dc)]) for q in range(dc)]
+              for r in range(d)]
+        c = [to_mpfr(a) for a in cu]
+        v = [-gmpy2.fsum([Ei[r][j] * c[j] for j in range(d)]) for r in range(d)]
+    Wt = tuple(tuple(from_mpfr(ctx, a) for a in row) for row in Wt)
+    return Wt, tuple(from_mpfr(ctx, a) for a in v)
 
 
 def _head_measurements(fits, ids, index, used, h, m) -> tuple:
