@@ -118,3 +118,19 @@ def test_range_adaptation_without_adapt_refuses_at_once_naming_the_range():
     with pytest.raises(ExactnessError, match="range R = "):
         draw_checked_plan(oracle, strategy, 3, 1, random.Random(0), 2 ** 32, None, None, False)
     assert strategy.ranges == [2 ** 32]
+
+
+def test_range_adaptation_stops_at_two_not_below():
+    """The rational field's default range 30 halves as 30, 15, 7, 3: from 3 the next range is
+    2 (it was 1, a range the docstring excludes; hostile review of d9d95a5)."""
+    from exactlearn import Rational
+    oracle = Oracle(MultiHeadAttention([([[200000]], [1])]), Rational())
+    for seed in range(8):
+        strategy = _Counting()
+        try:
+            plan, R = draw_checked_plan(oracle, strategy, 1, 1, random.Random(seed), 30, None,
+                                        None, True)
+        except ExactnessError:
+            R = None
+        assert min(strategy.ranges) >= 2, strategy.ranges
+        assert R is None or R >= 2

@@ -305,7 +305,7 @@ def draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank, adapt) -> t
                 raise ExactnessError(f"the draw at query {ranges} was refused before any query, "
                                      f"too large for the field (not a degenerate draw): {exc}") \
                     from None
-            R //= 2 ** _halvings(exc, e_range, R)
+            R = max(2, R // 2 ** _halvings(exc, e_range, R))   # down to R = 2, not below
 
 
 def _halvings(exc, e_range, R) -> int:
