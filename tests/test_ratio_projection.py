@@ -52,3 +52,32 @@ def test_a_float32_family_the_full_fit_crawled_on_converges_in_few_evaluations(m
     got = [got[0]] + [got[1 + h] for h in order] + [got[5 + h] for h in order]
     assert all(abs(g - r) <= 1e-2 * b for g, r, b in zip(got, REF, REF_BOUNDS))
     assert fit.worst_residual <= 1
+
+
+def _search(monkeypatch, costs):
+    """The starts :func:`ratio._best_fit` fits when its k-th start ends at ``costs[k]``
+    times the target cost (``10 n``), and the index of the start it returns."""
+    tried = []
+
+    def fake(ls, zs, ys, w, m, evaluations):
+        k = len(tried)
+        tried.append(k)
+        return np.full(2 * m + 1, float(k)), costs[k] * 10 * len(zs)
+
+    monkeypatch.setattr(ratio, "_lsq", fake)
+    nodes = ratio_nodes(2, 16)
+    zs = np.array([np.inf if t is None else float(t) for t in (node_t(*km) for km in nodes)])
+    ys = 1 / (1 + np.where(np.isfinite(zs), zs, 1e300)) + 1 / (1 + 3 * zs)
+    theta = ratio._best_fit(zs, ys, np.ones(len(zs)), 2)
+    return len(tried), int(theta[0])
+
+
+def test_the_start_search_stops_after_patience_far_starts_in_a_row(monkeypatch):
+    """The first start, then PATIENCE later starts above FAR times the target: stop with the
+    best so far; a later start near the target (within FAR) starts the count again; one at
+    the target ends the search there."""
+    P, far = ratio.PATIENCE, 10 * ratio.FAR
+    assert _search(monkeypatch, [2.0] + [far] * 20) == (1 + P, 0)
+    assert _search(monkeypatch, [far, far, 5.0] + [far] * 20) == (3 + P, 2)
+    assert _search(monkeypatch, [far, 0.5] + [far] * 20) == (2, 1)
+    assert _search(monkeypatch, [far] * (P - 1) + [0.5] + [far] * 20) == (P, P - 1)

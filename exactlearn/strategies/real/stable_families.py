@@ -15,8 +15,8 @@ from gmpy2 import mpq
 from exactlearn.errors import (DegenerateDraw, InterpolationError, LearningFailure,
                                NoisierThanDeclared)
 from exactlearn.pipeline.plan import paper_plan
-from exactlearn.strategies.real.ratio import (COARSE_EVALUATIONS, LSQ_EVALUATIONS, family_tokens,
-                                              fit_ratio_family, node_t)
+from exactlearn.strategies.real.ratio import (COARSE_EVALUATIONS, LSQ_EVALUATIONS, PATIENCE,
+                                              family_tokens, fit_ratio_family, node_t)
 from exactlearn.strategies.real.stable_plan import (COARSE, COARSE_LINEAR_LIMIT,
                                                     COARSE_MAX_UNRESOLVED, STABLE_LINEAR_LIMIT,
                                                     MAX_UNRESOLVED, SCATTER_MARGIN, SCATTER_MIN,
@@ -100,7 +100,8 @@ def resolve_family(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE, b
         coarse = _coarse(ys, etas)
         try:
             fit = fit_ratio_family(K, ts, ys, etas, m, what=label,
-                                   evaluations=COARSE_EVALUATIONS if coarse else LSQ_EVALUATIONS)
+                                   evaluations=COARSE_EVALUATIONS if coarse else LSQ_EVALUATIONS,
+                                   patience=None if coarse else PATIENCE)
         except (InterpolationError, NoisierThanDeclared, DegenerateDraw) as exc:
             first = first or exc
             continue
@@ -163,7 +164,7 @@ def _scatter_fit(K, ts, ys, etas, m, kappa, what):
     the polish of every observation, at the declared eta, can certify)."""
     try:
         out = fit_ratio_family(K, ts, ys, [kappa * e for e in etas], m, what=what,
-                               evaluations=COARSE_EVALUATIONS)
+                               evaluations=COARSE_EVALUATIONS, patience=None)
     except (InterpolationError, NoisierThanDeclared, DegenerateDraw, np.linalg.LinAlgError,
             ValueError):
         return None
