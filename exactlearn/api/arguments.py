@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exactlearn.api.options import check_option_fields
-from exactlearn.api.vector import check_outputs, check_outputs_size
+from exactlearn.api.vector import check_outputs, check_outputs_memory
 from exactlearn.fields.base import Field
 from exactlearn.limits import MAX_RETRIES, MAX_VERIFY_QUERIES, count_problem, default_retries
 from exactlearn.oracle import Oracle, TokenAdapter, resolve_field
@@ -78,8 +78,8 @@ def check_arguments(oracle, d, heads, max_heads, field, a: dict, options) -> Che
                              "exponent check is not written for a height bound)")
     strategy = choose(plan, K, a["bias"])
     if a["outputs"] is not None:        # the answers it records, before any query
-        check_outputs_size(d, H, a["outputs"], K, plan,
-                           strategy.plan_count(plan, d, H, bias=a["bias"]))
+        check_outputs_memory(d, H, a["outputs"], K, plan,
+                             strategy.plan_count(plan, d, H, bias=a["bias"]))
     if a["executor"] is not None and not (K.multimodular and getattr(oracle, "over", None)
                                           and strategy.ASKS_PLAN and not a["trace"]):
         raise ValueError("executor= spreads the paper plan over the modular field with a black "

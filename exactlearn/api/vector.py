@@ -35,15 +35,14 @@ def check_outputs(outputs, K, oracle, noise, noise_rel, snap, executor, max_heig
                          f"got {len(noise)}")
 
 
-def check_outputs_size(d, H, outputs, K, plan, plan_queries) -> None:
+def check_outputs_memory(d, H, outputs, K, plan, plan_queries) -> None:
     """The recorded answers of a vector box -- ``plan_queries`` (the plan's own count) times
     what the field's run asks beyond it, m values each, at the field's cost of a value
     (:func:`exactlearn.limits.outputs_memory_problem`) -- within ``MAX_PLAN_BYTES``, before
     any query (docs: reference/cli.md#limits); the run itself stops past it
     (:class:`~exactlearn.oracle.OutputsView`)."""
     from exactlearn.limits import outputs_memory_problem
-    problem = outputs_memory_problem(d, H, outputs, K.name, plan_queries,
-                                     plan if plan == "stable" else "paper")
+    problem = outputs_memory_problem(d, H, outputs, K.name, plan_queries, plan or "paper")
     if problem is not None:
         raise ValueError(problem)
 
