@@ -152,7 +152,13 @@ def one(d, H, seed, args):
            "reason": (res.error or "")[:160], "stage": stage_of(res.error or ""),
            "estimate": (res.real_detail or {}).get("estimate", "-"),
            "start": (res.real_detail or {}).get("start", "-"),
-           "noise_queries": res.noise_queries}
+           "noise_queries": res.noise_queries,
+           # where the queries went (real_detail): the probe's, the supplementary and the
+           # targeted families (each of the plan's nodes), the configurations rescued at
+           # another scale
+           "mechanisms": {k: (res.real_detail or {}).get(k) for k in (
+               "probe_queries", "supplementary_families", "targeted_families")}
+           | {"rescued": len((res.real_detail or {}).get("rescued_configurations") or {})}}
     if seen:                           # the box's largest true error over the eta it had
         est = res.noise_estimated or {}
         eta = float(est.get("noise", args.noise if not auto else 0))
@@ -216,6 +222,7 @@ def main(argv=None):
                   f"covers={r['covers']} queries={r['queries']} (paper {r['paper_count']}) "
                   f"longest={r['max_length']} attempts={r['attempts']} estimate={r['estimate']} "
                   f"start={r['start']} noise_queries={r['noise_queries']} "
+                  + "".join(f"{k}={v} " for k, v in r["mechanisms"].items())
                   + (f"eta={r['eta']} box_error/eta={r['err_over_eta']:.3g} " if 'eta' in r else "")
                   + (f"box_error/eta_before_probe={r['err_over_pre']:.3g} " if 'err_over_pre' in r
                      else "")

@@ -254,8 +254,8 @@ class Run:
             queries=self.rec.queries, max_length=self.rec.max_length,
             plan="stable" if self.plan == "stable" else
             (self.drawn.name if self.drawn else "paper"),
-            plan_queries=self.strategy.plan_count(self.plan, d, H, bias=a["bias"],
-                                                  drawn=self.drawn),
+            plan_queries=getattr(detail, "plan_queries", None)    # the run's own nodes
+            or self.strategy.plan_count(self.plan, d, H, bias=a["bias"], drawn=self.drawn),
             attempts=self.attempts, query_range=self.R,
             learner_seconds=max(0.0, total - self.rec.seconds), oracle_seconds=self.rec.seconds,
             certified_observations=self.n_cert, trace=self.tr,

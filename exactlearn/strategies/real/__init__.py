@@ -58,6 +58,12 @@ class RealDetail:
     query_scale: object = None         # certified: the query scale sigma
 
     @property
+    def plan_queries(self) -> int | None:
+        """The stable plan's own count at the nodes this run used (lean at float64 rounding:
+        :func:`~exactlearn.strategies.real.stable_plan.stable_count`), None before its plan."""
+        return (self.report or {}).get("stable_plan_queries")
+
+    @property
     def detail(self) -> dict | None:
         """Deprecated name of ``report`` (a ``DeprecationWarning``)."""
         import warnings

@@ -61,8 +61,14 @@ MPFR = type(gmpy2.mpfr(0))
 
 #: token entries on the dyadic grid 2^-GRID (exact in float32 and float64 at the plan's sizes)
 GRID = 20
-#: finite nodes per head (oversampling: 2H + 1 unknowns)
-NODES_PER_HEAD = 4
+#: finite nodes per head (oversampling: 2H + 1 unknowns) and beyond them: ``4H + 4``
+NODES_PER_HEAD, NODES_EXTRA = 4, 4
+#: the same for the plan of a box declared at float64 rounding (not coarse): ``3H + 1``.
+#: ``python benchmarks/bench_float.py --grid --seeds 6`` (docs/howto/float-black-box.md,
+#: "Fewer queries"): 84 of 84 certified with these and at most LEAN_WEAK_ROUNDS rounds of
+#: weak-entry supplements, errors at most those of 4H + 4 nodes, about 3.2 times the
+#: paper's count instead of 3.6 to 6.4
+LEAN_NODES_PER_HEAD, LEAN_NODES_EXTRA = 3, 1
 #: the longest query: t = k/m ranges over [1/L, L], queries have at most L + 1 tokens
 MAX_COPIES = 256
 #: evaluations of one start's Levenberg--Marquardt fit (a fit that converges takes about 20)
@@ -82,15 +88,19 @@ PATIENCE = 3
 FAR = 100
 
 
-def ratio_nodes(H: int, L: int = MAX_COPIES) -> list:
+def ratio_nodes(H: int, L: int = MAX_COPIES, lean: bool = False) -> list:
     """The ``(k, m)`` of a family: ``(0, 1)`` (the token x alone, t = 0), ``(1, 0)`` (the
-    token a alone, t = oo), and up to ``4H + 4`` geometric ``t = k/m`` on ``[1/L, L]``
-    with ``k = 1`` or ``m = 1`` (distinct: two that round alike count once; ascending in t).
+    token a alone, t = oo), and up to ``4H + 4`` (``lean``: ``3H + 1``) geometric
+    ``t = k/m`` on ``[1/L, L]`` with ``k = 1`` or ``m = 1`` (distinct: two that round alike
+    count once; ascending in t).
 
     >>> ratio_nodes(1, 16)
     [(0, 1), (1, 16), (1, 7), (1, 3), (1, 1), (3, 1), (7, 1), (16, 1), (1, 0)]
+    >>> ratio_nodes(1, 16, lean=True)
+    [(0, 1), (1, 16), (1, 3), (3, 1), (16, 1), (1, 0)]
     """
-    n = NODES_PER_HEAD * H + 4
+    n = (LEAN_NODES_PER_HEAD * H + LEAN_NODES_EXTRA if lean
+         else NODES_PER_HEAD * H + NODES_EXTRA)
     out = []
     for s in range(n):
         u = -math.log(L) + 2 * math.log(L) * s / (n - 1)

@@ -167,6 +167,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     if scaled is not None:              # eta on the plan's own scales: the eta at sigma reported
         eta, eta_rel = scaled[0]
     fits, index = route["fits"], route["index"]
+    nodes = route.get("nodes", nodes)   # the plan's own (lean at float64 rounding)
     obs = rec.observations[start:]
     n_obs = len(rec.observations)
     size = H * max(abs(float(y)) for _, y in obs)
@@ -252,7 +253,7 @@ def _detail(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries, n_p
         "query_scale": str(sigma), "scale_rule": "dyadic near-orthogonal X, E; sigma^2 brings the "
         f"probe's rms log rho to about {STABLE_TARGET}", "probe": tries,
         "probe_queries": n_probe,
-        "stable_plan_queries": stable_count(d, H, bias),
+        "stable_plan_queries": stable_count(d, H, bias, lean=len(nodes) < len(ratio_nodes(H))),
         "unresolved_configurations": {name(n): str(e)[:160] for n, e in route["bad"].items()},
         "unlabelled_configurations": [name(n) for n in fits
                                       if n not in index and n < len(splan.configs)],
@@ -305,7 +306,8 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
                       [{"scale": str(s), "max_token_norm": f"{n:.6g}", "eta": f"{e:.6g}",
                         "eta_rel": f"{r:.6g}"} for s, n, e, r in table])
         current().phase("ask", stable_count(plan0.d, H, bias))    # progress=: the families
-        route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start)
+        route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start,
+                            lean_ok=heads_exact)
     except (DegenerateDraw, InterpolationError, MatchError, SingularMatrix) as exc:
         # crowded exponents in every family (many heads for d): the pencil start (step 3b)
         if not heads_exact or H < PENCIL_MIN_HEADS or query_scale is not None:

@@ -40,6 +40,13 @@ COARSE_MAX_UNRESOLVED = 0.75
 ROOTS_TRIED = 4          # basis families of x_1 tried as the root of the labelling
 SUPPLEMENT_ROUNDS = 5    # rounds of supplementary families for undetermined entries
 SUPPLEMENT_PER_ENTRY = 3
+#: a box declared at float64 rounding: at most this many of those rounds for entries that are
+#: determined but weak (:func:`~exactlearn.strategies.real.stable_solve.weak_entries`), with
+#: its lean nodes (:func:`~exactlearn.strategies.real.ratio.ratio_nodes`); measured on
+#: ``python benchmarks/bench_float.py --grid --seeds 6`` with 3H + 1 nodes: largest error
+#: 3.8e-14 with five rounds (4.4 times the paper's count at 12 x 6), 3.0e-13 with one
+#: (docs/howto/float-black-box.md, "Fewer queries")
+LEAN_WEAK_ROUNDS = 3
 PENCIL_MIN_HEADS = 2     # the pencil start (step 3b) when the families fail, from this many heads
 PENCIL_SCALES = (mpq(1, 2), mpq(1), mpq(2))   # the plan's families after it, around sigma
 #: a box whose declared eta exceeds this times its outputs is coarser than float64 (a float32
@@ -52,16 +59,19 @@ SCATTER_MIN = 1e-3       # kappa at least this
 COARSE_LINEAR_LIMIT = 1e-1
 
 
-def stable_count(d: int, H: int, bias: bool = False) -> int:
+def stable_count(d: int, H: int, bias: bool = False, lean: bool = False) -> int:
     """Queries of the stable plan (probe excluded): every configuration at its finite
     nodes, one ``(a)`` per configuration, one ``(x)`` per distinct final token:
     ``(2d^2 - 1)(n_t + 1) + 2d - 1``, and with ``bias`` ``(2d^2 + 2d - 1)(n_t + 1) + 2d + 1``
-    (``n_t = len(ratio_nodes(H)) - 2`` finite nodes, at most ``4H + 4``).
+    (``n_t = len(ratio_nodes(H, lean=lean)) - 2`` finite nodes, at most ``4H + 4``, and
+    ``3H + 1`` for the ``lean`` plan of a box declared at float64 rounding).
 
     >>> stable_count(2, 1), stable_count(4, 2), stable_count(2, 1, bias=True)
     (66, 410, 104)
+    >>> stable_count(4, 2, lean=True), stable_count(16, 4, lean=True)
+    (255, 7185)
     """
-    n_t = len(ratio_nodes(H)) - 2
+    n_t = len(ratio_nodes(H, lean=lean)) - 2
     if bias:
         configs = 2 * d * d + 2 * d - 1
         return configs * n_t + configs + (2 * d + 1)

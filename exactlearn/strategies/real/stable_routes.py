@@ -1,6 +1,8 @@
 """The stable plan's two routes to a start (:mod:`~exactlearn.strategies.real.stable`;
 docs/explanation/real-field.md): the families fitted, labelled, supplemented and solved
-(:func:`per_family`, steps 3--5), or, when they fail with several heads, the pencil start
+(:func:`per_family`, steps 3--5: at the lean nodes of
+:func:`~exactlearn.strategies.real.ratio.ratio_nodes` when the probe's outputs show a box
+declared at float64 rounding), or, when they fail with several heads, the pencil start
 (:func:`pencil_route`, step 3b).  Each returns the route's dict that
 :func:`~exactlearn.strategies.real.stable.run_stable` bounds, polishes and certifies.
 """
@@ -15,11 +17,12 @@ from exactlearn.pipeline.match import WithinBounds
 from exactlearn.pipeline.plan import paper_plan
 from exactlearn.strategies.real.analysis import EQUAL_FACTOR
 from exactlearn.strategies.real.labels import label_families
-from exactlearn.strategies.real.ratio import family_tokens
+from exactlearn.strategies.real.ratio import family_tokens, ratio_nodes
 from exactlearn.strategies.real.stable_families import family_poles, fit_all, rel_bound
 from exactlearn.strategies.real.stable_messages import declared_level, precision_failure
 from exactlearn.strategies.real.stable_pencil import pencil_heads
-from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_SCALES, ROOTS_TRIED,
+from exactlearn.strategies.real.stable_plan import (COARSE, LEAN_WEAK_ROUNDS, PENCIL_SCALES,
+                                                    ROOTS_TRIED, SUPPLEMENT_ROUNDS,
                                                     STABLE_UNEQUAL_FACTOR, stable_bias_plan)
 from exactlearn.strategies.real.stable_probe import sigma_for
 from exactlearn.strategies.real.stable_solve import (bias_frame, rows_bias, rows_of,
@@ -27,14 +30,20 @@ from exactlearn.strategies.real.stable_solve import (bias_frame, rows_bias, rows
 from exactlearn.strategies.real.stable_supplement import supplement
 
 
-def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
+def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True):
     """Steps 3--5 up to the solve (module doc): the plan at scale ``sigma``, its families fitted,
-    labelled, supplemented and solved.  Raises when too many families do not resolve."""
+    labelled, supplemented and solved.  Raises when too many families do not resolve.
+    ``lean_ok``: the lean nodes may be used (not with a head bound, whose resolution test
+    needs the observations of ``nodes``)."""
     d = plan0.d
     X = [tuple(sigma * a for a in x) for x in plan0.X]
     E = [tuple(sigma * a for a in e) for e in plan0.E]
     bias = plan0.bias
     splan = stable_bias_plan(X, E, H) if bias else paper_plan(X, E, H)
+    lean = lean_ok and len(rec.observations) > start and declared_level(nz, rec, start) <= COARSE
+    if lean:                            # the probe's outputs show a box at float64 rounding
+        nodes = ratio_nodes(H, lean=True)
+    weak_limit = LEAN_WEAK_ROUNDS if lean else SUPPLEMENT_ROUNDS
     fits, ids, rescued, bad, stopped, share = fit_all(splan, K, asker, nz, nodes, m, H)
     if len(bad) > share * len(splan.configs) or not fits:
         first = bad[min(bad)]
@@ -67,24 +76,26 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start):
     if not bias:
         rows = [rows_of(c) for c in configs]
         n_supp = supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz,
-                             nodes, m, H, relation, equal_only=loose)
+                             nodes, m, H, relation, equal_only=loose, weak_limit=weak_limit)
         heads, SW, Sv, rounds = solve_stable_heads(splan, rows, fits, ids, index, K, m,
                                                    len(rec.observations))
         return {"splan": splan, "heads": heads, "SW": SW, "Sv": Sv, "rounds": rounds,
                 "fits": fits, "bad": bad, "rescued": rescued, "index": index,
-                "supplementary": n_supp, "worst_rel": worst_rel, "start": None}
+                "supplementary": n_supp, "worst_rel": worst_rel, "start": None, "nodes": nodes}
     frame = bias_frame(splan.X, splan.E)
     scales = {n: mpq(rescued[n]) if n in rescued else mpq(1) for n in range(len(configs))}
     rows = [rows_bias(frame, tuple(scales[n] * a for a in c.x), tuple(scales[n] * b for b in c.e),
                       scales[n], K) for n, c in enumerate(configs)]
     n_supp = supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz, nodes,
-                         m, H, relation, frame=frame, scales=scales, equal_only=loose)
+                         m, H, relation, frame=frame, scales=scales, equal_only=loose,
+                         weak_limit=weak_limit)
     tokens_a = {n: tuple(scales[n] * a for a in configs[n].a) for n in index}
     heads, c, SW, Sv, Sc, rounds, c_round = solve_bias_heads(
         splan, frame, rows, fits, ids, index, K, m, len(rec.observations), scales, tokens_a)
     return {"splan": splan, "heads": heads, "SW": SW, "Sv": Sv, "rounds": rounds, "fits": fits,
             "bad": bad, "rescued": rescued, "index": index, "supplementary": n_supp,
-            "worst_rel": worst_rel, "start": None, "constant": c, "Sc": Sc, "c_round": c_round}
+            "worst_rel": worst_rel, "start": None, "constant": c, "Sc": Sc, "c_round": c_round,
+            "nodes": nodes}
 
 
 def pencil_route(plan0, K, asker, nz, nodes, H, why, bias=False):

@@ -22,7 +22,7 @@ from exactlearn.strategies.real.stable_solve import rows_bias, rows_of, undeterm
 
 
 def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
-                relation, frame=None, scales=None, equal_only=False):
+                relation, frame=None, scales=None, equal_only=False, weak_limit=SUPPLEMENT_ROUNDS):
     """Supplementary families for the entries of M (and c) that the labelled families leave
     undetermined -- ``(x_i, e_j - e_k)`` for the k whose basis family at x_i is labelled; for
     a coarse box (``equal_only``) then the other k, ``(x_i, e_j + e_k)`` and ``(x_i + x_k, e_j)``
@@ -33,7 +33,9 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
     its predicted c-values; for a coarse box one of a direction that no labelled family
     references yet is kept, and labelled once a pair gives that direction its c-values
     (:func:`_blind_directions`);
-    up to SUPPLEMENT_ROUNDS rounds, new ones each round.  Returns
+    up to SUPPLEMENT_ROUNDS rounds, new ones each round (at most ``weak_limit`` of them for
+    weak entries: the lean plan's
+    :data:`~exactlearn.strategies.real.stable_plan.LEAN_WEAK_ROUNDS`).  Returns
     how many were asked.  With biases (``frame``,
     :func:`~exactlearn.strategies.real.stable_solve.bias_frame`) the unknowns are ``M~`` (d x (d +
     1)), each new family's rows come from its tokens as asked
@@ -56,6 +58,7 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
                                   tuple(f_used * b for b in c.e), f_used, K))
         fits[n], ids[n], poles_of[n], index[n] = fit, q, pl, lab
 
+    weak_rounds = 0
     for _ in range(SUPPLEMENT_ROUNDS):
         used = sorted(index)
         missW = undetermined([[(j * dc + i, co) for (j, i), co in rows[n][0]] for n in used],
@@ -63,6 +66,9 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
         missv = undetermined([rows[n][1] for n in used], d)
         weak = not missW and not missv
         if weak:
+            weak_rounds += 1
+            if weak_rounds > weak_limit:
+                break
             missW = weak_entries(rows, fits, index, m, d, dc)
             if not missW:
                 break
