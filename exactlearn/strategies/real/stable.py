@@ -166,8 +166,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         remeasure)
     if scaled is not None:              # eta on the plan's own scales: the eta at sigma reported
         eta, eta_rel = scaled[0]
-    fits, index = route["fits"], route["index"]
-    nodes = route.get("nodes", nodes)   # the plan's own (lean at float64 rounding)
+    fits, index, nodes = route["fits"], route["index"], route.get("nodes", nodes)  # its own
     obs = rec.observations[start:]
     n_obs = len(rec.observations)
     size = H * max(abs(float(y)) for _, y in obs)
@@ -306,8 +305,7 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
                       [{"scale": str(s), "max_token_norm": f"{n:.6g}", "eta": f"{e:.6g}",
                         "eta_rel": f"{r:.6g}"} for s, n, e, r in table])
         current().phase("ask", stable_count(plan0.d, H, bias))    # progress=: the families
-        route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start,
-                            lean_ok=heads_exact)
+        route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, heads_exact)
     except (DegenerateDraw, InterpolationError, MatchError, SingularMatrix) as exc:
         # crowded exponents in every family (many heads for d): the pencil start (step 3b)
         if not heads_exact or H < PENCIL_MIN_HEADS or query_scale is not None:
