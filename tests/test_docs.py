@@ -185,11 +185,14 @@ def test_torch_jax_howto_float32_part_runs(capsys):
 
 
 @pytest.mark.slow                    # the flax part jit-compiles about 15 shapes
-def test_torch_jax_howto_runs():
+def test_torch_jax_howto_runs(capsys):
     pytest.importorskip("torch")
     pytest.importorskip("flax")
     ns = _torch_jax_howto(["1.", "2."])
     assert ns["fres"].certified and ns["ferr"] <= ns["fres"].error_bound
+    text = (DOCS / "howto" / "torch-jax-layer.md").read_text()
+    part = text.split("\n## 2.")[1].split("\n## ")[0]   # the flax part's printed count
+    assert re.search(r"# (certified \d+) error", part).group(1) in capsys.readouterr().out
 
 
 def test_transformer_howto_runs(tmp_path, monkeypatch, capsys):

@@ -1,0 +1,46 @@
+"""Which of the stable plan's mechanisms earn their queries (issue 21's "measure on the grid",
+issue 23 section 3): ``benchmarks/bench_float.py`` with the lean plan's two dials set.
+
+``--nodes P E`` draws ``P H + E`` ratio nodes for a box declared at float64 rounding
+(:data:`exactlearn.strategies.real.ratio.LEAN_NODES_PER_HEAD` and ``LEAN_NODES_EXTRA``;
+``4 4`` is the plan before the lean one), and ``--weak-rounds K`` allows K rounds of
+weak-entry supplements (:data:`exactlearn.strategies.real.stable_plan.LEAN_WEAK_ROUNDS`;
+5, the rounds of every supplement, is the plan before).  The remaining arguments go to
+bench_float.py, whose rows print the queries and where they went (probe, supplementary and
+targeted families, rescued configurations) beside each run's error and bound:
+
+    python benchmarks/bench_stable_mechanisms.py --nodes 3 1 --weak-rounds 1 -- --grid --seeds 6
+    python benchmarks/bench_stable_mechanisms.py --nodes 4 4 --weak-rounds 5 -- --grid --seeds 6
+
+The second is the stable plan as it was before the lean plan (docs/howto/float-black-box.md,
+"Fewer queries").
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+
+import exactlearn.strategies.real.ratio as ratio
+import exactlearn.strategies.real.stable_routes as routes
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", nargs=2, type=int, metavar=("PER_HEAD", "EXTRA"),
+                    default=[ratio.LEAN_NODES_PER_HEAD, ratio.LEAN_NODES_EXTRA])
+    ap.add_argument("--weak-rounds", type=int, default=routes.LEAN_WEAK_ROUNDS)
+    ap.add_argument("rest", nargs=argparse.REMAINDER, help="-- then bench_float.py's arguments")
+    args = ap.parse_args(argv)
+    ratio.LEAN_NODES_PER_HEAD, ratio.LEAN_NODES_EXTRA = args.nodes
+    routes.LEAN_WEAK_ROUNDS = args.weak_rounds      # per_family reads it from its own module
+    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
+    print(f"# lean plan: {args.nodes[0]}H + {args.nodes[1]} nodes, at most {args.weak_rounds} "
+          f"weak-entry rounds", flush=True)
+    sys.argv = ["bench_float.py"] + rest
+    runpy.run_path(os.path.join(os.path.dirname(__file__), "bench_float.py"), run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
