@@ -304,7 +304,6 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
                            if s == sigma),
                       [{"scale": str(s), "max_token_norm": f"{n:.6g}", "eta": f"{e:.6g}",
                         "eta_rel": f"{r:.6g}"} for s, n, e, r in table])
-        current().phase("ask", stable_count(plan0.d, H, bias))    # progress=: the families
         route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, heads_exact)
     except (DegenerateDraw, InterpolationError, MatchError, SingularMatrix) as exc:
         # crowded exponents in every family (many heads for d): the pencil start (step 3b)

@@ -15,6 +15,7 @@ from exactlearn.errors import DegenerateDraw
 from exactlearn.model import Head
 from exactlearn.pipeline.match import WithinBounds
 from exactlearn.pipeline.plan import paper_plan
+from exactlearn.progress import current
 from exactlearn.strategies.real.analysis import EQUAL_FACTOR
 from exactlearn.strategies.real.labels import label_families
 from exactlearn.strategies.real.ratio import family_tokens, ratio_nodes
@@ -23,7 +24,8 @@ from exactlearn.strategies.real.stable_messages import declared_level, precision
 from exactlearn.strategies.real.stable_pencil import pencil_heads
 from exactlearn.strategies.real.stable_plan import (COARSE, LEAN_WEAK_ROUNDS, PENCIL_SCALES,
                                                     ROOTS_TRIED, SUPPLEMENT_ROUNDS,
-                                                    STABLE_UNEQUAL_FACTOR, stable_bias_plan)
+                                                    STABLE_UNEQUAL_FACTOR, stable_bias_plan,
+                                                    stable_count)
 from exactlearn.strategies.real.stable_probe import sigma_for
 from exactlearn.strategies.real.stable_solve import (bias_frame, rows_bias, rows_of,
                                                      solve_bias_heads, solve_stable_heads)
@@ -44,6 +46,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     if lean:                            # the probe's outputs show a box at float64 rounding
         nodes = ratio_nodes(H, lean=True)
     weak_limit = LEAN_WEAK_ROUNDS if lean else SUPPLEMENT_ROUNDS
+    current().phase("ask", stable_count(d, H, bias, lean=lean))    # progress=: the families
     fits, ids, rescued, bad, stopped, share = fit_all(splan, K, asker, nz, nodes, m, H)
     if len(bad) > share * len(splan.configs) or not fits:
         first = bad[min(bad)]
