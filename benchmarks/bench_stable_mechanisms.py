@@ -31,13 +31,21 @@ def main(argv=None):
     ap.add_argument("--nodes", nargs=2, type=int, metavar=("PER_HEAD", "EXTRA"),
                     default=[ratio.LEAN_NODES_PER_HEAD, ratio.LEAN_NODES_EXTRA])
     ap.add_argument("--weak-rounds", type=int, default=routes.LEAN_WEAK_ROUNDS)
+    ap.add_argument("--weak-kinds", nargs="+", choices=["scale", "e"],
+                    default=list(routes.LEAN_WEAK_KINDS))
+    ap.add_argument("--weak-per-entry", type=int, default=routes.LEAN_WEAK_PER_ENTRY)
+    ap.add_argument("--weak-tenth", type=int, default=routes.LEAN_WEAK_TENTH)
     ap.add_argument("rest", nargs=argparse.REMAINDER, help="-- then bench_float.py's arguments")
     args = ap.parse_args(argv)
     ratio.LEAN_NODES_PER_HEAD, ratio.LEAN_NODES_EXTRA = args.nodes
-    routes.LEAN_WEAK_ROUNDS = args.weak_rounds      # per_family reads it from its own module
+    routes.LEAN_WEAK_ROUNDS = args.weak_rounds      # per_family reads them from its own module
+    routes.LEAN_WEAK_KINDS = tuple(args.weak_kinds)
+    routes.LEAN_WEAK_PER_ENTRY = args.weak_per_entry
+    routes.LEAN_WEAK_TENTH = args.weak_tenth
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
     print(f"# lean plan: {args.nodes[0]}H + {args.nodes[1]} nodes, at most {args.weak_rounds} "
-          f"weak-entry rounds", flush=True)
+          f"weak-entry rounds of {'+'.join(args.weak_kinds)} families ({args.weak_per_entry} "
+          f"e_j - e_k an entry), at most 1/{args.weak_tenth} of the entries", flush=True)
     sys.argv = ["bench_float.py"] + rest
     runpy.run_path(os.path.join(os.path.dirname(__file__), "bench_float.py"), run_name="__main__")
 

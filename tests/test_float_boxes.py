@@ -164,6 +164,24 @@ def test_counts_name_the_stable_plan(d, H, seed):
         assert extra > 0
 
 
+def test_a_failed_run_names_the_plan_it_asked():
+    """A float64 box noisier than declared (relative 3 * 2^-34 against a declared 2^-34): the
+    probe sees float64 rounding, so the lean plan is asked, and the certificate then fails.  The
+    failed run's plan_queries is the lean plan's own count (the hostile review of edec6cb found
+    the dense count reported there)."""
+    base = NumpyAttention.from_seed(4, 2, 0)
+    rng, size = np.random.default_rng(99), 2.0 ** -34
+
+    def noisy(X):
+        y = float(base(X))
+        return y + rng.uniform(-1, 1) * 3 * size * abs(y)
+    res = learn(noisy, d=4, heads=2, field=Real(), plan="stable", seed=0, noise=0,
+                noise_rel=size, retries=0)
+    assert not res.certified and res.error.startswith("certificate")
+    assert res.plan_queries == stable_count(4, 2, lean=True) < stable_count(4, 2)
+    assert res.queries > res.plan_queries
+
+
 # -- noise lies, float32 --------------------------------------------------------------------
 class Noisier(NumpyAttention):
     """The float64 layer plus a seeded error of size 1e-9, far above the declared 5e-14."""

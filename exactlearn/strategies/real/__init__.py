@@ -31,6 +31,7 @@ class RealState:
     """Across attempts: the probe queries of each attempt, and the last outcome."""
 
     probes: list = field(default_factory=list)
+    planned: list = field(default_factory=list)     # the stable plan's own count, per attempt
     outcome: object = None
     plan: str = "paper"                # the plan run: "paper" or "stable"
 
@@ -56,12 +57,14 @@ class RealDetail:
     v_bounds: tuple = ()               # certified: [head][entry] (outputs=m: [head][j][entry])
     eta: object = None                 # certified: the absolute noise bound used
     query_scale: object = None         # certified: the query scale sigma
+    planned: int | None = None         # the stable plan's own count at the nodes last chosen
 
     @property
     def plan_queries(self) -> int | None:
         """The stable plan's own count at the nodes this run used (lean at float64 rounding:
-        :func:`~exactlearn.strategies.real.stable_plan.stable_count`), None before its plan."""
-        return (self.report or {}).get("stable_plan_queries")
+        :func:`~exactlearn.strategies.real.stable_plan.stable_count`; a failed run's too), None
+        before its plan."""
+        return (self.report or {}).get("stable_plan_queries", self.planned)
 
     @property
     def detail(self) -> dict | None:
@@ -166,7 +169,8 @@ def _run_once(plan, ask, K, options, fit_heads):
                               query_scale=options.query_scale, heads_exact=options.heads_given,
                               probe_log=options.state.probes, fit_heads=fit_heads,
                               bias=getattr(options, "bias", False),
-                              remeasure=getattr(options, "remeasure", None))
+                              remeasure=getattr(options, "remeasure", None),
+                              plan_log=options.state.planned)
     return run_real(plan, ask, K, noise=options.noise, query_scale=options.query_scale,
                     snap=options.snap, probe_log=options.state.probes, fit_heads=fit_heads)
 
@@ -188,13 +192,14 @@ def verify(oracle, heads, d, H, K, convert, rng, R, n, state) -> tuple:
 
 def detail(plan, state, certified) -> RealDetail:
     """The real field's detail: numbers from the last outcome (its bounds when certified)."""
-    out = state.outcome
+    out, planned = state.outcome, (state.planned or [None])[-1]
     if out is None:
-        return RealDetail(sum(state.probes), None, None, None, plan=state.plan)
+        return RealDetail(sum(state.probes), None, None, None, plan=state.plan, planned=planned)
     kept = certified                        # the bounds describe certified heads only
     return RealDetail(sum(state.probes), out.error_bound if kept else None, out.detail,
                       out.snap if kept else None, plan=state.plan,
                       head_error_bounds=tuple(out.head_bounds) if kept else (),
                       W_bounds=tuple(out.W_bounds) if kept else (),
                       v_bounds=tuple(out.v_bounds) if kept else (),
-                      eta=out.eta if kept else None, query_scale=out.sigma if kept else None)
+                      eta=out.eta if kept else None, query_scale=out.sigma if kept else None,
+                      planned=planned)

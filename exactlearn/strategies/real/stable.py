@@ -138,7 +138,7 @@ from exactlearn.strategies.real.stable_routes import per_family as _per_family
 
 
 def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
-               probe_log=None, fit_heads=None, bias=False, remeasure=None):
+               probe_log=None, fit_heads=None, bias=False, remeasure=None, plan_log=None):
     """Probe, scale, ask, fit, label, solve and certify (module doc).  Returns
     ``(heads, certified observations, RealOutcome)``.  ``fit_heads``: fit exactly that many heads
     (at most ``plan.H``; the escalation of :func:`exactlearn.strategies.real.run`), where
@@ -163,7 +163,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     m = fit_heads if fit_heads is not None else H if heads_exact else None
     route, sigma, m, tries, n_probe, scaled = _probe_and_route(
         plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, query_scale, heads_exact, bias,
-        remeasure)
+        remeasure, plan_log)
     if scaled is not None:              # eta on the plan's own scales: the eta at sigma reported
         eta, eta_rel = scaled[0]
     fits, index, nodes = route["fits"], route["index"], route.get("nodes", nodes)  # its own
@@ -277,7 +277,7 @@ def _detail(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries, n_p
 
 
 def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, query_scale,
-                     heads_exact, bias, remeasure=None) -> tuple:
+                     heads_exact, bias, remeasure=None, plan_log=None) -> tuple:
     """Steps 2 to 4, or the pencil start (step 3b) when the families fail:
     ``(route, sigma, m, probe detail, probe queries, scaled)``; ``probe_log[-1]`` kept up to
     date; ``scaled``: None, or with ``remeasure`` (run_stable's doc) the eta and eta_rel at
@@ -304,7 +304,8 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
                            if s == sigma),
                       [{"scale": str(s), "max_token_norm": f"{n:.6g}", "eta": f"{e:.6g}",
                         "eta_rel": f"{r:.6g}"} for s, n, e, r in table])
-        route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, heads_exact)
+        route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, heads_exact,
+                            plan_log)
     except (DegenerateDraw, InterpolationError, MatchError, SingularMatrix) as exc:
         # crowded exponents in every family (many heads for d): the pencil start (step 3b)
         if not heads_exact or H < PENCIL_MIN_HEADS or query_scale is not None:

@@ -47,6 +47,9 @@ SUPPLEMENT_PER_ENTRY = 3
 #: 3.8e-14 with five rounds (4.4 times the paper's count at 12 x 6), 3.0e-13 with one
 #: (docs/howto/float-black-box.md, "Fewer queries")
 LEAN_WEAK_ROUNDS = 3
+LEAN_WEAK_KINDS = ("scale", "e")     # a weak entry's families: its basis family rescaled, e_j - e_k
+LEAN_WEAK_PER_ENTRY = SUPPLEMENT_PER_ENTRY      # e_j - e_k families per weak entry and round
+LEAN_WEAK_TENTH = 10                 # at most 1 / this of M's entries weak a round
 PENCIL_MIN_HEADS = 2     # the pencil start (step 3b) when the families fail, from this many heads
 PENCIL_SCALES = (mpq(1, 2), mpq(1), mpq(2))   # the plan's families after it, around sigma
 #: a box whose declared eta exceeds this times its outputs is coarser than float64 (a float32

@@ -22,7 +22,9 @@ from exactlearn.strategies.real.ratio import family_tokens, ratio_nodes
 from exactlearn.strategies.real.stable_families import family_poles, fit_all, rel_bound
 from exactlearn.strategies.real.stable_messages import declared_level, precision_failure
 from exactlearn.strategies.real.stable_pencil import pencil_heads
-from exactlearn.strategies.real.stable_plan import (COARSE, LEAN_WEAK_ROUNDS, PENCIL_SCALES,
+from exactlearn.strategies.real.stable_plan import (COARSE, LEAN_WEAK_KINDS,
+                                                    LEAN_WEAK_PER_ENTRY, LEAN_WEAK_ROUNDS,
+                                                    LEAN_WEAK_TENTH, PENCIL_SCALES,
                                                     ROOTS_TRIED, SUPPLEMENT_ROUNDS,
                                                     STABLE_UNEQUAL_FACTOR, stable_bias_plan,
                                                     stable_count)
@@ -32,11 +34,13 @@ from exactlearn.strategies.real.stable_solve import (bias_frame, rows_bias, rows
 from exactlearn.strategies.real.stable_supplement import supplement
 
 
-def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True):
+def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True,
+               plan_log=None):
     """Steps 3--5 up to the solve (module doc): the plan at scale ``sigma``, its families fitted,
     labelled, supplemented and solved.  Raises when too many families do not resolve.
     ``lean_ok``: the lean nodes may be used (not with a head bound, whose resolution test
-    needs the observations of ``nodes``)."""
+    needs the observations of ``nodes``).  ``plan_log``: a list that gets the plan's own count
+    at the nodes chosen, before any family is asked (a failed run's ``plan_queries``)."""
     d = plan0.d
     X = [tuple(sigma * a for a in x) for x in plan0.X]
     E = [tuple(sigma * a for a in e) for e in plan0.E]
@@ -45,8 +49,13 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     lean = lean_ok and len(rec.observations) > start and declared_level(nz, rec, start) <= COARSE
     if lean:                            # the probe's outputs show a box at float64 rounding
         nodes = ratio_nodes(H, lean=True)
-    weak_limit = LEAN_WEAK_ROUNDS if lean else SUPPLEMENT_ROUNDS
-    current().phase("ask", stable_count(d, H, bias, lean=lean))    # progress=: the families
+    weak = ({"weak_limit": LEAN_WEAK_ROUNDS, "weak_kinds": LEAN_WEAK_KINDS,
+             "weak_per_entry": LEAN_WEAK_PER_ENTRY, "weak_tenth": LEAN_WEAK_TENTH} if lean
+            else {"weak_limit": SUPPLEMENT_ROUNDS})
+    planned = stable_count(d, H, bias, lean=lean)
+    if plan_log is not None:
+        plan_log.append(planned)
+    current().phase("ask", planned)     # progress=: the families
     fits, ids, rescued, bad, stopped, share = fit_all(splan, K, asker, nz, nodes, m, H)
     if len(bad) > share * len(splan.configs) or not fits:
         first = bad[min(bad)]
@@ -79,7 +88,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     if not bias:
         rows = [rows_of(c) for c in configs]
         n_supp = supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz,
-                             nodes, m, H, relation, equal_only=loose, weak_limit=weak_limit)
+                             nodes, m, H, relation, equal_only=loose, **weak)
         heads, SW, Sv, rounds = solve_stable_heads(splan, rows, fits, ids, index, K, m,
                                                    len(rec.observations))
         return {"splan": splan, "heads": heads, "SW": SW, "Sv": Sv, "rounds": rounds,
@@ -91,7 +100,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
                       scales[n], K) for n, c in enumerate(configs)]
     n_supp = supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz, nodes,
                          m, H, relation, frame=frame, scales=scales, equal_only=loose,
-                         weak_limit=weak_limit)
+                         **weak)
     tokens_a = {n: tuple(scales[n] * a for a in configs[n].a) for n in index}
     heads, c, SW, Sv, Sc, rounds, c_round = solve_bias_heads(
         splan, frame, rows, fits, ids, index, K, m, len(rec.observations), scales, tokens_a)

@@ -99,10 +99,10 @@ def undetermined(design, p) -> list:
     return [u for u in range(p) if null.size and np.abs(null[:, u]).max() > 1e-6]
 
 
-def weak_entries(rows, fits, index, m, d, dc=None) -> list:
+def weak_entries(rows, fits, index, m, d, dc=None, tenth=10) -> list:
     """Entries of M that some head has only poorly determined: a least-squares proxy of its
     bound (``sqrt diag (A^T B^-2 A)^-1``) above WEAK times the median over every head and
-    entry, the worst tenth of the entries at most.  ``dc``: M's columns (d + 1 with biases,
+    entry, the worst tenth of the entries at most (1/``tenth``).  ``dc``: M's columns (d + 1 with biases,
     ``M~``)."""
     dc = d if dc is None else dc
     used = sorted(index)
@@ -124,7 +124,7 @@ def weak_entries(rows, fits, index, m, d, dc=None) -> list:
     proxies = np.array(proxies)
     worst = proxies.max(axis=0) / np.median(proxies)      # against every head's median
     weak = [u for u in np.argsort(-worst) if worst[u] > WEAK]
-    return weak[:max(1, d * dc // 10)]
+    return weak[:max(1, d * dc // tenth)]
 
 
 def wls_sparse(K, design, p, meas, bounds, sens_rows, n_obs):

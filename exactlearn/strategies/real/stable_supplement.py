@@ -22,7 +22,8 @@ from exactlearn.strategies.real.stable_solve import rows_bias, rows_of, undeterm
 
 
 def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
-                relation, frame=None, scales=None, equal_only=False, weak_limit=SUPPLEMENT_ROUNDS):
+                relation, frame=None, scales=None, equal_only=False, weak_limit=SUPPLEMENT_ROUNDS,
+               weak_kinds=("scale", "e"), weak_per_entry=SUPPLEMENT_PER_ENTRY, weak_tenth=10):
     """Supplementary families for the entries of M (and c) that the labelled families leave
     undetermined -- ``(x_i, e_j - e_k)`` for the k whose basis family at x_i is labelled; for
     a coarse box (``equal_only``) then the other k, ``(x_i, e_j + e_k)`` and ``(x_i + x_k, e_j)``
@@ -69,14 +70,14 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
             weak_rounds += 1
             if weak_rounds > weak_limit:
                 break
-            missW = weak_entries(rows, fits, index, m, d, dc)
+            missW = weak_entries(rows, fits, index, m, d, dc, tenth=weak_tenth)
             if not missW:
                 break
         view = type("View", (), {"configs": configs})()
         refs = {**synth, **references(view, index, poles_of)}
         want = [divmod(u, dc) for u in missW] + [(j, 0) for j in missv]
         new = []
-        if weak:
+        if weak and "scale" in weak_kinds:
             # weak entries: the basis family itself again at other scales (exponents x 1/4
             # and x 4: a head out of the nodes' range, or crowded, is seen anew)
             for j, i in want:
@@ -84,7 +85,7 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
                     if ("scale", i, j, f) not in tried:
                         tried.add(("scale", i, j, f))
                         new.append((splan.configs[splan.index("basis", i, j)], None, f))
-        for j, i in want:
+        for j, i in (want if not weak or "e" in weak_kinds else ()):
             # e_j - e_k, then e_j + e_k; first the k whose basis family at x_i is labelled
             ks = sorted(sorted(k for k in refs if k != j),
                         key=lambda k: splan.index("basis", i, k) not in index)
@@ -94,7 +95,7 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
             if j in refs and equal_only:    # then (x_i + x_k, e_j): another final token
                 opts += [("x", k, 1) for k in range(len(splan.X)) if k != i]
             opts = [o for o in opts if (i, j) + o not in tried]
-            for o in opts[:SUPPLEMENT_PER_ENTRY]:
+            for o in opts[:weak_per_entry if weak else SUPPLEMENT_PER_ENTRY]:
                 tried.add((i, j) + o)
                 new.append((_extra(splan, i, j, o), o, None))
         if not new:
