@@ -21,6 +21,7 @@ import pathlib
 import warnings
 from contextlib import contextmanager
 
+import numpy as np
 import pytest
 
 from exactlearn.errors import ResidualsBeyondNoise
@@ -165,3 +166,34 @@ def test_the_stable_plans_estimate_is_a_typed_value():
     assert biased.largest() == 6e-9 and biased.finite()
     assert not Estimate([a], [[[math.inf]]], [[1e-9]]).finite()
     assert not Estimate([a], [[[1e-9]]], [[1e-9]], Bu=[[1e-9]], Bc=math.inf).finite()
+
+
+def _spectrum(lam):
+    """8 x 8 symmetric Q diag(lam) Q^T, Q a normalised Hadamard matrix: a constant diagonal, so
+    its Jacobi scaling keeps the eigenvalues' ratios."""
+    from scipy.linalg import hadamard
+    Q = hadamard(8) / np.sqrt(8)
+    return Q @ np.diag(lam) @ Q.T, Q
+
+
+def test_solve_scaled_decides_weak_directions_by_the_eigenvalues():
+    """solve_scaled's weak directions are the eigenvectors below the largest eigenvalue over
+    WEAK_COND, whether or not its Cholesky pre-test (As - tau I, tau = ||As||_inf / WEAK_COND,
+    which skips eigvalsh) passes: at a ratio of 1.3e-8 the pre-test fails and the eigenvalues
+    still say no direction is weak; at 1e-9 one is, at 1e-13 the solve is refused."""
+    from exactlearn.strategies.real.stable_normal import COND_LIMIT, WEAK_COND, solve_scaled
+    b = np.arange(8.0)
+    A, _ = _spectrum([1.0] * 8)                      # well conditioned: no weak direction
+    x, inv, weak = solve_scaled(A, b)
+    assert weak == [] and np.allclose(x, np.linalg.solve(A, b)) and np.allclose(inv @ A, np.eye(8))
+    A, _ = _spectrum([1.3 / WEAK_COND] + [1] * 3 + [1.3 / WEAK_COND] * 4)   # the borderline
+    x, inv, weak = solve_scaled(A, b)
+    assert weak == [] and np.allclose(A @ x, b, atol=1e-6)
+    A, Q = _spectrum([0.1 / WEAK_COND] + [1] * 7)    # one weak direction, still solved
+    x, inv, weak = solve_scaled(A, b)
+    assert len(weak) == 1 and x is not None
+    u = weak[0] / np.linalg.norm(weak[0])
+    assert abs(abs(u @ Q[:, 0]) - 1) < 1e-9
+    A, _ = _spectrum([0.1 / COND_LIMIT] + [1] * 7)   # beyond float64: refused, directions named
+    x, inv, weak = solve_scaled(A, b)
+    assert x is None and inv is None and len(weak) == 1

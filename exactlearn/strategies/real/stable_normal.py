@@ -208,16 +208,22 @@ class Weak:
 
 def solve_scaled(A, b, inverse=True):
     """``(A^-1 b, A^-1, [])`` with Jacobi scaling, or ``(None, None, weak directions)`` when
-    A is too ill-conditioned (``A^-1`` None too unless ``inverse``).  The eigenvalues decide;
-    the eigenvectors are formed only when some direction is weak, else the solve is
-    Cholesky's (the scaled matrix's condition is then below ``WEAK_COND``)."""
+    A is too ill-conditioned (``A^-1`` None too unless ``inverse``).  The eigenvalues decide:
+    when ``As - tau I`` has a Cholesky factor, ``tau = ||As||_inf / WEAK_COND`` (at least the
+    largest eigenvalue over WEAK_COND), no direction is weak and the solve is Cholesky's with
+    no eigenvalue formed (a fifth of eigvalsh's time at a thousand unknowns); otherwise the
+    eigenvalues decide as they are, and the eigenvectors are formed only when some direction
+    is weak."""
     from scipy.linalg import cho_factor, cho_solve
     s = np.sqrt(np.maximum(np.diag(A), 1e-300))
     As = A / s[:, None] / s[None, :]
-    ev = np.linalg.eigvalsh(As)
-    if ev[-1] <= 0:
-        return None, None, []
-    if ev[0] > ev[-1] / WEAK_COND:
+    tau = np.abs(As).sum(axis=1).max() / WEAK_COND
+    ev = None
+    if not (np.isfinite(tau) and _definite(As - tau * np.eye(len(s)))):
+        ev = np.linalg.eigvalsh(As)
+        if ev[-1] <= 0:
+            return None, None, []
+    if ev is None or ev[0] > ev[-1] / WEAK_COND:
         try:
             fac = cho_factor(As, lower=True, check_finite=False)
         except np.linalg.LinAlgError:
@@ -234,6 +240,17 @@ def solve_scaled(A, b, inverse=True):
         return None, None, weak
     inv = (U / ev[None, :]) @ U.T / s[:, None] / s[None, :]
     return inv @ b, inv, weak
+
+
+def _definite(M) -> bool:
+    """Whether the symmetric ``M`` has a Cholesky factor (every eigenvalue positive, up to
+    rounding)."""
+    from scipy.linalg import cho_factor
+    try:
+        cho_factor(M, lower=True, check_finite=False, overwrite_a=True)
+    except np.linalg.LinAlgError:
+        return False
+    return True
 
 
 def head_arrays(heads, bias):
