@@ -3,17 +3,23 @@ issue 23 section 3): ``benchmarks/bench_float.py`` with the lean plan's two dial
 
 ``--nodes P E`` draws ``P H + E`` ratio nodes for a box declared at float64 rounding
 (:data:`exactlearn.strategies.real.ratio.LEAN_NODES_PER_HEAD` and ``LEAN_NODES_EXTRA``;
-``4 4`` is the plan before the lean one), and ``--weak-rounds K`` allows K rounds of
+``4 4`` is the plan before the lean one), ``--weak-rounds K`` allows K rounds of
 weak-entry supplements (:data:`exactlearn.strategies.real.stable_plan.LEAN_WEAK_ROUNDS`;
-5, the rounds of every supplement, is the plan before).  The remaining arguments go to
-bench_float.py, whose rows print the queries and where they went (probe, supplementary and
-targeted families, rescued configurations) beside each run's error and bound:
+5, the rounds of every supplement, is the plan before), ``--weak-kinds`` names their
+families (``e``: ``(x_i, e_j - e_k)``, at most ``--weak-per-entry`` an entry; ``scale``: the
+basis family at scales 1/2 and 2; ``LEAN_WEAK_KINDS``) and ``--weak-tenth N`` lets at most
+one entry of M in N be weak a round.  The remaining arguments go to bench_float.py, whose
+rows print the queries and where they went (probe, supplementary and targeted families,
+rescued configurations) beside each run's error and bound:
 
     python benchmarks/bench_stable_mechanisms.py --nodes 3 1 --weak-rounds 1 -- --grid --seeds 6
-    python benchmarks/bench_stable_mechanisms.py --nodes 4 4 --weak-rounds 5 -- --grid --seeds 6
+    python benchmarks/bench_stable_mechanisms.py --weak-kinds scale e -- --grid --seeds 6
+    python benchmarks/bench_stable_mechanisms.py --nodes 4 4 --weak-rounds 5 \\
+        --weak-kinds scale e -- --grid --seeds 6
 
-The second is the stable plan as it was before the lean plan (docs/howto/float-black-box.md,
-"Fewer queries").
+The last is the stable plan as it was before the lean plan, the second the lean plan before
+its weak rounds dropped the rescaled basis families (docs/howto/float-black-box.md, "Fewer
+queries").
 """
 from __future__ import annotations
 

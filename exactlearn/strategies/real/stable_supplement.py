@@ -30,7 +30,10 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
     (:func:`_extra`), at most SUPPLEMENT_PER_ENTRY an entry a round -- or, once every
     entry is determined, determine only
     poorly for some head (:func:`~exactlearn.strategies.real.stable_solve.weak_entries`) --
-    those and the basis family ``(x_i, e_j)`` again at scales 1/2 and 2.  Each is labelled by
+    those and the basis family ``(x_i, e_j)`` again at scales 1/2 and 2 (``weak_kinds``: the
+    lean plan asks ``(x_i, e_j - e_k)`` alone, at most ``weak_per_entry`` an entry, for at most
+    one entry in ``weak_tenth``: :data:`~exactlearn.strategies.real.stable_plan.LEAN_WEAK_KINDS`).
+    Each is labelled by
     its predicted c-values; for a coarse box one of a direction that no labelled family
     references yet is kept, and labelled once a pair gives that direction its c-values
     (:func:`_blind_directions`);
