@@ -197,3 +197,22 @@ def test_solve_scaled_decides_weak_directions_by_the_eigenvalues():
     A, _ = _spectrum([0.1 / COND_LIMIT] + [1] * 7)   # beyond float64: refused, directions named
     x, inv, weak = solve_scaled(A, b)
     assert x is None and inv is None and len(weak) == 1
+
+
+@pytest.mark.parametrize("spread", [0.5, 3.0])
+def test_chebyshev_bound_with_a_limit_decides_as_without(monkeypatch, spread):
+    """With ``limit`` the reweighting stops once a step's largest residual (an upper bound on
+    the minimum) is within it; the answer to "above the limit?" is the one the full iteration
+    gives: outputs within 0.5 of a linear fit stop after one solve, outputs 3 off still refute."""
+    from exactlearn.strategies.real import stable_minimax as sm
+    rng = np.random.default_rng(1)
+    Js = rng.normal(size=(200, 5))
+    s = Js @ rng.normal(size=5) + rng.uniform(-spread, spread, size=200)
+    full = sm.chebyshev_bound(Js, s)
+    solves = []
+    lstsq = np.linalg.lstsq
+    monkeypatch.setattr(np.linalg, "lstsq", lambda *a, **k: solves.append(1) or lstsq(*a, **k))
+    short = sm.chebyshev_bound(Js, s, limit=1.02)
+    assert (short > 1.02) == (full > 1.02) == (spread > 1)
+    assert short <= full + 1e-12
+    assert (len(solves) == 1) == (spread < 1)

@@ -219,7 +219,9 @@ def least_squares_test(heads, obs, K, etas) -> object:
     s, Js, rr = got
     m, N = len(heads), len(obs)
     excess = float(rr @ rr) / N
-    beyond_noise(m, N, excess, lambda: chebyshev_bound(Js, s) if np.max(np.abs(s)) > 1 else 0.0,
+    beyond_noise(m, N, excess,
+                 lambda: (chebyshev_bound(Js, s, limit=1 + SECOND_ORDER) if np.max(np.abs(s)) > 1
+                          else 0.0),
                  f"the least-squares fit of all {N} observations with {plural(m)} leaves")
     return excess
 

@@ -37,7 +37,8 @@ def noise_tests(polished, far, m, n, rec, start, etas_all):
             f"output is within its eta): it did not converge, or the outputs are noisier "
             f"than declared")
     beyond_noise(m, n, excess,
-                 lambda: None if far else minimax_bound(polished, rec, start, etas_all),
+                 lambda: None if far else minimax_bound(polished, rec, start, etas_all,
+                                                         1 + SECOND_ORDER),
                  f"the heads that fit all {n} observations best leave")
 
 

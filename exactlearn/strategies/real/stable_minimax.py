@@ -13,7 +13,7 @@ from exactlearn.strategies.real.stable_normal import (Families, LAWSON_STEPS, MA
                                                       family_values, head_arrays, v_jacobian)
 
 
-def minimax_bound(polished, rec, start, etas):
+def minimax_bound(polished, rec, start, etas, limit=None):
     """A lower bound, to first order about the fit, on ``min max_q |y_q - f(q)| / eta_q`` over
     every model with as many heads as ``polished`` (a
     :func:`~exactlearn.strategies.real.stable_polish.polish` result): above 1, no such model keeps
@@ -27,7 +27,8 @@ def minimax_bound(polished, rec, start, etas):
     weights ``c`` gives ``u = c rr / |c rr|_1``, ``u.s = sum c rr^2 / sum c |rr|``; Lawson's
     reweighting ``c <- c |rr|`` drives it up to the Chebyshev value (``LAWSON_STEPS``).  The
     float64 rounding of the residuals is taken off; the linearisation and float64 solves are
-    what the caller's margin covers."""
+    what the caller's margin covers.  ``limit``: the caller asks only whether the bound exceeds
+    it (:func:`chebyshev_bound`)."""
     heads = polished[0]
     bias = len(polished) > 5
     W, V, c = head_arrays(heads, bias)
@@ -45,12 +46,21 @@ def minimax_bound(polished, rec, start, etas):
     cols = [np.concatenate([np.concatenate([gz[:, h:h + 1] * fam.D[f][None, :] for h in range(H)],
                                            axis=1), v_jacobian(fam, gv, len(val))], axis=1)
             for f, (val, gz, gv, _) in enumerate(vals)]
-    return chebyshev_bound(np.concatenate(cols) / eta[:, None], s, err)
+    return chebyshev_bound(np.concatenate(cols) / eta[:, None], s, err, limit)
 
 
-def chebyshev_bound(Js, s, err=0.0) -> float:
+def chebyshev_bound(Js, s, err=0.0, limit=None) -> float:
     """Lawson's lower bound (:func:`minimax_bound`) on ``min_d max_q |s_q - (Js d)_q|``, less
-    ``err`` (the rounding of ``s``)."""
+    ``err`` (the rounding of ``s``).  With ``limit``, the reweighting stops once a step's
+    largest residual, less ``err``, is at most ``limit``: that residual bounds the minimum from
+    above, so no later step's bound could exceed ``limit`` (the bound so far is returned; a run
+    of 12,305 observations and 936 unknowns took one least-squares solve there instead of 60).
+
+    >>> import numpy as np
+    >>> Js, s = np.array([[1.0], [1.0]]), np.array([1.0, -1.0])    # min_d max |s - d| = 1
+    >>> round(chebyshev_bound(Js, s), 12), chebyshev_bound(Js, s, limit=1.5) <= 1.5
+    (1.0, True)
+    """
     c = np.full(len(s), 1.0 / len(s))
     best = 0.0
     for _ in range(LAWSON_STEPS):
@@ -60,6 +70,8 @@ def chebyshev_bound(Js, s, err=0.0) -> float:
         a = np.abs(rr)
         if not a.sum() > 0:
             break
+        if limit is not None and a.max() - err <= limit:
+            return max(best, float(c @ (rr * rr)) / float(c @ a) - err)
         best = max(best, float(c @ (rr * rr)) / float(c @ a) - err)
         if best > 2:
             break
