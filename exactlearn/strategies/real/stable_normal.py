@@ -212,15 +212,15 @@ def solve_scaled(A, b, inverse=True):
     when ``As - tau I`` has a Cholesky factor, ``tau = ||As||_inf / WEAK_COND`` (at least the
     largest eigenvalue over WEAK_COND), no direction is weak and the solve is Cholesky's with
     no eigenvalue formed (a fifth of eigvalsh's time at a thousand unknowns); otherwise the
-    eigenvalues decide as they are, and the eigenvectors are formed only when some direction
-    is weak."""
+    eigenpairs (one ``eigh``) decide: Cholesky's solve still when no eigenvalue is below the
+    largest over WEAK_COND, else the weak directions are their eigenvectors."""
     from scipy.linalg import cho_factor, cho_solve
     s = np.sqrt(np.maximum(np.diag(A), 1e-300))
     As = A / s[:, None] / s[None, :]
     tau = np.abs(As).sum(axis=1).max() / WEAK_COND
     ev = None
     if not (np.isfinite(tau) and _definite(As - tau * np.eye(len(s)))):
-        ev = np.linalg.eigvalsh(As)
+        ev, U = np.linalg.eigh(As)
         if ev[-1] <= 0:
             return None, None, []
     if ev is None or ev[0] > ev[-1] / WEAK_COND:
@@ -234,7 +234,8 @@ def solve_scaled(A, b, inverse=True):
                 return x, None, []
             inv = cho_solve(fac, np.eye(len(s)), check_finite=False)
             return x, inv / s[:, None] / s[None, :], []
-    ev, U = np.linalg.eigh(As)
+    if ev is None:                      # As - tau I definite, yet Cholesky of As failed
+        ev, U = np.linalg.eigh(As)
     weak = [U[:, k] / s for k in np.flatnonzero(ev <= ev[-1] / WEAK_COND)]
     if ev[0] <= ev[-1] / COND_LIMIT:
         return None, None, weak
