@@ -1,5 +1,5 @@
 """Which of the stable plan's mechanisms earn their queries (issue 21's "measure on the grid",
-issue 23 section 3): ``benchmarks/bench_float.py`` with the lean plan's two dials set.
+issue 23 section 3): ``benchmarks/bench_float.py`` with the lean plan's dials set.
 
 ``--nodes P E`` draws ``P H + E`` ratio nodes for a box declared at float64 rounding
 (:data:`exactlearn.strategies.real.ratio.LEAN_NODES_PER_HEAD` and ``LEAN_NODES_EXTRA``;
@@ -8,7 +8,9 @@ weak-entry supplements (:data:`exactlearn.strategies.real.stable_plan.LEAN_WEAK_
 5, the rounds of every supplement, is the plan before), ``--weak-kinds`` names their
 families (``e``: ``(x_i, e_j - e_k)``, at most ``--weak-per-entry`` an entry; ``scale``: the
 basis family at scales 1/2 and 2; ``LEAN_WEAK_KINDS``) and ``--weak-tenth N`` lets at most
-one entry of M in N be weak a round.  The remaining arguments go to bench_float.py, whose
+one entry of M in N be weak a round; ``--rescue-scales`` are the scales a family that fails is
+asked at again (:data:`exactlearn.strategies.real.stable_families.LEAN_RESCUE`; ``1/2 2 1/4
+4`` is the plan before).  The remaining arguments go to bench_float.py, whose
 rows print the queries and where they went (probe, supplementary and targeted families,
 rescued configurations) beside each run's error and bound:
 
@@ -27,6 +29,10 @@ import argparse
 import os
 import runpy
 import sys
+from collections import Counter
+from fractions import Fraction
+
+from gmpy2 import mpq
 
 import exactlearn.strategies.real.ratio as ratio
 import exactlearn.strategies.real.stable_routes as routes
@@ -41,6 +47,11 @@ def main(argv=None):
                     default=list(routes.LEAN_WEAK_KINDS))
     ap.add_argument("--weak-per-entry", type=int, default=routes.LEAN_WEAK_PER_ENTRY)
     ap.add_argument("--weak-tenth", type=int, default=routes.LEAN_WEAK_TENTH)
+    ap.add_argument("--rescue-scales", nargs="+", type=Fraction, metavar="F",
+                    default=[Fraction(str(f)) for f in routes.LEAN_RESCUE])
+    ap.add_argument("--trace-rescues", action="store_true",
+                    help="print, at the end, how many families of each kind resolved at each "
+                         "scale (or failed at all)")
     ap.add_argument("rest", nargs=argparse.REMAINDER, help="-- then bench_float.py's arguments")
     args = ap.parse_args(argv)
     ratio.LEAN_NODES_PER_HEAD, ratio.LEAN_NODES_EXTRA = args.nodes
@@ -48,12 +59,41 @@ def main(argv=None):
     routes.LEAN_WEAK_KINDS = tuple(args.weak_kinds)
     routes.LEAN_WEAK_PER_ENTRY = args.weak_per_entry
     routes.LEAN_WEAK_TENTH = args.weak_tenth
+    routes.LEAN_RESCUE = tuple(mpq(f.numerator, f.denominator) for f in args.rescue_scales)
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
     print(f"# lean plan: {args.nodes[0]}H + {args.nodes[1]} nodes, at most {args.weak_rounds} "
           f"weak-entry rounds of {'+'.join(args.weak_kinds)} families ({args.weak_per_entry} "
-          f"e_j - e_k an entry), at most 1/{args.weak_tenth} of the entries", flush=True)
+          f"e_j - e_k an entry), at most 1/{args.weak_tenth} of the entries, a failed family "
+          f"re-asked at {' '.join(map(str, args.rescue_scales))}", flush=True)
     sys.argv = ["bench_float.py"] + rest
-    runpy.run_path(os.path.join(os.path.dirname(__file__), "bench_float.py"), run_name="__main__")
+    tally = _trace_rescues() if args.trace_rescues else None
+    try:
+        runpy.run_path(os.path.join(os.path.dirname(__file__), "bench_float.py"),
+                       run_name="__main__")
+    finally:
+        for (kind, scale), n in sorted((tally or {}).items()):
+            at = "failed at every scale" if scale == "failed" else f"resolved at scale {scale}"
+            print(f"# families of kind {kind} {at}: {n}")
+
+
+def _trace_rescues() -> Counter:
+    """Counts ``(configuration kind, scale it resolved at, or "failed")`` over every family the
+    stable plan asks through ``resolve_family`` (the plan's and the supplementary ones)."""
+    import exactlearn.strategies.real.stable_families as families
+    import exactlearn.strategies.real.stable_supplement as supplement
+    tally: Counter = Counter()
+    resolve = families.resolve_family
+
+    def traced(c, *a, **k):
+        try:
+            out = resolve(c, *a, **k)
+        except Exception:
+            tally[(c.kind, "failed")] += 1
+            raise
+        tally[(c.kind, str(out[2]))] += 1
+        return out
+    families.resolve_family = supplement.resolve_family = traced    # fit_all's and supplement's
+    return tally
 
 
 if __name__ == "__main__":

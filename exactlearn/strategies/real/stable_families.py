@@ -26,6 +26,13 @@ from exactlearn.strategies.real.stable_probe import ask_family
 
 RESCUE = (mpq(1, 2), mpq(2), mpq(1, 4), mpq(4))   # a family that fails is re-asked scaled
 RESCALE = (mpq(1, 2), mpq(2))                      # a weak entry's basis family, again
+#: the lean plan's rescue (a box at float64 rounding).  ``python
+#: benchmarks/bench_stable_mechanisms.py --trace-rescues --rescue-scales 1/2 2 1/4 4 -- --grid
+#: --seeds 6`` at b7e9613: no family resolved at 1/4 or 4 (1,085 at 1/2 or 2; 438 failed at
+#: every scale, asked five times each); yet without those two scales (``--rescue-scales 1/2
+#: 2``: 454,991 queries instead of 472,680) d = 12, H = 6, seed 0 erred by 1.1e-13 instead of
+#: 2.1e-14 -- a failed family's observations still inform the polish -- so they stay
+LEAN_RESCUE = RESCUE
 
 
 def rel_bound(fit, m):
@@ -55,7 +62,7 @@ def _normalised_c(fit, f, m):
     return fit
 
 
-def fit_all(plan, K, asker, noise, nodes, m, H):
+def fit_all(plan, K, asker, noise, nodes, m, H, rescue=None):
     """Ask and fit every configuration: ``(fits, ids, rescued, bad, stopped)``; ``ids[n]`` are the
     observation indices of the fit.  A configuration whose fit fails, or whose first-order
     relative bound exceeds STABLE_LINEAR_LIMIT (poles crowded or beyond the nodes), is asked again
@@ -64,7 +71,8 @@ def fit_all(plan, K, asker, noise, nodes, m, H):
     that the certificate must reproduce.  A coarse box (module doc) stops once more than
     COARSE_MAX_UNRESOLVED of the configurations have failed, the run's failure then certain
     (``stopped``: how many were tried; None when all were); ``share``: the share of
-    unresolved configurations that fails the run (MAX_UNRESOLVED, or COARSE_MAX_UNRESOLVED)."""
+    unresolved configurations that fails the run (MAX_UNRESOLVED, or COARSE_MAX_UNRESOLVED).
+    ``rescue``: the scales tried after 1 (None: RESCUE; the lean plan's LEAN_RESCUE)."""
     got = asker.ask([q for c in plan.configs for q in
                      (family_tokens(c.x, c.a, k, mm) for k, mm in nodes)])      # one batch
     ys = [abs(float(y)) for y, _ in got if float(y) != 0]
@@ -73,7 +81,9 @@ def fit_all(plan, K, asker, noise, nodes, m, H):
     fits, ids, rescued, bad = {}, {}, {}, {}
     for n, c in enumerate(plan.configs):
         try:
-            fits[n], ids[n], f = resolve_family(c, K, asker, noise, nodes, m, H, bias=plan.bias)
+            fits[n], ids[n], f = resolve_family(c, K, asker, noise, nodes, m, H,
+                                                scales=(mpq(1),) + (rescue or RESCUE),
+                                                bias=plan.bias)
         except LearningFailure as exc:
             bad[n] = exc
             last = n + 1 == len(plan.configs)

@@ -19,7 +19,8 @@ from exactlearn.progress import current
 from exactlearn.strategies.real.analysis import EQUAL_FACTOR
 from exactlearn.strategies.real.labels import label_families
 from exactlearn.strategies.real.ratio import family_tokens, ratio_nodes
-from exactlearn.strategies.real.stable_families import family_poles, fit_all, rel_bound
+from exactlearn.strategies.real.stable_families import (LEAN_RESCUE, family_poles, fit_all,
+                                                        rel_bound)
 from exactlearn.strategies.real.stable_messages import declared_level, precision_failure
 from exactlearn.strategies.real.stable_pencil import pencil_heads
 from exactlearn.strategies.real.stable_plan import (COARSE, LEAN_WEAK_KINDS,
@@ -50,13 +51,14 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     if lean:                            # the probe's outputs show a box at float64 rounding
         nodes = ratio_nodes(H, lean=True)
     weak = ({"weak_limit": LEAN_WEAK_ROUNDS, "weak_kinds": LEAN_WEAK_KINDS,
-             "weak_per_entry": LEAN_WEAK_PER_ENTRY, "weak_tenth": LEAN_WEAK_TENTH} if lean
-            else {"weak_limit": SUPPLEMENT_ROUNDS})
+             "weak_per_entry": LEAN_WEAK_PER_ENTRY, "weak_tenth": LEAN_WEAK_TENTH,
+             "rescue": LEAN_RESCUE} if lean else {"weak_limit": SUPPLEMENT_ROUNDS})
     planned = stable_count(d, H, bias, lean=lean)
     if plan_log is not None:
         plan_log.append(planned)
     current().phase("ask", planned)     # progress=: the families
-    fits, ids, rescued, bad, stopped, share = fit_all(splan, K, asker, nz, nodes, m, H)
+    fits, ids, rescued, bad, stopped, share = fit_all(splan, K, asker, nz, nodes, m, H,
+                                                      weak.get("rescue"))
     if len(bad) > share * len(splan.configs) or not fits:
         first = bad[min(bad)]
         some = (f"of the first {stopped} (fitting stopped there: more than "

@@ -15,7 +15,8 @@ from exactlearn.pipeline.plan import Config
 from exactlearn.strategies.real.labels import (directions, known_part, label_by_c,
                                                label_by_c_pair, references)
 from exactlearn.strategies.real.ratio import family_tokens
-from exactlearn.strategies.real.stable_families import RESCALE, family_poles, resolve_family
+from exactlearn.strategies.real.stable_families import (RESCALE, RESCUE, family_poles,
+                                                        resolve_family)
 from exactlearn.strategies.real.stable_plan import SUPPLEMENT_PER_ENTRY, SUPPLEMENT_ROUNDS
 from exactlearn.strategies.real.stable_probe import ask_family
 from exactlearn.strategies.real.stable_solve import rows_bias, rows_of, undetermined, weak_entries
@@ -23,7 +24,8 @@ from exactlearn.strategies.real.stable_solve import rows_bias, rows_of, undeterm
 
 def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
                 relation, frame=None, scales=None, equal_only=False, weak_limit=SUPPLEMENT_ROUNDS,
-               weak_kinds=("scale", "e"), weak_per_entry=SUPPLEMENT_PER_ENTRY, weak_tenth=10):
+               weak_kinds=("scale", "e"), weak_per_entry=SUPPLEMENT_PER_ENTRY, weak_tenth=10,
+               rescue=None):
     """Supplementary families for the entries of M (and c) that the labelled families leave
     undetermined -- ``(x_i, e_j - e_k)`` for the k whose basis family at x_i is labelled; for
     a coarse box (``equal_only``) then the other k, ``(x_i, e_j + e_k)`` and ``(x_i + x_k, e_j)``
@@ -39,7 +41,9 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
     (:func:`_blind_directions`);
     up to SUPPLEMENT_ROUNDS rounds, new ones each round (at most ``weak_limit`` of them for
     weak entries: the lean plan's
-    :data:`~exactlearn.strategies.real.stable_plan.LEAN_WEAK_ROUNDS`).  Returns
+    :data:`~exactlearn.strategies.real.stable_plan.LEAN_WEAK_ROUNDS`; a new family that fails
+    is re-asked at the scales ``rescue``, None for
+    :data:`~exactlearn.strategies.real.stable_families.RESCUE`).  Returns
     how many were asked.  With biases (``frame``,
     :func:`~exactlearn.strategies.real.stable_solve.bias_frame`) the unknowns are ``M~`` (d x (d +
     1)), each new family's rows come from its tokens as asked
@@ -110,7 +114,7 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
         for c, k, f in new:             # f None: the rescue scales, as for the plan's families
             try:
                 fit, q, f_used = resolve_family(c, K, asker, noise, nodes, m, H,
-                                          **({} if f is None else {"scales": (f,)}),
+                                          scales=(f,) if f else (mpq(1),) + (rescue or RESCUE),
                                           bias=frame is not None)
             except LearningFailure:
                 continue
