@@ -28,7 +28,7 @@ RESCUE = (mpq(1, 2), mpq(2), mpq(1, 4), mpq(4))   # a family that fails is re-as
 RESCALE = (mpq(1, 2), mpq(2))                      # a weak entry's basis family, again
 #: the lean plan's rescue (a box at float64 rounding).  ``python
 #: benchmarks/bench_stable_mechanisms.py --trace-rescues --rescue-scales 1/2 2 1/4 4 -- --grid
-#: --seeds 6`` at b7e9613: no family resolved at 1/4 or 4 (1,085 at 1/2 or 2; 438 failed at
+#: --seeds 6`` at cc5852c: no family resolved at 1/4 or 4 (1,085 at 1/2 or 2; 438 failed at
 #: every scale, asked five times each); yet without those two scales (``--rescue-scales 1/2
 #: 2``: 454,991 queries instead of 472,680) d = 12, H = 6, seed 0 erred by 1.1e-13 instead of
 #: 2.1e-14 -- a failed family's observations still inform the polish -- so they stay
