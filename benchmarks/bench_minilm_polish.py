@@ -102,11 +102,11 @@ def main(argv=None):
                       tuple(K.ctx.mpf(float(a) * (1 + pert * rng.normal())) for a in v))
                  for W, v in heads]
         got = P.polish(start, K, rec, 0, etas)
-        if got is None or isinstance(got, P.Weak):
+        if not got.solved:
             print(f"  start perturbed by {pert:g}: the polish does not solve "
-                  f"({'too ill-conditioned' if got is not None else 'no convergence'})")
+                  f"({'too ill-conditioned' if got.weak is not None else 'no convergence'})")
             continue
-        out, (fW, rW), (fV, rV), excess, _ = got
+        out, (fW, rW), (fV, rV), excess = got.heads, got.W_bounds, got.v_bounds, got.excess
         err = max(abs(float(a) - b) for h, (W, v) in zip(out, heads)
                   for a, b in zip([x for row in h.W for x in row] + list(h.v),
                                   list(W.ravel()) + list(v)))

@@ -388,10 +388,10 @@ def test_a_head_beyond_every_node_never_gets_a_small_bound():
 
 def test_polish_names_the_directions_no_observation_sees():
     """Families whose tokens all lie along e_1 see W[0][0] and v[0] only: the polish reports
-    the other three entries of W and v[1] (Weak) instead of solving; with every entry seen it
-    solves."""
+    the other three entries of W and v[1] (its ``weak``, no heads) instead of solving; with
+    every entry seen it solves."""
     from exactlearn.strategies.real.ratio import family_tokens
-    from exactlearn.strategies.real.stable_polish import Weak, polish
+    from exactlearn.strategies.real.stable_polish import polish
 
     K = Real(dps=30)
     W, v = np.array([[0.5, -0.25], [0.75, 1.0]]), np.array([1.0, -0.5])
@@ -413,16 +413,16 @@ def test_polish_names_the_directions_no_observation_sees():
     for x, a in [((1, 0), (2, 0)), ((2, 0), (3, 0)), ((1, 0), (0, 0))]:
         ask(one, x, a)
     got = polish([start], K, one, 0, np.full(len(one.observations), 1e-13))
-    assert isinstance(got, Weak) and len(got.directions) == 4
-    Ws = [U for _, U in got.directions if np.abs(U).max() > 0]
+    assert not got.solved and got.heads is None and len(got.weak.directions) == 4
+    Ws = [U for _, U in got.weak.directions if np.abs(U).max() > 0]
     assert len(Ws) == 3                                  # W[0][1], W[1][0], W[1][1]; v[1]: zero
     assert all(abs(U[0][0]) < 1e-6 * np.abs(U).max() for U in Ws)
     for x in [(1, 0), (0, 1), (1, 1)]:
         for e in [(1, 0), (0, 1)]:
             ask(full, x, tuple(p + q for p, q in zip(x, e)))
     got = polish([start], K, full, 0, np.full(len(full.observations), 1e-13))
-    assert not isinstance(got, Weak) and got is not None
-    heads, (fW, rW), _, excess, weak = got
+    assert got.solved and not got.bias and got.constant_bound is None
+    heads, (fW, rW), excess = got.heads, got.W_bounds, got.excess
     err = max(abs(float(heads[0].W[r][c]) - W[r][c]) for r in range(2) for c in range(2))
     assert err <= float((2 * fW + rW).max()) < 1e-9 and excess <= 1
 

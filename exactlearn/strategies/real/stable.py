@@ -128,7 +128,7 @@ from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_MIN_HEADS, ST
                                                     STABLE_UNEQUAL_FACTOR, Noise, bias_tokens,
                                                     dyadic_basis, query_norm, stable_bias_plan,
                                                     stable_count)
-from exactlearn.strategies.real.stable_polish import Weak, polish
+from exactlearn.strategies.real.stable_polish import polish
 from exactlearn.strategies.real.stable_probe import STABLE_TARGET, probe_scale
 from exactlearn.strategies.real.stable_routes import pencil_route
 from exactlearn.strategies.real.stable_supplement import target_families
@@ -372,29 +372,29 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
     polished = polish(heads, K, rec, start, etas_all, far=lm_from, bias=bias)
     n_target = 0
     obs = rec.observations[start:]
-    weak = polished if isinstance(polished, Weak) else polished[4] if polished else None
+    weak = polished.weak
     if weak is not None and weak.directions:   # directions few observations see: ask for them
         n_target = target_families(weak, route["splan"], heads, *ask)
         obs = rec.observations[start:]
         if n_target:
             etas_all = _etas(rec, ask[1], size, etas_all, len(etas_all))
             # from the solve's heads again, not the polished (at float64's floor: polish's doc)
-            again = polish(polished[0] if "pencil" in route and isinstance(polished, tuple)
+            again = polish(polished.heads if "pencil" in route and polished.solved
                            else heads, K, rec, start, etas_all, far=lm_from, bias=bias)
-            if not isinstance(again, Weak) and again is not None:
+            if again.solved:
                 polished = again
-    return (None if isinstance(polished, Weak) else polished), n_target, etas_all, obs
+    return (polished if polished.solved else None), n_target, etas_all, obs
 
 
 def _polished_bounds(polished, d, bias) -> Estimate:
     """The polish's heads and bounds, ``SAFETY`` times first order plus rounding."""
-    pheads, (fW, rW), (fV, rV) = polished[:3]
+    pheads, (fW, rW), (fV, rV) = polished.heads, polished.W_bounds, polished.v_bounds
     pBW = (SAFETY * fW + rW).tolist()
     pBv = (SAFETY * fV + rV).tolist()
     pBu, pBc = None, 0.0
     if bias:                        # [W | u] bounds: split; the constant's
         pBu = [[row[d] for row in bw] for bw in pBW]
         pBW = [[row[:d] for row in bw] for bw in pBW]
-        pBc = SAFETY * polished[5][0] + polished[5][1]
+        pBc = SAFETY * polished.constant_bound[0] + polished.constant_bound[1]
     return Estimate(pheads, pBW, pBv, pBu, pBc,
                     getattr(pheads, "constant", None) if bias else None, "polish")

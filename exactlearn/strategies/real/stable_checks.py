@@ -29,7 +29,7 @@ def noise_tests(polished, far, m, n, rec, start, etas_all):
     sum of squares above n, or (from the families' start) a Chebyshev bound above ``1 +
     SECOND_ORDER``, is :class:`~exactlearn.errors.ResidualsBeyondNoise` (from the pencil
     start, an excess is non-convergence: :class:`~exactlearn.errors.DegenerateDraw`)."""
-    excess = polished[3]
+    excess = polished.excess
     if far and excess > 1:
         raise DegenerateDraw(
             f"the fit of all {n} observations from the pencil start leaves a weighted "

@@ -16,7 +16,7 @@ from exactlearn.strategies.real.stable_normal import (Families, LAWSON_STEPS, MA
 def minimax_bound(polished, rec, start, etas, limit=None):
     """A lower bound, to first order about the fit, on ``min max_q |y_q - f(q)| / eta_q`` over
     every model with as many heads as ``polished`` (a
-    :func:`~exactlearn.strategies.real.stable_polish.polish` result): above 1, no such model keeps
+    :class:`~exactlearn.strategies.real.stable_polish.Polished` with heads): above 1, no such model keeps
     every output within its eta (docs/explanation/real-field.md, "The residual test").  The fit's
     own largest ratio when that is at most 1 (no bound needed), None when the dense Jacobian would
     exceed ``MAX_DENSE``.
@@ -29,8 +29,7 @@ def minimax_bound(polished, rec, start, etas, limit=None):
     float64 rounding of the residuals is taken off; the linearisation and float64 solves are
     what the caller's margin covers.  ``limit``: the caller asks only whether the bound exceeds
     it (:func:`chebyshev_bound`)."""
-    heads = polished[0]
-    bias = len(polished) > 5
+    heads, bias = polished.heads, polished.bias
     W, V, c = head_arrays(heads, bias)
     H, d = V.shape
     fam = Families(rec, start, etas, bias)

@@ -23,11 +23,11 @@ The first-order bound of each parameter is ``sum_q |S_pq| eta_q`` with the estim
 sensitivity ``S = A^-1 J^T Sigma^-1`` at the solution (exact data gives the true heads, so
 the estimate moves by ``S`` times the output errors, to first order), plus the float64
 rounding of the residuals propagated the same way, the rounding of the parameters and twice
-the last Gauss--Newton step.  :func:`polish` returns ``None`` when the normal matrix is too
-ill-conditioned for float64 (``COND_LIMIT``; at the solve's heads it returns the
-undetermined directions instead, :class:`Weak`), too large (more than ``MAX_PARAMETERS``
-unknowns, e.g. d = 32 with H = 4) or the iteration does not settle; the plan then keeps the
-solve's heads (from the pencil start it has none: the run fails).
+the last Gauss--Newton step.  :func:`polish` returns a :class:`Polished` without heads when
+the normal matrix is too ill-conditioned for float64 (``COND_LIMIT``; at the solve's heads it
+names the undetermined directions instead, its ``weak``), too large (more than
+``MAX_PARAMETERS`` unknowns, e.g. d = 32 with H = 4) or the iteration does not settle; the plan
+then keeps the solve's heads (from the pencil start it has none: the run fails).
 
 :func:`polish` also reports the estimate's weighted residual sum of squares over the number of
 observations (:func:`_excess`): at most 1 when the outputs are within their ``eta_q``
@@ -48,6 +48,8 @@ normal equations are in :mod:`~exactlearn.strategies.real.stable_normal`, the mi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import mpmath
 import numpy as np
 
@@ -57,6 +59,32 @@ from exactlearn.strategies.real.stable_normal import (Families, LM_STEPS, MAX_DE
                                                       MAX_PARAMETERS, MAX_STEPS, Weak,
                                                       family_values, head_arrays,
                                                       normal_equations, solve_scaled, v_jacobian)
+
+
+@dataclass
+class Polished:
+    """What :func:`polish` gives: the ``heads`` fitted to every observation (None when it did
+    not solve), their bounds before ``SAFETY`` as ``(first order, rounding)`` float64 arrays --
+    ``W_bounds`` ``[h][r][c]`` (``[W | u]``'s with biases), ``v_bounds`` ``[h][r]``,
+    ``constant_bound`` (biases only, else None) -- the weighted residual sum of squares over
+    the number of observations (``excess``), and the start's directions few observations see
+    (``weak``, a :class:`Weak`; None when not formed)."""
+
+    heads: object = None
+    W_bounds: tuple = ()
+    v_bounds: tuple = ()
+    excess: float = 0.0
+    weak: Weak | None = None
+    constant_bound: tuple | None = None
+
+    @property
+    def solved(self) -> bool:
+        """Whether the polish fitted heads (the rest is then set)."""
+        return self.heads is not None
+
+    @property
+    def bias(self) -> bool:
+        return self.constant_bound is not None
 
 
 def _levenberg(fam, W, V, steps, c=0.0):
@@ -170,33 +198,32 @@ def _heads_of(W, V, c, bias, mpf):
     return HeadSet(out, constant=mpf(float(c)), bias=True) if bias else out
 
 
-def polish(heads, K, rec, start, etas, far=None, bias=False):
-    """Heads fitted to every observation since ``start`` and their bounds ``(BW, Bv)`` before
-    ``SAFETY`` (first-order bound, rounding), or ``None`` (module doc).  ``far``: the heads
-    are only a start (the pencil's), so Levenberg--Marquardt (``LM_STEPS``) runs first, on
-    the observations from index ``far`` on (the plan's families: fewer, and all of ``t``).
-    With ``bias`` (``heads`` a :class:`~exactlearn.model.HeadSet` with its constant): the
-    heads come back with their u and constant, ``BW`` is ``[W | u]``'s, and a sixth item
-    ``(bound, rounding)`` of the constant follows."""
+def polish(heads, K, rec, start, etas, far=None, bias=False) -> Polished:
+    """Heads fitted to every observation since ``start`` and their bounds before ``SAFETY``
+    (:class:`Polished`; module doc).  ``far``: the heads are only a start (the pencil's), so
+    Levenberg--Marquardt (``LM_STEPS``) runs first, on the observations from index ``far`` on
+    (the plan's families: fewer, and all of ``t``).  With ``bias`` (``heads`` a
+    :class:`~exactlearn.model.HeadSet` with its constant): the heads come back with their u and
+    constant, the W bounds are ``[W | u]``'s, and the constant's bound is set."""
     H, d = len(heads), len(heads[0].v)
     dd = d * (d + 1) if bias else d * d
     if H * (dd + d) + bias > MAX_PARAMETERS:
-        return None
+        return Polished()
     W, V, c = head_arrays(heads, bias)
     if far is not None:
         got = _levenberg(Families(rec, far, etas, bias), W, V, LM_STEPS, c)
         if got is None:
-            return None
+            return Polished()
         W, V, c = got
     fam = Families(rec, start, etas, bias)
     got = _gauss_newton(fam, W, V, c, far is not None)
-    if not isinstance(got, tuple):
-        return got                                  # None, or the start's weak directions
+    if not isinstance(got, tuple):                  # None, or the start's weak directions
+        return Polished(weak=got)
     W, V, c, A, b, parts, weak0 = got
     shape = W.shape
     nxt, inv, _ = solve_scaled(A, b)
     if inv is None:
-        return None
+        return Polished()
     step = np.abs(nxt)            # the step still to go from the estimate: its distance to the fit
     excess = _excess(fam, parts)
     first, rnd = np.zeros(len(b)), np.zeros(len(b))
@@ -221,25 +248,24 @@ def polish(heads, K, rec, start, etas, far=None, bias=False):
     rW = rnd[:H * dd].reshape(shape)
     fV = first[H * dd:H * dd + H * d].reshape(H, d)
     rV = rnd[H * dd:H * dd + H * d].reshape(H, d)
-    if bias:
-        return out, (fW, rW), (fV, rV), excess, weak0, (float(first[-1]), float(rnd[-1]))
-    return out, (fW, rW), (fV, rV), excess, weak0
+    return Polished(out, (fW, rW), (fV, rV), excess, weak0,
+                    (float(first[-1]), float(rnd[-1])) if bias else None)
 
 
 def hat(polished, rec, start, etas):
     """The :class:`Hat` of a :func:`polish` result (its heads, bounds) on the observations it
     fitted, or None when its normal matrix no longer solves."""
-    heads, (fW, rW), (fV, rV) = polished[:3]
-    bias = len(polished) > 5
+    heads, (fW, rW), (fV, rV) = polished.heads, polished.W_bounds, polished.v_bounds
+    bias = polished.bias
     W, V, c = head_arrays(heads, bias)
     fam = Families(rec, start, etas, bias)
     A, _, parts, _ = normal_equations(fam, W, V, c)
     _, inv, _ = solve_scaled(A, np.zeros(len(A)))
     if inv is None:
         return None
-    extra = [[polished[5][0]]] if bias else []
-    first = np.concatenate([np.ravel(fW), np.ravel(fV)] + extra)
-    rnd = np.concatenate([np.ravel(rW), np.ravel(rV)] + ([[polished[5][1]]] if bias else []))
+    cb = polished.constant_bound
+    first = np.concatenate([np.ravel(fW), np.ravel(fV)] + ([[cb[0]]] if bias else []))
+    rnd = np.concatenate([np.ravel(rW), np.ravel(rV)] + ([[cb[1]]] if bias else []))
     return Hat(fam, parts, inv, len(heads), W.shape[1], first, rnd)
 
 
