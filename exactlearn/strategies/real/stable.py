@@ -166,7 +166,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         remeasure, plan_log)
     if scaled is not None:              # eta on the plan's own scales: the eta at sigma reported
         eta, eta_rel = scaled[0]
-    fits, index, nodes = route["fits"], route["index"], route.get("nodes", nodes)  # its own
+    fits, index, nodes = route.fits, route.index, route.nodes or nodes  # its own
     obs = rec.observations[start:]
     n_obs = len(rec.observations)
     size = H * max(abs(float(y)) for _, y in obs)
@@ -180,7 +180,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     # declared noise is above float64 rounding (an exact high-precision box keeps the solve)
     ys = np.array([abs(float(y)) for _, y in obs])
     float_noise = float(np.median(etas_all[start:] / np.maximum(8 * 2.0 ** -52 * ys, 1e-300))) >= 1
-    far = "pencil" in route
+    far = route.far
     if far and not float_noise:
         raise DegenerateDraw("the pencil start needs the polish, which runs in float64 only for "
                              "a declared noise above float64 rounding")
@@ -189,7 +189,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         _polish_step(est.heads, K, rec, start, etas_all, route, bias, (asker, nz, nodes, H), size)
         if float_noise else (None, 0, etas_all, obs))
     if far and polished is None:
-        raise DegenerateDraw(f"the pencil start ({route['pencil']['why'][:80]}...) did not "
+        raise DegenerateDraw(f"the pencil start ({route.pencil['why'][:80]}...) did not "
                              f"converge to a well-determined fit of all {len(obs)} observations")
     pol = None
     if polished is not None:
@@ -231,7 +231,7 @@ def _detail(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries, n_p
     """The run's account (``real_detail``): the certified estimate ``est`` (its per-head
     bounds ``head_b``) on ``n_cert`` observations, the certificate's two ratios, the route's
     families and the probe."""
-    splan, fits, index, far = route["splan"], route["fits"], route["index"], "pencil" in route
+    splan, fits, index, far = route.splan, route.fits, route.index, route.far
     worst_ratio, resid_ratio = ratios
     name = lambda n: f"{splan.configs[n].kind}{(splan.configs[n].i + 1, splan.configs[n].j + 1)}"
     detail = {
@@ -246,21 +246,21 @@ def _detail(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries, n_p
         "head_error_bounds": [f"{b:.3g}" for b in head_b],
         "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "
                     f"{STABLE_UNEQUAL_FACTOR} first-order bounds",
-        "max_relative_pole_error_bound": f"{route['worst_rel']:.3g}",
+        "max_relative_pole_error_bound": f"{route.worst_rel:.3g}",
         "max_abs_exponent":
             f"{max((abs(float(x)) for f in fits.values() for x in f.logs), default=0.0):.4g}",
         "query_scale": str(sigma), "scale_rule": "dyadic near-orthogonal X, E; sigma^2 brings the "
         f"probe's rms log rho to about {STABLE_TARGET}", "probe": tries,
         "probe_queries": n_probe,
         "stable_plan_queries": stable_count(d, H, bias, lean=len(nodes) < len(ratio_nodes(H))),
-        "unresolved_configurations": {name(n): str(e)[:160] for n, e in route["bad"].items()},
+        "unresolved_configurations": {name(n): str(e)[:160] for n, e in route.bad.items()},
         "unlabelled_configurations": [name(n) for n in fits
                                       if n not in index and n < len(splan.configs)],
-        "supplementary_families": route["supplementary"],
+        "supplementary_families": route.supplementary,
         "estimate": est.method,
         "start": "pencil" if far else "solve",
         "targeted_families": n_target,
-        "rescued_configurations": {name(n): f for n, f in route["rescued"].items()},
+        "rescued_configurations": {name(n): f for n, f in route.rescued.items()},
     }
     if resolution is not None:
         detail["resolution_test"] = resolution
@@ -271,7 +271,7 @@ def _detail(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries, n_p
                           "across families at the midpoints (x_0 + x_i)/2")
         detail["constant_error_bound"] = f"{est.Bc:.3g}"
     if far:
-        detail["pencil"] = route["pencil"]
+        detail["pencil"] = route.pencil
         detail["max_relative_pole_error_bound"] = "n/a (pencil start: no family fitted)"
     return detail
 
@@ -323,7 +323,7 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
         except LearningFailure as exc2:     # the box's nan twice: said once, in one line
             raise (exc if {type(exc), type(exc2)} == {NonFiniteAnswer} else type(exc)(
                 f"{exc}; the pencil start failed too: {str(exc2)[:400]}")) from None
-        sigma, m = route["sigma"], H
+        sigma, m = route.sigma, H
     probe_log[-1] = n_probe
     return route, sigma, m, tries, n_probe, scaled
 
@@ -341,15 +341,15 @@ def _etas(rec, nz, size, etas, first):
 def _solve_bounds(route, m, d, bias, etas_all, n_obs, loose) -> Estimate:
     """The route's heads and their bounds, ``SAFETY`` times first order plus rounding
     (infinite where only the polish can bound: the pencil route, or ``loose`` families)."""
-    heads, Bu, Bc, const = route["heads"], None, 0.0, None
-    if route["SW"] is None or loose:    # the pencil route: only the polish gives bounds
+    heads, Bu, Bc, const = route.heads, None, 0.0, None
+    if route.SW is None or loose:    # the pencil route: only the polish gives bounds
         BW = [[[float("inf")] * d for _ in range(d)] for _ in range(m)]
         Bv = [[float("inf")] * d for _ in range(m)]
         if bias:
-            Bu, Bc, const = [[float("inf")] * d for _ in range(m)], float("inf"), route["constant"]
+            Bu, Bc, const = [[float("inf")] * d for _ in range(m)], float("inf"), route.constant
             heads = HeadSet(heads, constant=const, bias=True)
         return Estimate(heads, BW, Bv, Bu, Bc, const)
-    SW, Sv, rounds = route["SW"], route["Sv"], route["rounds"]
+    SW, Sv, rounds = route.SW, route.Sv, route.rounds
     dc = d + 1 if bias else d           # with biases, [W | u]'s rows: d entries of W, then u[r]
     BW = [[[SAFETY * float(np.abs(SW[h][r * dc + q]) @ etas_all) + rounds[h][0]
             for q in range(dc)] for r in range(d)] for h in range(m)]
@@ -358,8 +358,8 @@ def _solve_bounds(route, m, d, bias, etas_all, n_obs, loose) -> Estimate:
     if bias:
         Bu = [[row[d] for row in bw] for bw in BW]
         BW = [[row[:d] for row in bw] for bw in BW]
-        const = route["constant"]
-        Bc = SAFETY * float(np.abs(route["Sc"][:n_obs]) @ etas_all) + route["c_round"]
+        const = route.constant
+        Bc = SAFETY * float(np.abs(route.Sc[:n_obs]) @ etas_all) + route.c_round
         heads = HeadSet(heads, constant=const, bias=True)
     return Estimate(heads, BW, Bv, Bu, Bc, const)
 
@@ -368,18 +368,18 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
     """The polish of every observation, and when it finds directions few observations see,
     targeted families (``ask = (asker, nz, nodes, H)``) and the polish again:
     ``(polished or None, targeted families, etas, observations)``."""
-    lm_from = route.get("plan_start") if "pencil" in route else None
+    lm_from = route.plan_start
     polished = polish(heads, K, rec, start, etas_all, far=lm_from, bias=bias)
     n_target = 0
     obs = rec.observations[start:]
     weak = polished.weak
     if weak is not None and weak.directions:   # directions few observations see: ask for them
-        n_target = target_families(weak, route["splan"], heads, *ask)
+        n_target = target_families(weak, route.splan, heads, *ask)
         obs = rec.observations[start:]
         if n_target:
             etas_all = _etas(rec, ask[1], size, etas_all, len(etas_all))
             # from the solve's heads again, not the polished (at float64's floor: polish's doc)
-            again = polish(polished.heads if "pencil" in route and polished.solved
+            again = polish(polished.heads if route.far and polished.solved
                            else heads, K, rec, start, etas_all, far=lm_from, bias=bias)
             if again.solved:
                 polished = again

@@ -107,7 +107,7 @@ def _certify(est, polished, route, K, rec, start, etas_all, d, bias) -> tuple:
 class SolveAllowance:
     """The first-order residual bound of :mod:`~exactlearn.strategies.real.certificate`
     (:func:`~exactlearn.strategies.real.certificate.residual_bounds`) for the solve's heads,
-    one observation at a time: their sensitivities ``route["SW"], route["Sv"]`` give ``G``
+    one observation at a time: their sensitivities ``route.SW, route.Sv`` give ``G``
     (formed at the first call).  ``constant``: the plan for biases' c (its rows ``[W | u]``,
     v, and last c: the order of
     :func:`~exactlearn.strategies.real.evaluate.evaluate_with_gradient` with ``bias``)."""
@@ -115,7 +115,7 @@ class SolveAllowance:
     def __init__(self, heads, route, K, rec, start, etas_all, d, constant=None):
         self.heads, self.route, self.K, self.rec, self.start, self.d = heads, route, K, rec, start, d
         self.constant = constant
-        self.order = [next(j for j, h in enumerate(route["heads"]) if h is a) for a in heads]
+        self.order = [next(j for j, h in enumerate(route.heads) if h is a) for a in heads]
         self.etas = np.asarray(etas_all[start:], dtype=float)
         self.unit = float(self.etas.max()) or 1.0
         self.G = None
@@ -124,7 +124,7 @@ class SolveAllowance:
         d, start, N = self.d, self.start, len(self.etas)
         bias = self.constant is not None
         dd = d * (d + 1) if bias else d * d
-        SW, Sv, rounds = self.route["SW"], self.route["Sv"], self.route["rounds"]
+        SW, Sv, rounds = self.route.SW, self.route.Sv, self.route.rounds
         G = np.zeros((len(self.heads) * (dd + d) + bias, N))   # later observations: not solved
         rnd = []
         for k, h in enumerate(self.order):
@@ -135,9 +135,9 @@ class SolveAllowance:
                 G[k * (dd + d) + i, :len(part)] = part
             rnd += [rounds[h][0]] * dd + [rounds[h][1]] * d
         if bias:
-            part = np.asarray(self.route["Sc"], dtype=float)[start:start + N]
+            part = np.asarray(self.route.Sc, dtype=float)[start:start + N]
             G[-1, :len(part)] = part
-            rnd.append(self.route["c_round"])
+            rnd.append(self.route.c_round)
         self.G, self.rnd = G, np.array(rnd, dtype=float)
 
     def __call__(self, q) -> float:

@@ -3,10 +3,12 @@ docs/explanation/real-field.md): the families fitted, labelled, supplemented and
 (:func:`per_family`, steps 3--5: at the lean nodes of
 :func:`~exactlearn.strategies.real.ratio.ratio_nodes` when the probe's outputs show a box
 declared at float64 rounding), or, when they fail with several heads, the pencil start
-(:func:`pencil_route`, step 3b).  Each returns the route's dict that
+(:func:`pencil_route`, step 3b).  Each returns a :class:`Route` that
 :func:`~exactlearn.strategies.real.stable.run_stable` bounds, polishes and certifies.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 from gmpy2 import mpq
@@ -33,6 +35,44 @@ from exactlearn.strategies.real.stable_probe import sigma_for
 from exactlearn.strategies.real.stable_solve import (bias_frame, rows_bias, rows_of,
                                                      solve_bias_heads, solve_stable_heads)
 from exactlearn.strategies.real.stable_supplement import supplement
+
+
+
+@dataclass
+class Route:
+    """What steps 3--5 hand to the polish and the certificate: the scaled plan ``splan``, the
+    solve's ``heads`` and their sensitivities ``SW``, ``Sv`` (None from the pencil start) with
+    the refinement ``rounds``; the families' ``fits``, the unresolved configurations (``bad``:
+    their failures), the ``rescued`` ones (their scales), the labels ``index``, how many
+    ``supplementary`` families were asked and the largest relative pole bound ``worst_rel``;
+    the ratio ``nodes`` asked (None: the dense ones); with biases the ``constant``, its
+    sensitivities ``Sc`` and rounding ``c_round``; from the pencil start (:func:`pencil_route`)
+    its ``sigma``, its account ``pencil`` and the first observation of the plan's families
+    (``plan_start``)."""
+
+    splan: object
+    heads: list
+    SW: object
+    Sv: object
+    rounds: object
+    fits: dict
+    bad: dict
+    rescued: dict
+    index: dict
+    supplementary: int
+    worst_rel: float
+    nodes: list | None = None
+    constant: object = None
+    Sc: object = None
+    c_round: float = 0.0
+    sigma: object = None
+    pencil: dict | None = None
+    plan_start: int | None = None
+
+    @property
+    def far(self) -> bool:
+        """From the pencil start: the heads are only a start, the polish must converge."""
+        return self.pencil is not None
 
 
 def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True,
@@ -93,9 +133,8 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
                              nodes, m, H, relation, equal_only=loose, **weak)
         heads, SW, Sv, rounds = solve_stable_heads(splan, rows, fits, ids, index, K, m,
                                                    len(rec.observations))
-        return {"splan": splan, "heads": heads, "SW": SW, "Sv": Sv, "rounds": rounds,
-                "fits": fits, "bad": bad, "rescued": rescued, "index": index,
-                "supplementary": n_supp, "worst_rel": worst_rel, "start": None, "nodes": nodes}
+        return Route(splan, heads, SW, Sv, rounds, fits, bad, rescued, index, n_supp, worst_rel,
+                     nodes=nodes)
     frame = bias_frame(splan.X, splan.E)
     scales = {n: mpq(rescued[n]) if n in rescued else mpq(1) for n in range(len(configs))}
     rows = [rows_bias(frame, tuple(scales[n] * a for a in c.x), tuple(scales[n] * b for b in c.e),
@@ -106,10 +145,8 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     tokens_a = {n: tuple(scales[n] * a for a in configs[n].a) for n in index}
     heads, c, SW, Sv, Sc, rounds, c_round = solve_bias_heads(
         splan, frame, rows, fits, ids, index, K, m, len(rec.observations), scales, tokens_a)
-    return {"splan": splan, "heads": heads, "SW": SW, "Sv": Sv, "rounds": rounds, "fits": fits,
-            "bad": bad, "rescued": rescued, "index": index, "supplementary": n_supp,
-            "worst_rel": worst_rel, "start": None, "constant": c, "Sc": Sc, "c_round": c_round,
-            "nodes": nodes}
+    return Route(splan, heads, SW, Sv, rounds, fits, bad, rescued, index, n_supp, worst_rel,
+                 nodes=nodes, constant=c, Sc=Sc, c_round=c_round)
 
 
 def pencil_route(plan0, K, asker, nz, nodes, H, why, bias=False):
@@ -140,7 +177,7 @@ def pencil_route(plan0, K, asker, nz, nodes, H, why, bias=False):
     asker.ask([family_tokens(tuple(f * a for a in c.x), tuple(f * b for b in c.a), k, mm)
                for f in PENCIL_SCALES for c in splan.configs for k, mm in nodes])
     mpf = K.ctx.mpf                 # a float64 is exact in any precision
-    out = {}
+    constant = None
     if bias:
         heads = [Head(tuple(tuple(mpf(float(a)) for a in row) for row in W),
                       tuple(mpf(float(a)) for a in v), tuple(mpf(float(a)) for a in u))
@@ -148,11 +185,10 @@ def pencil_route(plan0, K, asker, nz, nodes, H, why, bias=False):
         x0 = splan.X[0]
         y0 = float(asker.ask([[x0]])[0][0])
         V = np.sum([v for _, v, _ in start], axis=0)
-        out["constant"] = mpf(y0 - float(V @ np.array([float(a) for a in x0])))
+        constant = mpf(y0 - float(V @ np.array([float(a) for a in x0])))
     else:
         heads = [Head(tuple(tuple(mpf(float(a)) for a in row) for row in W),
                       tuple(mpf(float(a)) for a in v)) for W, v in start]
     info["why"] = str(why)[:200]
-    return {"splan": splan, "heads": heads, "SW": None, "Sv": None, "rounds": None, "fits": {},
-            "bad": {}, "rescued": {}, "index": {}, "supplementary": 0, "worst_rel": 0.0,
-            "sigma": sigma, "pencil": info, "plan_start": plan_start} | out
+    return Route(splan, heads, None, None, None, {}, {}, {}, {}, 0, 0.0, constant=constant,
+                 sigma=sigma, pencil=info, plan_start=plan_start)
