@@ -179,12 +179,12 @@ def label_by_c_pair(fam_a, known_a, fam_b, known_b, relation, equal_only=False):
     return pa, pb, own
 
 
-def references(plan, index, poles_of) -> dict:
+def references(configs, index, poles_of) -> dict:
     """Per direction j: the labelled poles of the basis family ``(x_i, e_j)`` with the most
-    precise c-values."""
+    precise c-values (``configs``: the plan's configurations and those asked since)."""
     refs: dict = {}
     for n in sorted(index):
-        c = plan.configs[n]
+        c = configs[n]
         if c.kind == "basis":
             lab = [poles_of[n][p] for p in index[n]]
             if c.j not in refs or _spread(lab) < _spread(refs[c.j]):

@@ -80,31 +80,11 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
             missW = weak_entries(rows, fits, index, m, d, dc, tenth=weak_tenth)
             if not missW:
                 break
-        view = type("View", (), {"configs": configs})()
-        refs = {**synth, **references(view, index, poles_of)}
+        refs = {**synth, **references(configs, index, poles_of)}
         want = [divmod(u, dc) for u in missW] + [(j, 0) for j in missv]
-        new = []
-        if weak and "scale" in weak_kinds:
-            # weak entries: the basis family itself again at other scales (exponents x 1/4
-            # and x 4: a head out of the nodes' range, or crowded, is seen anew)
-            for j, i in want:
-                for f in RESCALE:
-                    if ("scale", i, j, f) not in tried:
-                        tried.add(("scale", i, j, f))
-                        new.append((splan.configs[splan.index("basis", i, j)], None, f))
-        for j, i in (want if not weak or "e" in weak_kinds else ()):
-            # e_j - e_k, then e_j + e_k; first the k whose basis family at x_i is labelled
-            ks = sorted(sorted(k for k in refs if k != j),
-                        key=lambda k: splan.index("basis", i, k) not in index)
-            if not equal_only:          # a box at float64 rounding: as before
-                ks = [k for k in ks if splan.index("basis", i, k) in index]
-            opts = [("e", k, s) for s in ((-1, 1) if equal_only else (-1,)) for k in ks]
-            if j in refs and equal_only:    # then (x_i + x_k, e_j): another final token
-                opts += [("x", k, 1) for k in range(len(splan.X)) if k != i]
-            opts = [o for o in opts if (i, j) + o not in tried]
-            for o in opts[:weak_per_entry if weak else SUPPLEMENT_PER_ENTRY]:
-                tried.add((i, j) + o)
-                new.append((_extra(splan, i, j, o), o, None))
+        kinds = weak_kinds if weak else ("e",)
+        new = _new_families(splan, want, refs, index, tried, kinds,
+                            weak_per_entry if weak else SUPPLEMENT_PER_ENTRY, equal_only)
         if not new:
             break
         asker.ask([q for c, _, f in new for q in
@@ -129,6 +109,34 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
             _blind_directions(splan, configs, index, poles_of, pending, synth, relation,
                               equal_only, add)
     return asked
+
+
+def _new_families(splan, want, refs, index, tried, kinds, per_entry, equal_only) -> list:
+    """The families of one round for the entries ``want`` (``(j, i)`` of M), as ``(config, o,
+    scale)``, none of them in ``tried`` (which gets them): with ``"scale"`` in ``kinds`` the
+    basis family ``(x_i, e_j)`` again at the scales RESCALE (a head out of the nodes' range,
+    or crowded, is seen anew); with ``"e"`` up to ``per_entry`` of ``(x_i, e_j - e_k)``, the k
+    whose basis family at x_i is labelled first, and for a coarse box (``equal_only``) the other
+    k, ``(x_i, e_j + e_k)`` and ``(x_i + x_k, e_j)`` (:func:`_extra`)."""
+    new = []
+    for j, i in (want if "scale" in kinds else ()):
+        for f in RESCALE:
+            if ("scale", i, j, f) not in tried:
+                tried.add(("scale", i, j, f))
+                new.append((splan.configs[splan.index("basis", i, j)], None, f))
+    for j, i in (want if "e" in kinds else ()):
+        ks = sorted(sorted(k for k in refs if k != j),
+                    key=lambda k: splan.index("basis", i, k) not in index)
+        if not equal_only:              # a box at float64 rounding: labelled k only
+            ks = [k for k in ks if splan.index("basis", i, k) in index]
+        opts = [("e", k, s) for s in ((-1, 1) if equal_only else (-1,)) for k in ks]
+        if j in refs and equal_only:    # then (x_i + x_k, e_j): another final token
+            opts += [("x", k, 1) for k in range(len(splan.X)) if k != i]
+        opts = [o for o in opts if (i, j) + o not in tried]
+        for o in opts[:per_entry]:
+            tried.add((i, j) + o)
+            new.append((_extra(splan, i, j, o), o, None))
+    return new
 
 
 def _extra(splan, i, j, o):
@@ -162,7 +170,7 @@ def _blind_directions(splan, configs, index, poles_of, pending, synth, relation,
     families are those of ``poles_of`` outside ``index``; ``configs`` every family labelled."""
     n_plan = len(splan.configs)
     while True:
-        refs = {**synth, **references(type("View", (), {"configs": configs})(), index, poles_of)}
+        refs = {**synth, **references(configs, index, poles_of)}
         for p, e in enumerate(pending):  # references found since it was fitted
             lab = None if e is None else label_by_c(e[5], e[6], refs, relation, equal_only)
             if lab is not None:
