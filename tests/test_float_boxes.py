@@ -164,6 +164,19 @@ def test_counts_name_the_stable_plan(d, H, seed):
         assert extra > 0
 
 
+def test_the_probe_asks_the_lean_nodes_when_the_lean_plan_follows():
+    """With heads= on a float64 box the probe's families (max(3, ceil(6/H)) basis families at
+    scale 1) are asked at the lean plan's 3H + 1 nodes plus (x) and (a); with a head bound
+    (max_heads=, the dense plan) at 4H + 4."""
+    box = NumpyAttention.from_seed(4, 2, 0)
+    lean = learn_box(box, 4, 2, 0)
+    bound = learn(box, d=4, max_heads=2, field=Real(), tokens="float64", plan="stable",
+                  noise=5e-14, noise_rel=1e-15, seed=0)
+    assert lean.certified and bound.certified
+    assert lean.probe_queries == 3 * len(ratio_nodes(2, lean=True)) == 3 * 9
+    assert bound.probe_queries == 3 * len(ratio_nodes(2)) == 3 * 14
+
+
 def test_a_failed_run_names_the_plan_it_asked():
     """A float64 box noisier than declared (relative 3 * 2^-34 against a declared 2^-34): the
     probe sees float64 rounding, so the lean plan is asked, and the certificate then fails.  The

@@ -130,7 +130,7 @@ from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_MIN_HEADS, ST
                                                     stable_count)
 from exactlearn.strategies.real.stable_polish import polish
 from exactlearn.strategies.real.stable_probe import STABLE_TARGET, probe_scale
-from exactlearn.strategies.real.stable_routes import pencil_route
+from exactlearn.strategies.real.stable_routes import pencil_route, probe_nodes
 from exactlearn.strategies.real.stable_supplement import target_families
 
 # the families' route: run_stable looks it up here (tests force it)
@@ -282,14 +282,13 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
     ``(route, sigma, m, probe detail, probe queries, scaled)``; ``probe_log[-1]`` kept up to
     date; ``scaled``: None, or with ``remeasure`` (run_stable's doc) the eta and eta_rel at
     sigma and the account of eta per scale."""
-    tries = []
-    n_probe = None
-    scaled = None
+    tries, n_probe, scaled = [], None, None
     try:
         if query_scale is None:
             current().stage("probe")
             try:
-                sigma, m, tries = probe_scale(plan0, K, asker, nz, nodes, H, m)
+                sigma, m, tries = probe_scale(plan0, K, asker, nz, probe_nodes(
+                    plan0, asker, nz, nodes, H, rec, start, heads_exact), H, m)
             finally:
                 probe_log[-1] = len(rec.observations) - start
         else:

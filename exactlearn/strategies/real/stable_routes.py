@@ -31,7 +31,7 @@ from exactlearn.strategies.real.stable_plan import (COARSE, LEAN_WEAK_KINDS,
                                                     ROOTS_TRIED, SUPPLEMENT_ROUNDS,
                                                     STABLE_UNEQUAL_FACTOR, stable_bias_plan,
                                                     stable_count)
-from exactlearn.strategies.real.stable_probe import sigma_for
+from exactlearn.strategies.real.stable_probe import ask_family, sigma_for
 from exactlearn.strategies.real.stable_solve import (bias_frame, rows_bias, rows_of,
                                                      solve_bias_heads, solve_stable_heads)
 from exactlearn.strategies.real.stable_supplement import supplement
@@ -147,6 +147,17 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
         splan, frame, rows, fits, ids, index, K, m, len(rec.observations), scales, tokens_a)
     return Route(splan, heads, SW, Sv, rounds, fits, bad, rescued, index, n_supp, worst_rel,
                  nodes=nodes, constant=c, Sc=Sc, c_round=c_round)
+
+
+def probe_nodes(plan0, asker, nz, nodes, H, rec, start, lean_ok) -> list:
+    """The scale probe's nodes (:func:`~exactlearn.strategies.real.stable_probe.probe_scale`):
+    the lean plan's when it may follow (``lean_ok``: the heads given) and the first probe
+    family's single tokens ``(x)`` and ``(a)`` at scale 1 -- asked here, answers the probe
+    then reuses -- show a box declared at float64 rounding; else ``nodes``."""
+    if not lean_ok:
+        return nodes
+    ask_family(plan0.configs[plan0.index("basis", 0, 0)], mpq(1), asker, nz, [(0, 1), (1, 0)], H)
+    return ratio_nodes(H, lean=True) if declared_level(nz, rec, start) <= COARSE else nodes
 
 
 def pencil_route(plan0, K, asker, nz, nodes, H, why, bias=False):
