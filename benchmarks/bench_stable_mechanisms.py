@@ -47,6 +47,7 @@ def main(argv=None):
                     default=list(routes.LEAN_WEAK_KINDS))
     ap.add_argument("--weak-per-entry", type=int, default=routes.LEAN_WEAK_PER_ENTRY)
     ap.add_argument("--weak-tenth", type=int, default=routes.LEAN_WEAK_TENTH)
+    ap.add_argument("--weak-order", choices=["index", "separation"], default=routes.LEAN_WEAK_ORDER)
     ap.add_argument("--rescue-scales", nargs="+", type=Fraction, metavar="F",
                     default=[Fraction(str(f)) for f in routes.LEAN_RESCUE])
     ap.add_argument("--trace-rescues", action="store_true",
@@ -59,6 +60,7 @@ def main(argv=None):
     routes.LEAN_WEAK_KINDS = tuple(args.weak_kinds)
     routes.LEAN_WEAK_PER_ENTRY = args.weak_per_entry
     routes.LEAN_WEAK_TENTH = args.weak_tenth
+    routes.LEAN_WEAK_ORDER = args.weak_order
     routes.LEAN_RESCUE = tuple(mpq(f.numerator, f.denominator) for f in args.rescue_scales)
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
     print(f"# lean plan: {args.nodes[0]}H + {args.nodes[1]} nodes, at most {args.weak_rounds} "

@@ -56,6 +56,10 @@ LEAN_WEAK_ROUNDS = 3
 LEAN_WEAK_KINDS = ("e",)
 LEAN_WEAK_PER_ENTRY = SUPPLEMENT_PER_ENTRY
 LEAN_WEAK_TENTH = 10                 # at most 1 / this of M's entries weak a round
+#: the k of a weak entry's (x_i, e_j - e_k) families: "index" (the first labelled ones) or
+#: "separation" (their predicted poles farthest apart:
+#: :func:`~exactlearn.strategies.real.stable_supplement._by_separation`)
+LEAN_WEAK_ORDER = "index"
 PENCIL_MIN_HEADS = 2     # the pencil start (step 3b) when the families fail, from this many heads
 PENCIL_SCALES = (mpq(1, 2), mpq(1), mpq(2))   # the plan's families after it, around sigma
 #: a box whose declared eta exceeds this times its outputs is coarser than float64 (a float32

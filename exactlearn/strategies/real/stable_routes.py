@@ -27,7 +27,8 @@ from exactlearn.strategies.real.stable_messages import declared_level, precision
 from exactlearn.strategies.real.stable_pencil import pencil_heads
 from exactlearn.strategies.real.stable_plan import (COARSE, LEAN_WEAK_KINDS,
                                                     LEAN_WEAK_PER_ENTRY, LEAN_WEAK_ROUNDS,
-                                                    LEAN_WEAK_TENTH, PENCIL_SCALES,
+                                                    LEAN_WEAK_ORDER, LEAN_WEAK_TENTH,
+                                                    PENCIL_SCALES,
                                                     ROOTS_TRIED, SUPPLEMENT_ROUNDS,
                                                     STABLE_UNEQUAL_FACTOR, stable_bias_plan,
                                                     stable_count)
@@ -92,7 +93,8 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
         nodes = ratio_nodes(H, lean=True)
     weak = ({"weak_limit": LEAN_WEAK_ROUNDS, "weak_kinds": LEAN_WEAK_KINDS,
              "weak_per_entry": LEAN_WEAK_PER_ENTRY, "weak_tenth": LEAN_WEAK_TENTH,
-             "rescue": LEAN_RESCUE} if lean else {"weak_limit": SUPPLEMENT_ROUNDS})
+             "rescue": LEAN_RESCUE, "weak_order": LEAN_WEAK_ORDER} if lean
+            else {"weak_limit": SUPPLEMENT_ROUNDS})
     planned = stable_count(d, H, bias, lean=lean)
     if plan_log is not None:
         plan_log.append(planned)

@@ -14,7 +14,7 @@ from exactlearn.errors import LearningFailure
 from exactlearn.pipeline.plan import Config
 from exactlearn.strategies.real.labels import (directions, known_part, label_by_c,
                                                label_by_c_pair, references)
-from exactlearn.strategies.real.ratio import family_tokens
+from exactlearn.strategies.real.ratio import MAX_COPIES, family_tokens
 from exactlearn.strategies.real.stable_families import (RESCALE, RESCUE, family_poles,
                                                         resolve_family)
 from exactlearn.strategies.real.stable_plan import SUPPLEMENT_PER_ENTRY, SUPPLEMENT_ROUNDS
@@ -25,7 +25,7 @@ from exactlearn.strategies.real.stable_solve import rows_bias, rows_of, undeterm
 def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
                 relation, frame=None, scales=None, equal_only=False, weak_limit=SUPPLEMENT_ROUNDS,
                weak_kinds=("scale", "e"), weak_per_entry=SUPPLEMENT_PER_ENTRY, weak_tenth=10,
-               rescue=None):
+               rescue=None, weak_order="index"):
     """Supplementary families for the entries of M (and c) that the labelled families leave
     undetermined -- ``(x_i, e_j - e_k)`` for the k whose basis family at x_i is labelled; for
     a coarse box (``equal_only``) then the other k, ``(x_i, e_j + e_k)`` and ``(x_i + x_k, e_j)``
@@ -83,8 +83,10 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
         refs = {**synth, **references(configs, index, poles_of)}
         want = [divmod(u, dc) for u in missW] + [(j, 0) for j in missv]
         kinds = weak_kinds if weak else ("e",)
+        order = (_by_separation(splan, fits, index, m)
+                 if weak and weak_order == "separation" else None)
         new = _new_families(splan, want, refs, index, tried, kinds,
-                            weak_per_entry if weak else SUPPLEMENT_PER_ENTRY, equal_only)
+                            weak_per_entry if weak else SUPPLEMENT_PER_ENTRY, equal_only, order)
         if not new:
             break
         asker.ask([q for c, _, f in new for q in
@@ -111,7 +113,34 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
     return asked
 
 
-def _new_families(splan, want, refs, index, tried, kinds, per_entry, equal_only) -> list:
+def _by_separation(splan, fits, index, m):
+    """The k of a weak entry's ``(x_i, e_j - e_k)`` families, best first: the family's poles
+    predicted from the labelled basis families, ``log rho_h = L_h(i, j) - L_h(i, k)``, as far
+    apart as possible (crowded poles are what leaves an entry weak) and within the nodes'
+    range."""
+    def logs(i, j):
+        n = splan.index("basis", i, j)
+        return None if n not in index else [float(fits[n].logs[index[n][h]]) for h in range(m)]
+
+    def order(i, j, ks):
+        Lj = logs(i, j)
+        if Lj is None:
+            return ks
+
+        def score(k):
+            Lk = logs(i, k)
+            if Lk is None:
+                return -np.inf
+            p = [a - b for a, b in zip(Lj, Lk)]
+            if max(abs(x) for x in p) > np.log(MAX_COPIES):
+                return -1.0
+            return min((abs(a - b) for x, a in enumerate(p) for b in p[x + 1:]), default=0.0)
+        return sorted(ks, key=lambda k: -score(k))
+    return order
+
+
+def _new_families(splan, want, refs, index, tried, kinds, per_entry, equal_only,
+                  order=None) -> list:
     """The families of one round for the entries ``want`` (``(j, i)`` of M), as ``(config, o,
     scale)``, none of them in ``tried`` (which gets them): with ``"scale"`` in ``kinds`` the
     basis family ``(x_i, e_j)`` again at the scales RESCALE (a head out of the nodes' range,
@@ -129,6 +158,8 @@ def _new_families(splan, want, refs, index, tried, kinds, per_entry, equal_only)
                     key=lambda k: splan.index("basis", i, k) not in index)
         if not equal_only:              # a box at float64 rounding: labelled k only
             ks = [k for k in ks if splan.index("basis", i, k) in index]
+        if order is not None:
+            ks = order(i, j, ks)
         opts = [("e", k, s) for s in ((-1, 1) if equal_only else (-1,)) for k in ks]
         if j in refs and equal_only:    # then (x_i + x_k, e_j): another final token
             opts += [("x", k, 1) for k in range(len(splan.X)) if k != i]
