@@ -15,12 +15,12 @@ rows print the queries and where they went (probe, supplementary and targeted fa
 rescued configurations) beside each run's error and bound:
 
     python benchmarks/bench_stable_mechanisms.py --nodes 3 1 --weak-rounds 1 -- --grid --seeds 6
-    python benchmarks/bench_stable_mechanisms.py --weak-kinds scale e -- --grid --seeds 6
+    python benchmarks/bench_stable_mechanisms.py --weak-kinds e -- --grid --seeds 6
     python benchmarks/bench_stable_mechanisms.py --nodes 4 4 --weak-rounds 5 \\
         --weak-kinds scale e -- --grid --seeds 6
 
-The last is the stable plan as it was before the lean plan, the second the lean plan before
-its weak rounds dropped the rescaled basis families (docs/howto/float-black-box.md, "Fewer
+The last is the stable plan as it was before the lean plan, the second the lean plan without
+the rescaled basis families in its weak rounds (docs/howto/float-black-box.md, "Fewer
 queries").
 """
 from __future__ import annotations
