@@ -199,6 +199,42 @@ def test_solve_scaled_decides_weak_directions_by_the_eigenvalues():
     assert x is None and inv is None and len(weak) == 1
 
 
+def _big_spectrum(lam, seed=0):
+    """n x n symmetric Q diag(lam) Q^T with a random orthogonal Q and unit diagonal entries
+    up to rounding (its rows' absolute sums far above its largest eigenvalue)."""
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.standard_normal((len(lam), len(lam))))
+    A = Q @ np.diag(lam) @ Q.T
+    s = np.sqrt(np.diag(A))
+    return A / s[:, None] / s[None, :]
+
+
+def test_solve_scaled_proves_no_direction_weak_without_eigh(monkeypatch):
+    """Where the row sums' pre-test fails but every eigenvalue is above the largest over
+    WEAK_COND (a condition of 5e7, as the d = 16, H = 6 polish's normal matrix), Lanczos' bound
+    on the largest eigenvalue, proved by a Cholesky factor, decides without ``eigh``; the
+    solution is Cholesky's. Just below the threshold the weak direction is still found."""
+    from exactlearn.strategies.real import stable_normal as sn
+    n = 200
+    lam = np.logspace(np.log10(1 / 5e7), 0, n)
+    A = _big_spectrum(lam)
+    ev = np.linalg.eigvalsh(A)
+    assert ev[0] > ev[-1] / sn.WEAK_COND                 # no weak direction ...
+    tau = np.abs(A).sum(axis=1).max() / sn.WEAK_COND
+    assert not sn._definite(A - tau * np.eye(n))         # ... which the row sums cannot show
+    b = np.arange(float(n))
+    eigh = np.linalg.eigh
+    monkeypatch.setattr(np.linalg, "eigh", lambda *a, **k: pytest.fail("eigh was called"))
+    x, inv, weak = sn.solve_scaled(A, b)
+    assert weak == [] and np.allclose(A @ x, b, rtol=1e-6, atol=1e-6 * np.abs(b).max())
+    monkeypatch.setattr(np.linalg, "eigh", eigh)
+    A2 = _big_spectrum(np.concatenate([[0.5 / sn.WEAK_COND], lam[1:]]))
+    ev2 = np.linalg.eigvalsh(A2)
+    assert ev2[0] < ev2[-1] / sn.WEAK_COND
+    x, inv, weak = sn.solve_scaled(A2, b)
+    assert len(weak) == 1 and x is not None
+
+
 @pytest.mark.parametrize("spread", [0.5, 3.0])
 def test_chebyshev_bound_with_a_limit_decides_as_without(monkeypatch, spread):
     """With ``limit`` the reweighting stops once a step's largest residual (an upper bound on
