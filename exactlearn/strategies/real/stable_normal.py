@@ -210,40 +210,76 @@ class Weak:
 
 def solve_scaled(A, b, inverse=True):
     """``(A^-1 b, A^-1, [])`` with Jacobi scaling, or ``(None, None, weak directions)`` when
-    A is too ill-conditioned (``A^-1`` None too unless ``inverse``).  The eigenvalues decide:
-    when ``As - tau I`` has a Cholesky factor, ``tau = ||As||_inf / WEAK_COND`` (at least the
-    largest eigenvalue over WEAK_COND), no direction is weak and the solve is Cholesky's with
-    no eigenvalue formed (a fifth of eigvalsh's time at a thousand unknowns), or when the same
-    test passes at a proved upper bound of the largest eigenvalue (:func:`_above`: the row sums
-    overstate it, 1.8 times at d = 16, H = 6); otherwise the eigenpairs (one ``eigh``) decide: Cholesky's solve still when no eigenvalue is below the
-    largest over WEAK_COND, else the weak directions are their eigenvectors."""
-    from scipy.linalg import cho_factor, cho_solve
-    s = np.sqrt(np.maximum(np.diag(A), 1e-300))
-    As = A / s[:, None] / s[None, :]
-    tau = np.abs(As).sum(axis=1).max() / WEAK_COND
-    ev = None
-    if not (np.isfinite(tau) and (_definite(As - tau * np.eye(len(s))) or _above(As, tau))):
-        ev, U = np.linalg.eigh(As)
-        if ev[-1] <= 0:
-            return None, None, []
-    if ev is None or ev[0] > ev[-1] / WEAK_COND:
-        try:
-            fac = cho_factor(As, lower=True, check_finite=False)
-        except np.linalg.LinAlgError:
-            fac = None
-        if fac is not None:
-            x = cho_solve(fac, b / s, check_finite=False) / s
+    A is too ill-conditioned (``A^-1`` None too unless ``inverse``): :class:`Scaled`'s
+    factor of ``A``, then its solve."""
+    return Scaled(A).solved(b, inverse)
+
+
+class Scaled:
+    """The Jacobi-scaled ``As`` of a symmetric ``A`` factored once, so that a solve, the
+    inverse and the weak directions at one point share it (the polish's last Gauss--Newton
+    step, its bounds and its hat).  The eigenvalues decide: when ``As - tau I`` has a
+    Cholesky factor, ``tau = ||As||_inf / WEAK_COND`` (at least the largest eigenvalue over
+    WEAK_COND), no direction is weak and the solve is Cholesky's with no eigenvalue formed (a
+    fifth of eigvalsh's time at a thousand unknowns), or when the same test passes at a
+    proved upper bound of the largest eigenvalue (:func:`_above`: the row sums overstate it,
+    1.8 times at d = 16, H = 6); otherwise the eigenpairs (one ``eigh``) decide: Cholesky's
+    solve still when no eigenvalue is below the largest over WEAK_COND, else the weak
+    directions are their eigenvectors."""
+
+    def __init__(self, A):
+        from scipy.linalg import cho_factor
+        s = self.s = np.sqrt(np.maximum(np.diag(A), 1e-300))
+        As = A / s[:, None] / s[None, :]
+        self.fac = self.ev = self.U = None
+        self.weak = []
+        tau = np.abs(As).sum(axis=1).max() / WEAK_COND
+        ev = None
+        if not (np.isfinite(tau) and (_definite(As - tau * np.eye(len(s))) or _above(As, tau))):
+            ev, U = np.linalg.eigh(As)
+            if ev[-1] <= 0:
+                self.ev = ev                # nothing solves, no direction named
+                return
+        if ev is None or ev[0] > ev[-1] / WEAK_COND:
+            try:
+                self.fac = cho_factor(As, lower=True, check_finite=False)
+                return
+            except np.linalg.LinAlgError:
+                pass
+        if ev is None:                  # As - tau I definite, yet Cholesky of As failed
+            ev, U = np.linalg.eigh(As)
+        self.ev, self.U = ev, U
+        self.weak = [U[:, k] / s for k in np.flatnonzero(ev <= ev[-1] / WEAK_COND)]
+
+    @property
+    def solvable(self) -> bool:
+        return self.fac is not None or (self.ev is not None and self.ev[-1] > 0 and
+                                        self.ev[0] > self.ev[-1] / COND_LIMIT)
+
+    def solved(self, b, inverse=True) -> tuple:
+        """``(A^-1 b, A^-1 or None, weak directions)``; ``(None, None, weak)`` when A does
+        not solve."""
+        from scipy.linalg import cho_solve
+        s = self.s
+        if not self.solvable:
+            return None, None, self.weak
+        if self.fac is not None:
+            x = cho_solve(self.fac, b / s, check_finite=False) / s
             if not inverse:
                 return x, None, []
-            inv = cho_solve(fac, np.eye(len(s)), check_finite=False)
-            return x, inv / s[:, None] / s[None, :], []
-    if ev is None:                      # As - tau I definite, yet Cholesky of As failed
-        ev, U = np.linalg.eigh(As)
-    weak = [U[:, k] / s for k in np.flatnonzero(ev <= ev[-1] / WEAK_COND)]
-    if ev[0] <= ev[-1] / COND_LIMIT:
-        return None, None, weak
-    inv = (U / ev[None, :]) @ U.T / s[:, None] / s[None, :]
-    return inv @ b, inv, weak
+            return x, self.inverse(), []
+        inv = self.inverse()
+        return inv @ b, inv, self.weak
+
+    def inverse(self):
+        """``A^-1`` (the factor's; only when :attr:`solvable`)."""
+        from scipy.linalg import cho_solve
+        s = self.s
+        if self.fac is not None:
+            inv = cho_solve(self.fac, np.eye(len(s)), check_finite=False)
+            return inv / s[:, None] / s[None, :]
+        U, ev = self.U, self.ev
+        return (U / ev[None, :]) @ U.T / s[:, None] / s[None, :]
 
 
 def _above(As, tau) -> bool:

@@ -48,7 +48,7 @@ normal equations are in :mod:`~exactlearn.strategies.real.stable_normal`, the mi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mpmath
 import numpy as np
@@ -58,7 +58,8 @@ from exactlearn.strategies.real.lsq import EPS, last, refine, solve
 from exactlearn.strategies.real.stable_normal import (Families, LM_STEPS, MAX_DENSE,
                                                       MAX_PARAMETERS, MAX_STEPS, Weak,
                                                       family_values, head_arrays,
-                                                      normal_equations, solve_scaled, v_jacobian)
+                                                      normal_equations, solve_scaled, Scaled,
+                                                      v_jacobian)
 
 
 @dataclass
@@ -76,6 +77,8 @@ class Polished:
     excess: float = 0.0
     weak: Weak | None = None
     constant_bound: tuple | None = None
+    #: ``(observations, start, etas, families, parts, A^-1)`` of the fit, for :func:`hat`
+    normal: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def solved(self) -> bool:
@@ -139,8 +142,10 @@ def _gauss_newton(fam, W, V, c, far):
     (:func:`~exactlearn.strategies.real.stable_normal.normal_equations`) from ``(W, V, c)``, as
     the steps of :func:`~exactlearn.strategies.real.lsq.refine` at float64's precision: a step
     that raises the weighted cost (beyond ``1e-9`` of it, rounding) is not taken, and one that
-    lowers it by at most ``1e-6`` of it settles.  Returns ``(W, V, c, A, b, parts, weak)`` at
-    the last point taken (``weak``: the start's weak directions, :class:`Weak`); ``None`` when
+    lowers it by at most ``1e-6`` of it settles.  Returns ``(W, V, c, A, b, parts, weak,
+    factor)`` at the last point taken (``weak``: the start's weak directions, :class:`Weak`;
+    ``factor``: A's :class:`~exactlearn.strategies.real.stable_normal.Scaled` when a step
+    formed it, else None); ``None`` when
     no step is taken from a start that is not ``far`` (Levenberg--Marquardt's end), the matrix
     stops solving after the start or ``MAX_STEPS`` steps do not settle; the start's
     :class:`Weak` when its matrix does not solve.
@@ -152,6 +157,7 @@ def _gauss_newton(fam, W, V, c, far):
     H, d = V.shape
     shape, nW = W.shape, W.size
     kept, weak0 = [], []                # the points taken: (W, V, c, A, b, parts, cost)
+    factors = {}                        # their normal matrices' factors, where a step formed one
 
     def judge(th):
         """Takes the point ``th`` or not: False when the iteration stops there."""
@@ -168,7 +174,8 @@ def _gauss_newton(fam, W, V, c, far):
     def step(th):
         if not judge(th):
             return [0.0] * len(th)                      # refine converges: the iteration ends
-        delta, _, weak = solve_scaled(*kept[-1][3:5], inverse=False)
+        factors[len(kept) - 1] = scaled = Scaled(kept[-1][3])
+        delta, _, weak = scaled.solved(kept[-1][4], inverse=False)
         if len(kept) == 1:
             weak0.append(Weak([_direction(u, H, d, shape[2]) for u in weak]))
         if delta is None:
@@ -184,7 +191,7 @@ def _gauss_newton(fam, W, V, c, far):
         return None                                     # MAX_STEPS steps, still not settled
     if len(kept) == 1 and not far:
         return None                                     # no step decreased the cost
-    return kept[-1][:6] + (weak0[0],)
+    return kept[-1][:6] + (weak0[0], factors.get(len(kept) - 1))
 
 
 def _heads_of(W, V, c, bias, mpf):
@@ -219,9 +226,9 @@ def polish(heads, K, rec, start, etas, far=None, bias=False) -> Polished:
     got = _gauss_newton(fam, W, V, c, far is not None)
     if not isinstance(got, tuple):                  # None, or the start's weak directions
         return Polished(weak=got)
-    W, V, c, A, b, parts, weak0 = got
+    W, V, c, A, b, parts, weak0, scaled = got
     shape = W.shape
-    nxt, inv, _ = solve_scaled(A, b)
+    nxt, inv, _ = (scaled or Scaled(A)).solved(b)
     if inv is None:
         return Polished()
     step = np.abs(nxt)            # the step still to go from the estimate: its distance to the fit
@@ -249,7 +256,8 @@ def polish(heads, K, rec, start, etas, far=None, bias=False) -> Polished:
     fV = first[H * dd:H * dd + H * d].reshape(H, d)
     rV = rnd[H * dd:H * dd + H * d].reshape(H, d)
     return Polished(out, (fW, rW), (fV, rV), excess, weak0,
-                    (float(first[-1]), float(rnd[-1])) if bias else None)
+                    (float(first[-1]), float(rnd[-1])) if bias else None,
+                    (len(rec.observations), start, np.array(etas, dtype=float), fam, parts, inv))
 
 
 def hat(polished, rec, start, etas):
@@ -258,11 +266,16 @@ def hat(polished, rec, start, etas):
     heads, (fW, rW), (fV, rV) = polished.heads, polished.W_bounds, polished.v_bounds
     bias = polished.bias
     W, V, c = head_arrays(heads, bias)
-    fam = Families(rec, start, etas, bias)
-    A, _, parts, _ = normal_equations(fam, W, V, c)
-    _, inv, _ = solve_scaled(A, np.zeros(len(A)))
-    if inv is None:
-        return None
+    kept = polished.normal
+    if (kept is not None and kept[:2] == (len(rec.observations), start)
+            and np.array_equal(kept[2], np.asarray(etas, dtype=float))):
+        fam, parts, inv = kept[3:]      # the observations the polish fitted: its own inverse
+    else:
+        fam = Families(rec, start, etas, bias)
+        A, _, parts, _ = normal_equations(fam, W, V, c)
+        _, inv, _ = solve_scaled(A, np.zeros(len(A)))
+        if inv is None:
+            return None
     cb = polished.constant_bound
     first = np.concatenate([np.ravel(fW), np.ravel(fV)] + ([[cb[0]]] if bias else []))
     rnd = np.concatenate([np.ravel(rW), np.ravel(rV)] + ([[cb[1]]] if bias else []))
