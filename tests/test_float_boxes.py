@@ -532,3 +532,27 @@ def test_verify_asks_a_float_box_and_reads_its_float_answers(tmp_path, capsys):
                  "--heads", "2", "--seed", "1", "--verify", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "certified" and out["verified"] is True and out["verify_queries"] == 3
+
+
+@pytest.mark.parametrize("pencil", ["certified", "failed"])
+def test_a_pencil_run_after_the_lean_plan_names_the_pencils_plan(monkeypatch, pencil):
+    """When the lean plan's families fail (here: every fit refused) the pencil start asks the
+    plan's configurations at the dense nodes; the run's plan_queries is that plan's count,
+    whether the pencil start is certified or fails itself (the hostile review of 1929c24 found
+    the failed lean attempt's count reported after a failed pencil start)."""
+    from exactlearn.strategies.real import stable_routes
+
+    def refused(*args, **kwargs):
+        raise DegenerateDraw("every family refused (test)")
+    monkeypatch.setattr(stable_routes, "fit_all", refused)
+    if pencil == "failed":
+        monkeypatch.setattr(stable_routes, "pencil_heads", refused)
+    box = NumpyAttention.from_seed(4, 2, 0)
+    res = learn(box, d=4, heads=2, field=Real(), tokens="float64", plan="stable", seed=0,
+                noise=5e-14, retries=0)
+    assert res.certified == (pencil == "certified")
+    if res.certified:
+        assert res.real_detail["start"] == "pencil"
+    else:
+        assert "the pencil start failed too" in res.error
+    assert res.plan_queries == stable_count(4, 2) > stable_count(4, 2, lean=True)

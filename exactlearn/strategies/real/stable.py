@@ -131,10 +131,8 @@ from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_MIN_HEADS, ST
 from exactlearn.strategies.real.stable_polish import polish
 from exactlearn.strategies.real.stable_probe import STABLE_TARGET, probe_scale
 from exactlearn.strategies.real.stable_routes import pencil_route, probe_nodes
+from exactlearn.strategies.real.stable_routes import per_family as _per_family  # tests force it
 from exactlearn.strategies.real.stable_supplement import target_families
-
-# the families' route: run_stable looks it up here (tests force it)
-from exactlearn.strategies.real.stable_routes import per_family as _per_family
 
 
 def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
@@ -317,6 +315,8 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
                             f"precision)") from None
         n_probe = len(rec.observations) - start if n_probe is None else n_probe   # all probing
         probe_log[-1] = n_probe
+        if plan_log is not None:        # the pencil asks the plan at the dense nodes
+            plan_log.append(stable_count(plan0.d, H, bias))
         try:
             route = pencil_route(plan0, K, asker, nz, nodes, H, exc, bias)
         except LearningFailure as exc2:     # the box's nan twice: said once, in one line
