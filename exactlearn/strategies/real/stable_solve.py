@@ -127,10 +127,12 @@ def weak_entries(rows, fits, index, m, d, dc=None, tenth=10) -> list:
     return weak[:max(1, d * dc // tenth)]
 
 
-def wls_sparse(K, design, p, meas, bounds, sens_rows, n_obs):
+def wls_sparse(K, design, p, meas, bounds, sens_rows, n_obs, map_rows=None):
     """Weighted least squares of ``meas`` (mpf) over the ``design`` (rows of
     ``(unknown, coefficient)``): values in the field's precision (float64 G plus iterative
-    refinement), float64 sensitivities ``S = G S_meas`` (p x n_obs)."""
+    refinement), float64 sensitivities ``S = T G S_meas`` (n_obs columns), ``T`` the linear
+    map ``map_rows`` of the unknowns to the quantities wanted (identity when None), applied to
+    ``G`` (p x measurements) before the product with the observations' sparse ``S_meas``."""
     ctx = K.ctx
     N = len(design)
     A = np.zeros((N, p))
@@ -168,7 +170,8 @@ def wls_sparse(K, design, p, meas, bounds, sens_rows, n_obs):
         if not out.converged:
             raise SingularMatrix("the refinement of a head's least-squares solve did not converge")
         u, size = [from_mpfr(ctx, x) for x in out.theta], float(out.size) + slack[0]
-    return [+x for x in u], _sensitivities(G, sens_rows, n_obs), 2 * float(size)
+    TG = G if map_rows is None else map_rows(G)
+    return [+x for x in u], _sensitivities(TG, sens_rows, n_obs), 2 * float(size)
 
 
 def _sensitivities(G, sens_rows, n_obs):
@@ -215,17 +218,21 @@ def _solve_M(rows, fits, ids, index, K, m, n_obs, Xinv, EinvT, d):
     floor = float(K.ctx.ldexp(1, -K.prec)) * 64 * dc * dc
     ctx = K.ctx
     heads, SWs, Svs, rounds = [], [], [], []
+
+    def to_W(G):                        # rows (j, i) of M -> rows (r, q) of E^-T M X^-1
+        N = G.shape[1]
+        T = (Ei @ G.reshape(d, dc * N)).reshape(d, dc, N)
+        return np.einsum("iq,riN->rqN", Xi, T).reshape(d * dc, N)
     for h in range(m):
         ml, bl, sl, mc, bc, sc = _head_measurements(fits, ids, index, used, h, m)
-        Mu, SM, rM = wls_sparse(K, dW, d * dc, ml, bl, sl, n_obs)
-        cu, Sc, rc = wls_sparse(K, dv, d, mc, bc, sc, n_obs)
+        # W = E^-T M X^-1 and v = -E^-T c, applied to the measurements' left inverses
+        Mu, SW, rM = wls_sparse(K, dW, d * dc, ml, bl, sl, n_obs, map_rows=to_W)
+        cu, Sv, rc = wls_sparse(K, dv, d, mc, bc, sc, n_obs, map_rows=lambda G: -(Ei @ G))
         Wt, v = _heads_of_M(ctx, EiK, XiK, Mu, cu, d, dc)
-        T = (Ei @ SM.reshape(d, dc * n_obs)).reshape(d, dc, n_obs)         # E^-T M, per r
-        SW = np.matmul(Xi.T[None], T).reshape(d * dc, n_obs)               # then X^-1
         heads.append(Head(Wt, v) if dc == d else
                      Head(tuple(tuple(row[:d]) for row in Wt), v, tuple(row[d] for row in Wt)))
         SWs.append(SW)
-        Svs.append(-(Ei @ Sc))
+        Svs.append(Sv)
         size = max(abs(float(a)) for row in Wt for a in row) + max(abs(float(a)) for a in v)
         rounds.append((rM * e_norm * x_norm + floor * size, rc * e_norm + floor * size))
     return heads, SWs, Svs, rounds
