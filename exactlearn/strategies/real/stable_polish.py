@@ -234,15 +234,16 @@ def polish(heads, K, rec, start, etas, far=None, bias=False) -> Polished:
     step = np.abs(nxt)            # the step still to go from the estimate: its distance to the fit
     excess = _excess(fam, parts)
     first, rnd = np.zeros(len(b)), np.zeros(len(b))
-    # columns of A^-1 T_f^T: the W-part of family f's z_h is D_f placed at head h's rows
-    Zcols = [inv[:, h * dd:(h + 1) * dd] @ fam.D.T for h in range(H)]         # P x F each
-    Vcols = inv[:, H * dd:]
+    # rows of (A^-1 T_f^T)^T: the W-part of family f's z_h is D_f placed at head h's rows;
+    # S^T (n x P) is formed per family, its rows contiguous
+    Zrows = [fam.D @ inv[:, h * dd:(h + 1) * dd].T for h in range(H)]         # F x P each
+    VT = np.ascontiguousarray(inv[:, H * dd:].T)
     for f, (gz, Jv, w, size, _) in enumerate(parts):
-        C = np.concatenate([np.stack([Zcols[h][:, f] for h in range(H)], axis=1), Vcols], axis=1)
-        S = C @ np.concatenate([gz, Jv], axis=1).T * w[None, :]               # P x n
-        aS = np.abs(S)
-        first += aS @ fam.eta[f]
-        rnd += aS @ (8 * EPS * (size + np.abs(fam.y[f])))
+        ST = gz @ np.stack([Z[f] for Z in Zrows]) + Jv @ VT                    # n x P
+        ST *= w[:, None]
+        aS = np.abs(ST, out=ST)
+        first += fam.eta[f] @ aS
+        rnd += (8 * EPS * (size + np.abs(fam.y[f]))) @ aS
     theta = np.concatenate([W.reshape(-1), V.reshape(-1)] + ([[c]] if bias else []))
     rnd += 2 * step + 4 * EPS * np.abs(theta)
     mpf = K.ctx.mpf                                  # a float64 is exact in any precision
