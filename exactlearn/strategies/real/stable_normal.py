@@ -150,14 +150,7 @@ def normal_equations(fam, W, V, c=0.0):
     Nzz = per_family(wg[:, :, None] * gz[:, None, :])                    # F x H x H
     Sx = per_family(wg[:, :, None] * q[:, None, :])                      # sum w gz_h (1 - p_g)
     Sa = per_family(wg[:, :, None] * p[:, None, :])                      # sum w gz_h p_g
-    Txx = per_family(wq[:, :, None] * q[:, None, :])
-    Txa = per_family(wq[:, :, None] * p[:, None, :])                     # [f, h, g]: (1-p_h) p_g
-    Taa = per_family(wp[:, :, None] * p[:, None, :])
     xs, as_ = fam.x, fam.a
-    Avv = (np.einsum("fhg,fi,fj->higj", Txx, xs, xs, optimize=True)
-           + np.einsum("fhg,fi,fj->higj", Txa, xs, as_, optimize=True)
-           + np.einsum("fgh,fi,fj->higj", Txa, as_, xs, optimize=True)
-           + np.einsum("fhg,fi,fj->higj", Taa, as_, as_, optimize=True)).reshape(H * d, H * d)
     Nzv = np.zeros((F, H, nv))
     Nzv[:, :, :H * d] = (np.einsum("fhg,fi->fhgi", Sx, xs)
                          + np.einsum("fhg,fi->fhgi", Sa, as_)).reshape(F, H, H * d)
@@ -166,7 +159,7 @@ def normal_equations(fam, W, V, c=0.0):
     bv = np.zeros(nv)
     bv[:H * d] = (np.einsum("fh,fi->hi", Rx, xs) + np.einsum("fh,fi->hi", Ra, as_)).reshape(-1)
     A = np.zeros((P, P))
-    A[H * dd:H * dd + H * d, H * dd:H * dd + H * d] = Avv
+    A[H * dd:H * dd + H * d, H * dd:H * dd + H * d] = _vv(per_family, wq, wp, q, p, xs, as_)
     if fam.bias:                                     # the constant's column of ones
         Nzv[:, :, -1] = per_family(wg)
         col = (np.einsum("fh,fi->hi", per_family(wq), xs)
@@ -176,15 +169,7 @@ def normal_equations(fam, W, V, c=0.0):
         A[-1, -1] = float(w.sum())
         bv[-1] = float(wr.sum())
     Dm = fam.D
-    for h in range(H):
-        rows = slice(h * dd, (h + 1) * dd)
-        for g in range(h, H):
-            blk = Dm.T @ (Nzz[:, h, g][:, None] * Dm)
-            A[rows, g * dd:(g + 1) * dd] = blk
-            A[g * dd:(g + 1) * dd, rows] = blk.T
-        cross = Dm.T @ Nzv[:, h, :]
-        A[rows, H * dd:] = cross
-        A[H * dd:, rows] = cross.T
+    _w_blocks(A, Dm, Nzz, Nzv)
     b = np.concatenate([Dm.T @ bz[:, h] for h in range(H)] + [bv])
     gv = q[:, :, None] * xs[fi][:, None, :] + p[:, :, None] * as_[fi][:, None, :]
     Jv = gv.reshape(len(r), H * d)
@@ -206,6 +191,34 @@ class Weak:
 
     def __init__(self, directions):
         self.directions = directions
+
+
+def _vv(per_family, wq, wp, q, p, xs, as_):
+    """The v-v block of :func:`normal_equations`: per family ``sum w (1 - p_h)(1 - p_g) x
+    x^T``, ``(1 - p_h) p_g x a^T`` (and its transpose) and ``p_h p_g a a^T``, per head pair."""
+    H, d = q.shape[1], xs.shape[1]
+    Txx = per_family(wq[:, :, None] * q[:, None, :])
+    Txa = per_family(wq[:, :, None] * p[:, None, :])                     # [f, h, g]: (1-p_h) p_g
+    Taa = per_family(wp[:, :, None] * p[:, None, :])
+    return (np.einsum("fhg,fi,fj->higj", Txx, xs, xs, optimize=True)
+            + np.einsum("fhg,fi,fj->higj", Txa, xs, as_, optimize=True)
+            + np.einsum("fgh,fi,fj->higj", Txa, as_, xs, optimize=True)
+            + np.einsum("fhg,fi,fj->higj", Taa, as_, as_, optimize=True)).reshape(H * d, H * d)
+
+
+def _w_blocks(A, Dm, Nzz, Nzv):
+    """The W-W blocks ``D^T diag(Nzz[:, h, g]) D`` and the W-v blocks ``D^T Nzv[:, h]`` of
+    :func:`normal_equations`, written into ``A`` (both triangles)."""
+    H, dd = Nzz.shape[1], Dm.shape[1]
+    for h in range(H):
+        rows = slice(h * dd, (h + 1) * dd)
+        for g in range(h, H):
+            blk = Dm.T @ (Nzz[:, h, g][:, None] * Dm)
+            A[rows, g * dd:(g + 1) * dd] = blk
+            A[g * dd:(g + 1) * dd, rows] = blk.T
+        cross = Dm.T @ Nzv[:, h, :]
+        A[rows, H * dd:] = cross
+        A[H * dd:, rows] = cross.T
 
 
 def solve_scaled(A, b, inverse=True):

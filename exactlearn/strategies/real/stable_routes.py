@@ -112,22 +112,9 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     # first-order validity, then labelling with per-relation bounds
     worst_rel = max((rel_bound(f, m) / f.kappa for f in fits.values()), default=0.0)   # at eta
     poles_of = {n: family_poles(K, f, m) for n, f in fits.items()}
-    basis0 = [splan.index("basis", 0, j) for j in range(d)]
-    roots = sorted((n for n in basis0 if n in fits), key=lambda n: rel_bound(fits[n], m))
-    if not roots:
-        raise DegenerateDraw(f"no basis configuration with final token x_1 could be resolved; "
-                             f"(x_1, e_1): {bad[basis0[0]]}")
     relation = WithinBounds(EQUAL_FACTOR, STABLE_UNEQUAL_FACTOR, size=float)
     loose = declared_level(nz, rec, start) > COARSE   # a coarse box: c-values by equality alone
-    index = {}
-    for root in roots[:ROOTS_TRIED]:       # the head numbering: the root that labels most
-        got = (label_families(splan, poles_of, relation, root, square_joint=True,
-                              scales={n: mpq(f) for n, f in rescued.items()}, equal_only=loose)
-               if bias else label_families(splan, poles_of, relation, root, equal_only=loose))
-        if len(got) > len(index):
-            index = got
-        if len(index) >= 0.9 * len(fits):
-            break
+    index = _labelled(splan, fits, poles_of, bad, rescued, relation, loose, m)
     configs = list(splan.configs)
     if not bias:
         rows = [rows_of(c) for c in configs]
@@ -149,6 +136,29 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
         splan, frame, rows, fits, ids, index, K, m, len(rec.observations), scales, tokens_a)
     return Route(splan, heads, SW, Sv, rounds, fits, bad, rescued, index, n_supp, worst_rel,
                  nodes=nodes, constant=c, Sc=Sc, c_round=c_round)
+
+
+def _labelled(splan, fits, poles_of, bad, rescued, relation, loose, m) -> dict:
+    """The families' head labels (``{family: permutation}``): the labelling of
+    :func:`~exactlearn.strategies.real.labels.label_families` from each of the first
+    ``ROOTS_TRIED`` basis families at x_1 (best determined first), the one that labels most;
+    raises when no basis family at x_1 was resolved."""
+    basis0 = [splan.index("basis", 0, j) for j in range(splan.d)]
+    roots = sorted((n for n in basis0 if n in fits), key=lambda n: rel_bound(fits[n], m))
+    if not roots:
+        raise DegenerateDraw(f"no basis configuration with final token x_1 could be resolved; "
+                             f"(x_1, e_1): {bad[basis0[0]]}")
+    index = {}
+    for root in roots[:ROOTS_TRIED]:       # the head numbering: the root that labels most
+        got = (label_families(splan, poles_of, relation, root, square_joint=True,
+                              scales={n: mpq(f) for n, f in rescued.items()}, equal_only=loose)
+               if splan.bias else label_families(splan, poles_of, relation, root,
+                                                 equal_only=loose))
+        if len(got) > len(index):
+            index = got
+        if len(index) >= 0.9 * len(fits):
+            break
+    return index
 
 
 def probe_nodes(plan0, asker, nz, nodes, H, rec, start, lean_ok) -> list:

@@ -93,24 +93,35 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
                    (family_tokens(tuple((f or 1) * a for a in c.x),
                                   tuple((f or 1) * b for b in c.a), kk, mm) for kk, mm in nodes)])
         asked += len(new)
-        for c, k, f in new:             # f None: the rescue scales, as for the plan's families
-            try:
-                fit, q, f_used = resolve_family(c, K, asker, noise, nodes, m, H,
-                                          scales=(f,) if f else (mpq(1),) + (rescue or RESCUE),
-                                          bias=frame is not None)
-            except LearningFailure:
-                continue
-            pl = family_poles(K, fit, m)
-            dirs = [(c.j, 1)] + ([] if k is None or k[0] == "x" else [k[1:]])
-            lab = label_by_c(pl, dirs, refs, relation, equal_only)
-            if lab is None:             # kept: a direction without a reference may label it
-                pending.append((c, k, f_used, fit, q, pl, dirs))
-                continue
-            add(c, k, f_used, fit, q, pl, lab)
+        _fit_and_label(new, K, asker, noise, nodes, m, H, (rescue or RESCUE, frame is not None),
+                       (refs, relation, equal_only), pending, add)
         if equal_only:
             _blind_directions(splan, configs, index, poles_of, pending, synth, relation,
                               equal_only, add)
     return asked
+
+
+def _fit_and_label(new, K, asker, noise, nodes, m, H, how, labelling, pending, add):
+    """Each new family of :func:`supplement` (``(config, o, scale)``) fitted
+    (:func:`~exactlearn.strategies.real.stable_families.resolve_family`; scale None: 1 and
+    then the rescue scales of ``how = (rescue, bias)``, as for the plan's families) and
+    labelled by its predicted c-values (``labelling = (refs, relation, equal_only)``): ``add``
+    takes a labelled one, ``pending`` one no reference labels yet; one that fails is passed
+    over."""
+    (rescue, bias), (refs, relation, equal_only) = how, labelling
+    for c, k, f in new:
+        try:
+            fit, q, f_used = resolve_family(c, K, asker, noise, nodes, m, H,
+                                            scales=(f,) if f else (mpq(1),) + rescue, bias=bias)
+        except LearningFailure:
+            continue
+        pl = family_poles(K, fit, m)
+        dirs = [(c.j, 1)] + ([] if k is None or k[0] == "x" else [k[1:]])
+        lab = label_by_c(pl, dirs, refs, relation, equal_only)
+        if lab is None:                 # kept: a direction without a reference may label it
+            pending.append((c, k, f_used, fit, q, pl, dirs))
+            continue
+        add(c, k, f_used, fit, q, pl, lab)
 
 
 def _by_separation(splan, fits, index, m):
