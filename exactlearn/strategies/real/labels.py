@@ -219,14 +219,7 @@ def label_families(plan, poles_of: dict, relation, root, dirs=None, square_joint
     def lab(n):
         return [poles_of[n][p] for p in index[n]]
 
-    ties = []
-    for n, c in enumerate(cfg):
-        if c.kind == "within":
-            ties.append((plan.index("basis", c.i, 0), plan.index("basis", c.i, c.j), n, "add"))
-        elif c.kind == "across":
-            ties.append((plan.index("basis", 0, c.j), plan.index("basis", c.i, c.j), n, "equal"))
-    if scales is not None:             # a tie holds at one common scale only (module doc)
-        ties = [t for t in ties if len({scales.get(n, 1) for n in t[:3]}) == 1]
+    ties = _ties(plan, scales)
     present = set(poles_of)
     changed = True
     while changed:
@@ -246,12 +239,7 @@ def label_families(plan, poles_of: dict, relation, root, dirs=None, square_joint
                     break
         # c-values: c_h(x, e) = -v_h.e is additive in e and free of x, so any family whose
         # directions have a labelled basis family is labelled by the predicted c-values
-        refs = {}                      # per direction: the labelled basis family with the
-        for n in sorted(index):        # most precise c-values
-            c = cfg[n]
-            if c.kind == "basis":
-                if c.j not in refs or _spread(lab(n)) < _spread(refs[c.j]):
-                    refs[c.j] = lab(n)
+        refs = references(cfg, index, poles_of)
         for n in sorted(present - set(index)):
             got = label_by_c(poles_of[n], dirs(n), refs, relation, equal_only)
             if got is not None:
@@ -259,26 +247,7 @@ def label_families(plan, poles_of: dict, relation, root, dirs=None, square_joint
                 changed = True
         if changed:
             continue
-        # c-sums: a family of e_k + e_u with e_k labelled labels, with a family of e_u at any
-        # final token and scale, both by c alone (c_h(e_k + e_u) = c_h(e_k) + c_h(e_u))
-        for n in sorted(present - set(index)):
-            ds = dirs(n)
-            if len(ds) != 2 or any(co != 1 for _, co in ds) or ds[0][0] == ds[1][0]:
-                continue
-            unknown = [j for j, _ in ds if j not in refs]
-            if len(unknown) != 1:
-                continue
-            k = next(j for j, _ in ds if j in refs)
-            for b in sorted(present - set(index)):
-                if cfg[b].kind != "basis" or cfg[b].j != unknown[0]:
-                    continue
-                got = label_by_c_sum(poles_of[n], poles_of[b], refs[k], relation, equal_only)
-                if got is not None:
-                    index[n], index[b] = got
-                    changed = True
-                    break
-            if changed:
-                break
+        changed = _by_c_sums(cfg, poles_of, index, present, refs, dirs, relation, equal_only)
     # joints whose sides are labelled: the identity pairing must hold
     for a, b, joint, mode in ties:
         if joint in present and joint not in index and a in index and b in index:
@@ -288,7 +257,48 @@ def label_families(plan, poles_of: dict, relation, root, dirs=None, square_joint
                 continue
             if perm == list(range(len(perm))):
                 index[joint] = pj
-    # one direction's c-values agree across final tokens
+    _check_c_values(cfg, index, lab, relation)
+    return index
+
+
+def _ties(plan, scales) -> list:
+    """The joints ``(base a, base b, joint, mode)`` of the plan's within (``"add"``) and
+    across (``"equal"``) families; with ``scales``, those whose three families share one."""
+    ties = []
+    for n, c in enumerate(plan.configs):
+        if c.kind == "within":
+            ties.append((plan.index("basis", c.i, 0), plan.index("basis", c.i, c.j), n, "add"))
+        elif c.kind == "across":
+            ties.append((plan.index("basis", 0, c.j), plan.index("basis", c.i, c.j), n, "equal"))
+    if scales is not None:             # a tie holds at one common scale only (module doc)
+        ties = [t for t in ties if len({scales.get(n, 1) for n in t[:3]}) == 1]
+    return ties
+
+
+def _by_c_sums(cfg, poles_of, index, present, refs, dirs, relation, equal_only) -> bool:
+    """c-sums: a family of e_k + e_u with e_k labelled labels, with a family of e_u at any
+    final token and scale, both by c alone (c_h(e_k + e_u) = c_h(e_k) + c_h(e_u)); the first
+    such pair found is labelled in ``index``.  Returns whether one was."""
+    for n in sorted(present - set(index)):
+        ds = dirs(n)
+        if len(ds) != 2 or any(co != 1 for _, co in ds) or ds[0][0] == ds[1][0]:
+            continue
+        unknown = [j for j, _ in ds if j not in refs]
+        if len(unknown) != 1:
+            continue
+        k = next(j for j, _ in ds if j in refs)
+        for b in sorted(present - set(index)):
+            if cfg[b].kind != "basis" or cfg[b].j != unknown[0]:
+                continue
+            got = label_by_c_sum(poles_of[n], poles_of[b], refs[k], relation, equal_only)
+            if got is not None:
+                index[n], index[b] = got
+                return True
+    return False
+
+
+def _check_c_values(cfg, index, lab, relation) -> None:
+    """One direction's c-values agree across final tokens, head by head, or MatchError."""
     refs = {}
     for n in sorted(index):
         c = cfg[n]
@@ -301,4 +311,3 @@ def label_families(plan, poles_of: dict, relation, root, dirs=None, square_joint
             if relation.same_c(p, q) is not True:
                 raise MatchError(f"head {h + 1}: its c-value at e_{c.j + 1} depends on the final "
                                  f"token (beyond its error bound)")
-    return index

@@ -115,21 +115,20 @@ from exactlearn.noise import noise_bound
 from exactlearn.pipeline.ask import AskOnce
 from exactlearn.pipeline.plan import paper_plan
 from exactlearn.progress import current
-from exactlearn.strategies.real.analysis import EQUAL_FACTOR
 from exactlearn.strategies.real.certificate import SAFETY, RealOutcome
 from exactlearn.strategies.real.lsq import box_blas_threads
-from exactlearn.strategies.real.ratio import MAX_COPIES, ratio_nodes
+from exactlearn.strategies.real.ratio import ratio_nodes
 from exactlearn.strategies.real.sensitivity import LO, rounding
 from exactlearn.strategies.real.stable_checks import (Estimate, certify_estimate, noise_tests,
                                                      resolution_test)
 from exactlearn.strategies.real.stable_families import plan_pairs, rel_bound
 from exactlearn.strategies.real.stable_messages import coarseness, declared_level
 from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_MIN_HEADS, STABLE_LINEAR_LIMIT,
-                                                    STABLE_UNEQUAL_FACTOR, Noise, bias_tokens,
-                                                    dyadic_basis, query_norm, stable_bias_plan,
-                                                    stable_count)
+                                                    Noise, bias_tokens, dyadic_basis, query_norm,
+                                                    stable_bias_plan, stable_count)
 from exactlearn.strategies.real.stable_polish import polish
-from exactlearn.strategies.real.stable_probe import STABLE_TARGET, probe_scale
+from exactlearn.strategies.real.stable_probe import probe_scale
+from exactlearn.strategies.real.stable_report import run_account
 from exactlearn.strategies.real.stable_routes import pencil_route, probe_nodes
 from exactlearn.strategies.real.stable_routes import per_family as _per_family  # tests force it
 from exactlearn.strategies.real.stable_supplement import target_families
@@ -178,100 +177,48 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     # declared noise is above float64 rounding (an exact high-precision box keeps the solve)
     ys = np.array([abs(float(y)) for _, y in obs])
     float_noise = float(np.median(etas_all[start:] / np.maximum(8 * 2.0 ** -52 * ys, 1e-300))) >= 1
-    far = route.far
-    if far and not float_noise:
+    if route.far and not float_noise:
         raise DegenerateDraw("the pencil start needs the polish, which runs in float64 only for "
                              "a declared noise above float64 rounding")
     current().stage("polish" if float_noise else "certify")
-    polished, n_target, etas_all, obs = (
-        _polish_step(est.heads, K, rec, start, etas_all, route, bias, (asker, nz, nodes, H), size)
-        if float_noise else (None, 0, etas_all, obs))
-    if far and polished is None:
-        raise DegenerateDraw(f"the pencil start ({route.pencil['why'][:80]}...) did not "
-                             f"converge to a well-determined fit of all {len(obs)} observations")
-    pol = None
-    if polished is not None:
-        noise_tests(polished, far, m, len(obs), rec, start, etas_all)
-        pol = _polished_bounds(polished, d, bias)
-        if far or pol.largest() < est.largest():
-            est = pol
+    est, polished, pol, n_target, etas_all, obs = (
+        _polished_estimate(est, route, K, rec, start, etas_all, bias, (asker, nz, nodes, H), size,
+                           m) if float_noise else (est, None, None, 0, etas_all, obs))
     if not est.finite():
         raise DegenerateDraw("a parameter's error bound is not finite: nothing to certify")
     est, worst_ratio, resid_ratio = certify_estimate(est.sorted(), polished, pol, route, K, rec,
                                                      start, etas_all, d, bias)
-    heads, BW, Bv, Bu, Bc, const = est.heads, est.BW, est.Bv, est.Bu, est.Bc, est.constant
-    head_b = [max([x for row in bw for x in row] + list(bv) + (list(Bu[h]) if bias else []))
-              for h, (bw, bv) in enumerate(zip(BW, Bv))]
-    err = max(head_b + ([Bc] if bias else []), default=0.0)
+    heads, const = est.heads, est.constant
+    head_b = [max([x for row in bw for x in row] + list(bv) + (list(est.Bu[h]) if bias else []))
+              for h, (bw, bv) in enumerate(zip(est.BW, est.Bv))]
     resolution = None
     if not heads_exact and len(heads) < H and float_noise:
         resolution = resolution_test(HeadSet(heads, constant=const, bias=True) if bias else heads,
                                      rec, start, etas_all, H, bias)
-    detail = _detail(route, est, head_b, len(obs), (worst_ratio, resid_ratio), resolution,
-                     sigma=sigma, tries=tries, n_probe=n_probe, nodes=nodes, eta=eta,
-                     eta_rel=eta_rel, d=d, H=H, bias=bias, n_target=n_target,
-                     scale_etas=None if scaled is None else scaled[1])
+    detail = run_account(route, est, head_b, len(obs), (worst_ratio, resid_ratio), resolution,
+                         sigma=sigma, tries=tries, n_probe=n_probe, nodes=nodes, eta=eta,
+                         eta_rel=eta_rel, d=d, H=H, bias=bias, n_target=n_target,
+                         scale_etas=None if scaled is None else scaled[1])
+    etas = {q: LO.convert(float(etas_all[q])) for q in range(start, len(rec.observations))}
+    heads, out = _outcome(est, head_b, detail, sigma, n_probe, eta, etas, bias)
+    return heads, len(obs), out
+
+
+def _outcome(est, head_b, detail, sigma, n_probe, eta, etas, bias) -> tuple:
+    """``(heads, RealOutcome)`` of the certified estimate ``est`` (with biases the heads a
+    :class:`~exactlearn.model.HeadSet` with the constant, and its u and c bounds set)."""
+    heads, BW, Bv, Bu, Bc, const = est.heads, est.BW, est.Bv, est.Bu, est.Bc, est.constant
+    err = max(head_b + ([Bc] if bias else []), default=0.0)
     out = RealOutcome(sigma=sigma, probe_queries=n_probe, error_bound=LO.convert(err),
                       head_bounds=[LO.convert(b) for b in head_b], eta=eta, detail=detail,
                       W_bounds=[[[LO.convert(x) for x in row] for row in bw] for bw in BW],
-                      v_bounds=[[LO.convert(x) for x in bv] for bv in Bv],
-                      etas={q: LO.convert(float(etas_all[q])) for q in range(start, len(rec.observations))})
-    if bias:
-        out.u_bounds = [[LO.convert(x) for x in bu] for bu in Bu]
-        out.c_bound = LO.convert(Bc)
-        out.constant = const
-        return HeadSet(heads, constant=const, bias=True), len(obs), out
-    return tuple(heads), len(obs), out
-
-
-def _detail(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries, n_probe, nodes, eta,
-            eta_rel, d, H, bias, n_target, scale_etas=None) -> dict:
-    """The run's account (``real_detail``): the certified estimate ``est`` (its per-head
-    bounds ``head_b``) on ``n_cert`` observations, the certificate's two ratios, the route's
-    families and the probe."""
-    splan, fits, index, far = route.splan, route.fits, route.index, route.far
-    worst_ratio, resid_ratio = ratios
-    name = lambda n: f"{splan.configs[n].kind}{(splan.configs[n].i + 1, splan.configs[n].j + 1)}"
-    detail = {
-        "plan": "stable: ratio families t = k/m geometric on [1/%d, %d], %d finite nodes, "
-                "weighted least squares" % (MAX_COPIES, MAX_COPIES, len(nodes) - 2),
-        "certificate": "within tolerance (noise + propagated parameter uncertainty); not exact",
-        "certified_observations": n_cert,
-        "max_residual_over_tolerance": f"{worst_ratio:.3g}",
-        "max_residual_over_noise_allowance": (None if resid_ratio is None
-                                              else f"{float(resid_ratio):.3g}"),
-        "eta": f"{float(eta):.6g}", "eta_rel": f"{float(eta_rel):.6g}",
-        "head_error_bounds": [f"{b:.3g}" for b in head_b],
-        "matching": f"per relation: equal within {EQUAL_FACTOR}, unequal beyond "
-                    f"{STABLE_UNEQUAL_FACTOR} first-order bounds",
-        "max_relative_pole_error_bound": f"{route.worst_rel:.3g}",
-        "max_abs_exponent":
-            f"{max((abs(float(x)) for f in fits.values() for x in f.logs), default=0.0):.4g}",
-        "query_scale": str(sigma), "scale_rule": "dyadic near-orthogonal X, E; sigma^2 brings the "
-        f"probe's rms log rho to about {STABLE_TARGET}", "probe": tries,
-        "probe_queries": n_probe,
-        "stable_plan_queries": stable_count(d, H, bias, lean=len(nodes) < len(ratio_nodes(H))),
-        "unresolved_configurations": {name(n): str(e)[:160] for n, e in route.bad.items()},
-        "unlabelled_configurations": [name(n) for n in fits
-                                      if n not in index and n < len(splan.configs)],
-        "supplementary_families": route.supplementary,
-        "estimate": est.method,
-        "start": "pencil" if far else "solve",
-        "targeted_families": n_target,
-        "rescued_configurations": {name(n): f for n, f in route.rescued.items()},
-    }
-    if resolution is not None:
-        detail["resolution_test"] = resolution
-    if scale_etas is not None:
-        detail["eta_by_scale"] = scale_etas
-    if bias:
-        detail["bias"] = ("u and c learned (docs/explanation/biases.md): d + 1 final tokens, "
-                          "across families at the midpoints (x_0 + x_i)/2")
-        detail["constant_error_bound"] = f"{est.Bc:.3g}"
-    if far:
-        detail["pencil"] = route.pencil
-        detail["max_relative_pole_error_bound"] = "n/a (pencil start: no family fitted)"
-    return detail
+                      v_bounds=[[LO.convert(x) for x in bv] for bv in Bv], etas=etas)
+    if not bias:
+        return tuple(heads), out
+    out.u_bounds = [[LO.convert(x) for x in bu] for bu in Bu]
+    out.c_bound = LO.convert(Bc)
+    out.constant = const
+    return HeadSet(heads, constant=const, bias=True), out
 
 
 def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, query_scale,
@@ -361,6 +308,25 @@ def _solve_bounds(route, m, d, bias, etas_all, n_obs, loose) -> Estimate:
         Bc = SAFETY * float(np.abs(route.Sc[:n_obs]) @ etas_all) + route.c_round
         heads = HeadSet(heads, constant=const, bias=True)
     return Estimate(heads, BW, Bv, Bu, Bc, const)
+
+
+def _polished_estimate(est, route, K, rec, start, etas_all, bias, ask, size, m) -> tuple:
+    """The polish (:func:`_polish_step`) of the solve's estimate ``est``, its noise tests, and
+    the estimate to certify: the polish's when its bounds are smaller (always from the pencil
+    start).  Returns ``(estimate, polished or None, the polish's estimate or None, targeted
+    families, etas, observations)``."""
+    polished, n_target, etas_all, obs = _polish_step(est.heads, K, rec, start, etas_all, route,
+                                                     bias, ask, size)
+    if route.far and polished is None:
+        raise DegenerateDraw(f"the pencil start ({route.pencil['why'][:80]}...) did not "
+                             f"converge to a well-determined fit of all {len(obs)} observations")
+    pol = None
+    if polished is not None:
+        noise_tests(polished, route.far, m, len(obs), rec, start, etas_all)
+        pol = _polished_bounds(polished, route.splan.d, bias)
+        if route.far or pol.largest() < est.largest():
+            est = pol
+    return est, polished, pol, n_target, etas_all, obs
 
 
 def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tuple:

@@ -51,6 +51,35 @@ def split_gain(heads, rec, start, etas, bias=False):
     return None
 
 
+def _split_columns(p1, p2, Dm, diff, quad, V, mode):
+    """One family's columns of a split head (:func:`_split_gain`), head by head: with
+    ``"full"`` the first-order ones ``p(1 - p) (D (x) diff)``, and the second-order ones
+    ``p(1 - p)(1 - 2p)`` times the pairs of D (x) diff (``"full"``, ``"second"``) or times the
+    pairs and ``v_h . diff`` (otherwise)."""
+    n, cols = len(p1), []
+    for h in range(V.shape[0]):
+        if mode == "full":
+            cols.append((p1[:, h:h + 1, None] * np.outer(Dm, diff).ravel()[None, None, :])
+                        .reshape(n, -1))
+        if mode in ("full", "second"):
+            cols.append((p2[:, h:h + 1, None] * np.outer(quad, diff).ravel()[None, None, :])
+                        .reshape(n, -1))
+        else:
+            cols.append(p2[:, h:h + 1] * quad[None, :] * float(V[h] @ diff))
+    return np.concatenate(cols, axis=1)
+
+
+def _residual_fit(M, s):
+    """``(residual sum of squares, rank)`` of ``s`` against the column-normalised ``M``'s
+    range, the rank cut at ``RESOLVE_RCOND`` of the largest singular value."""
+    M = M / np.maximum(np.sqrt((M * M).sum(axis=0)), 1e-300)[None, :]
+    U, sv, _ = np.linalg.svd(M, full_matrices=False)
+    r = int(np.sum(sv > RESOLVE_RCOND * sv[0])) if len(sv) else 0
+    U = U[:, :r]
+    rr = s - U @ (U.T @ s)
+    return float(rr @ rr), r
+
+
 def _split_gain(fam, W, V, N, iu, mode, c=0.0):
     """:func:`split_gain` with the columns of ``mode``; None when too few observations are
     left beyond their rank."""
@@ -75,17 +104,7 @@ def _split_gain(fam, W, V, N, iu, mode, c=0.0):
         p2 = p1 * (1 - 2 * p)
         diff = fam.diff[f]
         quad = (Dm[:, None] * Dm[None, :])[iu]                                     # pairs
-        cols = []
-        for h in range(m):
-            if mode == "full":
-                cols.append((p1[:, h:h + 1, None] * np.outer(Dm, diff).ravel()[None, None, :])
-                            .reshape(len(val), -1))
-            if mode in ("full", "second"):
-                cols.append((p2[:, h:h + 1, None] * np.outer(quad, diff).ravel()[None, None, :])
-                            .reshape(len(val), -1))
-            else:
-                cols.append(p2[:, h:h + 1] * quad[None, :] * float(V[h] @ diff))
-        Q_all.append(np.concatenate(cols, axis=1) / eta[:, None])
+        Q_all.append(_split_columns(p1, p2, Dm, diff, quad, V, mode) / eta[:, None])
         B_all.append(np.concatenate([p1 * (V @ diff)[None, :], p, np.ones((len(val), 1))],
                                     axis=1) / eta[:, None])
     s = np.concatenate(s_all)
@@ -100,14 +119,7 @@ def _split_gain(fam, W, V, N, iu, mode, c=0.0):
     J = np.concatenate([np.concatenate(J_all), Bf], axis=1)
     Q = np.concatenate(Q_all)
 
-    def fit(M, s):
-        M = M / np.maximum(np.sqrt((M * M).sum(axis=0)), 1e-300)[None, :]
-        U, sv, _ = np.linalg.svd(M, full_matrices=False)
-        r = int(np.sum(sv > RESOLVE_RCOND * sv[0])) if len(sv) else 0
-        U = U[:, :r]
-        rr = s - U @ (U.T @ s)
-        return float(rr @ rr), r
-
+    fit = _residual_fit
     JQ = np.concatenate([J, Q], axis=1)
     rss0, r0 = fit(J, s)
     rss1, r1 = fit(JQ, s)
