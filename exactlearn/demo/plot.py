@@ -111,7 +111,16 @@ def family_figure(row, V, heads=(), field=None, title=None):
     ax.set_title("The black box along one query family: P/Q and its poles")
     ax.legend(fontsize=8, loc="best")
 
-    # right: the heads separating
+    _heads_panel(bx, ks, ys, poles, names, colours, Va)     # right: the heads separating
+    fig.suptitle(title or (f"Query family of configuration (x_1, e_1): x = {list(c.x)}, "
+                           f"e = {list(c.e)}"), fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def _heads_panel(bx, ks, ys, poles, names, colours, Va):
+    """The right panel of :func:`family_figure`: each head's term ``c/(1 + k rho)``, the limit
+    V.a and their sum through the samples."""
     kk = [x / 20 for x in range(0, 20 * (len(ys) - 1) + 1)]
     total = [Va] * len(kk)
     for (rho, cc), name, col in zip(poles, names, colours):
@@ -126,10 +135,6 @@ def family_figure(row, V, heads=(), field=None, title=None):
     bx.set_ylabel("value")
     bx.set_title("The heads separating: one term per canonical head")
     bx.legend(fontsize=8, loc="best")
-    fig.suptitle(title or (f"Query family of configuration (x_1, e_1): x = {list(c.x)}, "
-                           f"e = {list(c.e)}"), fontsize=11)
-    fig.tight_layout()
-    return fig
 
 
 def save_family_figure(path, row, V, heads=(), field=None, title=None) -> str:

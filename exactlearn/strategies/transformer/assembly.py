@@ -70,14 +70,7 @@ def assemble(K, d, H, path, ts, centres, cone_heads) -> OneLayerTransformer:
     def dot(u, x):
         return sum((a * K(b) for a, b in zip(u, x)), K.zero)
 
-    # checks: every sampled single-token output lies on its cone's linear map
-    for t, y in path.samples.items():
-        k = sum(1 for b in ts if b < t)
-        cones = [k] + ([k + 1] if any(b == t for b in ts) else [])
-        for n in cones:
-            if not K.eq(dot(beta(w[n]), path.x(t)), y):
-                raise TransformerFailure("a single-token output is off its cone's linear map "
-                                         "(an undetected kink, or a neuron with beta = 0 (C1))")
+    _check_cones(K, path, ts, [beta(wn) for wn in w], dot)
     # the jump across each kink is one neuron, on its hyperplane
     deltas = []
     for k, t in enumerate(ts):
@@ -106,6 +99,18 @@ def assemble(K, d, H, path, ts, centres, cone_heads) -> OneLayerTransformer:
     # 5. the model
     neurons, u = _merge_parallel(K, neurons, u)
     return _build(K, d, Ws, neurons, u)
+
+
+def _check_cones(K, path, ts, betas, dot) -> None:
+    """Every sampled single-token output lies on its cone's linear map ``betas[k]`` (both
+    cones' at a kink), or :class:`TransformerFailure`."""
+    for t, y in path.samples.items():
+        k = sum(1 for b in ts if b < t)
+        cones = [k] + ([k + 1] if any(b == t for b in ts) else [])
+        for n in cones:
+            if not K.eq(dot(betas[n], path.x(t)), y):
+                raise TransformerFailure("a single-token output is off its cone's linear map "
+                                         "(an undetected kink, or a neuron with beta = 0 (C1))")
 
 
 def _same_matrix(K, A, B) -> bool:
