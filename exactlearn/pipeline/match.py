@@ -147,15 +147,7 @@ def label_heads(plan, poles, relation, cells=None, *, across=across_direction,
         if i > 0 and j in ref and ref[j][1]:
             out.index[n] = _by_c(other, ref[j][0], relation, plan.configs[n])
             return done(i, j)
-        j0 = across(i, d)
-        if i == 0:
-            (bi, bj), nj, mode = (0, 0), _config(plan, "within", 0, j), "add"
-        elif j == j0:
-            (bi, bj), nj, mode = (0, j), _config(plan, "across", i, j), "equal"
-        elif j == 0:
-            (bi, bj), nj, mode = (i, j0), _config(plan, "within", i, j0), "add"
-        else:
-            (bi, bj), nj, mode = (i, 0), _config(plan, "within", i, j), "add"
+        (bi, bj), nj, mode = _tie_of(plan, i, j, across(i, d))
         label(bi, bj)
         if nj is None:
             if m > 1:
@@ -163,9 +155,8 @@ def label_heads(plan, poles, relation, cells=None, *, across=across_direction,
             out.index[n] = list(range(m))
             return done(i, j)
         if mode == "equal" and getattr(plan, "bias", False):
-            # the plan for biases (docs: explanation/biases.md): the across configuration
-            # (2 x_i - x_0, e_j) has rho(x_0) rho(2 x_i - x_0) = rho(x_i)^2 and equal c, so
-            # (x_0, e_j) is tied to it through the squares of (x_i, e_j)'s rho
+            # biases (docs: explanation/biases.md): across (2 x_i - x_0, e_j) has rho(x_0) rho(2 x_i
+            # - x_0) = rho(x_i)^2, equal c: tied to (x_0, e_j) through (x_i, e_j)'s rho squared
             sq = [(p[0] * p[0],) + tuple(p[1:]) for p in other]
             out.index[nj], out.index[n] = tie(labelled(basis(bi, bj)), poles(nj), sq, mode,
                                               relation, plan.configs[nj])
@@ -184,20 +175,46 @@ def label_heads(plan, poles, relation, cells=None, *, across=across_direction,
     for j in range(1, d):
         label(0, j)
     if by_c:
-        for j in range(d):
-            cs = out.cells[(0, j)]
-            ref[j] = (cs, all(relation.same_c(cs[a], cs[b]) is False
-                              for a in range(m) for b in range(a)))
+        ref.update(_c_references(out, relation, d))
     rows = len(plan.X)                # d final tokens; d + 1 for the plan for biases
     for i, j in (cells if cells is not None else [(i, j) for i in range(rows) for j in range(d)]):
         label(i, j)
     if not by_c:                      # a free consistency check
-        for (i, j), lab in out.cells.items():
-            for h, p in enumerate(lab):
-                if relation.same_c(p, out.cells[(0, j)][h]) is not True:
-                    raise MatchError(f"head {h + 1}: its c-value at e_{j + 1} depends on the final "
-                                     f"token{relation.c_suffix}")
+        _check_c(out, relation)
     return out
+
+
+def _tie_of(plan, i, j, j0):
+    """The tie that labels the basis cell ``(i, j)`` (``j0``: group i's across direction):
+    ``((i, j) of the labelled base cell, matching configuration, "add" or "equal")``."""
+    if i == 0:
+        return (0, 0), _config(plan, "within", 0, j), "add"
+    if j == j0:
+        return (0, j), _config(plan, "across", i, j), "equal"
+    if j == 0:
+        return (i, j0), _config(plan, "within", i, j0), "add"
+    return (i, 0), _config(plan, "within", i, j), "add"
+
+
+def _c_references(out, relation, d) -> dict:
+    """``by_c``: per direction j, the heads' poles at (x_1, e_j) and whether their c-values are
+    decided pairwise distinct."""
+    ref = {}
+    for j in range(d):
+        cs = out.cells[(0, j)]
+        m = len(cs)
+        ref[j] = (cs, all(relation.same_c(cs[a], cs[b]) is False
+                          for a in range(m) for b in range(a)))
+    return ref
+
+
+def _check_c(out, relation) -> None:
+    """Each head's c-value at e_j is the same at every final token, or MatchError."""
+    for (i, j), lab in out.cells.items():
+        for h, p in enumerate(lab):
+            if relation.same_c(p, out.cells[(0, j)][h]) is not True:
+                raise MatchError(f"head {h + 1}: its c-value at e_{j + 1} depends on the final "
+                                 f"token{relation.c_suffix}")
 
 
 def by_c(poles, ref, relation):
