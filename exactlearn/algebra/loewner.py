@@ -27,6 +27,49 @@ def loewner_matrix(ctx, ks, ys, rows, cols):
     return ctx.matrix([[(ys[i] - ys[j]) / (ks[i] - ks[j]) for j in cols] for i in rows])
 
 
+def _decider(ctx, noise, dps, default_margin):
+    """``decide(x, bound, what, margin)`` of :func:`loewner_interpolate`: True (zero) at most
+    ``bound``, False (nonzero) above ``bound * margin``, Undecided in the band."""
+    def decide(x, bound, what, margin=default_margin):
+        if x <= bound:
+            return True
+        if x > bound * margin:
+            return False
+        raise Undecided(f"rational interpolation: {what} is {ctx.nstr(x, 3)}, within "
+                        f"a factor {ctx.nstr(margin, 3)} above its sample-noise bound "
+                        f"{ctx.nstr(bound, 3)} (noise={ctx.nstr(noise, 3)}, "
+                        f"dps={dps})")
+    return decide
+
+
+def _constant_fit(ys, decide, bound, H) -> None:
+    """No pole: every sample must equal the first within ``bound``, or InterpolationError."""
+    for y in ys:
+        if not decide(abs(y - ys[0]), bound, "a sample difference"):
+            raise InterpolationError("samples are not those of a rational function "
+                                     f"of type ({H},{H}) (constant fit fails)")
+
+
+def _monomials(ctx, ks, ys, sup, w, m) -> tuple:
+    """Step 3 of :func:`loewner_interpolate`: ``Q = sum_j w_j prod_{i != j} (k - s_i)`` and
+    ``P`` likewise with ``w_j y_j`` (lowest degree first), and ``sum_j |prod_{i != j} (0 -
+    s_i)|``."""
+    Q = [ctx.zero] * (m + 1)
+    P = [ctx.zero] * (m + 1)
+    at0 = ctx.zero                          # sum_j |prod_{i != j} (0 - s_i)|
+    for j in range(m + 1):
+        basis = [ctx.one]                   # prod_{i != j} (k - s_i), lowest first
+        for i in sup:
+            if i != sup[j]:
+                basis = [(basis[t - 1] if t else 0) - (basis[t] * ks[i] if t < len(basis) else 0)
+                         for t in range(len(basis) + 1)]
+        at0 += abs(basis[0])
+        for t, b in enumerate(basis):
+            Q[t] += w[j] * b
+            P[t] += w[j] * ys[sup[j]] * b
+    return P, Q, at0
+
+
 def loewner_interpolate(ctx, ks, ys, H, noise):
     """Minimal ``P/Q`` with ``deg P, deg Q <= H`` through the ``2H+1`` points (``ks``
     sorted increasingly, ``ys`` the samples, both mpf of ``ctx``), in barycentric
@@ -73,32 +116,18 @@ def loewner_interpolate(ctx, ks, ys, H, noise):
         sv_margin = noise ** ctx.mpf(-0.1)
         derived_margin = min(sv_margin, ctx.mpf(1000))
 
-        def decide(x, bound, what, margin=derived_margin):
-            """True (zero) / False (nonzero); Undecided in the band."""
-            if x <= bound:
-                return True
-            if x > bound * margin:
-                return False
-            raise Undecided(f"rational interpolation: {what} is {ctx.nstr(x, 3)}, within "
-                            f"a factor {ctx.nstr(margin, 3)} above its sample-noise bound "
-                            f"{ctx.nstr(bound, 3)} (noise={ctx.nstr(noise, 3)}, "
-                            f"dps={dps})")
+        decide = _decider(ctx, noise, dps, derived_margin)
 
         def svd(rows, cols):
             return ctx.svd_r(loewner_matrix(ctx, ks, ys, rows, cols), full_matrices=True)
 
-        if n > 1:
-            _, sv, _ = svd([i for i in range(n) if i % 2], list(range(0, n, 2)))
-            sv = sorted((abs(x) for x in sv), reverse=True)
-        else:
-            sv = []
+        sv = (sorted((abs(x) for x in svd([i for i in range(n) if i % 2],
+                                          list(range(0, n, 2)))[1]), reverse=True)
+              if n > 1 else [])
         m = sum(1 for i, x in enumerate(sv)
                 if not decide(x, zeta, f"Loewner singular value {i + 1}", sv_margin))
         if m == 0:
-            for y in ys:
-                if not decide(abs(y - ys[0]), 2 * noise * ymax, "a sample difference"):
-                    raise InterpolationError("samples are not those of a rational function "
-                                             f"of type ({H},{H}) (constant fit fails)")
+            _constant_fit(ys, decide, 2 * noise * ymax, H)
             return [+ys[0]], [one]
         sup = sorted({int(ctx.nint(ctx.mpf(j * (n - 1)) / m)) for j in range(m + 1)})
         _, S, V = svd([i for i in range(n) if i not in sup], sup)
@@ -114,19 +143,7 @@ def loewner_interpolate(ctx, ks, ys, H, noise):
                 raise InterpolationError(f"samples are not those of a rational function of "
                                          f"type ({H},{H}) (unattainable point at "
                                          f"k = {ctx.nstr(ks[sup[j]], 5)})")
-        Q = [ctx.zero] * (m + 1)
-        P = [ctx.zero] * (m + 1)
-        at0 = ctx.zero                          # sum_j |prod_{i != j} (0 - s_i)|
-        for j in range(m + 1):
-            basis = [ctx.one]                   # prod_{i != j} (k - s_i), lowest first
-            for i in sup:
-                if i != sup[j]:
-                    basis = [(basis[t - 1] if t else 0) - (basis[t] * ks[i] if t < len(basis) else 0)
-                             for t in range(len(basis) + 1)]
-            at0 += abs(basis[0])
-            for t, b in enumerate(basis):
-                Q[t] += w[j] * b
-                P[t] += w[j] * ys[sup[j]] * b
+        P, Q, at0 = _monomials(ctx, ks, ys, sup, w, m)
         if decide(abs(Q[m]), werr * (m + 1), "the leading coefficient of Q"):
             raise InterpolationError("deg Q < number of poles: a pole at infinity, not attention")
         if decide(abs(Q[0]), werr * at0, "Q(0)"):
