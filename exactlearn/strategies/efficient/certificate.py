@@ -143,27 +143,11 @@ def unique_on_plan(heads, plan, K, asked=None) -> bool:
     if len(cells) != d * d:
         return False
 
-    Wx: dict = {}                       # (head, x) -> W_h x, once per final token
-
-    def score(h, e, x):
-        y = Wx.get((h, x))
-        if y is None:
-            W = heads[h].W
-            y = Wx[(h, x)] = [sum((W[r][t] * x[t] for t in range(d)), QQ(0)) for r in range(d)]
-        return sum((e[r] * y[r] for r in range(d)), QQ(0))
-
-    try:
-        vs = [[K(x) for x in h.v] for h in heads]
-        rho = {}
-        for c in asked:
-            rho[(c.kind, c.i, c.j)] = [K.exp(score(h, c.e, c.x)) for h in range(H)]
-        cval = {}
-        for c in asked:
-            if c.e not in cval:
-                ke = [K(e) for e in c.e]
-                cval[c.e] = [-sum((e * y for e, y in zip(ke, v)), K.zero) for v in vs]
-    except (ExactLearnError, ArithmeticError, ValueError):
+    got = _poles_and_c(heads, asked, K, d)
+    if got is None:
         return False
+    vs, rho, cval = got
+
     def distinct(ys):
         return all(not K.eq(ys[a], ys[b]) for a in range(len(ys)) for b in range(a))
 
@@ -193,9 +177,6 @@ def unique_on_plan(heads, plan, K, asked=None) -> bool:
         elif any(("basis", i, j) in reduced for i in range(d)):
             return False                # a reduced family needs distinct c-values
 
-    def products_unique(r1, r2, r):
-        return not any(K.eq(r1[h] * r2[g], y) for h in range(H) for g in range(H) if h != g for y in r)
-
     for c in asked:
         if (c.kind, c.i, c.j) in reduced:
             if c.kind == "within":      # its one pairing was checked by _reduced_determined
@@ -207,9 +188,44 @@ def unique_on_plan(heads, plan, K, asked=None) -> bool:
             a, b = (0, c.j), (c.i, c.j)
         else:
             continue
-        if products_unique(rho[("basis",) + a], rho[("basis",) + b], rho[(c.kind, c.i, c.j)]):
+        if _products_unique(K, rho[("basis",) + a], rho[("basis",) + b], rho[(c.kind, c.i, c.j)]):
             union(a, b)
     return len({find(cell) for cell in cells}) == 1
+
+
+def _poles_and_c(heads, asked, K, d):
+    """``(v's in K, rho_h per asked configuration, c_h per direction)`` of ``heads``, exactly
+    in K; None when K cannot form them (an exponential it does not hold)."""
+    Wx: dict = {}                       # (head, x) -> W_h x, once per final token
+
+    def score(h, e, x):
+        y = Wx.get((h, x))
+        if y is None:
+            W = heads[h].W
+            y = Wx[(h, x)] = [sum((W[r][t] * x[t] for t in range(d)), QQ(0)) for r in range(d)]
+        return sum((e[r] * y[r] for r in range(d)), QQ(0))
+
+    try:
+        vs = [[K(x) for x in h.v] for h in heads]
+        rho = {}
+        for c in asked:
+            rho[(c.kind, c.i, c.j)] = [K.exp(score(h, c.e, c.x)) for h in range(len(heads))]
+        cval = {}
+        for c in asked:
+            if c.e not in cval:
+                ke = [K(e) for e in c.e]
+                cval[c.e] = [-sum((e * y for e, y in zip(ke, v)), K.zero) for v in vs]
+    except (ExactLearnError, ArithmeticError, ValueError):
+        return None
+    return vs, rho, cval
+
+
+def _products_unique(K, r1, r2, r) -> bool:
+    """No pole of ``r`` is a product ``rho_h rho_g`` of the two basis families' poles with
+    h != g."""
+    H = len(r1)
+    return not any(K.eq(r1[h] * r2[g], y) for h in range(H) for g in range(H) if h != g
+                   for y in r)
 
 
 def _reduced_determined(reduced, heads, plan, K, rho, cval, vs) -> bool:
