@@ -190,42 +190,14 @@ def analyse_lean(plan, values, A, K, trace) -> tuple:
                 raise LeanIncomplete(f"the heads of (x_1, e_1) and (x_1, e_{j + 1}) pair in {len(perms)} ways")
             lab[(0, j)] = [other[g] for g in perms[0]]
             if n not in fits:           # its poles, as a full fit would give them (distinct products)
-                w_poles = [(a * b, c + g) for (a, c), (b, g) in zip(ref, lab[(0, j)])]
-                if all(not A.eq(w_poles[s][0], w_poles[t][0]) for s in range(H) for t in range(s)):
-                    fits[n] = w_poles
+                _within_poles(fits, n, ref, lab[(0, j)], A)
         cs = [[c for _, c in lab[(0, j)]] for j in range(d)]
         tied = [j for j in range(d) if any(A.eq(cs[j][a], cs[j][b]) for a in range(H) for b in range(a))]
         for i in range(1, d):
             for j in range(d):
                 if j in tied:
                     continue
-                n = idx("basis", i, j)
-                c = plan.configs[n]
-                nb = plan.samples_of(c)
-                rho = None
-                if nb < ns:
-                    limit = dot(V, c.a)
-                    gs = [obs(c, k) - limit for k in range(1, nb + 1)]
-                    rho = poles_known_c(gs, cs[j], A)
-                    if rho is not None:
-                        plan.known_c_passed.append((A, gs, list(cs[j])))
-                        lab[(i, j)] = list(zip(rho, cs[j]))
-                        fits[n] = lab[(i, j)]
-                        continue
-                    got = full_fit(n, f"a basis configuration whose {nb} samples and known c-values "
-                                      f"leave its poles undetermined (gcd of R_1, R_2 not linear): its "
-                                      f"sample k = {ns} asked")
-                else:
-                    got = fit(n)
-                by = {}
-                for r, cv in got:
-                    h = [t for t in range(H) if A.eq(cs[j][t], cv)]
-                    if len(h) != 1 or h[0] in by:
-                        raise LeanIncomplete(f"a pole of (x_{i + 1}, e_{j + 1}) is not labelled by its c-value")
-                    by[h[0]] = (r, cv)
-                if len(by) != H:
-                    raise LeanIncomplete(f"(x_{i + 1}, e_{j + 1}) shows {len(got)} poles, not {H}")
-                lab[(i, j)] = [by[h] for h in range(H)]
+                lab[(i, j)] = _basis_cell(plan, read, i, j, cs[j], A, full_fit)
     except (InterpolationError, ExactnessError) as exc:
         raise LeanIncomplete(f"a family does not fit: {exc}") from None
     if tied:                            # the paper's matching for those directions, as before
@@ -234,6 +206,54 @@ def analyse_lean(plan, values, A, K, trace) -> tuple:
     cells = skeleton(d, None)
     logs = [{(i, j): A.log(lab[(i, j)][h][0]) for i, j in cells} for h in range(H)]
     return read.heads(logs, cs, lab, P, trace), []
+
+
+def _basis_cell(plan, read, i, j, cs, A, full_fit) -> list:
+    """The labelled poles of the basis configuration (x_i, e_j), i >= 2, from its lean samples
+    and the known c-values ``cs`` (:func:`~exactlearn.strategies.efficient.known_c.poles_known_c`),
+    else from its full family (the remaining sample asked, ``full_fit``)."""
+    ns = plan.samples
+    n = plan.index("basis", i, j)
+    c = plan.configs[n]
+    nb = plan.samples_of(c)
+    if nb < ns:
+        limit = read.dot(read.V, c.a)
+        gs = [read.obs(c, k) - limit for k in range(1, nb + 1)]
+        rho = poles_known_c(gs, cs, A)
+        if rho is not None:
+            plan.known_c_passed.append((A, gs, list(cs)))
+            read.fits[n] = list(zip(rho, cs))
+            return read.fits[n]
+        got = full_fit(n, f"a basis configuration whose {nb} samples and known c-values "
+                          f"leave its poles undetermined (gcd of R_1, R_2 not linear): its "
+                          f"sample k = {ns} asked")
+    else:
+        got = read.fit(n)
+    return _by_c_value(got, cs, A, i, j)
+
+
+def _by_c_value(got, cs, A, i, j) -> list:
+    """The poles ``got`` of the basis configuration (x_i, e_j) in head order, each head found
+    by its known c-value ``cs[h]``; LeanIncomplete when a pole matches no head or two."""
+    H = len(cs)
+    by = {}
+    for r, cv in got:
+        h = [t for t in range(H) if A.eq(cs[t], cv)]
+        if len(h) != 1 or h[0] in by:
+            raise LeanIncomplete(f"a pole of (x_{i + 1}, e_{j + 1}) is not labelled by its c-value")
+        by[h[0]] = (r, cv)
+    if len(by) != H:
+        raise LeanIncomplete(f"(x_{i + 1}, e_{j + 1}) shows {len(got)} poles, not {H}")
+    return [by[h] for h in range(H)]
+
+
+def _within_poles(fits, n, ref, lab, A) -> None:
+    """The poles of the matching configuration ``n`` read at k = 1 alone, as a full fit would
+    give them -- ``(rho rho', c + c')`` per head -- kept in ``fits`` when pairwise distinct."""
+    w_poles = [(a * b, c + g) for (a, c), (b, g) in zip(ref, lab)]
+    H = len(w_poles)
+    if all(not A.eq(w_poles[s][0], w_poles[t][0]) for s in range(H) for t in range(s)):
+        fits[n] = w_poles
 
 
 def paired_by_products(ref, other, within, A) -> list:
