@@ -8,7 +8,10 @@ certified, the largest parameter error against the layer's exact weights, the ru
 the longest query and the wall time, split into the box's own time (``box``: time spent inside
 the layer's ``__call__``/``batch`` only) and the learner's (``learner`` = wall - box - the
 benchmark's own checks beside the box), and their ratio ``learner/box``; then a summary line
-per case with the median of that ratio (issue 23 section 2: the target is <= 2).
+per case with the median of that ratio (issue 23 section 2: the target is <= 2); after
+``--grid`` (stable plan, float64) a ``TARGETS`` line says which of issue 23's targets the run
+met (every run certified within its bound and 1e-13; queries <= 2.5 x the paper's count;
+median learner / box <= 2 at d = 16, H = 4 and 6).
 With ``--dtype float32`` it also prints ``box_error/eta``: the box's largest error on every
 query it answered (against a float64 evaluation of the same weights) over the eta it had
 -- with ``--noise auto`` each query's eta by its scale (``noise_estimated["by_scale"]``, the
@@ -212,9 +215,10 @@ def main(argv=None):
         args.cases += ["12x6", "16x8"]
     elif args.grid:
         args.cases = [f"{d}x{H}" for d in (4, 6, 8, 12, 16) for H in (2, 3, 4, 6) if d >= 2 * H]
+    summaries = {}
     for case in args.cases:
         d, H = (int(x) for x in case.split("x"))
-        rows = []
+        rows = summaries[(d, H)] = []
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             r = one(d, H, seed, args)
             rows.append(r)
@@ -241,6 +245,25 @@ def main(argv=None):
               f"{np.median([r['ratio'] for r in rows]):.2f} (box {np.mean([r['box'] for r in rows]):.1f}s, "
               f"learner {np.mean([r['learner'] for r in rows]):.1f}s mean)",
               flush=True)
+    if args.grid and args.plan == "stable" and args.dtype == "float64":
+        print(targets(summaries), flush=True)
+
+
+def targets(summaries) -> str:
+    """Issue 23's targets on the float64 grid, each with whether this run met it: every run
+    certified with its error within its bound and at most 1e-13, queries / paper count at
+    most 2.5 (each case's mean), median learner / box at most 2 at d = 16, H = 4 and 6."""
+    rows = [r for rs in summaries.values() for r in rs]
+    ok = all(r["status"] == "certified" and r["covers"] and r["error"] <= 1e-13 for r in rows)
+    qp = max(np.mean([r["queries"] / r["paper_count"] for r in rs]) for rs in summaries.values())
+    lb = {k: float(np.median([r["ratio"] for r in summaries[k]]))
+          for k in ((16, 4), (16, 6)) if k in summaries}
+    met = lambda b: "met" if b else "NOT met"
+    return (f"TARGETS (issue 23): {sum(r['status'] == 'certified' for r in rows)}/{len(rows)} "
+            f"certified, every error within its bound and <= 1e-13: {met(ok)}; largest case mean "
+            f"queries / paper count {qp:.2f} <= 2.5: {met(qp <= 2.5)}; median learner / box "
+            + ", ".join(f"{d}x{H} {v:.2f}" for (d, H), v in lb.items())
+            + f" <= 2: {met(lb and max(lb.values()) <= 2)}")
 
 
 if __name__ == "__main__":
