@@ -119,94 +119,109 @@ def learn_modular(oracle, rec, K: Modular, d: int, rng, analyse_at, max_primes=N
     ``max_height`` (with ``plan``): the declared bound B on the numerators and
     denominators of the canonical heads (docs/explanation/multimodular.md)."""
     over = getattr(oracle, "over", None)
-    asked: list = []
-    keep = plan is None
     bounded = None
     if max_height is not None:
         if plan is None:
             raise ValueError("max_height applies to the paper plan")
         bounded = {"B": int(max_height), "worst": worst_exponent_factor(plan),
                    "log2_degeneracy": log2_plan_degeneracy(plan, plan.H)}
+    run = _PrimeRuns(oracle, rec, K, d, analyse_at, trace, plan, confirm_at, answers_at)
+    if over is None:
+        if bounded is not None:
+            return _bounded_one_prime(K, bounded, lambda Kr: run.at(Kr, oracle, trace))
+        heads, n, asked_p = run.at(ResidueModular(K.p, K.omega, K.D), oracle, trace)
+        return heads, n, residue_report(heads, K, asked_p)
+    kw = {} if max_primes is None else {"max_primes": max_primes}
+    return learn_over_primes(K, run.run_prime, run.confirm, rng, rank_check=run.rank_check,
+                             residues_at=run.residues_at, bounded=bounded, **kw)
 
-    def at(Kr, box, tr):
-        sub = rec.child(box, Kr, keep=keep)
+
+class _PrimeRuns:
+    """What :func:`learn_modular` hands :func:`~exactlearn.pipeline.over_primes.learn_over_primes`:
+    a prime's analysis (:meth:`run_prime`), a further prime's confirmation (:meth:`confirm`),
+    v from its answers (:meth:`residues_at`) and the check that they determine v
+    (:meth:`rank_check`), sharing the queries asked (recorded runs) and the heads found."""
+
+    def __init__(self, oracle, rec, K, d, analyse_at, trace, plan, confirm_at, answers_at):
+        self.oracle, self.over = oracle, getattr(oracle, "over", None)
+        self.rec, self.K, self.d, self.analyse_at, self.trace = rec, K, d, analyse_at, trace
+        self.plan, self.confirm_at, self.answers_at = plan, confirm_at, answers_at
+        self.keep = plan is None
+        self.asked: list = []
+        self.found: list = []
+
+    def at(self, Kr, box, tr):
+        sub = self.rec.child(box, Kr, keep=self.keep)
         try:
-            heads, n = analyse_at(sub, Kr, tr)
+            heads, n = self.analyse_at(sub, Kr, tr)
         except ExactLearnError as exc:
             exc.queries = sub.queries            # the per-prime report keeps them
             raise
-        if keep and not asked:
-            asked.extend(t for t, _ in sub.observations)
+        if self.keep and not self.asked:
+            self.asked.extend(t for t, _ in sub.observations)
         return heads, n, sub.queries
 
-    if over is None:
-        if bounded is not None:
-            return _bounded_one_prime(K, bounded, lambda Kr: at(Kr, oracle, trace))
-        heads, n, asked_p = at(ResidueModular(K.p, K.omega, K.D), oracle, trace)
-        return heads, n, residue_report(heads, K, asked_p)
-
-    found: list = []
-
-    def run_prime(Kr):
-        first = Kr.p == K.p
-        if found and plan is not None:     # the last prime's exponents: its logs, looked up
-            Kr.know_exponents(plan_exponents(plan, found[-1], Kr.D))
-        got = at(Kr, oracle if first else over(Kr), trace if first else None)
-        found.append(got[0])
+    def run_prime(self, Kr):
+        first = Kr.p == self.K.p
+        if self.found and self.plan is not None:   # the last prime's exponents: its logs, looked up
+            Kr.know_exponents(plan_exponents(self.plan, self.found[-1], Kr.D))
+        got = self.at(Kr, self.oracle if first else self.over(Kr), self.trace if first else None)
+        self.found.append(got[0])
         return got
 
-    def confirm(heads, Kc):
-        sub = rec.child(over(Kc), Kc, keep=keep)
+    def confirm(self, heads, Kc):
+        sub = self.rec.child(self.over(Kc), Kc, keep=self.keep)
         got = None
         try:
-            if keep:
-                for tokens in asked:
+            if self.keep:
+                for tokens in self.asked:
                     sub(tokens)
                 got = sub.observations
-                n = 0 if heads is None else certify(heads, d, got, Kc)
+                n = 0 if heads is None else certify(heads, self.d, got, Kc)
                 return got, n, sub.queries
-            if confirm_at is not None:
-                if heads is None:            # nothing to certify: v = 0 fails at once
-                    heads = tuple(Head(h.W, (mpq(0),) * d) for h in (found[0] if found else ()))
-                    try:
-                        confirm_at(sub, heads, Kc)
-                    except CertificateError:
-                        pass
-                    return ("cluster", answers_at()), 0, sub.queries
-                n = confirm_at(sub, heads, Kc)
-                return ("cluster", answers_at), n, sub.queries
-            y_shared, values = ask_plan(plan, sub)
+            if self.confirm_at is not None:
+                return self._confirm_cluster(sub, heads, Kc)
+            y_shared, values = ask_plan(self.plan, sub)
             got = ("plan", (y_shared, values))
-            n = 0 if heads is None else certify_plan(heads, plan, y_shared, values, Kc)
+            n = 0 if heads is None else certify_plan(heads, self.plan, y_shared, values, Kc)
             return got, n, sub.queries
         except ExactLearnError as exc:
             exc.queries, exc.field = sub.queries, Kc
-            if confirm_at is not None and answers_at is not None:
-                got = ("cluster", answers_at())
+            if self.confirm_at is not None and self.answers_at is not None:
+                got = ("cluster", self.answers_at())
             exc.observations = got
             raise
 
-    def residues_at(W_set, observations, Kc):
-        if keep:
-            return solve_v_observations(W_set, d, observations, Kc)
+    def _confirm_cluster(self, sub, heads, Kc):
+        if heads is None:            # nothing to certify: v = 0 fails at once
+            heads = tuple(Head(h.W, (mpq(0),) * self.d)
+                          for h in (self.found[0] if self.found else ()))
+            try:
+                self.confirm_at(sub, heads, Kc)
+            except CertificateError:
+                pass
+            return ("cluster", self.answers_at()), 0, sub.queries
+        n = self.confirm_at(sub, heads, Kc)
+        return ("cluster", self.answers_at), n, sub.queries
+
+    def residues_at(self, W_set, observations, Kc):
+        if self.keep:
+            return solve_v_observations(W_set, self.d, observations, Kc)
         kind, got = observations
         if kind == "cluster":
             got = got() if callable(got) else got
             if got is None:
                 raise PrimesDisagree("the answers of the group of x_1 did not come back from the cluster")
             y0, vals = got
-            return solve_v_plan(W_set, plan, Kc(y0), {n: [Kc(y) for y in ys] for n, ys in vals.items()},
+            return solve_v_plan(W_set, self.plan, Kc(y0),
+                                {n: [Kc(y) for y in ys] for n, ys in vals.items()},
                                 Kc, certify_all=False)
-        return solve_v_plan(W_set, plan, got[0], got[1], Kc)
+        return solve_v_plan(W_set, self.plan, got[0], got[1], Kc)
 
-    def rank_check(heads, observations, Kc):
-        if keep:
+    def rank_check(self, heads, observations, Kc):
+        if self.keep:
             return check_design_rank(heads, observations, Kc)
-        return check_design_rank_plan(heads, plan, Kc)
-
-    kw = {} if max_primes is None else {"max_primes": max_primes}
-    return learn_over_primes(K, run_prime, confirm, rng, rank_check=rank_check,
-                             residues_at=residues_at, bounded=bounded, **kw)
+        return check_design_rank_plan(heads, self.plan, Kc)
 
 
 def _bounded_one_prime(K, bounded, run) -> tuple:
