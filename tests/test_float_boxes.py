@@ -556,3 +556,22 @@ def test_a_pencil_run_after_the_lean_plan_names_the_pencils_plan(monkeypatch, pe
     else:
         assert "the pencil start failed too" in res.error
     assert res.plan_queries == stable_count(4, 2) > stable_count(4, 2, lean=True)
+
+
+def test_the_probe_keeps_the_dense_nodes_when_its_single_tokens_answer_zero():
+    """sum_h v_h = 0: every single-token output is 0, so those two answers cannot show a box
+    declared at float64 rounding; a float32 box declared at 2e-5 gets the dense probe, as a
+    layer without the zero sum does (the hostile review of 8cc3557 found the lean nodes chosen
+    from 0 / 0)."""
+    rng = np.random.default_rng(0)
+    W = rng.normal(0, 0.5, (2, 4, 4))
+    v = rng.normal(0, 0.5, (2, 4))
+    v[1] = -v[0]
+    layer = NumpyAttention(list(zip(W, v)), dtype=np.float32)
+    assert float(layer(np.ones((1, 4), dtype=np.float32))) == 0
+    res = learn(layer, d=4, heads=2, field=Real(dps=30), tokens="float32", seed=0, noise=2e-5,
+                noise_rel=1e-6, retries=0)
+    control = NumpyAttention(list(zip(W, rng.normal(0, 0.5, (2, 4)))), dtype=np.float32)
+    ref = learn(control, d=4, heads=2, field=Real(dps=30), tokens="float32", seed=0, noise=2e-5,
+                noise_rel=1e-6, retries=0)
+    assert res.probe_queries == ref.probe_queries == 42

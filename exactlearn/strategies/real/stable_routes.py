@@ -165,10 +165,13 @@ def probe_nodes(plan0, asker, nz, nodes, H, rec, start, lean_ok) -> list:
     """The scale probe's nodes (:func:`~exactlearn.strategies.real.stable_probe.probe_scale`):
     the lean plan's when it may follow (``lean_ok``: the heads given) and the first probe
     family's single tokens ``(x)`` and ``(a)`` at scale 1 -- asked here, answers the probe
-    then reuses -- show a box declared at float64 rounding; else ``nodes``."""
+    then reuses -- show a box declared at float64 rounding; else ``nodes`` (also when both
+    answers are 0, as when the heads' v sum to zero: nothing shows the box's precision)."""
     if not lean_ok:
         return nodes
     ask_family(plan0.configs[plan0.index("basis", 0, 0)], mpq(1), asker, nz, [(0, 1), (1, 0)], H)
+    if not any(float(y) != 0 for _, y in rec.observations[start:]):
+        return nodes                    # no output to judge the declared eta by (sum_h v_h = 0)
     return ratio_nodes(H, lean=True) if declared_level(nz, rec, start) <= COARSE else nodes
 
 
