@@ -199,3 +199,30 @@ def test_efficient_parameter_count_claim_verified_on_a_tiny_campaign():
     ctl = res.evidence["control"]
     assert ctl["H=2"]["pole_sets"] == 2 and ctl["H=3"]["pole_sets"] == 1
     assert all(r["ratio"] <= 1.5 and r["certificate"] == "unique" for r in res.evidence["table"])
+
+
+def test_the_certificate_caches_no_token_of_a_configuration_never_asked(monkeypatch):
+    """``enough_checks`` finds the asked configurations without caching a = x + e for the
+    others (:meth:`~exactlearn.pipeline.plan.Config.asked_in`): at d = 384 a rank plan has
+    294,913 configurations, most never asked, and their cached tokens took about 3 GB
+    (docs/explanation/performance.md, "A MiniLM layer at full width")."""
+    from proofs_check.claims.efficient_plan import row_model
+    seen = []
+    run = eff_learn.run_efficient
+
+    def spy(plan, *args, **kwargs):
+        seen.append(plan)
+        return run(plan, *args, **kwargs)
+
+    monkeypatch.setattr(eff_learn, "run_efficient", spy)
+    from exactlearn.strategies import efficient
+    monkeypatch.setattr(efficient, "run_efficient", spy, raising=False)
+    d, H = 8, 2
+    model = row_model(random.Random(2), "rank 1", d, H, None)
+    res = learn(Oracle(model, Modular()), d=d, heads=H, seed=2, plan="efficient", rank=1)
+    assert res.certified and res.heads == model.canonical_heads()
+    assert seen and res.plan_fallbacks == []
+    for plan in seen:
+        never = plan.configs[plan.n_asked:]
+        assert len(never) > d * d // 2           # a rank plan leaves most configurations unasked
+        assert not any("a" in c.__dict__ for c in never)

@@ -54,6 +54,27 @@ class Config:
         """q_k = (a, ..., a [k times], x)."""
         return [self.a] * k + [self.x]
 
+    def asked_in(self, values, n: int) -> bool:
+        """Whether q_1, ..., q_n are all ``in values`` (an
+        :class:`~exactlearn.pipeline.ask.AskOnce`), without keeping a = x + e for a
+        configuration never asked: a plan's check of which of its configurations were asked
+        (hundreds of thousands at d = 384, most never asked) would otherwise hold every
+        cached a (about 3 GB there; docs/explanation/performance.md).
+
+        >>> from exactlearn.oracle import Recorder
+        >>> from exactlearn.pipeline.ask import AskOnce
+        >>> values = AskOnce(Recorder(lambda tokens: 0, QQ, convert=True))
+        >>> c = Config("basis", 0, 0, (1, 2), (3, 4))
+        >>> c.asked_in(values, 1), "a" in c.__dict__
+        (False, False)
+        >>> _ = values(c.tokens(1)); c.asked_in(values, 1)
+        True
+        """
+        a = self.__dict__.get("a")           # cached when some query of it was built
+        if a is None:
+            a = tuple(p + q for p, q in zip(self.x, self.e))
+        return all([a] * k + [self.x] in values for k in range(1, n + 1))
+
     @property
     def shares_k0(self) -> bool:
         """Final token x_1: its k = 0 value is the one shared query (x_1)."""

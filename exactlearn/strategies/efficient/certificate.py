@@ -52,11 +52,10 @@ def enough_checks(plan, values, K, heads, full, rank_plan, observations, attempt
     Raises :class:`RangeTooSmall` when one check misses with probability above 1/2,
     :class:`CertificateError` when the heads fail a further check."""
     n0 = len(plan.checks)
-    asked = [c for c in plan.configs
-             if all(c.tokens(k) in values for k in range(1, plan.samples_of(c) + 1))]
+    asked = [c for c in plan.configs if c.asked_in(values, plan.samples_of(c))]
     if plan.lean:                   # families asked at fewer than 2H - 1 samples
-        asked = [c if all(c.tokens(k) in values for k in range(1, plan.samples + 1))
-                 else _Reduced(c, plan.samples_of(c)) for c in asked]
+        asked = [c if c.asked_in(values, plan.samples) else _Reduced(c, plan.samples_of(c))
+                 for c in asked]
     kind, per, candidates, bound = miss_bound(plan, heads, K, full, rank_plan, n0 + len(plan.extra_checks),
                                               asked, attempts)
     plan.certificate, plan.miss_bound = kind, bound
