@@ -26,8 +26,7 @@ def _inverses(plan, P):
 def solve_W(plan, logs, P, inverses=None):
     """W = E^{-T} M X^{-1} for ``logs[(i, j)] = e_j^T W x_i`` in the param field P.
 
-    Over Q the products run on python-flint (same exact result), and ``logs`` may be the
-    python-flint ``fmpq_mat`` M itself (``M[j, i] = e_j^T W x_i``)."""
+    Over Q the products run on python-flint ``fmpq_mat`` (same exact result)."""
     d = plan.d
     if P.is_rational:
         return _solve_W_flint(plan, logs)
@@ -41,10 +40,7 @@ def _solve_W_flint(plan, logs):
     """One head's W over Q by :func:`_solve_W_all_flint`'s two fraction-free solves (the same
     exact W as ``E^{-T} M X^{-1}`` with fmpq matrices, which at d = 384 took about 7 minutes a
     head against 10 s)."""
-    if isinstance(logs, dict):
-        return _solve_W_all_flint(plan, [logs])[0]
-    N, den = logs.numer_denom()                 # M = N / den, N an fmpz_mat
-    return _solve_scaled(plan, N, int(den), 1)[0]
+    return _solve_W_all_flint(plan, [logs])[0]
 
 
 def solve_v(plan, cs, K, Etinv=None):
@@ -89,24 +85,16 @@ def _solve_W_all_flint(plan, logs_per_head) -> list:
     in C) instead of products with X^{-1}, whose entries are tall rationals: the same
     exact W."""
     import flint
+    from gmpy2 import mpq
     d, m = plan.d, len(logs_per_head)
+    X = flint.fmpz_mat(d, d, [plan.X[i][r] for r in range(d) for i in range(d)])
+    Et = flint.fmpz_mat(d, d, [plan.E[j][r] for j in range(d) for r in range(d)])
     den = 1
     for lg in logs_per_head:
         for x in lg.values():
             den = den * int(x.denominator) // math.gcd(den, int(x.denominator))
     N = flint.fmpz_mat(d, d * m, [int(lg[(i, j)] * den) for j in range(d) for lg in logs_per_head
                                   for i in range(d)])
-    return _solve_scaled(plan, N, den, m)
-
-
-def _solve_scaled(plan, N, den, m) -> list:
-    """:func:`_solve_W_all_flint` from ``N = den [M_1 ... M_m]`` (an integer d x dm
-    ``fmpz_mat``)."""
-    import flint
-    from gmpy2 import mpq
-    d = plan.d
-    X = flint.fmpz_mat(d, d, [plan.X[i][r] for r in range(d) for i in range(d)])
-    Et = flint.fmpz_mat(d, d, [plan.E[j][r] for j in range(d) for r in range(d)])
     Y = Et.solve(N).entries()              # E^{-T} [M_1 ... M_m] den, row-major d x dm
     dm = d * m
     YT = flint.fmpq_mat(d, dm, [Y[r * dm + h * d + c] for c in range(d) for h in range(m) for r in range(d)])

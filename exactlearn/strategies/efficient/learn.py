@@ -204,18 +204,16 @@ def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
     return heads, matching
 
 
-def _cur(plan, L, P, h):
+def _cur(plan, L, P, h) -> dict:
     """All d² scores M[j][i] = L[(i, j)] of a rank-≤ r head from its skeleton:
-    M = C U⁻¹ R with C = M[:, :r], U = M[:r, :r], R = M[:r, :].  Over Q the python-flint
-    ``fmpq_mat`` M itself (:func:`~exactlearn.pipeline.solve.solve_W` takes it: a dict of
-    d² rationals per head held about 600 MB for MiniLM's 12 heads at d = 384), else the
-    dict ``{(i, j): M[j][i]}``."""
+    M = C U⁻¹ R with C = M[:, :r], U = M[:r, :r], R = M[:r, :]."""
     d, r = plan.d, plan.rank
     C = [[L[(a, j)] for a in range(r)] for j in range(d)]
     U = [[L[(a, b)] for a in range(r)] for b in range(r)]
     R = [[L[(i, b)] for i in range(d)] for b in range(r)]
     if getattr(P, "is_rational", False):        # over Q: python-flint fmpq_mat, in C
         import flint
+        from gmpy2 import mpq
 
         def fq(rows):
             return flint.fmpq_mat([[flint.fmpq(int(x.numerator), int(x.denominator)) for x in row]
@@ -224,7 +222,8 @@ def _cur(plan, L, P, h):
         if Uq.rank() < r:
             raise _CoreSingular(f"head {h + 1}: the {r} x {r} core of its skeleton is singular "
                                 f"(rank below {r}, or an unlucky draw)")
-        return fq(C) * Uq.solve(fq(R))           # C U^-1 R: the same exact matrix
+        M = fq(C) * Uq.solve(fq(R))              # C U^-1 R: the same exact matrix
+        return {(i, j): P(mpq(int(M[j, i].p), int(M[j, i].q))) for i in range(d) for j in range(d)}
     try:
         Uinv = linalg.inverse(U, P)
     except linalg.SingularMatrix:
