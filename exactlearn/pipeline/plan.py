@@ -28,6 +28,7 @@ queries, the longest of 2H + 1 tokens.  With a bound H0, H0 replaces H.
 from __future__ import annotations
 
 import functools
+import operator
 import random
 from dataclasses import dataclass, field
 
@@ -79,6 +80,23 @@ class Config:
     def shares_k0(self) -> bool:
         """Final token x_1: its k = 0 value is the one shared query (x_1)."""
         return self.kind in ("basis", "within") and self.i == 0
+
+
+def share_tokens(configs) -> None:
+    """Cache a = x + e of ``configs`` (the ones a plan asks) now, with equal entries as one
+    int object: a's entries past 256 are each an int of their own (28 to 32 bytes against
+    a pointer's 8), and at d = 384 the efficient plan's 23,599 asked tokens held about
+    290 MB of such ints (docs/explanation/performance.md, "A MiniLM layer at full width").
+    The same tuples, by value.
+
+    >>> c = Config("basis", 0, 0, (1000, 5), (0, 995))
+    >>> share_tokens([c]); c.a, c.a[0] is c.a[1]
+    ((1000, 1000), True)
+    """
+    pool: dict = {}
+    for c in configs:
+        if "a" not in c.__dict__:
+            c.__dict__["a"] = tuple([pool.setdefault(v, v) for v in map(operator.add, c.x, c.e)])
 
 
 @dataclass(frozen=True, slots=True)

@@ -191,7 +191,7 @@ def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
     # 5. scores (param domain); complete them from the skeleton for a rank plan
     logs = [{(i, j): A.log(lab[(i, j)][h][0]) for i, j in cells} for h in range(m)]
     if not full:
-        logs = [_cur(plan, L, P, h) for h, L in enumerate(logs)]
+        logs = _completed(plan, logs, P)
     heads = read.heads(logs, cs, lab, P, trace)
     matching = []
     if used:
@@ -202,6 +202,32 @@ def _analyse(plan, values, A, K, full: bool, trace) -> tuple:
                        f"paper's matching (products of rho in the field)"),
             "configs": len(used), "queries": len(used) * ns})
     return heads, matching
+
+
+def _completed(plan, logs, P):
+    """The heads' completed scores (:func:`_cur`) in order.  Over Q every head's core is
+    checked first (the same failure, in the same order, as completing them all), and then
+    each head is completed only when the solve asks for it, so that one head's d² scores
+    are held at a time, not all of them (MiniLM's 12 heads at d = 384: about 45 MB each;
+    docs/explanation/performance.md)."""
+    if not getattr(P, "is_rational", False):
+        return [_cur(plan, L, P, h) for h, L in enumerate(logs)]
+    for h, L in enumerate(logs):
+        _core(plan, L, h)
+    return (_cur(plan, L, P, h) for h, L in enumerate(logs))
+
+
+def _core(plan, L, h):
+    """Head h's r x r core U = M[:r, :r] as a python-flint ``fmpq_mat``; raises
+    :class:`_CoreSingular` when it is singular."""
+    import flint
+    r = plan.rank
+    Uq = flint.fmpq_mat([[flint.fmpq(int(L[(a, b)].numerator), int(L[(a, b)].denominator))
+                          for a in range(r)] for b in range(r)])
+    if Uq.rank() < r:
+        raise _CoreSingular(f"head {h + 1}: the {r} x {r} core of its skeleton is singular "
+                            f"(rank below {r}, or an unlucky draw)")
+    return Uq
 
 
 def _cur(plan, L, P, h) -> dict:
@@ -218,10 +244,7 @@ def _cur(plan, L, P, h) -> dict:
         def fq(rows):
             return flint.fmpq_mat([[flint.fmpq(int(x.numerator), int(x.denominator)) for x in row]
                                    for row in rows])
-        Uq = fq(U)
-        if Uq.rank() < r:
-            raise _CoreSingular(f"head {h + 1}: the {r} x {r} core of its skeleton is singular "
-                                f"(rank below {r}, or an unlucky draw)")
+        Uq = _core(plan, L, h)
         M = fq(C) * Uq.solve(fq(R))              # C U^-1 R: the same exact matrix
         return {(i, j): P(mpq(int(M[j, i].p), int(M[j, i].q))) for i in range(d) for j in range(d)}
     try:

@@ -66,7 +66,8 @@ import random
 from dataclasses import dataclass, field
 
 from exactlearn.errors import LearningFailure
-from exactlearn.pipeline.plan import Config, Plan, Query, vector_sum, within_directions, draw_matrix, paper_count
+from exactlearn.pipeline.plan import (Config, Plan, Query, draw_matrix, paper_count, share_tokens,
+                                     vector_sum, within_directions)
 from exactlearn.strategies.efficient.known_c import samples_basis, samples_within
 
 __all__ = ["EfficientPlan", "efficient_plan", "draw_efficient_plan", "efficient_count",
@@ -320,6 +321,7 @@ def efficient_plan(X, E, H: int, rank: int | None = None, checks=(), miss_bound:
     reserve = [Config("across", i, 0, vector_sum(X[0], X[i]), E[0]) for i in range(1, d)]
     reserve += [Config("within", i, j, X[i], within[j]) for i in range(1, d) for j in range(1, d)]
     reserve += [Config("basis", i, j, X[i], E[j]) for i in range(d) for j in range(d) if (i, j) not in on]
+    share_tokens(asked)
     configs = asked + reserve
     name = "efficient" if rank is None else f"efficient rank={rank}"
     plan = EfficientPlan(d, H, X, E, configs, [], name, rank=rank, n_asked=len(asked),
