@@ -27,7 +27,9 @@ class HeadEvaluator:
     weight is ``K.power(n) = T^n`` -- the same value as ``K.exp(s)``.
     """
 
-    def __init__(self, heads, d: int, field: Field, constant=None):
+    def __init__(self, heads, d: int, field: Field, constant=None, like=None):
+        """``like``: an evaluator of the same heads, same D (an ``Oracle.over`` view's
+        parent) whose field-independent parts are shared (docs/explanation/performance.md)."""
         self.d = d
         self.K = field
         P = field.param
@@ -35,30 +37,32 @@ class HeadEvaluator:
             constant = constant_of(heads)
         #: the additive constant c in the field (docs: explanation/biases.md); None when 0
         self.constant = None if constant == 0 else field(constant)
-        self.heads = [([[P(a) for a in row] for row in h.W], [P(a) for a in h.v], [P(a) for a in h.u])
-                      for h in heads]
+        if like is not None and (like.K.param is not P or like.K.D != field.D):
+            like = None
+        self.heads = like.heads if like is not None else [
+            ([[P(a) for a in row] for row in h.W], [P(a) for a in h.v], [P(a) for a in h.u])
+            for h in heads]
         self._biased = any(h.biased for h in heads)
         self._cache: dict = {}
-        self._int = None
-        self._int_mats = None
+        self._ints = None              # _integers(heads, D), shared with a like= evaluator
+        self._int = None               # per head 1 / dv_h in the field (the integer path)
+        self._int_mats = None          # ([D W_h as fmpz_mat], the v numerators), dvs, D u_h
         # F_p (python-flint fmpz_mod): an inversion costs several products, so the heads
         # are summed as one fraction; over Q the per-head fractions stay reduced
         self._one_fraction = getattr(field, "scalar_ctx", None) is not None
         if field.is_exact and P.is_exact:
-            D = field.D
-            ok = all((x * D).denominator == 1 for h in heads for x in exponent_entries(h))
-            if ok:
-                ints = []
-                self._u_ints = [[int((x * D).numerator) for x in h.u] for h in heads]
-                for h in heads:
-                    Wn = [[int((x * D).numerator) for x in row] for row in h.W]
-                    dv = lcm_of_denominators(h.v)
-                    vn = [int((x * dv).numerator) for x in h.v]
-                    if field.is_zero(field(dv)):
-                        raise BadReduction(f"a v denominator ({dv}) vanishes in the {field.name} "
-                                           f"field: a bad reduction (use another prime)")
-                    ints.append((Wn, vn, field.one / field(dv)))
-                self._int = ints
+            ints = _integers(heads, field.D) if like is None else like._ints
+            if ints is not None:
+                self._ints = ints
+                self._int_mats, dvs, self._u_ints = ints
+                self._int = [self._inverse_dv(dv) for dv in dvs]
+
+    def _inverse_dv(self, dv):
+        field = self.K
+        if field.is_zero(field(dv)):
+            raise BadReduction(f"a v denominator ({dv}) vanishes in the {field.name} "
+                               f"field: a bad reduction (use another prime)")
+        return field.one / field(dv)
 
     def _final(self, final):
         got = self._cache.get(final)
@@ -82,9 +86,6 @@ class HeadEvaluator:
         if got is None:
             if not all(type(a) is int for a in final):
                 raise _NotInt
-            if self._int_mats is None:
-                self._int_mats = ([flint.fmpz_mat(Wn) for Wn, _, _ in self._int],
-                                  flint.fmpz_mat([vn for _, vn, _ in self._int]))
             col = flint.fmpz_mat(self.d, 1, list(final))
             wxs = [Wm * col for Wm in self._int_mats[0]]                    # D W_h x_n
             WX = flint.fmpz_mat([[wx[r, 0] for r in range(self.d)] for wx in wxs])
@@ -267,7 +268,7 @@ class HeadEvaluator:
             scores = (WX * col).entries()
             vdots = (self._int_mats[1] * col).entries()
             got = []
-            for (_, _, inv_dv), sc, sf, vd in zip(self._int, scores, s_final, vdots):
+            for inv_dv, sc, sf, vd in zip(self._int, scores, s_final, vdots):
                 w = power(int(sc) - sf)
                 A = K(int(vd)) * inv_dv
                 got.append((w, w * A, A))
@@ -329,7 +330,7 @@ class HeadEvaluator:
             return out
         K = self.K
         power = K.power
-        inv_dvs = [inv_dv for _, _, inv_dv in self._int]
+        inv_dvs = self._int
         for x, items in groups.items():
             WX, _ = self._final_int(x)                      # D W_h x, stacked (m x d)
             cols = len(items)
@@ -344,6 +345,22 @@ class HeadEvaluator:
                 out[n] = [(power(int(S[h * cols + t])), K(int(VA[h * cols + t])) * inv_dvs[h], Bs[h])
                           for h in range(m)]
         return out
+
+
+def _integers(heads, D):
+    """The integer path's field-independent parts for ``heads`` at scale D, or None when
+    some D W_h or D u_h is not integral: ``([D W_h as fmpz_mat], fmpz_mat of the rows
+    dv_h v_h, [dv_h], [D u_h])`` with dv_h the lcm of v_h's denominators."""
+    if not all((x * D).denominator == 1 for h in heads for x in exponent_entries(h)):
+        return None
+    mats, vns, dvs = [], [], []
+    for h in heads:
+        mats.append(flint.fmpz_mat([[int((x * D).numerator) for x in row] for row in h.W]))
+        dv = lcm_of_denominators(h.v)
+        vns.append([int((x * dv).numerator) for x in h.v])
+        dvs.append(dv)
+    return (mats, flint.fmpz_mat(vns) if vns else None), dvs, \
+        [[int((x * D).numerator) for x in h.u] for h in heads]
 
 
 class VectorEvaluator:
@@ -371,10 +388,12 @@ class VectorEvaluator:
         return [ev(tokens) for ev in self.rows]
 
 
-def evaluator(heads, d: int, field: Field, constant=None, outputs: int | None = None):
-    """A :class:`HeadEvaluator`, or a :class:`VectorEvaluator` for ``outputs`` m."""
+def evaluator(heads, d: int, field: Field, constant=None, outputs: int | None = None, like=None):
+    """A :class:`HeadEvaluator` (``like``: see there), or a :class:`VectorEvaluator` for
+    ``outputs`` m."""
     if outputs is None:
-        return HeadEvaluator(heads, d, field, constant)
+        return HeadEvaluator(heads, d, field, constant,
+                             like=like if isinstance(like, HeadEvaluator) else None)
     if constant is None or not isinstance(constant, (tuple, list)):
         constant = tuple(0 for _ in range(outputs))
     return VectorEvaluator(heads, d, field, constant)

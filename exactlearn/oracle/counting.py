@@ -76,14 +76,17 @@ class CountingOracle:
 class Oracle(CountingOracle):
     """Counting black box over a multi-head attention model and a field."""
 
-    def __init__(self, model: MultiHeadAttention, field: Field):
+    def __init__(self, model: MultiHeadAttention, field: Field, *, like: "Oracle | None" = None):
+        """``like``: an oracle of the same model whose evaluator's field-independent parts
+        the new one shares (:meth:`over`)."""
         if field.scale is None:
             field = field.with_scale(model.scale())
         model.check_scale(field)
         self.model = model
         self._heads = model.heads
+        shared = like._eval if like is not None and like.model is model else None
         super().__init__(model.d, field, evaluator(self._heads, model.d, field, model.constant,
-                                                   model.outputs))
+                                                   model.outputs, like=shared))
         #: m for a model of vector outputs (the answer a list of m values), else None
         self.outputs = model.outputs
 
@@ -102,7 +105,8 @@ class Oracle(CountingOracle):
         >>> o2([[2, 0]]) == Modular(p=97)(2), o2.field.scale, o2.queries, o.queries
         (True, 2, 1, 1)
         """
-        view = Oracle(self.model, field if field.scale is not None else field.with_scale(self.field.D))
+        view = Oracle(self.model, field if field.scale is not None else field.with_scale(self.field.D),
+                      like=self)
         view._parent = self
         return view
 
