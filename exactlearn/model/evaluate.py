@@ -53,16 +53,18 @@ class HeadEvaluator:
         if field.is_exact and P.is_exact:
             ints = _integers(heads, field.D) if like is None else like._ints
             if ints is not None:
-                self._ints = ints
-                self._int_mats, dvs, self._u_ints = ints
+                self._ints, (self._int_mats, dvs, self._u_ints) = ints, ints
                 self._int = [self._inverse_dv(dv) for dv in dvs]
 
+    def integer_weights(self):
+        """``([D W_h as fmpz_mat], [D u_h])`` of the integer path (shared), or None."""
+        return None if self._ints is None else (self._ints[0][0], self._ints[2])
+
     def _inverse_dv(self, dv):
-        field = self.K
-        if field.is_zero(field(dv)):
-            raise BadReduction(f"a v denominator ({dv}) vanishes in the {field.name} "
-                               f"field: a bad reduction (use another prime)")
-        return field.one / field(dv)
+        if self.K.is_zero(self.K(dv)):
+            raise BadReduction(f"a v denominator ({dv}) vanishes in the {self.K.name} field: a "
+                               f"bad reduction (use another prime)")
+        return self.K.one / self.K(dv)
 
     def _final(self, final):
         got = self._cache.get(final)
@@ -348,9 +350,8 @@ class HeadEvaluator:
 
 
 def _integers(heads, D):
-    """The integer path's field-independent parts for ``heads`` at scale D, or None when
-    some D W_h or D u_h is not integral: ``([D W_h as fmpz_mat], fmpz_mat of the rows
-    dv_h v_h, [dv_h], [D u_h])`` with dv_h the lcm of v_h's denominators."""
+    """The integer path's field-independent parts at scale D: ``(([D W_h as fmpz_mat], the
+    rows dv_h v_h), [dv_h], [D u_h])``, dv_h the lcm of v_h's denominators; None if not integral."""
     if not all((x * D).denominator == 1 for h in heads for x in exponent_entries(h)):
         return None
     mats, vns, dvs = [], [], []

@@ -116,6 +116,9 @@ class Oracle(CountingOracle):
         Called by the learner before any query is asked (fail fast)."""
         D = self.field.D
         got = getattr(self, "_scaled", None)
+        shared = getattr(self._eval, "integer_weights", lambda: None)()
+        if shared is not None and (got is None or got[0] != D):   # the evaluator's own matrices
+            self._scaled = got = (D, shared[0], shared[1])
         if got is None or got[0] != D:     # D W_h and D u_h, once per D (a run checks many plans)
             Ws = [[[D * x for x in row] for row in h.W] for h in self._heads]
             us = [[D * x for x in h.u] for h in self._heads]
@@ -126,6 +129,8 @@ class Oracle(CountingOracle):
         fast = _worst_exponent_int(Ws, us, plan)
         if fast is not None:
             return self._check_worst(fast)
+        Ws = [[[int(a) for a in row] for row in W.tolist()] if isinstance(W, flint.fmpz_mat)
+              else W for W in Ws]                                        # rows of ints
         worst = 0
         wxs: dict = {}                     # D (W_h x + u_h) per distinct final token
         for c in plan.configs:
@@ -159,21 +164,23 @@ def _worst_exponent_int(Ws, us, plan) -> int:
     distinct e as the rows of E and the distinct x as the columns of X, cost three fast
     matrix products per head, and the configurations' values are read off it; a plan with
     many more pairs than configurations multiplies per distinct x instead."""
-    ints = all(type(x) is int for W in Ws for row in W for x in row) and \
-        all(type(x) is int or getattr(x, "denominator", 0) == 1 for u in us for x in u)
+    mats = all(isinstance(W, flint.fmpz_mat) for W in Ws)         # the evaluator's, integral
+    ints = mats or all(type(x) is int for W in Ws for row in W for x in row)
+    ints = ints and all(type(x) is int or getattr(x, "denominator", 0) == 1 for u in us for x in u)
     if not Ws or not ints:
         return None
     xs = list(dict.fromkeys(c.x for c in plan.configs))
     es = list(dict.fromkeys(c.e for c in plan.configs))
     if not all(type(a) is int for t in xs + es for a in t):
         return None
-    d = len(Ws[0])
+    d = Ws[0].nrows() if mats else len(Ws[0])
     if len(xs) * len(es) <= 4 * len(plan.configs) + 4096:
         return _worst_by_pairs(Ws, us, plan, xs, es)
     by_x: dict = {}
     for c in plan.configs:
         by_x.setdefault(c.x, []).append(c.e)
-    stacked = flint.fmpz_mat([row for W in Ws for row in W])            # (H d) x d
+    stacked = flint.fmpz_mat(len(Ws) * d, d, [int(x) for W in Ws for x in (
+        W.entries() if mats else (a for row in W for a in row))])        # (H d) x d
     U = flint.fmpz_mat(len(Ws), d, [int(x) for u in us for x in u])   # row h: (D u_h)^T
     worst = 0
     for x, es_x in by_x.items():
@@ -194,7 +201,7 @@ def _worst_by_pairs(Ws, us, plan, xs, es) -> int:
     ones = flint.fmpz_mat(1, len(xs), [1] * len(xs))
     worst = 0
     for W, u in zip(Ws, us):
-        P = (E * flint.fmpz_mat(W)) * X
+        P = (E * (W if isinstance(W, flint.fmpz_mat) else flint.fmpz_mat(W))) * X
         if any(u):
             P += (E * flint.fmpz_mat(len(u), 1, [int(a) for a in u])) * ones
         vals = P.entries()

@@ -76,10 +76,13 @@ class AskOnce:
 
 
 def query_key(tokens) -> tuple:
-    """The query as its runs: ``((token, copies), ...)``, adjacent equal tokens in one run (so
-    two queries have the same key exactly when they are the same sequence of tokens).
+    """The query as its runs, flat: ``(token, copies, token, copies, ...)``, adjacent equal
+    tokens in one run (so two queries have the same key exactly when they are the same
+    sequence of tokens).  One tuple, not one a run: a run's pair cost 72 bytes a query
+    more, about 40 MB of keys a pass of the efficient plan at d = 384
+    (docs/explanation/performance.md).
 
     >>> query_key([(1, 2), (1, 2), (3, 4), (1, 2)])
-    (((1, 2), 2), ((3, 4), 1), ((1, 2), 1))
+    ((1, 2), 2, (3, 4), 1, (1, 2), 1)
     """
-    return tuple((tuple(t), n) for t, n in token_runs(tokens))   # its runs are maximal
+    return tuple(x for t, n in token_runs(tokens) for x in (tuple(t), n))   # maximal runs
