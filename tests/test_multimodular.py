@@ -333,3 +333,21 @@ def test_a_box_fixed_to_one_prime_with_a_height_bound_is_exact():
     assert res.multimodular["route"] == "height bound"
     res = learn(lambda tokens: inner(tokens), d=2, heads=2, field=K, seed=0, max_height=2)
     assert res.status == "failed" and "height bound" in res.error
+
+
+def test_an_over_view_shares_the_integer_form_and_answers_as_a_fresh_oracle():
+    """``Oracle.over`` builds its evaluator from the parent's field-independent parts (the
+    integer D W_h, the heads in the parameter domain: about 100 MB a view for a MiniLM layer
+    at d = 384), and answers every query as an oracle built afresh over that field."""
+    from exactlearn.generate import random_model
+    model = random_model(4, 3, seed=5)
+    parent = Oracle(model, Modular())
+    other = Modular(p=1000003)
+    view, fresh = parent.over(other), Oracle(model, other.with_scale(parent.field.D))
+    assert view._eval._ints is parent._eval._ints and view._eval.heads is parent._eval.heads
+    assert fresh._eval._ints is not parent._eval._ints
+    rng = random.Random(5)
+    for _ in range(50):
+        toks = [tuple(rng.randint(-9, 9) for _ in range(4)) for _ in range(rng.randint(1, 5))]
+        assert view(toks) == fresh(toks)
+    assert parent.queries == 50 and view.queries == 50

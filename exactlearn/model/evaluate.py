@@ -37,7 +37,7 @@ class HeadEvaluator:
             constant = constant_of(heads)
         #: the additive constant c in the field (docs: explanation/biases.md); None when 0
         self.constant = None if constant == 0 else field(constant)
-        if like is not None and (like.K.param is not P or like.K.D != field.D):
+        if like is not None and (like.K.param != P or like.K.D != field.D):
             like = None
         self.heads = like.heads if like is not None else [
             ([[P(a) for a in row] for row in h.W], [P(a) for a in h.v], [P(a) for a in h.u])

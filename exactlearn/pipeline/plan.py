@@ -87,7 +87,7 @@ def share_tokens(configs) -> None:
     int object: a's entries past 256 are each an int of their own (28 to 32 bytes against
     a pointer's 8), and at d = 384 the efficient plan's 23,599 asked tokens held about
     290 MB of such ints (docs/explanation/performance.md, "A MiniLM layer at full width").
-    The same tuples, by value.
+    The same tuples, by value; only ints are pooled (1 and 1.0 stay what they are).
 
     >>> c = Config("basis", 0, 0, (1000, 5), (0, 995))
     >>> share_tokens([c]); c.a, c.a[0] is c.a[1]
@@ -96,7 +96,8 @@ def share_tokens(configs) -> None:
     pool: dict = {}
     for c in configs:
         if "a" not in c.__dict__:
-            c.__dict__["a"] = tuple([pool.setdefault(v, v) for v in map(operator.add, c.x, c.e)])
+            c.__dict__["a"] = tuple([pool.setdefault(v, v) if type(v) is int else v
+                                     for v in map(operator.add, c.x, c.e)])
 
 
 @dataclass(frozen=True, slots=True)
