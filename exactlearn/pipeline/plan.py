@@ -49,7 +49,14 @@ class Config:
 
     @functools.cached_property
     def a(self) -> tuple:
-        return tuple(p + q for p, q in zip(self.x, self.e))
+        return self._sum()
+
+    def _sum(self, pool=None) -> tuple:
+        """x + e, not cached; with ``pool`` (a dict) equal int entries as one object."""
+        if pool is None:
+            return tuple(map(operator.add, self.x, self.e))
+        return tuple([pool.setdefault(v, v) if type(v) is int else v
+                      for v in map(operator.add, self.x, self.e)])
 
     def tokens(self, k: int) -> list:
         """q_k = (a, ..., a [k times], x)."""
@@ -71,9 +78,7 @@ class Config:
         >>> _ = values(c.tokens(1)); c.asked_in(values, 1)
         True
         """
-        a = self.__dict__.get("a")           # cached when some query of it was built
-        if a is None:
-            a = tuple(p + q for p, q in zip(self.x, self.e))
+        a = self.__dict__.get("a") or self._sum()     # cached when some query of it was built
         return all([a] * k + [self.x] in values for k in range(1, n + 1))
 
     @property
@@ -96,8 +101,7 @@ def share_tokens(configs) -> None:
     pool: dict = {}
     for c in configs:
         if "a" not in c.__dict__:
-            c.__dict__["a"] = tuple([pool.setdefault(v, v) if type(v) is int else v
-                                     for v in map(operator.add, c.x, c.e)])
+            c.__dict__["a"] = c._sum(pool)
 
 
 @dataclass(frozen=True, slots=True)

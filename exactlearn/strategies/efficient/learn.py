@@ -212,9 +212,8 @@ def _completed(plan, logs, P):
     docs/explanation/performance.md)."""
     if not getattr(P, "is_rational", False):
         return [_cur(plan, L, P, h) for h, L in enumerate(logs)]
-    for h, L in enumerate(logs):
-        _core(plan, L, h)
-    return (_cur(plan, L, P, h) for h, L in enumerate(logs))
+    cores = [_core(plan, L, h) for h, L in enumerate(logs)]
+    return (_cur(plan, L, P, h, U) for h, (L, U) in enumerate(zip(logs, cores)))
 
 
 def _core(plan, L, h):
@@ -230,9 +229,10 @@ def _core(plan, L, h):
     return Uq
 
 
-def _cur(plan, L, P, h) -> dict:
+def _cur(plan, L, P, h, core=None) -> dict:
     """All d² scores M[j][i] = L[(i, j)] of a rank-≤ r head from its skeleton:
-    M = C U⁻¹ R with C = M[:, :r], U = M[:r, :r], R = M[:r, :]."""
+    M = C U⁻¹ R with C = M[:, :r], U = M[:r, :r], R = M[:r, :] (over Q ``core``: U from
+    :func:`_core`, already checked)."""
     d, r = plan.d, plan.rank
     C = [[L[(a, j)] for a in range(r)] for j in range(d)]
     U = [[L[(a, b)] for a in range(r)] for b in range(r)]
@@ -244,7 +244,7 @@ def _cur(plan, L, P, h) -> dict:
         def fq(rows):
             return flint.fmpq_mat([[flint.fmpq(int(x.numerator), int(x.denominator)) for x in row]
                                    for row in rows])
-        Uq = _core(plan, L, h)
+        Uq = core if core is not None else _core(plan, L, h)
         M = fq(C) * Uq.solve(fq(R))              # C U^-1 R: the same exact matrix
         return {(i, j): P(mpq(int(M[j, i].p), int(M[j, i].q))) for i in range(d) for j in range(d)}
     try:
