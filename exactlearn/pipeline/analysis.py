@@ -48,9 +48,9 @@ def ask_plan(plan, ask) -> tuple:
     queries = plan.queries
     current().phase(current().asking, len(queries))      # progress=: "ask" or "confirm"
     if many is not None:
-        ys = many(plan.tokens(q) for q in queries)
+        ys = many(plan.tokens_of(queries))
     else:
-        ys = (ask(plan.tokens(q)) for q in queries)
+        ys = map(ask, plan.tokens_of(queries))
     for q, y in zip(queries, ys):
         if q.k == 0:
             y_shared = y
@@ -188,11 +188,11 @@ def check_limit(plan, n, rf, V, K, constant=None, va=None) -> None:
     already computed (:func:`dots`)."""
     c = plan.configs[n]
     if constant is None:
-        if not K.eq(rf.limit(K), dot(V, c.a, K) if va is None else va):
+        if not K.eq(rf.limit(K), dot(V, c.summed(), K) if va is None else va):
             raise DegenerateDraw(f"configuration {c.kind}{(c.i + 1, c.j + 1)}: the limit of f(q_k) "
                                  f"is not V.a (more heads than the bound H = {plan.H}, an additive "
                                  f"constant, or a bias)")
-    elif not K.eq(rf.limit(K), constant + dot(V, c.a, K)):
+    elif not K.eq(rf.limit(K), constant + dot(V, c.summed(), K)):
         raise DegenerateDraw(f"configuration {c.kind}{(c.i, c.j + 1)}: the limit of f(q_k) "
                              f"is not c + V.a (more heads than the bound H = {plan.H}, or a black "
                              f"box outside the biased model class)")

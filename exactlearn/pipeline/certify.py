@@ -105,13 +105,13 @@ def _certify_families(ev, plan, idxs, values, K, ring) -> int:
     value by value; a family without ``family`` terms, and any failing value, go
     query by query (:func:`_check`), in the order of the serial loop."""
     try:                                            # batched per final token
-        fams = ev.families([(plan.configs[idx].a, plan.configs[idx].x) for idx in idxs])
+        fams = ev.families([(plan.configs[idx].summed(), plan.configs[idx].x) for idx in idxs])
     except (ExactLearnError, ArithmeticError):      # then pair by pair, as before
         fams = []
         for idx in idxs:
             c = plan.configs[idx]
             try:
-                fam = ev.family(c.a, c.x)
+                fam = ev.family(c.summed(), c.x)
             except (ExactLearnError, ArithmeticError):
                 fam = None                          # the query-by-query path says why
             fams.append(fam)

@@ -69,8 +69,10 @@ def ask_task(model, K, plan, ns, shared, run=None, tally=None) -> tuple:
             tap.check()
             return int(oracle(tokens))
         y0 = one(plan.configs[ns[0]].tokens(0)) if shared else None
-        values = {n: [one(plan.configs[n].tokens(k)) for k in range(1, 2 * plan.H + 1)]
-                  for n in ns}
+        values = {}
+        for n in ns:            # a = x + e once per configuration, not kept on the plan
+            a, x = plan.configs[n].summed(), plan.configs[n].x
+            values[n] = [one([a] * k + [x]) for k in range(1, 2 * plan.H + 1)]
         return y0, values, oracle.queries, oracle.max_length, oracle.seconds, tap.fd is not None
     finally:
         oracle.listener = None

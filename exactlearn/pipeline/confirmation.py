@@ -33,7 +33,7 @@ def solve_v_plan(W_set, plan, y_shared, values, Kc, certify_all=True) -> tuple:
     for j in range(d):
         n = plan.index("basis", 0, j)
         c = plan.configs[n]
-        fam = ev.family(c.a, c.x)
+        fam = ev.family(c.summed(), c.x)
         if fam is None:
             raise PrimesDisagree("the family (x_1, e_j) has no integer path modulo the further prime")
         rows = [Kc.one] + [Kc.zero] * m + [Kc(y_shared)]
@@ -169,7 +169,7 @@ def check_design_rank_plan(heads, plan, K) -> None:
     try:
         for j in range(plan.d):
             c = plan.configs[plan.index("basis", 0, j)]
-            fam = ev.family(c.a, c.x)
+            fam = ev.family(c.summed(), c.x)
             if fam is None:
                 raise ArithmeticError("no integer path")
             rows = [K.one] + [K.zero] * m
@@ -181,7 +181,7 @@ def check_design_rank_plan(heads, plan, K) -> None:
         return
     except (ArithmeticError, ExactLearnError):
         pass
-    check_design_rank(heads, ((plan.tokens(q), None) for q in plan.queries), K)
+    check_design_rank(heads, ((t, None) for t in plan.tokens_of(plan.queries)), K)
 
 
 def check_design_rank(heads, observations, K) -> None:

@@ -59,8 +59,20 @@ class Config:
                       for v in map(operator.add, self.x, self.e)])
 
     def tokens(self, k: int) -> list:
-        """q_k = (a, ..., a [k times], x)."""
-        return [self.a] * k + [self.x]
+        """q_k = (a, ..., a [k times], x), with a from :meth:`summed` (not kept)."""
+        return [self.summed()] * k + [self.x] if k else [self.x]
+
+    def summed(self) -> tuple:
+        """a = x + e without keeping it on the configuration: the cached :attr:`a` when some
+        step cached it (:func:`share_tokens`), else a fresh tuple.  A paper plan at d = 384
+        has 294,913 configurations, and a cached a on each would hold about 4 GB
+        (docs/explanation/performance.md, "Memory at full width").
+
+        >>> c = Config("basis", 0, 0, (1, 2), (3, 4))
+        >>> c.summed(), "a" in c.__dict__
+        ((4, 6), False)
+        """
+        return self.__dict__.get("a") or self._sum()
 
     def asked_in(self, values, n: int) -> bool:
         """Whether q_1, ..., q_n are all ``in values`` (an
@@ -78,7 +90,7 @@ class Config:
         >>> _ = values(c.tokens(1)); c.asked_in(values, 1)
         True
         """
-        a = self.__dict__.get("a") or self._sum()     # cached when some query of it was built
+        a = self.summed()
         return all([a] * k + [self.x] in values for k in range(1, n + 1))
 
     @property
@@ -135,6 +147,25 @@ class Plan:
 
     def tokens(self, q: Query) -> list:
         return self.configs[q.config].tokens(q.k)
+
+    def tokens_of(self, queries):
+        """The tokens of ``queries`` in turn, as :meth:`tokens` gives them, but with each
+        configuration's a = x + e computed once per run of its consecutive queries and not
+        kept (:meth:`Config.summed`): asking a plan leaves no token cached on it.
+
+        >>> plan = paper_plan([[1, 0], [0, 1]], [[1, 1], [0, 1]], 1)
+        >>> asked = list(plan.tokens_of(plan.queries))
+        >>> any("a" in c.__dict__ for c in plan.configs)
+        False
+        >>> asked == [plan.tokens(q) for q in plan.queries]
+        True
+        """
+        last, a = None, None
+        for q in queries:
+            c = self.configs[q.config]
+            if q.config != last:
+                last, a = q.config, c.summed()
+            yield [a] * q.k + [c.x]
 
     def index(self, kind, i, j) -> int:
         return self._index[(kind, i, j)]
