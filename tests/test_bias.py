@@ -154,23 +154,31 @@ def test_mha2_round_trip_and_mha1_still_reads(tmp_path):
             MultiHeadAttention.from_json(bad)
 
 
-def test_tall_biased_v_over_the_modular_field_names_its_real_bound():
-    """v = (2^50, 3) is below the 2^60 the failure named, yet it fails: one analysis prime
-    reconstructs |num|, den up to reconstruction_bound(p), about 2^44.  The message names that
-    bound; 2^40 is learned exactly (compared with the model's own canonical form)."""
+def test_tall_biased_v_and_c_over_the_modular_field_are_learned_exactly_over_more_primes():
+    """One analysis prime reconstructs |num|, den up to reconstruction_bound(p), about 2^44.
+    Taller v and c used to fail ("not supported yet"); a further prime's answers now give v
+    and c modulo it (:func:`~exactlearn.pipeline.confirmation.solve_v_plan`, the plan for
+    biases), its residues join the CRT, and the run is exact, compared with the model's own
+    canonical form, with every prime's queries counted."""
     from exactlearn.algebra.reconstruct import reconstruction_bound
-    for k, ok in ((40, True), (50, False)):
-        model = MultiHeadAttention([([[1, 0], [0, 2]], [2 ** k, 3], [1, 0])], constant=0, bias=True)
+    from gmpy2 import mpq
+    for k in (40, 50, 200):
+        c = mpq(2 ** k + 1, 7)
+        model = MultiHeadAttention([([[1, 0], [0, 2]], [2 ** k, 3], [1, 0]),
+                                    ([[0, 1], [1, 0]], [-1, mpq(2 ** k, 5)], [0, 1])],
+                                   constant=c, bias=True)
         box = Counted(Oracle(model, Modular()))
-        res = learn(box, d=2, heads=1, seed=1, bias=True)
+        res = learn(box, d=2, heads=2, seed=1, bias=True)
         assert res.queries == box.asked
-        if ok:
-            assert res.certified and res.heads == model.canonical_heads()
+        assert res.certified and res.exact_over_Q and res.heads == model.canonical_heads()
+        assert res.heads.constant == c
+        primes = res.multimodular["primes"]
+        B = reconstruction_bound(int(primes[0]["p"]))
+        if 2 ** k <= B:
+            assert len(primes) == 2                    # analysis, then confirmation
         else:
-            p = int(res.multimodular["primes"][0]["p"])
-            B = reconstruction_bound(p)
-            assert not res.certified and B < 2 ** k < 2 ** 60
-            assert f"at most {B}, about 2^{B.bit_length() - 1}" in res.error and "2^60" not in res.error
+            assert len(primes) >= 3 and primes[-1]["role"] == "confirmation"
+            assert sum(p["queries"] for p in primes) == res.queries
 
 
 def test_headset_hash_agrees_with_equality():

@@ -63,8 +63,10 @@ def weights_path():
     return path
 
 
-def load_layer(layer: int) -> dict:
-    """float32 numpy arrays ``{"Q", "K", "V", "O"}`` (each 384 x 384, ``[out, in]``)."""
+def load_layer(layer: int, biases: bool = False) -> dict:
+    """float32 numpy arrays ``{"Q", "K", "V", "O"}`` (each 384 x 384, ``[out, in]``); with
+    ``biases`` also the bias vectors ``{"bQ", "bK", "bV", "bO"}`` (each of length 384) of the
+    query, key, value and output dense layers (docs: explanation/biases.md)."""
     if not 0 <= layer < 6:
         raise ValueError(f"all-MiniLM-L6-v2 has layers 0..5, got {layer}")
     path = weights_path()
@@ -77,6 +79,9 @@ def load_layer(layer: int) -> dict:
     pre = f"encoder.layer.{layer}.attention."
     names = {"Q": "self.query.weight", "K": "self.key.weight", "V": "self.value.weight",
              "O": "output.dense.weight"}
+    if biases:
+        names.update({"bQ": "self.query.bias", "bK": "self.key.bias", "bV": "self.value.bias",
+                      "bO": "output.dense.bias"})
     return {k: t[pre + n] for k, n in names.items()}
 
 

@@ -11,7 +11,7 @@ import flint
 from gmpy2 import mpq
 
 from exactlearn.errors import ExactLearnError, PrimesDisagree, SingularMatrix
-from exactlearn.model import Head, HeadEvaluator
+from exactlearn.model import Head, HeadEvaluator, HeadSet
 from exactlearn.pipeline.certify import certify, certify_plan
 
 
@@ -23,11 +23,43 @@ def solve_v_plan(W_set, plan, y_shared, values, Kc, certify_all=True) -> tuple:
     ``E^T v_h = (v_h.e_j)_j``.  Then (``certify_all``) every answer is recomputed from
     (W, v).  Returns ``(residue vectors in the order of W_set, n_certified)``; raises
     :class:`PrimesDisagree` when the system is undetermined or inconsistent, and
-    :class:`CertificateError` when (W, v) do not reproduce an answer."""
+    :class:`CertificateError` when (W, v) do not reproduce an answer.
+
+    The plan for biases (docs: explanation/biases.md): ``W_set`` holds each head's exact
+    ``(W, u)``, the families are (x_0, e_j) with ``f(q_k) = c + V.x_0 + sum_h t_h(k) v_h.e_j``
+    (``w_h = exp(e_j^T (W_h x_0 + u_h))``), the same system's first unknown is ``c + V.x_0``,
+    so ``c`` follows once V is known; the residues end with ``(c,)``, as an analysis
+    prime's do (:func:`~exactlearn.pipeline.crt.reconstruct_heads`)."""
     d, m = plan.d, len(W_set)
+    if plan.bias:
+        return _solve_v_plan_bias(W_set, plan, y_shared, values, Kc, certify_all)
     if m == 0:
         return [], (certify_plan((), plan, y_shared, values, Kc) if certify_all else 0)
-    ev = HeadEvaluator([Head(W, (mpq(0),) * d) for W in W_set], d, Kc)
+    vs, _ = _v_from_first_group([Head(W, (mpq(0),) * d) for W in W_set], plan, y_shared, values, Kc)
+    n_cert = 0
+    if certify_all:
+        n_cert = certify_plan([Head(W, v) for W, v in zip(W_set, vs)], plan, y_shared, values, Kc)
+    return vs, n_cert
+
+
+def _solve_v_plan_bias(W_set, plan, y_shared, values, Kc, certify_all) -> tuple:
+    """:func:`solve_v_plan` for the plan for biases: ``(v residues + [(c,)], n_certified)``."""
+    d = plan.d
+    vs, b = _v_from_first_group([Head(W, (mpq(0),) * d, u) for W, u in W_set], plan, y_shared,
+                                values, Kc)
+    V = [sum((Kc(v[r]) for v in vs), Kc.zero) for r in range(d)]
+    c = b - sum((a * Kc(x) for a, x in zip(V, plan.X[0])), Kc.zero)     # b = c + V.x_0
+    heads = HeadSet([Head(W, v, u) for (W, u), v in zip(W_set, vs)], mpq(int(c)), True)
+    n_cert = certify_plan(heads, plan, y_shared, values, Kc) if certify_all else 0
+    return list(vs) + [(mpq(int(c)),)], n_cert
+
+
+def _v_from_first_group(zero_heads, plan, y_shared, values, Kc) -> tuple:
+    """``(v residues, b)`` from the families (x_1, e_j) (with biases (x_0, e_j)) of the heads
+    ``zero_heads`` (their W exact, v zero): the (2H+1) x (m+1) system per e_j, then
+    ``E^T v_h = (v_h.e_j)_j``; ``b`` is the common first unknown (V.x_1, or c + V.x_0)."""
+    d, m = plan.d, len(zero_heads)
+    ev = HeadEvaluator(zero_heads, d, Kc)
     ctx = Kc.scalar_ctx
     C = []                                   # C[j] = [v_h . e_j for h]
     for j in range(d):
@@ -48,15 +80,12 @@ def solve_v_plan(W_set, plan, y_shared, values, Kc, certify_all=True) -> tuple:
                 + ("inconsistent with the analysed W" if rank == m + 2 else "undetermined")
                 + f" (rank {rank} of {m + 1})")
         C.append([R[1 + h, m + 1] for h in range(m)])
+        b = R[0, m + 1]                      # the same for every j: the k = 0 query is shared
     Et = flint.fmpz_mod_mat(d, d, [plan.E[j][r] for j in range(d) for r in range(d)], ctx)
     if Et.rank() < d:
         raise SingularMatrix("E is singular modulo the further prime")
     V = Et.solve(flint.fmpz_mod_mat(d, m, [C[j][h] for j in range(d) for h in range(m)], ctx))
-    vs = [tuple(mpq(int(V[r, h])) for r in range(d)) for h in range(m)]
-    n_cert = 0
-    if certify_all:
-        n_cert = certify_plan([Head(W, v) for W, v in zip(W_set, vs)], plan, y_shared, values, Kc)
-    return vs, n_cert
+    return [tuple(mpq(int(V[r, h])) for r in range(d)) for h in range(m)], Kc(int(b))
 
 
 def solve_v_observations(W_set, d, observations, Kc) -> tuple:

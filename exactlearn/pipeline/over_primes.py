@@ -10,7 +10,7 @@ import math
 
 from exactlearn.errors import (CertificateError, ExactLearnError, ExactnessError, HeightExceeded,
                                PrimesDisagree, SingularMatrix)
-from exactlearn.fields.modular import BadReduction, Modular, ResidueModular, reconstruction_bound
+from exactlearn.fields.modular import BadReduction, Modular, ResidueModular
 from exactlearn.model import canonicalize, constant_of
 from exactlearn.pipeline.confirmation import check_design_rank
 from exactlearn.pipeline.crt import (DEFAULT_MAX_PRIMES, MAX_LOG2_BOUNDED, analysis_primes,
@@ -211,13 +211,6 @@ class _Primes:
                 raise self.too_tall(f"; {self.refuted} reconstruction(s) refuted by the "
                                     f"confirmation prime, as for a black box outside the model "
                                     f"class")
-        if self.bias:                    # v and c from a further prime's answers: not yet
-            B = reconstruction_bound(math.prod(self.moduli))
-            raise self.failing(HeightExceeded(
-                f"a biased model whose v or c is taller than one analysis prime reconstructs "
-                f"(|num| and den at most {B}, about 2^{B.bit_length() - 1}) is not supported "
-                f"yet: the confirmation prime refuted or could not confirm the "
-                f"reconstruction{f' ({exc})' if str(exc) else ''}"))
         if observations is None or Kc is None or residues_at is None:
             raise self.failing(PrimesDisagree("the answers modulo the further prime are not at "
                                               "hand"))

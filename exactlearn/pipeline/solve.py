@@ -79,27 +79,30 @@ def solve_heads(plan, labelled, K, log=None) -> list:
     return [Head(W, v) for W, v in zip(Ws, vs)]
 
 
-def _solve_W_all_flint(plan, logs_per_head) -> list:
+def _solve_W_all_flint(plan, logs_per_head, bias=False) -> list:
     """:func:`_solve_W_flint` for every head at once: ``E^T Y = [M_1 ... M_m]`` and then
     ``X^T [W_1^T ... W_m^T] = [Y_1^T ... Y_m^T]``, two python-flint solves (fraction-free,
     in C) instead of products with X^{-1}, whose entries are tall rationals: the same
-    exact W."""
+    exact W.  ``bias``: the plan for biases, X~ = [[x_0 .. x_d], [1 .. 1]] in X's place and
+    each head's ``[W_h | u_h]`` (rows of d + 1 entries) returned (:func:`solve_heads_bias`)."""
     import flint
     from gmpy2 import mpq
     d, m = plan.d, len(logs_per_head)
-    X = flint.fmpz_mat(d, d, [plan.X[i][r] for r in range(d) for i in range(d)])
+    n = d + 1 if bias else d                       # columns of X (X~)
+    cols = [tuple(plan.X[i]) + ((1,) if bias else ()) for i in range(n)]
+    X = flint.fmpz_mat(n, n, [cols[i][r] for r in range(n) for i in range(n)])
     Et = flint.fmpz_mat(d, d, [plan.E[j][r] for j in range(d) for r in range(d)])
     den = 1
     for lg in logs_per_head:
         for x in lg.values():
             den = den * int(x.denominator) // math.gcd(den, int(x.denominator))
-    N = flint.fmpz_mat(d, d * m, [int(lg[(i, j)] * den) for j in range(d) for lg in logs_per_head
-                                  for i in range(d)])
-    Y = Et.solve(N).entries()              # E^{-T} [M_1 ... M_m] den, row-major d x dm
-    dm = d * m
-    YT = flint.fmpq_mat(d, dm, [Y[r * dm + h * d + c] for c in range(d) for h in range(m) for r in range(d)])
+    N = flint.fmpz_mat(d, n * m, [int(lg[(i, j)] * den) for j in range(d) for lg in logs_per_head
+                                  for i in range(n)])
+    Y = Et.solve(N).entries()              # E^{-T} [M_1 ... M_m] den, row-major d x nm
+    nm, dm = n * m, d * m
+    YT = flint.fmpq_mat(n, dm, [Y[r * nm + h * n + c] for c in range(n) for h in range(m) for r in range(d)])
     Z = flint.fmpq_mat(X.transpose()).solve(YT).entries()     # Z[c, h d + r] = den W_h[r, c]
-    return [tuple(tuple(mpq(int(z.p), int(z.q) * den) for z in (Z[c * dm + h * d + r] for c in range(d)))
+    return [tuple(tuple(mpq(int(z.p), int(z.q) * den) for z in (Z[c * dm + h * d + r] for c in range(n)))
                   for r in range(d)) for h in range(m)]
 
 
@@ -115,14 +118,18 @@ def solve_heads_bias(plan, labelled, K) -> list:
         return []
     P = K.param
     Etinv_K = linalg.inverse([[K(plan.E[j][r]) for r in range(d)] for j in range(d)], K)
-    Etinv = linalg.inverse([[P(plan.E[j][r]) for r in range(d)] for j in range(d)], P)
-    Xt = [[P(plan.X[i][r]) for i in range(d + 1)] for r in range(d)] + [[P.one] * (d + 1)]
-    Xtinv = linalg.inverse(Xt, P)
-    out = []
-    for h in range(m):
-        M = [[K.log(labelled[(i, j)][h][0]) for i in range(d + 1)] for j in range(d)]
+    logs, vs = [], []
+    for h in range(m):                     # head by head: logs, then v (the order of failures)
+        logs.append({(i, j): K.log(labelled[(i, j)][h][0]) for i in range(d + 1) for j in range(d)})
         v = solve_v(plan, [labelled[(0, j)][h][1] for j in range(d)], K, Etinv_K)
-        WU = linalg.matmul(linalg.matmul(Etinv, M, P), Xtinv, P)
-        out.append(Head(tuple(tuple(row[:d]) for row in WU), tuple(K.to_param(x) for x in v),
-                        tuple(row[d] for row in WU)))
-    return out
+        vs.append(tuple(K.to_param(x) for x in v))
+    if P.is_rational:                      # two python-flint solves (the same exact [W | u])
+        WUs = _solve_W_all_flint(plan, logs, bias=True)
+    else:
+        Etinv = linalg.inverse([[P(plan.E[j][r]) for r in range(d)] for j in range(d)], P)
+        Xt = [[P(plan.X[i][r]) for i in range(d + 1)] for r in range(d)] + [[P.one] * (d + 1)]
+        Xtinv = linalg.inverse(Xt, P)
+        WUs = [linalg.matmul(linalg.matmul(Etinv, [[lg[(i, j)] for i in range(d + 1)]
+                                                   for j in range(d)], P), Xtinv, P) for lg in logs]
+    return [Head(tuple(tuple(row[:d]) for row in WU), v, tuple(row[d] for row in WU))
+            for WU, v in zip(WUs, vs)]
