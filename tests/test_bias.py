@@ -181,6 +181,23 @@ def test_tall_biased_v_and_c_over_the_modular_field_are_learned_exactly_over_mor
             assert sum(p["queries"] for p in primes) == res.queries
 
 
+def test_a_tall_constant_with_no_canonical_heads_is_learned_exactly():
+    """Named degenerate case (helper-62): two biased heads that cancel leave no canonical head,
+    only a constant c above one prime's reconstruction bound.  The further prime's residue of c
+    is then f((x_0)) itself (V = 0); before, the empty set of heads had no family to solve and
+    the run failed as if the primes disagreed."""
+    from gmpy2 import mpq
+    I2 = [[1, 0], [0, 2]]
+    for c in (mpq(2 ** 40 + 1, 9), mpq(2 ** 50 + 1, 9), mpq(-(2 ** 120), 7)):
+        model = MultiHeadAttention([(I2, [1, 1], [1, 0]), (I2, [-1, -1], [1, 0])], constant=c,
+                                   bias=True)
+        assert len(model.canonical_heads()) == 0
+        box = Counted(Oracle(model, Modular()))
+        res = learn(box, d=2, heads=2, seed=8, bias=True)
+        assert res.queries == box.asked
+        assert res.certified and res.heads == model.canonical_heads() and res.heads.constant == c
+
+
 def test_headset_hash_agrees_with_equality():
     """A HeadSet with constant 0 equals the plain tuple of its heads, so it must hash as that
     tuple (it did not: {HeadSet(hs), hs} had two members and a dict keyed by one missed the

@@ -45,8 +45,11 @@ def solve_v_plan(W_set, plan, y_shared, values, Kc, certify_all=True) -> tuple:
 def _solve_v_plan_bias(W_set, plan, y_shared, values, Kc, certify_all) -> tuple:
     """:func:`solve_v_plan` for the plan for biases: ``(v residues + [(c,)], n_certified)``."""
     d = plan.d
-    vs, b = _v_from_first_group([Head(W, (mpq(0),) * d, u) for W, u in W_set], plan, y_shared,
-                                values, Kc)
+    if not W_set:                          # no heads: f = c on every query, b = c = f((x_0))
+        vs, b = [], Kc(y_shared)
+    else:
+        vs, b = _v_from_first_group([Head(W, (mpq(0),) * d, u) for W, u in W_set], plan,
+                                    y_shared, values, Kc)
     V = [sum((Kc(v[r]) for v in vs), Kc.zero) for r in range(d)]
     c = b - sum((a * Kc(x) for a, x in zip(V, plan.X[0])), Kc.zero)     # b = c + V.x_0
     heads = HeadSet([Head(W, v, u) for (W, u), v in zip(W_set, vs)], mpq(int(c)), True)
@@ -67,7 +70,8 @@ def _v_from_first_group(zero_heads, plan, y_shared, values, Kc) -> tuple:
         c = plan.configs[n]
         fam = ev.family(c.summed(), c.x)
         if fam is None:
-            raise PrimesDisagree("the family (x_1, e_j) has no integer path modulo the further prime")
+            raise PrimesDisagree(f"the family (x_{0 if plan.bias else 1}, e_{j + 1}) has no "
+                                 f"integer path modulo the further prime")
         rows = [Kc.one] + [Kc.zero] * m + [Kc(y_shared)]
         for k, y in enumerate(values[n], start=1):
             rows.append(Kc.one)
@@ -76,7 +80,7 @@ def _v_from_first_group(zero_heads, plan, y_shared, values, Kc) -> tuple:
         R, rank = flint.fmpz_mod_mat(len(values[n]) + 1, m + 2, rows, ctx).rref()
         if rank != m + 1 or any(R[i, i] != 1 for i in range(m + 1)):
             raise PrimesDisagree(
-                f"the family (x_1, e_{j + 1}) modulo the further prime is "
+                f"the family (x_{0 if plan.bias else 1}, e_{j + 1}) modulo the further prime is "
                 + ("inconsistent with the analysed W" if rank == m + 2 else "undetermined")
                 + f" (rank {rank} of {m + 1})")
         C.append([R[1 + h, m + 1] for h in range(m)])
