@@ -2,9 +2,11 @@
 explanation/performance.md, "A MiniLM layer at full width").
 
     PYTHONPATH=$PWD python benchmarks/trace_rss_minilm.py 384
+    PYTHONPATH=$PWD python benchmarks/trace_rss_minilm.py 192 --workers 2   # the paper plan's driver
 
 Learns the first D coordinates of all-MiniLM-L6-v2's layer 0 as ``bench_minilm_full.py``
-does (efficient plan, rank 32, modular field, seed 1).  A thread reads the process's
+does (efficient plan, rank 32, modular field, seed 1; with ``--workers N`` the paper plan on a
+loopback Dask cluster of N workers, this process its driver).  A thread reads the process's
 resident size (``VmRSS``) every half second and, whenever it has grown by 5 % and 20 MB,
 prints the time, the size and the main thread's innermost 12 Python frames.  Unlike
 ``trace_memory_minilm.py`` (tracemalloc) it sees python-flint's and GMP's C allocations
@@ -35,7 +37,9 @@ def resident_mb() -> int:
 def main() -> None:
     from bench_minilm_full import exact_layer
     from exactlearn import Modular, Oracle, learn
-    D = int(sys.argv[1]) if len(sys.argv) > 1 else 64
+    args = sys.argv[1:]
+    workers = int(args[args.index("--workers") + 1]) if "--workers" in args else None
+    D = int(args[0]) if args and not args[0].startswith("--") else 64
     model, _ = exact_layer(0, D)
     main_id = threading.get_ident()
     done = threading.Event()
@@ -53,7 +57,14 @@ def main() -> None:
             time.sleep(0.5)
 
     threading.Thread(target=watch, daemon=True).start()
-    res = learn(Oracle(model, Modular()), D, heads=12, plan="efficient", rank=32, seed=1)
+    if workers:
+        from dask.distributed import Client, LocalCluster
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True) as cluster, \
+                Client(cluster) as client:
+            res = learn(Oracle(model, Modular()), D, heads=12, plan="paper", seed=1,
+                        executor=client)
+    else:
+        res = learn(Oracle(model, Modular()), D, heads=12, plan="efficient", rank=32, seed=1)
     done.set()
     print(f"D={D} status {res.status} queries {res.queries} {time.time() - t0:.0f}s peak "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10} MB")
