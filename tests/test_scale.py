@@ -303,6 +303,28 @@ def test_cluster_confirmation_failure_is_the_serial_failure(client):
     assert msgs[0] == msgs[1] and counts[0] == counts[1] == (plan.count, plan.count)
 
 
+@pytest.mark.parametrize("d,H,seed,tall", [(3, 2, 1, False), (4, 3, 2, False), (3, 2, 5, True)])
+def test_executor_with_biases_equals_serial(client, d, H, seed, tall):
+    """The plan for biases on the cluster (docs: explanation/biases.md): the same JSON as the
+    serial run, timings aside, the same counts, and the model's own canonical heads, u and c;
+    ``tall``: v and c past one prime's reconstruction bound, so a further prime's residues
+    join on the cluster too."""
+    from gmpy2 import mpq
+    model = random_model(d, H, seed, den=2, bias=True)
+    if tall:
+        model = MultiHeadAttention([(h.W, tuple(x * 2 ** 70 + 1 for x in h.v), h.u)
+                                    for h in model.heads], constant=mpq(2 ** 90 + 3, 7), bias=True)
+    o1, o2 = Oracle(model, Modular()), Oracle(model, Modular())
+    serial = learn(o1, d=d, heads=H, seed=seed, bias=True)
+    spread = learn(o2, d=d, heads=H, seed=seed, bias=True, executor=client)
+    assert serial.status == spread.status == "certified"
+    assert _json(serial) == _json(spread)
+    assert serial.queries == spread.queries == o1.queries == o2.queries
+    assert spread.heads == model.canonical_heads()
+    assert spread.heads.constant == model.canonical_heads().constant
+    assert (len(spread.multimodular["primes"]) > 2) == tall
+
+
 def test_executor_refused_where_it_does_not_apply(client):
     model = MultiHeadAttention([([[1, 0], [0, 1]], [1, 2])])
     from exactlearn.fields import Rational
@@ -313,15 +335,16 @@ def test_executor_refused_where_it_does_not_apply(client):
 
 
 @pytest.mark.slow
-def test_cli_workers_equals_serial(tmp_path, capsys):
+@pytest.mark.parametrize("bias", [[], ["--bias"]])
+def test_cli_workers_equals_serial(tmp_path, capsys, bias):
     pytest.importorskip("distributed")
     from exactlearn.cli import main
     path = tmp_path / "m.json"
-    random_model(3, 2, 5, den=1).dump(path)
+    random_model(3, 2, 5, den=1, bias=bool(bias)).dump(path)
     outs = []
     for extra in ([], ["--workers", "2"]):
         assert main(["learn", "--model", str(path), "--field", "modular", "--heads", "2",
-                     "--seed", "1", "--json"] + extra) == 0
+                     "--seed", "1", "--json"] + bias + extra) == 0
         out = json.loads(capsys.readouterr().out)
         out.pop("learner_seconds"), out.pop("oracle_seconds")
         outs.append(out)

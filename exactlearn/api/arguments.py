@@ -158,8 +158,9 @@ def _check_vector(oracle, a, K, d, H) -> None:
 
 
 def check_bias_options(K, plan, executor) -> None:
-    """``bias=True`` runs the plan for biases over the exact fields and the stable plan for
-    biases over the real field (docs: explanation/biases.md)."""
+    """``bias=True`` runs the plan for biases over the exact fields (also on a Dask cluster,
+    ``executor=``, over the modular field) and the stable plan for biases over the real field
+    (docs: explanation/biases.md)."""
     if not K.is_exact:
         if plan != "stable":
             raise ValueError(f"bias=True over the {K.name} field needs plan='stable' (the default "
@@ -170,8 +171,6 @@ def check_bias_options(K, plan, executor) -> None:
     if plan not in ("paper", None):
         raise ValueError(f"bias=True is not supported yet with plan={plan!r} (the paper plan, "
                          f"extended, only)")
-    if executor is not None:
-        raise ValueError("bias=True is not supported yet with executor=")
 
 
 def check_noise(noise, noise_rel, K, plan) -> bool:

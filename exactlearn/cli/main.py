@@ -161,8 +161,6 @@ def _check_plan_options(args) -> None:
                        f"float64 or float32), got --plan {args.plan}")
     if args.bias and args.field != "real" and args.plan != "paper":
         raise BadInput(f"--bias is not supported yet with --plan {args.plan} (the paper plan only)")
-    if args.bias and (getattr(args, "workers", None) is not None or getattr(args, "scheduler", None)):
-        raise BadInput("--bias is not supported yet with --workers or --scheduler")
     if args.bias and getattr(args, "max_height", None) is not None:
         raise BadInput("--bias is not supported yet with --max-height")
 

@@ -27,7 +27,7 @@ def groups(plan) -> list:
     >>> [[plan.configs[n].kind[0] + str(plan.configs[n].i) for n in g] for g in groups(plan)]
     [['b0', 'b0', 'w0'], ['b1', 'b1', 'w1', 'a1']]
     """
-    out = [[] for _ in range(plan.d)]
+    out = [[] for _ in range(plan.d + 1 if plan.bias else plan.d)]     # biases: x_0 .. x_d
     for n, c in enumerate(plan.configs):
         out[c.i].append(n)
     return out
@@ -113,14 +113,19 @@ def _hinted(K, hints):
 
 def first_task(K, plan, asked, hints=None) -> tuple | Exception:
     """The group of x_1 (:func:`~exactlearn.pipeline.analysis.first_group`, then its
-    matching configurations' poles): ``(V, {n: poles}, {n: logs})`` as residues, or the
-    ExactLearnError raised (the driver replays the serial analysis)."""
+    matching configurations' poles): ``(V, {n: poles}, {n: logs}, cells, c)`` as residues
+    (``c`` the constant of the plan for biases, ``f((x_0)) - V.x_0``, else None), or the
+    ExactLearnError raised (the driver replays the serial analysis).  The group's limits are
+    checked as the serial analysis checks them."""
     K = _hinted(K, hints)
     y0, values = field_values(K, asked)
     try:
         rfs, poles_of, V = analysis.first_group(plan, y0, values, K)
+        c0 = y0 - analysis.dot(V, plan.X[0], K) if plan.bias else None
         joint: dict = {}
         ns = sorted(values)
+        for n in ns:
+            analysis.check_limit(plan, n, rfs[n], V, K, c0)
         for n in ns:
             if plan.configs[n].kind != "basis":
                 analysis.joint_poles(plan, n, rfs, poles_of, joint, K)
@@ -128,7 +133,7 @@ def first_task(K, plan, asked, hints=None) -> tuple | Exception:
     except ExactLearnError as exc:
         return exc
     return ([int(x) for x in V], {n: [(int(r), int(c)) for r, c in poles_of[n]] for n in ns},
-            _logs(K, plan, poles_of, ns), _ints(cells))
+            _logs(K, plan, poles_of, ns), _ints(cells), None if c0 is None else int(c0))
 
 
 def _ints(cells) -> dict:
@@ -144,6 +149,7 @@ def analyse_task(K, plan, asked, first, hints=None) -> dict | Exception | None:
         return None
     K = _hinted(K, hints)
     V = [K(x) for x in first[0]]
+    c0 = None if first[4] is None else K(first[4])         # the plan for biases: c
     first_poles = {n: [(K(r), K(c)) for r, c in p] for n, p in first[1].items()}
     _, values = field_values(K, asked)
     ns = sorted(values)
@@ -152,10 +158,11 @@ def analyse_task(K, plan, asked, first, hints=None) -> dict | Exception | None:
     poles_of = dict(first_poles)
     joint: dict = {}
     try:
-        analysis.fit(rfs, ns, [analysis.dot(V, plan.configs[n].x, K) for n in ns], values,
-                     ks, plan.H, K)
+        vx = analysis.distinct_dots(V, [plan.configs[n].x for n in ns], K)
+        analysis.fit(rfs, ns, [vx[plan.configs[n].x] if c0 is None else c0 + vx[plan.configs[n].x]
+                               for n in ns], values, ks, plan.H, K)
         for n in ns:
-            analysis.check_limit(plan, n, rfs[n], V, K)
+            analysis.check_limit(plan, n, rfs[n], V, K, c0)
         for n in ns:
             if plan.configs[n].kind == "basis":
                 analysis.basis_poles(plan, n, rfs, poles_of, joint, K)

@@ -282,6 +282,7 @@ class ClusterPlan:
             client.cancel(tasks)
             return analysis.analyse(plan, *self.gather(futs, K), K, None)
         cells, logs = dict(got0[3]), dict(got0[2])
+        c0 = None if got0[4] is None else K(got0[4])          # the plan for biases: c
         failed = False
         for got in self._results(tasks):
             if not isinstance(got, tuple):
@@ -292,16 +293,17 @@ class ClusterPlan:
         if failed:        # the serial run's failure, message and all
             return analysis.analyse(plan, *self.gather(futs, K), K, None)
         try:
-            return self.finish(cells, logs, K)
+            return self.finish(cells, logs, K, c0)
         except ExactLearnError:
             return analysis.analyse(plan, *self.gather(futs, K), K, None)
-    def finish(self, cells, logs, K):
+    def finish(self, cells, logs, K, c0=None):
         """:func:`~exactlearn.pipeline.analysis.finish` from the cells labelled on the
         workers (:func:`~exactlearn.pipeline.match.label_cells`, chunk by chunk) and the
-        discrete logs taken there (looked up by configuration and rho)."""
+        discrete logs taken there (looked up by configuration and rho); with biases ``c0`` is
+        the constant c (:func:`~exactlearn.pipeline.solve.solve_heads_bias`)."""
         from gmpy2 import mpq
         from exactlearn.model import canonicalize
-        from exactlearn.pipeline.solve import solve_heads
+        from exactlearn.pipeline.solve import solve_heads, solve_heads_bias
         plan = self.plan
         # the solve reads the c-values of the row of x_1 and the logs: the other cells stay ints
         labelled = {key: pl if key[0] else [(K(r), K(c)) for r, c in pl] for key, pl in cells.items()}
@@ -310,6 +312,8 @@ class ClusterPlan:
             rho = labelled[(i, j)][h][0]
             n = logs[plan.index("basis", i, j)].get(int(rho))
             return K.log(K(rho)) if n is None else mpq(n, K.D)
+        if plan.bias:
+            return canonicalize(solve_heads_bias(plan, labelled, K, log), K.to_param(c0), True)
         return canonicalize(solve_heads(plan, labelled, K, log))
 
     def certify(self, futs, heads, K) -> int:

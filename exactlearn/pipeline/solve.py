@@ -106,7 +106,7 @@ def _solve_W_all_flint(plan, logs_per_head, bias=False) -> list:
                   for r in range(d)) for h in range(m)]
 
 
-def solve_heads_bias(plan, labelled, K) -> list:
+def solve_heads_bias(plan, labelled, K, log=None) -> list:
     """Raw recovered heads (W, v, u) of the plan for biases (docs: explanation/biases.md)
     from ``labelled[(i, j)] = [(rho_h, c_h)]``, i = 0..d: with
     ``M_h[j][i] = log rho_h(x_i, e_j) = e_j^T (W_h x_i + u_h)``,
@@ -120,7 +120,8 @@ def solve_heads_bias(plan, labelled, K) -> list:
     Etinv_K = linalg.inverse([[K(plan.E[j][r]) for r in range(d)] for j in range(d)], K)
     logs, vs = [], []
     for h in range(m):                     # head by head: logs, then v (the order of failures)
-        logs.append({(i, j): K.log(labelled[(i, j)][h][0]) for i in range(d + 1) for j in range(d)})
+        logs.append({(i, j): K.log(labelled[(i, j)][h][0]) if log is None else log(i, j, h)
+                     for i in range(d + 1) for j in range(d)})
         v = solve_v(plan, [labelled[(0, j)][h][1] for j in range(d)], K, Etinv_K)
         vs.append(tuple(K.to_param(x) for x in v))
     if P.is_rational:                      # two python-flint solves (the same exact [W | u])
