@@ -560,3 +560,21 @@ def test_small_logs_first_are_the_logs():
     assert [dl.symmetric(pow(3, n % (p - 1), p), 3) for n in ns] == ns
     plain = [dl(pow(3, n % (p - 1), p)) for n in ns]
     assert [x - (p - 1) if x > half else x for x in plain] == ns
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_solve_in_chunks_of_heads_gives_the_canonical_heads(monkeypatch, bias):
+    """W (with biases [W | u]) solved one head at a time (``SOLVE_BUDGET`` as at d = 384)
+    gives the model's own canonical heads, with the same JSON as all heads at once."""
+    from exactlearn.pipeline import solve
+    model = random_model(4, 3, 2, den=2, bias=bias)
+    whole = learn(Oracle(model, Modular()), d=4, heads=3, seed=2, bias=bias)
+    monkeypatch.setattr(solve, "SOLVE_BUDGET", 1)
+    calls = []
+    real = solve._solve_W_all_flint
+    monkeypatch.setattr(solve, "_solve_W_all_flint",
+                        lambda plan, logs, bias=False: calls.append(len(logs)) or real(plan, logs, bias))
+    chunked = learn(Oracle(model, Modular()), d=4, heads=3, seed=2, bias=bias)
+    assert chunked.certified and chunked.heads == model.canonical_heads()
+    assert _json(chunked) == _json(whole)
+    assert 1 in calls                      # the heads did go one at a time

@@ -79,12 +79,27 @@ def solve_heads(plan, labelled, K, log=None) -> list:
     return [Head(W, v) for W, v in zip(Ws, vs)]
 
 
+#: Budget of one python-flint solve of :func:`_solve_W_all_flint`: d^2 times its right-hand
+#: columns (the size of its intermediate entries grows with d too).  All heads at once up to
+#: d = 64 with H = 32 (with biases too), as before; one head at a time at d = 384.
+SOLVE_BUDGET = 64 * 64 * 65 * 32
+
+
 def _solve_W_all_flint(plan, logs_per_head, bias=False) -> list:
     """:func:`_solve_W_flint` for every head at once: ``E^T Y = [M_1 ... M_m]`` and then
     ``X^T [W_1^T ... W_m^T] = [Y_1^T ... Y_m^T]``, two python-flint solves (fraction-free,
     in C) instead of products with X^{-1}, whose entries are tall rationals: the same
     exact W.  ``bias``: the plan for biases, X~ = [[x_0 .. x_d], [1 .. 1]] in X's place and
-    each head's ``[W_h | u_h]`` (rows of d + 1 entries) returned (:func:`solve_heads_bias`)."""
+    each head's ``[W_h | u_h]`` (rows of d + 1 entries) returned (:func:`solve_heads_bias`).
+
+    The heads go in chunks within :data:`SOLVE_BUDGET`: the fraction-free solve's
+    intermediate entries are about d times the plan's bits, so at d = 384 the 12 heads at
+    once held several GB (docs/explanation/performance.md, "MiniLM with its biases at full
+    width"); each chunk gives the same exact values."""
+    per = max(1, SOLVE_BUDGET // (plan.d * plan.d * (plan.d + 1)))
+    if len(logs_per_head) > per:
+        return [W for t in range(0, len(logs_per_head), per)
+                for W in _solve_W_all_flint(plan, logs_per_head[t:t + per], bias)]
     import flint
     from gmpy2 import mpq
     d, m = plan.d, len(logs_per_head)
