@@ -104,7 +104,8 @@ def _analyse(plan, y_shared, values, K: Field, trace) -> tuple:
         if c.kind != "basis":
             joint_poles(plan, n, rfs, poles_of, joint_roots, K)
         tick(c.kind != "basis")
-    fits = {n: (rfs[n], poles_of[n]) for n in rfs}
+    fits = {n: (rfs[n], poles_of[n]) for n in rfs} if trace is not None else None
+    del rfs        # the families' P and Q are not read again: freed before the solve
     out, labelled = finish(plan, poles_of, K)
     if trace is not None:
         trace.extend(trace_rows(plan, fits, labelled, V, y_shared, values, K))
@@ -137,10 +138,11 @@ def analyse_bias(plan, y_shared, values, K: Field, trace) -> tuple:
     for n, c in enumerate(configs):
         if c.kind != "basis":
             joint_poles(plan, n, rfs, poles_of, joint_roots, K)
+    fits = {n: (rfs[n], poles_of[n]) for n in rfs} if trace is not None else None
+    del rfs        # the families' P and Q are not read again: freed before the solve
     labelled = label_basis(plan, poles_of, K)
     out = canonicalize(solve_heads_bias(plan, labelled, K), K.to_param(c0), True)
     if trace is not None:
-        fits = {n: (rfs[n], poles_of[n]) for n in rfs}
         trace.extend(trace_rows(plan, fits, labelled, V, y_shared, values, K))
         trace.append({"constant": c0})
     return out
