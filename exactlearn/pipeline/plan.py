@@ -184,11 +184,19 @@ def within_directions(E) -> tuple:
     return (E[0],) + tuple(vector_sum(E[0], e) for e in E[1:])
 
 
-def final_token_configs(i: int, x, E) -> list:
+def final_token_configs(i: int, x, E, within=None) -> list:
     """The basis and within configurations of final token ``x`` (index i) in the plans for
-    biases: ``(x, e_j)`` for every j, then ``(x, e_1 + e_j)`` for j >= 2."""
+    biases: ``(x, e_j)`` for every j, then ``(x, e_1 + e_j)`` for j >= 2.  ``within``: the
+    plan's :func:`within_directions` (E), to share one tuple per direction over every final
+    token (drawn anew per call, the plan for biases at d = 384 held 385 copies, about 4 GB).
+
+    >>> E = ((1, 0), (0, 1))
+    >>> w = within_directions(E)
+    >>> all(c.e is w[c.j] for c in final_token_configs(0, (3, 4), E, w) if c.kind == "within")
+    True
+    """
     d = len(E)
-    within = within_directions(E)
+    within = within_directions(E) if within is None else within
     return ([Config("basis", i, j, x, E[j]) for j in range(d)]
             + [Config("within", i, j, x, within[j]) for j in range(1, d)])
 
@@ -261,8 +269,9 @@ def bias_plan(X, E, H: int) -> Plan:
     if H < 1:
         raise ValueError("the head bound H must be at least 1")
     group0, rest = [], []
+    within = within_directions(E)          # one tuple per direction, shared
     for i in range(d + 1):
-        (group0 if i == 0 else rest).extend(final_token_configs(i, X[i], E))
+        (group0 if i == 0 else rest).extend(final_token_configs(i, X[i], E, within))
     for i in range(1, d + 1):
         j = across_direction(i, d)
         y = tuple(2 * a - b for a, b in zip(X[i], X[0]))

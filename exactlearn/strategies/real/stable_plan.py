@@ -14,7 +14,8 @@ from gmpy2 import mpq
 from exactlearn.algebra.linalg import is_invertible
 from exactlearn.errors import DegenerateDraw
 from exactlearn.fields.rational import QQ
-from exactlearn.pipeline.plan import Config, Plan, across_direction, final_token_configs
+from exactlearn.pipeline.plan import (Config, Plan, across_direction, final_token_configs,
+                                      within_directions)
 from exactlearn.strategies.real.probe import cayley
 from exactlearn.strategies.real.ratio import dyadic, ratio_nodes
 from exactlearn.strategies.real.sensitivity import rounding
@@ -134,8 +135,9 @@ def stable_bias_plan(X, E, H: int):
     E = tuple(tuple(e) for e in E)
     d = len(E)
     configs = []
+    within = within_directions(E)          # one tuple per direction, shared
     for i in range(d + 1):
-        configs.extend(final_token_configs(i, X[i], E))
+        configs.extend(final_token_configs(i, X[i], E, within))
     for i in range(1, d + 1):
         j = across_direction(i, d)
         mid = tuple((QQ(a) + QQ(b)) / 2 for a, b in zip(X[0], X[i]))
