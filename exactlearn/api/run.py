@@ -306,6 +306,7 @@ def draw_checked_plan(oracle, strategy, d, H, rng, R, e_range, rank, adapt) -> t
                                      f"too large for the field (not a degenerate draw): {exc}") \
                     from None
             R = max(2, R // 2 ** _halvings(exc, e_range, R))   # down to R = 2, not below
+            plan = None                 # freed before the next draw, not held beside it
 
 
 def _halvings(exc, e_range, R) -> int:
