@@ -48,3 +48,20 @@ def test_a_cluster_workers_tasks_keep_no_token_on_their_copy_of_the_plan():
     assert _kept(fresh) == 0
     assert HeadEvaluator(model.canonical_heads(), d, K)(plan.configs[ns[0]].tokens(1)) == \
         serial(plan.configs[ns[0]].tokens(1))
+
+
+def test_a_worker_keeps_the_oracles_of_one_prime_per_thread():
+    """A cluster worker builds one oracle (and one evaluator per certificate round) per prime;
+    at d = 384 each holds the heads anew, so the entries of a prime are dropped when the same
+    run and thread move on to the next prime (the run's primes come one after another)."""
+    from exactlearn.pipeline import cluster_tasks
+    cluster_tasks._WORKER.clear()
+    K1, K2 = Modular(p=97), Modular(p=10007)
+    made = []
+    get = lambda kind, K: cluster_tasks._cached("run", kind, K, lambda: made.append((kind, K.p)) or len(made))  # noqa: E731
+    assert get("oracle", K1) == get("oracle", K1) == 1          # built once per prime
+    assert get("token", K1) == 2
+    assert get("oracle", K2) == 3
+    assert {k[2] for k in cluster_tasks._WORKER} == {10007}     # the first prime's are gone
+    assert get("oracle", K1) == 4                               # rebuilt if asked again
+    cluster_tasks._WORKER.clear()

@@ -41,11 +41,14 @@ _WORKER: dict = {}
 
 def _cached(run, kind, K, make):
     """``make()`` once per (run, kind, prime, thread) on this worker; the entries of other
-    runs are dropped, and at most four are kept per thread."""
+    runs and, on this thread, of other primes are dropped (a run asks its primes one after
+    another: at d = 384 each prime's oracle and evaluator hold the heads anew, hundreds of
+    MB), and at most four are kept per thread."""
     key = (run, kind, K.p, K.omega, threading.get_ident())
     got = _WORKER.get(key)
     if got is None:
-        for old in [k for k in _WORKER if k[0] != run]:
+        for old in [k for k in _WORKER if k[0] != run
+                    or (k[4] == key[4] and (k[2], k[3]) != (key[2], key[3]))]:
             del _WORKER[old]
         mine = [k for k in _WORKER if k[4] == key[4]]
         for old in mine[:max(0, len(mine) - 3)]:
