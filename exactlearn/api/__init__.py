@@ -184,9 +184,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         fields, with ``4 H d^2 + 4 H d - 2H + 1`` queries, the longest of ``2H + 1`` tokens;
         over the real field with ``plan="stable"`` (within tolerance, its count
         ``stable_count(d, H, bias=True)``; docs: explanation/biases.md#over-the-real-field);
-        each head gains ``u`` and the result ``constant``.  Not supported with the paper plan
-        over the real field, nor with ``plan="efficient"``, ``executor=`` or ``max_height=``
-        (ValueError).
+        each head gains ``u`` and the result ``constant``.  Over the modular field v and c
+        of any height (further primes join the CRT), also with ``executor=``.  Not supported
+        with the paper plan over the real field, nor with ``plan="efficient"`` or
+        ``max_height=`` (ValueError).
     outputs : int, optional
         A box of m outputs (docs: explanation/biases.md#vector-outputs): it answers m
         numbers per query (a sequence or 1-d array; ``batch`` one such row per query).  Each
