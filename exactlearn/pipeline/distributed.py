@@ -35,7 +35,11 @@ certificate that fails) is replayed here on all the answers with the serial code
 its message is the serial one too.  The one difference from a serial run: a query that
 raises in the oracle (a softmax denominator vanishing modulo a prime, probability about
 2^-100) stops the serial run at that query, while the other groups' queries were already
-asked on the cluster and are counted.
+asked on the cluster and are counted.  And a box outside the model class modulo a further
+prime only: the v (and c) that prime's answers give join the CRT after a check on the group
+of x_1 alone (its other answers stay on the workers), where the serial run checks them all;
+the cluster run then fails later -- explicitly, every query counted -- with another message
+("rational height exceeds what N primes reconstruct" against "the primes disagree").
 
 **Counts.**  Every answer a worker's oracle gives is counted, whichever execution of a task
 gave it, a dead worker's included (:mod:`~exactlearn.pipeline.cluster_counts`, where the
