@@ -51,10 +51,10 @@ def _solve_v_plan_bias(W_set, plan, y_shared, values, Kc, certify_all) -> tuple:
         vs, b = _v_from_first_group([Head(W, (mpq(0),) * d, u) for W, u in W_set], plan,
                                     y_shared, values, Kc)
     V = [sum((Kc(v[r]) for v in vs), Kc.zero) for r in range(d)]
-    c = b - sum((a * Kc(x) for a, x in zip(V, plan.X[0])), Kc.zero)     # b = c + V.x_0
-    heads = HeadSet([Head(W, v, u) for (W, u), v in zip(W_set, vs)], mpq(int(c)), True)
+    c = mpq(int(b - sum((a * Kc(x) for a, x in zip(V, plan.X[0])), Kc.zero)))  # b = c + V.x_0
+    heads = HeadSet([Head(W, v, u) for (W, u), v in zip(W_set, vs)], c, True)
     n_cert = certify_plan(heads, plan, y_shared, values, Kc) if certify_all else 0
-    return list(vs) + [(mpq(int(c)),)], n_cert
+    return list(vs) + [(c,)], n_cert
 
 
 def _v_from_first_group(zero_heads, plan, y_shared, values, Kc) -> tuple:

@@ -60,23 +60,33 @@ def solve_heads(plan, labelled, K, log=None) -> list:
     ``fmpq_mat``), the same exact W as head by head.  ``log(i, j, h)``, when given,
     is ``K.log`` of head h's rho at (x_i, e_j) computed elsewhere (a cluster's,
     :mod:`exactlearn.pipeline.distributed`)."""
-    d = plan.d
-    m = len(labelled[(0, 0)])
-    if m == 0:
+    logs, vs = _logs_and_v(plan, labelled, K, log, plan.d)
+    if not logs:
         return []
-    Etinv_K = linalg.inverse([[K(plan.E[j][r]) for r in range(d)] for j in range(d)], K)
-    logs, vs = [], []
-    for h in range(m):                     # head by head: logs, then v (the order of failures)
-        logs.append({(i, j): K.log(labelled[(i, j)][h][0]) if log is None else log(i, j, h)
-                     for i in range(d) for j in range(d)})
-        v = solve_v(plan, [labelled[(0, j)][h][1] for j in range(d)], K, Etinv_K)
-        vs.append(tuple(K.to_param(x) for x in v))
     if K.param.is_rational:
         Ws = _solve_W_all_flint(plan, logs)
     else:
         inv_P = _inverses(plan, K.param)
         Ws = [solve_W(plan, lg, K.param, inv_P) for lg in logs]
     return [Head(W, v) for W, v in zip(Ws, vs)]
+
+
+def _logs_and_v(plan, labelled, K, log, n) -> tuple:
+    """``(logs, vs)`` of :func:`solve_heads` (``n = d`` final tokens) and
+    :func:`solve_heads_bias` (``n = d + 1``): head by head its ``{(i, j): log rho}`` over
+    the n final tokens and the d directions, then its v (so failures come in that order)."""
+    d = plan.d
+    m = len(labelled[(0, 0)])
+    logs, vs = [], []
+    if m == 0:
+        return logs, vs
+    Etinv_K = linalg.inverse([[K(plan.E[j][r]) for r in range(d)] for j in range(d)], K)
+    for h in range(m):
+        logs.append({(i, j): K.log(labelled[(i, j)][h][0]) if log is None else log(i, j, h)
+                     for i in range(n) for j in range(d)})
+        v = solve_v(plan, [labelled[(0, j)][h][1] for j in range(d)], K, Etinv_K)
+        vs.append(tuple(K.to_param(x) for x in v))
+    return logs, vs
 
 
 #: Budget of one python-flint solve of :func:`_solve_W_all_flint`: d^2 times its right-hand
@@ -128,17 +138,10 @@ def solve_heads_bias(plan, labelled, K, log=None) -> list:
     ``E^T [W_h | u_h] X~ = M_h`` for ``X~ = [[x_0 .. x_d], [1 .. 1]]``, so
     ``[W_h | u_h] = E^{-T} M_h X~^{-1}`` (parameter domain); v as in :func:`solve_heads`."""
     d = plan.d
-    m = len(labelled[(0, 0)])
-    if m == 0:
+    logs, vs = _logs_and_v(plan, labelled, K, log, d + 1)
+    if not logs:
         return []
     P = K.param
-    Etinv_K = linalg.inverse([[K(plan.E[j][r]) for r in range(d)] for j in range(d)], K)
-    logs, vs = [], []
-    for h in range(m):                     # head by head: logs, then v (the order of failures)
-        logs.append({(i, j): K.log(labelled[(i, j)][h][0]) if log is None else log(i, j, h)
-                     for i in range(d + 1) for j in range(d)})
-        v = solve_v(plan, [labelled[(0, j)][h][1] for j in range(d)], K, Etinv_K)
-        vs.append(tuple(K.to_param(x) for x in v))
     if P.is_rational:                      # two python-flint solves (the same exact [W | u])
         WUs = _solve_W_all_flint(plan, logs, bias=True)
     else:
