@@ -8,7 +8,6 @@ import random
 
 from exactlearn import Modular, Oracle
 from exactlearn.generate import random_model
-from exactlearn.model import HeadEvaluator
 from exactlearn.pipeline.analysis import analyse, ask_plan
 from exactlearn.pipeline.certify import certify_plan
 from exactlearn.pipeline.cluster_tasks import ask_task, certify_task
@@ -46,8 +45,6 @@ def test_a_cluster_workers_tasks_keep_no_token_on_their_copy_of_the_plan():
     fresh = draw_paper_plan(d, H, random.Random(7), 50)
     assert certify_task(K, fresh, asked, model.canonical_heads(), "run", "t") == len(ns) * 2 * H
     assert _kept(fresh) == 0
-    assert HeadEvaluator(model.canonical_heads(), d, K)(plan.configs[ns[0]].tokens(1)) == \
-        serial(plan.configs[ns[0]].tokens(1))
 
 
 def test_a_worker_keeps_the_oracles_of_one_prime_per_thread():
