@@ -280,26 +280,54 @@ def test_executor_failure_is_the_serial_failure(client):
     assert _json(serial) == _json(spread)
 
 
-def test_cluster_confirmation_failure_is_the_serial_failure(client):
+def _wrong_beyond_group_0(heads, x1):
+    """W_1 + u w^T with w orthogonal to x_1: every query of the group of x_1 (final token
+    x_1) is answered as by the true heads, the others are not."""
+    w = (x1[1], -x1[0]) + (0,) * (len(x1) - 2) if any(x1[:2]) else (1,) + (0,) * (len(x1) - 1)
+    W = tuple(tuple(a + w[c] for c, a in enumerate(row)) for row in heads[0].W)
+    return [Head(W, heads[0].v)] + list(heads[1:])
+
+
+@pytest.mark.parametrize("wrong_in, box", [("v", "model"), ("W", "model"), ("W", "callable")])
+def test_cluster_confirmation_failure_is_the_serial_failure(client, wrong_in, box):
     """Wrong heads modulo a confirmation prime: the one-round confirmation (ask and
-    certify per chunk) fails with the serial certificate's message and counts."""
+    certify per chunk; a black box that is not a model: ask, then certify) fails with the
+    serial certificate's message and counts, also when the group of x_1 passes and only
+    later groups fail.  Each failing chunk sends back its first failure alone."""
+    from exactlearn.pipeline import cluster_tasks
     from exactlearn.pipeline.distributed import ClusterPlan
     model = random_model(3, 2, 4, den=1)
     plan = draw_paper_plan(3, 2, random.Random(0), 20)
     wrong = list(model.canonical_heads())
-    wrong[0] = Head(wrong[0].W, tuple(x + 1 for x in wrong[0].v))
+    if wrong_in == "v":
+        wrong[0] = Head(wrong[0].W, tuple(x + 1 for x in wrong[0].v))
+    else:
+        wrong = _wrong_beyond_group_0(wrong, plan.X[0])
+    replayed = []
+    original = ClusterPlan._replay
+    ClusterPlan._replay = lambda self, heads, failing, K: replayed.append(failing) or original(self, heads, failing, K)
     msgs, counts = [], []
-    for spread in (False, True):
-        oracle = Oracle(model, Modular())
-        Kc = multimodular.draw_confirmation_field(random.Random(1), oracle.field.D)
-        rec = Recorder(oracle.over(Kc), Kc, convert=True, keep=False)
-        with pytest.raises(CertificateError) as exc:
-            if spread:
-                ClusterPlan(client, plan, oracle).confirm(rec, wrong, Kc)
-            else:
-                certify_plan(wrong, plan, *ask_plan(plan, rec), Kc)
-        msgs.append(str(exc.value))
-        counts.append((rec.queries, oracle.queries))
+    try:
+        for spread in (False, True):
+            oracle = Oracle(model, Modular())
+            Kc = multimodular.draw_confirmation_field(random.Random(1), oracle.field.D)
+            rec = Recorder(oracle.over(Kc), Kc, convert=True, keep=False)
+            with pytest.raises(CertificateError) as exc:
+                if spread:
+                    ClusterPlan(client, plan, oracle if box == "model" else CallableBox(oracle)
+                                ).confirm(rec, wrong, Kc)
+                else:
+                    certify_plan(wrong, plan, *ask_plan(plan, rec), Kc)
+            msgs.append(str(exc.value))
+            counts.append((rec.queries, oracle.queries))
+    finally:
+        ClusterPlan._replay = original
+    (failing,) = replayed
+    assert all(len(a[1]) + (a[0] is not None) == 1 for a in failing)
+    shared = any(a[0] is not None for a in failing)          # f((x_1)) = V.x_1: v wrong
+    first = {n for a in failing for n in a[1]}
+    assert shared == (wrong_in == "v") and (wrong_in == "v" or not first & set(cluster_tasks.groups(plan)[0]))
+    assert len(failing) == len(cluster_tasks.groups(plan)) - (wrong_in == "W")
     assert msgs[0] == msgs[1] and counts[0] == counts[1] == (plan.count, plan.count)
 
 

@@ -180,27 +180,44 @@ def analyse_task(K, plan, asked, first, hints=None) -> dict | Exception | None:
             _logs(K, plan, poles_of, ns))
 
 
-def certify_task(K, plan, asked, heads, run, token) -> int | None:
-    """Certify one group's answers: the number checked, or None when some value is not
-    reproduced (the driver replays the certificate to report it).  ``heads`` is
-    sent once per round (a task's result); its evaluator is built once per worker and round
-    (``token``)."""
+def certify_task(K, plan, asked, heads, run, token) -> int | tuple:
+    """Certify one group's answers: the number checked, or, when some value is not
+    reproduced, the first observation that fails as ``(y_shared or None, {n: answers})``
+    (ints; the driver replays the certificate on it to report it, and only it travels:
+    a refuted confirmation at d = 384 would otherwise bring all 7 million answers back).
+    ``heads`` is sent once per round (a task's result); its evaluator is built once per
+    worker and round (``token``)."""
     ev = _cached(run, token, K, lambda: HeadEvaluator(heads, plan.d, K))
     y0, values = field_values(ev.K, asked)
     try:
         return certify_plan(heads, plan, y0, values, ev.K, configs=sorted(values), evaluator=ev)
     except ExactLearnError:
-        return None
+        return _first_failure(heads, plan, asked, y0, values, ev)
+
+
+def _first_failure(heads, plan, asked, y0, values, ev) -> tuple:
+    """The first of a chunk's observations that ``certify_plan`` refutes, in its order (the
+    shared query first), as ``(y_shared or None, {n: answers})`` in ints."""
+    def fails(y, configs) -> bool:
+        try:
+            certify_plan(heads, plan, y, values, ev.K, configs=configs, evaluator=ev)
+        except ExactLearnError:
+            return True
+        return False
+    if y0 is not None and fails(y0, []):
+        return asked[0], {}
+    n = next((n for n in sorted(values) if fails(None, [n])), None)
+    return None, ({} if n is None else {n: asked[1][n]})
 
 
 def confirm_task(model, K, plan, ns, shared, heads, run, token, tally=None) -> tuple:
     """Ask one chunk modulo the confirmation prime and certify ``heads`` on it, in one
-    task (the answers never travel): ``(n certified, None)``, or ``(None, asked)`` when
-    some value is not reproduced (the driver replays the certificate on ``asked``); the
-    counts of the ask follow (:func:`ask_task`)."""
+    task (the answers never travel): ``(n certified or the first failure, the answers
+    when shared)`` (:func:`certify_task`), the counts of the ask following
+    (:func:`ask_task`)."""
     asked = ask_task(model, K, plan, ns, shared, run, tally)
     n = certify_task(K, plan, asked, heads, run, token)
-    return (n, asked[:2] if n is None or shared else None) + asked[2:]
+    return (n, asked[:2] if shared else None) + asked[2:]
 
 
 def ask_counts(asked) -> tuple:

@@ -332,10 +332,20 @@ class ClusterPlan:
                                   if where.get(f.key) else {}))
                  for f in futs]
         counts = self._results(tasks)
-        if any(c is None for c in counts):
-            y_shared, values = self.gather(futs, K)
-            return certify_plan(heads, self.plan, y_shared, values, K)
-        return sum(counts)
+        failing = [c for c in counts if not isinstance(c, int)]
+        return self._replay(heads, failing, K) if failing else sum(counts)
+
+    def _replay(self, heads, failing, K):
+        """The serial certificate on the first failure of each failing chunk
+        (:func:`~exactlearn.pipeline.cluster_tasks.certify_task`): it raises the error the
+        serial run raises, the first failure in the plan's order.  A replay that passes
+        would mean the workers and the driver disagree: an error, never a count."""
+        y0 = next((a[0] for a in failing if a[0] is not None), None)
+        values = {n: [K(y) for y in ys] for a in failing for n, ys in a[1].items()}
+        certify_plan(heads, self.plan, None if y0 is None else K(y0), values, K,
+                     configs=sorted(values))
+        raise ClusterError("a worker's certificate failed where the driver's replay of it "
+                           "passes: the cluster's arithmetic disagrees with this process's")
 
     def run_prime(self, rec, K) -> tuple:
         """Ask, analyse and certify the plan modulo one prime: ``(heads, n_certified)``."""
@@ -368,11 +378,5 @@ class ClusterPlan:
             got = self._results(tasks)
             self._add_counts(rec, [r[2:5] for r in got if not r[5]])
             self.first_group = got[0][1]      # the group of x_1's answers: v modulo this prime
-            if any(r[0] is None for r in got):    # the serial certificate, on the chunks that failed
-                failing = [r[1] for r in got if r[0] is None]
-                y0 = next((a[0] for a in failing if a[0] is not None), None)
-                values = {n: [K(y) for y in ys] for a in failing for n, ys in a[1].items()}
-                replayed = certify_plan(heads, self.plan, None if y0 is None else K(y0), values, K,
-                                        configs=sorted(values))
-                return replayed + sum(r[0] for r in got if r[0] is not None)
-            return sum(r[0] for r in got)
+            failing = [r[0] for r in got if not isinstance(r[0], int)]
+            return self._replay(heads, failing, K) if failing else sum(r[0] for r in got)

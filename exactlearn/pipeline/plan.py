@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import operator
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from exactlearn.fields.rational import QQ
@@ -122,6 +123,62 @@ class Query:
     k: int
 
 
+class FamilyQueries(Sequence):
+    """The queries of a plan that asks the one shared k = 0 query, then every configuration
+    n at k = 1..``per`` in turn (the paper's plan and the plan for biases): a sequence
+    computed on demand.  A list of :class:`Query` objects would hold 7,077,865 of them at
+    d = 384, H = 12 (about 400 MB, on the driver and on every Dask worker's copy of the plan;
+    docs/explanation/performance.md, "The paper plan on two Dask workers, D = 384").
+
+    >>> qs = FamilyQueries(2, 3)
+    >>> len(qs), qs[0], qs[4], qs[-1], list(qs) == [qs[t] for t in range(len(qs))]
+    (7, Query(config=0, k=0), Query(config=1, k=1), Query(config=1, k=3), True)
+    >>> qs == list(qs), qs[1:3] == list(qs)[1:3], qs.max_k
+    (True, True, 3)
+    """
+
+    __slots__ = ("configs", "per")
+
+    def __init__(self, configs: int, per: int):
+        self.configs, self.per = configs, per
+
+    def __len__(self) -> int:
+        return 1 + self.configs * self.per
+
+    def __getitem__(self, t):
+        if isinstance(t, slice):
+            return [self[u] for u in range(*t.indices(len(self)))]
+        t = t + len(self) if t < 0 else t
+        if not 0 <= t < len(self):
+            raise IndexError("plan query index out of range")
+        if t == 0:
+            return Query(0, 0)
+        n, k = divmod(t - 1, self.per)
+        return Query(n, k + 1)
+
+    def __iter__(self):
+        yield Query(0, 0)
+        for n in range(self.configs):
+            for k in range(1, self.per + 1):
+                yield Query(n, k)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, FamilyQueries):
+            return (self.configs, self.per) == (other.configs, other.per)
+        return isinstance(other, Sequence) and len(self) == len(other) and all(
+            a == b for a, b in zip(self, other))
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"FamilyQueries(configs={self.configs}, per={self.per})"
+
+    @property
+    def max_k(self) -> int:
+        """The largest k asked."""
+        return self.per if self.configs else 0
+
+
 @dataclass
 class Plan:
     """Configurations and the queries actually asked, in order (group of x_1 first)."""
@@ -143,6 +200,8 @@ class Plan:
 
     @property
     def max_length(self) -> int:
+        if isinstance(self.queries, FamilyQueries):
+            return self.queries.max_k + 1
         return max((q.k + 1 for q in self.queries), default=0)
 
     def tokens(self, q: Query) -> list:
@@ -230,9 +289,7 @@ def paper_plan(X, E, H: int) -> Plan:
         j = across_direction(i, d)
         rest.append(Config("across", i, j, vector_sum(X[0], X[i]), E[j]))
     configs = group1 + rest
-    queries = [Query(0, 0)]
-    for n, c in enumerate(configs):
-        queries.extend(Query(n, k) for k in range(1, 2 * H + 1))
+    queries = FamilyQueries(len(configs), 2 * H)
     return Plan(d, H, X, E, configs, queries)
 
 
@@ -277,9 +334,7 @@ def bias_plan(X, E, H: int) -> Plan:
         y = tuple(2 * a - b for a, b in zip(X[i], X[0]))
         rest.append(Config("across", i, j, y, E[j]))
     configs = group0 + rest
-    queries = [Query(0, 0)]
-    for n, c in enumerate(configs):
-        queries.extend(Query(n, k) for k in range(1, 2 * H + 1))
+    queries = FamilyQueries(len(configs), 2 * H)
     return Plan(d, H, X, E, configs, queries, bias=True)
 
 
