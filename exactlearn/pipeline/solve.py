@@ -60,33 +60,43 @@ def solve_heads(plan, labelled, K, log=None) -> list:
     ``fmpq_mat``), the same exact W as head by head.  ``log(i, j, h)``, when given,
     is ``K.log`` of head h's rho at (x_i, e_j) computed elsewhere (a cluster's,
     :mod:`exactlearn.pipeline.distributed`)."""
-    logs, vs = _logs_and_v(plan, labelled, K, log, plan.d)
-    if not logs:
+    if not labelled[(0, 0)]:
         return []
     if K.param.is_rational:
-        Ws = _solve_W_all_flint(plan, logs)
+        pairs = _solved_in_chunks(plan, labelled, K, log, plan.d, lambda logs: _solve_W_all_flint(plan, logs))
     else:
         inv_P = _inverses(plan, K.param)
-        Ws = [solve_W(plan, lg, K.param, inv_P) for lg in logs]
-    return [Head(W, v) for W, v in zip(Ws, vs)]
+        pairs = _solved_in_chunks(plan, labelled, K, log, plan.d,
+                                  lambda logs: [solve_W(plan, lg, K.param, inv_P) for lg in logs])
+    return [Head(W, v) for W, v in pairs]
 
 
-def _logs_and_v(plan, labelled, K, log, n) -> tuple:
-    """``(logs, vs)`` of :func:`solve_heads` (``n = d`` final tokens) and
-    :func:`solve_heads_bias` (``n = d + 1``): head by head its ``{(i, j): log rho}`` over
-    the n final tokens and the d directions, then its v (so failures come in that order)."""
-    d = plan.d
-    m = len(labelled[(0, 0)])
-    logs, vs = [], []
-    if m == 0:
-        return logs, vs
+def _solved_in_chunks(plan, labelled, K, log, n, solve) -> list:
+    """``[(solve's W of head h, v_h)]``: head by head its ``{(i, j): log rho}`` over the n
+    final tokens (``n = d`` for :func:`solve_heads`, ``d + 1`` for
+    :func:`solve_heads_bias`) and the d directions, then its v (so failures come in that
+    order), and ``solve(logs)`` on each chunk of heads within :data:`SOLVE_BUDGET` (over Q;
+    else all at once) before the next chunk's logs are taken: at d = 384 the 12 heads'
+    logs at once held about 300 MB on the driver (docs/explanation/performance.md)."""
+    d, m = plan.d, len(labelled[(0, 0)])
+    per = _heads_per_solve(plan) if K.param.is_rational else m
     Etinv_K = linalg.inverse([[K(plan.E[j][r]) for r in range(d)] for j in range(d)], K)
-    for h in range(m):
-        logs.append({(i, j): K.log(labelled[(i, j)][h][0]) if log is None else log(i, j, h)
-                     for i in range(n) for j in range(d)})
-        v = solve_v(plan, [labelled[(0, j)][h][1] for j in range(d)], K, Etinv_K)
-        vs.append(tuple(K.to_param(x) for x in v))
-    return logs, vs
+    out = []
+    for t in range(0, m, per):
+        logs, vs = [], []
+        for h in range(t, min(m, t + per)):
+            logs.append({(i, j): K.log(labelled[(i, j)][h][0]) if log is None else log(i, j, h)
+                         for i in range(n) for j in range(d)})
+            v = solve_v(plan, [labelled[(0, j)][h][1] for j in range(d)], K, Etinv_K)
+            vs.append(tuple(K.to_param(x) for x in v))
+        out.extend(zip(solve(logs), vs))
+        del logs
+    return out
+
+
+def _heads_per_solve(plan) -> int:
+    """Heads per python-flint solve of :func:`_solve_W_all_flint` within :data:`SOLVE_BUDGET`."""
+    return max(1, SOLVE_BUDGET // (plan.d * plan.d * (plan.d + 1)))
 
 
 #: Budget of one python-flint solve of :func:`_solve_W_all_flint`: d^2 times its right-hand
@@ -106,7 +116,7 @@ def _solve_W_all_flint(plan, logs_per_head, bias=False) -> list:
     intermediate entries are about d times the plan's bits, so at d = 384 the 12 heads at
     once held several GB (docs/explanation/performance.md, "MiniLM with its biases at full
     width"); each chunk gives the same exact values."""
-    per = max(1, SOLVE_BUDGET // (plan.d * plan.d * (plan.d + 1)))
+    per = _heads_per_solve(plan)
     if len(logs_per_head) > per:
         return [W for t in range(0, len(logs_per_head), per)
                 for W in _solve_W_all_flint(plan, logs_per_head[t:t + per], bias)]
@@ -138,17 +148,16 @@ def solve_heads_bias(plan, labelled, K, log=None) -> list:
     ``E^T [W_h | u_h] X~ = M_h`` for ``X~ = [[x_0 .. x_d], [1 .. 1]]``, so
     ``[W_h | u_h] = E^{-T} M_h X~^{-1}`` (parameter domain); v as in :func:`solve_heads`."""
     d = plan.d
-    logs, vs = _logs_and_v(plan, labelled, K, log, d + 1)
-    if not logs:
+    if not labelled[(0, 0)]:
         return []
     P = K.param
     if P.is_rational:                      # two python-flint solves (the same exact [W | u])
-        WUs = _solve_W_all_flint(plan, logs, bias=True)
+        solve = lambda logs: _solve_W_all_flint(plan, logs, bias=True)   # noqa: E731
     else:
         Etinv = linalg.inverse([[P(plan.E[j][r]) for r in range(d)] for j in range(d)], P)
         Xt = [[P(plan.X[i][r]) for i in range(d + 1)] for r in range(d)] + [[P.one] * (d + 1)]
         Xtinv = linalg.inverse(Xt, P)
-        WUs = [linalg.matmul(linalg.matmul(Etinv, [[lg[(i, j)] for i in range(d + 1)]
-                                                   for j in range(d)], P), Xtinv, P) for lg in logs]
+        solve = lambda logs: [linalg.matmul(linalg.matmul(Etinv, [[lg[(i, j)] for i in range(d + 1)]   # noqa: E731
+                                                              for j in range(d)], P), Xtinv, P) for lg in logs]
     return [Head(tuple(tuple(row[:d]) for row in WU), v, tuple(row[d] for row in WU))
-            for WU, v in zip(WUs, vs)]
+            for WU, v in _solved_in_chunks(plan, labelled, K, log, d + 1, solve)]
