@@ -84,6 +84,10 @@ from exactlearn.progress import current
 from exactlearn.pipeline.cluster_counts import Tap  # noqa: F401,E402
 
 
+#: Most configurations in one chunk of groups (one ask, analysis and certificate task).
+CHUNK_CONFIGS = 8192
+
+
 class ClusterPlan:
     """A paper plan spread over a Dask ``Client``: one :meth:`run_prime` per prime.
 
@@ -108,11 +112,13 @@ class ClusterPlan:
             # every worker sees the tally: the answers of one that dies are still counted
             self.shared = marker is not None and all(client.run(os.path.exists, marker).values())
             # group 0 alone (its answers come here), the others in about 4 chunks per worker
-            # thread: fewer, larger tasks (each builds its oracle and caches once)
+            # thread: fewer, larger tasks (each builds its oracle and caches once), of at
+            # most CHUNK_CONFIGS configurations (an analysis task's memory grows with its
+            # chunk: at d = 384 four chunks per thread were 37,000 configurations each)
             gs = groups(plan)
             slots = max(1, 4 * sum(nthreads.values()))
             rest = gs[1:]
-            size = max(1, -(-len(rest) // slots))
+            size = max(1, min(-(-len(rest) // slots), CHUNK_CONFIGS // max(1, len(gs[0]))))
             self.groups = [gs[0]] + [sum(rest[t:t + size], []) for t in range(0, len(rest), size)]
             # the workers need the configurations, not the 4Hd^2 Query objects (10 MB pickled
             # at d = 64); tasks, not scatter, so that a dead worker's copy is recomputed
