@@ -238,6 +238,22 @@ def test_executor_equals_serial(client, d, H, seed):
     assert spread.heads == model.canonical_heads()
 
 
+def test_executor_chunks_stay_within_chunk_configs(client, monkeypatch):
+    """Chunks of at most ``CHUNK_CONFIGS`` configurations (at d = 384 an analysis task's
+    memory grows with its chunk): one group a chunk here, the same result and counts."""
+    from exactlearn.pipeline import distributed
+    model = random_model(10, 1, 3, den=2)               # 9 groups past x_1: 2 a chunk by default
+    serial = learn(Oracle(model, Modular()), d=10, heads=1, seed=3)
+    monkeypatch.setattr(distributed, "CHUNK_CONFIGS", 1)
+    sizes = []
+    real = distributed.ClusterPlan.__init__
+    monkeypatch.setattr(distributed.ClusterPlan, "__init__", lambda self, *a: real(self, *a)
+                        or sizes.append([len(g) for g in self.groups]))
+    spread = learn(Oracle(model, Modular()), d=10, heads=1, seed=3, executor=client)
+    assert sizes and all(n <= 2 * 10 for got in sizes for n in got) and len(sizes[0]) == 10
+    assert _json(serial) == _json(spread) and spread.heads == model.canonical_heads()
+
+
 def test_executor_follows_the_two_pass_protocol(client):
     """Issue 23 on the cluster: a refuted confirmation joins the CRT (v modulo that prime
     from the group of x_1's answers, which the cluster sends back), ordinary heights take 2
