@@ -62,3 +62,23 @@ def test_a_worker_keeps_the_oracles_of_one_prime_per_thread():
     assert {k[2] for k in cluster_tasks._WORKER} == {10007}     # the first prime's are gone
     assert get("oracle", K1) == 4                               # rebuilt if asked again
     cluster_tasks._WORKER.clear()
+
+
+def test_heads_and_models_pickle_to_the_same_exact_values():
+    """A Head pickles W as fixed-width integers over one denominator (what a Dask run sends
+    its workers: the model and the learned heads); the values come back equal, as mpq,
+    for mixed denominators, signs, zeros and tall entries, and a W that is not all mpq
+    (a float layer's) pickles as it is."""
+    import pickle
+    from fractions import Fraction
+    from gmpy2 import mpq
+    from exactlearn.model import Head
+    W = ((mpq(1, 3), mpq(-2 ** 200, 7)), (mpq(0), mpq(5, 6)))
+    h = Head(W, (mpq(1), mpq(-1, 2)), (mpq(3), mpq(0)))
+    back = pickle.loads(pickle.dumps(h))
+    assert back == h and all(type(x) is mpq for row in back.W for x in row)
+    model = random_model(4, 3, seed=8, den=5, bias=True)
+    again = pickle.loads(pickle.dumps(model))
+    assert again.heads == model.heads and again.canonical_heads() == model.canonical_heads()
+    odd = Head(((Fraction(1, 3), 0.5), (1, 2)), (1, 2))
+    assert pickle.loads(pickle.dumps(odd)) == odd

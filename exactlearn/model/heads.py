@@ -57,27 +57,29 @@ class Head:
             object.__setattr__(self, "u", tuple(zero for _ in range(self.d)))
 
     def __reduce__(self):
-        """Pickled with W's entries as Python ints over one denominator when they are all
-        gmpy2 ``mpq`` (else as the dataclass is).  A Dask run sends the model and the
-        learned heads to its workers; at d = 384 the 12 heads' 1.77 million mpq, each
-        pickled through gmpy2's own reducer and held in the pickler's memo, grew the driver
-        by about 500 MB (docs/explanation/performance.md).  Unpickled, the entries are the
-        same mpq values.
+        """Pickled with W's entries as one string of fixed-width integers over one
+        denominator when they are all gmpy2 ``mpq`` (else as the dataclass is).  A Dask run
+        sends the model and the learned heads to its workers; at d = 384 the 12 heads' 1.77
+        million mpq, each pickled through gmpy2's own reducer and held in the pickler's
+        memo, grew the driver by about 500 MB (docs/explanation/performance.md).
+        Unpickled, the entries are the same mpq values.
 
         >>> import pickle
         >>> h = Head(((mpq(1, 3), mpq(-2, 1)), (mpq(0), mpq(5, 6))), (mpq(1),))
-        >>> pickle.loads(pickle.dumps(h)) == h, h.__reduce__()[1][:4]
-        (True, (2, 6, [2, -12, 0, 5], (mpq(1,1),)))
+        >>> pickle.loads(pickle.dumps(h)) == h, h.__reduce__()[1][:2], h.__reduce__()[1][2].hex()
+        (True, (2, 6), '02f40005')
         """
         W = self.W
         if not W or not all(type(x) is mpq for row in W for x in row):
             return (Head, (self.W, self.v, self.u))
         den = 1
-        for row in W:
-            for x in row:
-                den = lcm(den, x.denominator)
-        return (_head_from_ints, (len(W[0]), int(den), [int(x.numerator * (den // x.denominator))
-                                                     for row in W for x in row], self.v, self.u))
+        for q in {x.denominator for row in W for x in row}:
+            den = lcm(den, q)
+        nums = [int(x.numerator) if x.denominator == den else int(x.numerator * (den // x.denominator))
+                for row in W for x in row]
+        width = max(abs(a) for a in nums).bit_length() // 8 + 1         # with the sign bit
+        blob = b"".join([a.to_bytes(width, "little", signed=True) for a in nums])
+        return (_head_from_bytes, (len(W[0]), int(den), blob, width, self.v, self.u))
 
     @property
     def d(self) -> int:
@@ -107,9 +109,10 @@ class Head:
         return out
 
 
-def _head_from_ints(n: int, den: int, nums: list, v, u) -> Head:
-    """A :class:`Head` whose W (rows of n entries) is ``nums / den`` in row-major order (its
-    pickle)."""
+def _head_from_bytes(n: int, den: int, blob: bytes, width: int, v, u) -> Head:
+    """A :class:`Head` whose W (rows of n entries) is ``blob`` (signed little-endian integers
+    of ``width`` bytes, row-major) over ``den``: its pickle (:meth:`Head.__reduce__`)."""
+    nums = [int.from_bytes(blob[t:t + width], "little", signed=True) for t in range(0, len(blob), width)]
     return Head(tuple(tuple(mpq(a, den) for a in nums[t:t + n]) for t in range(0, len(nums), n)), v, u)
 
 
