@@ -133,9 +133,14 @@ def _solve_W_all_flint(plan, logs_per_head, bias=False) -> list:
             den = den * int(x.denominator) // math.gcd(den, int(x.denominator))
     N = flint.fmpz_mat(d, n * m, [int(lg[(i, j)] * den) for j in range(d) for lg in logs_per_head
                                   for i in range(n)])
-    Y = Et.solve(N).entries()              # E^{-T} [M_1 ... M_m] den, row-major d x nm
+    Y = Et.solve(N)                        # E^{-T} [M_1 ... M_m] den, d x nm
     nm, dm = n * m, d * m
-    YT = flint.fmpq_mat(n, dm, [Y[r * nm + h * n + c] for c in range(n) for h in range(m) for r in range(d)])
+    if m == 1:      # in C: Y's entries, about d times the plan's bits, never become Python objects
+        YT = Y.transpose()
+    else:
+        Y = Y.entries()                    # row-major
+        YT = flint.fmpq_mat(n, dm, [Y[r * nm + h * n + c] for c in range(n) for h in range(m) for r in range(d)])
+    del Y
     Z = flint.fmpq_mat(X.transpose()).solve(YT).entries()     # Z[c, h d + r] = den W_h[r, c]
     return [tuple(tuple(mpq(int(z.p), int(z.q) * den) for z in (Z[c * dm + h * d + r] for c in range(n)))
                   for r in range(d)) for h in range(m)]
