@@ -82,3 +82,37 @@ def test_heads_and_models_pickle_to_the_same_exact_values():
     assert again.heads == model.heads and again.canonical_heads() == model.canonical_heads()
     odd = Head(((Fraction(1, 3), 0.5), (1, 2)), (1, 2))
     assert pickle.loads(pickle.dumps(odd)) == odd
+
+
+def test_the_driver_gets_each_cells_logs_head_by_head_and_recomputes_a_failed_one():
+    """A cluster's analysis tasks send each cell's logs, head by head, not its poles and a
+    log per pole (about 500 MB on the driver at d = 384); a log a worker could not take
+    travels as ("rho", rho) and the driver takes it itself: the same heads, or the serial
+    error (no discrete log of 0)."""
+    import pytest
+    from exactlearn.errors import ExactLearnError
+    from exactlearn.pipeline.cluster_tasks import analyse_task, first_task, groups
+    from exactlearn.pipeline.distributed import ClusterPlan
+    d, H = 4, 2
+    model = random_model(d, H, seed=9, den=1)
+    K = Modular()
+    plan = draw_paper_plan(d, H, random.Random(3), 50)
+    gs = groups(plan)
+    asked = [ask_task(model, K, plan, ns, g == 0) for g, ns in enumerate(gs)]
+    first = first_task(K, plan, asked[0])
+    row_logs = {}
+    for a in asked[1:]:
+        got = analyse_task(K, plan, a, first)
+        assert all(type(x) is int for lg in got.values() for x in lg) and len(got) == d
+        row_logs.update(got)
+    driver = object.__new__(ClusterPlan)
+    driver.plan = plan
+    heads = driver.finish(dict(first[3]), dict(first[2]), row_logs, K)
+    assert heads == model.canonical_heads()
+    key = (2, 1)                            # a cell of group 2, its first head's log
+    cell = row_logs[key]
+    row_logs[key] = [("rho", int(K.power(cell[0])))] + cell[1:]
+    assert driver.finish(dict(first[3]), dict(first[2]), row_logs, K) == heads
+    row_logs[key] = [("rho", 0)] + cell[1:]
+    with pytest.raises(ExactLearnError):
+        driver.finish(dict(first[3]), dict(first[2]), row_logs, K)

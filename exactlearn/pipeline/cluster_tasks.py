@@ -145,9 +145,12 @@ def _ints(cells) -> dict:
 
 def analyse_task(K, plan, asked, first, hints=None) -> dict | Exception | None:
     """Interpolate, limit-check and read the poles of one chunk of groups >= 1 (the serial
-    steps), and the logs of its basis poles: ``({n: poles}, {n: logs})``, the
-    ExactLearnError raised, or None when the group of x_1 failed (``first``, the result of
-    :func:`first_task`).  Residues travel as ints (flint elements do not pickle)."""
+    steps), label its cells and take their logs: ``{(i, j): [D log rho_h, head by head]}``
+    (a pole whose log fails as ``("rho", rho)``: the driver's own ``K.log`` then raises the
+    serial error), the ExactLearnError raised, or None when the group of x_1 failed
+    (``first``, the result of :func:`first_task`).  Only what the solve reads travels: at
+    d = 384 the labelled poles and a log per pole were about 500 MB on the driver.
+    Residues travel as ints (flint elements do not pickle)."""
     if isinstance(first, Exception):
         return None
     K = _hinted(K, hints)
@@ -176,8 +179,13 @@ def analyse_task(K, plan, asked, first, hints=None) -> dict | Exception | None:
         cells = label_cells(plan, poles_of, K, [(i, j) for i in rows for j in range(plan.d)])
     except ExactLearnError as exc:
         return exc
-    return ({key: pl for key, pl in _ints(cells).items() if key[0] in rows},
-            _logs(K, plan, poles_of, ns))
+    logs = _logs(K, plan, poles_of, ns)
+    out = {}
+    for key, pl in cells.items():
+        if key[0] in rows:
+            lg = logs[plan.index("basis", *key)]
+            out[key] = [("rho", int(r)) if lg[int(r)] is None else lg[int(r)] for r, _ in pl]
+    return out
 
 
 def certify_task(K, plan, asked, heads, run, token) -> int | tuple:

@@ -291,34 +291,37 @@ class ClusterPlan:
         if isinstance(got0, Exception):
             client.cancel(tasks)
             return analysis.analyse(plan, *self.gather(futs, K), K, None)
-        cells, logs = dict(got0[3]), dict(got0[2])
         c0 = None if got0[4] is None else K(got0[4])          # the plan for biases: c
-        failed = False
+        failed, row_logs = False, {}
         for got in self._results(tasks):
-            if not isinstance(got, tuple):
+            if not isinstance(got, dict):
                 failed = True
                 continue
-            cells.update(got[0])
-            logs.update(got[1])
+            row_logs.update(got)
         if failed:        # the serial run's failure, message and all
             return analysis.analyse(plan, *self.gather(futs, K), K, None)
         try:
-            return self.finish(cells, logs, K, c0)
+            return self.finish(dict(got0[3]), dict(got0[2]), row_logs, K, c0)
         except ExactLearnError:
             return analysis.analyse(plan, *self.gather(futs, K), K, None)
-    def finish(self, cells, logs, K, c0=None):
-        """:func:`~exactlearn.pipeline.analysis.finish` from the cells labelled on the
-        workers (:func:`~exactlearn.pipeline.match.label_cells`, chunk by chunk) and the
-        discrete logs taken there (looked up by configuration and rho); with biases ``c0`` is
-        the constant c (:func:`~exactlearn.pipeline.solve.solve_heads_bias`)."""
+
+    def finish(self, cells, logs, row_logs, K, c0=None):
+        """:func:`~exactlearn.pipeline.analysis.finish` from the cells of the row of x_1
+        and their logs (:func:`~exactlearn.pipeline.cluster_tasks.first_task`: poles and
+        c-values, logs by configuration and rho) and the other rows' logs, head by head
+        (``row_logs``, :func:`~exactlearn.pipeline.cluster_tasks.analyse_task`); with biases
+        ``c0`` is the constant c (:func:`~exactlearn.pipeline.solve.solve_heads_bias`)."""
         from gmpy2 import mpq
         from exactlearn.model import canonicalize
         from exactlearn.pipeline.solve import solve_heads, solve_heads_bias
         plan = self.plan
-        # the solve reads the c-values of the row of x_1 and the logs: the other cells stay ints
-        labelled = {key: pl if key[0] else [(K(r), K(c)) for r, c in pl] for key, pl in cells.items()}
+        # the solve reads the c-values of the row of x_1 and every cell's logs
+        labelled = {key: [(K(r), K(c)) for r, c in pl] for key, pl in cells.items()}
 
         def log(i, j, h):
+            if i:
+                n = row_logs[(i, j)][h]
+                return K.log(K(n[1])) if isinstance(n, tuple) else mpq(n, K.D)
             rho = labelled[(i, j)][h][0]
             n = logs[plan.index("basis", i, j)].get(int(rho))
             return K.log(K(rho)) if n is None else mpq(n, K.D)
