@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
-from gmpy2 import lcm, mpq
+from gmpy2 import mpq
 
 from exactlearn.fields.base import format_rational
 
@@ -57,29 +57,24 @@ class Head:
             object.__setattr__(self, "u", tuple(zero for _ in range(self.d)))
 
     def __reduce__(self):
-        """Pickled with W's entries as one string of fixed-width integers over one
-        denominator when they are all gmpy2 ``mpq`` (else as the dataclass is).  A Dask run
-        sends the model and the learned heads to its workers; at d = 384 the 12 heads' 1.77
-        million mpq, each pickled through gmpy2's own reducer and held in the pickler's
-        memo, grew the driver by about 500 MB (docs/explanation/performance.md).
-        Unpickled, the entries are the same mpq values.
+        """Pickled with W's numerators and denominators as two strings of fixed-width
+        integers when W is a tuple of tuples of gmpy2 ``mpq`` (else as the dataclass is).
+        A Dask run sends the model and the learned heads to its workers; at d = 384 the
+        12 heads' 1.77 million mpq, each pickled through gmpy2's own reducer and held in
+        the pickler's memo, grew the driver by about 500 MB
+        (docs/explanation/performance.md).  Unpickled, the entries are the same mpq values.
 
         >>> import pickle
         >>> h = Head(((mpq(1, 3), mpq(-2, 1)), (mpq(0), mpq(5, 6))), (mpq(1),))
-        >>> pickle.loads(pickle.dumps(h)) == h, h.__reduce__()[1][:2], h.__reduce__()[1][2].hex()
-        (True, (2, 6), '02f40005')
+        >>> pickle.loads(pickle.dumps(h)) == h, [x[8:].hex() for x in h.__reduce__()[1][1:3]]
+        (True, ['01fe0005', '03010106'])
         """
         W = self.W
-        if not W or not all(type(x) is mpq for row in W for x in row):
+        if not (type(W) is tuple and W and all(type(row) is tuple and row for row in W)
+                and all(type(x) is mpq for row in W for x in row)):
             return (Head, (self.W, self.v, self.u))
-        den = 1
-        for q in {x.denominator for row in W for x in row}:
-            den = lcm(den, q)
-        nums = [int(x.numerator) if x.denominator == den else int(x.numerator * (den // x.denominator))
-                for row in W for x in row]
-        width = max(abs(a) for a in nums).bit_length() // 8 + 1         # with the sign bit
-        blob = b"".join([a.to_bytes(width, "little", signed=True) for a in nums])
-        return (_head_from_bytes, (len(W[0]), int(den), blob, width, self.v, self.u))
+        return (_head_from_bytes, (len(W[0]), _packed([int(x.numerator) for row in W for x in row]),
+                                   _packed([int(x.denominator) for row in W for x in row]), self.v, self.u))
 
     @property
     def d(self) -> int:
@@ -109,11 +104,23 @@ class Head:
         return out
 
 
-def _head_from_bytes(n: int, den: int, blob: bytes, width: int, v, u) -> Head:
-    """A :class:`Head` whose W (rows of n entries) is ``blob`` (signed little-endian integers
-    of ``width`` bytes, row-major) over ``den``: its pickle (:meth:`Head.__reduce__`)."""
-    nums = [int.from_bytes(blob[t:t + width], "little", signed=True) for t in range(0, len(blob), width)]
-    return Head(tuple(tuple(mpq(a, den) for a in nums[t:t + n]) for t in range(0, len(nums), n)), v, u)
+def _packed(ints: list) -> bytes:
+    """``ints`` as signed little-endian integers of one width, after that width (8 bytes)."""
+    width = max(abs(a) for a in ints).bit_length() // 8 + 1         # with the sign bit
+    return width.to_bytes(8, "little") + b"".join([a.to_bytes(width, "little", signed=True) for a in ints])
+
+
+def _unpacked(blob: bytes) -> list:
+    """The integers of :func:`_packed`."""
+    width = int.from_bytes(blob[:8], "little")
+    return [int.from_bytes(blob[t:t + width], "little", signed=True) for t in range(8, len(blob), width)]
+
+
+def _head_from_bytes(n: int, nums: bytes, dens: bytes, v, u) -> Head:
+    """A :class:`Head` whose W (rows of n entries, row-major) has the numerators and
+    denominators ``nums`` and ``dens`` (:func:`_packed`): its pickle (:meth:`Head.__reduce__`)."""
+    W = [mpq(a, b) for a, b in zip(_unpacked(nums), _unpacked(dens))]
+    return Head(tuple(tuple(W[t:t + n]) for t in range(0, len(W), n)), v, u)
 
 
 class HeadSet(tuple):

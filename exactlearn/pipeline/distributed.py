@@ -118,7 +118,7 @@ class ClusterPlan:
             gs = groups(plan)
             slots = max(1, 4 * sum(nthreads.values()))
             rest = gs[1:]
-            size = max(1, min(-(-len(rest) // slots), CHUNK_CONFIGS // max(1, len(gs[0]))))
+            size = max(1, min(-(-len(rest) // slots), CHUNK_CONFIGS // max(map(len, gs))))
             self.groups = [gs[0]] + [sum(rest[t:t + size], []) for t in range(0, len(rest), size)]
             # the workers need the configurations, not the 4Hd^2 Query objects (10 MB pickled
             # at d = 64); tasks, not scatter, so that a dead worker's copy is recomputed

@@ -135,6 +135,8 @@ class FamilyQueries(Sequence):
     (7, Query(config=0, k=0), Query(config=1, k=1), Query(config=1, k=3), True)
     >>> qs == list(qs), qs[1:3] == list(qs)[1:3], qs.max_k
     (True, True, 3)
+
+    Read-only, as a tuple: no ``append``, no ``+``.
     """
 
     __slots__ = ("configs", "per")
@@ -148,6 +150,7 @@ class FamilyQueries(Sequence):
     def __getitem__(self, t):
         if isinstance(t, slice):
             return [self[u] for u in range(*t.indices(len(self)))]
+        t = operator.index(t)
         t = t + len(self) if t < 0 else t
         if not 0 <= t < len(self):
             raise IndexError("plan query index out of range")
