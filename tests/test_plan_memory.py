@@ -82,6 +82,16 @@ def test_heads_and_models_pickle_to_the_same_exact_values():
     assert again.heads == model.heads and again.canonical_heads() == model.canonical_heads()
     odd = Head(((Fraction(1, 3), 0.5), (1, 2)), (1, 2))
     assert pickle.loads(pickle.dumps(odd)) == odd
+    listed = Head([[mpq(1)]], [mpq(2)])                  # W's rows as lists: kept as they are
+    assert pickle.loads(pickle.dumps(listed)) == listed
+    # unrelated denominators (helper-65): never much larger than the entries pickled as they are
+    rng = random.Random(1)
+    primes = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53]
+    W = tuple(tuple(mpq(rng.randint(-10 ** 6, 10 ** 6), rng.choice(primes)) for _ in range(30))
+              for _ in range(30))
+    wide = Head(W, (mpq(1),) * 30)
+    assert pickle.loads(pickle.dumps(wide)) == wide
+    assert len(pickle.dumps(wide)) <= len(pickle.dumps((W, wide.v, wide.u)))
 
 
 def test_the_driver_gets_each_cells_logs_head_by_head_and_recomputes_a_failed_one():
