@@ -65,7 +65,6 @@ from here.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import time
 import uuid
@@ -120,10 +119,9 @@ class ClusterPlan:
             rest = gs[1:]
             size = max(1, min(-(-len(rest) // slots), CHUNK_CONFIGS // max(map(len, gs))))
             self.groups = [gs[0]] + [sum(rest[t:t + size], []) for t in range(0, len(rest), size)]
-            # the workers need the configurations, not the 4Hd^2 Query objects (10 MB pickled
-            # at d = 64); tasks, not scatter, so that a dead worker's copy is recomputed
-            self._plan_f = client.submit(shared_value, dataclasses.replace(plan, queries=[]),
-                                         pure=False)
+            # the plan's queries are computed, not stored (FamilyQueries); tasks, not
+            # scatter, so that a dead worker's copy is recomputed
+            self._plan_f = client.submit(shared_value, plan, pure=False)
             self._model_f = (client.submit(shared_value, self.model, pure=False)
                              if self.model is not None else None)
         except ExactLearnError:

@@ -112,14 +112,10 @@ def _solve_W_all_flint(plan, logs_per_head, bias=False) -> list:
     exact W.  ``bias``: the plan for biases, X~ = [[x_0 .. x_d], [1 .. 1]] in X's place and
     each head's ``[W_h | u_h]`` (rows of d + 1 entries) returned (:func:`solve_heads_bias`).
 
-    The heads go in chunks within :data:`SOLVE_BUDGET`: the fraction-free solve's
-    intermediate entries are about d times the plan's bits, so at d = 384 the 12 heads at
-    once held several GB (docs/explanation/performance.md, "MiniLM with its biases at full
-    width"); each chunk gives the same exact values."""
-    per = _heads_per_solve(plan)
-    if len(logs_per_head) > per:
-        return [W for t in range(0, len(logs_per_head), per)
-                for W in _solve_W_all_flint(plan, logs_per_head[t:t + per], bias)]
+    Its callers (:func:`_solved_in_chunks`) pass chunks of heads within :data:`SOLVE_BUDGET`:
+    the fraction-free solve's intermediate entries are about d times the plan's bits, so at
+    d = 384 the 12 heads at once held several GB (docs/explanation/performance.md, "MiniLM
+    with its biases at full width"); each chunk gives the same exact values."""
     import flint
     from gmpy2 import mpq
     d, m = plan.d, len(logs_per_head)
