@@ -116,6 +116,7 @@ from exactlearn.pipeline.ask import AskOnce
 from exactlearn.pipeline.plan import paper_plan
 from exactlearn.progress import current
 from exactlearn.strategies.real.certificate import SAFETY, RealOutcome
+from exactlearn.strategies.real import stable_ask_more as more
 from exactlearn.strategies.real.lsq import box_blas_threads
 from exactlearn.strategies.real.ratio import ratio_nodes
 from exactlearn.strategies.real.sensitivity import LO, rounding
@@ -348,7 +349,33 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
                            else heads, K, rec, start, etas_all, far=lm_from, bias=bias)
             if again.solved:
                 polished = again
+    if route.lean and not route.far and polished.solved:
+        polished, n_more, etas_all = _ask_more(polished, heads, K, rec, start, etas_all, route,
+                                               bias, ask, size)
+        n_target += n_more
+        obs = rec.observations[start:]
     return (polished if polished.solved else None), n_target, etas_all, obs
+
+
+def _ask_more(polished, heads, K, rec, start, etas_all, route, bias, ask, size) -> tuple:
+    """Up to ``POLISH_ROUNDS`` rounds: the families the polish's covariance asks for
+    (:mod:`~exactlearn.strategies.real.stable_ask_more`), then the polish again from the
+    polished heads (``warm``: at their cost floor no step may lower the cost):
+    ``(polished, families asked, etas)``."""
+    tried: set = set()
+    asked = 0
+    for _ in range(more.POLISH_ROUNDS):
+        weak = more.weak_families(polished)
+        n = more.ask_families_again(weak, route.splan, polished.heads, *ask, tried) if weak else 0
+        if not n:
+            break
+        asked += n
+        etas_all = _etas(rec, ask[1], size, etas_all, len(etas_all))
+        again = polish(polished.heads, K, rec, start, etas_all, bias=bias, warm=True)
+        if not again.solved:
+            break
+        polished = again
+    return polished, asked, etas_all
 
 
 def _polished_bounds(polished, d, bias) -> Estimate:

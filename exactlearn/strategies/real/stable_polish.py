@@ -137,7 +137,7 @@ class _Unsolved(Exception):
     """The normal matrix at a point of :func:`_gauss_newton` is too ill-conditioned."""
 
 
-def _gauss_newton(fam, W, V, c, far):
+def _gauss_newton(fam, W, V, c, far, warm=False):
     """Gauss--Newton on the normal equations
     (:func:`~exactlearn.strategies.real.stable_normal.normal_equations`) from ``(W, V, c)``, as
     the steps of :func:`~exactlearn.strategies.real.lsq.refine` at float64's precision: a step
@@ -189,7 +189,7 @@ def _gauss_newton(fam, W, V, c, far):
         return weak0[0] if len(kept) == 1 and weak0[0].directions else None
     if not out.converged and judge(out.theta):
         return None                                     # MAX_STEPS steps, still not settled
-    if len(kept) == 1 and not far:
+    if len(kept) == 1 and not (far or warm):
         return None                                     # no step decreased the cost
     return kept[-1][:6] + (weak0[0], factors.get(len(kept) - 1))
 
@@ -205,13 +205,15 @@ def _heads_of(W, V, c, bias, mpf):
     return HeadSet(out, constant=mpf(float(c)), bias=True) if bias else out
 
 
-def polish(heads, K, rec, start, etas, far=None, bias=False) -> Polished:
+def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False) -> Polished:
     """Heads fitted to every observation since ``start`` and their bounds before ``SAFETY``
     (:class:`Polished`; module doc).  ``far``: the heads are only a start (the pencil's), so
     Levenberg--Marquardt (``LM_STEPS``) runs first, on the observations from index ``far`` on
     (the plan's families: fewer, and all of ``t``).  With ``bias`` (``heads`` a
     :class:`~exactlearn.model.HeadSet` with its constant): the heads come back with their u and
-    constant, the W bounds are ``[W | u]``'s, and the constant's bound is set."""
+    constant, the W bounds are ``[W | u]``'s, and the constant's bound is set.  ``warm``: the
+    heads are a polish's of fewer observations, taken even when no step lowers the cost (the
+    bounds add twice the step still to go)."""
     H, d = len(heads), len(heads[0].v)
     dd = d * (d + 1) if bias else d * d
     if H * (dd + d) + bias > MAX_PARAMETERS:
@@ -223,7 +225,7 @@ def polish(heads, K, rec, start, etas, far=None, bias=False) -> Polished:
             return Polished()
         W, V, c = got
     fam = Families(rec, start, etas, bias)
-    got = _gauss_newton(fam, W, V, c, far is not None)
+    got = _gauss_newton(fam, W, V, c, far is not None, warm)
     if not isinstance(got, tuple):                  # None, or the start's weak directions
         return Polished(weak=got)
     W, V, c, A, b, parts, weak0, scaled = got

@@ -69,6 +69,7 @@ class Route:
     sigma: object = None
     pencil: dict | None = None
     plan_start: int | None = None
+    lean: bool = False
 
     @property
     def far(self) -> bool:
@@ -123,7 +124,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
         heads, SW, Sv, rounds = solve_stable_heads(splan, rows, fits, ids, index, K, m,
                                                    len(rec.observations))
         return Route(splan, heads, SW, Sv, rounds, fits, bad, rescued, index, n_supp, worst_rel,
-                     nodes=nodes)
+                     nodes=nodes, lean=lean)
     frame = bias_frame(splan.X, splan.E)
     scales = {n: mpq(rescued[n]) if n in rescued else mpq(1) for n in range(len(configs))}
     rows = [rows_bias(frame, tuple(scales[n] * a for a in c.x), tuple(scales[n] * b for b in c.e),
@@ -135,7 +136,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     heads, c, SW, Sv, Sc, rounds, c_round = solve_bias_heads(
         splan, frame, rows, fits, ids, index, K, m, len(rec.observations), scales, tokens_a)
     return Route(splan, heads, SW, Sv, rounds, fits, bad, rescued, index, n_supp, worst_rel,
-                 nodes=nodes, constant=c, Sc=Sc, c_round=c_round)
+                 nodes=nodes, constant=c, Sc=Sc, c_round=c_round, lean=lean)
 
 
 def _labelled(splan, fits, poles_of, bad, rescued, relation, loose, m) -> dict:
