@@ -10,7 +10,10 @@ families (``e``: ``(x_i, e_j - e_k)``, at most ``--weak-per-entry`` an entry; ``
 basis family at scales 1/2 and 2; ``LEAN_WEAK_KINDS``) and ``--weak-tenth N`` lets at most
 one entry of M in N be weak a round; ``--rescue-scales`` are the scales a family that fails is
 asked at again (:data:`exactlearn.strategies.real.stable_families.LEAN_RESCUE`; ``1/2 2 1/4
-4`` is the plan before).  The remaining arguments go to bench_float.py, whose
+4`` is the plan before); ``--polish-rounds``, ``--polish-factor`` and ``--polish-families``
+set the families the polish asks for its weak entries
+(:mod:`exactlearn.strategies.real.stable_ask_more`; ``--polish-rounds 0``: none; with
+``--weak-rounds 3`` the plan before them).  The remaining arguments go to bench_float.py, whose
 rows print the queries and where they went (probe, supplementary and targeted families,
 rescued configurations) beside each run's error and bound:
 
@@ -35,6 +38,7 @@ from fractions import Fraction
 from gmpy2 import mpq
 
 import exactlearn.strategies.real.ratio as ratio
+import exactlearn.strategies.real.stable_ask_more as more
 import exactlearn.strategies.real.stable_routes as routes
 
 
@@ -50,6 +54,13 @@ def main(argv=None):
     ap.add_argument("--weak-order", choices=["index", "separation"], default=routes.LEAN_WEAK_ORDER)
     ap.add_argument("--rescue-scales", nargs="+", type=Fraction, metavar="F",
                     default=[Fraction(str(f)) for f in routes.LEAN_RESCUE])
+    ap.add_argument("--polish-rounds", type=int, default=more.POLISH_ROUNDS,
+                    help="rounds of families the polish asks for its weak entries "
+                         "(stable_ask_more.POLISH_ROUNDS; 0: none)")
+    ap.add_argument("--polish-factor", type=float, default=more.POLISH_BOUND_FACTOR,
+                    help="a W entry is weak above this many times the median bound")
+    ap.add_argument("--polish-families", type=int, default=more.POLISH_FAMILIES,
+                    help="families (token pairs) the polish asks about a round")
     ap.add_argument("--trace-rescues", action="store_true",
                     help="print, at the end, how many families of each kind resolved at each "
                          "scale (or failed at all)")
@@ -61,12 +72,16 @@ def main(argv=None):
     routes.LEAN_WEAK_PER_ENTRY = args.weak_per_entry
     routes.LEAN_WEAK_TENTH = args.weak_tenth
     routes.LEAN_WEAK_ORDER = args.weak_order
+    more.POLISH_ROUNDS, more.POLISH_BOUND_FACTOR = args.polish_rounds, args.polish_factor
+    more.POLISH_FAMILIES = args.polish_families
     routes.LEAN_RESCUE = tuple(mpq(f.numerator, f.denominator) for f in args.rescue_scales)
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
     print(f"# lean plan: {args.nodes[0]}H + {args.nodes[1]} nodes, at most {args.weak_rounds} "
           f"weak-entry rounds of {'+'.join(args.weak_kinds)} families ({args.weak_per_entry} "
           f"e_j - e_k an entry), at most 1/{args.weak_tenth} of the entries, a failed family "
-          f"re-asked at {' '.join(map(str, args.rescue_scales))}", flush=True)
+          f"re-asked at {' '.join(map(str, args.rescue_scales))}; the polish asks about "
+          f"{args.polish_families} families a round for W entries above {args.polish_factor:g} "
+          f"times the median bound, at most {args.polish_rounds} rounds", flush=True)
     sys.argv = ["bench_float.py"] + rest
     tally = _trace_rescues() if args.trace_rescues else None
     try:
