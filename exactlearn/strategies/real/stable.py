@@ -30,8 +30,9 @@ is sampled, labelled and solved:
    (Levenberg--Marquardt first) must fit every observation; nothing is certified without it.
 5. **Solve** (:mod:`~exactlearn.strategies.real.stable_solve`), **polish**
    (:mod:`~exactlearn.strategies.real.stable_polish`: every head fitted to every observation
-   at once, kept when its bound is smaller; its residuals also test the declared noise) and
-   **certificate**
+   at once, kept when its bound is smaller; its residuals also test the declared noise; with
+   the lean nodes it asks for its weak entries, :mod:`~exactlearn.strategies.real.stable_ask_more`)
+   and **certificate**
    (:mod:`~exactlearn.strategies.real.stable_certificate`): every observation is
    recomputed from the heads within ``eta + eta_rel |y|`` plus the effect of the parameter
    bounds; each entry's bound is ``SAFETY = 2`` times its first-order bound plus rounding.

@@ -7,8 +7,9 @@ gives each parameter's first-order bound ``sum_q |S_pq| eta_q`` (``S = A^-1 J^T 
 An entry of W whose bound stands ``POLISH_BOUND_FACTOR`` times above the median entry's is
 where the plan's families left a head crowded (two heads' exponents close) or hidden (its
 ``c_h = -v_h . e`` small), and where the largest errors sit: on the float64 grid without
-this step the entry of W with the largest error had the largest bound in 47 of 84 runs, and
-the runs above 1e-13 had their largest bound 5 to 70 times the median.
+this step the entry of W with the largest error had the largest bound in most runs, and the
+runs above 1e-13 had their largest bound several times the median (``python
+benchmarks/bench_weak_entries.py --polish-rounds 0``; docs/howto/float-black-box.md).
 
 :func:`weak_families` ranks the families (token pairs ``(a, x)``) by their share in the
 bounds of the ``POLISH_ENTRIES`` weakest entries; :func:`ask_families_again` asks, for each
@@ -18,7 +19,7 @@ predicted exponents to set the weak head apart and visible, and the family again
 every observation, up to ``POLISH_ROUNDS`` rounds.  No labelling: the polish fits the raw
 observations, and the certificate recomputes every one of them; every query is counted
 (``targeted_families``).  This replaced the lean plan's weak-entry supplements before the
-polish, which chose by a proxy (the families' own bounds) and asked 0.4 to 1.3 times the
+polish, which chose by a proxy (the families' own bounds) and asked 0.8 to 1.4 times the
 paper's count more.
 """
 from __future__ import annotations
