@@ -133,7 +133,6 @@ from exactlearn.strategies.real.stable_probe import probe_scale
 from exactlearn.strategies.real.stable_report import run_account
 from exactlearn.strategies.real.stable_routes import pencil_route, probe_nodes
 from exactlearn.strategies.real.stable_routes import per_family as _per_family  # tests force it
-from exactlearn.strategies.real.stable_supplement import target_families
 
 
 def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
@@ -341,7 +340,7 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
     obs = rec.observations[start:]
     weak = polished.weak
     if weak is not None and weak.directions:   # directions few observations see: ask for them
-        n_target = target_families(weak, route.splan, heads, *ask)
+        n_target = more.target_families(weak, route.splan, heads, *ask)
         obs = rec.observations[start:]
         if n_target:
             etas_all = _etas(rec, ask[1], size, etas_all, len(etas_all))
@@ -360,22 +359,27 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
 
 def _ask_more(polished, heads, K, rec, start, etas_all, route, bias, ask, size) -> tuple:
     """Up to ``POLISH_ROUNDS`` rounds: the families the polish's covariance asks for
-    (:mod:`~exactlearn.strategies.real.stable_ask_more`), then the polish again from the
-    polished heads (``warm``: at their cost floor no step may lower the cost):
+    (:mod:`~exactlearn.strategies.real.stable_ask_more`), each round judged by the bounds at the
+    polished heads with the new observations (``warm="at"``: no step), then the polish again
+    from the polished heads (``warm``: at their cost floor no step may lower the cost):
     ``(polished, families asked, etas)``."""
     tried: set = set()
     asked = 0
+    now = polished
     for _ in range(more.POLISH_ROUNDS):
-        weak = more.weak_families(polished)
+        weak = more.weak_families(now)
         n = more.ask_families_again(weak, route.splan, polished.heads, *ask, tried) if weak else 0
         if not n:
             break
         asked += n
         etas_all = _etas(rec, ask[1], size, etas_all, len(etas_all))
-        again = polish(polished.heads, K, rec, start, etas_all, bias=bias, warm=True)
-        if not again.solved:
+        now = polish(polished.heads, K, rec, start, etas_all, bias=bias, warm="at")
+        if not now.solved:
             break
-        polished = again
+    if asked:
+        again = polish(polished.heads, K, rec, start, etas_all, bias=bias, warm=True)
+        if again.solved:
+            polished = again
     return polished, asked, etas_all
 
 

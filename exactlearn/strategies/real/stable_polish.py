@@ -213,7 +213,8 @@ def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False) -> Poli
     :class:`~exactlearn.model.HeadSet` with its constant): the heads come back with their u and
     constant, the W bounds are ``[W | u]``'s, and the constant's bound is set.  ``warm``: the
     heads are a polish's of fewer observations, taken even when no step lowers the cost (the
-    bounds add twice the step still to go)."""
+    bounds add twice the step still to go); ``warm="at"``: no step at all, the heads and their
+    bounds at them (the same allowance for the step not taken)."""
     H, d = len(heads), len(heads[0].v)
     dd = d * (d + 1) if bias else d * d
     if H * (dd + d) + bias > MAX_PARAMETERS:
@@ -225,7 +226,10 @@ def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False) -> Poli
             return Polished()
         W, V, c = got
     fam = Families(rec, start, etas, bias)
-    got = _gauss_newton(fam, W, V, c, far is not None, warm)
+    if warm == "at":                    # the bounds at the heads as they are: no step taken
+        got = (W, V, c) + tuple(normal_equations(fam, W, V, c)[:3]) + (None, None)
+    else:
+        got = _gauss_newton(fam, W, V, c, far is not None, warm)
     if not isinstance(got, tuple):                  # None, or the start's weak directions
         return Polished(weak=got)
     W, V, c, A, b, parts, weak0, scaled = got

@@ -2,8 +2,8 @@
 (:mod:`~exactlearn.strategies.real.stable`, step 4; docs/explanation/real-field.md): families
 for the entries the labelled ones leave undetermined or weak (:func:`supplement`), the
 c-values of directions whose every basis family failed (:func:`_blind_directions`, "Coarse
-boxes"), and the families asked for the directions the polish found undetermined
-(:func:`target_families`).
+boxes").  The families the polish asks for are in
+:mod:`~exactlearn.strategies.real.stable_ask_more`.
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from exactlearn.strategies.real.ratio import MAX_COPIES, family_tokens
 from exactlearn.strategies.real.stable_families import (RESCALE, RESCUE, family_poles,
                                                         resolve_family)
 from exactlearn.strategies.real.stable_plan import SUPPLEMENT_PER_ENTRY, SUPPLEMENT_ROUNDS
-from exactlearn.strategies.real.stable_probe import ask_family
 from exactlearn.strategies.real.stable_solve import rows_bias, rows_of, undetermined, weak_entries
 
 
@@ -263,39 +262,3 @@ def _label_candidate(key, perm, index, pending, add):
         add(c, k, f_used, fit, q, pl, perm)
     else:
         index[key] = perm
-
-
-def target_families(weak, splan, heads, asker, noise, nodes, H):
-    """Families for the directions the polish found undetermined
-    (:class:`~exactlearn.strategies.real.stable_polish.Weak`): per
-    direction (at most d), the basis family ``(x_i, e_j)`` of the entry of ``M = E^T U X``
-    it weighs most, asked with its tokens scaled by the power of two ``f`` that brings that
-    head's ``f^2 e_j^T W x_i`` to about 1 (a step beyond the nodes comes back between them),
-    and by ``f/2``, ``2f``.  Returns how many families were asked; every query is counted
-    and certified with the rest."""
-    d = splan.d
-    Xm = np.array([[float(a) for a in x] for x in splan.X]).T       # columns x_i
-    Em = np.array([[float(a) for a in e] for e in splan.E]).T
-    if splan.bias:                      # columns (x_i; 1) and U = [W | u] directions
-        Xm = np.concatenate([Xm, np.ones((1, Xm.shape[1]))])
-    asked, seen = 0, set()
-    for h, U in weak.directions[:d]:
-        if not np.abs(U).max() > 0:
-            continue                    # a direction of v: the solve's families see it
-        Md = Em.T @ U @ Xm
-        j, i = np.unravel_index(int(np.argmax(np.abs(Md))), Md.shape)
-        W = np.array([[float(a) for a in row] for row in heads[h].W])
-        if splan.bias:
-            W = np.concatenate([W, np.array([[float(b)] for b in heads[h].u])], axis=1)
-        z = abs(float(Em[:, j] @ W @ Xm[:, i]))
-        if not z > 1e-12 or (i, j) in seen:
-            continue
-        seen.add((i, j))
-        f = mpq(2) ** int(round(-np.log2(z) / 2))
-        c = splan.configs[splan.index("basis", i, j)]
-        for g in (f / 2, f, 2 * f):
-            if g != 1:
-                ask_family(c, g, asker, noise, nodes, H)
-                asked += 1
-    return asked
-
