@@ -48,7 +48,7 @@ SUPPLEMENT_PER_ENTRY = 3
 #: 3.8e-14 with five rounds (4.4 times the paper's count at 12 x 6), 3.0e-13 with one
 #: (docs/howto/float-black-box.md, "Fewer queries").  0 since the polish chooses the families
 #: for the weak entries itself (:mod:`~exactlearn.strategies.real.stable_ask_more`): 84 of 84,
-#: largest error 6.3e-14, 1.90 to 2.40 times the paper's count (case means)
+#: largest error 6.7e-14 at 0c23c81, 1.90 to 2.39 times the paper's count (case means)
 LEAN_WEAK_ROUNDS = 0
 #: the lean plan's families for a weak entry ``(j, i)``: ``"e"``, up to LEAN_WEAK_PER_ENTRY
 #: ``(x_i, e_j - e_k)`` a round; ``"scale"``, the basis family ``(x_i, e_j)`` again at the
