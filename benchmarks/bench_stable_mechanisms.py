@@ -5,10 +5,11 @@ issue 23 section 3): ``benchmarks/bench_float.py`` with the lean plan's dials se
 (:data:`exactlearn.strategies.real.ratio.LEAN_NODES_PER_HEAD` and ``LEAN_NODES_EXTRA``;
 ``4 4`` is the plan before the lean one), ``--weak-rounds K`` allows K rounds of
 weak-entry supplements (:data:`exactlearn.strategies.real.stable_plan.LEAN_WEAK_ROUNDS`;
-5, the rounds of every supplement, is the plan before), ``--weak-kinds`` names their
-families (``e``: ``(x_i, e_j - e_k)``, at most ``--weak-per-entry`` an entry; ``scale``: the
-basis family at scales 1/2 and 2; ``LEAN_WEAK_KINDS``) and ``--weak-tenth N`` lets at most
-one entry of M in N be weak a round; ``--rescue-scales`` are the scales a family that fails is
+5, the rounds of every supplement, is the plan before; each round asks up to three
+``(x_i, e_j - e_k)`` and the basis family at scales 1/2 and 2 for at most a tenth of M's
+entries: the dials ``--weak-kinds``, ``--weak-per-entry``, ``--weak-tenth`` and
+``--weak-order`` of the rows at 1929c24 and 58d5e77 were removed with the lean plan's own
+weak-round settings: those rows run at their commits); ``--rescue-scales`` are the scales a family that fails is
 asked at again (:data:`exactlearn.strategies.real.stable_families.LEAN_RESCUE`; ``1/2 2 1/4
 4`` is the plan before); ``--polish-rounds``, ``--polish-factor`` and ``--polish-families``
 set the families the polish asks for its weak entries
@@ -17,14 +18,13 @@ set the families the polish asks for its weak entries
 rows print the queries and where they went (probe, supplementary and targeted families,
 rescued configurations) beside each run's error and bound:
 
-    python benchmarks/bench_stable_mechanisms.py --nodes 3 1 --weak-rounds 1 -- --grid --seeds 6
-    python benchmarks/bench_stable_mechanisms.py --weak-kinds e -- --grid --seeds 6
-    python benchmarks/bench_stable_mechanisms.py --nodes 4 4 --weak-rounds 5 \\
-        --weak-kinds scale e -- --grid --seeds 6
+    python benchmarks/bench_stable_mechanisms.py --polish-rounds 0 -- --grid --seeds 6
+    python benchmarks/bench_stable_mechanisms.py --weak-rounds 3 --polish-rounds 0 -- --grid --seeds 6
+    python benchmarks/bench_stable_mechanisms.py --nodes 4 4 --weak-rounds 5 -- --grid --seeds 6
 
-The last is the stable plan as it was before the lean plan, the second the lean plan without
-the rescaled basis families in its weak rounds (docs/howto/float-black-box.md, "Fewer
-queries").
+The first is the lean plan with nothing asked after the polish, the second the lean plan as
+it was before the polish asked (ba4c185), the last about the stable plan before the lean plan
+(docs/howto/float-black-box.md, "Fewer queries").
 """
 from __future__ import annotations
 
@@ -47,11 +47,6 @@ def main(argv=None):
     ap.add_argument("--nodes", nargs=2, type=int, metavar=("PER_HEAD", "EXTRA"),
                     default=[ratio.LEAN_NODES_PER_HEAD, ratio.LEAN_NODES_EXTRA])
     ap.add_argument("--weak-rounds", type=int, default=routes.LEAN_WEAK_ROUNDS)
-    ap.add_argument("--weak-kinds", nargs="+", choices=["scale", "e"],
-                    default=list(routes.LEAN_WEAK_KINDS))
-    ap.add_argument("--weak-per-entry", type=int, default=routes.LEAN_WEAK_PER_ENTRY)
-    ap.add_argument("--weak-tenth", type=int, default=routes.LEAN_WEAK_TENTH)
-    ap.add_argument("--weak-order", choices=["index", "separation"], default=routes.LEAN_WEAK_ORDER)
     ap.add_argument("--rescue-scales", nargs="+", type=Fraction, metavar="F",
                     default=[Fraction(str(f)) for f in routes.LEAN_RESCUE])
     ap.add_argument("--polish-rounds", type=int, default=more.POLISH_ROUNDS,
@@ -68,18 +63,12 @@ def main(argv=None):
     args = ap.parse_args(argv)
     ratio.LEAN_NODES_PER_HEAD, ratio.LEAN_NODES_EXTRA = args.nodes
     routes.LEAN_WEAK_ROUNDS = args.weak_rounds      # per_family reads them from its own module
-    routes.LEAN_WEAK_KINDS = tuple(args.weak_kinds)
-    routes.LEAN_WEAK_PER_ENTRY = args.weak_per_entry
-    routes.LEAN_WEAK_TENTH = args.weak_tenth
-    routes.LEAN_WEAK_ORDER = args.weak_order
     more.POLISH_ROUNDS, more.POLISH_BOUND_FACTOR = args.polish_rounds, args.polish_factor
     more.POLISH_FAMILIES = args.polish_families
     routes.LEAN_RESCUE = tuple(mpq(f.numerator, f.denominator) for f in args.rescue_scales)
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
     print(f"# lean plan: {args.nodes[0]}H + {args.nodes[1]} nodes, at most {args.weak_rounds} "
-          f"weak-entry rounds of {'+'.join(args.weak_kinds)} families ({args.weak_per_entry} "
-          f"e_j - e_k an entry), at most 1/{args.weak_tenth} of the entries, a failed family "
-          f"re-asked at {' '.join(map(str, args.rescue_scales))}; the polish asks about "
+          f"weak-entry rounds before the polish, a failed family re-asked at {' '.join(map(str, args.rescue_scales))}; the polish asks about "
           f"{args.polish_families} families a round for W entries above {args.polish_factor:g} "
           f"times the median bound, at most {args.polish_rounds} rounds", flush=True)
     sys.argv = ["bench_float.py"] + rest

@@ -50,21 +50,6 @@ SUPPLEMENT_PER_ENTRY = 3
 #: for the weak entries itself (:mod:`~exactlearn.strategies.real.stable_ask_more`): 84 of 84,
 #: largest error 6.7e-14 at 0c23c81, 1.90 to 2.39 times the paper's count (case means)
 LEAN_WEAK_ROUNDS = 0
-#: the lean plan's families for a weak entry ``(j, i)``: ``"e"``, up to LEAN_WEAK_PER_ENTRY
-#: ``(x_i, e_j - e_k)`` a round; ``"scale"``, the basis family ``(x_i, e_j)`` again at the
-#: scales 1/2 and 2 too (the plan before, and the dense plan's weak rounds).
-#: ``bench_stable_mechanisms.py --weak-kinds e -- --grid --seeds 6`` at 1929c24: without the
-#: rescaled ones 84 of 84 numpy layers certified, largest error 6.4e-14 (7.1e-14 with them),
-#: 2.56 to 3.29 times the paper's count (2.77 to 3.68); but on the torch, BERT and flax float64
-#: layers of ``benchmarks/rehearse_layers.py`` (noise="auto") the largest relative error rose
-#: from 2.5e-14 to 7.9e-13 without them (docs/howto/float-black-box.md, "Fewer queries"): kept
-LEAN_WEAK_KINDS = ("scale", "e")
-LEAN_WEAK_PER_ENTRY = SUPPLEMENT_PER_ENTRY
-LEAN_WEAK_TENTH = 10                 # at most 1 / this of M's entries weak a round
-#: the k of a weak entry's (x_i, e_j - e_k) families: "index" (the first labelled ones) or
-#: "separation" (their predicted poles farthest apart:
-#: :func:`~exactlearn.strategies.real.stable_supplement._by_separation`)
-LEAN_WEAK_ORDER = "index"
 PENCIL_MIN_HEADS = 2     # the pencil start (step 3b) when the families fail, from this many heads
 PENCIL_SCALES = (mpq(1, 2), mpq(1), mpq(2))   # the plan's families after it, around sigma
 #: a box whose declared eta exceeds this times its outputs is coarser than float64 (a float32

@@ -25,9 +25,7 @@ from exactlearn.strategies.real.stable_families import (LEAN_RESCUE, family_pole
                                                         rel_bound)
 from exactlearn.strategies.real.stable_messages import declared_level, precision_failure
 from exactlearn.strategies.real.stable_pencil import pencil_heads
-from exactlearn.strategies.real.stable_plan import (COARSE, LEAN_WEAK_KINDS,
-                                                    LEAN_WEAK_PER_ENTRY, LEAN_WEAK_ROUNDS,
-                                                    LEAN_WEAK_ORDER, LEAN_WEAK_TENTH,
+from exactlearn.strategies.real.stable_plan import (COARSE, LEAN_WEAK_ROUNDS,
                                                     PENCIL_SCALES,
                                                     ROOTS_TRIED, SUPPLEMENT_ROUNDS,
                                                     STABLE_UNEQUAL_FACTOR, stable_bias_plan,
@@ -92,9 +90,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     lean = lean_ok and len(rec.observations) > start and declared_level(nz, rec, start) <= COARSE
     if lean:                            # the probe's outputs show a box at float64 rounding
         nodes = ratio_nodes(H, lean=True)
-    weak = ({"weak_limit": LEAN_WEAK_ROUNDS, "weak_kinds": LEAN_WEAK_KINDS,
-             "weak_per_entry": LEAN_WEAK_PER_ENTRY, "weak_tenth": LEAN_WEAK_TENTH,
-             "rescue": LEAN_RESCUE, "weak_order": LEAN_WEAK_ORDER} if lean
+    weak = ({"weak_limit": LEAN_WEAK_ROUNDS, "rescue": LEAN_RESCUE} if lean
             else {"weak_limit": SUPPLEMENT_ROUNDS})
     planned = stable_count(d, H, bias, lean=lean)
     if plan_log is not None:

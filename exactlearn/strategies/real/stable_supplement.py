@@ -7,14 +7,13 @@ boxes").  The families the polish asks for are in
 """
 from __future__ import annotations
 
-import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import LearningFailure
 from exactlearn.pipeline.plan import Config
 from exactlearn.strategies.real.labels import (directions, known_part, label_by_c,
                                                label_by_c_pair, references)
-from exactlearn.strategies.real.ratio import MAX_COPIES, family_tokens
+from exactlearn.strategies.real.ratio import family_tokens
 from exactlearn.strategies.real.stable_families import (RESCALE, RESCUE, family_poles,
                                                         resolve_family)
 from exactlearn.strategies.real.stable_plan import SUPPLEMENT_PER_ENTRY, SUPPLEMENT_ROUNDS
@@ -22,25 +21,23 @@ from exactlearn.strategies.real.stable_solve import rows_bias, rows_of, undeterm
 
 
 def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
-                relation, frame=None, scales=None, equal_only=False, weak_limit=SUPPLEMENT_ROUNDS,
-               weak_kinds=("scale", "e"), weak_per_entry=SUPPLEMENT_PER_ENTRY, weak_tenth=10,
-               rescue=None, weak_order="index"):
+               relation, frame=None, scales=None, equal_only=False, weak_limit=SUPPLEMENT_ROUNDS,
+               rescue=None):
     """Supplementary families for the entries of M (and c) that the labelled families leave
     undetermined -- ``(x_i, e_j - e_k)`` for the k whose basis family at x_i is labelled; for
     a coarse box (``equal_only``) then the other k, ``(x_i, e_j + e_k)`` and ``(x_i + x_k, e_j)``
     (:func:`_extra`), at most SUPPLEMENT_PER_ENTRY an entry a round -- or, once every
     entry is determined, determine only
     poorly for some head (:func:`~exactlearn.strategies.real.stable_solve.weak_entries`) --
-    those and the basis family ``(x_i, e_j)`` again at scales 1/2 and 2 (``weak_kinds``: the
-    lean plan asks ``(x_i, e_j - e_k)`` alone, at most ``weak_per_entry`` an entry, for at most
-    one entry in ``weak_tenth``: :data:`~exactlearn.strategies.real.stable_plan.LEAN_WEAK_KINDS`).
-    Each is labelled by
+    those (at most a tenth of the entries a round) and the basis family ``(x_i, e_j)`` again at
+    scales 1/2 and 2.  Each is labelled by
     its predicted c-values; for a coarse box one of a direction that no labelled family
     references yet is kept, and labelled once a pair gives that direction its c-values
     (:func:`_blind_directions`);
     up to SUPPLEMENT_ROUNDS rounds, new ones each round (at most ``weak_limit`` of them for
     weak entries: the lean plan's
-    :data:`~exactlearn.strategies.real.stable_plan.LEAN_WEAK_ROUNDS`; a new family that fails
+    :data:`~exactlearn.strategies.real.stable_plan.LEAN_WEAK_ROUNDS`, 0 since the polish asks for
+    them, :mod:`~exactlearn.strategies.real.stable_ask_more`; a new family that fails
     is re-asked at the scales ``rescue``, None for
     :data:`~exactlearn.strategies.real.stable_families.RESCUE`).  Returns
     how many were asked.  With biases (``frame``,
@@ -76,16 +73,14 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
             weak_rounds += 1
             if weak_rounds > weak_limit:
                 break
-            missW = weak_entries(rows, fits, index, m, d, dc, tenth=weak_tenth)
+            missW = weak_entries(rows, fits, index, m, d, dc, tenth=10)
             if not missW:
                 break
         refs = {**synth, **references(configs, index, poles_of)}
         want = [divmod(u, dc) for u in missW] + [(j, 0) for j in missv]
-        kinds = weak_kinds if weak else ("e",)
-        order = (_by_separation(splan, fits, index, m)
-                 if weak and weak_order == "separation" else None)
-        new = _new_families(splan, want, refs, index, tried, kinds,
-                            weak_per_entry if weak else SUPPLEMENT_PER_ENTRY, equal_only, order)
+        kinds = ("scale", "e") if weak else ("e",)
+        new = _new_families(splan, want, refs, index, tried, kinds, SUPPLEMENT_PER_ENTRY,
+                            equal_only)
         if not new:
             break
         asker.ask([q for c, _, f in new for q in
@@ -123,34 +118,7 @@ def _fit_and_label(new, K, asker, noise, nodes, m, H, how, labelling, pending, a
         add(c, k, f_used, fit, q, pl, lab)
 
 
-def _by_separation(splan, fits, index, m):
-    """The k of a weak entry's ``(x_i, e_j - e_k)`` families, best first: the family's poles
-    predicted from the labelled basis families, ``log rho_h = L_h(i, j) - L_h(i, k)``, as far
-    apart as possible (crowded poles are what leaves an entry weak) and within the nodes'
-    range."""
-    def logs(i, j):
-        n = splan.index("basis", i, j)
-        return None if n not in index else [float(fits[n].logs[index[n][h]]) for h in range(m)]
-
-    def order(i, j, ks):
-        Lj = logs(i, j)
-        if Lj is None:
-            return ks
-
-        def score(k):
-            Lk = logs(i, k)
-            if Lk is None:
-                return -np.inf
-            p = [a - b for a, b in zip(Lj, Lk)]
-            if max(abs(x) for x in p) > np.log(MAX_COPIES):
-                return -1.0
-            return min((abs(a - b) for x, a in enumerate(p) for b in p[x + 1:]), default=0.0)
-        return sorted(ks, key=lambda k: -score(k))
-    return order
-
-
-def _new_families(splan, want, refs, index, tried, kinds, per_entry, equal_only,
-                  order=None) -> list:
+def _new_families(splan, want, refs, index, tried, kinds, per_entry, equal_only) -> list:
     """The families of one round for the entries ``want`` (``(j, i)`` of M), as ``(config, o,
     scale)``, none of them in ``tried`` (which gets them): with ``"scale"`` in ``kinds`` the
     basis family ``(x_i, e_j)`` again at the scales RESCALE (a head out of the nodes' range,
@@ -168,8 +136,6 @@ def _new_families(splan, want, refs, index, tried, kinds, per_entry, equal_only,
                     key=lambda k: splan.index("basis", i, k) not in index)
         if not equal_only:              # a box at float64 rounding: labelled k only
             ks = [k for k in ks if splan.index("basis", i, k) in index]
-        if order is not None:
-            ks = order(i, j, ks)
         opts = [("e", k, s) for s in ((-1, 1) if equal_only else (-1,)) for k in ks]
         if j in refs and equal_only:    # then (x_i + x_k, e_j): another final token
             opts += [("x", k, 1) for k in range(len(splan.X)) if k != i]
