@@ -10,6 +10,10 @@ its weak entries (exactlearn.strategies.real.stable_ask_more.POLISH_ROUNDS):
 
     python benchmarks/bench_weak_entries.py --polish-rounds 0
     python benchmarks/bench_weak_entries.py --cases 8x4 12x4 --seeds 2
+    python benchmarks/bench_weak_entries.py --runs 12:3:6 16:2:20 --polish-factor 3
+
+``--runs d:H:seed ...`` learns those runs instead of the grid's; ``--polish-factor`` sets
+``POLISH_BOUND_FACTOR`` (a W entry is weak above that many times the median bound).
 """
 from __future__ import annotations
 
@@ -63,18 +67,21 @@ def main(argv=None):
     ap.add_argument("--cases", nargs="+", default=GRID)
     ap.add_argument("--seeds", type=int, default=6)
     ap.add_argument("--polish-rounds", type=int, default=more.POLISH_ROUNDS)
+    ap.add_argument("--polish-factor", type=float, default=more.POLISH_BOUND_FACTOR)
+    ap.add_argument("--runs", nargs="+", metavar="D:H:SEED", default=None)
     a = ap.parse_args(argv)
-    more.POLISH_ROUNDS = a.polish_rounds
+    more.POLISH_ROUNDS, more.POLISH_BOUND_FACTOR = a.polish_rounds, a.polish_factor
+    runs = ([tuple(map(int, r.split(":"))) for r in a.runs] if a.runs else
+            [(*map(int, c.split("x")), seed) for c in a.cases for seed in range(a.seeds)])
     rows = []
-    for case in a.cases:
-        d, H = map(int, case.split("x"))
-        for seed in range(a.seeds):
-            line, row = one(d, H, seed)
-            print(line, flush=True)
-            if row is not None:
-                rows.append(row)
+    for d, H, seed in runs:
+        line, row = one(d, H, seed)
+        print(line, flush=True)
+        if row is not None:
+            rows.append(row)
     above = [r for r in rows if r[0] > 1e-13]
-    print(f"SUMMARY polish_rounds={a.polish_rounds}: {len(rows)} certified, the worst error's entry "
+    print(f"SUMMARY polish_rounds={a.polish_rounds} polish_factor={a.polish_factor:g}: "
+          f"{len(rows)} certified, the worst error's entry "
           f"has the largest bound in {sum(r[1] == 0 for r in rows)}; {len(above)} above 1e-13, "
           f"their largest bound {min((r[2] for r in above), default=0):.1f} to "
           f"{max((r[2] for r in above), default=0):.1f} times the median")
