@@ -47,7 +47,8 @@ class Route:
     the ratio ``nodes`` asked (None: the dense ones); with biases the ``constant``, its
     sensitivities ``Sc`` and rounding ``c_round``; from the pencil start (:func:`pencil_route`)
     its ``sigma``, its account ``pencil`` and the first observation of the plan's families
-    (``plan_start``)."""
+    (``plan_start``); ``lean``: the lean nodes were asked, so the polish asks for its weak
+    entries (:mod:`~exactlearn.strategies.real.stable_ask_more`)."""
 
     splan: object
     heads: list
