@@ -360,7 +360,7 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
 def _ask_more(polished, heads, K, rec, start, etas_all, route, bias, ask, size) -> tuple:
     """Up to ``POLISH_ROUNDS`` rounds: the families the polish's covariance asks for
     (:mod:`~exactlearn.strategies.real.stable_ask_more`), each round judged by the bounds at the
-    polished heads with the new observations (``warm="at"``: no step), then the polish again
+    polished heads with the new observations (``iterate=False``: no step), then the polish again
     from the polished heads (``warm``: at their cost floor no step may lower the cost):
     ``(polished, families asked, etas)``."""
     tried: set = set()
@@ -373,7 +373,7 @@ def _ask_more(polished, heads, K, rec, start, etas_all, route, bias, ask, size) 
             break
         asked += n
         etas_all = _etas(rec, ask[1], size, etas_all, len(etas_all))
-        now = polish(polished.heads, K, rec, start, etas_all, bias=bias, warm="at")
+        now = polish(polished.heads, K, rec, start, etas_all, bias=bias, iterate=False)
         if not now.solved:
             break
     if asked:

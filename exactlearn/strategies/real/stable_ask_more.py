@@ -33,6 +33,8 @@ from gmpy2 import mpq
 
 from exactlearn.pipeline.plan import Config
 from exactlearn.strategies.real.ratio import MAX_COPIES
+from exactlearn.strategies.real.stable_normal import head_arrays
+from exactlearn.strategies.real.stable_polish import sensitivity_rows
 from exactlearn.strategies.real.stable_probe import ask_family
 
 #: a W entry is weak when its first-order bound under the polish exceeds this many times the
@@ -62,11 +64,8 @@ def weak_families(polished) -> list:
         return []
     fam, parts, inv = polished.normal[3:]
     H, dd = fW.shape[0], fW[0].size
-    rows = inv[top]
     out = []
-    for f, (gz, Jv, w, _, _) in enumerate(parts):
-        Zf = np.stack([rows[:, h * dd:(h + 1) * dd] @ fam.D[f] for h in range(H)])   # H x T
-        ST = (gz @ Zf + Jv @ rows[:, H * dd:].T) * w[:, None]
+    for f, ST in sensitivity_rows(fam, parts, inv[top], H, dd):
         share = (fam.eta[f] @ np.abs(ST)) / flat[top]
         t = int(np.argmax(share))
         out.append((float(share[t]), top[t] // dd, fam.pairs[f]))
@@ -80,7 +79,7 @@ def ask_families_again(weak, splan, heads, asker, noise, nodes, H, tried) -> int
     heads' within the nodes' range, with a visible ``c_h`` (:func:`_best_e`), and the family
     itself at scale 1/2 when head h's exponent lies near the nodes' ends or 2 when it is
     small.  How many families were asked."""
-    Ws, vs = _arrays(heads, splan.bias)
+    Ws, vs, _ = head_arrays(heads, splan.bias)
     Em = np.array([[float(a) for a in e] for e in splan.E])
     asked, done = 0, 0
     for _, h, (a, x) in weak:
@@ -104,14 +103,6 @@ def ask_families_again(weak, splan, heads, asker, noise, nodes, H, tried) -> int
             ask_family(Config("extra", 0, 0, x, e), f, asker, noise, nodes, H)
             asked += 1
     return asked
-
-
-def _arrays(heads, bias):
-    Ws = [np.array([[float(a) for a in row] for row in hd.W]) for hd in heads]
-    if bias:
-        Ws = [np.concatenate([W, np.array([[float(b)] for b in hd.u])], axis=1)
-              for W, hd in zip(Ws, heads)]
-    return Ws, np.array([[float(a) for a in hd.v] for hd in heads])
 
 
 def _best_e(Ws, vs, h, xa, e, Em):
@@ -147,16 +138,14 @@ def target_families(weak, splan, heads, asker, noise, nodes, H):
     Em = np.array([[float(a) for a in e] for e in splan.E]).T
     if splan.bias:                      # columns (x_i; 1) and U = [W | u] directions
         Xm = np.concatenate([Xm, np.ones((1, Xm.shape[1]))])
+    Ws = head_arrays(heads, splan.bias)[0]
     asked, seen = 0, set()
     for h, U in weak.directions[:d]:
         if not np.abs(U).max() > 0:
             continue                    # a direction of v: the solve's families see it
         Md = Em.T @ U @ Xm
         j, i = np.unravel_index(int(np.argmax(np.abs(Md))), Md.shape)
-        W = np.array([[float(a) for a in row] for row in heads[h].W])
-        if splan.bias:
-            W = np.concatenate([W, np.array([[float(b)] for b in heads[h].u])], axis=1)
-        z = abs(float(Em[:, j] @ W @ Xm[:, i]))
+        z = abs(float(Em[:, j] @ Ws[h] @ Xm[:, i]))
         if not z > 1e-12 or (i, j) in seen:
             continue
         seen.add((i, j))

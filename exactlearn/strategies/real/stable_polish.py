@@ -205,7 +205,22 @@ def _heads_of(W, V, c, bias, mpf):
     return HeadSet(out, constant=mpf(float(c)), bias=True) if bias else out
 
 
-def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False) -> Polished:
+def sensitivity_rows(fam, parts, rows, H, dd):
+    """``(f, S_f^T)`` family by family: the sensitivities ``S = A^-1 J^T Sigma^-1`` (module doc)
+    of the parameters whose rows of ``A^-1`` are ``rows`` (all of ``A^-1`` for every parameter)
+    to family f's observations, ``n_f x len(rows)``.  The W-part of family f's z_h is D_f placed
+    at head h's rows, so ``(rows T_f^T)^T`` is formed from ``D rows_h^T`` for every family at
+    once."""
+    Zrows = [fam.D @ rows[:, h * dd:(h + 1) * dd].T for h in range(H)]        # F x P' each
+    VT = np.ascontiguousarray(rows[:, H * dd:].T)
+    for f, (gz, Jv, w, _, _) in enumerate(parts):
+        ST = gz @ np.stack([Z[f] for Z in Zrows]) + Jv @ VT                    # n x P'
+        ST *= w[:, None]
+        yield f, ST
+
+
+def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False,
+           iterate=True) -> Polished:
     """Heads fitted to every observation since ``start`` and their bounds before ``SAFETY``
     (:class:`Polished`; module doc).  ``far``: the heads are only a start (the pencil's), so
     Levenberg--Marquardt (``LM_STEPS``) runs first, on the observations from index ``far`` on
@@ -213,8 +228,8 @@ def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False) -> Poli
     :class:`~exactlearn.model.HeadSet` with its constant): the heads come back with their u and
     constant, the W bounds are ``[W | u]``'s, and the constant's bound is set.  ``warm``: the
     heads are a polish's of fewer observations, taken even when no step lowers the cost (the
-    bounds add twice the step still to go); ``warm="at"``: no step at all, the heads and their
-    bounds at them (the same allowance for the step not taken)."""
+    bounds add twice the step still to go); ``iterate=False``: no step at all, the heads and
+    their bounds at them (the same allowance for the step not taken)."""
     H, d = len(heads), len(heads[0].v)
     dd = d * (d + 1) if bias else d * d
     if H * (dd + d) + bias > MAX_PARAMETERS:
@@ -226,7 +241,7 @@ def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False) -> Poli
             return Polished()
         W, V, c = got
     fam = Families(rec, start, etas, bias)
-    if warm == "at":                    # the bounds at the heads as they are: no step taken
+    if not iterate:                     # the bounds at the heads as they are: no step taken
         got = (W, V, c) + tuple(normal_equations(fam, W, V, c)[:3]) + (None, None)
     else:
         got = _gauss_newton(fam, W, V, c, far is not None, warm)
@@ -240,13 +255,8 @@ def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False) -> Poli
     step = np.abs(nxt)            # the step still to go from the estimate: its distance to the fit
     excess = _excess(fam, parts)
     first, rnd = np.zeros(len(b)), np.zeros(len(b))
-    # rows of (A^-1 T_f^T)^T: the W-part of family f's z_h is D_f placed at head h's rows;
-    # S^T (n x P) is formed per family, its rows contiguous
-    Zrows = [fam.D @ inv[:, h * dd:(h + 1) * dd].T for h in range(H)]         # F x P each
-    VT = np.ascontiguousarray(inv[:, H * dd:].T)
-    for f, (gz, Jv, w, size, _) in enumerate(parts):
-        ST = gz @ np.stack([Z[f] for Z in Zrows]) + Jv @ VT                    # n x P
-        ST *= w[:, None]
+    for f, ST in sensitivity_rows(fam, parts, inv, H, dd):
+        size = parts[f][3]
         aS = np.abs(ST, out=ST)
         first += fam.eta[f] @ aS
         rnd += (8 * EPS * (size + np.abs(fam.y[f]))) @ aS
