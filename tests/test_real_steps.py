@@ -235,6 +235,43 @@ def test_solve_scaled_proves_no_direction_weak_without_eigh(monkeypatch):
     assert len(weak) == 1 and x is not None
 
 
+def test_scaled_without_weak_names_solves_by_cholesky_without_eigh(monkeypatch):
+    """``Scaled(A, name_weak=False)`` (a Gauss--Newton step after the first, the polish's
+    bounds, the hat): with a weak direction (ratio 1e-9: the pre-tests fail) the eigenvalues
+    alone decide (no ``eigh``), the solve and the inverse are Cholesky's and agree with
+    ``name_weak=True``'s eigenvector solve to the conditioning's rounding; beyond COND_LIMIT
+    nothing solves, as with the names."""
+    from exactlearn.strategies.real import stable_normal as sn
+    n = 200
+    lam = np.logspace(-9, 0, n)
+    A = _big_spectrum(lam, seed=1)
+    b = np.arange(float(n))
+    x1, inv1, weak1 = sn.Scaled(A).solved(b)
+    assert len(weak1) >= 1 and x1 is not None
+    eigh = np.linalg.eigh
+    monkeypatch.setattr(np.linalg, "eigh", lambda *a, **k: pytest.fail("eigh was called"))
+    sc = sn.Scaled(A, name_weak=False)
+    assert sc.fac is not None and sc.weak == []
+    x2, inv2, weak2 = sc.solved(b)
+    assert weak2 == []
+    assert np.abs(x2 - x1).max() <= 1e-4 * np.abs(x1).max()      # cond 1e9 x 2^-53, with room
+    assert np.allclose(inv2, inv2.T) and np.abs(inv2 - inv1).max() <= 1e-4 * np.abs(inv1).max()
+    monkeypatch.setattr(np.linalg, "eigh", eigh)
+    A3 = _big_spectrum(np.concatenate([[0.1 / sn.COND_LIMIT], lam[1:]]), seed=1)
+    for name_weak in (True, False):
+        x3, inv3, _ = sn.Scaled(A3, name_weak=name_weak).solved(b)
+        assert x3 is None and inv3 is None
+
+
+def test_scaled_inverse_by_potri_is_the_inverse():
+    """:meth:`Scaled.inverse` from LAPACK's potri (both triangles filled in) is ``A^-1``."""
+    from exactlearn.strategies.real import stable_normal as sn
+    A = _big_spectrum(np.logspace(-3, 0, 60), seed=2) * np.outer(np.arange(1, 61), np.arange(1, 61))
+    inv = sn.Scaled(A).inverse()
+    assert np.abs(inv - inv.T).max() <= 1e-14 * np.abs(inv).max()     # the scaling's rounding
+    assert np.abs(inv @ A - np.eye(60)).max() < 1e-9
+
+
 @pytest.mark.parametrize("spread", [0.5, 3.0])
 def test_chebyshev_bound_with_a_limit_decides_as_without(monkeypatch, spread):
     """With ``limit`` the reweighting stops once a step's largest residual (an upper bound on
@@ -252,3 +289,28 @@ def test_chebyshev_bound_with_a_limit_decides_as_without(monkeypatch, spread):
     assert (short > 1.02) == (full > 1.02) == (spread > 1)
     assert short <= full + 1e-12
     assert (len(solves) == 1) == (spread < 1)
+
+
+def test_family_keys_are_kept_per_recorder_and_follow_its_observations():
+    """``family_keys`` computes only the new observations' keys of an appended recorder, and
+    all again when the observations are not the ones it kept (a recorder reset)."""
+    from exactlearn.strategies.real import stable_certificate as sc
+
+    class Rec:
+        observations: list = []
+
+    rec = Rec()
+    rec.observations = [(((1, 2), (1, 2), (3, 4)), 0.5), (((3, 4),), 0.25)]
+    assert sc.family_keys(rec, 0, 2) == [((1, 2), (3, 4), 2, 1), ((3, 4), (3, 4), 0, 1)]
+    calls = []
+    real = sc.family_key
+    sc_key = (lambda t: calls.append(t) or real(t))
+    try:
+        sc.family_key = sc_key
+        rec.observations.append((((5, 6), (7, 8), (7, 8)), 1.0))
+        assert sc.family_keys(rec, 1, 3) == [((3, 4), (3, 4), 0, 1), ((5, 6), (7, 8), 1, 2)]
+        assert len(calls) == 1                                   # the new observation only
+        rec.observations = [(((9, 9),), 0.0)]                    # not the observations kept
+        assert sc.family_keys(rec, 0, 1) == [((9, 9), (9, 9), 0, 1)]
+    finally:
+        sc.family_key = real

@@ -29,6 +29,8 @@ constant c and its bound are added to every value and tolerance.
 
 from __future__ import annotations
 
+import weakref
+
 import gmpy2
 import numpy as np
 
@@ -60,6 +62,29 @@ def family_key(tokens):
         elif not (t is a_obj or tuple(t) == a):
             raise AssertionError("a stable-plan query has at most two distinct tokens")
     return (x if a is None else a), x, len(tokens) - m, m
+
+
+_KEYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def family_keys(rec, start, n) -> list:
+    """:func:`family_key` of the recorder's observations ``start .. n - 1``.  A recorder's
+    observations are only ever appended, so the keys found so far are kept per recorder
+    (while it lives) and only the new ones are computed; the last kept observation's tokens
+    are checked to be the same object, else all are computed again."""
+    obs = rec.observations
+    try:
+        kept = _KEYS.setdefault(rec, [[], None])
+    except TypeError:                   # a recorder without weak references: not kept
+        kept = [[], None]
+    keys = kept[0]
+    if keys and (len(keys) > len(obs) or obs[len(keys) - 1][0] is not kept[1]):
+        keys.clear()
+    for q in range(len(keys), n):
+        keys.append(family_key(obs[q][0]))
+    if keys:
+        kept[1] = obs[len(keys) - 1][0]
+    return keys[start:n]
 
 
 def certify_two_token(heads, BW, Bv, K, rec, start, etas, allowance=False, Bu=None,
@@ -104,9 +129,8 @@ def _residuals(heads, BW, Bv, K, rec, start, N, Bu, constant) -> tuple:
     with field_precision(K.ctx):     # the field's precision, in gmpy2 (lsq.to_mpfr)
         pairs = _Pairs(heads, BW, Bv, K, Bu)
         cK = to_mpfr(K(constant)) if Bu is not None else None
-        for n in range(N):
-            tokens, y = rec.observations[start + n]
-            a_tok, x_tok, k, m = family_key(tokens)
+        for n, (a_tok, x_tok, k, m) in enumerate(family_keys(rec, start, start + N)):
+            y = rec.observations[start + n][1]
             p = pairs.of(a_tok, x_tok)
             pid[n], ks[n], ms[n] = p, k, m
             if k == 0:

@@ -58,7 +58,7 @@ from exactlearn.strategies.real.lsq import EPS, last, refine, solve
 from exactlearn.strategies.real.stable_normal import (Families, LM_STEPS, MAX_DENSE,
                                                       MAX_PARAMETERS, MAX_STEPS, Weak,
                                                       family_values, head_arrays,
-                                                      normal_equations, solve_scaled, Scaled,
+                                                      normal_equations, Scaled,
                                                       v_jacobian)
 
 
@@ -174,7 +174,7 @@ def _gauss_newton(fam, W, V, c, far, warm=False):
     def step(th):
         if not judge(th):
             return [0.0] * len(th)                      # refine converges: the iteration ends
-        factors[len(kept) - 1] = scaled = Scaled(kept[-1][3])
+        factors[len(kept) - 1] = scaled = Scaled(kept[-1][3], name_weak=len(kept) == 1)
         delta, _, weak = scaled.solved(kept[-1][4], inverse=False)
         if len(kept) == 1:
             weak0.append(Weak([_direction(u, H, d, shape[2]) for u in weak]))
@@ -249,7 +249,7 @@ def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False,
         return Polished(weak=got)
     W, V, c, A, b, parts, weak0, scaled = got
     shape = W.shape
-    nxt, inv, _ = (scaled or Scaled(A)).solved(b)
+    nxt, inv, _ = (scaled or Scaled(A, name_weak=False)).solved(b)
     if inv is None:
         return Polished()
     step = np.abs(nxt)            # the step still to go from the estimate: its distance to the fit
@@ -290,7 +290,7 @@ def hat(polished, rec, start, etas):
     else:
         fam = Families(rec, start, etas, bias)
         A, _, parts, _ = normal_equations(fam, W, V, c)
-        _, inv, _ = solve_scaled(A, np.zeros(len(A)))
+        _, inv, _ = Scaled(A, name_weak=False).solved(np.zeros(len(A)))
         if inv is None:
             return None
     cb = polished.constant_bound
