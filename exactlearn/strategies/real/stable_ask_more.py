@@ -65,10 +65,11 @@ def weak_families(polished) -> list:
     fam, parts, inv = polished.normal[3:]
     H, dd = fW.shape[0], fW[0].size
     out = []
-    for f, ST in sensitivity_rows(fam, parts, inv[top], H, dd):
-        share = (fam.eta[f] @ np.abs(ST)) / flat[top]
-        t = int(np.argmax(share))
-        out.append((float(share[t]), top[t] // dd, fam.pairs[f]))
+    for g, ST in sensitivity_rows(fam, parts, inv[top], H, dd):
+        shares = (np.stack([fam.eta[f] for f in g])[:, None, :] @ np.abs(ST))[:, 0] / flat[top]
+        for f, share in zip(g, shares):
+            t = int(np.argmax(share))
+            out.append((float(share[t]), top[t] // dd, fam.pairs[f]))
     out.sort(key=lambda r: -r[0])
     return out
 

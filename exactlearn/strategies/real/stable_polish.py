@@ -205,18 +205,38 @@ def _heads_of(W, V, c, bias, mpf):
     return HeadSet(out, constant=mpf(float(c)), bias=True) if bias else out
 
 
-def sensitivity_rows(fam, parts, rows, H, dd):
-    """``(f, S_f^T)`` family by family: the sensitivities ``S = A^-1 J^T Sigma^-1`` (module doc)
-    of the parameters whose rows of ``A^-1`` are ``rows`` (all of ``A^-1`` for every parameter)
-    to family f's observations, ``n_f x len(rows)``.  The W-part of family f's z_h is D_f placed
-    at head h's rows, so ``(rows T_f^T)^T`` is formed from ``D rows_h^T`` for every family at
-    once."""
-    Zrows = [fam.D @ rows[:, h * dd:(h + 1) * dd].T for h in range(H)]        # F x P' each
+def sensitivity_rows(fam, parts, rows, H, dd, chunk=256):
+    """``(families, S^T)``, families of one size ``n`` at a time (at most ``chunk``): the
+    sensitivities ``S = A^-1 J^T Sigma^-1`` (module doc) of the parameters whose rows of
+    ``A^-1`` are ``rows`` (all of ``A^-1`` for every parameter) to those families'
+    observations, ``G x n x len(rows)``, and the families' ``G`` indices.  The W-part of
+    family f's z_h is D_f placed at head h's rows, so ``(rows T_f^T)^T`` is formed from
+    ``D rows_h^T`` for every family that sees W at once (:attr:`Families.live`: a single token
+    repeated has none); each group's products are batched, the weights applied to the
+    Jacobian's rows before them."""
+    Z = np.empty((len(fam.live), H, len(rows)))                             # F_live x H x P'
+    for h in range(H):
+        np.matmul(fam.D_live, rows[:, h * dd:(h + 1) * dd].T, out=Z[:, h, :])
+    at = np.full(len(parts), -1, dtype=np.intp)
+    at[fam.live] = np.arange(len(fam.live))
     VT = np.ascontiguousarray(rows[:, H * dd:].T)
-    for f, (gz, Jv, w, _, _) in enumerate(parts):
-        ST = gz @ np.stack([Z[f] for Z in Zrows]) + Jv @ VT                    # n x P'
-        ST *= w[:, None]
-        yield f, ST
+    sizes = np.array([len(part[2]) for part in parts], dtype=np.intp)
+    for n in np.unique(sizes):
+        same = np.flatnonzero(sizes == n)
+        for lo in range(0, len(same), chunk):
+            g = same[lo:lo + chunk]
+            w = np.stack([parts[f][2] for f in g])                          # G x n
+            Jv = np.concatenate([parts[f][1] for f in g]) * w.reshape(-1, 1)
+            ST = (Jv @ VT).reshape(len(g), n, -1)                          # G x n x P'
+            li = at[g]
+            live = li >= 0
+            if live.all():          # a run of live families: their rows of Z are a slice
+                Zg = Z[li[0]:li[-1] + 1] if li[-1] - li[0] + 1 == len(li) else Z[li]
+                ST += (np.stack([parts[f][0] for f in g]) * w[:, :, None]) @ Zg
+            elif live.any():
+                gz = np.stack([parts[f][0] for f in g[live]]) * w[live][:, :, None]
+                ST[live] += gz @ Z[li[live]]
+            yield g, ST
 
 
 def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False,
@@ -255,11 +275,12 @@ def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False,
     step = np.abs(nxt)            # the step still to go from the estimate: its distance to the fit
     excess = _excess(fam, parts)
     first, rnd = np.zeros(len(b)), np.zeros(len(b))
-    for f, ST in sensitivity_rows(fam, parts, inv, H, dd):
-        size = parts[f][3]
+    for g, ST in sensitivity_rows(fam, parts, inv, H, dd):
         aS = np.abs(ST, out=ST)
-        first += fam.eta[f] @ aS
-        rnd += (8 * EPS * (size + np.abs(fam.y[f]))) @ aS
+        size = np.stack([parts[f][3] for f in g])
+        rows = np.stack([fam.eta[f] for f in g]), 8 * EPS * (size + np.abs(np.stack([fam.y[f] for f in g])))
+        first += np.tensordot(rows[0], aS, axes=2)
+        rnd += np.tensordot(rows[1], aS, axes=2)
     theta = np.concatenate([W.reshape(-1), V.reshape(-1)] + ([[c]] if bias else []))
     rnd += 2 * step + 4 * EPS * np.abs(theta)
     mpf = K.ctx.mpf                                  # a float64 is exact in any precision
