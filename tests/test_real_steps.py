@@ -263,6 +263,23 @@ def test_scaled_without_weak_names_solves_by_cholesky_without_eigh(monkeypatch):
         assert x3 is None and inv3 is None
 
 
+def test_shifted_is_the_shift_and_the_eigen_step_needs_no_inverse():
+    """``_shifted`` moves only the diagonal, bit for bit as ``As - s I`` and ``s I - As``;
+    with weak directions named (the eigenpairs' path) ``solved(b, inverse=False)`` is the
+    eigenpairs' solve, as ``A^-1 b``, with no inverse returned."""
+    from exactlearn.strategies.real import stable_normal as sn
+    A = _big_spectrum(np.logspace(-10, 0, 80), seed=3)
+    assert np.array_equal(sn._shifted(A, 0.25), A - 0.25 * np.eye(80))
+    assert np.array_equal(sn._shifted(A, 3.0, below=True), 3.0 * np.eye(80) - A)
+    sc = sn.Scaled(A)
+    assert sc.fac is None and len(sc.weak) >= 1
+    b = np.linspace(-1, 1, 80)
+    x, inv, weak = sc.solved(b, inverse=False)
+    assert inv is None and len(weak) == len(sc.weak)
+    x2, inv2, _ = sc.solved(b)
+    assert np.abs(x - x2).max() <= 1e-5 * np.abs(x2).max()
+
+
 def test_scaled_inverse_by_potri_is_the_inverse():
     """:meth:`Scaled.inverse` from LAPACK's potri (both triangles filled in) is ``A^-1``."""
     from exactlearn.strategies.real import stable_normal as sn

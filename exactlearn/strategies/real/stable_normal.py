@@ -271,7 +271,7 @@ class Scaled:
         ev = None
         if not name_weak and self._decided(As, tau * WEAK_COND, cho_factor):
             return
-        if not (np.isfinite(tau) and (_definite(As - tau * np.eye(len(s))) or _above(As, tau))):
+        if not (np.isfinite(tau) and (_definite(_shifted(As, tau)) or _above(As, tau))):
             ev, U = np.linalg.eigh(As)
             if ev[-1] <= 0:
                 self.ev = ev                # nothing solves, no direction named
@@ -293,7 +293,7 @@ class Scaled:
         the norm; at least the largest eigenvalue over COND_LIMIT), else by the eigenvalues
         (``eigvalsh``); then nothing solves, or Cholesky's factor of ``As`` solves."""
         sigma = rows / COND_LIMIT
-        if not (np.isfinite(sigma) and _definite(As - sigma * np.eye(len(As)))):
+        if not (np.isfinite(sigma) and _definite(_shifted(As, sigma))):
             ev = np.linalg.eigvalsh(As)
             if not (ev[-1] > 0 and ev[0] > ev[-1] / COND_LIMIT):
                 self.ev = ev                # nothing solves, no direction named
@@ -321,6 +321,9 @@ class Scaled:
             if not inverse:
                 return x, None, []
             return x, self.inverse(), []
+        if not inverse:                 # by the eigenpairs, no inverse formed
+            U, ev = self.U, self.ev
+            return U @ ((U.T @ (b / s)) / ev) / s, None, self.weak
         inv = self.inverse()
         return inv @ b, inv, self.weak
 
@@ -331,9 +334,12 @@ class Scaled:
         s = self.s
         if self.fac is not None:        # LAPACK's potri: a third of cho_solve(I)'s time
             low, info = potri(self.fac[0], lower=1)
-            if info == 0:
-                inv = np.tril(low) + np.tril(low, -1).T
-                return inv / s[:, None] / s[None, :]
+            if info == 0:                # its lower triangle: mirrored, scaled in place
+                inv = np.tril(low)
+                inv += np.tril(low, -1).T
+                inv /= s[:, None]
+                inv /= s[None, :]
+                return inv
             inv = cho_solve(self.fac, np.eye(len(s)), check_finite=False)
             return inv / s[:, None] / s[None, :]
         U, ev = self.U, self.ev
@@ -359,8 +365,15 @@ def _above(As, tau) -> bool:
     mu = float(top[0]) * TOP_MARGIN
     if not (np.isfinite(mu) and 0 < mu < tau * WEAK_COND):
         return False
-    eye = np.eye(n)
-    return _definite(mu * eye - As) and _definite(As - mu / WEAK_COND * eye)
+    return _definite(_shifted(As, mu, below=True)) and _definite(_shifted(As, mu / WEAK_COND))
+
+
+def _shifted(As, shift, below=False):
+    """``As - shift I``, or ``shift I - As`` when ``below``: a copy with its diagonal moved
+    (no identity matrix formed)."""
+    M = -As if below else As.copy()
+    M.flat[::len(As) + 1] += shift if below else -shift
+    return M
 
 
 def _definite(M) -> bool:
