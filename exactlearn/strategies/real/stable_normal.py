@@ -60,6 +60,17 @@ class Families:
         self.y_all, self.eta_all = flat(self.y), flat(self.eta)
         with np.errstate(divide="ignore"):
             self.logkm = np.log(self.k_all) - np.log(self.m_all)
+        self._outer = None
+
+    def outer(self):
+        """``x x^T``, ``x a^T``, ``a x^T``, ``a a^T`` of every family, stacked (4F x d^2),
+        formed once (the v-v block of :func:`normal_equations`)."""
+        if self._outer is None:
+            xs, as_ = self.x, self.a
+            self._outer = np.concatenate([np.einsum("fi,fj->fij", u, w) for u, w in
+                                          ((xs, xs), (xs, as_), (as_, xs), (as_, as_))]
+                                         ).reshape(4 * len(xs), -1)
+        return self._outer
 
 
 _GROUPED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -198,27 +209,15 @@ class Weak:
 def _vv(fam, per_family, wq, wp, q, p):
     """The v-v block of :func:`normal_equations`: per family ``sum w (1 - p_h)(1 - p_g) x
     x^T``, ``(1 - p_h) p_g x a^T`` (and its transpose) and ``p_h p_g a a^T``, per head pair:
-    one product of the four weights' stack with the family's four outer products (kept on
-    :class:`Families`)."""
+    one product of the four weights' stack with the families' outer products
+    (:meth:`Families.outer`)."""
     H, d = q.shape[1], fam.x.shape[1]
     F = len(fam.pairs)
     Txx = per_family(wq[:, :, None] * q[:, None, :])
     Txa = per_family(wq[:, :, None] * p[:, None, :])                     # [f, h, g]: (1-p_h) p_g
     Taa = per_family(wp[:, :, None] * p[:, None, :])
     L = np.concatenate([Txx, Txa, Txa.transpose(0, 2, 1), Taa]).reshape(4 * F, H * H)
-    return (L.T @ _outer(fam)).reshape(H, H, d, d).transpose(0, 2, 1, 3).reshape(H * d, H * d)
-
-
-def _outer(fam):
-    """``x x^T``, ``x a^T``, ``a x^T``, ``a a^T`` of every family, stacked (4F x d^2), once
-    per :class:`Families`."""
-    got = getattr(fam, "_outer", None)
-    if got is None:
-        xs, as_ = fam.x, fam.a
-        got = fam._outer = np.concatenate([np.einsum("fi,fj->fij", u, w) for u, w in
-                                           ((xs, xs), (xs, as_), (as_, xs), (as_, as_))]
-                                          ).reshape(4 * len(xs), -1)
-    return got
+    return (L.T @ fam.outer()).reshape(H, H, d, d).transpose(0, 2, 1, 3).reshape(H * d, H * d)
 
 
 def _w_blocks(A, Dm, Nzz, Nzv):
