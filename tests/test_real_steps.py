@@ -329,5 +329,10 @@ def test_family_keys_are_kept_per_recorder_and_follow_its_observations():
         assert len(calls) == 1                                   # the new observation only
         rec.observations = [(((9, 9),), 0.0)]                    # not the observations kept
         assert sc.family_keys(rec, 0, 1) == [((9, 9), (9, 9), 0, 1)]
+        last = rec.observations[-1]                              # another list, the same last
+        rec.observations = [(((1, 1), (2, 2)), 0.0), last]
+        sc.family_keys(rec, 0, 2)
+        rec.observations = [(((3, 3), (2, 2)), 0.0), last]
+        assert sc.family_keys(rec, 0, 2) == [((3, 3), (2, 2), 1, 1), ((9, 9), (9, 9), 0, 1)]
     finally:
         sc.family_key = real

@@ -69,9 +69,10 @@ def weak_families(polished) -> list:
         shares = (np.stack([fam.eta[f] for f in g])[:, None, :] @ np.abs(ST))[:, 0] / flat[top]
         for f, share in zip(g, shares):
             t = int(np.argmax(share))
-            out.append((float(share[t]), top[t] // dd, fam.pairs[f]))
-    out.sort(key=lambda r: -r[0])
-    return out
+            out.append((int(f), float(share[t]), top[t] // dd, fam.pairs[f]))
+    out.sort()                          # family order, then (stable) the largest share first
+    out.sort(key=lambda r: -r[1])
+    return [r[1:] for r in out]
 
 
 def ask_families_again(weak, splan, heads, asker, noise, nodes, H, tried) -> int:

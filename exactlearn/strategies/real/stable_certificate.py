@@ -70,20 +70,22 @@ _KEYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def family_keys(rec, start, n) -> list:
     """:func:`family_key` of the recorder's observations ``start .. n - 1``.  A recorder's
     observations are only ever appended, so the keys found so far are kept per recorder
-    (while it lives) and only the new ones are computed; the last kept observation's tokens
-    are checked to be the same object, else all are computed again."""
+    (while it lives) and only the new ones are computed; the observations list and the last
+    kept observation's tokens are checked to be the same objects, else all are computed
+    again (tokens are built afresh per query and never edited)."""
     obs = rec.observations
     try:
-        kept = _KEYS.setdefault(rec, [[], None])
+        kept = _KEYS.setdefault(rec, [[], None, None])
     except TypeError:                   # a recorder without weak references: not kept
-        kept = [[], None]
+        kept = [[], None, None]
     keys = kept[0]
-    if keys and (len(keys) > len(obs) or obs[len(keys) - 1][0] is not kept[1]):
+    if keys and (kept[2] is not obs or len(keys) > len(obs)
+                 or obs[len(keys) - 1][0] is not kept[1]):
         keys.clear()
     for q in range(len(keys), n):
         keys.append(family_key(obs[q][0]))
     if keys:
-        kept[1] = obs[len(keys) - 1][0]
+        kept[1], kept[2] = obs[len(keys) - 1][0], obs
     return keys[start:n]
 
 
