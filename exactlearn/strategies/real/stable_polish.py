@@ -205,7 +205,7 @@ def _heads_of(W, V, c, bias, mpf):
     return HeadSet(out, constant=mpf(float(c)), bias=True) if bias else out
 
 
-def sensitivity_rows(fam, parts, rows, H, dd, chunk=256):
+def sensitivity_rows(fam, parts, rows, H, dd, chunk=32):
     """``(families, S^T)``, families of one size ``n`` at a time (at most ``chunk``): the
     sensitivities ``S = A^-1 J^T Sigma^-1`` (module doc) of the parameters whose rows of
     ``A^-1`` are ``rows`` (all of ``A^-1`` for every parameter) to those families'
@@ -213,7 +213,8 @@ def sensitivity_rows(fam, parts, rows, H, dd, chunk=256):
     family f's z_h is D_f placed at head h's rows, so ``(rows T_f^T)^T`` is formed from
     ``D rows_h^T`` for every family that sees W at once (:attr:`Families.live`: a single token
     repeated has none); each group's products are batched, the weights applied to the
-    Jacobian's rows before them."""
+    Jacobian's rows before them.  32 families a group keep ``S^T`` near the cache (about
+    8 MB at 1,632 parameters; 256 took 40 % longer at d = 16, H = 6)."""
     Z = np.empty((len(fam.live), H, len(rows)))                             # F_live x H x P'
     for h in range(H):
         np.matmul(fam.D_live, rows[:, h * dd:(h + 1) * dd].T, out=Z[:, h, :])
