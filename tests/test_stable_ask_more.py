@@ -9,6 +9,7 @@ own counter.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import exactlearn.strategies.real.stable_ask_more as more
 from exactlearn import learn
@@ -111,3 +112,66 @@ def test_the_polish_families_with_biases_are_counted_and_certified():
     assert res.queries == box.answered
     err, _ = max_parameter_error(res.heads, model.canonical_heads(), Real(dps=30))
     assert err <= float(res.error_bound)
+
+
+def _dense_jacobian(fam, W, V, c):
+    """Every observation's row of d f / d(W, v[, c]), family by family from
+    ``stable_normal.family_values`` (per family, written apart from the vectorised
+    ``normal_equations`` and the batched ``sensitivity_rows``), weighted by 1 / eta."""
+    from exactlearn.strategies.real.stable_normal import family_values, v_jacobian
+    H = len(W)
+    rows = []
+    for f in range(len(fam.pairs)):
+        val, gz, gv, _ = family_values(fam, f, W, V, c=c)
+        J = np.concatenate([gz[:, h:h + 1] * fam.D[f][None, :] for h in range(H)]
+                           + [v_jacobian(fam, gv, len(val))], axis=1)
+        rows.append(J / fam.eta[f][:, None])
+    return np.concatenate(rows)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_polish_normal_matrix_and_sensitivities_match_a_dense_jacobian(monkeypatch, bias):
+    """The polish's normal matrix (only the families that see W enter its W blocks; one
+    product for the v-v block) and its batched sensitivities ``S = A^-1 J^T Sigma^-1``
+    (groups of equal-size families) equal those formed from a dense Jacobian, row by row, on
+    a run's own observations (d=4, H=2, seed 0; with biases the [W | u] columns and the
+    constant).  A sensitivity that drops the W part, or a W block that drops a family that
+    sees W, fails here."""
+    import exactlearn.strategies.real.stable as stable
+    from exactlearn.strategies.real.stable_normal import head_arrays, normal_equations
+    from exactlearn.strategies.real.stable_polish import sensitivity_rows
+    got = []
+    real_polish = stable.polish
+
+    def spy(*a, **k):
+        out = real_polish(*a, **k)
+        got.append(out)
+        return out
+
+    monkeypatch.setattr(stable, "polish", spy)
+    if bias:
+        from exactlearn.floatbox import FloatAttention
+        from exactlearn.generate import random_model
+        res = learn(FloatAttention(random_model(4, 2, seed=2, bias=True), "float64"), d=4,
+                    heads=2, field="real", tokens="float64", bias=True, seed=2, noise=1e-14,
+                    noise_rel=1e-15)
+    else:
+        res = _learn(NumpyAttention.from_seed(4, 2, 0), 4, 2, 0)
+    assert res.certified, res.error
+    pol = [p for p in got if p.solved][-1]
+    fam, parts, inv = pol.normal[3:]
+    assert len(fam.live) < len(fam.pairs)                     # single tokens repeated: present
+    W, V, c = head_arrays(pol.heads, bias)
+    J = _dense_jacobian(fam, W, V, c)
+    A = normal_equations(fam, W, V, c)[0]
+    assert np.abs(A - J.T @ J).max() <= 1e-11 * np.abs(A).max()
+    ST = J @ inv / np.concatenate(fam.eta)[:, None]           # Sigma^-1 J A^-1, n x P
+    H, dd = len(W), W[0].size
+    seen = 0
+    for g, S in sensitivity_rows(fam, parts, inv, H, dd):
+        for f, Sf in zip(g, S):
+            lo = fam.starts[f]
+            ref = ST[lo:lo + len(Sf)]
+            assert np.abs(Sf - ref).max() <= 1e-9 * np.abs(ST).max(), f
+            seen += 1
+    assert seen == len(fam.pairs)
