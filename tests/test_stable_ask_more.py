@@ -168,9 +168,10 @@ def test_the_polish_normal_matrix_and_sensitivities_match_a_dense_jacobian(monke
     ST = J @ inv / np.concatenate(fam.eta)[:, None]           # Sigma^-1 J A^-1, n x P
     H, dd = len(W), W[0].size
     seen = 0
-    for g, S in sensitivity_rows(fam, parts, inv, H, dd):
-        for f, Sf in zip(g, S):
+    for g, obs, S in sensitivity_rows(fam, parts, inv, H, dd):
+        for f, o, Sf in zip(g, obs, S):
             lo = fam.starts[f]
+            assert list(o) == list(range(lo, lo + len(Sf)))
             ref = ST[lo:lo + len(Sf)]
             assert np.abs(Sf - ref).max() <= 1e-9 * np.abs(ST).max(), f
             seen += 1

@@ -65,8 +65,8 @@ def weak_families(polished) -> list:
     fam, parts, inv = polished.normal[3:]
     H, dd = fW.shape[0], fW[0].size
     out = []
-    for g, ST in sensitivity_rows(fam, parts, inv[top], H, dd):
-        shares = (np.stack([fam.eta[f] for f in g])[:, None, :] @ np.abs(ST))[:, 0] / flat[top]
+    for g, obs, ST in sensitivity_rows(fam, parts, inv[top], H, dd):
+        shares = (fam.eta_all[obs][:, None, :] @ np.abs(ST))[:, 0] / flat[top]
         for f, share in zip(g, shares):
             t = int(np.argmax(share))
             out.append((int(f), float(share[t]), top[t] // dd, fam.pairs[f]))

@@ -266,9 +266,10 @@ class Scaled:
         As = A / s[:, None] / s[None, :]
         self.fac = self.ev = self.U = None
         self.weak = []
-        tau = np.abs(As).sum(axis=1).max() / WEAK_COND
+        rows = np.abs(As).sum(axis=1).max()       # ||As||_inf: at least the largest eigenvalue
+        tau = rows / WEAK_COND
         ev = None
-        if not name_weak and self._decided(As, tau * WEAK_COND, cho_factor):
+        if not name_weak and self._decided(As, rows):
             return
         if not (np.isfinite(tau) and (_definite(_shifted(As, tau)) or _above(As, tau))):
             ev, U = np.linalg.eigh(As)
@@ -286,11 +287,12 @@ class Scaled:
         self.ev, self.U = ev, U
         self.weak = [U[:, k] / s for k in np.flatnonzero(ev <= ev[-1] / WEAK_COND)]
 
-    def _decided(self, As, rows, cho_factor) -> bool:
+    def _decided(self, As, rows) -> bool:
         """``name_weak=False``: whether it is settled without eigenvectors -- solvable when
         ``As - sigma I`` has a Cholesky factor, ``sigma = ||As||_inf / COND_LIMIT`` (``rows``
         the norm; at least the largest eigenvalue over COND_LIMIT), else by the eigenvalues
         (``eigvalsh``); then nothing solves, or Cholesky's factor of ``As`` solves."""
+        from scipy.linalg import cho_factor
         sigma = rows / COND_LIMIT
         if not (np.isfinite(sigma) and _definite(_shifted(As, sigma))):
             ev = np.linalg.eigvalsh(As)
@@ -333,14 +335,14 @@ class Scaled:
         s = self.s
         if self.fac is not None:        # LAPACK's potri: a third of cho_solve(I)'s time
             low, info = potri(self.fac[0], lower=1)
-            if info == 0:                # its lower triangle: mirrored, scaled in place
+            if info == 0:                # its lower triangle, mirrored
                 inv = np.tril(low)
                 inv += np.tril(low, -1).T
-                inv /= s[:, None]
-                inv /= s[None, :]
-                return inv
-            inv = cho_solve(self.fac, np.eye(len(s)), check_finite=False)
-            return inv / s[:, None] / s[None, :]
+            else:
+                inv = cho_solve(self.fac, np.eye(len(s)), check_finite=False)
+            inv /= s[:, None]
+            inv /= s[None, :]
+            return inv
         U, ev = self.U, self.ev
         return (U / ev[None, :]) @ U.T / s[:, None] / s[None, :]
 

@@ -206,10 +206,11 @@ def _heads_of(W, V, c, bias, mpf):
 
 
 def sensitivity_rows(fam, parts, rows, H, dd, chunk=32):
-    """``(families, S^T)``, families of one size ``n`` at a time (at most ``chunk``): the
-    sensitivities ``S = A^-1 J^T Sigma^-1`` (module doc) of the parameters whose rows of
-    ``A^-1`` are ``rows`` (all of ``A^-1`` for every parameter) to those families'
-    observations, ``G x n x len(rows)``, and the families' ``G`` indices.  The W-part of
+    """``(families, observations, S^T)``, families of one size ``n`` at a time (at most
+    ``chunk``): the sensitivities ``S = A^-1 J^T Sigma^-1`` (module doc) of the parameters
+    whose rows of ``A^-1`` are ``rows`` (all of ``A^-1`` for every parameter) to those
+    families' observations, ``G x n x len(rows)``, the families' ``G`` indices and their
+    observations' ``G x n`` indices into :class:`Families`' flat arrays.  The W-part of
     family f's z_h is D_f placed at head h's rows, so ``(rows T_f^T)^T`` is formed from
     ``D rows_h^T`` for every family that sees W at once (:attr:`Families.live`: a single token
     repeated has none); each group's products are batched, the weights applied to the
@@ -237,7 +238,7 @@ def sensitivity_rows(fam, parts, rows, H, dd, chunk=32):
             elif live.any():
                 gz = np.stack([parts[f][0] for f in g[live]]) * w[live][:, :, None]
                 ST[live] += gz @ Z[li[live]]
-            yield g, ST
+            yield g, fam.starts[g][:, None] + np.arange(n), ST
 
 
 def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False,
@@ -276,12 +277,11 @@ def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False,
     step = np.abs(nxt)            # the step still to go from the estimate: its distance to the fit
     excess = _excess(fam, parts)
     first, rnd = np.zeros(len(b)), np.zeros(len(b))
-    for g, ST in sensitivity_rows(fam, parts, inv, H, dd):
+    for g, obs, ST in sensitivity_rows(fam, parts, inv, H, dd):
         aS = np.abs(ST, out=ST)
         size = np.stack([parts[f][3] for f in g])
-        rows = np.stack([fam.eta[f] for f in g]), 8 * EPS * (size + np.abs(np.stack([fam.y[f] for f in g])))
-        first += np.tensordot(rows[0], aS, axes=2)
-        rnd += np.tensordot(rows[1], aS, axes=2)
+        first += np.tensordot(fam.eta_all[obs], aS, axes=2)
+        rnd += np.tensordot(8 * EPS * (size + np.abs(fam.y_all[obs])), aS, axes=2)
     theta = np.concatenate([W.reshape(-1), V.reshape(-1)] + ([[c]] if bias else []))
     rnd += 2 * step + 4 * EPS * np.abs(theta)
     mpf = K.ctx.mpf                                  # a float64 is exact in any precision
