@@ -176,3 +176,47 @@ def test_the_polish_normal_matrix_and_sensitivities_match_a_dense_jacobian(monke
             assert np.abs(Sf - ref).max() <= 1e-9 * np.abs(ST).max(), f
             seen += 1
     assert seen == len(fam.pairs)
+
+
+def test_the_first_polish_waits_while_targeted_families_are_asked(monkeypatch):
+    """d=6, H=3, seed 0: the first polish's start names a weak direction, so (``defer``) it
+    takes no Gauss--Newton step before the targeted families are asked; the polish after them
+    starts from the solve's heads anyway.  ``resume()`` is the polish without ``defer`` bit for
+    bit, and the run's heads, bounds and count are those of a run that polishes first."""
+    import exactlearn.strategies.real.stable as stable
+    from exactlearn.strategies.real.stable_polish import polish as real_polish
+
+    seen = []
+
+    def spy(*a, **k):
+        out = real_polish(*a, **k)
+        if k.get("defer"):              # the observations the polish saw, kept apart
+            then = type("Then", (), {"observations": list(a[2].observations)})()
+            seen.append((a[:2] + (then,) + a[3:], dict(k), out))
+        return out
+
+    monkeypatch.setattr(stable, "polish", spy)
+    box = NumpyAttention.from_seed(6, 3, 0)
+    res = _learn(box, 6, 3, 0)
+    assert res.certified and len(seen) == 1
+    a, k, deferred = seen[0]
+    assert not deferred.solved and deferred.resume is not None and deferred.weak.directions
+    k["defer"] = False
+    whole, resumed = real_polish(*a, **k), deferred.resume()
+    assert whole.solved and resumed.solved and whole.weak.directions
+    for got, want in ((resumed.W_bounds, whole.W_bounds), (resumed.v_bounds, whole.v_bounds)):
+        assert all(np.array_equal(g, w) for g, w in zip(got, want))
+    assert resumed.heads == whole.heads and resumed.excess == whole.excess
+    assert [(h, U.tolist()) for h, U in resumed.weak.directions] == \
+        [(h, U.tolist()) for h, U in whole.weak.directions]
+
+    def eager(*a, **k):                 # the first polish fitted at once, as before defer
+        k.pop("defer", None)
+        return real_polish(*a, **k)
+
+    monkeypatch.setattr(stable, "polish", eager)
+    box2 = NumpyAttention.from_seed(6, 3, 0)
+    res2 = _learn(box2, 6, 3, 0)
+    assert res2.heads == res.heads and res2.error_bound == res.error_bound
+    assert res2.queries == res.queries == box.calls == box2.calls
+    assert res.real_detail["targeted_families"] > 0

@@ -335,13 +335,13 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
     targeted families (``ask = (asker, nz, nodes, H)``) and the polish again:
     ``(polished or None, targeted families, etas, observations)``."""
     lm_from = route.plan_start
-    polished = polish(heads, K, rec, start, etas_all, far=lm_from, bias=bias)
+    # defer: while weak directions are named, fitted only if the polish after the targeted
+    # families (from the solve's heads too) does not solve -- the same result, fitted once
+    polished = polish(heads, K, rec, start, etas_all, far=lm_from, bias=bias, defer=not route.far)
     n_target = 0
-    obs = rec.observations[start:]
     weak = polished.weak
     if weak is not None and weak.directions:   # directions few observations see: ask for them
         n_target = more.target_families(weak, route.splan, heads, *ask)
-        obs = rec.observations[start:]
         if n_target:
             etas_all = _etas(rec, ask[1], size, etas_all, len(etas_all))
             # from the solve's heads again, not the polished (at float64's floor: polish's doc)
@@ -349,12 +349,13 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
                            else heads, K, rec, start, etas_all, far=lm_from, bias=bias)
             if again.solved:
                 polished = again
+    if polished.resume is not None:     # deferred, and still wanted: fitted now
+        polished = polished.resume()
     if route.lean and not route.far and polished.solved:
         polished, n_more, etas_all = _ask_more(polished, heads, K, rec, start, etas_all, route,
                                                bias, ask, size)
         n_target += n_more
-        obs = rec.observations[start:]
-    return (polished if polished.solved else None), n_target, etas_all, obs
+    return (polished if polished.solved else None), n_target, etas_all, rec.observations[start:]
 
 
 def _ask_more(polished, heads, K, rec, start, etas_all, route, bias, ask, size) -> tuple:

@@ -15,7 +15,7 @@ a miss is :class:`~exactlearn.errors.NoisierThanDeclared`.  With ``allowance`` e
 must moreover stay within what the declared noise allows, whatever the parameter bounds:
 ``eta_q`` plus the rounding of the evaluation -- or, where it is larger, the estimate's own
 first-order bound on that residual, ``allowance(q)`` (for the polish's least-squares heads
-:class:`~exactlearn.strategies.real.stable_polish.Hat`: their residuals are the output
+:class:`~exactlearn.strategies.real.stable_checks.Hat`: their residuals are the output
 errors less their projection on the model).  A miss is
 :class:`~exactlearn.errors.ResidualsBeyondNoise` (a box noisier than declared, or more heads
 than were fitted).  The general evaluator

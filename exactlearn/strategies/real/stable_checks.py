@@ -20,7 +20,8 @@ from exactlearn.strategies.real.evaluate import evaluate_with_gradient
 from exactlearn.strategies.real.stable_certificate import certify_two_token
 from exactlearn.strategies.real.stable_messages import plural
 from exactlearn.strategies.real.stable_minimax import minimax_bound
-from exactlearn.strategies.real.stable_polish import hat
+from exactlearn.strategies.real.stable_normal import (Families, Scaled, head_arrays,
+                                                      normal_equations)
 from exactlearn.strategies.real.stable_split import split_gain
 
 
@@ -230,3 +231,59 @@ def _chi2_limit(k, t):
     """
     return k + 2 * math.sqrt(t * k) + 2 * t
 
+
+def hat(polished, rec, start, etas):
+    """The :class:`Hat` of a :func:`~exactlearn.strategies.real.stable_polish.polish` result
+    (its heads, bounds) on the observations it fitted, or None when its normal matrix no longer
+    solves."""
+    heads, (fW, rW), (fV, rV) = polished.heads, polished.W_bounds, polished.v_bounds
+    bias = polished.bias
+    W, V, c = head_arrays(heads, bias)
+    kept = polished.normal
+    if (kept is not None and kept[:2] == (len(rec.observations), start)
+            and np.array_equal(kept[2], np.asarray(etas, dtype=float))):
+        fam, parts, inv = kept[3:]      # the observations the polish fitted: its own inverse
+    else:
+        fam = Families(rec, start, etas, bias)
+        A, _, parts, _ = normal_equations(fam, W, V, c)
+        _, inv, _ = Scaled(A, name_weak=False).solved(np.zeros(len(A)))
+        if inv is None:
+            return None
+    cb = polished.constant_bound
+    first = np.concatenate([np.ravel(fW), np.ravel(fV)] + ([[cb[0]]] if bias else []))
+    rnd = np.concatenate([np.ravel(rW), np.ravel(rV)] + ([[cb[1]]] if bias else []))
+    return Hat(fam, parts, inv, len(heads), W.shape[1], first, rnd)
+
+
+class Hat:
+    """The estimate's first-order residuals, one observation at a time: with output errors
+    ``eps``, the fitted model's residual at q is ``sum_p ([p = q] - (J S)_qp) eps_p``, ``S`` the
+    sensitivity of the module doc; :meth:`allowance` bounds it (docs/explanation/real-field.md,
+    "The residual test") at ``N P`` work for the one row of ``J S``."""
+
+    def __init__(self, fam, parts, inv, H, d, first, rnd):
+        self.fam, self.parts, self.inv, self.H, self.d = fam, parts, inv, H, d
+        self.first, self.rnd = first, rnd
+        self.where = {int(q): (f, i) for f, idx in enumerate(fam.q) for i, q in enumerate(idx)}
+
+    def allowance(self, q, safety, second_order) -> float:
+        """``safety b_q + second_order T_q + |J_q| rnd``: ``b_q = sum_p |[p = q] - (J S)_qp|
+        eta_p`` the first-order worst case of the residual at observation q, ``T_q = |J_q|
+        first`` the entry-by-entry effect of the parameter bounds, ``rnd`` the parameters'
+        rounding."""
+        fam, H = self.fam, self.H
+        dd = fam.D.shape[1]
+        f0, i0 = self.where[q]
+        gz, Jv = self.parts[f0][0], self.parts[f0][1]
+        Jq = np.concatenate([np.concatenate([gz[i0, h] * fam.D[f0] for h in range(H)]), Jv[i0]])
+        u = self.inv @ Jq
+        Zu = np.stack([fam.D @ u[h * dd:(h + 1) * dd] for h in range(H)], axis=1)    # F x H
+        uv = u[H * dd:]
+        b = 0.0
+        for f, (gz, Jv, w, _, _) in enumerate(self.parts):
+            row = (gz @ Zu[f] + Jv @ uv) * w                 # (J S)_q,p over family f
+            if f == f0:
+                row[i0] -= 1.0
+            b += float(np.abs(row) @ fam.eta[f])
+        aJ = np.abs(Jq)
+        return safety * b + second_order * float(aJ @ self.first) + float(aJ @ self.rnd)

@@ -40,10 +40,11 @@ joins W as a last column -- ``z_h = (a - x)^T [W_h | u_h] (x; 1)``, so ``D_f = v
 (x; 1)^T)`` -- and the constant c is one more parameter whose derivative is 1 in every
 observation (a column of ones beside the v block): ``H (d^2 + 2d) + 1`` unknowns.
 
-**Modules.** This module is the polish (:func:`polish`, :func:`hat`); the model's values and
-normal equations are in :mod:`~exactlearn.strategies.real.stable_normal`, the minimax bound in
-:mod:`~exactlearn.strategies.real.stable_minimax` and the resolution test's statistics in
-:mod:`~exactlearn.strategies.real.stable_split`.
+**Modules.** This module is the polish (:func:`polish`; the residuals' allowance of its fit,
+:class:`~exactlearn.strategies.real.stable_checks.Hat`, lives with the checks that read it);
+the model's values and normal equations are in :mod:`~exactlearn.strategies.real.stable_normal`,
+the minimax bound in :mod:`~exactlearn.strategies.real.stable_minimax` and the resolution
+test's statistics in :mod:`~exactlearn.strategies.real.stable_split`.
 """
 
 from __future__ import annotations
@@ -77,8 +78,11 @@ class Polished:
     excess: float = 0.0
     weak: Weak | None = None
     constant_bound: tuple | None = None
-    #: ``(observations, start, etas, families, parts, A^-1)`` of the fit, for :func:`hat`
+    #: ``(observations, start, etas, families, parts, A^-1)`` of the fit, for
+    #: :func:`~exactlearn.strategies.real.stable_checks.hat`
     normal: tuple | None = field(default=None, repr=False, compare=False)
+    #: ``defer=True`` when the start names weak directions: the polish itself, on demand
+    resume: object = field(default=None, repr=False, compare=False)
 
     @property
     def solved(self) -> bool:
@@ -137,7 +141,11 @@ class _Unsolved(Exception):
     """The normal matrix at a point of :func:`_gauss_newton` is too ill-conditioned."""
 
 
-def _gauss_newton(fam, W, V, c, far, warm=False):
+class _Deferred(Exception):
+    """``defer``: the start's weak directions are named; the iteration waits (:func:`polish`)."""
+
+
+def _gauss_newton(fam, W, V, c, far, warm=False, defer=False):
     """Gauss--Newton on the normal equations
     (:func:`~exactlearn.strategies.real.stable_normal.normal_equations`) from ``(W, V, c)``, as
     the steps of :func:`~exactlearn.strategies.real.lsq.refine` at float64's precision: a step
@@ -178,6 +186,8 @@ def _gauss_newton(fam, W, V, c, far, warm=False):
         delta, _, weak = scaled.solved(kept[-1][4], inverse=False)
         if len(kept) == 1:
             weak0.append(Weak([_direction(u, H, d, shape[2]) for u in weak]))
+            if defer and weak0[0].directions:
+                raise _Deferred
         if delta is None:
             raise _Unsolved
         return [-x for x in delta]
@@ -187,6 +197,8 @@ def _gauss_newton(fam, W, V, c, far, warm=False):
         out = refine(_F64, step, theta.tolist(), goal=0, steps=MAX_STEPS)
     except _Unsolved:
         return weak0[0] if len(kept) == 1 and weak0[0].directions else None
+    except _Deferred:
+        return _Deferred(weak0[0])
     if not out.converged and judge(out.theta):
         return None                                     # MAX_STEPS steps, still not settled
     if len(kept) == 1 and not (far or warm):
@@ -242,7 +254,7 @@ def sensitivity_rows(fam, parts, rows, H, dd, chunk=32):
 
 
 def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False,
-           iterate=True) -> Polished:
+           iterate=True, defer=False) -> Polished:
     """Heads fitted to every observation since ``start`` and their bounds before ``SAFETY``
     (:class:`Polished`; module doc).  ``far``: the heads are only a start (the pencil's), so
     Levenberg--Marquardt (``LM_STEPS``) runs first, on the observations from index ``far`` on
@@ -251,7 +263,10 @@ def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False,
     constant, the W bounds are ``[W | u]``'s, and the constant's bound is set.  ``warm``: the
     heads are a polish's of fewer observations, taken even when no step lowers the cost (the
     bounds add twice the step still to go); ``iterate=False``: no step at all, the heads and
-    their bounds at them (the same allowance for the step not taken)."""
+    their bounds at them (the same allowance for the step not taken).  ``defer``: when the
+    start names weak directions, no step is taken yet: the result has no heads, the ``weak``
+    directions, and ``resume()`` -- the polish of these observations as without ``defer``
+    (bit for bit), for a caller that asks families for those directions and fits again."""
     H, d = len(heads), len(heads[0].v)
     dd = d * (d + 1) if bias else d * d
     if H * (dd + d) + bias > MAX_PARAMETERS:
@@ -263,10 +278,23 @@ def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False,
             return Polished()
         W, V, c = got
     fam = Families(rec, start, etas, bias)
+    kept = (len(rec.observations), start, np.array(etas, dtype=float))
+    return _fitted(fam, (W, V, c), K, bias, (far is not None, warm, iterate, defer), kept)
+
+
+def _fitted(fam, start, K, bias, how, kept) -> Polished:
+    """:func:`polish` on ``fam`` from ``start = (W, V, c)``; ``how = (far, warm, iterate,
+    defer)``; ``kept``: the observations' count, start index and etas (:attr:`Polished.normal`)."""
+    (W, V, c), (far, warm, iterate, defer) = start, how
+    H, d = V.shape
+    dd = W[0].size
     if not iterate:                     # the bounds at the heads as they are: no step taken
         got = (W, V, c) + tuple(normal_equations(fam, W, V, c)[:3]) + (None, None)
     else:
-        got = _gauss_newton(fam, W, V, c, far is not None, warm)
+        got = _gauss_newton(fam, W, V, c, far, warm, defer)
+    if isinstance(got, _Deferred):      # weak directions named: the fit on demand
+        return Polished(weak=got.args[0], resume=lambda: _fitted(
+            fam, start, K, bias, (far, warm, iterate, False), kept))
     if not isinstance(got, tuple):                  # None, or the start's weak directions
         return Polished(weak=got)
     W, V, c, A, b, parts, weak0, scaled = got
@@ -295,64 +323,7 @@ def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False,
     fV = first[H * dd:H * dd + H * d].reshape(H, d)
     rV = rnd[H * dd:H * dd + H * d].reshape(H, d)
     return Polished(out, (fW, rW), (fV, rV), excess, weak0,
-                    (float(first[-1]), float(rnd[-1])) if bias else None,
-                    (len(rec.observations), start, np.array(etas, dtype=float), fam, parts, inv))
-
-
-def hat(polished, rec, start, etas):
-    """The :class:`Hat` of a :func:`polish` result (its heads, bounds) on the observations it
-    fitted, or None when its normal matrix no longer solves."""
-    heads, (fW, rW), (fV, rV) = polished.heads, polished.W_bounds, polished.v_bounds
-    bias = polished.bias
-    W, V, c = head_arrays(heads, bias)
-    kept = polished.normal
-    if (kept is not None and kept[:2] == (len(rec.observations), start)
-            and np.array_equal(kept[2], np.asarray(etas, dtype=float))):
-        fam, parts, inv = kept[3:]      # the observations the polish fitted: its own inverse
-    else:
-        fam = Families(rec, start, etas, bias)
-        A, _, parts, _ = normal_equations(fam, W, V, c)
-        _, inv, _ = Scaled(A, name_weak=False).solved(np.zeros(len(A)))
-        if inv is None:
-            return None
-    cb = polished.constant_bound
-    first = np.concatenate([np.ravel(fW), np.ravel(fV)] + ([[cb[0]]] if bias else []))
-    rnd = np.concatenate([np.ravel(rW), np.ravel(rV)] + ([[cb[1]]] if bias else []))
-    return Hat(fam, parts, inv, len(heads), W.shape[1], first, rnd)
-
-
-class Hat:
-    """The estimate's first-order residuals, one observation at a time: with output errors
-    ``eps``, the fitted model's residual at q is ``sum_p ([p = q] - (J S)_qp) eps_p``, ``S`` the
-    sensitivity of the module doc; :meth:`allowance` bounds it (docs/explanation/real-field.md,
-    "The residual test") at ``N P`` work for the one row of ``J S``."""
-
-    def __init__(self, fam, parts, inv, H, d, first, rnd):
-        self.fam, self.parts, self.inv, self.H, self.d = fam, parts, inv, H, d
-        self.first, self.rnd = first, rnd
-        self.where = {int(q): (f, i) for f, idx in enumerate(fam.q) for i, q in enumerate(idx)}
-
-    def allowance(self, q, safety, second_order) -> float:
-        """``safety b_q + second_order T_q + |J_q| rnd``: ``b_q = sum_p |[p = q] - (J S)_qp|
-        eta_p`` the first-order worst case of the residual at observation q, ``T_q = |J_q|
-        first`` the entry-by-entry effect of the parameter bounds, ``rnd`` the parameters'
-        rounding."""
-        fam, H = self.fam, self.H
-        dd = fam.D.shape[1]
-        f0, i0 = self.where[q]
-        gz, Jv = self.parts[f0][0], self.parts[f0][1]
-        Jq = np.concatenate([np.concatenate([gz[i0, h] * fam.D[f0] for h in range(H)]), Jv[i0]])
-        u = self.inv @ Jq
-        Zu = np.stack([fam.D @ u[h * dd:(h + 1) * dd] for h in range(H)], axis=1)    # F x H
-        uv = u[H * dd:]
-        b = 0.0
-        for f, (gz, Jv, w, _, _) in enumerate(self.parts):
-            row = (gz @ Zu[f] + Jv @ uv) * w                 # (J S)_q,p over family f
-            if f == f0:
-                row[i0] -= 1.0
-            b += float(np.abs(row) @ fam.eta[f])
-        aJ = np.abs(Jq)
-        return safety * b + second_order * float(aJ @ self.first) + float(aJ @ self.rnd)
+                    (float(first[-1]), float(rnd[-1])) if bias else None, kept + (fam, parts, inv))
 
 
 def _direction(u, H, d, dc=None):
