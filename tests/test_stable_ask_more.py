@@ -220,3 +220,40 @@ def test_the_first_polish_waits_while_targeted_families_are_asked(monkeypatch):
     assert res2.heads == res.heads and res2.error_bound == res.error_bound
     assert res2.queries == res.queries == box.calls == box2.calls
     assert res.real_detail["targeted_families"] > 0
+
+
+def test_gauss_newton_stops_at_float64s_floor(monkeypatch):
+    """d=8, H=4, seed 1: a float64 box declared at 5e-14 leaves residuals of rounding size, so
+    a step from the solve's heads reaches float64's floor (every residual within its rounding:
+    ``beyond`` 0) and the Gauss--Newton iteration settles there; before, three to five more
+    steps only moved the cost's rounding.  The run stays certified within 1e-13."""
+    import exactlearn.strategies.real.stable_polish as sp
+
+    runs, inside, real_ne, real_gn = [], [False], sp.normal_equations, sp._gauss_newton
+
+    def ne(*a, **k):
+        out = real_ne(*a, **k)
+        if inside[0]:                   # a point the iteration judged
+            runs[-1].append(out[3])
+        return out
+
+    def gn(*a, **k):
+        runs.append([])
+        inside[0] = True
+        try:
+            return real_gn(*a, **k)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(sp, "normal_equations", ne)
+    monkeypatch.setattr(sp, "_gauss_newton", gn)
+    box = NumpyAttention.from_seed(8, 4, 1)
+    res = _learn(box, 8, 4, 1)
+    assert res.certified, res.error
+    iterations = [r for r in runs if len(r) > 1]    # a point judged after a step
+    assert iterations
+    for points in iterations:
+        floor = [n for n, (_, beyond) in enumerate(points) if beyond == 0]
+        assert floor and floor[0] == len(points) - 1, points   # the first floor point is the last
+    err, _ = max_parameter_error(res.heads, truth(box), res.field)
+    assert err <= res.error_bound and err <= 1e-13

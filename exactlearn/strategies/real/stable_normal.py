@@ -12,6 +12,7 @@ import weakref
 
 import numpy as np
 
+from exactlearn.strategies.real import lsq
 from exactlearn.strategies.real.stable_certificate import family_keys
 
 COND_LIMIT = 1e12        # the Jacobi-scaled normal matrix's condition at most this
@@ -128,11 +129,11 @@ def v_jacobian(fam, gv, n):
 
 
 def normal_equations(fam, W, V, c=0.0):
-    """The normal matrix ``A`` and right-hand side ``b`` (module doc), the per-family reduced
-    Jacobians and weights, and the weighted cost: every observation at once (the values of
-    :func:`family_values`), the sums per family by ``np.add.reduceat``.  The v block of a query
-    is ``(1 - p_h) x + p_h a`` per head, so its products reduce to per-family sums of
-    ``w p_h p_g``-type weights times ``x x^T``, ``x a^T``, ``a a^T``."""
+    """``A``, ``b`` (module doc), the per-family reduced Jacobians and weights, and ``(cost,
+    beyond)``: the weighted cost, and the same with each residual reduced by its rounding ``8 EPS
+    (size_q + |y_q|)`` (0: float64's floor).  Every observation at once (:func:`family_values`'
+    values), summed per family by ``np.add.reduceat``; a query's v block is ``(1 - p_h) x + p_h
+    a`` per head: per-family sums of ``w p_h p_g``-type weights times ``x x^T, x a^T, a a^T``."""
     H, d = V.shape
     dd = fam.D.shape[1]
     nv = H * d + fam.bias
@@ -155,6 +156,7 @@ def normal_equations(fam, W, V, c=0.0):
     w = 1 / fam.eta_all ** 2
     r = fam.y_all - val
     cost = float(w @ r ** 2)
+    beyond = float(w @ np.maximum(np.abs(r) - 8 * lsq.EPS * (size + np.abs(fam.y_all)), 0.0) ** 2)
 
     def per_family(X):
         return np.add.reduceat(X, fam.starts, axis=0)
@@ -190,7 +192,7 @@ def normal_equations(fam, W, V, c=0.0):
         Jv = np.concatenate([Jv, np.ones((len(r), 1))], axis=1)
     ends = list(fam.starts[1:]) + [len(r)]
     parts = [(gz[i:j], Jv[i:j], w[i:j], size[i:j], r[i:j]) for i, j in zip(fam.starts, ends)]
-    return A, b, parts, cost
+    return A, b, parts, (cost, beyond)
 
 
 class Weak:
@@ -236,9 +238,8 @@ def _w_blocks(A, Dm, Nzz, Nzv):
 
 
 def solve_scaled(A, b, inverse=True):
-    """``(A^-1 b, A^-1, [])`` with Jacobi scaling, or ``(None, None, weak directions)`` when
-    A is too ill-conditioned (``A^-1`` None too unless ``inverse``): :class:`Scaled`'s
-    factor of ``A``, then its solve."""
+    """``(A^-1 b, A^-1 or None unless inverse, [])`` by :class:`Scaled`'s factor of ``A``, or
+    ``(None, None, weak directions)`` when A is too ill-conditioned."""
     return Scaled(A).solved(b, inverse)
 
 

@@ -150,7 +150,10 @@ def _gauss_newton(fam, W, V, c, far, warm=False, defer=False):
     (:func:`~exactlearn.strategies.real.stable_normal.normal_equations`) from ``(W, V, c)``, as
     the steps of :func:`~exactlearn.strategies.real.lsq.refine` at float64's precision: a step
     that raises the weighted cost (beyond ``1e-9`` of it, rounding) is not taken, and one that
-    lowers it by at most ``1e-6`` of it settles.  Returns ``(W, V, c, A, b, parts, weak,
+    lowers it by at most ``1e-6`` of it settles, as does one that reaches float64's floor (every
+    residual within its rounding, ``normal_equations``' ``beyond`` 0: on the float64 grid the
+    first step from the solve's heads, where three to five more steps only moved the cost's
+    rounding).  Returns ``(W, V, c, A, b, parts, weak,
     factor)`` at the last point taken (``weak``: the start's weak directions, :class:`Weak`;
     ``factor``: A's :class:`~exactlearn.strategies.real.stable_normal.Scaled` when a step
     formed it, else None); ``None`` when
@@ -172,12 +175,14 @@ def _gauss_newton(fam, W, V, c, far, warm=False, defer=False):
         x = np.array([float(t) for t in th])
         W1, V1 = x[:nW].reshape(shape), x[nW:nW + H * d].reshape(H, d)
         c1 = x[-1] if fam.bias else c
-        A1, b1, parts1, cost1 = normal_equations(fam, W1, V1, c1)
+        A1, b1, parts1, (cost1, beyond1) = normal_equations(fam, W1, V1, c1)
         cost = kept[-1][-1] if kept else None
         if cost is not None and cost1 > cost * (1 + 1e-9):
             return False                                # no further decrease: keep the last
         kept.append((W1, V1, c1, A1, b1, parts1, cost1))
-        return cost is None or cost - cost1 > 1e-6 * cost
+        # settled: a decrease of at most 1e-6 of the cost, or a step that reached float64's
+        # floor (every residual within its rounding: no later decrease could be told)
+        return cost is None or (cost - cost1 > 1e-6 * cost and beyond1 > 0)
 
     def step(th):
         if not judge(th):
