@@ -257,3 +257,36 @@ def test_gauss_newton_stops_at_float64s_floor(monkeypatch):
         assert floor and floor[0] == len(points) - 1, points   # the first floor point is the last
     err, _ = max_parameter_error(res.heads, truth(box), res.field)
     assert err <= res.error_bound and err <= 1e-13
+
+
+def test_the_last_round_leaves_its_bounds_to_the_warm_polish(monkeypatch):
+    """d=8, H=4, seed 1 with POLISH_ROUNDS = 2: both rounds ask families, and only the first
+    round's observations are judged by a polish without steps (``iterate=False``); after the
+    last round no round is left to read such bounds, so the warm polish comes next at once."""
+    import exactlearn.strategies.real.stable as stable
+    from exactlearn.strategies.real.stable_polish import polish as real_polish
+
+    calls = []
+
+    def spy(*a, **k):
+        calls.append("bounds" if k.get("iterate") is False else "warm" if k.get("warm")
+                     else "fit")
+        return real_polish(*a, **k)
+
+    asked, real_again = [], more.ask_families_again
+
+    def again(*a, **k):
+        n = real_again(*a, **k)
+        asked.append(n)
+        calls.append("ask")
+        return n
+
+    monkeypatch.setattr(more, "POLISH_ROUNDS", 2)
+    monkeypatch.setattr(more, "ask_families_again", again)
+    monkeypatch.setattr(stable, "polish", spy)
+    box = NumpyAttention.from_seed(8, 4, 1)
+    res = _learn(box, 8, 4, 1)
+    assert res.certified, res.error
+    assert len(asked) == 2 and all(asked)
+    assert calls[-4:] == ["ask", "bounds", "ask", "warm"]
+    assert res.queries == box.calls

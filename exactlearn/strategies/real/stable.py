@@ -367,13 +367,15 @@ def _ask_more(polished, heads, K, rec, start, etas_all, route, bias, ask, size) 
     tried: set = set()
     asked = 0
     now = polished
-    for _ in range(more.POLISH_ROUNDS):
+    for r in range(more.POLISH_ROUNDS):
         weak = more.weak_families(now)
         n = more.ask_families_again(weak, route.splan, polished.heads, *ask, tried) if weak else 0
         if not n:
             break
         asked += n
         etas_all = _etas(rec, ask[1], size, etas_all, len(etas_all))
+        if r + 1 == more.POLISH_ROUNDS:
+            break                       # no round left to read its bounds: the warm polish next
         now = polish(polished.heads, K, rec, start, etas_all, bias=bias, iterate=False)
         if not now.solved:
             break
