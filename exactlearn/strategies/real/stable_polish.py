@@ -222,6 +222,28 @@ def _heads_of(W, V, c, bias, mpf):
     return HeadSet(out, constant=mpf(float(c)), bias=True) if bias else out
 
 
+def _z_rows(fam, rows, H, dd):
+    """``Z[f, h, p] = D_f . rows[p, head h's W block]`` for the live families, ``F_live x H x
+    P'``.  ``D_f = vec((a - x) xt^T)`` (``xt = (x; 1)`` with biases), so each product is
+    ``(a - x)^T R xt`` with ``R`` the row's d x dc block: ``R xt`` once per distinct final token
+    (a plan has d to 2d + 1 of them), then ``(a - x)`` against it -- d + dc products a family
+    and parameter instead of d dc."""
+    live = fam.live
+    diff, x = fam.diff[live], fam.x[live]
+    d = diff.shape[1]
+    dc = dd // d
+    xt = np.concatenate([x, np.ones((len(x), 1))], axis=1) if dc > d else x
+    ends, back = np.unique(xt, axis=0, return_inverse=True)
+    groups = [np.flatnonzero(back.ravel() == j) for j in range(len(ends))]
+    Z = np.empty((len(live), H, len(rows)))
+    for h in range(H):
+        R = np.ascontiguousarray(rows[:, h * dd:(h + 1) * dd]).reshape(-1, dc)   # P' d x dc
+        T = (ends @ R.T).reshape(len(ends), len(rows), d)                        # X x P' x d
+        for j, sel in enumerate(groups):
+            Z[sel, h, :] = diff[sel] @ T[j].T
+    return Z
+
+
 def sensitivity_rows(fam, parts, rows, H, dd, chunk=32):
     """``(families, observations, S^T)``, families of one size ``n`` at a time (at most
     ``chunk``): the sensitivities ``S = A^-1 J^T Sigma^-1`` (module doc) of the parameters
@@ -233,9 +255,7 @@ def sensitivity_rows(fam, parts, rows, H, dd, chunk=32):
     repeated has none); each group's products are batched, the weights applied to the
     Jacobian's rows before them.  32 families a group keep ``S^T`` near the cache (about
     8 MB at 1,632 parameters; 256 took 40 % longer at d = 16, H = 6)."""
-    Z = np.empty((len(fam.live), H, len(rows)))                             # F_live x H x P'
-    for h in range(H):
-        np.matmul(fam.D_live, rows[:, h * dd:(h + 1) * dd].T, out=Z[:, h, :])
+    Z = _z_rows(fam, rows, H, dd)                                           # F_live x H x P'
     at = np.full(len(parts), -1, dtype=np.intp)
     at[fam.live] = np.arange(len(fam.live))
     VT = np.ascontiguousarray(rows[:, H * dd:].T)
