@@ -13,6 +13,7 @@ import weakref
 import numpy as np
 
 from exactlearn.strategies.real import lsq
+from exactlearn.strategies.real.stable_blocks import vv_block, w_blocks
 from exactlearn.strategies.real.stable_certificate import family_keys
 
 COND_LIMIT = 1e12        # the Jacobi-scaled normal matrix's condition at most this
@@ -61,7 +62,19 @@ class Families:
         self.y_all, self.eta_all = flat(self.y), flat(self.eta)
         with np.errstate(divide="ignore"):
             self.logkm = np.log(self.k_all) - np.log(self.m_all)
-        self._outer = None
+        self._outer = self._ends = None
+
+    def ends(self):
+        """``(xt, diff, groups)``: the distinct final tokens ``xt`` (``(x; 1)`` with biases) of the
+        live families, their ``a - x``, and each token's live families (indices into
+        :attr:`live`), formed once: ``D_f = vec((a - x) xt^T)`` is read through them."""
+        if self._ends is None:
+            x = self.x[self.live]
+            xt = np.concatenate([x, np.ones((len(x), 1))], axis=1) if self.bias else x
+            ends, back = np.unique(xt, axis=0, return_inverse=True)
+            self._ends = (ends, self.diff[self.live],
+                          [np.flatnonzero(back.ravel() == j) for j in range(len(ends))])
+        return self._ends
 
     def outer(self):
         """``x x^T``, ``x a^T``, ``a x^T``, ``a a^T`` of every family, stacked (4F x d^2),
@@ -174,7 +187,7 @@ def normal_equations(fam, W, V, c=0.0):
     bv = np.zeros(nv)
     bv[:H * d] = (np.einsum("fh,fi->hi", Rx, xs) + np.einsum("fh,fi->hi", Ra, as_)).reshape(-1)
     A = np.zeros((P, P))
-    A[H * dd:H * dd + H * d, H * dd:H * dd + H * d] = _vv(fam, per_family, wq, wp, q, p)
+    A[H * dd:H * dd + H * d, H * dd:H * dd + H * d] = vv_block(fam, per_family, wq, wp, q, p)
     if fam.bias:                                     # the constant's column of ones
         Nzv[:, :, -1] = per_family(wg)
         col = (np.einsum("fh,fi->hi", per_family(wq), xs)
@@ -184,7 +197,7 @@ def normal_equations(fam, W, V, c=0.0):
         A[-1, -1] = float(w.sum())
         bv[-1] = float(wr.sum())
     Dm = fam.D
-    _w_blocks(A, fam.D_live, Nzz[fam.live], Nzv[fam.live])
+    w_blocks(A, fam, Nzz[fam.live], Nzv[fam.live])
     b = np.concatenate([Dm.T @ bz[:, h] for h in range(H)] + [bv])
     gv = q[:, :, None] * xs[fi][:, None, :] + p[:, :, None] * as_[fi][:, None, :]
     Jv = gv.reshape(len(r), H * d)
@@ -206,35 +219,6 @@ class Weak:
 
     def __init__(self, directions):
         self.directions = directions
-
-
-def _vv(fam, per_family, wq, wp, q, p):
-    """The v-v block of :func:`normal_equations`: per family ``sum w (1 - p_h)(1 - p_g) x
-    x^T``, ``(1 - p_h) p_g x a^T`` (and its transpose) and ``p_h p_g a a^T``, per head pair:
-    one product of the four weights' stack with the families' outer products
-    (:meth:`Families.outer`)."""
-    H, d = q.shape[1], fam.x.shape[1]
-    F = len(fam.pairs)
-    Txx = per_family(wq[:, :, None] * q[:, None, :])
-    Txa = per_family(wq[:, :, None] * p[:, None, :])                     # [f, h, g]: (1-p_h) p_g
-    Taa = per_family(wp[:, :, None] * p[:, None, :])
-    L = np.concatenate([Txx, Txa, Txa.transpose(0, 2, 1), Taa]).reshape(4 * F, H * H)
-    return (L.T @ fam.outer()).reshape(H, H, d, d).transpose(0, 2, 1, 3).reshape(H * d, H * d)
-
-
-def _w_blocks(A, Dm, Nzz, Nzv):
-    """The W-W blocks ``D^T diag(Nzz[:, h, g]) D`` and the W-v blocks ``D^T Nzv[:, h]`` of
-    :func:`normal_equations`, written into ``A`` (both triangles)."""
-    H, dd = Nzz.shape[1], Dm.shape[1]
-    for h in range(H):
-        rows = slice(h * dd, (h + 1) * dd)
-        for g in range(h, H):
-            blk = Dm.T @ (Nzz[:, h, g][:, None] * Dm)
-            A[rows, g * dd:(g + 1) * dd] = blk
-            A[g * dd:(g + 1) * dd, rows] = blk.T
-        cross = Dm.T @ Nzv[:, h, :]
-        A[rows, H * dd:] = cross
-        A[H * dd:, rows] = cross.T
 
 
 def solve_scaled(A, b, inverse=True):

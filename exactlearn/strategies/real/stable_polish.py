@@ -228,13 +228,9 @@ def _z_rows(fam, rows, H, dd):
     ``(a - x)^T R xt`` with ``R`` the row's d x dc block: ``R xt`` once per distinct final token
     (a plan has d to 2d + 1 of them), then ``(a - x)`` against it -- d + dc products a family
     and parameter instead of d dc."""
+    ends, diff, groups = fam.ends()
+    d, dc = diff.shape[1], ends.shape[1]
     live = fam.live
-    diff, x = fam.diff[live], fam.x[live]
-    d = diff.shape[1]
-    dc = dd // d
-    xt = np.concatenate([x, np.ones((len(x), 1))], axis=1) if dc > d else x
-    ends, back = np.unique(xt, axis=0, return_inverse=True)
-    groups = [np.flatnonzero(back.ravel() == j) for j in range(len(ends))]
     Z = np.empty((len(live), H, len(rows)))
     for h in range(H):
         R = np.ascontiguousarray(rows[:, h * dd:(h + 1) * dd]).reshape(-1, dc)   # P' d x dc
