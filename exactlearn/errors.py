@@ -98,6 +98,9 @@ def box_failure(exc: BaseException) -> str | None:
     >>> exc.exactlearn_queries = 9
     >>> box_failure(exc)
     'the black box layer raised RuntimeError at query 10 (9 queries answered before it, counted): GPU fell over'
+    >>> exc.exactlearn_batch = 64
+    >>> box_failure(exc)
+    'the black box layer raised RuntimeError at its batch() of 64 queries from query 10 (none returned) (9 queries answered before it, counted): GPU fell over'
     >>> box_failure(ValueError("x")) is None
     True
     """
@@ -105,7 +108,10 @@ def box_failure(exc: BaseException) -> str | None:
     if box is None:
         return None
     n = getattr(exc, "exactlearn_queries", None)
-    at = "" if n is None else f" at query {n + 1} ({n} quer{'y' if n == 1 else 'ies'} answered " \
+    b = getattr(exc, "exactlearn_batch", None)
+    where = f"query {n + 1}" if b is None else \
+        f"its batch() of {b} quer{'y' if b == 1 else 'ies'} from query {n + 1} (none returned)"
+    at = "" if n is None else f" at {where} ({n} quer{'y' if n == 1 else 'ies'} answered " \
                               f"before it, counted)"
     text = " ".join(str(exc).split())
     text = text if len(text) <= 300 else text[:297] + "..."

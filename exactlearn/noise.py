@@ -23,35 +23,47 @@ different exact value, which no exact certificate can accept.
 from __future__ import annotations
 
 import math
+import numbers
 import random
 from fractions import Fraction
 
 from gmpy2 import mpq
 
 
-def noise_bound(K, noise):
+def noise_bound(K, noise, name="noise"):
     """The output-error bound eta as an element of the real field ``K``.
 
     Accepts what ``K`` embeds (int, rational, ``"p/q"`` or decimal string, mpf) and also a
-    Python float, read as its exact binary value (``1e-15`` is 1.0000000000000000777e-15,
-    one rounding of the decimal).  Raises ``ValueError`` naming the value when it is not a
-    finite number >= 0.
+    Python or numpy float, read as its exact binary value (``1e-15`` is
+    1.0000000000000000777e-15, one rounding of the decimal).  Raises ``ValueError`` naming
+    the parameter (``name``) and the value when it is not a finite number >= 0.
 
+    >>> import numpy as np
     >>> from exactlearn.fields import Real
     >>> K = Real(dps=20)
     >>> K.format(noise_bound(K, 1e-15)), K.format(noise_bound(K, "1e-15"))
     ('1.0000000000000000777e-15', '1.0e-15')
+    >>> K.format(noise_bound(K, np.float32(0.5)))
+    '0.5'
+    >>> noise_bound(K, -1e-3, "noise_rel")
+    Traceback (most recent call last):
+    ...
+    ValueError: noise_rel must be >= 0, got -0.001
     """
+    given = noise
+    if isinstance(noise, numbers.Real) and not isinstance(noise, (int, Fraction)) \
+            and hasattr(noise, "dtype"):
+        noise = float(noise)            # a numpy float: its exact value (float32 within float64)
     if isinstance(noise, float):
         if not math.isfinite(noise):
-            raise ValueError(f"noise must be a finite number >= 0, got {noise!r}")
+            raise ValueError(f"{name} must be a finite number >= 0, got {given!r}")
         noise = Fraction(noise)
     try:
         eta = K(noise)
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"noise: {exc}") from None
+        raise ValueError(f"{name}: {exc}") from None
     if eta < 0:
-        raise ValueError(f"noise must be >= 0, got {noise!r}")
+        raise ValueError(f"{name} must be >= 0, got {given!r}")
     return eta
 
 

@@ -128,8 +128,13 @@ def test_the_box_s_own_exception_propagates_unchanged_its_queries_counted(model,
     assert exc.exactlearn_queries == answered and answered <= 9
     assert not batch or answered < box.asked
     note = exc.__notes__[-1]
-    assert note.startswith("exactlearn: the black box Raising raised RuntimeError at query "
-                           f"{answered + 1} ({answered} queries answered before it, counted)")
+    b = getattr(exc, "exactlearn_batch", None)     # the plans that ask through batch()
+    where = f"query {answered + 1}" if b is None else \
+        f"its batch() of {b} queries from query {answered + 1} (none returned)"
+    assert note.startswith(f"exactlearn: the black box Raising raised RuntimeError at {where} "
+                           f"({answered} queries answered before it, counted)")
+    assert b is None or (batch and answered + b >= box.asked)   # the batch it was in
+    assert b is not None or answered == box.asked - 1
     assert "learn() returned no result" in note
 
 

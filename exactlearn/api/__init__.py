@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import time
 
-from exactlearn.api.arguments import check_arguments, field_named
+from exactlearn.api.arguments import check_arguments, field_named, plain_int
 from exactlearn.api.options import (EfficientOptions, ModularOptions, RealOptions,
                                     merge_options)
 from exactlearn.api.result import LearnResult
@@ -260,5 +260,6 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         "query_scale": query_scale, "snap": snap, "max_primes": max_primes,
         "noise_rel": noise_rel, "tokens": tokens, "executor": executor,
         "max_height": max_height, "bias": bias, "outputs": outputs})
+    d, heads, max_heads = (plain_int(x) for x in (d, heads, max_heads))    # numpy ints too
     checked = check_arguments(oracle, d, heads, max_heads, field, a, options)
     return Run(checked, a, d, heads is not None, seed, t_start).result()

@@ -44,6 +44,20 @@ def field_named(name: str) -> Field:
     return table[name]()
 
 
+def plain_int(n):
+    """A numpy (or other ``numbers.Integral``) integer as a Python int; anything else as it
+    is (checked later).
+
+    >>> import numpy as np
+    >>> plain_int(np.int64(3)), plain_int(True), plain_int(2.0)
+    (3, True, 2.0)
+    """
+    import numbers
+    if isinstance(n, numbers.Integral) and not isinstance(n, (bool, int)):
+        return int(n)
+    return n
+
+
 def check_arguments(oracle, d, heads, max_heads, field, a: dict, options) -> Checked:
     """Every check of ``learn()``'s arguments, in order; ``a`` holds the other keywords
     (the option objects' values merged in)."""
@@ -105,6 +119,12 @@ def _check_real(a, K, plan) -> bool:
     noise, noise_rel = a["noise"], a["noise_rel"]
     if noise_rel is not None and K.is_exact:
         raise ValueError(f"noise_rel= applies to the real field, not the {K.name} field")
+    if noise_rel is not None and not isinstance(noise_rel, str):     # before any query
+        from exactlearn.noise import noise_bound
+        noise_bound(K, noise_rel, "noise_rel")
+    if plan == "paper" and a["tokens"] not in ("exact", None) and not K.is_exact:
+        raise ValueError(f"tokens={a['tokens']!r} needs plan='stable' (the default with float "
+                         f"tokens): the paper plan's tokens are not exactly float numbers")
     if isinstance(noise, (list, tuple)) and a["outputs"] is not None:   # one eta per output
         if K.is_exact:
             raise ValueError("noise as a list (one eta per output) needs outputs=m over the real "

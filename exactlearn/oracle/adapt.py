@@ -76,8 +76,8 @@ class TokenAdapter:
                 rows.append(self._row(tuple(t)) if self.kind == "float" else self._array(tuple(t)))
             idx.append(i)
             counts.append(n)
-        if self.kind == "float":
-            return [rows[i] for i, n in zip(idx, counts) for _ in range(n)]
+        if self.kind == "float":        # fresh lists: a box may write into what it is given
+            return [list(rows[i]) for i, n in zip(idx, counts) for _ in range(n)]
         import numpy as np
         dtype = np.float32 if self.kind == "float32" else np.float64
         if not runs:

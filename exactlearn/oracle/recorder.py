@@ -210,6 +210,10 @@ class Recorder:
         except BaseException as exc:
             self._count(None, time.perf_counter() - t0)
             mark_box_failure(exc, box_name(self.oracle))
+            try:                        # the note names the batch: none of it was answered
+                exc.exactlearn_batch = len(queries)
+            except AttributeError:
+                pass
             raise
         seconds = time.perf_counter() - t0
         for n, q in enumerate(queries):

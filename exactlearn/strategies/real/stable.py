@@ -147,7 +147,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     measured before the probe for every query since (``Noise.by_scale``)."""
     H, d = plan.H, plan.d
     eta = K(0) if noise is None else noise_bound(K, noise)
-    eta_rel = K(0) if noise_rel is None else noise_bound(K, noise_rel)
+    eta_rel = K(0) if noise_rel is None else noise_bound(K, noise_rel, "noise_rel")
     nz = Noise(K, eta, eta_rel)
     if float(eta) == 0 and float(eta_rel) == 0:
         nz.eta = float(rounding(K, 1))      # an exact box: its field's rounding only
