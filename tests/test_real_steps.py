@@ -336,3 +336,31 @@ def test_family_keys_are_kept_per_recorder_and_follow_its_observations():
         assert sc.family_keys(rec, 0, 2) == [((3, 3), (2, 2), 1, 1), ((9, 9), (9, 9), 0, 1)]
     finally:
         sc.family_key = real
+
+
+def test_the_normal_matrix_of_families_that_never_see_W():
+    """Every family a single token repeated (``a == x``: no live family, the grouping by final
+    token empty): the W blocks of the normal matrix are 0, as the sum over no family is, and
+    the v block is formed (the per-final-token sums of stable_blocks once raised on it)."""
+    from gmpy2 import mpq
+
+    from exactlearn.fields import Real
+    from exactlearn.strategies.real.ratio import family_tokens, ratio_nodes
+    from exactlearn.strategies.real.stable_normal import Families, normal_equations
+
+    K = Real(dps=30)
+
+    class Rec:
+        observations: list = []
+
+    rec = Rec()
+    rec.observations = []
+    for x in [(1, 0), (0, 1)]:
+        xq = tuple(mpq(t) for t in x)
+        for k, m in ratio_nodes(1):
+            rec.observations.append((family_tokens(xq, xq, k, m), K(1)))
+    fam = Families(rec, 0, np.full(len(rec.observations), 1e-13))
+    assert len(fam.live) == 0
+    A = normal_equations(fam, np.zeros((1, 2, 2)), np.ones((1, 2)))[0]
+    assert A.shape == (6, 6) and not A[:4].any() and not A[:, :4].any()
+    assert np.all(np.diag(A)[4:] > 0)

@@ -34,6 +34,8 @@ def w_blocks(A, fam, Nzz, Nzv):
     largest entry."""
     H, nv = Nzz.shape[1], Nzv.shape[2]
     ends, diff, groups = fam.ends()
+    if not groups:                      # no family sees W: its blocks stay 0
+        return
     d, dc = diff.shape[1], ends.shape[1]
     dd = d * dc
     dd2 = np.einsum("fr,fs->frs", diff, diff).reshape(len(diff), -1)             # F x d^2
