@@ -119,7 +119,7 @@ def _check_real(a, K, plan) -> bool:
     noise, noise_rel = a["noise"], a["noise_rel"]
     if noise_rel is not None and K.is_exact:
         raise ValueError(f"noise_rel= applies to the real field, not the {K.name} field")
-    if noise_rel is not None and not isinstance(noise_rel, str):     # before any query
+    if noise_rel is not None and not isinstance(noise_rel, str) and noise != "auto":
         from exactlearn.noise import noise_bound
         noise_bound(K, noise_rel, "noise_rel")
     if plan == "paper" and a["tokens"] not in ("exact", None) and not K.is_exact:

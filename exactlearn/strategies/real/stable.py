@@ -335,8 +335,8 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
     targeted families (``ask = (asker, nz, nodes, H)``) and the polish again:
     ``(polished or None, targeted families, etas, observations)``."""
     lm_from = route.plan_start
-    # defer: while weak directions are named, fitted only if the polish after the targeted
-    # families (from the solve's heads too) does not solve -- the same result, fitted once
+    # defer: named weak directions are asked for before the first fit, which runs only if the
+    # next fails (unlike before, also where that fit would fail: float-black-box.md, Five more)
     polished = polish(heads, K, rec, start, etas_all, far=lm_from, bias=bias, defer=not route.far)
     n_target = 0
     weak = polished.weak
