@@ -51,8 +51,8 @@ def noise_bound(K, noise, name="noise"):
     ValueError: noise_rel must be >= 0, got -0.001
     """
     given = noise
-    if isinstance(noise, numbers.Real) and not isinstance(noise, (int, Fraction)) \
-            and hasattr(noise, "dtype"):
+    if hasattr(noise, "dtype") and isinstance(noise, numbers.Real) \
+            and not isinstance(noise, numbers.Integral):
         noise = float(noise)            # a numpy float: its exact value (float32 within float64)
     if isinstance(noise, float):
         if not math.isfinite(noise):

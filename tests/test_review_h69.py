@@ -45,6 +45,7 @@ def test_a_numpy_float32_noise_is_its_exact_value():
     K = Real(dps=30)
     assert noise_bound(K, np.float32(1e-5)) == noise_bound(K, float(np.float32(1e-5)))
     assert noise_bound(K, np.float64(0.25)) == K("1/4")
+    assert noise_bound(K, np.int64(2 ** 60 + 1)) == K(2 ** 60 + 1)     # an integer stays exact
 
 
 def test_a_box_that_writes_into_its_input_lists_is_learned_as_any_other():

@@ -43,7 +43,6 @@ class Families:
         self.D = np.einsum("fr,fc->frc", self.diff, xt).reshape(len(self.pairs), -1)
         # the families that see W (a != x): a single token repeated has a zero row of D
         self.live = np.flatnonzero(np.any(self.diff != 0, axis=1))
-        self.D_live = self.D[self.live]
         self.q, self.k, self.m, self.y, self.eta = [], [], [], [], []
         for key in self.pairs:
             rows = groups[key]
