@@ -1,7 +1,10 @@
 """The blocks of the polish's normal matrix
 (:func:`~exactlearn.strategies.real.stable_normal.normal_equations`; docs/explanation/real-field.md,
 step 5): the v-v block from the families' outer products, and the W-W and W-v blocks read
-through each family's ``D_f = (a - x) (x) xt``, summed per distinct final token ``xt``.
+through each family's ``D_f = (a - x) (x) xt``, summed per distinct final token ``xt``; and two
+block-wise passes over an n x n matrix that form no temporary of its size (:func:`inf_norm`,
+:func:`mirror_lower`): a fresh array of the normal matrix's size costs its page faults, about
+0.06 s at n = 1,632 on the 2-core sandbox the benchmarks run on, twice a Cholesky factor.
 """
 
 from __future__ import annotations
@@ -54,3 +57,32 @@ def w_blocks(A, fam, Nzz, Nzv):
         cross = np.einsum("xrk,xc->rck", Gv[:, h], ends).reshape(dd, nv)
         A[rows, H * dd:] = cross
         A[H * dd:, rows] = cross.T
+
+
+#: rows per block of :func:`inf_norm` and columns per block of :func:`mirror_lower`
+BLOCK = 128
+
+
+def inf_norm(As) -> float:
+    """``np.abs(As).sum(axis=1).max()`` (the same row sums), a block of rows at a time.
+
+    >>> inf_norm(np.array([[1.0, -2.0], [0.5, 0.25]]))
+    3.0
+    """
+    return max(float(np.abs(As[i:i + BLOCK]).sum(axis=1).max()) for i in range(0, len(As), BLOCK))
+
+
+def mirror_lower(low):
+    """``low``'s lower triangle copied onto its strict upper one, in place, a block of
+    columns at a time (``np.tril(low) + np.tril(low, -1).T`` without its temporaries).
+
+    >>> mirror_lower(np.array([[1.0, 9.0], [2.0, 3.0]])).tolist()
+    [[1.0, 2.0], [2.0, 3.0]]
+    """
+    n = len(low)
+    for j in range(0, n, BLOCK):
+        e = min(j + BLOCK, n)
+        blk = low[j:e, j:e]
+        blk[np.triu_indices(e - j, 1)] = blk.T[np.triu_indices(e - j, 1)]
+        low[j:e, e:] = low[e:, j:e].T
+    return low

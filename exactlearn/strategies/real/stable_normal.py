@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 
 from exactlearn.strategies.real import lsq
-from exactlearn.strategies.real.stable_blocks import vv_block, w_blocks
+from exactlearn.strategies.real.stable_blocks import inf_norm, mirror_lower, vv_block, w_blocks
 from exactlearn.strategies.real.stable_certificate import family_keys
 
 COND_LIMIT = 1e12        # the Jacobi-scaled normal matrix's condition at most this
@@ -245,24 +245,25 @@ class Scaled:
     of up to 4, Lanczos and ``eigvalsh``: 0.4 s at d = 16, H = 6)."""
 
     def __init__(self, A, name_weak=True):
-        from scipy.linalg import cho_factor
         s = self.s = np.sqrt(np.maximum(np.diag(A), 1e-300))
-        As = A / s[:, None] / s[None, :]
+        As = A / s[:, None]
+        As /= s[None, :]
         self.fac = self.ev = self.U = None
         self.weak = []
-        rows = np.abs(As).sum(axis=1).max()       # ||As||_inf: at least the largest eigenvalue
+        rows = inf_norm(As)                      # ||As||_inf: at least the largest eigenvalue
         tau = rows / WEAK_COND
         ev = None
         if not name_weak and self._decided(As, rows):
             return
-        if not (np.isfinite(tau) and (_definite(_shifted(As, tau)) or _above(As, tau))):
+        M = _shifted(As, tau) if np.isfinite(tau) else None
+        if not (M is not None and (_definite(M) or _above(As, tau))):
             ev, U = np.linalg.eigh(As)
             if ev[-1] <= 0:
                 self.ev = ev                # nothing solves, no direction named
                 return
         if ev is None or ev[0] > ev[-1] / WEAK_COND:
             try:
-                self.fac = cho_factor(As, lower=True, check_finite=False)
+                self.fac = _factor(As, M)
                 return
             except np.linalg.LinAlgError:
                 pass
@@ -276,15 +277,15 @@ class Scaled:
         ``As - sigma I`` has a Cholesky factor, ``sigma = ||As||_inf / COND_LIMIT`` (``rows``
         the norm; at least the largest eigenvalue over COND_LIMIT), else by the eigenvalues
         (``eigvalsh``); then nothing solves, or Cholesky's factor of ``As`` solves."""
-        from scipy.linalg import cho_factor
         sigma = rows / COND_LIMIT
-        if not (np.isfinite(sigma) and _definite(_shifted(As, sigma))):
+        M = _shifted(As, sigma) if np.isfinite(sigma) else None
+        if not (M is not None and _definite(M)):
             ev = np.linalg.eigvalsh(As)
             if not (ev[-1] > 0 and ev[0] > ev[-1] / COND_LIMIT):
                 self.ev = ev                # nothing solves, no direction named
                 return True
         try:
-            self.fac = cho_factor(As, lower=True, check_finite=False)
+            self.fac = _factor(As, M)
         except np.linalg.LinAlgError:
             return False
         return True
@@ -319,9 +320,8 @@ class Scaled:
         s = self.s
         if self.fac is not None:        # LAPACK's potri: a third of cho_solve(I)'s time
             low, info = potri(self.fac[0], lower=1)
-            if info == 0:                # its lower triangle, mirrored
-                inv = np.tril(low)
-                inv += np.tril(low, -1).T
+            if info == 0:                # its lower triangle, mirrored in place
+                inv = mirror_lower(low)
             else:
                 inv = cho_solve(self.fac, np.eye(len(s)), check_finite=False)
             inv /= s[:, None]
@@ -355,10 +355,22 @@ def _above(As, tau) -> bool:
 
 def _shifted(As, shift, below=False):
     """``As - shift I``, or ``shift I - As`` when ``below``: a copy with its diagonal moved
-    (no identity matrix formed)."""
-    M = -As if below else As.copy()
+    (no identity matrix formed), in Fortran order, so that :func:`_definite`'s factor
+    overwrites it instead of copying it again."""
+    M = np.negative(As, order="F") if below else np.array(As, order="F")
     M.flat[::len(As) + 1] += shift if below else -shift
     return M
+
+
+def _factor(As, buf=None):
+    """Cholesky's factor of ``As`` (scipy's ``cho_factor``, lower; LinAlgError when there is
+    none), formed in ``buf`` when given -- a Fortran-order array of As' shape that
+    :func:`_shifted` made, overwritten: the same factor without another array of As' size."""
+    from scipy.linalg import cho_factor
+    if buf is None:
+        return cho_factor(As, lower=True, check_finite=False)
+    buf[...] = As
+    return cho_factor(buf, lower=True, check_finite=False, overwrite_a=True)
 
 
 def _definite(M) -> bool:
