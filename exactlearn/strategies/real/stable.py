@@ -298,10 +298,10 @@ def _solve_bounds(route, m, d, bias, etas_all, n_obs, loose) -> Estimate:
         return Estimate(heads, BW, Bv, Bu, Bc, const)
     SW, Sv, rounds = route.SW, route.Sv, route.rounds
     dc = d + 1 if bias else d           # with biases, [W | u]'s rows: d entries of W, then u[r]
-    BW = [[[SAFETY * float(np.abs(SW[h][r * dc + q]) @ etas_all) + rounds[h][0]
-            for q in range(dc)] for r in range(d)] for h in range(m)]
-    Bv = [[SAFETY * float(np.abs(Sv[h][r]) @ etas_all) + rounds[h][1] for r in range(d)]
-          for h in range(m)]
+    bw, bv = [S.bounds(etas_all) for S in SW], [S.bounds(etas_all) for S in Sv]  # |S| eta
+    BW = [[[SAFETY * float(bw[h][r * dc + q]) + rounds[h][0] for q in range(dc)]
+           for r in range(d)] for h in range(m)]
+    Bv = [[SAFETY * float(bv[h][r]) + rounds[h][1] for r in range(d)] for h in range(m)]
     if bias:
         Bu = [[row[d] for row in bw] for bw in BW]
         BW = [[row[:d] for row in bw] for bw in BW]

@@ -14,8 +14,7 @@ import mpmath
 import numpy as np
 
 from exactlearn.errors import DegenerateDraw, ResidualsBeyondNoise
-from exactlearn.strategies.real.certificate import (SAFETY, SECOND_ORDER, beyond_noise,
-                                                    residual_bounds)
+from exactlearn.strategies.real.certificate import SAFETY, SECOND_ORDER, beyond_noise
 from exactlearn.strategies.real.evaluate import evaluate_with_gradient
 from exactlearn.strategies.real.stable_certificate import certify_two_token
 from exactlearn.strategies.real.stable_messages import plural
@@ -108,9 +107,13 @@ def _certify(est, polished, route, K, rec, start, etas_all, d, bias) -> tuple:
 class SolveAllowance:
     """The first-order residual bound of :mod:`~exactlearn.strategies.real.certificate`
     (:func:`~exactlearn.strategies.real.certificate.residual_bounds`) for the solve's heads,
-    one observation at a time: their sensitivities ``route.SW, route.Sv`` give ``G``
-    (formed at the first call).  ``constant``: the plan for biases' c (its rows ``[W | u]``,
-    v, and last c: the order of
+    one observation at a time, from their sensitivities ``route.SW, route.Sv`` as they are kept
+    (:class:`~exactlearn.strategies.real.stable_solve.Sensitivities`, ``S = TG S_meas``): the
+    row ``g S`` of an observation (``g`` its gradient) is ``(g TG) S_meas``, and ``|S| eta`` is
+    formed once (at the first call) -- never the P x N matrix ``S``, 2 GB at d = 32, H = 4,
+    whose every row the former code multiplied again for each observation.  The rounding of
+    the factored product is bounded with ``|g| |TG| |S_meas| eta`` in place of ``|g| |S| eta``.
+    ``constant``: the plan for biases' c (its rows ``[W | u]``, v, and last c: the order of
     :func:`~exactlearn.strategies.real.evaluate.evaluate_with_gradient` with ``bias``)."""
 
     def __init__(self, heads, route, K, rec, start, etas_all, d, constant=None):
@@ -119,40 +122,58 @@ class SolveAllowance:
         self.order = [next(j for j, h in enumerate(route.heads) if h is a) for a in heads]
         self.etas = np.asarray(etas_all[start:], dtype=float)
         self.unit = float(self.etas.max()) or 1.0
-        self.G = None
+        self.parts = None
 
     def _form(self):
-        d, start, N = self.d, self.start, len(self.etas)
-        bias = self.constant is not None
-        dd = d * (d + 1) if bias else d * d
+        """Per block of parameters (each head's ``[W | u]`` rows, then its v; the constant last):
+        its sensitivities, ``|S| eta`` and ``|TG| |S_meas| eta``, with eta over the
+        observations the solve saw from ``start`` on (later ones have no sensitivity)."""
+        d, start = self.d, self.start
+        dd = d * (d + 1) if self.constant is not None else d * d
         SW, Sv, rounds = self.route.SW, self.route.Sv, self.route.rounds
-        G = np.zeros((len(self.heads) * (dd + d) + bias, N))   # later observations: not solved
-        rnd = []
-        for k, h in enumerate(self.order):
-            rows = [np.asarray(SW[h][e], dtype=float) for e in range(dd)]
-            rows += [np.asarray(Sv[h][r], dtype=float) for r in range(d)]
-            for i, row in enumerate(rows):
-                part = row[start:start + N]
-                G[k * (dd + d) + i, :len(part)] = part
-            rnd += [rounds[h][0]] * dd + [rounds[h][1]] * d
-        if bias:
-            part = np.asarray(self.route.Sc, dtype=float)[start:start + N]
-            G[-1, :len(part)] = part
-            rnd.append(self.route.c_round)
-        self.G, self.rnd = G, np.array(rnd, dtype=float)
+        n_solve = SW[0].SmT.shape[0]
+        eh = np.zeros(n_solve)                              # eta / unit at the solve's columns
+        eh[start:start + len(self.etas)] = (self.etas / self.unit)[:max(n_solve - start, 0)]
+        parts, c, c2, rnd = [], [], [], []
+        for h in self.order:
+            for S, r in ((SW[h], rounds[h][0]), (Sv[h], rounds[h][1])):
+                parts.append(S)
+                c.append(S.bounds(eh))
+                c2.append(np.abs(S.TG) @ (abs(S.SmT).T @ eh))
+                rnd.append(np.full(len(S.TG), r))
+        if self.constant is not None:
+            Sc = np.asarray(self.route.Sc, dtype=float)[:n_solve]
+            c.append([np.abs(Sc) @ eh])
+            c2.append(c[-1])
+            rnd.append([self.route.c_round])
+        self.parts, self.Sc = parts, (Sc if self.constant is not None else None)
+        self.c, self.c2, self.rnd = (np.concatenate([np.asarray(x, dtype=float) for x in v])
+                                     for v in (c, c2, rnd))
 
     def __call__(self, q) -> float:
-        if self.G is None:
+        if self.parts is None:
             self._form()
         if self.constant is None:
             _, g, _ = evaluate_with_gradient(self.heads, self.rec.observations[q][0], self.K)
         else:
             _, g, _ = evaluate_with_gradient(self.heads, self.rec.observations[q][0], self.K,
                                              True, self.constant)
-        g = np.array(g)
-        b, T = residual_bounds(g[None, :], self.G, self.etas / self.unit, [q - self.start])
-        return (self.unit * float(SAFETY * b[0] + SECOND_ORDER * T[0])
-                + float(np.abs(g) @ self.rnd))
+        g = np.array(g, dtype=float)
+        row, at = np.zeros(self.parts[0].SmT.shape[0]), 0
+        for S in self.parts:                                # (g S) over the solve's columns
+            row += S.SmT @ (g[at:at + len(S.TG)] @ S.TG)
+            at += len(S.TG)
+        if self.Sc is not None:
+            row += g[-1] * self.Sc
+        N, start = len(self.etas), self.start
+        M = np.zeros(N)
+        part = row[start:start + N]
+        M[:len(part)] = part
+        M[q - start] -= 1.0
+        eh = self.etas / self.unit
+        T, T2 = float(np.abs(g) @ self.c), float(np.abs(g) @ self.c2)
+        b = float(np.abs(M) @ eh) + 4 * (len(g) + N + 2) * 2.0 ** -52 * (T2 + eh[q - start])
+        return self.unit * (SAFETY * b + SECOND_ORDER * T) + float(np.abs(g) @ self.rnd)
 
 
 def resolution_test(heads, rec, start, etas, H, bias=False) -> dict:

@@ -175,27 +175,46 @@ def wls_sparse(K, design, p, meas, bounds, sens_rows, n_obs, map_rows=None):
 
 
 def _sensitivities(G, sens_rows, n_obs):
-    """``S = G S_meas`` (p x n_obs): measurement n's sensitivity row ``row`` over the
-    observations ``ids`` (``sens_rows[n] = (ids, row)``) as one sparse matrix, an observation
-    that several measurements share summed."""
+    """``S = G S_meas`` (p x n_obs), kept as its factors (:class:`Sensitivities`): measurement
+    n's sensitivity row ``row`` over the observations ``ids`` (``sens_rows[n] = (ids, row)``)
+    as one sparse matrix, an observation that several measurements share summed."""
     from scipy.sparse import csr_matrix
     lens = [len(ids) for ids, _ in sens_rows]
     SmT = csr_matrix((np.concatenate([np.asarray(r, dtype=float) for _, r in sens_rows]),
                       (np.concatenate([np.asarray(ids, dtype=np.intp) for ids, _ in sens_rows]),
                        np.repeat(np.arange(len(sens_rows)), lens))),
                      shape=(n_obs, len(sens_rows)))            # S_meas^T, n_obs x N
-    return _transposed(SmT @ np.ascontiguousarray(G.T))
+    return Sensitivities(np.ascontiguousarray(G), SmT)
 
 
-def _transposed(X, block=512):
-    """``X.T`` as a C-contiguous array, copied ``block`` rows of X at a time (each block's
-    transpose stays in cache: about 7 times faster than ``np.ascontiguousarray(X.T)`` at
-    23,585 x 256)."""
-    n, p = X.shape
-    out = np.empty((p, n), dtype=X.dtype)
-    for i in range(0, n, block):
-        out[:, i:i + block] = X[i:i + block].T
-    return out
+class Sensitivities:
+    """The solve's sensitivities ``S = TG S_meas`` (p x n_obs) as their factors: ``TG`` (p x N
+    measurements, dense) and ``SmT = S_meas^T`` (n_obs x N, sparse).  An observation belongs to
+    one family, hence to one measurement of a head, except the single-token queries several
+    families share; so ``|S| eta`` (:meth:`bounds`) is ``|TG| (|S_meas| eta)`` over the others
+    and a dense product over the shared ones alone -- never the p x n_obs matrix, which at
+    d = 32, H = 4 is 4 arrays of about 0.5 GB.  :meth:`dense` forms it, for the certificate of
+    the solve's own heads (:class:`~exactlearn.strategies.real.stable_checks.SolveAllowance`)."""
+
+    def __init__(self, TG, SmT):
+        self.TG, self.SmT = TG, SmT
+
+    def bounds(self, etas) -> np.ndarray:
+        """``|S| etas`` (p): the first-order bound of each quantity."""
+        etas = np.asarray(etas, dtype=float)
+        SmT = self.SmT
+        nnz = np.diff(SmT.indptr)
+        one = np.flatnonzero(nnz == 1)
+        w = abs(SmT[one]).T @ etas[one]                         # N: per measurement
+        out = np.abs(self.TG) @ w
+        shared = np.flatnonzero(nnz > 1)
+        if len(shared):
+            out += np.abs(self.TG @ SmT[shared].T.toarray()) @ etas[shared]
+        return out
+
+    def dense(self) -> np.ndarray:
+        """``S`` itself (p x n_obs)."""
+        return (self.SmT @ self.TG.T).T
 
 
 def solve_stable_heads(plan, rows, fits, ids, index, K, m, n_obs):
@@ -300,7 +319,7 @@ def solve_bias_heads(plan, frame, rows, fits, ids, index, K, m, n_obs, scales, t
     floor = float(ctx.ldexp(1, -K.prec)) * 64 * (d + 1) * (d + 1)
     # the constant: every labelled family's limit A_n = c + V.a_n
     V = [ctx.fsum(hd.v[r] for hd in heads) for r in range(d)]
-    SV = sum(Svs)
+    SV = sum(S.dense() for S in Svs)
     Scst, worst = np.zeros(n_obs), 0.0
     cs = []
     b0 = max(min(float(fits[n].bounds[0]) for n in used), 1e-300)
