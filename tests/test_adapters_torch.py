@@ -236,3 +236,21 @@ def test_a_layer_of_mixed_dtypes_is_refused_before_any_query():
     v.double()
     with pytest.raises(ModelError, match="mixes dtypes"):
         ta.black_box_linear(q, k, v, o, 2, readout=np.ones(4))
+
+
+def test_a_module_put_in_training_mode_after_black_box_is_refused_at_its_next_call():
+    """Review (helper-71): the training-mode check ran only when the box was built; a module
+    switched to ``train()`` afterwards answered with dropout (two answers for one query) and
+    the run failed with a generic message.  Now every call checks, and learn() says why at once,
+    with no query counted."""
+    torch.manual_seed(0)
+    m = torch.nn.MultiheadAttention(4, 2, batch_first=True, dtype=torch.float64, dropout=0.1).eval()
+    box = ta.black_box(m, readout=np.ones(4))
+    X = np.eye(4)[:3]
+    assert box(X) == box(X)                        # eval: deterministic
+    m.train()
+    with pytest.raises(ModelError, match="training mode with dropout > 0 after black_box"):
+        box(X)
+    res = learn(box, d=4, heads=2, field="real", tokens="float64", noise="auto", seed=0)
+    assert res.status == "failed" and res.queries == 0
+    assert "module.eval()" in res.error

@@ -123,6 +123,9 @@ def black_box(module, readout=None, dtype=None, threads: int | None = 1) -> Laye
     E, bf = module.embed_dim, module.batch_first
 
     def forward(stack):
+        if module.training and module.dropout > 0:       # put in training mode since: a noisy box
+            raise ModelError("the module was put in training mode with dropout > 0 after "
+                             "black_box(): call module.eval()")
         x = torch.from_numpy(np.ascontiguousarray(stack))
         with torch.no_grad(), _threads(torch, threads):
             q = x[:, -1:]                                # the final token's query only: O(n)
