@@ -133,7 +133,11 @@ class Progress:
         self._emit(force=True)
 
     def stage(self, name: str) -> None:
-        """A phase of one step, done when the next phase starts."""
+        """A phase of one step, done when the next phase starts; nothing when that phase is
+        the open one already (of the same prime and attempt)."""
+        if (self._phase, self._unit, self._total) == (name, "steps", 1) and \
+                self._where == (self.prime, self.attempt, self.detail) and self._done == 0:
+            return
         self.phase(name, 1, unit="steps")
 
     def asked(self, queries: int) -> None:

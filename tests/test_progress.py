@@ -125,6 +125,9 @@ def test_real_stable_plan_same_result_with_progress():
     assert _json(plain) == _json(tracked)
     _check_events(events)
     assert [e.phase for e in events if e.done == 0][:2] == ["probe", "ask"]
+    # the certificate after the polish is its own phase: at d = 32, H = 4 it once ran for
+    # minutes after a polish event said "0/1 steps" (review, helper-71)
+    assert [e.phase for e in events if e.done == 0][-2:] == ["polish", "certify"]
     # the ask phase counts the run's own plan (the lean plan's nodes at float64 rounding)
     assert [e.total for e in events if e.phase == "ask"][0] == plain.plan_queries
 
@@ -251,3 +254,17 @@ def test_cli_output_is_the_same_with_quiet(tmp_path, capsys):
         out.pop("learner_seconds"), out.pop("oracle_seconds")
         outs.append(out)
     assert outs[0] == outs[1] == outs[2] and outs[0]["queries"] == 29
+
+
+def test_a_stage_already_open_is_not_started_again():
+    """``stage`` twice (the certificate's own stage where the plan already named it) is one
+    phase; after another phase, or on the next attempt, it starts again."""
+    from exactlearn.progress import Progress
+    events = []
+    p = Progress(events.append, min_interval=0)
+    p.stage("certify"); p.stage("certify")
+    p.stage("verify"); p.stage("certify")
+    p.at(attempt=2); p.stage("certify")
+    p.finish()
+    assert [(e.phase, e.attempt) for e in events if e.done == 0] == [
+        ("certify", 1), ("verify", 1), ("certify", 1), ("certify", 2)]

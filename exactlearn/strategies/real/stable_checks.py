@@ -14,6 +14,7 @@ import mpmath
 import numpy as np
 
 from exactlearn.errors import DegenerateDraw, ResidualsBeyondNoise
+from exactlearn.progress import current
 from exactlearn.strategies.real.certificate import SAFETY, SECOND_ORDER, beyond_noise
 from exactlearn.strategies.real.evaluate import evaluate_with_gradient
 from exactlearn.strategies.real.stable_certificate import certify_two_token
@@ -82,6 +83,7 @@ def certify_estimate(est, polished, pol, route, K, rec, start, etas_all, d, bias
     the solve's heads miss, the polish's (``pol``) are certified instead.  Returns the
     estimate certified and the two ratios of
     :func:`~exactlearn.strategies.real.stable_certificate.certify_two_token`."""
+    current().stage("certify")          # progress=: after the polish (review, helper-71)
     try:
         return (est,) + _certify(est, polished, route, K, rec, start, etas_all, d, bias)
     except ResidualsBeyondNoise:
