@@ -18,7 +18,8 @@ from exactlearn.strategies.real.stable_certificate import family_keys
 
 COND_LIMIT = 1e12        # the Jacobi-scaled normal matrix's condition at most this
 WEAK_COND = 1e8          # directions with eigenvalues below the largest over this are weak
-MAX_PARAMETERS = 4096    # H (d^2 + d) at most this: the dense normal matrix stays <= 128 MB
+MAX_PARAMETERS = 4400    # H (d^2 + d) (+ H d + 1 with biases) at most this: d = 32, H = 4 with
+#                          biases (4,353); the normal matrix 155 MB, the polish ~2.4 GB at its peak
 MAX_STEPS = 8            # Gauss--Newton steps
 LAWSON_STEPS = 60        # reweightings of stable_minimax.minimax_bound
 MAX_DENSE = 2 * 10 ** 7  # N P at most this for the dense Jacobian of stable_minimax.minimax_bound

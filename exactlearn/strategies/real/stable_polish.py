@@ -26,7 +26,7 @@ rounding of the residuals propagated the same way, the rounding of the parameter
 the last Gauss--Newton step.  :func:`polish` returns a :class:`Polished` without heads when
 the normal matrix is too ill-conditioned for float64 (``COND_LIMIT``; at the solve's heads it
 names the undetermined directions instead, its ``weak``), too large (more than
-``MAX_PARAMETERS`` unknowns, e.g. d = 32 with H = 4) or the iteration does not settle; the plan
+``MAX_PARAMETERS`` unknowns, e.g. d = 32 with H = 5) or the iteration does not settle; the plan
 then keeps the solve's heads (from the pencil start it has none: the run fails).
 
 :func:`polish` also reports the estimate's weighted residual sum of squares over the number of
