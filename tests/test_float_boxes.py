@@ -576,3 +576,20 @@ def test_the_probe_keeps_the_dense_nodes_when_its_single_tokens_answer_zero():
     ref = learn(control, d=4, heads=2, field=Real(dps=30), tokens="float32", seed=0, noise=2e-5,
                 noise_rel=1e-6, retries=0)
     assert res.probe_queries == ref.probe_queries == 42
+
+
+def test_a_zero_head_under_an_exact_head_count_is_named_in_the_failure():
+    """A layer with a pruned head (v = 0: one canonical head) learned with ``heads=2`` fails
+    explicitly, and the message says the probe's samples fit fewer heads and names
+    ``max_heads`` (review, helper-71: the cause was only in a final note); with ``max_heads=2``
+    the one canonical head is certified within its bound."""
+    full = NumpyAttention.from_seed(4, 2, 0)
+    box = NumpyAttention([(full.W[0], full.v[0]), (full.W[1], np.zeros(4))])
+    res = learn(box, d=4, heads=2, field="real", tokens="float64", seed=0, **F64)
+    assert res.status == "failed" and res.queries == box.calls
+    assert "fit 1 head within it" in res.error and "max_heads=2" in res.error
+    box = NumpyAttention([(full.W[0], full.v[0]), (full.W[1], np.zeros(4))])
+    res = learn(box, d=4, max_heads=2, field="real", tokens="float64", seed=0, **F64)
+    assert res.certified and len(res.heads) == 1, res.error
+    err, _ = max_parameter_error(res.heads, truth(box), res.field)
+    assert err <= res.error_bound
