@@ -181,7 +181,7 @@ def test_solve_scaled_decides_weak_directions_by_the_eigenvalues():
     WEAK_COND, whether or not its Cholesky pre-test (As - tau I, tau = ||As||_inf / WEAK_COND,
     which skips eigvalsh) passes: at a ratio of 1.3e-8 the pre-test fails and the eigenvalues
     still say no direction is weak; at 1e-9 one is, at 1e-13 the solve is refused."""
-    from exactlearn.strategies.real.stable_normal import COND_LIMIT, WEAK_COND, solve_scaled
+    from exactlearn.strategies.real.stable_scaled import COND_LIMIT, WEAK_COND, solve_scaled
     b = np.arange(8.0)
     A, _ = _spectrum([1.0] * 8)                      # well conditioned: no weak direction
     x, inv, weak = solve_scaled(A, b)
@@ -214,7 +214,7 @@ def test_solve_scaled_proves_no_direction_weak_without_eigh(monkeypatch):
     WEAK_COND (a condition of 5e7, as the d = 16, H = 6 polish's normal matrix), Lanczos' bound
     on the largest eigenvalue, proved by a Cholesky factor, decides without ``eigh``; the
     solution is Cholesky's. Just below the threshold the weak direction is still found."""
-    from exactlearn.strategies.real import stable_normal as sn
+    from exactlearn.strategies.real import stable_scaled as sn
     n = 200
     lam = np.logspace(np.log10(1 / 5e7), 0, n)
     A = _big_spectrum(lam)
@@ -241,7 +241,7 @@ def test_scaled_without_weak_names_solves_by_cholesky_without_eigh(monkeypatch):
     alone decide (no ``eigh``), the solve and the inverse are Cholesky's and agree with
     ``name_weak=True``'s eigenvector solve to the conditioning's rounding; beyond COND_LIMIT
     nothing solves, as with the names."""
-    from exactlearn.strategies.real import stable_normal as sn
+    from exactlearn.strategies.real import stable_scaled as sn
     n = 200
     lam = np.logspace(-9, 0, n)
     A = _big_spectrum(lam, seed=1)
@@ -267,7 +267,7 @@ def test_shifted_is_the_shift_and_the_eigen_step_needs_no_inverse():
     """``_shifted`` moves only the diagonal, bit for bit as ``As - s I`` and ``s I - As``;
     with weak directions named (the eigenpairs' path) ``solved(b, inverse=False)`` is the
     eigenpairs' solve, as ``A^-1 b``, with no inverse returned."""
-    from exactlearn.strategies.real import stable_normal as sn
+    from exactlearn.strategies.real import stable_scaled as sn
     A = _big_spectrum(np.logspace(-10, 0, 80), seed=3)
     assert np.array_equal(sn._shifted(A, 0.25), A - 0.25 * np.eye(80))
     assert np.array_equal(sn._shifted(A, 3.0, below=True), 3.0 * np.eye(80) - A)
@@ -280,9 +280,35 @@ def test_shifted_is_the_shift_and_the_eigen_step_needs_no_inverse():
     assert np.abs(x - x2).max() <= 1e-5 * np.abs(x2).max()
 
 
+def test_scaled_without_a_solve_names_the_same_weak_directions(monkeypatch):
+    """``Scaled(A, solve=False)`` (the polish's deferred first step) names the weak directions
+    by the eigenpairs below the largest eigenvalue over WEAK_COND alone (LAPACK's MRRR on that
+    range, no ``eigh``): the same subspace as ``eigh``'s, and no solve; with no weak direction
+    it is ``Scaled(A)``, Cholesky's factor bit for bit."""
+    from exactlearn.strategies.real import stable_scaled as sn
+    lam = np.concatenate([[3e-11, 2e-10, 4e-9], np.logspace(-6, 0, 97)])     # 3 below 1e-8
+    A = _big_spectrum(lam, seed=4) * np.outer(np.arange(1, 101), np.arange(1, 101))
+    full = sn.Scaled(A)
+    eigh = np.linalg.eigh
+    monkeypatch.setattr(np.linalg, "eigh", lambda *a, **k: pytest.fail("eigh was called"))
+    only = sn.Scaled(A, solve=False)
+    assert len(only.weak) == len(full.weak) == 3
+    P = np.array(full.weak).T
+    Q = np.array(only.weak).T
+    # the same span: each of one set is its projection on the other's (least squares)
+    for X, Y in ((P, Q), (Q, P)):
+        coef = np.linalg.lstsq(Y, X, rcond=None)[0]
+        assert np.abs(Y @ coef - X).max() <= 1e-6 * np.abs(X).max()
+    assert only.solved(np.ones(100), inverse=False) == (None, None, only.weak)
+    monkeypatch.setattr(np.linalg, "eigh", eigh)
+    B = _big_spectrum(np.logspace(-6, 0, 100), seed=5)          # condition 1e6: none weak
+    a, b = sn.Scaled(B), sn.Scaled(B, solve=False)
+    assert b.weak == [] and np.array_equal(a.fac[0], b.fac[0])
+
+
 def test_scaled_inverse_by_potri_is_the_inverse():
     """:meth:`Scaled.inverse` from LAPACK's potri (both triangles filled in) is ``A^-1``."""
-    from exactlearn.strategies.real import stable_normal as sn
+    from exactlearn.strategies.real import stable_scaled as sn
     A = _big_spectrum(np.logspace(-3, 0, 60), seed=2) * np.outer(np.arange(1, 61), np.arange(1, 61))
     inv = sn.Scaled(A).inverse()
     assert np.abs(inv - inv.T).max() <= 1e-14 * np.abs(inv).max()     # the scaling's rounding

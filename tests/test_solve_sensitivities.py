@@ -1,6 +1,8 @@
 """The solve's sensitivities kept as their factors (stable_solve.Sensitivities): the bounds
 ``|S| eta`` without the p x n_obs matrix, against that matrix formed here entry by entry."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -115,3 +117,29 @@ def test_the_solves_residual_allowance_is_the_dense_one(monkeypatch, bias):
         dense = _dense_allowance(al, q)
         assert dense <= value * (1 + 1e-12)
         assert value <= dense * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_float64_gradient_is_the_fields(bias):
+    """``stable_checks._gradient`` (float64, the allowance's) against
+    ``evaluate.evaluate_with_gradient`` in the field's precision, on queries with repeated
+    tokens and scores far apart (the softmax's shift)."""
+    from exactlearn.fields.real import Real
+    from exactlearn.generate import random_model
+    from exactlearn.strategies.real.evaluate import evaluate_with_gradient
+    from exactlearn.strategies.real.stable_checks import _gradient
+    from exactlearn.strategies.real.stable_normal import head_arrays
+    K = Real(dps=30)
+    model = random_model(3, 2, seed=5, bias=bias)
+    heads = model.canonical_heads()
+    W, V, _ = head_arrays(heads, bias)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        toks = [tuple(Fraction(int(t), 4) for t in rng.integers(-40, 41, 3)) for _ in range(3)]
+        seq = [toks[0]] * 7 + [toks[1]] * 2 + [toks[2]] * 3
+        _, want, _ = (evaluate_with_gradient(heads, seq, K) if not bias else
+                      evaluate_with_gradient(heads, seq, K, True, heads.constant))
+        got, dW, dv, xt = _gradient(W, V, seq, bias)
+        want = np.array(want)
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() <= 1e-12 * max(1.0, np.abs(want).max())

@@ -59,8 +59,8 @@ from exactlearn.strategies.real.lsq import EPS, last, refine, solve
 from exactlearn.strategies.real.stable_normal import (Families, LM_STEPS, MAX_DENSE,
                                                       MAX_PARAMETERS, MAX_STEPS, Weak,
                                                       family_values, head_arrays,
-                                                      normal_equations, Scaled,
-                                                      v_jacobian)
+                                                      normal_equations, v_jacobian)
+from exactlearn.strategies.real.stable_scaled import Scaled
 
 
 @dataclass
@@ -155,7 +155,7 @@ def _gauss_newton(fam, W, V, c, far, warm=False, defer=False):
     first step from the solve's heads, where three to five more steps only moved the cost's
     rounding).  Returns ``(W, V, c, A, b, parts, weak,
     factor)`` at the last point taken (``weak``: the start's weak directions, :class:`Weak`;
-    ``factor``: A's :class:`~exactlearn.strategies.real.stable_normal.Scaled` when a step
+    ``factor``: A's :class:`~exactlearn.strategies.real.stable_scaled.Scaled` when a step
     formed it, else None); ``None`` when
     no step is taken from a start that is not ``far`` (Levenberg--Marquardt's end), the matrix
     stops solving after the start or ``MAX_STEPS`` steps do not settle; the start's
@@ -190,7 +190,9 @@ def _gauss_newton(fam, W, V, c, far, warm=False, defer=False):
         if not judge(th):
             return [0.0] * len(th)                      # refine converges: the iteration ends
         factors.clear()                 # the last point's factor alone is returned
-        factors[len(kept) - 1] = scaled = Scaled(kept[-1][3], name_weak=len(kept) == 1)
+        first = len(kept) == 1          # deferred: its weak directions alone, no solve
+        factors[len(kept) - 1] = scaled = Scaled(kept[-1][3], name_weak=first,
+                                                 solve=not (defer and first))
         delta, _, weak = scaled.solved(kept[-1][4], inverse=False)
         if len(kept) == 1:
             weak0.append(Weak([_direction(u, H, d, shape[2]) for u in weak]))
