@@ -8,6 +8,7 @@ docs/explanation/real-field.md): the polish's tests of the declared noise
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 import mpmath
@@ -106,6 +107,12 @@ def _certify(est, polished, route, K, rec, start, etas_all, d, bias) -> tuple:
                                    allowance=allowance, **extra))
 
 
+#: the bytes :class:`SolveAllowance` keeps of its contractions per final token (a noisy box's
+#: certificate reads observations of hundreds of final tokens: 841 at d = 32, H = 4, 0.95 GB
+#: unbounded -- review, helper-72)
+END_CACHE_BYTES = 64 * 2 ** 20
+
+
 class SolveAllowance:
     """The first-order residual bound of :mod:`~exactlearn.strategies.real.certificate`
     (:func:`~exactlearn.strategies.real.certificate.residual_bounds`) for the solve's heads,
@@ -155,7 +162,9 @@ class SolveAllowance:
             rnd.append([self.route.c_round])
         self.parts, self.Sc = parts, (Sc if self.constant is not None else None)
         self.WV = head_arrays(self.heads, self.constant is not None)[:2]
-        self.by_end = {}                # final token -> each head's TG_W contracted with xt
+        self.by_end = OrderedDict()     # final token -> each head's TG_W contracted with xt,
+        per = sum(S.TG.size for S in parts[::2]) // self.WV[0].shape[2] * 8   # bytes an entry
+        self.keep = max(1, END_CACHE_BYTES // max(per, 1))        # the latest used, at most
         self.c, self.c2, self.rnd = (np.concatenate([np.asarray(x, dtype=float) for x in v])
                                      for v in (c, c2, rnd))
 
@@ -164,11 +173,14 @@ class SolveAllowance:
             self._form()
         g, dW, dv, xt = _gradient(*self.WV, self.rec.observations[q][0],
                                   self.constant is not None)
-        ends = self.by_end.get(xt.tobytes())
+        key = xt.tobytes()
+        ends = self.by_end.pop(key, None)
         if ends is None:
-            ends = self.by_end[xt.tobytes()] = [
-                np.tensordot(S.TG.reshape(-1, len(xt), S.TG.shape[1]), xt, axes=(1, 0))
-                for S in self.parts[::2]]                   # each head's W part: d x N
+            ends = [np.tensordot(S.TG.reshape(-1, len(xt), S.TG.shape[1]), xt, axes=(1, 0))
+                    for S in self.parts[::2]]               # each head's W part: d x N
+            while len(self.by_end) >= self.keep:
+                self.by_end.popitem(last=False)
+        self.by_end[key] = ends
         row = np.zeros(self.parts[0].SmT.shape[0])
         for k in range(len(dW)):                            # (g S) over the solve's columns
             SW, Sv = self.parts[2 * k], self.parts[2 * k + 1]
