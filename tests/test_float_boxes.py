@@ -593,3 +593,14 @@ def test_a_zero_head_under_an_exact_head_count_is_named_in_the_failure():
     assert res.certified and len(res.heads) == 1, res.error
     err, _ = max_parameter_error(res.heads, truth(box), res.field)
     assert err <= res.error_bound
+
+
+def test_a_float32_box_that_fails_is_not_said_to_have_fewer_heads():
+    """At a coarse (float32) eta one head fits the samples of six within its rounding: the
+    probe's failure must not suggest a pruned head there (the diagnosis of
+    ``test_a_zero_head_under_an_exact_head_count_is_named_in_the_failure`` is float64's)."""
+    box = NumpyAttention.from_seed(6, 6, 0, dtype=np.float32)
+    res = learn(box, d=6, heads=6, field="real", tokens="float32", noise="auto", seed=0)
+    assert res.status == "failed" and res.queries == box.calls
+    assert "scale probe failed" in res.error
+    assert "fewer canonical heads than heads=6" not in res.error

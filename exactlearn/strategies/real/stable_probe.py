@@ -25,7 +25,7 @@ from gmpy2 import mpq
 from exactlearn.errors import (DegenerateDraw, FieldError, InterpolationError, LearningFailure,
                                NoisierThanDeclared)
 from exactlearn.strategies.real.ratio import family_tokens, fit_ratio_family, node_t
-from exactlearn.strategies.real.stable_plan import token_norm
+from exactlearn.strategies.real.stable_plan import COARSE, token_norm
 
 #: rms log rho the scale aims at (the paper plan's:
 #: :data:`~exactlearn.strategies.real.probe.PAPER_TARGET`, 1)
@@ -107,9 +107,13 @@ def _fewer(K, ts, first, m_fixed) -> str:
     """With ``heads=H`` exact: whether the first probe family's samples fit fewer heads within
     the declared noise (no query asked), said in the message -- a layer with a pruned, zero or
     tied head has fewer canonical heads (review, helper-71: 10,149 queries and a message that
-    named it only in a final note)."""
+    named it only in a final note).  Not at a coarse eta (COARSE: a float32 box), where one
+    head fits six heads' samples within float32's rounding."""
     if not m_fixed or m_fixed < 2 or first is None:
         return ""
+    ys, etas = first
+    if float(np.median(etas)) > COARSE * max(abs(float(y)) for y in ys):
+        return ""                       # a coarse (float32) eta: fewer heads fit whatever it holds
     try:
         m = count_heads(K, ts, *first, m_fixed - 1)
     except (FieldError, LearningFailure, ArithmeticError, ValueError, np.linalg.LinAlgError):
