@@ -142,8 +142,7 @@ class SolveAllowance:
         """Per block of parameters (each head's ``[W | u]`` rows, then its v; the constant last):
         its sensitivities, ``|S| eta`` and ``|TG| |S_meas| eta``, with eta over the
         observations the solve saw from ``start`` on (later ones have no sensitivity)."""
-        d, start = self.d, self.start
-        dd = d * (d + 1) if self.constant is not None else d * d
+        start = self.start
         SW, Sv, rounds = self.route.SW, self.route.Sv, self.route.rounds
         n_solve = SW[0].SmT.shape[0]
         eh = np.zeros(n_solve)                              # eta / unit at the solve's columns
