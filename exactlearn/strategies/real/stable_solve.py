@@ -193,8 +193,10 @@ class Sensitivities:
     one family, hence to one measurement of a head, except the single-token queries several
     families share; so ``|S| eta`` (:meth:`bounds`) is ``|TG| (|S_meas| eta)`` over the others
     and a dense product over the shared ones alone -- never the p x n_obs matrix, which at
-    d = 32, H = 4 is 4 arrays of about 0.5 GB.  :meth:`dense` forms it, for the certificate of
-    the solve's own heads (:class:`~exactlearn.strategies.real.stable_checks.SolveAllowance`)."""
+    d = 32, H = 4 is 4 arrays of about 0.5 GB.  The certificate of the solve's own heads reads
+    the factors too (:class:`~exactlearn.strategies.real.stable_checks.SolveAllowance`);
+    :meth:`dense` forms ``S`` where it is small (the v rows, for the constant's sensitivity
+    with biases)."""
 
     def __init__(self, TG, SmT):
         self.TG, self.SmT = TG, SmT
