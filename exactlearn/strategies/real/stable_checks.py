@@ -18,6 +18,7 @@ from exactlearn.errors import DegenerateDraw, ResidualsBeyondNoise
 from exactlearn.model import distinct_tokens
 from exactlearn.progress import current
 from exactlearn.strategies.real.certificate import SAFETY, SECOND_ORDER, beyond_noise
+from exactlearn.strategies.real.lsq import EPS
 from exactlearn.strategies.real.stable_certificate import certify_two_token
 from exactlearn.strategies.real.stable_messages import plural
 from exactlearn.strategies.real.stable_minimax import minimax_bound
@@ -136,6 +137,7 @@ class SolveAllowance:
         self.order = [next(j for j, h in enumerate(route.heads) if h is a) for a in heads]
         self.etas = np.asarray(etas_all[start:], dtype=float)
         self.unit = float(self.etas.max()) or 1.0
+        self.eh = self.etas / self.unit                    # eta in that unit, from start on
         self.parts = None
 
     def _form(self):
@@ -146,7 +148,7 @@ class SolveAllowance:
         SW, Sv, rounds = self.route.SW, self.route.Sv, self.route.rounds
         n_solve = SW[0].SmT.shape[0]
         eh = np.zeros(n_solve)                              # eta / unit at the solve's columns
-        eh[start:start + len(self.etas)] = (self.etas / self.unit)[:max(n_solve - start, 0)]
+        eh[start:start + len(self.etas)] = self.eh[:max(n_solve - start, 0)]
         parts, c, c2, rnd = [], [], [], []
         for h in self.order:
             for S, r in ((SW[h], rounds[h][0]), (Sv[h], rounds[h][1])):
@@ -191,9 +193,9 @@ class SolveAllowance:
         part = row[start:start + N]
         M[:len(part)] = part
         M[q - start] -= 1.0
-        eh = self.etas / self.unit
+        eh = self.eh
         T, T2 = float(np.abs(g) @ self.c), float(np.abs(g) @ self.c2)
-        b = float(np.abs(M) @ eh) + 4 * (len(g) + N + 2) * 2.0 ** -52 * (T2 + eh[q - start])
+        b = float(np.abs(M) @ eh) + 4 * (len(g) + N + 2) * EPS * (T2 + eh[q - start])
         return self.unit * (SAFETY * b + SECOND_ORDER * T) + float(np.abs(g) @ self.rnd)
 
 
