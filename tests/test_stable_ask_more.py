@@ -178,6 +178,32 @@ def test_the_polish_normal_matrix_and_sensitivities_match_a_dense_jacobian(monke
     assert seen == len(fam.pairs)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_groups_z_rows_are_its_families_d_against_the_rows(bias):
+    """``_ZRows.of`` (a group of live families at a time, ``R xt`` once per final token) against
+    the definition ``Z[f, h, p] = D_f . rows[p, head h's W block]`` with ``Families.D``, for
+    groups that mix final tokens, skip families and hold one family.  A product against the
+    wrong final token or head block fails here."""
+    from exactlearn.strategies.real.stable_normal import Families
+    from exactlearn.strategies.real.stable_polish import _ZRows
+    rng = np.random.default_rng(3)
+    d, H, F = 4, 2, 40
+    xs = [tuple(rng.integers(-3, 4, d) / 4) for _ in range(5)]
+    obs = [((tuple(rng.integers(-3, 4, d) / 4), xs[f % 5]), 0.5) for f in range(F)]
+
+    class Rec:                          # Families reads (tokens, value) observations
+        observations = [([a] * 2 + [x], y) for (a, x), y in obs]
+
+    fam = Families(Rec, 0, [1e-15] * F, bias=bias)
+    dd = d * (d + bias)
+    rows = rng.standard_normal((7, H * dd + H * d + bias))
+    zr = _ZRows(fam, rows, H, dd)
+    for li in (np.arange(len(fam.live)), np.arange(0, len(fam.live), 3), np.array([5])):
+        want = np.stack([[rows[:, h * dd:(h + 1) * dd] @ fam.D[fam.live[i]] for h in range(H)]
+                         for i in li])
+        assert np.allclose(zr.of(li), want, rtol=1e-13, atol=1e-13)
+
+
 def test_the_first_polish_waits_while_targeted_families_are_asked(monkeypatch):
     """d=6, H=3, seed 0: the first polish's start names a weak direction, so (``defer``) it
     takes no Gauss--Newton step before the targeted families are asked; the polish after them

@@ -227,22 +227,34 @@ def _heads_of(W, V, c, bias, mpf):
     return HeadSet(out, constant=mpf(float(c)), bias=True) if bias else out
 
 
-def _z_rows(fam, rows, H, dd):
-    """``Z[f, h, p] = D_f . rows[p, head h's W block]`` for the live families, ``F_live x H x
-    P'``.  ``D_f = vec((a - x) xt^T)`` (``xt = (x; 1)`` with biases), so each product is
-    ``(a - x)^T R xt`` with ``R`` the row's d x dc block: ``R xt`` once per distinct final token
-    (a plan has d to 2d + 1 of them), then ``(a - x)`` against it -- d + dc products a family
-    and parameter instead of d dc."""
-    ends, diff, groups = fam.ends()
-    d, dc = diff.shape[1], ends.shape[1]
-    live = fam.live
-    Z = np.empty((len(live), H, len(rows)))
-    for h in range(H):
-        R = np.ascontiguousarray(rows[:, h * dd:(h + 1) * dd]).reshape(-1, dc)   # P' d x dc
-        T = (ends @ R.T).reshape(len(ends), len(rows), d)                        # X x P' x d
+class _ZRows:
+    """``Z[f, h, p] = D_f . rows[p, head h's W block]`` for a group of live families (:meth:`of`):
+    ``D_f = vec((a - x) xt^T)`` (``xt = (x; 1)`` with biases), so ``(a - x)^T R xt`` with ``R`` the
+    row's d x dc block, ``R xt`` once per final token of the group (one to three), d + dc
+    products a family and parameter instead of d dc.  A group at a time: 2.5 MB for 32 families
+    at 1,632 parameters, not ``F_live x H x P'`` at once (53 MB at d = 16, H = 6; page faults)."""
+
+    def __init__(self, fam, rows, H, dd):
+        ends, self.diff, groups = fam.ends()
+        self.xt = ends
+        self.end = np.empty(len(self.diff), dtype=np.intp)    # each live family's final token
         for j, sel in enumerate(groups):
-            Z[sel, h, :] = diff[sel] @ T[j].T
-    return Z
+            self.end[sel] = j
+        self.H, self.d, self.dc = H, self.diff.shape[1], ends.shape[1]
+        self.R = np.ascontiguousarray(      # the rows' W blocks, head by head: H x P' x dd
+            rows[:, :H * dd].reshape(len(rows), H, dd).transpose(1, 0, 2))
+
+    def of(self, li) -> np.ndarray:
+        """Z of the live families ``li`` (indices into :attr:`Families.live`), ``G x H x P'``."""
+        P, d = self.R.shape[1], self.d
+        Z = np.empty((len(li), self.H, P))
+        used, back = np.unique(self.end[li], return_inverse=True)
+        for h in range(self.H):
+            T = (self.xt[used] @ self.R[h].reshape(-1, self.dc).T).reshape(len(used), P, d)
+            for j in range(len(used)):
+                sel = np.flatnonzero(back.ravel() == j)
+                Z[sel, h, :] = self.diff[li[sel]] @ T[j].T
+        return Z
 
 
 def sensitivity_rows(fam, parts, rows, H, dd, chunk=32):
@@ -252,11 +264,11 @@ def sensitivity_rows(fam, parts, rows, H, dd, chunk=32):
     families' observations, ``G x n x len(rows)``, the families' ``G`` indices and their
     observations' ``G x n`` indices into :class:`Families`' flat arrays.  The W-part of
     family f's z_h is D_f placed at head h's rows, so ``(rows T_f^T)^T`` is formed from
-    ``D_f . rows_h`` for every family that sees W at once (:func:`_z_rows`; :attr:`Families.live`:
+    ``D_f . rows_h`` for the group's families that see W (:class:`_ZRows`; :attr:`Families.live`:
     a single token repeated has none); each group's products are batched, the weights applied to the
     Jacobian's rows before them.  32 families a group keep ``S^T`` near the cache (about
     8 MB at 1,632 parameters; 256 took 40 % longer at d = 16, H = 6)."""
-    Z = _z_rows(fam, rows, H, dd)                                           # F_live x H x P'
+    zr = _ZRows(fam, rows, H, dd)
     at = np.full(len(parts), -1, dtype=np.intp)
     at[fam.live] = np.arange(len(fam.live))
     VT = np.ascontiguousarray(rows[:, H * dd:].T)
@@ -270,12 +282,11 @@ def sensitivity_rows(fam, parts, rows, H, dd, chunk=32):
             ST = (Jv @ VT).reshape(len(g), n, -1)                          # G x n x P'
             li = at[g]
             live = li >= 0
-            if live.all():          # a run of live families: their rows of Z are a slice
-                Zg = Z[li[0]:li[-1] + 1] if li[-1] - li[0] + 1 == len(li) else Z[li]
-                ST += (np.stack([parts[f][0] for f in g]) * w[:, :, None]) @ Zg
+            if live.all():
+                ST += (np.stack([parts[f][0] for f in g]) * w[:, :, None]) @ zr.of(li)
             elif live.any():
                 gz = np.stack([parts[f][0] for f in g[live]]) * w[live][:, :, None]
-                ST[live] += gz @ Z[li[live]]
+                ST[live] += gz @ zr.of(li[live])
             yield g, fam.starts[g][:, None] + np.arange(n), ST
 
 
