@@ -368,7 +368,7 @@ def _ask_more(polished, heads, K, rec, start, etas_all, route, bias, ask, size) 
     asked = 0
     now = polished
     for r in range(more.POLISH_ROUNDS):
-        weak = more.weak_families(now)
+        weak, now = more.weak_families(now), None   # its A^-1 (143 MB at 32 x 4) goes now
         n = more.ask_families_again(weak, route.splan, polished.heads, *ask, tried) if weak else 0
         if not n:
             break
