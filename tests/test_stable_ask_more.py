@@ -248,6 +248,44 @@ def test_the_first_polish_waits_while_targeted_families_are_asked(monkeypatch):
     assert res.real_detail["targeted_families"] > 0
 
 
+def test_a_polish_that_names_no_weak_directions_forms_no_eigenvectors(monkeypatch):
+    """d=6, H=3, seed 0: at the observations where the first polish's start names a weak
+    direction, ``named=False`` (the polishes whose ``weak`` nobody reads: after the targeted
+    families, and the warm one) fits the same heads without any eigendecomposition: Cholesky's
+    solve instead of the eigenpairs', the heads within the bounds of the polish that named them."""
+    import scipy.linalg
+    import exactlearn.strategies.real.stable as stable
+    from exactlearn.strategies.real.stable_polish import polish as real_polish
+    seen = []
+
+    def spy(*a, **k):
+        out = real_polish(*a, **k)
+        if k.get("defer"):
+            then = type("Then", (), {"observations": list(a[2].observations)})()
+            seen.append((a[:2] + (then,) + a[3:], dict(k)))
+        return out
+
+    monkeypatch.setattr(stable, "polish", spy)
+    assert _learn(NumpyAttention.from_seed(6, 3, 0), 6, 3, 0).certified and len(seen) == 1
+    a, k = seen[0]
+    k["defer"] = False
+    whole = real_polish(*a, **k)
+    assert whole.solved and whole.weak.directions
+
+    def refused(*_, **__):
+        raise AssertionError("an eigendecomposition was formed")
+
+    monkeypatch.setattr(np.linalg, "eigh", refused)
+    monkeypatch.setattr(scipy.linalg, "eigh", refused)
+    quiet = real_polish(*a, **k, named=False)
+    assert quiet.solved and not quiet.weak.directions
+    K = a[1]
+    for hq, hw, bw, bv in zip(quiet.heads, whole.heads, whole.W_bounds[0], whole.v_bounds[0]):
+        dW = np.array([[float(K(p) - K(q)) for p, q in zip(r, s)] for r, s in zip(hq.W, hw.W)])
+        dv = np.array([float(K(p) - K(q)) for p, q in zip(hq.v, hw.v)])
+        assert np.all(np.abs(dW) <= bw) and np.all(np.abs(dv) <= bv)
+
+
 def test_gauss_newton_stops_at_float64s_floor(monkeypatch):
     """d=8, H=4, seed 1: a float64 box declared at 5e-14 leaves residuals of rounding size, so
     a step from the solve's heads reaches float64's floor (every residual within its rounding:

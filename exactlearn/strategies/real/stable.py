@@ -345,8 +345,8 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
         if n_target:
             etas_all = _etas(rec, ask[1], size, etas_all, len(etas_all))
             # from the solve's heads again, not the polished (at float64's floor: polish's doc)
-            again = polish(polished.heads if route.far and polished.solved
-                           else heads, K, rec, start, etas_all, far=lm_from, bias=bias)
+            again = polish(polished.heads if route.far and polished.solved else heads, K, rec,
+                           start, etas_all, far=lm_from, bias=bias, named=False)
             if again.solved:
                 polished = again
     if polished.resume is not None:     # deferred, and still wanted: fitted now
@@ -380,7 +380,7 @@ def _ask_more(polished, heads, K, rec, start, etas_all, route, bias, ask, size) 
         if not now.solved:
             break
     if asked:
-        again = polish(polished.heads, K, rec, start, etas_all, bias=bias, warm=True)
+        again = polish(polished.heads, K, rec, start, etas_all, bias=bias, warm=True, named=False)
         if again.solved:
             polished = again
     return polished, asked, etas_all

@@ -145,7 +145,7 @@ class _Deferred(Exception):
     """``defer``: the start's weak directions are named; the iteration waits (:func:`polish`)."""
 
 
-def _gauss_newton(fam, W, V, c, far, warm=False, defer=False):
+def _gauss_newton(fam, W, V, c, far, warm=False, defer=False, named=True):
     """Gauss--Newton on the normal equations
     (:func:`~exactlearn.strategies.real.stable_normal.normal_equations`) from ``(W, V, c)``, as
     the steps of :func:`~exactlearn.strategies.real.lsq.refine` at float64's precision: a step
@@ -153,13 +153,12 @@ def _gauss_newton(fam, W, V, c, far, warm=False, defer=False):
     lowers it by at most ``1e-6`` of it settles, as does one that reaches float64's floor (every
     residual within its rounding, ``normal_equations``' ``beyond`` 0: on the float64 grid the
     first step from the solve's heads, where three to five more steps only moved the cost's
-    rounding).  Returns ``(W, V, c, A, b, parts, weak,
-    factor)`` at the last point taken (``weak``: the start's weak directions, :class:`Weak`;
-    ``factor``: A's :class:`~exactlearn.strategies.real.stable_scaled.Scaled` when a step
-    formed it, else None); ``None`` when
-    no step is taken from a start that is not ``far`` (Levenberg--Marquardt's end), the matrix
-    stops solving after the start or ``MAX_STEPS`` steps do not settle; the start's
-    :class:`Weak` when its matrix does not solve.
+    rounding).  Returns ``(W, V, c, A, b, parts, weak, factor)`` at the last point taken
+    (``weak``: the start's weak directions, :class:`Weak`, none named when not ``named``;
+    ``factor``: A's :class:`~exactlearn.strategies.real.stable_scaled.Scaled` when a step formed
+    it, else None); ``None`` when no step is taken from a start that is not ``far``
+    (Levenberg--Marquardt's end), the matrix stops solving after the start or ``MAX_STEPS``
+    steps do not settle; the start's :class:`Weak` when its matrix does not solve.
 
     At float64's floor of the cost (its residuals' rounding: on d = 16, H = 6, seed 2 a float64
     cost of 195 where long double gives 96) the comparison is rounding: a start must lie above
@@ -191,7 +190,7 @@ def _gauss_newton(fam, W, V, c, far, warm=False, defer=False):
             return [0.0] * len(th)                      # refine converges: the iteration ends
         factors.clear()                 # the last point's factor alone is returned
         first = len(kept) == 1          # deferred: its weak directions alone, no solve
-        factors[len(kept) - 1] = scaled = Scaled(kept[-1][3], name_weak=first,
+        factors[len(kept) - 1] = scaled = Scaled(kept[-1][3], name_weak=first and named,
                                                  solve=not (defer and first))
         delta, _, weak = scaled.solved(kept[-1][4], inverse=False)
         if len(kept) == 1:
@@ -291,7 +290,7 @@ def sensitivity_rows(fam, parts, rows, H, dd, chunk=32):
 
 
 def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False,
-           iterate=True, defer=False) -> Polished:
+           iterate=True, defer=False, named=True) -> Polished:
     """Heads fitted to every observation since ``start`` and their bounds before ``SAFETY``
     (:class:`Polished`; module doc).  ``far``: the heads are only a start (the pencil's), so
     Levenberg--Marquardt (``LM_STEPS``) runs first, on the observations from index ``far`` on
@@ -303,7 +302,8 @@ def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False,
     their bounds at them (the same allowance for the step not taken).  ``defer``: when the
     start names weak directions, no step is taken yet: the result has no heads, the ``weak``
     directions, and ``resume()`` -- the polish of these observations as without ``defer``
-    (bit for bit), for a caller that asks families for those directions and fits again."""
+    (bit for bit), for a caller that asks families for those directions and fits again.
+    ``named=False`` (a caller that reads no ``weak``): none named, no eigenvectors formed."""
     H, d = len(heads), len(heads[0].v)
     dd = d * (d + 1) if bias else d * d
     if H * (dd + d) + bias > MAX_PARAMETERS:
@@ -316,22 +316,22 @@ def polish(heads, K, rec, start, etas, far=None, bias=False, warm=False,
         W, V, c = got
     fam = Families(rec, start, etas, bias)
     kept = (len(rec.observations), start, np.array(etas, dtype=float))
-    return _fitted(fam, (W, V, c), K, bias, (far is not None, warm, iterate, defer), kept)
+    return _fitted(fam, (W, V, c), K, bias, (far is not None, warm, iterate, defer, named), kept)
 
 
 def _fitted(fam, start, K, bias, how, kept) -> Polished:
-    """:func:`polish` on ``fam`` from ``start = (W, V, c)``; ``how = (far, warm, iterate,
-    defer)``; ``kept``: the observations' count, start index and etas (:attr:`Polished.normal`)."""
-    (W, V, c), (far, warm, iterate, defer) = start, how
+    """:func:`polish` on ``fam`` from ``start = (W, V, c)``; ``how = (far, warm, iterate, defer,
+    named)``; ``kept``: the observations' count, start index, etas (:attr:`Polished.normal`)."""
+    (W, V, c), (far, warm, iterate, defer, named) = start, how
     H, d = V.shape
     dd = W[0].size
     if not iterate:                     # the bounds at the heads as they are: no step taken
         got = (W, V, c) + tuple(normal_equations(fam, W, V, c)[:3]) + (None, None)
     else:
-        got = _gauss_newton(fam, W, V, c, far, warm, defer)
+        got = _gauss_newton(fam, W, V, c, far, warm, defer, named)
     if isinstance(got, _Deferred):      # weak directions named: the fit on demand
         return Polished(weak=got.args[0], resume=lambda: _fitted(
-            fam, start, K, bias, (far, warm, iterate, False), kept))
+            fam, start, K, bias, (far, warm, iterate, False, named), kept))
     if not isinstance(got, tuple):                  # None, or the start's weak directions
         return Polished(weak=got)
     W, V, c, A, b, parts, weak0, scaled = got
