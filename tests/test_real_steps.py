@@ -263,6 +263,32 @@ def test_scaled_without_weak_names_solves_by_cholesky_without_eigh(monkeypatch):
         assert x3 is None and inv3 is None
 
 
+@pytest.mark.parametrize("low", [1e-3, 1e-9, 0.1 / 1e12])
+def test_scaled_in_place_is_the_same_scaled(low):
+    """``Scaled(A, overwrite_a=True)`` (the polish's normal matrices, read by nobody after):
+    A holds ``A / s s^T`` afterwards, and the factor, weak directions, solve and inverse are
+    those of ``Scaled`` on an untouched copy, bit for bit -- well conditioned, with a weak
+    direction, and beyond COND_LIMIT (nothing solves)."""
+    from exactlearn.strategies.real import stable_scaled as sn
+    n = 120
+    A = _big_spectrum(np.logspace(np.log10(low), 0, n), seed=2)
+    b = np.linspace(-2, 3, n)
+    keep = A.copy()
+    for name_weak in (True, False):
+        A1 = keep.copy()
+        ref, got = sn.Scaled(keep.copy(), name_weak=name_weak), sn.Scaled(A1, name_weak=name_weak,
+                                                                          overwrite_a=True)
+        s = np.sqrt(np.diag(keep))
+        assert np.array_equal(A1, keep / s[:, None] / s[None, :])
+        assert (ref.fac is None) == (got.fac is None)
+        if ref.fac is not None:
+            assert np.array_equal(ref.fac[0], got.fac[0])
+        assert all(np.array_equal(u, w) for u, w in zip(ref.weak, got.weak))
+        assert len(ref.weak) == len(got.weak)
+        for x, y in zip(ref.solved(b), got.solved(b)):
+            assert (x is None and y is None) or np.array_equal(np.asarray(x), np.asarray(y))
+
+
 def test_shifted_is_the_shift_and_the_eigen_step_needs_no_inverse():
     """``_shifted`` moves only the diagonal, bit for bit as ``As - s I`` and ``s I - As``;
     with weak directions named (the eigenpairs' path) ``solved(b, inverse=False)`` is the

@@ -311,7 +311,7 @@ def hat(polished, rec, start, etas):
     else:
         fam = Families(rec, start, etas, bias)
         A, _, parts, _ = normal_equations(fam, W, V, c)
-        _, inv, _ = Scaled(A, name_weak=False).solved(np.zeros(len(A)))
+        _, inv, _ = Scaled(A, name_weak=False, overwrite_a=True).solved(np.zeros(len(A)))
         if inv is None:
             return None
     cb = polished.constant_bound

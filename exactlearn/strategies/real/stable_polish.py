@@ -191,7 +191,7 @@ def _gauss_newton(fam, W, V, c, far, warm=False, defer=False, named=True):
         factors.clear()                 # the last point's factor alone is returned
         first = len(kept) == 1          # deferred: its weak directions alone, no solve
         factors[len(kept) - 1] = scaled = Scaled(kept[-1][3], name_weak=first and named,
-                                                 solve=not (defer and first))
+                                                 solve=not (defer and first), overwrite_a=True)
         delta, _, weak = scaled.solved(kept[-1][4], inverse=False)
         if len(kept) == 1:
             weak0.append(Weak([_direction(u, H, d, shape[2]) for u in weak]))
@@ -336,7 +336,7 @@ def _fitted(fam, start, K, bias, how, kept) -> Polished:
         return Polished(weak=got)
     W, V, c, A, b, parts, weak0, scaled = got
     shape = W.shape
-    nxt, inv, _ = (scaled or Scaled(A, name_weak=False)).solved(b)
+    nxt, inv, _ = (scaled or Scaled(A, name_weak=False, overwrite_a=True)).solved(b)
     if inv is None:
         return Polished()
     step = np.abs(nxt)            # the step still to go from the estimate: its distance to the fit

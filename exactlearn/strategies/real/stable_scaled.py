@@ -41,9 +41,11 @@ class Scaled:
     and only when that factor fails are the eigenvectors formed (2 Cholesky factors instead
     of up to 4, Lanczos and ``eigvalsh``: 0.4 s at d = 16, H = 6)."""
 
-    def __init__(self, A, name_weak=True, solve=True):
+    def __init__(self, A, name_weak=True, solve=True, overwrite_a=False):
         s = self.s = np.sqrt(np.maximum(np.diag(A), 1e-300))
-        As = A / s[:, None]
+        As = A if overwrite_a else A / s[:, None]      # overwrite_a: A is scaled in place, one
+        if overwrite_a:                                 # array of its size the fewer (143 MB at
+            As /= s[:, None]                            # d = 32, H = 4), the same values
         As /= s[None, :]
         self.fac = self.ev = self.U = None
         self.weak = []
