@@ -604,3 +604,28 @@ def test_a_float32_box_that_fails_is_not_said_to_have_fewer_heads():
     assert res.status == "failed" and res.queries == box.calls
     assert "scale probe failed" in res.error
     assert "fewer canonical heads than heads=6" not in res.error
+
+
+def test_a_coarse_boxs_failure_leads_with_what_limits_it():
+    """``stable_messages.precision_failure``: the verdict the failure of a coarse box leads with
+    (helper-71 F5: a float32 layer of six heads was told "a box noisier than declared, or more
+    heads than 6" first and its precision only at the end).  Most unresolved families fitted
+    within eta but left their exponents unresolved: the box's precision; most missed a sample:
+    its rounding exceeds eta; a box declared at float64 rounding: no verdict, no detail."""
+    from exactlearn.errors import InterpolationError, NoisierThanDeclared
+    from exactlearn.strategies.real.stable_messages import precision_failure
+    from exactlearn.strategies.real.stable_plan import Noise
+
+    class Rec:
+        observations = [([(mpq(1),)], mpq(k, 7)) for k in range(1, 30)]
+
+    crowd = DegenerateDraw("configuration basis(1, 1): relative first-order error bound 9.9 > 0.1")
+    lost = InterpolationError("a family: the least-squares fit with 6 heads did not converge")
+    miss = NoisierThanDeclared("a family fitted with 6 heads misses its sample 3")
+    f32 = Noise(Real(dps=30), 1e-6, 1e-6)
+    lead, why = precision_failure({0: crowd, 1: crowd, 2: lost}, f32, Rec, 0, 6)
+    assert lead.startswith("the box's precision cannot resolve 6 heads (evaluate the layer in "
+                           "float64") and "2 fitted 6 heads within it" in why and "1 did not" in why
+    lead, why = precision_failure({0: miss, 1: miss, 2: crowd}, f32, Rec, 0, 6)
+    assert lead.startswith("the box's rounding likely exceeds the declared eta") and "2 missed" in why
+    assert precision_failure({0: crowd}, Noise(Real(dps=30), 1e-15, 1e-16), Rec, 0, 6) == ("", "")

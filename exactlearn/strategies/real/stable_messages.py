@@ -37,31 +37,30 @@ def coarseness(nz, rec, start) -> str:
     return f"; the declared eta {which} is {level:.2g} of the typical output, {kind}"
 
 
-def precision_failure(bad, nz, rec, start, H) -> str:
+def precision_failure(bad, nz, rec, start, H) -> tuple:
     """What a coarse box's unresolved families say about its precision (module doc, "Coarse
-    boxes"), or ``""`` for a box declared at float64 rounding: how coarse the declared eta is
-    against the outputs, how many families missed a sample by more than it or did not
-    converge, and how many fitted H heads within it but could not resolve them.  When half
-    of them missed, or the eta is below float32 rounding, it advises a larger ``noise=`` or
-    ``noise='auto'``; else it names the box's precision as the limit."""
+    boxes"): ``(verdict, detail)``, both ``""`` for a box declared at float64 rounding.  The
+    detail: how coarse the declared eta is against the outputs, how many families missed a
+    sample by more than it or did not converge, and how many fitted H heads within it but
+    could not resolve them.  The verdict, which the failure leads with: when half of them
+    missed, or the eta is below float32 rounding, the box's rounding exceeds the declared eta
+    (declare a larger ``noise=``, or ``noise='auto'``); else the box's precision is the limit
+    (evaluate the layer in float64)."""
     level = declared_level(nz, rec, start)
     if not level > COARSE:
-        return ""
+        return "", ""
     miss = sum(1 for e in bad.values() if isinstance(e, NoisierThanDeclared))
     crowd = sum(1 for e in bad.values() if "relative first-order error bound" in str(e))
     other = len(bad) - miss - crowd
-    out = (f"{coarseness(nz, rec, start)}: of the {len(bad)} unresolved, {miss} missed a sample "
-           f"by more than it, {other} did not converge, {crowd} fitted {plural(H)} within it but "
-           f"left their exponents unresolved at that precision")
+    detail = (f"{coarseness(nz, rec, start)}: of the {len(bad)} unresolved, {miss} missed a "
+              f"sample by more than it, {other} did not converge, {crowd} fitted {plural(H)} "
+              f"within it but left their exponents unresolved at that precision")
     if 2 * miss >= len(bad) or level < 2.0 ** -24:
-        out += (" -- the box's rounding likely exceeds the declared eta: declare a larger "
-                "noise=, or use noise='auto'")
-    else:
-        out += (" -- the box's precision, not the eta, limits them: evaluate the layer in "
-                "float64 (float32 layers resolved 4 heads at d <= 16, "
-                "docs/howto/float-black-box.md)")
-    return out
-
+        return ("the box's rounding likely exceeds the declared eta (declare a larger noise=, "
+                "or use noise='auto'): ", detail)
+    return (f"the box's precision cannot resolve {plural(H)} (evaluate the layer in float64; "
+            f"float32 layers resolved 4 heads at d <= 16, docs/howto/float-black-box.md): ",
+            detail)
 
 
 def plural(m) -> str:

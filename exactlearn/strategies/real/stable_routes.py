@@ -103,10 +103,10 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
         first = bad[min(bad)]
         some = (f"of the first {stopped} (fitting stopped there: more than "
                 f"{share:.0%} of all had failed) " if stopped else "")
-        raise type(first)(f"{len(bad)} {some}of {len(splan.configs)} configurations could not be "
-                          f"resolved at any scale (a box noisier than declared, or more heads "
-                          f"than {H}){precision_failure(bad, nz, rec, start, H)}; the first: "
-                          f"{first}")
+        lead, why = precision_failure(bad, nz, rec, start, H)    # the verdict leads, if any
+        guess = "" if lead else f" (a box noisier than declared, or more heads than {H})"
+        raise type(first)(f"{lead}{len(bad)} {some}of {len(splan.configs)} configurations could "
+                          f"not be resolved at any scale{guess}{why}; the first: {first}")
     # first-order validity, then labelling with per-relation bounds
     worst_rel = max((rel_bound(f, m) / f.kappa for f in fits.values()), default=0.0)   # at eta
     poles_of = {n: family_poles(K, f, m) for n, f in fits.items()}
