@@ -287,6 +287,10 @@ def test_scaled_in_place_is_the_same_scaled(low):
         assert len(ref.weak) == len(got.weak)
         for x, y in zip(ref.solved(b), got.solved(b)):
             assert (x is None and y is None) or np.array_equal(np.asarray(x), np.asarray(y))
+    frozen = keep.copy()                # read-only (or not float64): scaled in a copy, untouched
+    frozen.flags.writeable = False
+    assert np.array_equal(sn.Scaled(frozen, overwrite_a=True).s, ref.s) and \
+        np.array_equal(frozen, keep)
 
 
 def test_shifted_is_the_shift_and_the_eigen_step_needs_no_inverse():

@@ -156,7 +156,7 @@ def _gauss_newton(fam, W, V, c, far, warm=False, defer=False, named=True):
     rounding).  Returns ``(W, V, c, A, b, parts, weak, factor)`` at the last point taken
     (``weak``: the start's weak directions, :class:`Weak`, none named when not ``named``;
     ``factor``: A's :class:`~exactlearn.strategies.real.stable_scaled.Scaled` when a step formed
-    it, else None); ``None`` when no step is taken from a start that is not ``far``
+    it, A then None, else None); ``None`` when no step is taken from a start that is not ``far``
     (Levenberg--Marquardt's end), the matrix stops solving after the start or ``MAX_STEPS``
     steps do not settle; the start's :class:`Weak` when its matrix does not solve.
 
@@ -181,8 +181,7 @@ def _gauss_newton(fam, W, V, c, far, warm=False, defer=False, named=True):
         if kept:                        # the last point's arrays alone are read (A and the
             kept[-1] = (None,) * 6 + kept[-1][-1:]  # parts: 0.18 GB at d = 32, H = 4)
         kept.append((W1, V1, c1, A1, b1, parts1, cost1))
-        # settled: a decrease of at most 1e-6 of the cost, or a step that reached float64's
-        # floor (every residual within its rounding: no later decrease could be told)
+        # settled: a decrease <= 1e-6 of the cost, or float64's floor (residuals within rounding)
         return cost is None or (cost - cost1 > 1e-6 * cost and beyond1 > 0)
 
     def step(th):
@@ -212,7 +211,8 @@ def _gauss_newton(fam, W, V, c, far, warm=False, defer=False, named=True):
         return None                                     # MAX_STEPS steps, still not settled
     if len(kept) == 1 and not (far or warm):
         return None                                     # no step decreased the cost
-    return kept[-1][:6] + (weak0[0], factors.get(len(kept) - 1))
+    fac = factors.get(len(kept) - 1)    # A was scaled in place when it has one: not handed on
+    return kept[-1][:3] + (None if fac else kept[-1][3],) + kept[-1][4:6] + (weak0[0], fac)
 
 
 def _heads_of(W, V, c, bias, mpf):

@@ -43,9 +43,10 @@ class Scaled:
 
     def __init__(self, A, name_weak=True, solve=True, overwrite_a=False):
         s = self.s = np.sqrt(np.maximum(np.diag(A), 1e-300))
-        As = A if overwrite_a else A / s[:, None]      # overwrite_a: A is scaled in place, one
-        if overwrite_a:                                 # array of its size the fewer (143 MB at
-            As /= s[:, None]                            # d = 32, H = 4), the same values
+        inplace = overwrite_a and A.dtype == np.float64 and A.flags.writeable
+        As = A if inplace else A / s[:, None]   # overwrite_a: A (float64) is scaled in place,
+        if inplace:                              # one array of its size the fewer (143 MB at
+            As /= s[:, None]                     # d = 32, H = 4), the same values
         As /= s[None, :]
         self.fac = self.ev = self.U = None
         self.weak = []
