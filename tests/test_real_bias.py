@@ -153,3 +153,28 @@ def test_heads_with_equal_W_and_u_merge_over_the_real_field():
     assert res.certified and len(res.heads) == 2, res.error
     err, rel = _relative_error(res, model)
     assert rel <= 1e-8 and err <= float(res.error_bound)
+
+
+@pytest.mark.parametrize("f", ["1", "1/2", "4"])
+def test_a_biased_familys_rows_are_its_exact_coordinates_rounded_once(f):
+    """``stable_solve.rows_bias`` (integer dot products over one denominator, each coefficient
+    rounded once from an unreduced fraction) against the definition: ``alpha = X~^-1 (x; 1)``,
+    ``beta = E^-1 e`` by exact rational linear algebra, the W rows ``K(beta_j alpha_i)`` and
+    the c rows ``K(beta_j / f)``, for dyadic tokens at d = 5 (random, seeded) and scale f."""
+    import random
+    from gmpy2 import mpq
+    from exactlearn.algebra import linalg
+    from exactlearn.fields.rational import QQ
+    from exactlearn.strategies.real.stable_solve import bias_frame, rows_bias
+    rnd, d, K = random.Random(5), 5, Real(dps=40)
+    tok = lambda: tuple(mpq(rnd.randint(-2 ** 20, 2 ** 20), 2 ** 20) for _ in range(d))  # noqa: E731
+    X, E, x, e, f = [tok() for _ in range(d + 1)], [tok() for _ in range(d)], tok(), tok(), mpq(f)
+    Xt = [[X[i][r] for i in range(d + 1)] for r in range(d)] + [[QQ(1)] * (d + 1)]
+    Em = [[E[j][r] for j in range(d)] for r in range(d)]
+    alpha = linalg.matvec(linalg.inverse(Xt, QQ), list(x) + [QQ(1)], QQ)
+    beta = linalg.matvec(linalg.inverse(Em, QQ), list(e), QQ)
+    lw, lc = rows_bias(bias_frame(X, E), x, e, f, K)
+    assert lw == [((j, i), K(beta[j] * alpha[i])) for j in range(d) for i in range(d + 1)
+                  if beta[j] != 0 and alpha[i] != 0]
+    assert lc == [(j, K(beta[j] / f)) for j in range(d) if beta[j] != 0]
+    assert len(lw) == d * (d + 1)
