@@ -33,6 +33,7 @@ from exactlearn.demo.minilm import subspace_model   # noqa: E402
 from exactlearn.fields.real import Real             # noqa: E402
 from exactlearn.model import Head                   # noqa: E402
 from exactlearn.strategies.real import stable_polish as P   # noqa: E402
+from exactlearn.strategies.real.stable_normal import spectrum   # noqa: E402
 from exactlearn.strategies.real.ratio import family_tokens, ratio_nodes   # noqa: E402
 
 H, D = 12, 8
@@ -93,7 +94,7 @@ def main(argv=None):
     print(f"part 2: {len(etas)} queries at scales {args.scales}")
     true = [Head(tuple(tuple(K.ctx.mpf(float(a)) for a in r) for r in W),
                  tuple(K.ctx.mpf(float(a)) for a in v)) for W, v in heads]
-    ev = P.spectrum(true, rec, 0, etas)
+    ev = spectrum(true, rec, 0, etas)
     print(f"  normal matrix at the true heads: {len(ev)} unknowns, eigenvalues below the "
           f"largest over 1e8: {int(np.sum(ev < ev[-1] / 1e8))}, over 1e12: "
           f"{int(np.sum(ev < ev[-1] / 1e12))}, over 1e16: {int(np.sum(ev < ev[-1] / 1e16))}")

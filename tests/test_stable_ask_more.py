@@ -204,6 +204,27 @@ def test_a_groups_z_rows_are_its_families_d_against_the_rows(bias):
         assert np.allclose(zr.of(li), want, rtol=1e-13, atol=1e-13)
 
 
+def test_a_normal_matrix_formed_in_a_reused_array_is_the_same(monkeypatch):
+    """``normal_equations(..., out=)`` (the Gauss--Newton points' arrays reused: page faults at
+    d = 32, H = 4) fills an array holding anything -- here nan -- with the same A as a fresh
+    one, bit for bit; an array of another shape or type is not used."""
+    import exactlearn.strategies.real.stable as stable
+    from exactlearn.strategies.real.stable_normal import head_arrays, normal_equations
+    got, real_polish = [], stable.polish
+    monkeypatch.setattr(stable, "polish", lambda *a, **k: got.append(real_polish(*a, **k)) or got[-1])
+    assert _learn(NumpyAttention.from_seed(4, 2, 0), 4, 2, 0).certified
+    pol = [p for p in got if p.solved][-1]
+    fam = pol.normal[3]
+    W, V, c = head_arrays(pol.heads, False)
+    A0, b0 = normal_equations(fam, W, V)[:2]
+    buf = np.full_like(A0, np.nan)
+    A1, b1 = normal_equations(fam, W, V, out=buf)[:2]
+    assert A1 is buf and np.array_equal(A1, A0) and np.array_equal(b1, b0)
+    for other in (np.zeros((3, 3)), np.zeros(A0.shape, dtype=np.float32)):
+        A2 = normal_equations(fam, W, V, out=other)[0]
+        assert A2 is not other and np.array_equal(A2, A0)
+
+
 def test_the_first_polish_waits_while_targeted_families_are_asked(monkeypatch):
     """d=6, H=3, seed 0: the first polish's start names a weak direction, so (``defer``) it
     takes no Gauss--Newton step before the targeted families are asked; the polish after them

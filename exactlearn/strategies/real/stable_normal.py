@@ -137,12 +137,13 @@ def v_jacobian(fam, gv, n):
     return np.concatenate([Jv, np.ones((n, 1))], axis=1) if fam.bias else Jv
 
 
-def normal_equations(fam, W, V, c=0.0):
+def normal_equations(fam, W, V, c=0.0, out=None):
     """``A``, ``b`` (module doc), the per-family reduced Jacobians and weights, and ``(cost,
     beyond)``: the weighted cost, and the same with each residual reduced by its rounding ``8 EPS
     (size_q + |y_q|)`` (0: float64's floor).  Every observation at once (:func:`family_values`'
     values), summed per family by ``np.add.reduceat``; a query's v block is ``(1 - p_h) x + p_h
-    a`` per head: per-family sums of ``w p_h p_g``-type weights times ``x x^T, x a^T, a a^T``."""
+    a`` per head: per-family sums of ``w p_h p_g``-type weights times ``x x^T, x a^T, a a^T``.
+    ``out``: an array of A's shape and type (a normal matrix no longer read) that becomes A."""
     H, d = V.shape
     dd = fam.D.shape[1]
     nv = H * d + fam.bias
@@ -182,7 +183,11 @@ def normal_equations(fam, W, V, c=0.0):
     Rx, Ra = per_family(wr[:, None] * q), per_family(wr[:, None] * p)     # F x H
     bv = np.zeros(nv)
     bv[:H * d] = (np.einsum("fh,fi->hi", Rx, xs) + np.einsum("fh,fi->hi", Ra, as_)).reshape(-1)
-    A = np.zeros((P, P))
+    if out is not None and out.shape == (P, P) and out.dtype == np.float64:
+        A = out                         # fresh pages cost more than filling mapped ones
+        A.fill(0.0)
+    else:
+        A = np.zeros((P, P))
     A[H * dd:H * dd + H * d, H * dd:H * dd + H * d] = vv_block(fam, per_family, wq, wp, q, p)
     if fam.bias:                                     # the constant's column of ones
         Nzv[:, :, -1] = per_family(wg)
@@ -226,3 +231,15 @@ def head_arrays(heads, bias):
         W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
     V = np.array([[float(a) for a in h.v] for h in heads])
     return W, V, float(getattr(heads, "constant", 0)) if bias else 0.0
+
+
+def spectrum(heads, rec, start, etas) -> np.ndarray:
+    """The eigenvalues of the Jacobi-scaled normal matrix at ``heads`` over the observations
+    since ``start``, ascending: how well they determine every direction of the parameters
+    (:func:`~exactlearn.strategies.real.stable_polish.polish` solves when the smallest is above
+    the largest over ``COND_LIMIT``)."""
+    W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
+    V = np.array([[float(a) for a in h.v] for h in heads])
+    A = normal_equations(Families(rec, start, etas), W, V)[0]
+    s = np.sqrt(np.maximum(np.diag(A), 1e-300))
+    return np.linalg.eigvalsh(A / s[:, None] / s[None, :])

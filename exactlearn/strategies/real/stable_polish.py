@@ -168,18 +168,22 @@ def _gauss_newton(fam, W, V, c, far, warm=False, defer=False, named=True):
     shape, nW = W.shape, W.size
     kept, weak0 = [], []                # the points taken: (W, V, c, A, b, parts, cost)
     factors = {}                        # their normal matrices' factors, where a step formed one
+    spare = []                          # normal matrices no longer read: reused
 
     def judge(th):
         """Takes the point ``th`` or not: False when the iteration stops there."""
         x = np.array([float(t) for t in th])
         W1, V1 = x[:nW].reshape(shape), x[nW:nW + H * d].reshape(H, d)
         c1 = x[-1] if fam.bias else c
-        A1, b1, parts1, (cost1, beyond1) = normal_equations(fam, W1, V1, c1)
+        A1, b1, parts1, (cost1, beyond1) = normal_equations(
+            fam, W1, V1, c1, out=spare.pop() if spare else None)
         cost = kept[-1][-1] if kept else None
         if cost is not None and cost1 > cost * (1 + 1e-9):
+            spare.append(A1)            # not taken: its array serves the next point
             return False                                # no further decrease: keep the last
-        if kept:                        # the last point's arrays alone are read (A and the
-            kept[-1] = (None,) * 6 + kept[-1][-1:]  # parts: 0.18 GB at d = 32, H = 4)
+        if kept:                        # the last point's arrays alone are read (A, scaled by
+            spare.append(kept[-1][3])   # its step, is reused: 152 MB of page faults each at
+            kept[-1] = (None,) * 6 + kept[-1][-1:]      # d = 32, H = 4 with biases)
         kept.append((W1, V1, c1, A1, b1, parts1, cost1))
         # settled: a decrease <= 1e-6 of the cost, or float64's floor (residuals within rounding)
         return cost is None or (cost - cost1 > 1e-6 * cost and beyond1 > 0)
@@ -388,13 +392,3 @@ def _excess(fam, parts):
         n += len(r)
     return total / n
 
-
-def spectrum(heads, rec, start, etas) -> np.ndarray:
-    """The eigenvalues of the Jacobi-scaled normal matrix at ``heads`` over the observations
-    since ``start``, ascending: how well they determine every direction of the parameters
-    (:func:`polish` solves when the smallest is above the largest over ``COND_LIMIT``)."""
-    W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
-    V = np.array([[float(a) for a in h.v] for h in heads])
-    A = normal_equations(Families(rec, start, etas), W, V)[0]
-    s = np.sqrt(np.maximum(np.diag(A), 1e-300))
-    return np.linalg.eigvalsh(A / s[:, None] / s[None, :])
