@@ -183,11 +183,7 @@ def normal_equations(fam, W, V, c=0.0, out=None):
     Rx, Ra = per_family(wr[:, None] * q), per_family(wr[:, None] * p)     # F x H
     bv = np.zeros(nv)
     bv[:H * d] = (np.einsum("fh,fi->hi", Rx, xs) + np.einsum("fh,fi->hi", Ra, as_)).reshape(-1)
-    if out is not None and out.shape == (P, P) and out.dtype == np.float64:
-        A = out                         # fresh pages cost more than filling mapped ones
-        A.fill(0.0)
-    else:
-        A = np.zeros((P, P))
+    A = _zeroed(out, P)
     A[H * dd:H * dd + H * d, H * dd:H * dd + H * d] = vv_block(fam, per_family, wq, wp, q, p)
     if fam.bias:                                     # the constant's column of ones
         Nzv[:, :, -1] = per_family(wg)
@@ -207,6 +203,15 @@ def normal_equations(fam, W, V, c=0.0, out=None):
     ends = list(fam.starts[1:]) + [len(r)]
     parts = [(gz[i:j], Jv[i:j], w[i:j], size[i:j], r[i:j]) for i, j in zip(fam.starts, ends)]
     return A, b, parts, (cost, beyond)
+
+
+def _zeroed(out, P):
+    """A ``P x P`` float64 array of zeros: ``out`` filled when it is one (a normal matrix no
+    longer read: filling mapped pages costs less than faulting fresh ones in), else new."""
+    if out is not None and out.shape == (P, P) and out.dtype == np.float64:
+        out.fill(0.0)
+        return out
+    return np.zeros((P, P))
 
 
 class Weak:
