@@ -210,3 +210,31 @@ def test_worker_that_keeps_dying_fails_explicitly(tmp_path):
         assert res.attempts == 1                 # the cluster's failure is not redrawn
         assert res.queries == oracle.queries == _answered(answers) >= 2 * (kill - 1)
     assert seconds < BOUND
+
+
+class _Shifted(Oracle):
+    """An Oracle subclass whose answers are the model's plus 1: outside the model class."""
+
+    def __call__(self, tokens):
+        self.calls = getattr(self, "calls", 0) + 1
+        return super().__call__(tokens) + self.field(1)
+
+    def over(self, field):
+        return _Shifted(self.model, field if field.scale is not None
+                        else field.with_scale(self.field.D), like=self)
+
+
+def test_an_oracle_subclass_is_asked_itself_on_a_cluster(tmp_path):
+    """Review helper-74 F1: the cluster's workers evaluated a subclass's ``model`` with a plain
+    Oracle, so a box answering otherwise (here: the model's value plus 1) was certified as its
+    model, with 138 answers counted that it never gave.  Now an Oracle subclass is asked
+    here, like any black box: the run fails as the serial run does, every query asked of it."""
+    model = random_model(3, 2, seed=3, den=1)
+    serial_box = _Shifted(model, Modular())
+    serial = learn(serial_box, d=3, heads=2, seed=1)
+    assert serial.status == "failed"
+    with _cluster(tmp_path) as (client, _, answers, _):
+        box = _Shifted(model, Modular())
+        res, _ = _bounded(lambda: learn(box, d=3, heads=2, seed=1, executor=client))
+    assert res.status == "failed" and res.queries == serial.queries == box.calls == serial_box.calls
+    assert _answered(answers) == 0                  # no worker evaluated the model

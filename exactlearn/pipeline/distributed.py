@@ -98,7 +98,10 @@ class ClusterPlan:
     def __init__(self, client, plan, oracle):
         self.client = client
         self.plan = plan
-        self.model = oracle.model if isinstance(oracle, Oracle) else None
+        # the workers evaluate the model themselves only for an Oracle proper: a subclass may
+        # answer otherwise (review helper-74: a shifted box was certified as its model), so
+        # its own answers are asked here, as for any other black box
+        self.model = oracle.model if type(oracle) is Oracle else None
         self.token = uuid.uuid4().hex
         self.tally = Tally(self.token)
         self.lost: set = set()
