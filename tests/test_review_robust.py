@@ -188,3 +188,18 @@ def test_a_nan_answer_is_one_line_naming_the_query_and_output(plan, outputs):
     assert res.error.endswith(f".box answered nan at query 1{where}: not a finite real number, "
                               f"so not in the real field"), res.error
     assert res.queries == len(asked)
+
+
+def test_refitting_the_paper_plan_with_exactly_h_heads_fails_explicitly():
+    """Review helper-74 F3: over the real field, the paper plan with ``max_heads=2`` on two heads
+    1e-4 apart refuted one head, then refitted a family with exactly 2 heads from its 4 observed
+    samples and raised a bare ``ValueError`` ("need 2H+1 = 5 samples, got 5 points and 4
+    values"; the CLI called it bad input, exit 2).  Now the run fails, naming the count tried,
+    with every query counted."""
+    from fractions import Fraction as F
+    W1 = [[F(1, 2), F(1, 2)], [F(-1), F(0)]]
+    W2 = [[F(5001, 10000), F(1, 2)], [F(-1), F(0)]]
+    box = Oracle(MultiHeadAttention([(W1, [1, 1]), (W2, [2, 3])]), Real())
+    res = learn(box, d=2, max_heads=2, seed=0, plan="paper", noise="1e-6")
+    assert res.status == "failed" and "exactly 2 heads" in res.error
+    assert res.queries == box.queries

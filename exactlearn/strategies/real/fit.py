@@ -158,6 +158,9 @@ def _loewner_start(K, H, ys, eta_k, ymax, computed0, m, exact_poles) -> tuple:
     if exact_poles is not None:
         Kf = K.with_tolerance(K.tol, K.sep, noise=K(LO.ldexp(1, -K.prec)))
         lo, top = (1 if computed0 else 0), 2 * exact_poles + 1
+        if lo + top > len(ys):          # review helper-74 F3: was a bare ValueError
+            raise InterpolationError(f"a family's {len(ys) - lo} observed samples cannot fit "
+                                     f"exactly {exact_poles} heads (2 x {exact_poles} + 1 needed)")
         rf = cauchy_interpolate([Kf(k) for k in range(lo, lo + top)], ys[lo:lo + top],
                                 exact_poles, Kf)
         if rf.n_poles != exact_poles:
