@@ -276,3 +276,16 @@ def test_huge_decimal_exponent_is_bad_input(tmp_path, capsys):
     assert main(["learn", "--model", str(p), "--heads", "1"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1 and "exponent out of range" in err
+
+
+def test_python_dash_m_exactlearn_is_the_command(tmp_path):
+    """``python -m exactlearn`` runs the ``exactlearn`` command: a model learned to exit 0,
+    and bad input to exit 2 with one line on stderr (no ``__main__`` failed before)."""
+    path = tmp_path / "m.json"
+    MultiHeadAttention([([[1, 0], [0, -1]], [1, 2])]).dump(path)
+    run = lambda *argv: subprocess.run([sys.executable, "-m", "exactlearn", *argv],  # noqa: E731
+                                       capture_output=True, text=True, timeout=120)
+    ok = run("learn", "--model", str(path), "--heads", "1", "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["status"] == "certified", ok.stderr
+    bad = run("learn", "--model", str(tmp_path / "missing.json"), "--heads", "1")
+    assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.splitlines()) == 1

@@ -38,17 +38,20 @@ import exactlearn.pipeline.cluster_tasks as _d
 
 ANSWERS, TOKEN = {answers!r}, {token!r}
 KILL_AT_QUERY, KILL_AT_ANALYSIS, EVERY_TIME = {kill_at_query!r}, {kill_at_analysis!r}, {every_time!r}
+SIGNAL = {signal!r}
 
 
 def _die():
-    """SIGKILL this worker process: once per test (the first process to create TOKEN),
-    or every time (EVERY_TIME)."""
+    """SIGNAL (SIGKILL, or SIGSTOP: a frozen worker) to this worker process: once per test
+    (the first process to create TOKEN, which holds its pid), or every time (EVERY_TIME)."""
     if not EVERY_TIME:
         try:
-            os.close(os.open(TOKEN, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            fd = os.open(TOKEN, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             return
-    os.kill(os.getpid(), signal.SIGKILL)
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+    os.kill(os.getpid(), getattr(signal, SIGNAL))
 
 
 if not hasattr(_o.CountingOracle, "_faults_call"):      # a preload may run twice
@@ -75,17 +78,24 @@ if not hasattr(_o.CountingOracle, "_faults_call"):      # a preload may run twic
 '''
 
 
+def _preload(tmp_path, kill_at_query=None, kill_at_analysis=False, every_time=False,
+             signal="SIGKILL"):
+    """The preload script's path and the folder of its answer counts."""
+    answers = tmp_path / "answers"
+    answers.mkdir()
+    preload = tmp_path / "faults_preload.py"
+    preload.write_text(PRELOAD.format(answers=str(answers), token=str(tmp_path / "killed"),
+                                      kill_at_query=kill_at_query, signal=signal,
+                                      kill_at_analysis=kill_at_analysis, every_time=every_time))
+    return preload, answers
+
+
 @contextlib.contextmanager
 def _cluster(tmp_path, n_workers=2, kill_at_query=None, kill_at_analysis=False,
              every_time=False, allowed_failures=3):
     distributed = pytest.importorskip("distributed")
     import dask
-    answers = tmp_path / "answers"
-    answers.mkdir()
-    preload = tmp_path / "faults_preload.py"
-    preload.write_text(PRELOAD.format(answers=str(answers), token=str(tmp_path / "killed"),
-                                      kill_at_query=kill_at_query,
-                                      kill_at_analysis=kill_at_analysis, every_time=every_time))
+    preload, answers = _preload(tmp_path, kill_at_query, kill_at_analysis, every_time)
     with dask.config.set({"distributed.scheduler.allowed-failures": allowed_failures}), \
             distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
                                      host="127.0.0.1", dashboard_address="127.0.0.1:0",
@@ -100,8 +110,8 @@ def _answered(answers) -> int:
     return sum(p.stat().st_size for p in answers.iterdir())
 
 
-def _bounded(fn):
-    """``fn()`` in a thread, failing the test (not hanging it) past BOUND seconds."""
+def _bounded(fn, bound=BOUND):
+    """``fn()`` in a thread, failing the test (not hanging it) past ``bound`` seconds."""
     out: dict = {}
 
     def run():
@@ -112,8 +122,8 @@ def _bounded(fn):
     t0 = time.monotonic()
     th = threading.Thread(target=run, daemon=True)
     th.start()
-    th.join(BOUND)
-    assert not th.is_alive(), f"the run hung (> {BOUND:g} s)"
+    th.join(bound)
+    assert not th.is_alive(), f"the run hung (> {bound:g} s)"
     if "error" in out:
         raise out["error"]
     return out["value"], time.monotonic() - t0
@@ -238,3 +248,40 @@ def test_an_oracle_subclass_is_asked_itself_on_a_cluster(tmp_path):
         res, _ = _bounded(lambda: learn(box, d=3, heads=2, seed=1, executor=client))
     assert res.status == "failed" and res.queries == serial.queries == box.calls == serial_box.calls
     assert _answered(answers) == 0                  # no worker evaluated the model
+
+
+@pytest.mark.slow
+def test_a_frozen_worker_of_a_local_cluster_is_replaced_not_waited_on(tmp_path, capsys):
+    """Review helper-74 F2: ``exactlearn learn --workers 2`` with one worker process stopped
+    (SIGSTOP) at its 40th query waited for it forever (Dask's worker-ttl is 5 minutes, and a
+    frozen process keeps its TCP connections).  The CLI's local cluster declares a worker
+    dead 60 s after its last heartbeat, its tasks are recomputed by the other, and the run
+    ends certified with the serial heads and every answer counted, well inside 4 minutes."""
+    pytest.importorskip("distributed")
+    import dask
+    import os
+    import signal
+    from exactlearn.cli import main
+    d, H, seed = 6, 3, 2
+    model = random_model(d, H, 8, den=1)
+    path = tmp_path / "m.json"
+    model.dump(path)
+    serial = _serial(model, d, H, seed)
+    preload, answers = _preload(tmp_path, kill_at_query=40, signal="SIGSTOP")
+    argv = ["learn", "--model", str(path), "--field", "modular", "--heads", str(H),
+            "--seed", str(seed), "--json", "--workers", "2"]
+    try:
+        with dask.config.set({"distributed.worker.preload": [str(preload)]}):
+            rc, seconds = _bounded(lambda: main(argv), bound=240.0)
+    finally:
+        if (tmp_path / "killed").exists():      # the frozen process, if it outlived the run
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int((tmp_path / "killed").read_text()), signal.SIGKILL)
+    captured = capsys.readouterr()
+    assert (tmp_path / "killed").exists(), "no worker was stopped: the test did not test one"
+    assert "Traceback" not in captured.err
+    out = json.loads(captured.out)
+    assert rc == 0 and out["status"] == "certified", out.get("error")
+    assert out["heads"] == serial.to_json()["heads"]
+    assert out["queries"] == _answered(answers) >= serial.queries + 39
+    assert seconds >= 60                        # it did wait for the frozen worker's ttl

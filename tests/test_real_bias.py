@@ -178,3 +178,15 @@ def test_a_biased_familys_rows_are_its_exact_coordinates_rounded_once(f):
                   if beta[j] != 0 and alpha[i] != 0]
     assert lc == [(j, K(beta[j] / f)) for j in range(d) if beta[j] != 0]
     assert len(lw) == d * (d + 1)
+
+
+def test_a_bias_frame_survives_pickle_and_copy():
+    """A :class:`_Frame` (a tuple with its integer form beside it) pickles, copies and deep-copies
+    to the same frame (review helper-76: ``tuple.__new__`` was handed one argument, a TypeError)."""
+    import copy
+    import pickle
+    from exactlearn.strategies.real.stable_solve import bias_frame
+    frame = bias_frame([[1, 2], [3, 5], [7, 1]], [[1, 0], [1, 1]])
+    for other in (pickle.loads(pickle.dumps(frame)), copy.copy(frame), copy.deepcopy(frame)):
+        assert type(other) is type(frame) and tuple(other) == tuple(frame)
+        assert other.ints == frame.ints

@@ -69,7 +69,11 @@ def executor(args, bad_input):
             # the workers' statistical profiler samples every thread's stack 100 times a
             # second, taking the GIL from the oracle and the analysis (about 15 % of a run at
             # d = 32)
-            stack.enter_context(dask.config.set({"distributed.worker.profile.enabled": False}))
+            # a worker that stops answering (frozen, SIGSTOP) still looks alive until the
+            # scheduler's worker-ttl (5 minutes by default) passes its last heartbeat: 60 s here,
+            # then its tasks are recomputed elsewhere (review helper-74 F2: a run hung)
+            stack.enter_context(dask.config.set({"distributed.worker.profile.enabled": False,
+                                                 "distributed.scheduler.worker-ttl": "60s"}))
             for attempt in range(STARTS):   # a worker killed while it starts: start again
                 inner = contextlib.ExitStack()
                 try:

@@ -75,6 +75,9 @@ class _Frame(tuple):
         self.ints = tuple(_integers(M) for M in (Xi, Ei))
         return self
 
+    def __getnewargs__(self):           # pickle and copy (review helper-76)
+        return tuple(self)
+
 
 def _integers(M) -> tuple:
     """``(N, D)``: the integer matrix ``N = D M`` and the least common denominator ``D``."""
