@@ -285,7 +285,7 @@ def test_python_dash_m_exactlearn_is_the_command(tmp_path):
     MultiHeadAttention([([[1, 0], [0, -1]], [1, 2])]).dump(path)
     run = lambda *argv: subprocess.run([sys.executable, "-m", "exactlearn", *argv],  # noqa: E731
                                        capture_output=True, text=True, timeout=120)
-    ok = run("learn", "--model", str(path), "--heads", "1", "--json")
+    ok = run("learn", "--model", str(path), "--heads", "1", "--seed", "1", "--json")
     assert ok.returncode == 0 and json.loads(ok.stdout)["status"] == "certified", ok.stderr
     bad = run("learn", "--model", str(tmp_path / "missing.json"), "--heads", "1")
     assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.splitlines()) == 1
