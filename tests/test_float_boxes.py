@@ -493,6 +493,33 @@ def test_the_pencil_reads_every_head_off_a_float_box():
     assert max(errs) <= 1e-8, errs
 
 
+def test_the_pencil_asks_each_lattice_point_once():
+    """The pencil's points e = alpha_i + alpha_j + g lie on one lattice, and its shifts are the
+    lattice's steps: each final token's batch asks every distinct point once (no query twice),
+    ``1 + len(COPIES) * points`` queries, where random alpha asked all ``(d + 1) n (n + 1) / 2``
+    sums: at d = 8, H = 12, 976 points for 3,159 sums."""
+    from exactlearn.strategies.real.stable_pencil import COPIES, lattice, pencil_heads
+    grid = lattice(8, 26)
+    shifts = [np.zeros(8, dtype=int)] + list(np.eye(8, dtype=int))
+    sums = [tuple(grid[i] + grid[j] + g) for g in shifts for i in range(26) for j in range(i, 26)]
+    assert (len(sums), len(set(sums))) == (3159, 976)
+    box = NumpyAttention.from_seed(4, 3, 0)
+    adapter = TokenAdapter(box, "float64")
+    batches = []
+
+    def ask(qs):
+        batches.append([tuple(map(tuple, q)) for q in qs])
+        return [float(adapter(q)) for q in qs]
+    pencil_heads(ask, 4, 3, 1.0, 0.5)
+    n = 2 * 3 + 2
+    grid = lattice(4, n)
+    shifts = [np.zeros(4, dtype=int)] + list(np.eye(4, dtype=int))
+    points = {tuple(grid[i] + grid[j] + g) for g in shifts for i in range(n) for j in range(i, n)}
+    assert len(points) < 5 * n * (n + 1) // 2
+    for batch in batches:
+        assert len(batch) == len(set(batch)) == 1 + len(COPIES) * len(points)
+
+
 @pytest.mark.slow
 def test_twice_as_many_heads_as_dimensions_certified_from_the_pencil_start():
     """Pinned: d=4, H=8, seed 0 -- 11 of 31 configurations crowd beyond any per-family fit,
