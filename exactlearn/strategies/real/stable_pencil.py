@@ -60,7 +60,7 @@ from exactlearn.errors import DegenerateDraw
 from exactlearn.strategies.real.lsq import last, solve
 from exactlearn.strategies.real.ratio import dyadic
 
-COPIES = (256, 384, 512, 768, 1024)   # m of the extrapolation; the longest query has 1025 tokens
+COPIES = (256, 384, 512, 1024)        # m of the extrapolation; the longest query has 1025 tokens
 ALPHA_MARGIN = 2                      # vectors alpha beyond 2H (the rank of each matrix)
 LATTICE_STEP = 0.7                    # delta, the lattice's step, over the norm of e asked for
 SPARE_TOKENS = 1                      # final tokens used beyond d
