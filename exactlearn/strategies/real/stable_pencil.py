@@ -142,9 +142,8 @@ class _Token:
 def lattice(d: int, n: int) -> np.ndarray:
     """The first ``n`` points ``alpha / delta`` (integer vectors): ``0``, the ``e_k``, then
     ``e_k + e_(k+s mod d)`` for ``s = 1, 2, ..., d - 1, 0``, then sums of three, ... (module
-    doc).  Their sums and
-    the shifted sums ``alpha_i + alpha_j + delta e_k`` coincide often, and each distinct
-    point is asked once: 976 of the 3,159 at d = 8 with 26 vectors.
+    doc).  Their sums and the shifted sums ``alpha_i + alpha_j + delta e_k`` coincide often,
+    and each distinct point is asked once: 976 of the 3,159 at d = 8 with 26 vectors.
 
     >>> lattice(3, 6).tolist()
     [[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0], [0, 1, 1]]
