@@ -93,21 +93,28 @@ def _reject_constant(name):
     raise ModelError(f"model file: {name} is not an exact number")
 
 
-def check_format(obj, expected: str, default=None) -> None:
-    """A model file's top level: a JSON object whose ``format`` is ``expected`` (a missing
-    key reads as ``default``); otherwise a one-line :class:`ModelError`.
+def check_format(obj, expected, default=None) -> None:
+    """A model file's top level: a JSON object whose ``format`` is ``expected`` (a string, or
+    a tuple of the formats accepted; a missing key reads as ``default``); otherwise a
+    one-line :class:`ModelError` naming every format accepted.
 
     >>> check_format({"format": "exactlearn.mha/1"}, "exactlearn.mha/1")
     >>> check_format([1], "exactlearn.mha/1")
     Traceback (most recent call last):
     ...
     exactlearn.errors.ModelError: model file: top level must be a JSON object
+    >>> check_format({"format": "x/9"}, ("x/1", "x/2"))
+    Traceback (most recent call last):
+    ...
+    exactlearn.errors.ModelError: model file: unknown format 'x/9' (expected 'x/1' or 'x/2')
     """
     if not isinstance(obj, dict):
         raise ModelError("model file: top level must be a JSON object")
     fmt = obj.get("format", default)
-    if fmt != expected:
-        raise ModelError(f"model file: unknown format {fmt!r} (expected {expected!r})")
+    accepted = (expected,) if isinstance(expected, str) else tuple(expected)
+    if fmt not in accepted:
+        raise ModelError(f"model file: unknown format {fmt!r} (expected "
+                         f"{' or '.join(map(repr, accepted))})")
 
 
 def exact_vector(v, n: int, what: str) -> tuple:

@@ -166,11 +166,14 @@ def _check_modular(a, K, plan) -> None:
 
 
 def _check_vector(oracle, a, K, d, H) -> None:
+    model_box = oracle.box if isinstance(oracle, TokenAdapter) else oracle   # before any query
+    if isinstance(model_box, Oracle) and model_box.model.d != d:
+        raise ValueError(f"the black box is a model in d={model_box.model.d}; learn() was "
+                         f"given d={d}")
     if a["outputs"] is not None:
         check_outputs(a["outputs"], K, oracle, a["noise"], a["noise_rel"], a["snap"],
                       a["executor"], a["max_height"], a["verify"])
         return
-    model_box = oracle.box if isinstance(oracle, TokenAdapter) else oracle   # before any query
     m = model_box.outputs if isinstance(model_box, Oracle) else None
     if m is not None:
         raise ValueError(f"the black box is a model of {m} outputs (m values per query): "

@@ -15,9 +15,11 @@ import sys
 
 from exactlearn.errors import ClusterError, FieldError, ModelError, box_failure
 from exactlearn.generate import random_model
-from exactlearn.io import load_json
+from exactlearn.io import check_format, load_json
 from exactlearn import limits
 from exactlearn.model import MultiHeadAttention
+from exactlearn.model.attention import FORMAT, FORMAT_BIAS, FORMAT_VECTOR
+from exactlearn.transformer_model import FORMAT as TRANSFORMER_FORMAT
 from exactlearn.cli.parser import FIELD_NAMES, BadInput, HelpFormatter, build_parser
 from exactlearn.cli.summary import summary
 
@@ -34,6 +36,8 @@ def fresh_seed() -> int:
 
 #: ``exactlearn learn`` options that apply to one field only: option -> (dest, default, field).
 #: Given with another field, they are bad input (exit 2), never silently ignored.
+#: The model files ``exactlearn learn --model`` reads (docs: reference/model-files.md).
+MODEL_FORMATS = (FORMAT, FORMAT_BIAS, FORMAT_VECTOR, TRANSFORMER_FORMAT)
 FIELD_OPTIONS = {"--dps": ("dps", None, "real"), "--inject-noise": ("noise", None, "real"),
                  "--noise-seed": ("noise_seed", None, "real"),
                  "--query-scale": ("query_scale", None, "real"),
@@ -108,7 +112,8 @@ def _cmd_learn(args) -> int:
     check_field_options(args)
     if args.seed is None:
         args.seed = fresh_seed()
-    if isinstance(obj, dict) and obj.get("format") == "exactlearn.transformer/1":
+    check_format(obj, MODEL_FORMATS, default=MODEL_FORMATS[0])           # the one message names every format accepted here
+    if isinstance(obj, dict) and obj.get("format") == TRANSFORMER_FORMAT:
         if args.bias:
             raise BadInput("--bias applies to attention models (exactlearn.mha/1 or /2), not to a Transformer")
         if args.outputs is not None:
@@ -245,13 +250,24 @@ def _cmd_demo(args) -> int:
     if extra is not None:
         return extra
     if args.plot is not None:
-        from exactlearn.demo.plot import PlotUnavailable
+        from exactlearn.demo.plot import PlotUnavailable, pyplot
+        _check_writable(args.plot, "--plot")          # before the walk-through prints anything
         try:
+            pyplot()
             return run_demo(model, heads=args.heads, seed=args.seed, query_range=args.range,
                             plot=args.plot)
         except PlotUnavailable as exc:
             raise BadInput(str(exc)) from None
     return run_demo(model, heads=args.heads, seed=args.seed, query_range=args.range)
+
+
+def _check_writable(path: str, option: str) -> None:
+    import os
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise BadInput(f"cannot write {option} {path}: it is a folder")
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise BadInput(f"cannot write {option} {path}: {folder} is not a writable folder")
 
 
 def main(argv=None) -> int:

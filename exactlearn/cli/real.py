@@ -31,6 +31,10 @@ class _NoiseOption(argparse.Action):
     the spelling used (``args.noise_option``), so that messages name the option given."""
 
     def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:     # no silent last-one-wins
+            raise argparse.ArgumentError(self, f"given twice ({namespace.noise_option} "
+                                               f"{getattr(namespace, self.dest)}, then "
+                                               f"{option_string} {values}): give it once")
         setattr(namespace, self.dest, values)
         namespace.noise_option = option_string
 

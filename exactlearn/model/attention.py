@@ -201,7 +201,7 @@ class MultiHeadAttention:
             return cls._from_json_vector(obj)
         biased = isinstance(obj, dict) and obj.get("format") == FORMAT_BIAS
         if not biased:
-            check_format(obj, FORMAT, default=FORMAT)
+            check_format(obj, (FORMAT, FORMAT_BIAS, FORMAT_VECTOR), default=FORMAT)
         for key in ("d", "heads") + (("constant",) if biased else ()):
             if key not in obj:
                 raise ModelError(f"model file: missing key {key!r}")

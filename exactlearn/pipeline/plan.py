@@ -383,7 +383,9 @@ def head_bound(d, heads, max_heads) -> int:
     if heads is not None and max_heads is not None:
         raise ValueError("give heads= or max_heads=, not both")
     H = heads if heads is not None else max_heads
-    if H is None or isinstance(H, bool) or not isinstance(H, int) or H < 1:
+    if H is None:
+        raise ValueError("give heads= (the number of heads) or max_heads= (a bound on it)")
+    if isinstance(H, bool) or not isinstance(H, int) or H < 1:
         raise ValueError(f"the head count/bound must be a positive integer, got {H!r}")
     if isinstance(d, bool) or not isinstance(d, int) or d < 1:
         raise ValueError(f"d must be a positive integer, got {d!r}")

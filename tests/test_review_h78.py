@@ -1,0 +1,59 @@
+"""Hostile review (helper-78, 5 Dec 2026): bad input that reached a raw library error, a
+silent last-one-wins, a message that named one of the formats it accepts, and a demo that
+ran before finding it could not write its figure.  Each test failed before its fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from exactlearn import MultiHeadAttention, Oracle, learn
+from exactlearn.cli.main import main
+from exactlearn.fields import Rational
+
+MODEL = MultiHeadAttention([([[1, 0], [0, -1]], [1, 2])])
+
+
+def _one_line_error(capsys) -> str:
+    out, err = capsys.readouterr()
+    assert out == ""                      # nothing presented as a result
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_a_d_that_is_not_the_models_is_named_before_any_query():
+    box = Oracle(MODEL, Rational())
+    with pytest.raises(ValueError, match=r"model in d=2; learn\(\) was given d=3"):
+        learn(box, d=3, heads=1)
+    assert box.queries == 0
+
+
+def test_no_head_count_asks_for_heads_or_max_heads():
+    with pytest.raises(ValueError, match=r"give heads= \(the number of heads\) or max_heads="):
+        learn(Oracle(MODEL, Rational()), d=2)
+
+
+@pytest.mark.parametrize("argv", [["--noise", "1", "--inject-noise", "2"],
+                                  ["--inject-noise", "1", "--inject-noise", "1"]])
+def test_injected_noise_given_twice_is_refused(argv, tmp_path, capsys):
+    path = tmp_path / "m.json"
+    MODEL.dump(path)
+    assert main(["learn", "--model", str(path), "--heads", "1", "--field", "real"] + argv) == 2
+    assert "given twice" in _one_line_error(capsys)
+
+
+def test_an_unknown_model_format_names_every_format_the_command_reads(tmp_path, capsys):
+    path = tmp_path / "m.json"
+    path.write_text('{"format": "exactlearn.mha/9", "d": 2, "heads": []}')
+    assert main(["learn", "--model", str(path), "--heads", "1"]) == 2
+    line = _one_line_error(capsys)
+    for fmt in ("mha/1", "mha/2", "mha/3", "transformer/1"):
+        assert f"'exactlearn.{fmt}'" in line, line
+
+
+@pytest.mark.parametrize("target", ["missing/x.png", "."])
+def test_demo_plot_to_an_unwritable_path_exits_2_before_the_walk_through(target, tmp_path,
+                                                                        capsys):
+    path = tmp_path / target
+    assert main(["demo", "--plot", str(path)]) == 2
+    assert "cannot write --plot" in _one_line_error(capsys)
