@@ -143,6 +143,29 @@ def test_the_pencil_start_takes_biases(monkeypatch):
     assert rel <= 1e-8 and err <= float(res.error_bound)
 
 
+@pytest.mark.parametrize("d, H, seed", [(3, 5, 0), (3, 6, 2)])
+def test_where_the_lattice_shows_no_rank_the_random_vectors_start_the_pencil(monkeypatch, d, H,
+                                                                             seed):
+    """Pinned (review helper-79): forced through the pencil start, these biased layers show no
+    clear rank 2H on the lattice at any scale tried at their first final tokens, and failed
+    ("0 of 2 final tokens") from 55959b2 on; the random vectors with five m (the start before
+    the lattice) now follow the lattice there, and the run is certified within its bound."""
+    from exactlearn.errors import DegenerateDraw
+    from exactlearn.strategies.real import stable
+
+    def crowded(*args, **kwargs):
+        raise DegenerateDraw("every family crowded (forced by the test)")
+
+    monkeypatch.setattr(stable, "_per_family", crowded)
+    model = random_model(d, H, seed=seed, bias=True)
+    res = learn(FloatAttention(model, "float64"), d=d, heads=H, field="real", tokens="float64",
+                bias=True, seed=1, retries=0, **NOISE)
+    assert res.certified, res.error
+    assert res.real_detail["start"] == "pencil"
+    err, rel = _relative_error(res, model)
+    assert rel <= 1e-8 and err <= float(res.error_bound)
+
+
 @pytest.mark.slow
 def test_heads_with_equal_W_and_u_merge_over_the_real_field():
     """Two raw heads with the same (W, u) are one canonical head (their v summed)."""

@@ -55,12 +55,14 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+from gmpy2 import mpq
 
 from exactlearn.errors import DegenerateDraw
 from exactlearn.strategies.real.lsq import last, solve
-from exactlearn.strategies.real.ratio import dyadic
+from exactlearn.strategies.real.ratio import GRID, dyadic
 
 COPIES = (256, 384, 512, 1024)        # m of the extrapolation; the longest query has 1025 tokens
+FINE_COPIES = (256, 384, 512, 768, 1024)   # m with the random vectors (the lattice failed)
 ALPHA_MARGIN = 2                      # vectors alpha beyond 2H (the rank of each matrix)
 LATTICE_STEP = 0.7                    # delta, the lattice's step, over the norm of e asked for
 SPARE_TOKENS = 1                      # final tokens used beyond d
@@ -162,37 +164,39 @@ def lattice(d: int, n: int) -> np.ndarray:
     return np.array(pts[:n])
 
 
-def _per_token(ask, x, grid, delta, H, rng):
+def _per_token(ask, x, alphas, step: int, H, rng, copies=COPIES):
     """``(Q, v, residual)`` from the pencil at the final token ``x`` (module doc), or
     ``("shrink" | "grow" | "drop", why not)``: the scale of ``e`` to try next, or another
-    final token (two heads' ``q_h`` nearly alike at this one).  ``grid``: the vectors
-    ``alpha / delta`` (:func:`lattice`); ``delta`` a dyadic rational."""
-    n, d = grid.shape
+    final token (two heads' ``q_h`` nearly alike at this one).  ``alphas`` (``n x d``) and the
+    shift ``step`` are integers in units of ``2^-GRID``, so the sums ``alpha_i + alpha_j + g``
+    are exact and each distinct one is asked once; ``e = 0`` is not asked (``N(0) = 0``)."""
+    n, d = alphas.shape
     iu = np.triu_indices(n)
-    shifts = [np.zeros(d, dtype=int)] + [np.eye(d, dtype=int)[k] for k in range(d)]
-    keys = [tuple(int(c) for c in grid[i] + grid[j] + g) for g in shifts for i, j in zip(*iu)]
-    points = list(dict.fromkeys(keys))          # each distinct point once, in order
+    shifts = np.vstack([np.zeros(d, dtype=np.int64), step * np.eye(d, dtype=np.int64)])
+    keys = ((alphas[iu[0]] + alphas[iu[1]])[None] + shifts[:, None]).reshape(-1, d)
+    points, where = np.unique(keys, axis=0, return_inverse=True)
+    asked = np.flatnonzero(np.any(points != 0, axis=1))
+    unit = mpq(1, 2 ** GRID)
     queries = []
-    for key in points:
-        a = tuple(p + delta * c for p, c in zip(x, key))
-        queries.extend([a] + [x] * m for m in COPIES)
+    for key in points[asked]:
+        a = tuple(p + int(c) * unit for p, c in zip(x, key))
+        queries.extend([a] + [x] * m for m in copies)
     ys = ask([[x]] + queries)
     try:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            return _pencil(x, ys, points, keys, n, iu, float(delta), H, rng)
+            f = np.array(ys[1:]).reshape(-1, len(copies))
+            vals = np.zeros(len(points))
+            vals[asked] = (f - ys[0]) @ _extrapolate_weights(copies)    # one per point
+            return _pencil(vals, points / 2.0 ** GRID, vals[where.ravel()], n, iu,
+                           step / 2.0 ** GRID, H, rng)
     except (np.linalg.LinAlgError, ValueError) as exc:
         return "drop", f"the pencil's linear algebra failed ({exc})"
 
 
-def _pencil(x, ys, points, keys, n, iu, delta, H, rng):
-    """:func:`_per_token` once its queries are answered."""
-    d = len(x)
-    A = ys[0]
-    f = np.array(ys[1:]).reshape(-1, len(COPIES))
-    vals = (f - A) @ _extrapolate_weights(COPIES)               # one per distinct point
-    at = {key: t for t, key in enumerate(points)}
-    full = vals[[at[key] for key in keys]]                     # per shift, per (i <= j)
-    pts = delta * np.array(points, dtype=float)
+def _pencil(vals, pts, full, n, iu, delta, H, rng):
+    """:func:`_per_token` once its queries are answered: ``vals`` at the distinct points
+    ``pts``, ``full`` per shift and per pair ``i <= j``."""
+    d = pts.shape[1]
     per = len(iu[0])
     Ms = []
     for s in range(d + 1):
@@ -233,6 +237,52 @@ def _pencil(x, ys, points, keys, n, iu, delta, H, rng):
     return Q, v, res
 
 
+class _Design:
+    """The vectors ``alpha`` of each final token's pencil: the lattice (:func:`lattice`) and
+    ``COPIES`` first; random vectors (``2H + ALPHA_MARGIN`` of norm about ``e_norm``, no
+    coinciding sums, so about three times the points) and the five ``FINE_COPIES`` for a final
+    token where the lattice failed at every scale tried, and for every token after it (docs/howto/float-black-box.md, "The pencil start on
+    a lattice")."""
+
+    def __init__(self, d: int, H: int, seed: int):
+        self.H = H
+        self.grid = lattice(d, 2 * H + ALPHA_MARGIN)
+        unit = np.random.default_rng([seed, 1]).normal(size=self.grid.shape)
+        self.unit = unit / np.sqrt(d)
+        self.kinds = ["lattice", "random"]
+
+    def alphas(self, kind: str, ra: float):
+        """``(alphas, step)`` in units of ``2^-GRID`` at the scale ``ra`` (:func:`_per_token`)."""
+        g = 2 ** GRID
+        if kind == "lattice":
+            step = max(1, int(round(ra * LATTICE_STEP * g)))
+            return self.grid.astype(np.int64) * step, step
+        step = max(1, int(round(ra / np.sqrt(self.grid.shape[1]) * g)))
+        return np.rint(self.unit * ra * g).astype(np.int64), step
+
+    def resolve(self, ask, tok, name: str, ra: float, rng, notes: dict) -> float:
+        """Sets ``tok.Q, tok.v, tok.residual`` when a pencil at ``tok.x`` resolves, at up to
+        ``TRIES`` scales of ``e`` per kind of ``alpha``; returns the scale to start the next
+        token at.  Eigenvalue pairs that crowd drop the token (two heads' ``q_h`` nearly
+        alike at ``x``: another ``x``).  (Trying the random vectors after pairs crowd at a
+        smaller scale rescued one of the 90 forced-pencil bias cases at d <= 4 but cost
+        MiniLM layer 0 two random batches, 120,093 queries instead of 68,856.)"""
+        for kind in list(self.kinds):
+            r = ra
+            for _ in range(TRIES):
+                got = _per_token(ask, tok.x, *self.alphas(kind, r), self.H, rng,
+                                 COPIES if kind == "lattice" else FINE_COPIES)
+                if not isinstance(got[0], str):
+                    tok.Q, tok.v, tok.residual = got
+                    self.kinds = self.kinds[self.kinds.index(kind):]
+                    return r
+                notes[f"{name} {kind} at {r:.3g}"] = got[1]
+                if got[0] == "drop":    # two heads nearly alike at this x: another x
+                    return ra
+                r = r / SHRINK if got[0] == "shrink" else r * SHRINK
+        return ra
+
+
 def pencil_heads(ask, d: int, H: int, x_norm: float, e_norm: float, seed: int = 0,
                  bias: bool = False):
     """Float64 heads ``[(W_h, v_h)]`` from the pencils of ``d + SPARE_TOKENS`` final tokens
@@ -242,7 +292,7 @@ def pencil_heads(ask, d: int, H: int, x_norm: float, e_norm: float, seed: int = 
     the heads are ``(W_h, v_h, u_h)`` from ``d + 1`` tokens at least (module doc)."""
     need = d + 1 if bias else d
     rng = np.random.default_rng(seed)
-    grid = lattice(d, 2 * H + ALPHA_MARGIN)
+    design = _Design(d, H, seed)
     notes: dict = {}
     tokens, used, good_ra = [], [], e_norm
     while len(used) < need + SPARE_TOKENS and len(tokens) < need + EXTRA_TOKENS:
@@ -251,18 +301,7 @@ def pencil_heads(ask, d: int, H: int, x_norm: float, e_norm: float, seed: int = 
         n = len(tokens)
         tok = _Token(dyadic(rng.normal(size=d) * x_norm / np.sqrt(d)))
         tokens.append(tok)
-        ra = good_ra
-        for _ in range(TRIES):
-            delta = dyadic([ra * LATTICE_STEP])[0]
-            got = _per_token(ask, tok.x, grid, delta, H, rng)
-            if not isinstance(got[0], str):
-                tok.Q, tok.v, tok.residual = got
-                good_ra = ra
-                break
-            notes[f"x{n + 1} at {ra:.3g}"] = got[1]
-            if got[0] == "drop":        # two heads nearly alike at this x: another x
-                break
-            ra = ra / SHRINK if got[0] == "shrink" else ra * SHRINK
+        good_ra = design.resolve(ask, tok, f"x{n + 1}", good_ra, rng, notes)
         if tok.Q is None:
             continue
         if not used:
