@@ -57,3 +57,10 @@ def test_demo_plot_to_an_unwritable_path_exits_2_before_the_walk_through(target,
     path = tmp_path / target
     assert main(["demo", "--plot", str(path)]) == 2
     assert "cannot write --plot" in _one_line_error(capsys)
+
+
+def test_a_rank_beyond_d_is_refused_before_any_query():
+    box = Oracle(MODEL, Rational())
+    with pytest.raises(ValueError, match=r"rank must be at most d = 2 .*got 3"):
+        learn(box, d=2, heads=1, plan="efficient", rank=3)
+    assert box.queries == 0

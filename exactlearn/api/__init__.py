@@ -133,7 +133,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         ``t = k/m``, least squares), the default over the real field when ``tokens`` is a
         float kind (docs: explanation/real-field.md).
     rank : int, optional
-        With ``plan="efficient"`` only: a promise that every head has rank at most r.
+        With ``plan="efficient"`` only: a promise that every head has rank at most r
+        (1 <= r <= d).
     noise : optional
         Real field: the declared bound eta on the absolute error of every output (default
         ``oracle.noise``, else 0); with ``outputs=m`` one number for all outputs or a list of

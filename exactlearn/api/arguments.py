@@ -72,6 +72,8 @@ def check_arguments(oracle, d, heads, max_heads, field, a: dict, options) -> Che
         raise ValueError(f"plan must be one of {', '.join(PLANS)}, got {plan!r}")
     if a["rank"] is not None and plan != "efficient":
         raise ValueError("rank= is a promise for the efficient plan (plan='efficient')")
+    if a["rank"] is not None and a["rank"] > d:
+        raise ValueError(f"rank must be at most d = {d} (each W_h is d x d), got {a['rank']}")
     K, convert = resolve_field(oracle, field)
     check_option_fields(options, K)
     retries = a["retries"]
