@@ -122,24 +122,51 @@ def add_biases(randint, heads: list, d: int, num: int, den: int, same=()) -> tup
 def random_model(d: int, H: int, seed=None, merge: bool = False, cancel: bool = False,
                  entries: int = 3, den: int = 2, bias: bool = False,
                  outputs: int | None = None) -> MultiHeadAttention:
-    """``exactlearn random-model``: H heads, W entries p/q with |p| <= ``entries`` and
-    q <= ``den``, v entries with q <= 3, drawn from ``random.Random(seed)``.
+    """A random model with exact rational entries (``exactlearn random-model``; docs:
+    reference/cli.md).
 
-    ``merge``: heads 0 and 1 share W.  ``cancel``: the last head is (W, -v) of head
-    H - 2 (of head 0 when H = 2 and ``merge``).  The structure asked for is really
-    there (:func:`structure_holds`): a draw whose merged pair has a zero v or sums to
-    0, or whose cancelling pair has v = 0 or shares its W with another head, is
-    redrawn from the same generator.  With both flags, H = 2 gives the cancelling
-    pair only and H = 3 a merged group of three (v, u, -u); H >= 4 gives both.
-    ``bias``: every head gets a random u and the model a random constant
-    (:func:`add_biases`; the merged and cancelling heads share their u); without it the
-    draws are those of a bias-free model.  ``outputs`` m (docs:
-    explanation/biases.md#vector-outputs): each head's v becomes an m x d matrix whose first
-    row is the v drawn as above and whose other rows are drawn after the model (a cancelling
-    head takes the negated rows of its partner), and the constant (with ``bias``) a vector
-    whose first entry is the one drawn; without it the draws are those of a scalar model.
-    ValueError when no draw in :data:`MAX_DRAWS` has the structure, or (before anything is
-    drawn) when the model would be beyond :mod:`exactlearn.limits`."""
+    Parameters
+    ----------
+    d : int
+        The token dimension (each W is d x d, each v has d entries).
+    H : int
+        The number of raw heads drawn.
+    seed : optional
+        Seeds ``random.Random(seed)``; the same seed gives the same model.
+    merge : bool
+        Heads 0 and 1 share W (one canonical head, their v summed).
+    cancel : bool
+        The last head is (W, -v) of head H - 2 (of head 0 when H = 2 and ``merge``): the
+        pair cancels out of the canonical heads.  With both flags, H = 2 gives the
+        cancelling pair only and H = 3 a merged group of three (v, u, -u); H >= 4 gives both.
+    entries : int
+        W entries are p/q with ``|p| <= entries`` (v entries too).
+    den : int
+        W entries have ``q <= den`` (v entries ``q <= 3``).
+    bias : bool
+        Every head gets a random u and the model a random constant (:func:`add_biases`; the
+        merged and cancelling heads share their u); without it the draws are those of a
+        bias-free model.
+    outputs : int, optional
+        m (docs: explanation/biases.md#vector-outputs): each head's v becomes an m x d
+        matrix whose first row is the v drawn as above and whose other rows are drawn after
+        the model (a cancelling head takes the negated rows of its partner), and the
+        constant (with ``bias``) a vector whose first entry is the one drawn; without it the
+        draws are those of a scalar model.
+
+    Returns
+    -------
+    MultiHeadAttention
+        The structure asked for is really there (:func:`structure_holds`): a draw whose
+        merged pair has a zero v or sums to 0, or whose cancelling pair has v = 0 or shares
+        its W with another head, is redrawn from the same generator.
+
+    Raises
+    ------
+    ValueError
+        When no draw in :data:`MAX_DRAWS` has the structure, or (before anything is drawn)
+        when the model would be beyond :mod:`exactlearn.limits`.
+    """
     check_model_size(d, H)
     if outputs is not None:
         check_outputs_size(d, H, outputs)

@@ -87,10 +87,17 @@ def _posint(x, what):
 class OneLayerTransformer:
     """Attention heads ``(W_h, O_h)`` and a bias-free ReLU FFN ``(B, u)``, exact rationals.
 
-    ``OneLayerTransformer(heads, B, u, d=None, m=None)``: ``heads`` a list of
-    ``(W, O)`` pairs or ``{"W": ..., "O": ...}`` dicts; entries are ints,
-    Fractions, mpq or ``"p/q"``/decimal strings.  ``d`` and ``m`` are read
-    off the first head (and B) when not given.
+    Parameters
+    ----------
+    heads : list
+        ``(W, O)`` pairs or ``{"W": ..., "O": ...}`` dicts: W is d x d, O is m x d; entries
+        are ints, Fractions, mpq or ``"p/q"``/decimal strings.
+    B : list
+        The r x m matrix of the neurons' input weights.
+    u : list
+        The r output weights of the neurons.
+    d, m : int, optional
+        Read off the first head (and B) when not given.
     """
 
     def __init__(self, heads, B, u, d: int | None = None, m: int | None = None):
@@ -236,8 +243,29 @@ class TransformerEvaluator:
 
 def random_transformer(d: int, H: int, r: int, seed=None, w_range: int = 2,
                        num: int = 3, den: int = 3) -> OneLayerTransformer:
-    """A random model of the acceptance distribution: m = d, integer W in
-    [-w_range, w_range], O, B, u with entries p/q, |p| <= num, 1 <= q <= den."""
+    """A random model of the acceptance distribution (m = d).
+
+    Parameters
+    ----------
+    d : int
+        The token dimension (and m, the heads' output size).
+    H : int
+        The number of heads ``(W_h, O_h)``.
+    r : int
+        The number of ReLU neurons (the rows of B, the entries of u).
+    seed : optional
+        Seeds ``random.Random(seed)``.
+    w_range : int
+        W entries are integers in ``[-w_range, w_range]``.
+    num, den : int
+        O, B and u entries are p/q with ``|p| <= num``, ``1 <= q <= den``.
+
+    Returns
+    -------
+    OneLayerTransformer
+        Refused in one line (ValueError) before anything is drawn when beyond
+        :mod:`exactlearn.limits`.
+    """
     check_model_size(d, H, neurons=r, m=d)          # before anything is drawn
     rng = random.Random(seed)
 

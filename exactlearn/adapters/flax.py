@@ -95,7 +95,22 @@ def true_heads(module, params, readout=None) -> TrueHeads:
     ``Q_h = query.kernel[:, h, :]^T`` (and so on) and ``O_h = out.kernel[h]^T``,
     ``W_h = K_h^T Q_h / sqrt(d_h)``, ``u_h = K_h^T b_{q,h} / sqrt(d_h)``, ``v_h = r^T O_h V_h``
     (the m x d matrix without a readout), ``c = r . (O b_v + b_o)``.  See
-    :class:`~exactlearn.adapters.common.TrueHeads`."""
+    :class:`~exactlearn.adapters.common.TrueHeads`.
+
+    Parameters
+    ----------
+    module : flax.linen.MultiHeadDotProductAttention
+        The layer, used as self-attention.
+    params : dict
+        Its parameters (``module.init(...)``), read exactly.
+    readout : array_like, optional
+        The vector r of the scalar answer; without it each ``v_h`` is an m x d matrix.
+
+    Returns
+    -------
+    TrueHeads
+        ``.heads()`` gives the canonical heads to compare with ``learn()``'s ``res.heads``.
+    """
     _, p, _ = _check(module, params)
     return canonical_parameters(*_blocks(p), readout=readout)
 
@@ -112,6 +127,24 @@ def black_box(module, params, readout=None, dtype=None) -> LayerBox:
     ``dtype=None``: tokens must have the layer's dtype; ``dtype=`` another float dtype
     converts them exactly or refuses (as the torch adapter).  Dropout is off
     (``deterministic=True``).
+
+    Parameters
+    ----------
+    module : flax.linen.MultiHeadDotProductAttention
+        The layer, in float32 or float64 (one dtype for every parameter).
+    params : dict
+        Its parameters (``module.init(...)``).
+    readout : array_like, optional
+        A vector r: the box answers ``r . out`` as a float64 number; without it the output
+        vector.
+    dtype : str, optional
+        ``None``: tokens of the layer's dtype only; another float dtype: converted exactly
+        or refused.
+
+    Returns
+    -------
+    LayerBox
+        A callable black box for :func:`exactlearn.api.learn`, with ``batch(queries)``.
     """
     jax, p, md = _check(module, params)
     Q = _blocks(p)[0]

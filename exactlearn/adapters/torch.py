@@ -93,7 +93,23 @@ def true_heads(module, readout=None) -> TrueHeads:
     query and key parts of ``in_proj_weight``, ``u_h = K_h^T b_{q,h} / sqrt(d_h)``,
     ``v_h = r^T O_h V_h`` (``O_h`` the columns of head h of ``out_proj.weight``; the m x d
     matrix without a readout), ``c = r . (O b_v + b_o)``.  See
-    :class:`~exactlearn.adapters.common.TrueHeads`."""
+    :class:`~exactlearn.adapters.common.TrueHeads`.
+
+    Parameters
+    ----------
+    module : torch.nn.MultiheadAttention
+        A self-attention layer (``kdim = vdim = embed_dim``, no ``add_bias_kv`` or
+        ``add_zero_attn``), of any float dtype: its weights are read exactly.
+    readout : array_like, optional
+        The vector r of the scalar answer ``r . out[-1]``; without it each ``v_h`` is the
+        m x d matrix ``O_h V_h`` (compare with ``learn(..., outputs=m)``).
+
+    Returns
+    -------
+    TrueHeads
+        The layer's own parameters; ``.heads()`` gives the canonical heads to compare with
+        ``learn()``'s ``res.heads``.
+    """
     Q, bq, K, bk, V, bv, O, bo = _mha_blocks(module)
     return canonical_parameters(Q, bq, K, bk, V, bv, O, bo, readout=readout)
 
@@ -110,9 +126,36 @@ def black_box(module, readout=None, dtype=None, threads: int | None = 1) -> Laye
     ``dtype=None``: tokens must have the module's dtype (``learn(..., tokens="float64")`` for a
     float64 module); other tokens are refused, never cast.  ``dtype="float64"`` on a float32
     module takes float64 tokens and converts them, refusing any that would round.
-    ``threads``: torch's thread count during each call (default 1; ``None``: unchanged).
     Dropout is off (the module runs under ``no_grad`` and must be in eval mode or have
     ``dropout=0``).
+
+    Parameters
+    ----------
+    module : torch.nn.MultiheadAttention
+        A self-attention layer in float32 or float64 (one dtype for every parameter),
+        ``batch_first`` either way; ``kdim``/``vdim`` other than ``embed_dim``,
+        ``add_bias_kv``, ``add_zero_attn`` and training mode with dropout are refused.
+    readout : array_like, optional
+        A vector r of length ``out_proj.out_features``: the box answers ``r . out[-1]`` as a
+        float64 number.  Without it the box answers the output vector.
+    dtype : str, optional
+        ``None``: tokens must have the module's dtype (``learn(..., tokens="float64")`` for
+        a float64 module); other tokens are refused, never cast.  ``"float64"`` on a
+        float32 module takes float64 tokens and converts them, refusing any that would
+        round.
+    threads : int or None
+        torch's thread count during each call (default 1; ``None``: left unchanged).
+
+    Returns
+    -------
+    LayerBox
+        A callable black box for :func:`exactlearn.api.learn`, with ``batch(queries)``.
+
+    Raises
+    ------
+    ModelError
+        One line, when the box is made, for a module outside the model class or a dtype
+        it does not take.
     """
     torch = _torch()
     _mha_blocks(module)                                  # checks the module

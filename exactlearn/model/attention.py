@@ -30,17 +30,29 @@ FORMAT_VECTOR = "exactlearn.mha/3"
 class MultiHeadAttention:
     """A multi-head attention model with exact rational weights.
 
-    ``MultiHeadAttention([(W, v), ...], d=None)``: W a d x d nested list, v a
-    list; entries are ints, Fractions, mpq, or ``"p/q"``/decimal strings.
+    ``f(X) = c + sum_h sum_i softmax_i(x_i^T W_h x_n + u_h^T x_i) v_h . x_i`` (u and c
+    zero without biases; docs: explanation/biases.md).
 
-    With biases (docs: explanation/biases.md) a head is ``(W, v, u)`` and
-    ``constant`` is the additive constant c:
-    ``f(X) = c + sum_h sum_i softmax_i(x_i^T W_h x_n + u_h^T x_i) v_h . x_i``.
+    Parameters
+    ----------
+    heads : sequence
+        ``(W, v)`` pairs, ``(W, v, u)`` triples, ``{"W", "v"[, "u"]}`` dicts or
+        :class:`~exactlearn.model.Head` objects: W a d x d nested list, v a list of d
+        (an m x d nested list with ``outputs=m``), u a list of d; entries are ints,
+        Fractions, mpq, or ``"p/q"``/decimal strings.
+    d : int, optional
+        The token dimension, read off the first head when not given.
+    constant : optional
+        The additive constant c (a length-m vector with ``outputs=m``; default 0).
+    bias : bool, optional
+        Whether the model has biases (written as ``exactlearn.mha/2``); default: a constant
+        or a head's u was given.
+    outputs : int, optional
+        m for vector outputs (docs: explanation/biases.md#vector-outputs): ``evaluate``
+        returns the m outputs; ``output(j)`` is output j as a scalar model.
 
-    With vector outputs (``outputs=m``, docs: explanation/biases.md#vector-outputs) every
-    head's v is an m x d matrix, ``constant`` a length-m vector, and ``evaluate`` returns the
-    m outputs; ``output(j)`` is output j as a scalar model.
-
+    Examples
+    --------
     >>> from exactlearn.fields import Rational
     >>> MultiHeadAttention([([[0]], [[1], [2]])], outputs=2).evaluate([[0], [3]], Rational())
     [mpq(3,2), mpq(3,1)]

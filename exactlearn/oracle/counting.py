@@ -74,11 +74,23 @@ class CountingOracle:
 
 
 class Oracle(CountingOracle):
-    """Counting black box over a multi-head attention model and a field."""
+    """Counting black box over a multi-head attention model and a field: ``oracle(X)`` is the
+    model's output at the final token of the token list X, computed in ``field``; every call
+    is counted (``queries``, ``max_length``, ``seconds``).
+
+    Parameters
+    ----------
+    model : MultiHeadAttention
+        The model answering.
+    field : Field
+        The number system of the answers (docs: howto/field-and-range.md); a field on auto
+        scale takes the model's D (``model.scale()``).
+    like : Oracle, optional
+        An oracle of the same model whose evaluator's field-independent parts the new one
+        shares (:meth:`over`).
+    """
 
     def __init__(self, model: MultiHeadAttention, field: Field, *, like: "Oracle | None" = None):
-        """``like``: an oracle of the same model whose evaluator's field-independent parts
-        the new one shares (:meth:`over`)."""
         if field.scale is None:
             field = field.with_scale(model.scale())
         model.check_scale(field)

@@ -319,21 +319,31 @@ def measure_plan_noise(rec, H: int, pairs: dict, *, seed=None, draws: int = PLAN
 def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "exact", seed=None,
                    scales=None, draws: int = DRAWS, permutations: int = PERMUTATIONS,
                    safety: int = SAFETY, outputs: int | None = None) -> NoiseEstimate:
-    """Measure a float box's output error from the spread of its answers under permutations
-    of the non-final tokens (docs: howto/float-black-box.md#measure-eta-from-the-box).
+    """A float box's output error from its answers' spread under permutations of the
+    non-final tokens (docs: howto/float-black-box.md#measure-eta-from-the-box).
 
-    ``box``, ``field`` and ``tokens`` are as in [`learn`][exactlearn.api.learn] (``field``
-    defaults to ``box.field``, else ``Real(dps=30)``; it must be the real field).  ``heads``
-    sets the stable plan's nodes, hence the lengths measured (up to 257 tokens); ``scales``
-    the token norms (default ``SCALES``: 1/2, 2, 8).  Returns a
-    [`NoiseEstimate`][exactlearn.strategies.real.eta.NoiseEstimate] whose ``noise`` and
-    ``noise_rel`` are ``safety`` times the envelope of the spreads (each term at least
-``FLOOR[tokens]`` with float tokens), ready for
-    ``learn(noise=est.noise, noise_rel=est.noise_rel)``; ``queries`` counts every answer.
-    ``learn(..., noise="auto")`` does the same inside the run, its queries counted there.
-    ``outputs=m``: a box answering m values per query (as ``learn(..., outputs=m)``); each
-    output's spreads enter the one envelope (every query asked once).
+    Parameters
+    ----------
+    box, field, tokens
+        As in [`learn`][exactlearn.api.learn] (``field`` defaults to ``box.field``, else
+        ``Real(dps=30)``; it must be the real field).
+    d, heads : int
+        The token dimension; ``heads`` sets the plan's nodes, hence the lengths (to 257).
+    seed, scales, draws, permutations, safety
+        The tokens' seed; their norms (default ``SCALES``: 1/2, 2, 8); queries per shape and
+        scale; random orders of each; the multiple of the envelope.
+    outputs : int, optional
+        m values per query (as ``learn(..., outputs=m)``): all enter the one envelope.
 
+    Returns
+    -------
+    NoiseEstimate
+        ``noise`` and ``noise_rel`` are ``safety`` times the envelope of the spreads (each
+        term at least ``FLOOR[tokens]`` with float tokens), for ``learn(noise=...,
+        noise_rel=...)``; ``queries`` counts every answer (``noise="auto"``: in the run).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> from exactlearn import estimate_noise
     >>> def box(X):                      # one head, W = I / 2, v = (1, -1), in float64

@@ -51,17 +51,37 @@ def learn_transformer(oracle, d: int, heads: int | None = None, max_heads: int |
                       cone_draws: int = 8, target: int = 24) -> TransformerLearnResult:
     """Learn a Transformer functionally equivalent to the black box ``oracle`` (module doc).
 
-    ``heads``/``max_heads`` bound the number of distinct W (per cone plan and
-    overall).  ``retries`` redraws the path after a detected failure (queries
-    keep counting; ``attempts`` reports how many paths were used); None: the one
-    default policy, ``exactlearn.limits.DEFAULT_RETRIES["transformer"]`` (2;
-    docs: reference/api.md#retries);
-    ``cone_draws`` is the number of draws per cone (M doubles from the third
-    on, starting at ``|M c| ~ target``).  ``fresh`` random queries plus 10
-    boundary queries per recovered neuron form the certificate.  ``queries``
-    and ``max_length`` count every query the black box answered, the
-    certificate's included; ``learning_queries`` / ``certificate_queries``
-    (and their ``*_max_length``) split them.
+    Parameters
+    ----------
+    oracle
+        The black box: a :class:`~exactlearn.oracle.TransformerOracle`, or any callable on
+        token lists over an ordered field (rational or real).
+    d : int
+        The token dimension.
+    heads, max_heads : int, optional
+        The number of distinct W (per cone plan and overall), or a bound on it; give one.
+    field : Field or str, optional
+        As in :func:`exactlearn.api.learn` (default ``oracle.field``).
+    seed : optional
+        Seeds the random path, cones and certificate queries.
+    fresh : int
+        Random queries of the certificate (plus 10 boundary queries per recovered neuron).
+    retries : int, optional
+        Redraws of the path after a detected failure (queries keep counting; ``attempts``
+        reports how many paths were used); None: the one default policy,
+        ``exactlearn.limits.DEFAULT_RETRIES["transformer"]`` (2; docs:
+        reference/api.md#retries).
+    cone_draws : int
+        Draws per cone (M doubles from the third on).
+    target : int
+        The starting size ``|M c| ~ target`` of the cone draws.
+
+    Returns
+    -------
+    TransformerLearnResult
+        ``queries`` and ``max_length`` count every query the black box answered, the
+        certificate's included; ``learning_queries`` / ``certificate_queries`` (and their
+        ``*_max_length``) split them.
     """
     t_start = time.perf_counter()
     H = head_bound(d, heads, max_heads)
