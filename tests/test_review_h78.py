@@ -64,3 +64,22 @@ def test_a_rank_beyond_d_is_refused_before_any_query():
     with pytest.raises(ValueError, match=r"rank must be at most d = 2 .*got 3"):
         learn(box, d=2, heads=1, plan="efficient", rank=3)
     assert box.queries == 0
+
+
+def test_learn_transformer_names_a_d_that_is_not_the_models():
+    from exactlearn.oracle import TransformerOracle
+    from exactlearn.strategies.transformer.learn import learn_transformer
+    from exactlearn.transformer_model import random_transformer
+    box = TransformerOracle(random_transformer(2, 1, 2, seed=1), Rational())
+    with pytest.raises(ValueError, match=r"model in d=2; learn_transformer\(\) was given d=3"):
+        learn_transformer(box, d=3, heads=1)
+    assert box.queries == 0
+
+
+def test_learn_refuses_a_transformer_box_naming_learn_transformer():
+    from exactlearn.oracle import TransformerOracle
+    from exactlearn.transformer_model import random_transformer
+    box = TransformerOracle(random_transformer(2, 1, 2, seed=1), Rational())
+    with pytest.raises(ValueError, match=r"learn_transformer\(\)"):
+        learn(box, d=2, heads=1)
+    assert box.queries == 0

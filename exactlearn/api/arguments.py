@@ -14,7 +14,7 @@ from exactlearn.api.options import check_option_fields
 from exactlearn.api.vector import check_outputs, check_outputs_memory
 from exactlearn.fields.base import Field
 from exactlearn.limits import MAX_RETRIES, MAX_VERIFY_QUERIES, count_problem, default_retries
-from exactlearn.oracle import Oracle, TokenAdapter, resolve_field
+from exactlearn.oracle import Oracle, TokenAdapter, TransformerOracle, resolve_field
 from exactlearn.pipeline.plan import head_bound
 from exactlearn.strategies import PLANS, choose, default_plan
 
@@ -169,6 +169,9 @@ def _check_modular(a, K, plan) -> None:
 
 def _check_vector(oracle, a, K, d, H) -> None:
     model_box = oracle.box if isinstance(oracle, TokenAdapter) else oracle   # before any query
+    if isinstance(model_box, TransformerOracle):
+        raise ValueError("the black box is a one-layer Transformer: learn it with "
+                         "learn_transformer() (docs: howto/transformer.md)")
     if isinstance(model_box, Oracle) and model_box.model.d != d:
         raise ValueError(f"the black box is a model in d={model_box.model.d}; learn() was "
                          f"given d={d}")
