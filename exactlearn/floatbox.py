@@ -8,7 +8,8 @@ in that type, as a numpy layer would:
     f(X) = c + sum_h sum_i softmax_i(x_i^T W_h x_n + u_h^T x_i) v_h . x_i .
 
 It takes the tokens :class:`~exactlearn.oracle.TokenAdapter` sends (a 2-D float array, one
-row per token, or a list of lists of floats) and answers a numpy scalar of its float type;
+row per token, or a list of lists of floats) and answers a numpy scalar of its float type
+(a model of m outputs: a length-m array of it, docs: explanation/biases.md#vector-outputs);
 it has no ``field`` (its answers are floats, read by the learner as their exact binary
 values) and no counters of its own (the learner counts every query it asks).
 
@@ -56,9 +57,14 @@ class FloatAttention:
         r = lambda xs: [_rounded(a, self.dtype) for a in xs]          # noqa: E731
         self.W = np.array([[r(row) for row in h.W] for h in heads], dtype=self.dtype).reshape(
             len(heads), model.d, model.d)
-        self.v = np.array([r(h.v) for h in heads], dtype=self.dtype).reshape(len(heads), model.d)
+        #: m for a model of vector outputs (answers: an m-vector of ``dtype``), else None
+        self.outputs = m = model.outputs
+        vs = [h.v if m is None else [x for row in h.v for x in row] for h in heads]
+        self.v = np.array([r(v) for v in vs], dtype=self.dtype).reshape(
+            (len(heads), model.d) if m is None else (len(heads), m, model.d))
         self.u = np.array([r(h.u) for h in heads], dtype=self.dtype).reshape(len(heads), model.d)
-        self.constant = _rounded(model.constant, self.dtype)
+        self.constant = (_rounded(model.constant, self.dtype) if m is None
+                         else np.array(r(model.constant), dtype=self.dtype))
 
     def __call__(self, X):
         X = np.asarray(X, dtype=self.dtype)
@@ -69,6 +75,9 @@ class FloatAttention:
         s = s - s.max(axis=1, keepdims=True)
         p = np.exp(s)
         p = p / p.sum(axis=1, keepdims=True)
+        if self.outputs is not None:            # head h's v is the m x d matrix v[h]
+            out = np.einsum("hi,hjc,ic->j", p, self.v, X)
+            return (out + self.constant).astype(self.dtype)
         out = (p * np.einsum("hc,ic->hi", self.v, X)).sum(dtype=self.dtype)
         return self.dtype.type(out + self.constant)
 
@@ -77,8 +86,10 @@ class FloatAttention:
         return [self(X) for X in queries]
 
     def float_heads(self) -> list:
-        """The rounded weights as exact rationals: ``[(W rows, v, u)]`` of ``fractions.Fraction``."""
+        """The rounded weights as exact rationals: ``[(W rows, v, u)]`` of ``fractions.Fraction``
+        (v the rows of an m x d matrix for a model of vector outputs)."""
         from fractions import Fraction
         f = lambda a: Fraction(float(a))                                # noqa: E731
-        return [([[f(a) for a in row] for row in W], [f(a) for a in v], [f(a) for a in u])
-                for W, v, u in zip(self.W, self.v, self.u)]
+        vec = lambda v: [f(a) for a in v]                               # noqa: E731
+        return [([vec(row) for row in W], vec(v) if v.ndim == 1 else [vec(row) for row in v],
+                 vec(u)) for W, v, u in zip(self.W, self.v, self.u)]

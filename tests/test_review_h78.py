@@ -83,3 +83,22 @@ def test_learn_refuses_a_transformer_box_naming_learn_transformer():
     with pytest.raises(ValueError, match=r"learn_transformer\(\)"):
         learn(box, d=2, heads=1)
     assert box.queries == 0
+
+
+@pytest.mark.parametrize("tokens", ["float64", "float32"])
+def test_the_cli_learns_a_vector_model_file_in_floats(tokens, tmp_path, capsys):
+    """``learn --tokens float64|float32 --outputs m`` (the file evaluated in floats by
+    FloatAttention, m outputs per query) was refused ("--outputs is not supported yet with
+    --tokens float*") while learn(outputs=m) took float boxes; now certified, its heads
+    within the bound of the file's own canonical heads (``model_error``, computed apart)."""
+    import json
+    path = tmp_path / "m.json"
+    assert main(["random-model", "--d", "3", "--heads", "2", "--seed", "2", "--bias",
+                 "--outputs", "2", "--out", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["learn", "--model", str(path), "--heads", "2", "--seed", "1", "--field",
+                 "real", "--tokens", tokens, "--bias", "--outputs", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "certified" and out["outputs"] == 2
+    assert all(len(h["v"]) == 2 and len(h["v"][0]) == 3 for h in out["heads"])
+    assert float(out["model_error"]) <= float(out["error_bound"])
