@@ -69,10 +69,6 @@ def _positive(what):
     return _int_at_least(what, 1)
 
 
-def _nonneg(what):
-    return _int_at_least(what, 0)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``exactlearn learn | random-model | demo`` (docs: reference/cli.md)."""
     p = _Parser(prog="exactlearn", description="Learn multi-head attention exactly from value queries.")

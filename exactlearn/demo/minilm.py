@@ -95,11 +95,6 @@ def _dyadic_ints(a):
     return np.array(ints, dtype=object).reshape(a.shape), s
 
 
-def _decimal(rng, scale):
-    """A Gaussian draw times ``scale`` as an integer in units of 10^-P_DIGITS."""
-    return round(rng.gauss(0.0, 1.0) * scale * 10 ** 12) * 10 ** (P_DIGITS - 12)
-
-
 def random_subspace(d: int, dprime: int, seed, norm: float = 5.0) -> tuple:
     """(P, r): P a d x d' matrix of integers in units of 10^-P_DIGITS whose columns have
     norm about ``norm`` (Gaussian, normalised), r a unit-norm readout (same units)."""

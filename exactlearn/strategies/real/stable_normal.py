@@ -236,15 +236,3 @@ def head_arrays(heads, bias):
         W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
     V = np.array([[float(a) for a in h.v] for h in heads])
     return W, V, float(getattr(heads, "constant", 0)) if bias else 0.0
-
-
-def spectrum(heads, rec, start, etas) -> np.ndarray:
-    """The eigenvalues of the Jacobi-scaled normal matrix at ``heads`` over the observations
-    since ``start``, ascending: how well they determine every direction of the parameters
-    (:func:`~exactlearn.strategies.real.stable_polish.polish` solves when the smallest is above
-    the largest over ``COND_LIMIT``)."""
-    W = np.array([[[float(a) for a in row] for row in h.W] for h in heads])
-    V = np.array([[float(a) for a in h.v] for h in heads])
-    A = normal_equations(Families(rec, start, etas), W, V)[0]
-    s = np.sqrt(np.maximum(np.diag(A), 1e-300))
-    return np.linalg.eigvalsh(A / s[:, None] / s[None, :])
