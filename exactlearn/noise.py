@@ -2,7 +2,8 @@
 
 ``NoisyOracle(oracle, noise=eta, seed=s)`` answers ``f(X) + eta * u`` with ``u`` drawn
 uniformly from ``[-1, 1]`` (64 random bits, an exact dyadic rational) by
-``random.Random(seed)``, one draw per query in the order asked.  It keeps the wrapped
+``random.Random(seed)``, one draw per query in the order asked (per output, in order, for a
+model of m outputs).  It keeps the wrapped
 oracle's counters (``queries``, ``max_length``, ``seconds``), ``field`` and
 ``check_plan``, and exposes ``noise`` (eta, a field element): :func:`exactlearn.learn`
 reads it as the bound on the output error when ``noise=`` is not given.  ``noise`` (here
@@ -86,9 +87,14 @@ class NoisyOracle:
 
     def __call__(self, tokens):
         y = self.oracle(tokens)
+        if isinstance(y, (list, tuple)):  # m outputs (docs: explanation/biases.md#vector-outputs)
+            return type(y)(yj + self._draw() for yj in y)               # one draw each
+        return y + self._draw()
+
+    def _draw(self):
         n = self._rng.getrandbits(self.BITS)
         u = mpq(2 * n - (2 ** self.BITS - 1), 2 ** self.BITS - 1)     # uniform on [-1, 1]
-        return y + self.field(u) * self.noise
+        return self.field(u) * self.noise
 
     def __getattr__(self, name):          # queries, max_length, seconds, check_plan, d, model
         if name == "oracle":

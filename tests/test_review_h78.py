@@ -102,3 +102,35 @@ def test_the_cli_learns_a_vector_model_file_in_floats(tokens, tmp_path, capsys):
     assert out["status"] == "certified" and out["outputs"] == 2
     assert all(len(h["v"]) == 2 and len(h["v"][0]) == 3 for h in out["heads"])
     assert float(out["model_error"]) <= float(out["error_bound"])
+
+
+def test_injected_noise_perturbs_every_output_of_a_vector_model():
+    """NoisyOracle on a model of m outputs: one draw per output, each within eta (it added
+    one scalar draw to a list before, a TypeError)."""
+    from exactlearn.fields import Real
+    from exactlearn.noise import NoisyOracle
+    model = MultiHeadAttention([([[1, 0], [0, -1]], [[1, 2], [3, -1]])], outputs=2)
+    K = Real(dps=30)
+    exact, noisy = Oracle(model, K), NoisyOracle(Oracle(model, K), "1e-10", seed=3)
+    X = [[1, 0], [0, 1], [1, 1]]
+    y, z = exact(X), noisy(X)
+    gaps = [abs(a - b) for a, b in zip(y, z)]
+    assert len(z) == 2 and all(0 < g <= noisy.noise for g in gaps) and gaps[0] != gaps[1]
+    assert noisy.queries == 1
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_cli_injects_noise_into_a_vector_model(bias, tmp_path, capsys):
+    """``learn --inject-noise ETA --outputs m`` was refused ("not supported yet"); now the
+    run is certified within its bound of the file's canonical heads (``model_error``)."""
+    import json
+    path = tmp_path / "m.json"
+    assert main(["random-model", "--d", "3", "--heads", "2", "--seed", "2", "--outputs", "2",
+                 "--out", str(path)] + (["--bias"] if bias else [])) == 0
+    capsys.readouterr()
+    assert main(["learn", "--model", str(path), "--heads", "2", "--seed", "1", "--field", "real",
+                 "--plan", "stable", "--inject-noise", "1e-14", "--outputs", "2", "--json"]
+                + (["--bias"] if bias else [])) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "certified" and out["outputs"] == 2
+    assert float(out["model_error"]) <= float(out["error_bound"])

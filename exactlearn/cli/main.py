@@ -183,8 +183,7 @@ def _outputs_of(args, model):
         raise BadInput(f"--outputs {m}: the model file has {model.outputs} outputs")
     if m is None:
         return None
-    for given, opt in ((getattr(args, "noise", None) is not None, "--inject-noise"),
-                       (getattr(args, "workers", None) is not None or getattr(args, "scheduler", None),
+    for given, opt in ((getattr(args, "workers", None) is not None or getattr(args, "scheduler", None),
                         "--workers / --scheduler"),
                        (getattr(args, "max_height", None) is not None, "--max-height"),
                        (getattr(args, "snap", False), "--snap"),
