@@ -33,7 +33,16 @@ def _flax():
     return jax, nn
 
 
+#: Fields of MultiHeadDotProductAttention that replace its products (quantised or scaled
+#: einsums): the layer then computes with other weights than those read
+CUSTOM_PRODUCTS = ("qkv_dot_general", "out_dot_general", "qkv_dot_general_cls",
+                   "out_dot_general_cls", "qk_attn_weights_einsum_cls",
+                   "attn_weights_value_einsum_cls")
+
+
 def _final_query(module, variables, q, kv, mask):
+    if module.deterministic is not None:            # fixed at construction (checked: no dropout)
+        return module.apply(variables, q, kv, mask=mask)[:, 0]
     return module.apply(variables, q, kv, mask=mask, deterministic=True)[:, 0]
 
 
@@ -59,6 +68,16 @@ def _check(module, params):
     if not isinstance(module, nn.MultiHeadDotProductAttention):
         raise ModelError(f"black_box takes a flax.linen.MultiHeadDotProductAttention, got "
                          f"{type(module).__name__}")
+    if type(module).__call__ is not nn.MultiHeadDotProductAttention.__call__:
+        raise ModelError(f"{type(module).__name__} overrides MultiHeadDotProductAttention's "
+                         f"call: build a MultiHeadDotProductAttention with its parameters")
+    custom = [name for name in CUSTOM_PRODUCTS if getattr(module, name, None) is not None]
+    if custom:
+        raise ModelError(f"MultiHeadDotProductAttention with a custom {custom[0]} is not "
+                         f"supported: it computes with other weights than its kernels")
+    if module.deterministic is False and module.dropout_rate > 0:
+        raise ModelError("MultiHeadDotProductAttention built with deterministic=False and "
+                         "dropout_rate > 0 is a noisy box: build it with deterministic=True")
     if module.normalize_qk:
         raise ModelError("MultiHeadDotProductAttention with normalize_qk=True is outside the model class")
     if module.decode:

@@ -67,6 +67,10 @@ def _mha_blocks(module):
     if not isinstance(module, torch.nn.MultiheadAttention):
         raise ModelError(f"black_box takes a torch.nn.MultiheadAttention, got {type(module).__name__} "
                          f"(a layer of q/k/v/o nn.Linear maps: black_box_linear)")
+    if type(module).forward is not torch.nn.MultiheadAttention.forward:
+        raise ModelError(f"{type(module).__module__}.{type(module).__name__} overrides "
+                         f"MultiheadAttention.forward: its weights need not be those the adapter "
+                         f"reads (in_proj_weight, out_proj)")
     if module.bias_k is not None or module.bias_v is not None:
         raise ModelError("MultiheadAttention with add_bias_kv=True is outside the model class")
     if module.add_zero_attn:

@@ -1,0 +1,71 @@
+"""Hostile review (helper-80, 5 Dec 2026) of the adapters as layers ship: subclasses and
+custom products that compute with other weights than those ``true_heads`` reads were
+accepted (a certified run whose heads ``true_heads`` contradicted), and two flax layers
+raised flax's own errors out of ``learn()``.  Each test failed before its fix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from exactlearn import learn
+from exactlearn.errors import ModelError
+
+
+def test_a_torch_subclass_that_overrides_forward_is_refused():
+    torch = pytest.importorskip("torch")
+    from exactlearn.adapters import torch as ta
+    mha = torch.ao.nn.quantizable.MultiheadAttention(4, 2, bias=False, batch_first=True,
+                                                     dtype=torch.float64).eval()
+    for make in (lambda: ta.black_box(mha, readout=np.ones(4)), lambda: ta.true_heads(mha)):
+        with pytest.raises(ModelError, match="overrides MultiheadAttention.forward"):
+            make()
+
+
+def _flax_layer(**kw):
+    pytest.importorskip("flax")
+    import jax
+    import jax.numpy as jnp
+    import flax.linen as nn
+    layer = nn.MultiHeadDotProductAttention(num_heads=2, use_bias=False,
+                                            param_dtype=jnp.float32, **kw)
+    return layer, layer.init(jax.random.key(0), jnp.zeros((1, 2, 4), jnp.float32))
+
+
+def test_a_flax_layer_with_a_custom_dot_general_is_refused():
+    import jax
+    layer, params = _flax_layer(
+        qkv_dot_general=lambda lhs, rhs, *a, **k: 2.0 * jax.lax.dot_general(lhs, rhs, *a, **k))
+    from exactlearn.adapters import flax as fa
+    for make in (lambda: fa.black_box(layer, params, readout=np.ones(4)),
+                 lambda: fa.true_heads(layer, params)):
+        with pytest.raises(ModelError, match="custom qkv_dot_general"):
+            make()
+
+
+def test_flax_self_attention_is_refused_at_the_box():
+    pytest.importorskip("flax")
+    import jax
+    import jax.numpy as jnp
+    import flax.linen as nn
+    from exactlearn.adapters import flax as fa
+    layer = nn.SelfAttention(num_heads=2, use_bias=False)
+    params = layer.init(jax.random.key(0), jnp.zeros((1, 2, 4), jnp.float32))
+    with pytest.raises(ModelError, match="SelfAttention overrides"):
+        fa.black_box(layer, params, readout=np.ones(4))
+
+
+def test_a_flax_layer_built_for_training_is_refused_and_one_built_deterministic_is_learned():
+    from exactlearn.adapters import flax as fa
+    from exactlearn.strategies.real.learn import max_parameter_error
+    layer, params = _flax_layer(dropout_rate=0.1, deterministic=False)
+    with pytest.raises(ModelError, match="deterministic=False and dropout_rate > 0"):
+        fa.black_box(layer, params, readout=np.ones(4))
+    layer, params = _flax_layer(dropout_rate=0.1, deterministic=True)     # flax raised here
+    r = np.array([1.0, -0.5, 0.25, 2.0])
+    res = learn(fa.black_box(layer, params, readout=r), d=4, heads=2, field="real",
+                tokens="float32", noise="auto", seed=0, retries=2)
+    assert res.certified, res.error
+    err, _ = max_parameter_error(res.heads, fa.true_heads(layer, params, readout=r).heads(),
+                                 res.field)
+    assert err <= res.error_bound
