@@ -69,3 +69,16 @@ def test_a_flax_layer_built_for_training_is_refused_and_one_built_deterministic_
     err, _ = max_parameter_error(res.heads, fa.true_heads(layer, params, readout=r).heads(),
                                  res.field)
     assert err <= res.error_bound
+
+
+def test_a_linear_subclass_that_overrides_forward_is_refused():
+    torch = pytest.importorskip("torch")
+    from exactlearn.adapters import torch as ta
+
+    class Scaled(torch.nn.Linear):               # e.g. a LoRA or fake-quantised Linear
+        def forward(self, x):
+            return 2 * super().forward(x)
+    lin = [torch.nn.Linear(4, 4, dtype=torch.float64) for _ in range(3)]
+    with pytest.raises(ModelError, match="query is a Scaled, which overrides Linear.forward"):
+        ta.black_box_linear(Scaled(4, 4, dtype=torch.float64), *lin, heads=2,
+                            readout=np.ones(4))

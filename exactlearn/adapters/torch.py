@@ -204,6 +204,9 @@ def _linear_blocks(query, key, value, out, heads):
     for name, lin in (("query", query), ("key", key), ("value", value), ("out", out)):
         if not isinstance(lin, torch.nn.Linear):
             raise ModelError(f"{name} must be a torch.nn.Linear, got {type(lin).__name__}")
+        if type(lin).forward is not torch.nn.Linear.forward:
+            raise ModelError(f"{name} is a {type(lin).__name__}, which overrides Linear.forward: "
+                             f"its weights need not be those the adapter reads")
     if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
         raise ModelError(f"heads must be a positive integer, got {heads!r}")
     d = query.in_features
