@@ -82,3 +82,30 @@ def test_a_linear_subclass_that_overrides_forward_is_refused():
     with pytest.raises(ModelError, match="query is a Scaled, which overrides Linear.forward"):
         ta.black_box_linear(Scaled(4, 4, dtype=torch.float64), *lin, heads=2,
                             readout=np.ones(4))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--field", "real", "--field", "modular"], "argument --field: given twice"),
+    (["--heads", "3"], "argument --heads: given twice"),
+    (["--snap"], "--snap needs --field real"),
+    (["--field", "modular", "--snap"], "--snap needs --field real")])
+def test_cli_options_given_twice_or_that_do_not_apply_exit_2(argv, message, tmp_path, capsys):
+    """A repeated option was last-one-wins (``--field real --field modular`` ran modular) and
+    ``--snap`` over an exact field was ignored (exit 0)."""
+    from exactlearn.cli.main import main
+    from exactlearn.model import MultiHeadAttention
+    path = tmp_path / "m.json"
+    MultiHeadAttention([([[1, 0], [0, -1]], [1, 2])]).dump(path)
+    assert main(["learn", "--model", str(path), "--heads", "1", "--seed", "1"] + argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and message in err, err
+
+
+@pytest.mark.parametrize("kw", [{"snap": True}, {"query_scale": 1}])
+def test_real_field_options_over_an_exact_field_are_refused(kw):
+    from exactlearn import MultiHeadAttention, Oracle
+    from exactlearn.fields import Rational
+    box = Oracle(MultiHeadAttention([([[1, 0], [0, -1]], [1, 2])]), Rational())
+    with pytest.raises(ValueError, match="applies to the real field, not the rational field"):
+        learn(box, d=2, heads=1, seed=1, **kw)
+    assert box.queries == 0

@@ -18,10 +18,29 @@ class BadInput(ModelError):
     """Bad command-line input: reported in one line, exit status 2."""
 
 
+class _Once(argparse.Action):
+    """An option that takes a value, refused when given twice (argparse keeps the last one
+    silently: ``--field real --field modular`` would run modular)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_given_once", set())
+        if self.dest in given:
+            raise argparse.ArgumentError(self, "given twice: give it once")
+        given.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *a, **kw):
         kw.setdefault("formatter_class", HelpFormatter)
         super().__init__(*a, **kw)
+        self.register("action", None, _Once)
+        self.register("action", "store", _Once)
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, rest = super().parse_known_args(args, namespace)
+        ns.__dict__.pop("_given_once", None)
+        return ns, rest
 
     def error(self, message):  # one line, exit 2 (argparse would print usage too)
         raise BadInput(message)
