@@ -109,3 +109,28 @@ def test_real_field_options_over_an_exact_field_are_refused(kw):
     with pytest.raises(ValueError, match="applies to the real field, not the rational field"):
         learn(box, d=2, heads=1, seed=1, **kw)
     assert box.queries == 0
+
+
+def test_a_float_box_asked_with_exact_tokens_is_bad_input_without_the_heads_note():
+    """The paper plan's probe turned the box's refusal of the tokens into "the scale probe
+    failed at every scale" (a degenerate draw), and every bad-input failure carried the note
+    that more heads than the bound fail this way too."""
+    torch = pytest.importorskip("torch")
+    from exactlearn.adapters import torch as ta
+    mha = torch.nn.MultiheadAttention(4, 2, bias=False, batch_first=True,
+                                      dtype=torch.float64).eval()
+    box = ta.black_box(mha, readout=np.ones(4))          # refuses tokens not of its dtype
+    for plan in ("paper", "stable"):
+        res = learn(box, d=4, heads=2, field="real", noise=1e-12, seed=0, plan=plan)
+        assert isinstance(res.failure, ModelError), (plan, res.error)
+        assert "float64 tokens" in res.error and "[note" not in res.error, (plan, res.error)
+
+
+def test_an_adapters_box_names_a_d_that_is_not_its_own():
+    torch = pytest.importorskip("torch")
+    from exactlearn.adapters import torch as ta
+    mha = torch.nn.MultiheadAttention(4, 2, bias=False, batch_first=True,
+                                      dtype=torch.float64).eval()
+    with pytest.raises(ValueError, match=r"model in d=4; learn\(\) was given d=5"):
+        learn(ta.black_box(mha, readout=np.ones(4)), d=5, heads=2, field="real",
+              tokens="float64", noise=1e-12)

@@ -175,9 +175,11 @@ def _check_vector(oracle, a, K, d, H) -> None:
     if isinstance(model_box, TransformerOracle):
         raise ValueError("the black box is a one-layer Transformer: learn it with "
                          "learn_transformer() (docs: howto/transformer.md)")
-    if isinstance(model_box, Oracle) and model_box.model.d != d:
-        raise ValueError(f"the black box is a model in d={model_box.model.d}; learn() was "
-                         f"given d={d}")
+    own = model_box.model.d if isinstance(model_box, Oracle) else (
+        getattr(model_box, "d", None) if type(model_box).__module__.startswith("exactlearn.")
+        else None)                      # exactlearn's own boxes: adapters, FloatAttention
+    if isinstance(own, int) and own != d:
+        raise ValueError(f"the black box is a model in d={own}; learn() was given d={d}")
     if a["outputs"] is not None:
         check_outputs(a["outputs"], K, oracle, a["noise"], a["noise_rel"], a["snap"],
                       a["executor"], a["max_height"], a["verify"])

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from exactlearn.api.result import LearnResult
 from exactlearn.api.vector import alone_note, draw_view, outputs_step, verify_outputs
 from exactlearn.errors import (BadBlackBox, ClusterError, ExactLearnError, ExactnessError,
-                               HeightExceeded, TooLarge, VerificationFailed, box_failure)
+                               HeightExceeded, ModelError, TooLarge, VerificationFailed,
+                               box_failure)
 from exactlearn.limits import outputs_values_limit, readable_int
 from exactlearn.oracle import Recorder
 from exactlearn.progress import current
@@ -333,7 +334,7 @@ def bound_hint(exc, H, exact_count: bool = False) -> str:
     >>> bound_hint(ValueError(), 3, exact_count=True).split("; ")[1]
     'over the real field a box with fewer canonical heads fails this way too (heads= is the exact count there, max_heads= a bound)]'
     """
-    if (isinstance(exc, (ExactnessError, HeightExceeded, ClusterError))
+    if (isinstance(exc, (ExactnessError, HeightExceeded, ClusterError, ModelError))
             or not getattr(exc, "bound_hint", True)):
         return ""
     fewer = (f"; over the real field a box with fewer canonical heads fails this way too "

@@ -40,7 +40,8 @@ from __future__ import annotations
 from gmpy2 import mpq
 
 from exactlearn.algebra import linalg
-from exactlearn.errors import DegenerateDraw, FieldError, NoisierThanDeclared, NonFiniteAnswer
+from exactlearn.errors import (DegenerateDraw, FieldError, ModelError, NoisierThanDeclared,
+                               NonFiniteAnswer)
 from exactlearn.fields.rational import QQ
 from exactlearn.pipeline.plan import paper_plan
 from exactlearn.strategies.real.fit import fit_family_with_sensitivities
@@ -118,8 +119,9 @@ def probe_scale(plan, ask, K, S, H, eta, Yguess):
                 etas = {q: LO.convert(eta) + rounding(K, Yguess(ys)) for _, q in got}
                 fit = fit_family_with_sensitivities(K, H, ys, [Sens.unit(S, q) for _, q in got], etas)
                 ss += [ctx.log(r) for r in fit.rhos]
-        except NoisierThanDeclared:
-            raise                  # a smaller scale would only hide the noise, not remove it
+        except (NoisierThanDeclared, ModelError):
+            raise                  # a smaller scale would only hide the noise, not remove it;
+                                   # a box refusing the tokens (bad input) refuses every scale
         except (FieldError, ArithmeticError, ValueError) as exc:
             first = first or exc
             tries.append({"scale": str(sigma0), "failed": str(exc)[:120]})
