@@ -121,9 +121,8 @@ def _check_real(a, K, plan) -> bool:
     noise, noise_rel = a["noise"], a["noise_rel"]
     if noise_rel is not None and K.is_exact:
         raise ValueError(f"noise_rel= applies to the real field, not the {K.name} field")
-    for name, given in (("snap=True", a["snap"]), ("query_scale=", a["query_scale"] is not None)):
-        if given and K.is_exact:        # not ignored: the run would not be what was asked for
-            raise ValueError(f"{name} applies to the real field, not the {K.name} field")
+    if a["query_scale"] is not None and K.is_exact:     # not ignored: it would not be run
+        raise ValueError(f"query_scale= applies to the real field, not the {K.name} field")
     if noise_rel is not None and not isinstance(noise_rel, str) and noise != "auto":
         from exactlearn.noise import noise_bound
         noise_bound(K, noise_rel, "noise_rel")

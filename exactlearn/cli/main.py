@@ -41,7 +41,6 @@ MODEL_FORMATS = (FORMAT, FORMAT_BIAS, FORMAT_VECTOR, TRANSFORMER_FORMAT)
 FIELD_OPTIONS = {"--dps": ("dps", None, "real"), "--inject-noise": ("noise", None, "real"),
                  "--noise-seed": ("noise_seed", None, "real"),
                  "--query-scale": ("query_scale", None, "real"),
-                 "--snap": ("snap", False, "real"),
                  "--noise-rel": ("noise_rel", None, "real"),
                  "--declared-noise": ("declared_noise", None, "real"),
                  "--prime": ("prime", None, "modular"),
