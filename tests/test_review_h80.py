@@ -33,6 +33,7 @@ def _flax_layer(**kw):
 
 
 def test_a_flax_layer_with_a_custom_dot_general_is_refused():
+    pytest.importorskip("flax")
     import jax
     layer, params = _flax_layer(
         qkv_dot_general=lambda lhs, rhs, *a, **k: 2.0 * jax.lax.dot_general(lhs, rhs, *a, **k))
