@@ -131,22 +131,23 @@ def random_model(d: int, H: int, seed=None, merge: bool = False, cancel: bool = 
         The token dimension (each W is d x d, each v has d entries).
     H : int
         The number of raw heads drawn.
-    seed : optional
+    seed : int, optional
         Seeds ``random.Random(seed)``; the same seed gives the same model.
-    merge : bool
-        Heads 0 and 1 share W (one canonical head, their v summed).
-    cancel : bool
+    merge : bool, default False
+        Heads 0 and 1 share W (one canonical head, their v summed); ignored when H < 2.
+    cancel : bool, default False
         The last head is (W, -v) of head H - 2 (of head 0 when H = 2 and ``merge``): the
         pair cancels out of the canonical heads.  With both flags, H = 2 gives the
         cancelling pair only and H = 3 a merged group of three (v, u, -u); H >= 4 gives both.
-    entries : int
+        Ignored when H < 2.
+    entries : int, default 3
         W entries are p/q with ``|p| <= entries`` (v entries too).
-    den : int
+    den : int, default 2
         W entries have ``q <= den`` (v entries ``q <= 3``).
-    bias : bool
-        Every head gets a random u and the model a random constant (:func:`add_biases`; the
-        merged and cancelling heads share their u); without it the draws are those of a
-        bias-free model.
+    bias : bool, default False
+        Every head gets a random u and the model a random constant c, entries as W's
+        (:func:`add_biases`; the merged and cancelling heads share their u); without it the
+        draws are those of a bias-free model.
     outputs : int, optional
         m (docs: explanation/biases.md#vector-outputs): each head's v becomes an m x d
         matrix whose first row is the v drawn as above and whose other rows are drawn after
@@ -164,8 +165,9 @@ def random_model(d: int, H: int, seed=None, merge: bool = False, cancel: bool = 
     Raises
     ------
     ValueError
-        When no draw in :data:`MAX_DRAWS` has the structure, or (before anything is drawn)
-        when the model would be beyond :mod:`exactlearn.limits`.
+        When no draw in :data:`MAX_DRAWS` has the structure, or (before anything is drawn,
+        a ``ModelError``) when the model or its outputs would be beyond
+        :mod:`exactlearn.limits`.
     """
     check_model_size(d, H)
     if outputs is not None:

@@ -253,18 +253,23 @@ def random_transformer(d: int, H: int, r: int, seed=None, w_range: int = 2,
         The number of heads ``(W_h, O_h)``.
     r : int
         The number of ReLU neurons (the rows of B, the entries of u).
-    seed : optional
-        Seeds ``random.Random(seed)``.
-    w_range : int
+    seed : int, optional
+        Seeds ``random.Random(seed)``; the same seed gives the same model.
+    w_range : int, default 2
         W entries are integers in ``[-w_range, w_range]``.
-    num, den : int
+    num, den : int, default 3
         O, B and u entries are p/q with ``|p| <= num``, ``1 <= q <= den``.
 
     Returns
     -------
     OneLayerTransformer
-        Refused in one line (ValueError) before anything is drawn when beyond
-        :mod:`exactlearn.limits`.
+        Drawn in the order W and O of each head, then B, then u.
+
+    Raises
+    ------
+    ValueError
+        One line (a ``ModelError``), before anything is drawn, when the model would be
+        beyond :mod:`exactlearn.limits`.
     """
     check_model_size(d, H, neurons=r, m=d)          # before anything is drawn
     rng = random.Random(seed)

@@ -119,16 +119,25 @@ def true_heads(module, params, readout=None) -> TrueHeads:
     Parameters
     ----------
     module : flax.linen.MultiHeadDotProductAttention
-        The layer, used as self-attention.
+        The layer, used as self-attention; one outside the model class is refused as by
+        :func:`black_box`.
     params : dict
-        Its parameters (``module.init(...)``), read exactly.
+        Its variables (``module.init(...)``) or their ``"params"``, with ``query``, ``key``,
+        ``value`` and ``out``; read exactly.
     readout : array_like, optional
-        The vector r of the scalar answer; without it each ``v_h`` is an m x d matrix.
+        The vector r of the scalar answer (m finite numbers, m the last axis of
+        ``out.kernel``); without it each ``v_h`` is an m x d matrix.
 
     Returns
     -------
     TrueHeads
         ``.heads()`` gives the canonical heads to compare with ``learn()``'s ``res.heads``.
+
+    Raises
+    ------
+    ModelError
+        One line, for a layer outside the model class, parameters without the four
+        kernels or of mixed dtypes, or a readout of the wrong length.
     """
     _, p, _ = _check(module, params)
     return canonical_parameters(*_blocks(p), readout=readout)
@@ -137,11 +146,12 @@ def true_heads(module, params, readout=None) -> TrueHeads:
 def black_box(module, params, readout=None, dtype=None) -> LayerBox:
     """A ``MultiHeadDotProductAttention`` as a black box: ``box(X)`` answers
     ``module.apply(params, X[None])[0, -1]`` (computed as ``module.apply(params, X[None, -1:],
-    X[None])[0, 0]``, the final token's query only) read out as ``readout . out`` (a float64 scalar),
-    or the output vector (the layer's dtype) without a readout -- learn it with
-    ``learn(..., outputs=m)`` (docs: explanation/biases.md#vector-outputs).  ``box.batch(queries)`` runs each length's queries as one
-    jitted batch (batch and length padded to powers of two, the batch to at least 8: the extra queries discarded, the
-    extra tokens masked out, which weighs them exactly 0).
+    X[None])[0, 0]``, the final token's query only) read out as ``readout . out`` (a float64
+    scalar), or the output vector (the layer's dtype) without a readout -- learn it with
+    ``learn(..., outputs=m)`` (docs: explanation/biases.md#vector-outputs).
+    ``box.batch(queries)`` runs each length's queries as one jitted batch (batch and length
+    padded to powers of two, the batch to at least 8: the extra queries discarded, the extra
+    tokens masked out, which weighs them exactly 0).
 
     ``dtype=None``: tokens must have the layer's dtype; ``dtype=`` another float dtype
     converts them exactly or refuses (as the torch adapter).  Dropout is off
@@ -150,20 +160,31 @@ def black_box(module, params, readout=None, dtype=None) -> LayerBox:
     Parameters
     ----------
     module : flax.linen.MultiHeadDotProductAttention
-        The layer, in float32 or float64 (one dtype for every parameter).
+        The layer, in float32 or float64 (one dtype for every parameter and ``dtype=``);
+        a subclass that overrides the call, custom products or ``attention_fn``,
+        ``normalize_qk``, ``decode`` and ``deterministic=False`` with dropout are refused.
     params : dict
-        Its parameters (``module.init(...)``).
+        Its variables (``module.init(...)``) or their ``"params"``, with ``query``, ``key``,
+        ``value`` and ``out``.
     readout : array_like, optional
-        A vector r: the box answers ``r . out`` as a float64 number; without it the output
-        vector.
+        A vector r of length m (the last axis of ``out.kernel``; finite numbers): the box
+        answers ``r . out`` as a float64 number; without it the output vector.
     dtype : str, optional
-        ``None``: tokens of the layer's dtype only; another float dtype: converted exactly
-        or refused.
+        ``None``: tokens of the layer's dtype only; ``"float32"`` or ``"float64"``: tokens
+        of that dtype, converted exactly to the layer's or refused.  float64 (tokens or
+        layer) needs ``jax_enable_x64``.
 
     Returns
     -------
     LayerBox
         A callable black box for :func:`exactlearn.api.learn`, with ``batch(queries)``.
+
+    Raises
+    ------
+    ModelError
+        One line, when the box is made, for a layer, parameters or readout that
+        :func:`true_heads` refuses, a dtype the box does not take, or float64 without
+        ``jax_enable_x64``.
     """
     jax, p, md = _check(module, params)
     Q = _blocks(p)[0]

@@ -105,14 +105,20 @@ def true_heads(module, readout=None) -> TrueHeads:
         A self-attention layer (``kdim = vdim = embed_dim``, no ``add_bias_kv`` or
         ``add_zero_attn``), of any float dtype: its weights are read exactly.
     readout : array_like, optional
-        The vector r of the scalar answer ``r . out[-1]``; without it each ``v_h`` is the
-        m x d matrix ``O_h V_h`` (compare with ``learn(..., outputs=m)``).
+        The vector r of the scalar answer ``r . out[-1]`` (m = ``out_proj.out_features``
+        finite numbers); without it each ``v_h`` is the m x d matrix ``O_h V_h`` (compare
+        with ``learn(..., outputs=m)``).
 
     Returns
     -------
     TrueHeads
         The layer's own parameters; ``.heads()`` gives the canonical heads to compare with
         ``learn()``'s ``res.heads``.
+
+    Raises
+    ------
+    ModelError
+        One line, for a module outside the model class or a readout of the wrong length.
     """
     Q, bq, K, bk, V, bv, O, bo = _mha_blocks(module)
     return canonical_parameters(Q, bq, K, bk, V, bv, O, bo, readout=readout)
@@ -122,8 +128,9 @@ def black_box(module, readout=None, dtype=None, threads: int | None = 1) -> Laye
     """A ``torch.nn.MultiheadAttention`` as a black box: ``box(X)`` runs
     the module on the tokens X (an (n, d) numpy array, the final token last) and answers at the
     last position -- ``module(X, X, X)[-1]``, computed as ``module(X[-1:], X, X)``, the final
-    token's query only (the same output at O(n) cost): ``readout . out[-1]`` (a float64 scalar) with a readout, the
-    output vector (the module's dtype) without one -- learn it with ``learn(..., outputs=m)``
+    token's query only (the same output at O(n) cost): ``readout . out[-1]`` (a float64
+    scalar) with a readout, the output vector (the module's dtype) without one -- learn it
+    with ``learn(..., outputs=m)``
     (docs: explanation/biases.md#vector-outputs).  ``box.batch(queries)`` runs each length's
     queries as one batch.
 
@@ -140,15 +147,16 @@ def black_box(module, readout=None, dtype=None, threads: int | None = 1) -> Laye
         ``batch_first`` either way; ``kdim``/``vdim`` other than ``embed_dim``,
         ``add_bias_kv``, ``add_zero_attn`` and training mode with dropout are refused.
     readout : array_like, optional
-        A vector r of length ``out_proj.out_features``: the box answers ``r . out[-1]`` as a
-        float64 number.  Without it the box answers the output vector.
+        A vector r of length ``out_proj.out_features`` (finite numbers): the box answers
+        ``r . out[-1]`` as a float64 number.  Without it the box answers the output vector.
     dtype : str, optional
         ``None``: tokens must have the module's dtype (``learn(..., tokens="float64")`` for
-        a float64 module); other tokens are refused, never cast.  ``"float64"`` on a
-        float32 module takes float64 tokens and converts them, refusing any that would
-        round.
-    threads : int or None
-        torch's thread count during each call (default 1; ``None``: left unchanged).
+        a float64 module); other tokens are refused, never cast.  ``"float32"`` or
+        ``"float64"``: the box takes tokens of that dtype and converts them to the module's,
+        refusing any that would round (``"float64"`` on a float32 module).
+    threads : int or None, default 1
+        torch's thread count during each call, restored after it (a positive integer;
+        ``None``: torch's setting left unchanged).
 
     Returns
     -------
@@ -158,8 +166,9 @@ def black_box(module, readout=None, dtype=None, threads: int | None = 1) -> Laye
     Raises
     ------
     ModelError
-        One line, when the box is made, for a module outside the model class or a dtype
-        it does not take.
+        One line, when the box is made, for a module outside the model class (or in
+        training mode with dropout), a dtype it does not take, a readout of the wrong
+        length or a ``threads`` that is not a positive integer or None.
     """
     torch = _torch()
     _mha_blocks(module)                                  # checks the module

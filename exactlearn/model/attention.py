@@ -41,15 +41,24 @@ class MultiHeadAttention:
         (an m x d nested list with ``outputs=m``), u a list of d; entries are ints,
         Fractions, mpq, or ``"p/q"``/decimal strings.
     d : int, optional
-        The token dimension, read off the first head when not given.
-    constant : optional
-        The additive constant c (a length-m vector with ``outputs=m``; default 0).
+        The token dimension (positive), read off the first head when not given (a model
+        without heads needs it).
+    constant : number or sequence, optional
+        The additive constant c, an entry as above (a length-m vector with ``outputs=m``;
+        default 0).
     bias : bool, optional
         Whether the model has biases (written as ``exactlearn.mha/2``); default: a constant
         or a head's u was given.
     outputs : int, optional
-        m for vector outputs (docs: explanation/biases.md#vector-outputs): ``evaluate``
-        returns the m outputs; ``output(j)`` is output j as a scalar model.
+        m for vector outputs (a positive integer; docs:
+        explanation/biases.md#vector-outputs): ``evaluate`` returns the m outputs;
+        ``output(j)`` is output j as a scalar model.
+
+    Raises
+    ------
+    ModelError
+        One line (a ValueError), for a head or entry of the wrong shape or kind (naming the
+        head and entry), or a ``d`` or ``outputs`` that is not a positive integer.
 
     Examples
     --------

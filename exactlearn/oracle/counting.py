@@ -86,8 +86,14 @@ class Oracle(CountingOracle):
         The number system of the answers (docs: howto/field-and-range.md); a field on auto
         scale takes the model's D (``model.scale()``).
     like : Oracle, optional
-        An oracle of the same model whose evaluator's field-independent parts the new one
-        shares (:meth:`over`).
+        Keyword only: an oracle of the same model whose evaluator's field-independent parts
+        the new one shares (:meth:`over`); one of another model is ignored.
+
+    Raises
+    ------
+    ExactnessError
+        An exact field whose chosen scale D does not clear the denominators of every raw
+        head's W (and u).
     """
 
     def __init__(self, model: MultiHeadAttention, field: Field, *, like: "Oracle | None" = None):

@@ -324,16 +324,16 @@ def estimate_noise(box, d: int, heads: int = 1, *, field=None, tokens: str = "ex
 
     Parameters
     ----------
-    box, field, tokens
-        As in [`learn`][exactlearn.api.learn] (``field`` defaults to ``box.field``, else
-        ``Real(dps=30)``; it must be the real field).
-    d, heads : int
-        The token dimension; ``heads`` sets the plan's nodes, hence the lengths (to 257).
-    seed, scales, draws, permutations, safety
-        The tokens' seed; their norms (default ``SCALES``: 1/2, 2, 8); queries per shape and
-        scale; random orders of each; the multiple of the envelope.
-    outputs : int, optional
-        m values per query (as ``learn(..., outputs=m)``): all enter the one envelope.
+    box, d
+        The float black box, as in [`learn`][exactlearn.api.learn]; the token dimension.
+    field, seed, scales, outputs : optional
+        ``field`` as in ``learn`` (default ``box.field``, else ``Real(dps=30)``; real only);
+        the tokens' seed; their norms, powers of two (default ``SCALES``: 1/2, 2, 8); with
+        ``outputs=m``, m values per query (as in ``learn``), all entering the one envelope.
+    tokens : str, default "exact"
+        As in ``learn``.
+    heads, draws, permutations, safety : int, default 1, 2, 3, 30
+        Plan nodes (lengths to 257); queries per shape, scale; random orders of each; the multiple.
 
     Returns
     -------

@@ -53,27 +53,29 @@ def learn_transformer(oracle, d: int, heads: int | None = None, max_heads: int |
 
     Parameters
     ----------
-    oracle
+    oracle : callable
         The black box: a :class:`~exactlearn.oracle.TransformerOracle`, or any callable on
         token lists over an ordered field (rational or real).
     d : int
-        The token dimension.
+        The token dimension (d = 1 gives a failed result: the kink path needs a plane).
     heads, max_heads : int, optional
         The number of distinct W (per cone plan and overall), or a bound on it; give one.
     field : Field or str, optional
         As in :func:`exactlearn.api.learn` (default ``oracle.field``).
-    seed : optional
+    seed : int, optional
         Seeds the random path, cones and certificate queries.
-    fresh : int
-        Random queries of the certificate (plus 10 boundary queries per recovered neuron).
+    fresh : int, default 200
+        Random queries of the certificate, besides its ReLU-boundary queries: up to 16 per
+        recovered neuron (9 of one token; 7 longer ones, skipped over an exact field when
+        their scores would be too large).
     retries : int, optional
         Redraws of the path after a detected failure (queries keep counting; ``attempts``
         reports how many paths were used); None: the one default policy,
         ``exactlearn.limits.DEFAULT_RETRIES["transformer"]`` (2; docs:
         reference/api.md#retries).
-    cone_draws : int
+    cone_draws : int, default 8
         Draws per cone (M doubles from the third on).
-    target : int
+    target : int, default 24
         The starting size ``|M c| ~ target`` of the cone draws.
 
     Returns
