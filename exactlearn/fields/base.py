@@ -44,6 +44,7 @@ lcm of the model's W denominators (:meth:`Field.with_scale`).
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import gmpy2
@@ -59,6 +60,10 @@ from exactlearn.limits import MAX_ENTRY_DIGITS, check_entry_text
 #: number written as text is limited to :data:`~exactlearn.limits.MAX_ENTRY_DIGITS`
 #: digits (a decimal exponent counting as its size), this is that limit.
 MAX_DECIMAL_EXPONENT = MAX_ENTRY_DIGITS
+
+#: what :func:`as_mpq` reads from text: ``p/q`` with optional signs, or a decimal with an
+#: optional exponent -- ASCII digits only (no ``_``, no other scripts' digits, no inner spaces)
+_NUMBER_TEXT = re.compile(r"[+-]?[0-9]+/[+-]?[0-9]+|[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 def as_mpq(x) -> mpq:
@@ -81,6 +86,11 @@ def as_mpq(x) -> mpq:
     if isinstance(x, str):
         s = x.strip()
         check_entry_text(s)               # digits before any conversion (MAX_ENTRY_DIGITS)
+        if s.lower() in {"nan", "inf", "-inf", "+inf", "infinity", "-infinity"}:
+            raise ValueError(f"not a finite rational number: {x!r}")
+        if not _NUMBER_TEXT.fullmatch(s):
+            raise ValueError(f"not a rational number: {x!r} (an integer, p/q or a decimal "
+                             f"such as 0.25 or 1e-3, in ASCII digits)")
         if s.isascii() and s.lstrip("+-").isdigit() and len(s) - len(s.lstrip("+-")) <= 1:
             return mpq(int(s))            # a plain integer, as Fraction reads it, faster
         try:
@@ -90,8 +100,6 @@ def as_mpq(x) -> mpq:
                 if den == 0:
                     raise ValueError(f"division by zero in {x!r}")
                 return mpq(num, den)
-            if s.lower() in {"nan", "inf", "-inf", "+inf", "infinity", "-infinity"}:
-                raise ValueError(f"not a finite rational number: {x!r}")
             mant, _, expo = s.lower().partition("e")
             if expo and not expo.lstrip("+-").isdigit():
                 raise ValueError(f"not a rational number: {x!r}")
