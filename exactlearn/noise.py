@@ -74,7 +74,10 @@ class NoisyOracle:
     BITS = 64
 
     def __init__(self, oracle, noise, seed=None):
-        K = oracle.field
+        K = getattr(oracle, "field", None)
+        if K is None or not hasattr(K, "is_exact"):
+            raise ValueError(f"a noisy oracle wraps an oracle over the real field (an "
+                             f"exactlearn Oracle), not {type(oracle).__name__}")
         if K.is_exact:
             raise ValueError(f"a noisy oracle needs the real field, not the {K.name} field "
                              f"(its outputs would no longer be exact values of the model)")
@@ -97,6 +100,6 @@ class NoisyOracle:
         return self.field(u) * self.noise
 
     def __getattr__(self, name):          # queries, max_length, seconds, check_plan, d, model
-        if name == "oracle":
+        if name in ("oracle", "batch"):   # batch: the wrapped box's would answer without noise
             raise AttributeError(name)
         return getattr(self.oracle, name)

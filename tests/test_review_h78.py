@@ -8,7 +8,7 @@ import pytest
 
 from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.cli.main import main
-from exactlearn.fields import Rational
+from exactlearn.fields import Rational, Real
 
 MODEL = MultiHeadAttention([([[1, 0], [0, -1]], [1, 2])])
 
@@ -134,3 +134,28 @@ def test_the_cli_injects_noise_into_a_vector_model(bias, tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "certified" and out["outputs"] == 2
     assert float(out["model_error"]) <= float(out["error_bound"])
+
+
+def test_a_noisy_oracle_never_forwards_a_noise_free_batch():
+    """``Recorder.ask_many`` uses ``box.batch`` when there is one: a NoisyOracle forwarding
+    its wrapped box's batch would answer without the injected noise."""
+    from exactlearn.noise import NoisyOracle
+
+    class Box:
+        field = Real(dps=30)
+
+        def __call__(self, tokens):
+            return self.field(1)
+
+        def batch(self, queries):
+            return [self.field(1) for _ in queries]
+
+    noisy = NoisyOracle(Box(), "1e-3", seed=0)
+    assert not hasattr(noisy, "batch")
+    assert noisy([(1,)]) != 1
+
+
+def test_a_noisy_oracle_of_a_box_without_a_field_is_refused_in_one_line():
+    from exactlearn.noise import NoisyOracle
+    with pytest.raises(ValueError, match="wraps an oracle over the real field.*not function"):
+        NoisyOracle(lambda tokens: 1.0, "1e-3")
