@@ -159,3 +159,17 @@ def test_a_noisy_oracle_of_a_box_without_a_field_is_refused_in_one_line():
     from exactlearn.noise import NoisyOracle
     with pytest.raises(ValueError, match="wraps an oracle over the real field.*not function"):
         NoisyOracle(lambda tokens: 1.0, "1e-3")
+
+
+@pytest.mark.parametrize("noise", [1e-3, -1, float("nan"), "1e-6"])
+def test_a_declared_noise_over_an_exact_field_is_refused_not_ignored(noise):
+    """Over an exact field the answers are exact: a declared eta was silently ignored (even
+    -1 and nan), so a caller could believe it was accounted for."""
+    from exactlearn.generate import random_model
+    with pytest.raises(ValueError, match="applies to the real field"):
+        learn(Oracle(random_model(2, 1, seed=1), Rational()), d=2, heads=1, noise=noise)
+
+
+def test_a_declared_noise_of_zero_over_an_exact_field_is_allowed():
+    from exactlearn.generate import random_model
+    assert learn(Oracle(random_model(2, 1, seed=1), Rational()), d=2, heads=1, noise=0).certified

@@ -121,6 +121,10 @@ def _check_real(a, K, plan) -> bool:
     noise, noise_rel = a["noise"], a["noise_rel"]
     if noise_rel is not None and K.is_exact:
         raise ValueError(f"noise_rel= applies to the real field, not the {K.name} field")
+    if (K.is_exact and noise is not None and noise != "auto"
+            and not isinstance(noise, (list, tuple)) and not _is_zero(noise)):
+        raise ValueError(f"noise= (the declared bound eta) applies to the real field: the "
+                         f"{K.name} field's answers are exact, got noise={noise!r}")
     if a["query_scale"] is not None and K.is_exact:     # not ignored: it would not be run
         raise ValueError(f"query_scale= applies to the real field, not the {K.name} field")
     if noise_rel is not None and not isinstance(noise_rel, str) and noise != "auto":
@@ -203,6 +207,15 @@ def check_bias_options(K, plan, executor) -> None:
     if plan not in ("paper", None):
         raise ValueError(f"bias=True is not supported yet with plan={plan!r} (the paper plan, "
                          f"extended, only)")
+
+
+def _is_zero(noise) -> bool:
+    """``noise`` is the number 0 (``0``, ``0.0``, ``"0"``, ``mpq(0)``): no bound to declare."""
+    from exactlearn.fields.base import as_mpq
+    try:
+        return bool((as_mpq(noise) if isinstance(noise, str) else noise) == 0)
+    except (ValueError, TypeError):
+        return False
 
 
 def check_noise(noise, noise_rel, K, plan) -> bool:
