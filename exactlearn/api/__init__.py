@@ -138,7 +138,8 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
     noise : optional
         Real field: the declared bound eta on the absolute error of every output (default
         ``oracle.noise``, else 0); with ``outputs=m`` one number for all outputs or a list of
-        m, one per output.  An output noisier than declared fails the certificate.
+        m, one per output.  An output noisier than declared fails the certificate.  The
+        exact fields' answers are exact: there a nonzero ``noise`` is refused.
         ``noise="auto"`` (stable plan, without ``noise_rel``) measures eta from the box
         first: the spread of its answers when the non-final tokens of the plan's query
         shapes are permuted, times a safety multiple
