@@ -173,3 +173,19 @@ def test_a_declared_noise_over_an_exact_field_is_refused_not_ignored(noise):
 def test_a_declared_noise_of_zero_over_an_exact_field_is_allowed():
     from exactlearn.generate import random_model
     assert learn(Oracle(random_model(2, 1, seed=1), Rational()), d=2, heads=1, noise=0).certified
+
+
+@pytest.mark.parametrize("extra", [["--plan", "paper"], ["--field", "real", "--plan", "paper"],
+                                   ["--field", "real", "--declared-noise", "1e5"],
+                                   ["--field", "real", "--declared-noise", "auto"]])
+def test_a_transformer_file_refuses_plan_and_declared_noise_not_ignores_them(tmp_path, capsys,
+                                                                             extra):
+    """``--plan paper`` (the default's value) and ``--declared-noise`` went through and were
+    silently unused for a Transformer file (docs/howto/transformer.md lists them refused)."""
+    path = tmp_path / "t.json"
+    assert main(["random-model", "--transformer", "--d", "2", "--heads", "1", "--seed", "0",
+                 "--out", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["learn", "--model", str(path), "--heads", "1", "--seed", "0", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "applies to attention models only" in err

@@ -74,6 +74,7 @@ def check_tokens(args, bad_input) -> None:
     """``--tokens`` against the other options (one line, exit 2), and the plan it implies:
     ``--plan`` left out is ``stable`` with float tokens, ``paper`` otherwise."""
     floats = getattr(args, "tokens", "exact") != "exact"
+    args.plan_given = args.plan is not None     # a Transformer file refuses it (even paper)
     if args.plan is None:
         args.plan = "stable" if floats and args.field == "real" else "paper"
     if not floats:

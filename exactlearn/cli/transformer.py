@@ -29,13 +29,15 @@ def run_cli(args, obj, make_field) -> int:
     model = OneLayerTransformer.from_json(obj)
     if args.field not in ("rational", "real", "modular", "symbolic"):
         raise ValueError(f"unknown field {args.field!r} (choose from rational, real)")
-    for opt, default in (("tokens", "exact"), ("plan", "paper"), ("rank", None), ("range", None), ("e_range", None),
-                         ("noise", None), ("query_scale", None), ("snap", False),
+    for opt, default in (("tokens", "exact"), ("plan_given", False), ("rank", None), ("range", None),
+                         ("e_range", None), ("noise", None), ("declared_noise", None),
+                         ("query_scale", None), ("snap", False),
                          ("max_primes", None), ("max_height", None)):
         if getattr(args, opt, default) != default:
             why = ("the Transformer learner chooses its query tokens per cone"
-                   if opt in ("plan", "rank", "range", "e_range") else "not to a Transformer file")
-            name = args.noise_option if opt == "noise" else f"--{opt.replace('_', '-')}"
+                   if opt in ("plan_given", "rank", "range", "e_range") else "not to a Transformer file")
+            name = (args.noise_option if opt == "noise" else "--plan" if opt == "plan_given"
+                    else f"--{opt.replace('_', '-')}")
             raise ValueError(f"{name} applies to attention models only; {why}")
     for opt in ("workers", "scheduler"):
         if getattr(args, opt, None) is not None:
