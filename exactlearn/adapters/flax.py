@@ -68,14 +68,16 @@ def _check(module, params):
     if not isinstance(module, nn.MultiHeadDotProductAttention):
         raise ModelError(f"black_box takes a flax.linen.MultiHeadDotProductAttention, got "
                          f"{type(module).__name__}")
-    if type(module).__call__ is not nn.MultiHeadDotProductAttention.__call__:
+    if (type(module).__call__ is not nn.MultiHeadDotProductAttention.__call__
+            or type(module).apply is not nn.Module.apply):
         raise ModelError(f"{type(module).__name__} overrides MultiHeadDotProductAttention's "
-                         f"call: build a MultiHeadDotProductAttention with its parameters")
+                         f"call or apply: build a MultiHeadDotProductAttention with its "
+                         f"parameters")
     custom = [name for name in CUSTOM_PRODUCTS if getattr(module, name, None) is not None]
     if custom:
         raise ModelError(f"MultiHeadDotProductAttention with a custom {custom[0]} is not "
                          f"supported: it computes with other weights than its kernels")
-    if module.deterministic is False and module.dropout_rate > 0:
+    if module.deterministic is not None and not module.deterministic and module.dropout_rate > 0:
         raise ModelError("MultiHeadDotProductAttention built with deterministic=False and "
                          "dropout_rate > 0 is a noisy box: build it with deterministic=True")
     if module.normalize_qk:

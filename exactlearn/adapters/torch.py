@@ -71,6 +71,7 @@ def _mha_blocks(module):
         raise ModelError(f"{type(module).__module__}.{type(module).__name__} overrides "
                          f"MultiheadAttention.forward: its weights need not be those the adapter "
                          f"reads (in_proj_weight, out_proj)")
+    _runs_as_written(module, "the MultiheadAttention")
     if module.bias_k is not None or module.bias_v is not None:
         raise ModelError("MultiheadAttention with add_bias_kv=True is outside the model class")
     if module.add_zero_attn:
@@ -183,7 +184,8 @@ def black_box(module, readout=None, dtype=None, threads: int | None = 1) -> Laye
             raise ModelError("the module was put in training mode with dropout > 0 after "
                              "black_box(): call module.eval()")
         x = torch.from_numpy(np.ascontiguousarray(stack))
-        with torch.no_grad(), _threads(torch, threads):
+        with (torch.no_grad(), _threads(torch, threads),
+              _observing_hooks([(module, "the MultiheadAttention")])):
             q = x[:, -1:]                                # the final token's query only: O(n)
             if not bf:
                 x, q = x.transpose(0, 1), q.transpose(0, 1)
@@ -192,6 +194,53 @@ def black_box(module, readout=None, dtype=None, threads: int | None = 1) -> Laye
 
     return LayerBox(forward, E, module.out_proj.out_features, readout, td, md,
                     name=f"torch MultiheadAttention(d={E}, heads={module.num_heads})")
+
+
+def _runs_as_written(module, what: str) -> None:
+    """Refuse (one line) a module whose call need not compute its class's ``forward`` on the
+    weights :func:`true_heads` reads: a ``forward`` set on the instance (as accelerate's
+    ``add_hook_to_module`` does) or a subclass ``__call__``.  Forward hooks are allowed
+    while they only observe (:func:`_observing_hooks`)."""
+    torch = _torch()
+    why = None
+    if "forward" in vars(module):
+        why = "has a forward set on the instance"
+    elif type(module).__call__ is not torch.nn.Module.__call__:
+        why = f"is a {type(module).__name__}, which overrides __call__"
+    if why is not None:
+        raise ModelError(f"{what} {why}: its answers need not be those of the weights the "
+                         f"adapter reads")
+
+
+@contextlib.contextmanager
+def _observing_hooks(modules):
+    """During one call of the box: every forward (pre-)hook of ``modules`` (``[(module,
+    name)]``) and every global one runs as registered, and one that returns a value -- which
+    torch puts in place of the input or output -- is refused (:class:`ModelError`): the box
+    would answer for other weights than those :func:`true_heads` reads.  A hook that only
+    observes (counts, logs) returns None and is kept.  Each module is checked as by
+    :func:`_runs_as_written` first (an instance forward set since the box was made)."""
+    M = _torch().nn.modules.module
+    tables = [(M._global_forward_hooks, "a global forward hook"),
+              (M._global_forward_pre_hooks, "a global forward pre-hook")]
+    for module, what in modules:
+        _runs_as_written(module, what)
+        tables += [(module._forward_hooks, f"a forward hook of {what}"),
+                   (module._forward_pre_hooks, f"a forward pre-hook of {what}")]
+    saved = []
+    for table, who in tables:
+        for key, hook in list(table.items()):
+            def checked(*args, _hook=hook, _who=who, **kwargs):
+                if _hook(*args, **kwargs) is not None:
+                    raise ModelError(f"{_who} changes its input or output: the box would "
+                                     f"answer for other weights than those the adapter reads")
+            saved.append((table, key, hook))
+            table[key] = checked
+    try:
+        yield
+    finally:
+        for table, key, hook in saved:
+            table[key] = hook
 
 
 def _torch_dtype_name(dt) -> str:
@@ -216,6 +265,7 @@ def _linear_blocks(query, key, value, out, heads):
         if type(lin).forward is not torch.nn.Linear.forward:
             raise ModelError(f"{name} is a {type(lin).__name__}, which overrides Linear.forward: "
                              f"its weights need not be those the adapter reads")
+        _runs_as_written(lin, name)
     if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
         raise ModelError(f"heads must be a positive integer, got {heads!r}")
     d = query.in_features
@@ -265,7 +315,8 @@ def black_box_linear(query, key, value, out, heads: int, readout=None, dtype=Non
 
     def forward(stack):
         x = torch.from_numpy(np.ascontiguousarray(stack))
-        with torch.no_grad(), _threads(torch, threads):
+        with (torch.no_grad(), _threads(torch, threads),
+              _observing_hooks([(query, "query"), (key, "key"), (value, "value"), (out, "out")])):
             B, n, _ = x.shape
             q = query(x[:, -1]).view(B, heads, dh)                       # the final token's query
             k = key(x).view(B, n, heads, dh)

@@ -1,0 +1,100 @@
+"""Hostile review (helper-83, 5 Dec 2026) of the adapters and arguments: layers whose call is
+not their class's forward on the weights ``true_heads`` reads (hooks, an instance forward, a
+flax ``apply`` override) were accepted and certified against heads ``true_heads``
+contradicted; bad ``query_scale`` and numpy ``rank`` values.  Each test failed before its
+fix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from exactlearn.errors import ModelError
+
+
+def _mha(torch):
+    return torch.nn.MultiheadAttention(4, 2, batch_first=True, dtype=torch.float64).eval()
+
+
+def _learn(box):
+    from exactlearn import learn
+    return learn(box, d=4, heads=2, field="real", tokens="float64", noise="auto", seed=0)
+
+
+def test_a_torch_layer_with_an_instance_forward_is_refused():
+    torch = pytest.importorskip("torch")
+    from exactlearn.adapters import torch as ta
+    mha = _mha(torch)
+    fwd = mha.forward
+    mha.forward = lambda *a, **k: fwd(*a, **k)
+    for make in (lambda: ta.black_box(mha, readout=np.ones(4)), lambda: ta.true_heads(mha)):
+        with pytest.raises(ModelError, match="forward set on the instance"):
+            make()
+
+
+def test_a_hook_that_changes_the_output_or_input_fails_the_run_an_observing_one_is_learned():
+    """A forward hook returning a value replaces the output (a pre-hook, the input): the run
+    fails with the ModelError at the first call, never certified; a hook returning None only
+    observes and the run is learned, exactly as without it."""
+    torch = pytest.importorskip("torch")
+    from exactlearn.adapters import torch as ta
+    torch.manual_seed(0)
+    mha = _mha(torch)
+    plain = _learn(ta.black_box(mha, readout=np.ones(4)))
+    calls = []
+    handle = mha.register_forward_hook(lambda mod, inp, out: calls.append(1))
+    seen = _learn(ta.black_box(mha, readout=np.ones(4)))
+    assert seen.certified and seen.heads == plain.heads and len(calls) > 0
+    handle.remove()
+    for register, hook in ((mha.register_forward_hook, lambda m, i, o: (2 * o[0], o[1])),
+                           (mha.register_forward_pre_hook, lambda m, a: tuple(2 * x for x in a))):
+        handle = register(hook)
+        res = _learn(ta.black_box(mha, readout=np.ones(4)))
+        handle.remove()
+        assert not res.certified and isinstance(res.failure, ModelError)
+        assert "changes its input or output" in str(res.failure)
+
+
+def test_a_global_hook_that_changes_the_output_fails_the_run():
+    torch = pytest.importorskip("torch")
+    from exactlearn.adapters import torch as ta
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda m, i, o: (2 * o[0], o[1]) if isinstance(o, tuple) else o)
+    try:
+        res = _learn(ta.black_box(_mha(torch), readout=np.ones(4)))
+    finally:
+        handle.remove()
+    assert not res.certified and "a global forward hook changes" in str(res.failure)
+
+
+def test_black_box_linear_with_a_hook_scaling_the_value_map_fails_the_run():
+    torch = pytest.importorskip("torch")
+    from exactlearn.adapters import torch as ta
+    torch.manual_seed(0)
+    q, k, v, o = (torch.nn.Linear(4, 4, bias=False, dtype=torch.float64) for _ in range(4))
+    v.register_forward_hook(lambda mod, inp, out: 2 * out)
+    res = _learn(ta.black_box_linear(q, k, v, o, heads=2, readout=np.ones(4)))
+    assert not res.certified and "a forward hook of value changes" in str(res.failure)
+
+
+def test_a_flax_subclass_overriding_apply_and_a_numpy_false_deterministic_are_refused():
+    pytest.importorskip("flax")
+    import jax
+    import jax.numpy as jnp
+    import flax.linen as nn
+    from exactlearn.adapters import flax as fa
+
+    class Doubled(nn.MultiHeadDotProductAttention):
+        def apply(self, variables, *args, **kwargs):
+            return 2 * super().apply(variables, *args, **kwargs)
+
+    layer = Doubled(num_heads=2, use_bias=False, param_dtype=jnp.float32)
+    params = layer.init(jax.random.key(0), jnp.zeros((1, 2, 4), jnp.float32))
+    with pytest.raises(ModelError, match="overrides MultiHeadDotProductAttention's call or apply"):
+        fa.black_box(layer, params, readout=np.ones(4))
+    noisy = nn.MultiHeadDotProductAttention(num_heads=2, use_bias=False, dropout_rate=0.5,
+                                            deterministic=np.bool_(False),
+                                            param_dtype=jnp.float32)
+    params = noisy.init(jax.random.key(0), jnp.zeros((1, 2, 4), jnp.float32))
+    with pytest.raises(ModelError, match="deterministic=False"):
+        fa.black_box(noisy, params, readout=np.ones(4))
