@@ -98,3 +98,38 @@ def test_a_flax_subclass_overriding_apply_and_a_numpy_false_deterministic_are_re
     params = noisy.init(jax.random.key(0), jnp.zeros((1, 2, 4), jnp.float32))
     with pytest.raises(ModelError, match="deterministic=False"):
         fa.black_box(noisy, params, readout=np.ones(4))
+
+
+@pytest.mark.parametrize("scale", [0, -1, float("inf"), float("nan"), "1e400", 1e308, "1e-30"])
+@pytest.mark.parametrize("plan", ["stable", "paper"])
+def test_a_query_scale_out_of_range_is_refused_before_any_query(scale, plan):
+    """The stable plan took 0 (a degenerate draw after 7 queries) and -1 (certified), and a
+    huge scale crashed in float64 (a traceback at the CLI)."""
+    from exactlearn import Oracle, learn
+    from exactlearn.fields import Real
+    from exactlearn.generate import random_model
+    box = Oracle(random_model(2, 2, seed=1), Real())
+    with pytest.raises(ValueError, match="query_scale must be"):
+        learn(box, 2, heads=2, field=Real(), plan=plan, noise="1e-40", query_scale=scale)
+    assert box.queries == 0
+
+
+def test_a_huge_query_scale_at_the_cli_exits_2_in_one_line(tmp_path, capsys):
+    from exactlearn.cli.main import main
+    path = tmp_path / "m.json"
+    assert main(["random-model", "--d", "2", "--heads", "2", "--seed", "1", "--out", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["learn", "--model", str(path), "--heads", "2", "--field", "real", "--plan",
+                 "stable", "--declared-noise", "1e-40", "--query-scale", "1e400"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "about 10^400" in err
+
+
+def test_numpy_integers_are_taken_for_rank_retries_and_verify():
+    from exactlearn import Oracle, learn
+    from exactlearn.fields import QQ
+    from exactlearn.generate import random_model
+    m = random_model(3, 2, seed=1)
+    res = learn(Oracle(m, QQ), d=3, heads=2, plan="efficient", rank=np.int64(3),
+                retries=np.int32(1), verify=np.int64(2), seed=0)
+    assert res.certified and res.heads == m.canonical_heads()

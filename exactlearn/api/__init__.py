@@ -263,5 +263,7 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         "noise_rel": noise_rel, "tokens": tokens, "executor": executor,
         "max_height": max_height, "bias": bias, "outputs": outputs})
     d, heads, max_heads = (plain_int(x) for x in (d, heads, max_heads))    # numpy ints too
+    for key in ("rank", "retries", "verify", "max_primes", "outputs"):
+        a[key] = plain_int(a[key])
     checked = check_arguments(oracle, d, heads, max_heads, field, a, options)
     return Run(checked, a, d, heads is not None, seed, t_start).result()

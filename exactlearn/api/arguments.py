@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gmpy2 import mpq
+
 from exactlearn.api.options import check_option_fields
 from exactlearn.api.vector import check_outputs, check_outputs_memory
 from exactlearn.fields.base import Field
@@ -127,6 +129,8 @@ def _check_real(a, K, plan) -> bool:
                          f"{K.name} field's answers are exact, got noise={noise!r}")
     if a["query_scale"] is not None and K.is_exact:     # not ignored: it would not be run
         raise ValueError(f"query_scale= applies to the real field, not the {K.name} field")
+    if a["query_scale"] is not None:
+        _check_query_scale(a["query_scale"])
     if noise_rel is not None and not isinstance(noise_rel, str) and noise != "auto":
         from exactlearn.noise import noise_bound
         noise_bound(K, noise_rel, "noise_rel")
@@ -207,6 +211,25 @@ def check_bias_options(K, plan, executor) -> None:
     if plan not in ("paper", None):
         raise ValueError(f"bias=True is not supported yet with plan={plan!r} (the paper plan, "
                          f"extended, only)")
+
+
+#: query_scale= within [1/QUERY_SCALE_LIMIT, QUERY_SCALE_LIMIT]: beyond it the tokens' float64
+#: norms overflow or vanish (the plan's entries are integers up to R times the scale)
+QUERY_SCALE_LIMIT = 2 ** 64
+
+
+def _check_query_scale(scale) -> None:
+    """``query_scale=``: a finite rational in ``[2^-64, 2^64]`` (one line before any query)."""
+    from exactlearn.fields.base import as_mpq
+    try:
+        q = mpq(scale) if isinstance(scale, float) else as_mpq(scale)
+    except (ValueError, TypeError, OverflowError):
+        raise ValueError(f"query_scale must be a finite number > 0, got {scale!r}") from None
+    if not 1 / mpq(QUERY_SCALE_LIMIT) <= q <= QUERY_SCALE_LIMIT:
+        size = len(str(abs(q.numerator))) - len(str(q.denominator))
+        shown = (repr(scale) if len(repr(scale)) <= 40
+                 else f"{'-' if q < 0 else ''}a number of about 10^{size}")
+        raise ValueError(f"query_scale must be > 0, within [2^-64, 2^64], got {shown}")
 
 
 def _is_zero(noise) -> bool:
