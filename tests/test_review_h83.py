@@ -133,3 +133,18 @@ def test_numpy_integers_are_taken_for_rank_retries_and_verify():
     res = learn(Oracle(m, QQ), d=3, heads=2, plan="efficient", rank=np.int64(3),
                 retries=np.int32(1), verify=np.int64(2), seed=0)
     assert res.certified and res.heads == m.canonical_heads()
+
+
+@pytest.mark.parametrize("path, message", [("fig.pdff", ".pdff is not a figure format"),
+                                           ("", "--plot needs a file name")])
+def test_demo_plot_to_a_path_that_cannot_be_a_figure_is_refused_before_any_output(
+        path, message, tmp_path, capsys, monkeypatch):
+    """It printed the whole walk-through, then failed in matplotlib (or wrote a hidden .png
+    for an empty name and exited 0)."""
+    pytest.importorskip("matplotlib")
+    from exactlearn.cli.main import main
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--plot", path]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and message in out.err
+    assert list(tmp_path.iterdir()) == []

@@ -261,6 +261,19 @@ def _cmd_demo(args) -> int:
 
 def _check_writable(path: str, option: str) -> None:
     import os
+    if not path.strip():
+        raise BadInput(f"{option} needs a file name, got {path!r}")
+    ext = os.path.splitext(path)[1][1:].lower()
+    if ext:                             # a format matplotlib writes (none given: png)
+        try:
+            from matplotlib.backend_bases import FigureCanvasBase
+        except ImportError:             # the plot itself says what to install
+            pass
+        else:
+            formats = FigureCanvasBase.get_supported_filetypes()
+            if ext not in formats:
+                raise BadInput(f"cannot write {option} {path}: .{ext} is not a figure format "
+                               f"(one of {', '.join(sorted(formats))})")
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise BadInput(f"cannot write {option} {path}: it is a folder")

@@ -241,8 +241,9 @@ class _Design:
     """The vectors ``alpha`` of each final token's pencil: the lattice (:func:`lattice`) and
     ``COPIES`` first; random vectors (``2H + ALPHA_MARGIN`` of norm about ``e_norm``, no
     coinciding sums, so about three times the points) and the five ``FINE_COPIES`` for a final
-    token where the lattice failed at every scale tried, and for every token after it (docs/howto/float-black-box.md, "The pencil start on
-    a lattice")."""
+    token where the lattice failed at every scale tried, and, once they resolve a token, for
+    every token after it; a token where both kinds fail leaves the next one starting on the
+    lattice again (docs/howto/float-black-box.md, "The pencil start on a lattice")."""
 
     def __init__(self, d: int, H: int, seed: int):
         self.H = H
