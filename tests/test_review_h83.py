@@ -148,3 +148,26 @@ def test_demo_plot_to_a_path_that_cannot_be_a_figure_is_refused_before_any_outpu
     out = capsys.readouterr()
     assert out.out == "" and out.err.count("\n") == 1 and message in out.err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_checks_before_any_query_see_through_a_noisy_oracle():
+    """Wrapped in the package's own NoisyOracle, a vector model without outputs= ended in a
+    raw TypeError, a Transformer went to learn() for 12 queries, and learn_transformer's d
+    check was missed."""
+    from exactlearn import Oracle, learn
+    from exactlearn.fields import Real
+    from exactlearn.generate import random_model
+    from exactlearn.noise import NoisyOracle
+    from exactlearn.oracle import TransformerOracle
+    from exactlearn.strategies.transformer.learn import learn_transformer
+    from exactlearn.transformer_model import random_transformer
+    K = Real(dps=30)
+    vector = NoisyOracle(Oracle(random_model(2, 1, seed=1, outputs=2), K), "1e-20", seed=0)
+    with pytest.raises(ValueError, match="pass outputs=2"):
+        learn(vector, d=2, heads=1, field=K)
+    T = NoisyOracle(TransformerOracle(random_transformer(2, 1, 2, seed=0), K), "1e-20", seed=0)
+    with pytest.raises(ValueError, match="learn_transformer"):
+        learn(T, d=2, heads=1, field=K)
+    with pytest.raises(ValueError, match="a model in d=2; learn_transformer.. was given d=3"):
+        learn_transformer(T, d=3, heads=1)
+    assert T.queries == 0 and vector.queries == 0

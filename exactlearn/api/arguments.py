@@ -177,8 +177,17 @@ def _check_modular(a, K, plan) -> None:
             raise ValueError("max_height applies to the paper plan (plan='paper')")
 
 
+def _unwrapped(box):
+    """The box under exactlearn's own wrappers (:class:`TokenAdapter`, ``NoisyOracle``): the
+    model whose d, outputs and kind the checks before any query read."""
+    from exactlearn.noise import NoisyOracle
+    while isinstance(box, (TokenAdapter, NoisyOracle)):
+        box = box.box if isinstance(box, TokenAdapter) else box.oracle
+    return box
+
+
 def _check_vector(oracle, a, K, d, H) -> None:
-    model_box = oracle.box if isinstance(oracle, TokenAdapter) else oracle   # before any query
+    model_box = _unwrapped(oracle)      # before any query
     if isinstance(model_box, TransformerOracle):
         raise ValueError("the black box is a one-layer Transformer: learn it with "
                          "learn_transformer() (docs: howto/transformer.md)")

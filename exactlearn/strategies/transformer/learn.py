@@ -33,7 +33,7 @@ from exactlearn.errors import FieldError, LearningFailure, TransformerFailure
 from exactlearn.fields.base import Field, as_mpq
 from exactlearn.limits import default_retries
 from exactlearn.algebra.rationals import simplest_rational
-from exactlearn.oracle import Recorder, TransformerOracle, resolve_field
+from exactlearn.oracle import Recorder, resolve_field
 from exactlearn.pipeline.plan import head_bound
 from exactlearn.strategies.transformer import certificate
 from exactlearn.strategies.transformer.assembly import assemble
@@ -88,7 +88,8 @@ def learn_transformer(oracle, d: int, heads: int | None = None, max_heads: int |
     t_start = time.perf_counter()
     H = head_bound(d, heads, max_heads)
     model = getattr(oracle, "model", None)
-    if isinstance(oracle, TransformerOracle) and model.d != d:      # before any query
+    if isinstance(getattr(model, "d", None), int) and model.d != d:   # before any query (a
+        # TransformerOracle, or one wrapped: NoisyOracle forwards .model)
         raise ValueError(f"the black box is a model in d={model.d}; learn_transformer() was "
                          f"given d={d}")
     if retries is None:
