@@ -96,8 +96,6 @@ def run_real(plan, rec, K, *, noise=None, query_scale=None, snap=False, snap_hei
     eta = K(0) if noise is None else noise_bound(K, noise)
     if query_scale is not None:
         sigma = mpq(query_scale) if not isinstance(query_scale, str) else QQ(query_scale)
-        if sigma <= 0:
-            raise ValueError("query_scale must be > 0")
     ask = AskOnce(rec)
     S = sens_context(K)
     probe_log = [] if probe_log is None else probe_log
