@@ -591,6 +591,31 @@ def test_a_pencil_run_after_the_lean_plan_names_the_pencils_plan(monkeypatch, pe
     assert res.plan_queries == stable_count(4, 2) > stable_count(4, 2, lean=True)
 
 
+def test_a_retry_after_a_failed_pencil_start_asks_other_tokens(monkeypatch):
+    """The pencil's seed comes from the plan drawn with learn()'s seed, anew on each attempt:
+    a retry after a failed pencil start draws other final tokens, and another learn() seed
+    other ones again (the hostile review helper-83 found seed 0 on every attempt, so a retry
+    repeated the same queries and the same failure)."""
+    from exactlearn.strategies.real import stable_routes
+
+    seeds = []
+
+    def refused(*args, **kwargs):
+        raise DegenerateDraw("every family refused (test)")
+
+    def recorded(ask, d, H, x_norm, e_norm, seed=0, bias=False):
+        seeds.append(seed)
+        raise DegenerateDraw("pencil refused (test)")
+    monkeypatch.setattr(stable_routes, "fit_all", refused)
+    monkeypatch.setattr(stable_routes, "pencil_heads", recorded)
+    box = NumpyAttention.from_seed(3, 2, 0)
+    for seed in (0, 1):
+        res = learn(box, d=3, heads=2, field=Real(), tokens="float64", plan="stable", seed=seed,
+                    noise=5e-14, retries=1)
+        assert not res.certified and "pencil" in res.error
+    assert len(seeds) == 4 and len(set(seeds)) == 4, seeds
+
+
 def test_the_probe_keeps_the_dense_nodes_when_its_single_tokens_answer_zero():
     """sum_h v_h = 0: every single-token output is 0, so those two answers cannot show a box
     declared at float64 rounding; a float32 box declared at 2e-5 gets the dense probe, as a

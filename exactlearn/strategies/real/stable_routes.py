@@ -8,6 +8,7 @@ declared at float64 rounding), or, when they fail with several heads, the pencil
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -173,6 +174,14 @@ def probe_nodes(plan0, asker, nz, nodes, H, rec, start, lean_ok) -> list:
     return ratio_nodes(H, lean=True) if declared_level(nz, rec, start) <= COARSE else nodes
 
 
+def drawn_seed(plan) -> int:
+    """The pencil's seed, from the plan's tokens: they are drawn with learn()'s ``seed`` and
+    anew on each retry, so a retry after a failed pencil start asks other tokens (a fixed
+    seed repeated the same queries, and the same failure, on every attempt)."""
+    text = repr([[str(a) for a in x] for x in plan.X] + [[str(a) for a in e] for e in plan.E])
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
 def pencil_route(plan0, K, asker, nz, nodes, H, why, bias=False):
     """Step 3b (module doc): the heads started by
     :mod:`~exactlearn.strategies.real.stable_pencil`, then the plan's configurations asked as
@@ -185,7 +194,8 @@ def pencil_route(plan0, K, asker, nz, nodes, H, why, bias=False):
     def ask(queries):
         return [float(y) for y, _ in asker.ask(queries)]
 
-    start, info = pencil_heads(ask, d, H, x_norm=1.0, e_norm=0.5, bias=bias)
+    start, info = pencil_heads(ask, d, H, x_norm=1.0, e_norm=0.5, seed=drawn_seed(plan0),
+                               bias=bias)
     Xm = np.array([[float(a) for a in x] for x in plan0.X]).T
     Em = np.array([[float(a) for a in e] for e in plan0.E]).T
     if bias:
