@@ -171,3 +171,25 @@ def test_the_checks_before_any_query_see_through_a_noisy_oracle():
     with pytest.raises(ValueError, match="a model in d=2; learn_transformer.. was given d=3"):
         learn_transformer(T, d=3, heads=1)
     assert T.queries == 0 and vector.queries == 0
+
+
+@pytest.mark.parametrize("kind, given, expected", [
+    ("--transformer", ["--noise-rel", "1e-10"],
+     "--noise-rel applies to attention models only"),     # not "needs --plan stable"
+    ("--outputs", ["--snap"], "a vector model (exactlearn.mha/3, 2 outputs) is not supported"),
+    ("--outputs", ["--outputs", "2", "--snap"], "--outputs is not supported yet with --snap"),
+    ("--seed", ["--noise-rel", "1e-10"], "--noise-rel needs --plan stable"),
+])
+def test_the_refusal_names_what_was_given(tmp_path, capsys, kind, given, expected):
+    """The one-line refusal names the option or the file that was given: a Transformer file
+    with --noise-rel was told to add --plan stable (which a Transformer file refuses), and
+    --snap on a vector file named --outputs, which was not given (helper-83's review)."""
+    from exactlearn.cli.main import main
+    path = tmp_path / "m.json"
+    extra = {"--transformer": ["--transformer"], "--outputs": ["--outputs", "2"]}.get(kind, [])
+    assert main(["random-model", "--d", "2", "--heads", "2", "--seed", "1", *extra,
+                 "--out", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["learn", "--model", str(path), "--heads", "2", "--field", "real", *given]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err, err

@@ -34,10 +34,10 @@ def fresh_seed() -> int:
     return random.SystemRandom().randrange(2 ** 32)
 
 
-#: ``exactlearn learn`` options that apply to one field only: option -> (dest, default, field).
-#: Given with another field, they are bad input (exit 2), never silently ignored.
 #: The model files ``exactlearn learn --model`` reads (docs: reference/model-files.md).
 MODEL_FORMATS = (FORMAT, FORMAT_BIAS, FORMAT_VECTOR, TRANSFORMER_FORMAT)
+#: ``exactlearn learn`` options that apply to one field only: option -> (dest, default, field).
+#: Given with another field, they are bad input (exit 2), never silently ignored.
 FIELD_OPTIONS = {"--dps": ("dps", None, "real"), "--inject-noise": ("noise", None, "real"),
                  "--noise-seed": ("noise_seed", None, "real"),
                  "--query-scale": ("query_scale", None, "real"),
@@ -58,8 +58,6 @@ def check_field_options(args) -> None:
         raise BadInput("--noise-seed needs --inject-noise (formerly --noise)")
     if getattr(args, "plan", None) == "stable" and args.field != "real":
         raise BadInput(f"--plan stable needs --field real; it does not apply to --field {args.field}")
-    if getattr(args, "noise_rel", None) is not None and getattr(args, "plan", None) != "stable":
-        raise BadInput("--noise-rel needs --plan stable")
 
 
 def field_by_name(name: str, *, scale: int | None = None, prime: int | None = None,
@@ -159,6 +157,8 @@ def _cmd_learn(args) -> int:
 
 def _check_plan_options(args) -> None:
     """``--rank`` and ``--bias`` with the plans and options they apply to (bad input)."""
+    if getattr(args, "noise_rel", None) is not None and args.plan != "stable":
+        raise BadInput("--noise-rel needs --plan stable")     # a Transformer file: run_cli's word
     if args.rank is not None and args.plan != "efficient":
         raise BadInput("--rank needs --plan efficient")
     if args.bias and args.field == "real" and args.plan != "stable":
@@ -190,7 +190,9 @@ def _outputs_of(args, model):
                        (bool(getattr(args, "verify", None)) and args.field == "real",
                         "--verify over --field real")):
         if given:
-            raise BadInput(f"--outputs is not supported yet with {opt}")
+            given = ("--outputs" if args.outputs is not None       # or read from the file
+                     else f"a vector model (exactlearn.mha/3, {m} outputs)")
+            raise BadInput(f"{given} is not supported yet with {opt}")
     return m
 
 

@@ -31,7 +31,7 @@ def run_cli(args, obj, make_field) -> int:
         raise ValueError(f"unknown field {args.field!r} (choose from rational, real)")
     for opt, default in (("tokens", "exact"), ("plan_given", False), ("rank", None), ("range", None),
                          ("e_range", None), ("noise", None), ("declared_noise", None),
-                         ("query_scale", None), ("snap", False),
+                         ("query_scale", None), ("noise_rel", None), ("snap", False),
                          ("max_primes", None), ("max_height", None)):
         if getattr(args, opt, default) != default:
             why = ("the Transformer learner chooses its query tokens per cone"
