@@ -73,7 +73,7 @@ def test_refused_layers():
     mod, var = layer(4, 2, 0, normalize_qk=True)
     with pytest.raises(ModelError, match="normalize_qk"):
         fa.black_box(mod, var)
-    with pytest.raises(ModelError, match="MultiHeadDotProductAttention, got Dense"):
+    with pytest.raises(ModelError, match="MultiHeadDotProductAttention or a flax.nnx.MultiHeadAttention, got Dense"):
         fa.true_heads(nn.Dense(4), {})
     mod, var = layer(4, 2, 0)
     with pytest.raises(ModelError, match="params must be"):

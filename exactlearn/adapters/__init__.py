@@ -4,8 +4,9 @@
 * :mod:`exactlearn.adapters.torch` -- ``torch.nn.MultiheadAttention`` (``black_box``,
   ``true_heads``) and a self-attention built from q/k/v/o ``nn.Linear`` layers, the shape of
   Hugging Face's BERT attention (``black_box_linear``, ``true_heads_linear``);
-* :mod:`exactlearn.adapters.flax` -- ``flax.linen.MultiHeadDotProductAttention`` used as
-  self-attention (``black_box``, ``true_heads``).
+* :mod:`exactlearn.adapters.flax` -- ``flax.linen.MultiHeadDotProductAttention`` and
+  ``flax.nnx.MultiHeadAttention`` (:mod:`exactlearn.adapters.nnx`) used as self-attention
+  (``black_box``, ``true_heads``).
 
 Each box answers ``box(tokens)`` (a 2-D numpy array, the final token last) with the layer's
 output at the last position, read out as ``readout . out[-1]`` when a readout is given (the

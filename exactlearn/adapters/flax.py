@@ -1,6 +1,7 @@
 """A Flax attention layer as an exactlearn black box (docs: howto/torch-jax-layer.md).
 
-:func:`black_box` / :func:`true_heads` take a ``flax.linen.MultiHeadDotProductAttention`` and
+:func:`black_box` / :func:`true_heads` take a ``flax.nnx.MultiHeadAttention`` alone (it holds
+its parameters: :mod:`~exactlearn.adapters.nnx`) or a ``flax.linen.MultiHeadDotProductAttention`` and
 its parameters (what ``module.init`` returns, or its ``"params"``), used as self-attention
 (``module.apply(variables, X)``: inputs_q = inputs_kv = the tokens; the box asks only the
 final token's query, ``module.apply(variables, X[:, -1:], X)``, which is the same output at the
@@ -20,6 +21,7 @@ import functools
 
 import numpy as np
 
+from exactlearn.adapters import nnx as _nnx
 from exactlearn.adapters.common import LayerBox, TrueHeads, canonical_parameters, token_dtypes
 from exactlearn.errors import ModelError
 
@@ -66,8 +68,11 @@ def _params(params) -> dict:
 def _check(module, params):
     jax, nn = _flax()
     if not isinstance(module, nn.MultiHeadDotProductAttention):
-        raise ModelError(f"black_box takes a flax.linen.MultiHeadDotProductAttention, got "
-                         f"{type(module).__name__}")
+        raise ModelError(f"black_box takes a flax.linen.MultiHeadDotProductAttention or a "
+                         f"flax.nnx.MultiHeadAttention, got {type(module).__name__}")
+    if params is None:
+        raise ModelError("a flax.linen MultiHeadDotProductAttention needs its params: "
+                         "black_box(module, module.init(...))")
     if (type(module).__call__ is not nn.MultiHeadDotProductAttention.__call__
             or type(module).apply is not nn.Module.apply):
         raise ModelError(f"{type(module).__name__} overrides MultiHeadDotProductAttention's "
@@ -111,7 +116,7 @@ def _blocks(p):
             arr(o.get("bias")))
 
 
-def true_heads(module, params, readout=None) -> TrueHeads:
+def true_heads(module, params=None, readout=None) -> TrueHeads:
     """The canonical parameters of a ``MultiHeadDotProductAttention`` (self-attention): with
     ``Q_h = query.kernel[:, h, :]^T`` (and so on) and ``O_h = out.kernel[h]^T``,
     ``W_h = K_h^T Q_h / sqrt(d_h)``, ``u_h = K_h^T b_{q,h} / sqrt(d_h)``, ``v_h = r^T O_h V_h``
@@ -120,12 +125,13 @@ def true_heads(module, params, readout=None) -> TrueHeads:
 
     Parameters
     ----------
-    module : flax.linen.MultiHeadDotProductAttention
+    module : flax.linen.MultiHeadDotProductAttention or flax.nnx.MultiHeadAttention
         The layer, used as self-attention; one outside the model class is refused as by
-        :func:`black_box`.
-    params : dict
-        Its variables (``module.init(...)``) or their ``"params"``, with ``query``, ``key``,
-        ``value`` and ``out``; read exactly.
+        :func:`black_box`.  An NNX layer's grouped key and value heads (``num_kv_heads``)
+        are repeated over their query heads.
+    params : dict, optional
+        A linen layer's variables (``module.init(...)``) or their ``"params"``, with
+        ``query``, ``key``, ``value`` and ``out``; read exactly.  None for an NNX layer.
     readout : array_like, optional
         The vector r of the scalar answer (m finite numbers, m the last axis of
         ``out.kernel``); without it each ``v_h`` is an m x d matrix.
@@ -141,11 +147,14 @@ def true_heads(module, params, readout=None) -> TrueHeads:
         One line, for a layer outside the model class, parameters without the four
         kernels or of mixed dtypes, or a readout of the wrong length.
     """
+    if _nnx.is_nnx(module):
+        _nnx.check(module, params)
+        return canonical_parameters(*_nnx.blocks(module), readout=readout)
     _, p, _ = _check(module, params)
     return canonical_parameters(*_blocks(p), readout=readout)
 
 
-def black_box(module, params, readout=None, dtype=None) -> LayerBox:
+def black_box(module, params=None, readout=None, dtype=None) -> LayerBox:
     """A ``MultiHeadDotProductAttention`` as a black box: ``box(X)`` answers
     ``module.apply(params, X[None])[0, -1]`` (computed as ``module.apply(params, X[None, -1:],
     X[None])[0, 0]``, the final token's query only) read out as ``readout . out`` (a float64
@@ -161,13 +170,16 @@ def black_box(module, params, readout=None, dtype=None) -> LayerBox:
 
     Parameters
     ----------
-    module : flax.linen.MultiHeadDotProductAttention
+    module : flax.linen.MultiHeadDotProductAttention or flax.nnx.MultiHeadAttention
         The layer, in float32 or float64 (one dtype for every parameter and ``dtype=``);
         a subclass that overrides the call, custom products or ``attention_fn``,
         ``normalize_qk``, ``decode`` and ``deterministic=False`` with dropout are refused.
-    params : dict
-        Its variables (``module.init(...)``) or their ``"params"``, with ``query``, ``key``,
-        ``value`` and ``out``.
+        A float64 NNX layer is called on flax's float64 path (``sow_weights=True``:
+        :mod:`~exactlearn.adapters.nnx`; its default path computes the softmax in float32).
+    params : dict, optional
+        A linen layer's variables (``module.init(...)``) or their ``"params"``, with
+        ``query``, ``key``, ``value`` and ``out``.  None for an NNX layer, which holds its
+        own (read when the box is made).
     readout : array_like, optional
         A vector r of length m (the last axis of ``out.kernel``; finite numbers): the box
         answers ``r . out`` as a float64 number; without it the output vector.
@@ -188,24 +200,25 @@ def black_box(module, params, readout=None, dtype=None) -> LayerBox:
         :func:`true_heads` refuses, a dtype the box does not take, or float64 without
         ``jax_enable_x64``.
     """
-    jax, p, md = _check(module, params)
-    Q = _blocks(p)[0]
-    d = Q.shape[2]
-    m = np.asarray(p["out"]["kernel"]).shape[-1]
+    if _nnx.is_nnx(module):
+        jax, nnx, md = _nnx.check(module, params)
+        d, m, name = module.in_features, module.out_features, "MultiHeadAttention"
+    else:
+        jax, p, md = _check(module, params)
+        d = _blocks(p)[0].shape[2]
+        m, name = np.asarray(p["out"]["kernel"]).shape[-1], "MultiHeadDotProductAttention"
     td, md = token_dtypes(md, dtype)
     if np.dtype(np.float64) in (td, md) and not jax.config.jax_enable_x64:
         raise ModelError("float64 with JAX needs jax.config.update('jax_enable_x64', True) "
                          "before the parameters are made (JAX would round to float32)")
-    variables = {"params": p}
     # The output at the last position is the final token's query attending over all tokens:
     # asking only that query costs O(n), not the O(n^2) of every position.  Shapes are padded
     # to powers of two (few shapes, few compilations): extra queries are copies, discarded;
     # extra tokens are masked out, and a masked score's weight is exactly 0.
-    try:
-        hash(module)
-        run = functools.partial(_jitted(), module)
-    except TypeError:                                   # an unhashable layer: its own jit
-        run = jax.jit(functools.partial(_final_query, module))
+    if _nnx.is_nnx(module):
+        run = _nnx.runner(module, jax, nnx, md)
+    else:
+        run = _linen_runner(jax, module, {"params": p})
 
     def forward(stack):
         B, n, _ = stack.shape
@@ -215,10 +228,19 @@ def black_box(module, params, readout=None, dtype=None) -> LayerBox:
         kv[B:, :n] = stack[:1]
         mask = np.zeros((size, 1, 1, length), dtype=bool)
         mask[..., :n] = True
-        out = np.asarray(run(variables, kv[:, n - 1:n], kv, mask))
+        out = np.asarray(run(kv[:, n - 1:n], kv, mask))
         if out.dtype != md:
             raise ModelError(f"the layer answered in {out.dtype}, not its {md}")
         return out[:B]
 
     return LayerBox(forward, d, m, readout, td, md,
-                    name=f"flax MultiHeadDotProductAttention(d={d}, heads={module.num_heads})")
+                    name=f"flax {name}(d={d}, heads={module.num_heads})")
+
+
+def _linen_runner(jax, module, variables):
+    try:
+        hash(module)
+        run = functools.partial(_jitted(), module)
+    except TypeError:                                   # an unhashable layer: its own jit
+        run = jax.jit(functools.partial(_final_query, module))
+    return lambda q, kv, mask: run(variables, q, kv, mask)

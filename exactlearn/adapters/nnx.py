@@ -1,0 +1,111 @@
+"""A Flax NNX attention layer (``flax.nnx.MultiHeadAttention``) as an exactlearn black box
+(docs: howto/torch-jax-layer.md#2-a-flax-multiheaddotproductattention).
+
+:func:`exactlearn.adapters.flax.black_box` and :func:`~exactlearn.adapters.flax.true_heads`
+come here for an NNX layer, which holds its own parameters (no ``params`` argument).  It is
+used as self-attention, ``layer(X)``; the box asks only the final token's query,
+``layer(X[:, -1:], X)``, the same output at the last position.  Grouped-query attention
+(``num_kv_heads`` < ``num_heads``) is in the model class: query head h shares the key and
+value maps of group ``h // (num_heads / num_kv_heads)``, as flax computes it.
+``normalize_qk``, ``decode=True``, a custom ``attention_fn``, custom products or dtype
+promotion, and keys and values of another width (``in_kv_features``) are refused.
+
+flax's ``dot_product_attention`` without dropout hands the work to
+``jax.nn.dot_product_attention``, which computes the softmax in float32 whatever the layer's
+dtype.  For a float64 layer the box passes ``sow_weights=True`` (inside ``nnx.capture``, which
+returns the sown attention weights; they are dropped), which takes flax's own path in the
+layer's dtype -- the same function -- so that a float64 layer answers at float64 rounding; a
+float32 layer runs as it is called.  The box uses the parameters as they are when it is made.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from exactlearn.errors import ModelError
+
+#: NNX MultiHeadAttention fields that replace its products: the layer then computes with
+#: other weights than those read
+CUSTOM_PRODUCTS = ("qkv_dot_general", "out_dot_general", "qkv_dot_general_cls",
+                   "out_dot_general_cls")
+
+
+def is_nnx(module) -> bool:
+    """True for a ``flax.nnx.MultiHeadAttention`` (flax imported only when it is loaded)."""
+    import sys
+    nnx = sys.modules.get("flax.nnx")
+    return nnx is not None and isinstance(module, nnx.MultiHeadAttention)
+
+
+def check(module, params):
+    """``(jax, nnx, dtype)`` for a layer in the model class; one-line ModelError otherwise."""
+    import jax
+    from flax import nnx
+    from flax.nnx.nn import attention, dtypes as fdt
+    name = type(module).__name__
+    if params is not None:
+        raise ModelError(f"a flax.nnx {name} holds its parameters: call black_box(layer) and "
+                         f"true_heads(layer) without params")
+    if type(module).__call__ is not nnx.MultiHeadAttention.__call__:
+        raise ModelError(f"{name} overrides MultiHeadAttention's call: build a "
+                         f"MultiHeadAttention with its parameters")
+    custom = [f for f in CUSTOM_PRODUCTS if getattr(module, f, None) is not None]
+    if custom:
+        raise ModelError(f"MultiHeadAttention with a custom {custom[0]} is not supported: it "
+                         f"computes with other weights than its kernels")
+    if any(getattr(module, f, fdt.promote_dtype) is not fdt.promote_dtype
+           for f in ("qkv_promote_dtype", "out_promote_dtype")):
+        raise ModelError("MultiHeadAttention with a custom promote_dtype is not supported")
+    if module.normalize_qk:
+        raise ModelError("MultiHeadAttention with normalize_qk=True is outside the model class")
+    if module.decode:
+        raise ModelError("MultiHeadAttention with decode=True is not a self-attention of the tokens")
+    if module.attention_fn is not attention.dot_product_attention:
+        raise ModelError("MultiHeadAttention with a custom attention_fn is not supported")
+    if module.in_kv_features != module.in_features:
+        raise ModelError(f"MultiHeadAttention with in_kv_features={module.in_kv_features} != "
+                         f"in_features={module.in_features} is not a self-attention of the tokens")
+    leaves = [leaf for leaf in jax.tree_util.tree_leaves(nnx.state(module, nnx.Param))]
+    dtypes = {np.dtype(leaf.dtype) for leaf in leaves}
+    if module.dtype is not None:
+        dtypes = {np.dtype(module.dtype)} | dtypes
+    if len(dtypes) != 1:
+        raise ModelError(f"the layer mixes dtypes {sorted(map(str, dtypes))}: give it one "
+                         f"(dtype= and param_dtype= equal)")
+    return jax, nnx, dtypes.pop()
+
+
+def blocks(module):
+    """Per-head float64 blocks ``(Q, bq, K, bk, V, bv, O, bo)`` for
+    :func:`~exactlearn.adapters.common.canonical_parameters`; grouped key and value heads
+    repeated over their query heads."""
+    def arr(layer, name):
+        x = getattr(layer, name, None)
+        return None if x is None else np.asarray(x[...], dtype=np.float64)
+    Qk, Kk, Vk = (arr(getattr(module, n), "kernel") for n in ("query", "key", "value"))
+    Ok = arr(module.out, "kernel")
+    d, H, dh = Qk.shape
+    rep = H // Kk.shape[1]
+    Q, K, V = (np.repeat(x.transpose(1, 2, 0), r, axis=0)      # (H, d_h, d): the rows
+               for x, r in ((Qk, 1), (Kk, rep), (Vk, rep)))
+    bq, bk, bv = (arr(getattr(module, n), "bias") for n in ("query", "key", "value"))
+    bk, bv = (None if b is None else np.repeat(b, rep, axis=0) for b in (bk, bv))
+    O = Ok.reshape(H * Vk.shape[2], -1).T                           # (m, H d_v)
+    return Q, bq, K, bk, V, bv, O, arr(module.out, "bias")
+
+
+def runner(module, jax, nnx, dtype):
+    """``run(q, kv, mask)``: the layer's outputs at the queries ``q`` over the tokens ``kv``
+    (one jitted call per shape; module doc for ``sow_weights``)."""
+    graph, state = nnx.split(module)
+    full = np.dtype(dtype) == np.dtype(np.float64)
+
+    def final(state, q, kv, mask):
+        layer = nnx.merge(graph, state)
+        call = layer
+        if full and hasattr(nnx, "capture"):      # the sown weights returned, and dropped
+            call = lambda *a, **k: nnx.capture(layer, nnx.Intermediate)(*a, **k)[0]  # noqa
+        return call(q, kv, mask=mask, deterministic=True, decode=False,
+                    sow_weights=full)[:, 0]
+    jitted = jax.jit(final)
+    return lambda q, kv, mask: jitted(state, q, kv, mask)
