@@ -132,11 +132,16 @@ def test_a_bad_answer_during_verify_fails_the_run_and_is_counted(bad):
     (["--field", "real", "--verify", "2"], "--verify over --field real")])
 def test_outputs_with_an_option_the_vector_step_lacks_names_the_flag(tmp_path, capsys, flags, named):
     """On the command line the refusal names the flag, not the learn() keyword (snap=,
-    verify=), like the other options --outputs does not take yet; exit status 2."""
+    verify=), like the other options --outputs does not take yet; exit status 2.  Without
+    --outputs it names the vector file, not an --outputs never given (helper-83's review)."""
     from exactlearn.cli.main import main
     path = tmp_path / "m.json"
     MODEL.dump(str(path))
     assert main(["learn", "--model", str(path), "--heads", "2", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"exactlearn: error: a vector model (exactlearn.mha/3, 3 outputs) is not "
+                   f"supported yet with {named}"), err
+    assert main(["learn", "--model", str(path), "--heads", "2", "--outputs", "3", *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"exactlearn: error: --outputs is not supported yet with {named}", err
 
