@@ -80,6 +80,10 @@ MAX_JSON_VALUES = MAX_MODEL_ENTRIES + 2 ** 20
 #: Most decimal digits of a number written as text (an entry, an option such as --noise):
 #: of a numerator or a denominator, a decimal exponent counting as its size.
 MAX_ENTRY_DIGITS = 4000
+#: Most decimal digits of the common denominator D of a model's W (and u) entries, the
+#: exact fields' scale: a few entries' worth; the lcm of many coprime denominators past it
+#: (minutes and gigabytes to form, exponents no field can realise) is refused as it grows.
+MAX_SCALE_DIGITS = 4 * MAX_ENTRY_DIGITS
 #: Largest --dps (decimal digits of the real field): below :data:`MAX_ENTRY_DIGITS`, so that
 #: a model written at that precision (``demo --minilm --write``) reads back as a model file.
 MAX_DPS = 3_000
@@ -371,7 +375,7 @@ def check_dps(dps: int, what: str = "--dps") -> None:
 
 __all__ = ["MAX_PLAN_QUERIES", "MAX_PLAN_TOKENS", "MAX_PLAN_BYTES", "PLAN_BYTES_PER_QUERY",
            "PLAN_BYTES_PER_D3", "MAX_MODEL_ENTRIES", "MAX_MODEL_FILE_BYTES", "MAX_JSON_VALUES",
-           "MAX_ENTRY_DIGITS", "MAX_DPS", "MAX_DIMENSION", "MAX_HEADS", "PlanCost", "plan_cost",
+           "MAX_ENTRY_DIGITS", "MAX_SCALE_DIGITS", "MAX_DPS", "MAX_DIMENSION", "MAX_HEADS", "PlanCost", "plan_cost",
            "plan_size_problem", "check_plan_size", "check_dimension", "check_heads",
            "model_entries", "check_model_size", "entry_digits", "check_entry_text", "readable_int",
            "check_dps", "OUTPUT_VALUE_BYTES", "OUTPUTS_REAL_QUERY_FACTOR", "OUTPUTS_MODULAR_PRIMES",

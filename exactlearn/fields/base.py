@@ -52,7 +52,7 @@ from gmpy2 import mpq, mpz
 
 from exactlearn.algebra.cauchy import cauchy_flint
 from exactlearn.errors import ExactnessError, FieldError, NotExponential, NotOrdered, NotSplit
-from exactlearn.limits import MAX_ENTRY_DIGITS, check_entry_text
+from exactlearn.limits import MAX_ENTRY_DIGITS, MAX_SCALE_DIGITS, check_entry_text
 
 
 #: Largest |exponent| accepted in a decimal string such as "1e-30" (a bigger one
@@ -288,8 +288,16 @@ class Field:
         return format_rational(a)
 
 
+#: :data:`~exactlearn.limits.MAX_SCALE_DIGITS` in bits (a bound above the digits' bits)
+_SCALE_BITS = int(MAX_SCALE_DIGITS * 3.3219280948873626) + 1
+
+
 def lcm_of_denominators(values) -> int:
-    """lcm of the denominators of some exact rationals (1 for none).
+    """lcm of the denominators of some exact rationals (1 for none).  Past
+    :data:`~exactlearn.limits.MAX_SCALE_DIGITS` digits it raises
+    :class:`~exactlearn.errors.ExactnessError` as soon as it gets there (the lcm of many
+    coprime denominators grows with every entry: minutes and gigabytes, docs:
+    reference/cli.md#limits).
 
     >>> lcm_of_denominators([mpq(1, 4), mpq(5, 6), 3])
     12
@@ -297,6 +305,10 @@ def lcm_of_denominators(values) -> int:
     out = mpz(1)
     for v in values:
         out = gmpy2.lcm(out, as_mpq(v).denominator)
+        if out.bit_length() > _SCALE_BITS and out.num_digits(10) > MAX_SCALE_DIGITS:
+            raise ExactnessError(f"the common denominator of the W (and u) entries has more "
+                                 f"than {MAX_SCALE_DIGITS} digits (MAX_SCALE_DIGITS): no exact "
+                                 f"field realises the model's exponentials at that scale")
     return int(out)
 
 

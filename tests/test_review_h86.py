@@ -1,0 +1,49 @@
+"""Pinned from helper-86's bad-input sweep and helper-85's third-party review (5 Dec 2026):
+each refusal is one line, before any query and any large allocation.  Each test failed
+before its fix."""
+
+from __future__ import annotations
+
+import json
+import resource
+
+import numpy as np
+import pytest
+from gmpy2 import next_prime
+
+from exactlearn.cli.main import main
+
+
+def _coprime_model(path, d, digits):
+    """One head, every W entry 1/p for a distinct prime p of about ``digits`` digits: the lcm
+    of the denominators has d^2 times ``digits`` digits."""
+    p, W = 10 ** (digits - 1), []
+    for _ in range(d):
+        row = []
+        for _ in range(d):
+            p = next_prime(p)
+            row.append(f"1/{p}")
+        W.append(row)
+    path.write_text(json.dumps({"format": "exactlearn.mha/1", "d": d,
+                                "heads": [{"W": W, "v": ["1"] * d}]}))
+
+
+def test_a_model_whose_common_denominator_explodes_is_refused_at_once(tmp_path, capsys):
+    """d = 12 with 144 coprime 400-digit denominators: their lcm would have about 57,600
+    digits (the sweep's d = 40 with 4,000-digit ones ran 7 minutes to 2.9 GB before any
+    query); it is refused as it passes MAX_SCALE_DIGITS, exit 2, one line."""
+    path = tmp_path / "lcm.json"
+    _coprime_model(path, 12, 400)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert main(["learn", "--model", str(path), "--heads", "1", "--seed", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "MAX_SCALE_DIGITS" in err, err
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000   # KB
+
+
+def test_a_common_denominator_within_the_limit_is_learned(tmp_path, capsys):
+    path = tmp_path / "ok.json"
+    _coprime_model(path, 2, 4)                       # four 4-digit primes: D of 16 digits
+    assert main(["learn", "--model", str(path), "--heads", "1", "--seed", "1", "--field", "modular",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "certified"
