@@ -17,6 +17,8 @@ from exactlearn.errors import ModelError
 from exactlearn.fields.base import as_mpq
 from exactlearn.limits import MAX_ENTRY_DIGITS, MAX_JSON_VALUES, MAX_MODEL_FILE_BYTES
 
+_ENTRY_BITS = int(MAX_ENTRY_DIGITS * 3.3219280948873626)   # below MAX_ENTRY_DIGITS digits
+
 
 def dump_json(obj, path) -> None:
     """Write a model file (JSON, one space indent, final newline)."""
@@ -126,9 +128,14 @@ def exact_vector(v, n: int, what: str) -> tuple:
     out = []
     for k, x in enumerate(v):
         try:
-            out.append(as_mpq(x))
+            q = as_mpq(x)
         except ValueError as exc:
             raise ModelError(f"{what} entry {k + 1}: {exc}") from None
+        if max(q.numerator.bit_length(), q.denominator.bit_length()) > _ENTRY_BITS and \
+                max(q.numerator.num_digits(10), q.denominator.num_digits(10)) > MAX_ENTRY_DIGITS:
+            raise ModelError(f"{what} entry {k + 1}: more than {MAX_ENTRY_DIGITS} digits "
+                             f"(MAX_ENTRY_DIGITS)")          # a number, as text would be
+        out.append(q)
     return tuple(out)
 
 

@@ -170,3 +170,46 @@ def test_a_float64_nnx_layer_wrapped_by_hand_is_a_float32_accurate_box():
     res = learn(box, d=4, heads=2, field="real", tokens="float64", noise=5e-14, seed=0,
                 retries=0)
     assert not res.certified and res.error
+
+
+def test_a_map_replaced_or_edited_after_construction_is_refused():
+    """helper-87: each of these certified heads off by 1.0 within a bound of 1e-12 -- the
+    query, key, value and out maps compute with something else than the kernels read."""
+    from flax.nnx.nn import linear
+
+    class Doubled(linear.LinearGeneral):
+        def __call__(self, x, **kw):
+            return 2 * super().__call__(x, **kw)
+    mod = layer()
+    mod.out = Doubled(mod.out.in_features, mod.out.out_features, axis=(-2, -1),
+                      param_dtype=jnp.float64, rngs=nnx.Rngs(1))
+    with pytest.raises(ModelError, match="out map is a Doubled"):
+        fa.black_box(mod)
+    for name, field, value in (("query", "dot_general", lambda *a, **k: 3 * jax.lax.dot_general(*a, **k)),
+                               ("value", "promote_dtype", lambda xs, dtype=None: xs),
+                               ("key", "dtype", jnp.float32)):
+        mod = layer()
+        setattr(getattr(mod, name), field, value)
+        with pytest.raises(ModelError, match=f"{name} map has a custom {field}"):
+            fa.true_heads(mod)
+
+
+def test_the_box_keeps_the_parameters_it_was_made_with():
+    """As documented: edits of the layer after the box is made (in place, or a Variable
+    replaced) do not reach the box (helper-87 found the first kind followed, the second not)."""
+    mod = layer()
+    r = np.ones(4)
+    box = fa.black_box(mod, readout=r)
+    X = np.random.default_rng(0).normal(size=(3, 4))
+    before = box(X)
+    mod.out.bias[...] = mod.out.bias[...] + 10
+    mod.query.kernel[...] = 3 * mod.query.kernel[...]
+    assert box(X) == before
+    mod.out.bias = nnx.Param(mod.out.bias[...] + 10)
+    assert box(X) == before
+
+
+@pytest.mark.parametrize("readout, match", [([1 + 5j, 0, 0, 0], "complex"), ([0, 0, 0, 0], "zero")])
+def test_a_complex_or_zero_readout_is_refused(readout, match):
+    with pytest.raises(ModelError, match=match):
+        fa.black_box(layer(), readout=np.array(readout))

@@ -47,3 +47,16 @@ def test_a_common_denominator_within_the_limit_is_learned(tmp_path, capsys):
     assert main(["learn", "--model", str(path), "--heads", "1", "--seed", "1", "--field", "modular",
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "certified"
+
+
+def test_a_torch_readout_that_requires_grad_is_taken():
+    """helper-85: ``readout=head.weight[0]`` raised torch's "Can't call numpy() on Tensor that
+    requires grad" through the adapter; it is detached and read."""
+    torch = pytest.importorskip("torch")
+    from exactlearn.adapters import torch as ta
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(4, 2, batch_first=True, dtype=torch.float64).eval()
+    w = torch.nn.Linear(4, 1, dtype=torch.float64).weight[0]
+    assert w.requires_grad
+    box = ta.black_box(mha, readout=w)
+    assert np.array_equal(box.readout, w.detach().numpy())

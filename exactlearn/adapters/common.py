@@ -88,19 +88,25 @@ class TrueHeads:
 
 
 def readout_vector(readout, m: int) -> np.ndarray | None:
-    """``readout`` as a float64 vector of length m (or None); a wrong length or a non-finite
-    entry is bad input."""
+    """``readout`` as a float64 vector of length m (or None; a torch tensor is detached first);
+    a wrong length, a complex or non-finite entry, or a zero readout is bad input."""
     if readout is None:
         return None
+    if hasattr(readout, "detach"):              # a torch tensor (one that requires grad too)
+        readout = readout.detach().cpu().numpy()
+    if np.iscomplexobj(readout):
+        raise ModelError(f"readout must be a vector of {m} real numbers, got complex entries")
     try:
         r = np.array(readout, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RuntimeError):
         raise ModelError(f"readout must be a vector of {m} numbers") from None
     if r.shape != (m,):
         raise ModelError(f"readout must be a vector of length {m} (the layer's output size), "
                          f"got shape {r.shape}")
     if not np.all(np.isfinite(r)):
         raise ModelError("readout has a non-finite entry")
+    if not np.any(r):
+        raise ModelError("readout is zero: every answer would be 0")
     return r
 
 

@@ -62,6 +62,7 @@ def check(module, params):
         raise ModelError("MultiHeadAttention with decode=True is not a self-attention of the tokens")
     if module.attention_fn is not attention.dot_product_attention:
         raise ModelError("MultiHeadAttention with a custom attention_fn is not supported")
+    _check_maps(module, nnx, fdt)
     if module.in_kv_features != module.in_features:
         raise ModelError(f"MultiHeadAttention with in_kv_features={module.in_kv_features} != "
                          f"in_features={module.in_features} is not a self-attention of the tokens")
@@ -73,6 +74,29 @@ def check(module, params):
         raise ModelError(f"the layer mixes dtypes {sorted(map(str, dtypes))}: give it one "
                          f"(dtype= and param_dtype= equal)")
     return jax, nnx, dtypes.pop()
+
+
+def _check_maps(module, nnx, fdt) -> None:
+    """The four maps as flax builds them: plain ``LinearGeneral`` layers with the default
+    product and dtype promotion over the last axes, so that they compute with the kernels
+    :func:`blocks` reads (a map replaced or edited after construction computes with other
+    weights)."""
+    for name, axis in (("query", (-1,)), ("key", (-1,)), ("value", (-1,)), ("out", (-2, -1))):
+        lin = getattr(module, name, None)
+        if type(lin) is not nnx.LinearGeneral:
+            raise ModelError(f"MultiHeadAttention's {name} map is a {type(lin).__name__}, not "
+                             f"the LinearGeneral flax builds: it may compute with other weights "
+                             f"than its kernel")
+        edited = [f for f, ok in (("dot_general", lin.dot_general is None),
+                                  ("dot_general_cls", lin.dot_general_cls is None),
+                                  ("promote_dtype", lin.promote_dtype is fdt.promote_dtype),
+                                  ("preferred_element_type", lin.preferred_element_type is None),
+                                  ("axis", tuple(lin.axis) == axis),
+                                  ("dtype", lin.dtype == module.dtype),
+                                  ("batch_axis", not lin.batch_axis)) if not ok]
+        if edited:
+            raise ModelError(f"MultiHeadAttention's {name} map has a custom {edited[0]}: it "
+                             f"computes with other weights than its kernel")
 
 
 def blocks(module):
@@ -97,7 +121,7 @@ def blocks(module):
 def runner(module, jax, nnx, dtype):
     """``run(q, kv, mask)``: the layer's outputs at the queries ``q`` over the tokens ``kv``
     (one jitted call per shape; module doc for ``sow_weights``)."""
-    graph, state = nnx.split(module)
+    graph, state = nnx.split(nnx.clone(module))     # a copy: the parameters as they are now
     full = np.dtype(dtype) == np.dtype(np.float64)
 
     def final(state, q, kv, mask):

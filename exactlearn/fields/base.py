@@ -52,7 +52,7 @@ from gmpy2 import mpq, mpz
 
 from exactlearn.algebra.cauchy import cauchy_flint
 from exactlearn.errors import ExactnessError, FieldError, NotExponential, NotOrdered, NotSplit
-from exactlearn.limits import MAX_ENTRY_DIGITS, MAX_SCALE_DIGITS, check_entry_text
+from exactlearn.limits import MAX_ENTRY_DIGITS, MAX_SCALE_DIGITS, check_entry_text, readable_int
 
 
 #: Largest |exponent| accepted in a decimal string such as "1e-30" (a bigger one
@@ -157,9 +157,7 @@ class Field:
 
     def __init__(self, scale: int | None = None):
         if scale is not None:
-            scale = int(scale)
-            if scale <= 0:
-                raise ValueError(f"scale D must be a positive integer, got {scale}")
+            scale = integer_arg(scale, "scale D", 1, MAX_SCALE_DIGITS)
         self.scale = scale
 
     # -- identity ---------------------------------------------------------
@@ -290,6 +288,29 @@ class Field:
 
 #: :data:`~exactlearn.limits.MAX_SCALE_DIGITS` in bits (a bound above the digits' bits)
 _SCALE_BITS = int(MAX_SCALE_DIGITS * 3.3219280948873626) + 1
+
+
+def integer_arg(x, name: str, low: int, digits: int = MAX_ENTRY_DIGITS) -> int:
+    """A field's integer argument: an integer (``__index__``, not a bool, never a float or
+    a string rounded or read), at least ``low``, of at most ``digits`` digits; otherwise a
+    one-line ValueError naming ``name`` (the value shown by its size when too long to print).
+
+    >>> integer_arg(7, "p", 3)
+    7
+    >>> integer_arg(2.5, "the base", 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: the base must be an integer >= 2, got 2.5
+    """
+    if isinstance(x, bool) or not hasattr(x, "__index__"):
+        shown = repr(x) if len(repr(x)) <= 40 else repr(x)[:40] + "..."
+        raise ValueError(f"{name} must be an integer >= {low}, got {shown}")
+    n = int(x.__index__())
+    if n.bit_length() > 3.33 * digits and mpz(abs(n)).num_digits(10) > digits:
+        raise ValueError(f"{name} has more than {digits} digits: {readable_int(n)}")
+    if n < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {readable_int(n)}")
+    return n
 
 
 def lcm_of_denominators(values) -> int:

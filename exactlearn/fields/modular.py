@@ -70,8 +70,9 @@ from exactlearn.algebra.reconstruct import (MARGIN_BITS, crt_reconstruct, ration
                                             reconstruction_bound)
 from exactlearn.errors import BadReduction, ReconstructionError
 from exactlearn.fields.base import (ExactnessError, Field, FieldError, NotExponential, NotSplit, as_mpq,
-                                    flint_rational_interpolate)
+                                    flint_rational_interpolate, integer_arg)
 from exactlearn.fields.rational import Rational
+from exactlearn.limits import readable_int
 
 #: The default prime ``7*2**120 + 1`` (p - 1 = 7 * 2^120) and its primitive root 3.
 DEFAULT_P = 7 * 2**120 + 1
@@ -85,12 +86,13 @@ _MPZ = type(mpz(0))
 def _setup(p: int, omega: int | None):
     """Validated (p, omega, factors of p-1, flint contexts); cached per (p, omega)."""
     if p < 3 or not gmpy2.is_prime(p, 50):
-        raise ValueError(f"p must be an odd prime, got {p}")
+        raise ValueError(f"p must be an odd prime, got {readable_int(p)}")
     factors = factor_smooth(p - 1)
     if omega is None:
         omega = next(g for g in range(2, p) if is_primitive_root(g, p, factors))
     elif not is_primitive_root(omega, p, factors):
-        raise ValueError(f"omega = {omega} is not a primitive root modulo p = {p}")
+        raise ValueError(f"omega = {readable_int(omega)} is not a primitive root modulo p = "
+                         f"{readable_int(p)}")
     return omega, factors, flint.fmpz_mod_ctx(p), flint.fmpz_mod_poly_ctx(p)
 
 
@@ -129,7 +131,7 @@ class Modular(Field):
             raise ValueError(f"p must be an integer prime, got {p!r}")
         if omega is not None and (isinstance(omega, bool) or not isinstance(omega, (int, _MPZ))):
             raise ValueError(f"omega must be an integer primitive root or None, got {omega!r}")
-        p = int(p)
+        p = integer_arg(p, "p", 3)           # its size before any primality test
         omega, factors, ctx, polyctx = _setup(p, None if omega is None else int(omega))
         self.factors = dict(factors)
         self._arithmetic(p, omega, ctx, polyctx)

@@ -29,7 +29,7 @@ from gmpy2 import mpq, mpz
 
 from exactlearn.algebra import polys
 from exactlearn.fields.base import (ExactnessError, Field, NotExponential, NotSplit, as_mpq,
-                                    flint_rational_interpolate)
+                                    flint_rational_interpolate, integer_arg)
 
 #: exp() refuses to build numbers larger than this many bits (bit sizes grow with |s|:
 #: docs: howto/field-and-range.md#choosing-the-range).  The CLI checks the whole plan against it before querying.
@@ -49,12 +49,11 @@ class Rational(Field):
     def __init__(self, base: int = 2, scale: int | None = None, max_bits: int = DEFAULT_MAX_BITS,
                  via_modular: bool = True):
         super().__init__(scale)
-        self.via_modular = bool(via_modular)
-        base = int(base)
-        if base < 2:
-            raise ValueError(f"the base must be an integer >= 2, got {base}")
-        self.base = base
-        self.max_bits = int(max_bits)
+        if not isinstance(via_modular, bool):
+            raise ValueError(f"via_modular must be True or False, got {via_modular!r}")
+        self.via_modular = via_modular
+        self.base = integer_arg(base, "the base", 2)
+        self.max_bits = integer_arg(max_bits, "max_bits", 1)
         self._log2b = gmpy2.log2(base)
 
     def _key(self):

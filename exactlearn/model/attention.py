@@ -118,10 +118,7 @@ class MultiHeadAttention:
         elif constant is None:
             self.constant = as_mpq(0)
         else:
-            try:
-                self.constant = as_mpq(constant)
-            except (ValueError, TypeError) as exc:
-                raise ModelError(f"constant: {exc}") from None
+            self.constant = exact_vector([constant], 1, "constant")[0]
         # a model with biases (docs: explanation/biases.md): written as mha/2
         self.bias = bool(bias) if bias is not None else (
             constant is not None or any(h.biased for h in self.heads))
