@@ -60,3 +60,34 @@ def test_a_torch_readout_that_requires_grad_is_taken():
     assert w.requires_grad
     box = ta.black_box(mha, readout=w)
     assert np.array_equal(box.readout, w.detach().numpy())
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: __import__("exactlearn").Rational(base=2.5), "the base must be an integer >= 2, got 2.5"),
+    (lambda: __import__("exactlearn").Rational(max_bits=-1), "max_bits must be an integer >= 1"),
+    (lambda: __import__("exactlearn").Rational(scale="2"), "scale D must be an integer >= 1, got '2'"),
+    (lambda: __import__("exactlearn").Rational(via_modular="no"), "via_modular must be True or False"),
+    (lambda: __import__("exactlearn").Rational(base=10 ** 10000), "more than 4000 digits: about 2"),
+    (lambda: __import__("exactlearn").Real(scale=10 ** 20000), "more than 16000 digits: about 2"),
+    (lambda: __import__("exactlearn").Modular(p=10 ** 5000 + 1), "more than 4000 digits: about 2"),
+])
+def test_field_arguments_are_checked_in_one_line(make, match):
+    """helper-86: Rational(base=2.5) became base 2, max_bits=-1 was taken and failed after a
+    whole plan, and a huge int leaked Python's 'Exceeds the limit (4300 digits)' message."""
+    with pytest.raises(ValueError, match=match.replace("(", r"\(")) as info:
+        make()
+    assert "\n" not in str(info.value) and "4300" not in str(info.value)
+
+
+def test_a_model_entry_given_as_a_huge_number_is_refused_before_any_query():
+    """helper-86: MultiHeadAttention([([[10**100000]], [1])]) was accepted and learn() leaked
+    Python's integer-conversion error after two queries; as text it was refused."""
+    from exactlearn import MultiHeadAttention
+    from exactlearn.errors import ModelError
+    from fractions import Fraction
+    for x in (10 ** 5000, Fraction(1, 10 ** 5000)):
+        with pytest.raises(ModelError, match="W row 1 entry 1: more than 4000 digits"):
+            MultiHeadAttention([([[x]], [1])])
+    with pytest.raises(ModelError, match="constant entry 1: more than 4000 digits"):
+        MultiHeadAttention([([[1]], [1])], constant=10 ** 5000)
+    assert MultiHeadAttention([([[10 ** 3999]], [1])]).heads[0].W[0][0] == 10 ** 3999
