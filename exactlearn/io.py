@@ -15,7 +15,8 @@ import json
 
 from exactlearn.errors import ModelError
 from exactlearn.fields.base import as_mpq
-from exactlearn.limits import MAX_ENTRY_DIGITS, MAX_JSON_VALUES, MAX_MODEL_FILE_BYTES
+from exactlearn.limits import (MAX_ENTRY_DIGITS, MAX_JSON_OBJECTS, MAX_JSON_VALUES,
+                               MAX_MODEL_FILE_BYTES)
 
 _ENTRY_BITS = int(MAX_ENTRY_DIGITS * 3.3219280948873626)   # below MAX_ENTRY_DIGITS digits
 
@@ -34,17 +35,22 @@ def load_json(path):
     regular file larger than :data:`~exactlearn.limits.MAX_MODEL_FILE_BYTES` is refused before
     it is read, anything else (a pipe, a device) is read in chunks up to that size; a NUL
     byte (never in JSON text) stops the read at once; a text with more than
-    :data:`~exactlearn.limits.MAX_JSON_VALUES` values, or an integer literal of more than
-    :data:`~exactlearn.limits.MAX_ENTRY_DIGITS` digits, is refused before it is converted.
+    :data:`~exactlearn.limits.MAX_JSON_VALUES` values or
+    :data:`~exactlearn.limits.MAX_JSON_OBJECTS` objects, or an integer literal of more than
+    :data:`~exactlearn.limits.MAX_ENTRY_DIGITS` digits, is refused before it is converted; an
+    object that gives a key twice is refused.
     """
     text = _read_text(path)
     if text.count(",") >= MAX_JSON_VALUES:
         raise ModelError(f"model file {path} holds more than {MAX_JSON_VALUES} values "
                          f"(MAX_JSON_VALUES; docs/reference/model-files.md)")
+    if text.count("{") > MAX_JSON_OBJECTS:
+        raise ModelError(f"model file {path} holds more than {MAX_JSON_OBJECTS} JSON objects "
+                         f"(MAX_JSON_OBJECTS; docs/reference/model-files.md)")
     try:
         # JSON number literals are decimals: keep their text so they are read exactly
         return json.loads(text, parse_constant=_reject_constant, parse_float=str,
-                          parse_int=_parse_int)
+                          parse_int=_parse_int, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise ModelError(f"model file {path} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
     except RecursionError:
@@ -89,6 +95,17 @@ def _parse_int(text: str) -> int:
         raise ModelError(f"model file: an integer of {len(text.lstrip('-'))} digits; numbers are "
                          f"limited to {MAX_ENTRY_DIGITS} digits (MAX_ENTRY_DIGITS)")
     return int(text)
+
+
+def _unique_keys(pairs) -> dict:
+    """A JSON object whose keys are all different (a key given twice is refused: which one
+    the file meant is not ours to guess)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ModelError(f"model file: key {twice!r} is given twice in one object")
+    return out
 
 
 def _reject_constant(name):

@@ -77,6 +77,9 @@ MAX_MODEL_FILE_BYTES = 16 * MAX_MODEL_ENTRIES
 MAX_LOCAL_WORKERS = 64
 #: Most JSON values a model file may hold (checked on the text before it is parsed).
 MAX_JSON_VALUES = MAX_MODEL_ENTRIES + 2 ** 20
+#: Most JSON objects (``{``) a model file may hold: one per head and a few more (checked on
+#: the text before it is parsed; an object costs hundreds of bytes once parsed).
+MAX_JSON_OBJECTS = 2 ** 15
 #: Most decimal digits of a number written as text (an entry, an option such as --noise):
 #: of a numerator or a denominator, a decimal exponent counting as its size.
 MAX_ENTRY_DIGITS = 4000
@@ -375,7 +378,7 @@ def check_dps(dps: int, what: str = "--dps") -> None:
 
 __all__ = ["MAX_PLAN_QUERIES", "MAX_PLAN_TOKENS", "MAX_PLAN_BYTES", "PLAN_BYTES_PER_QUERY",
            "PLAN_BYTES_PER_D3", "MAX_MODEL_ENTRIES", "MAX_MODEL_FILE_BYTES", "MAX_JSON_VALUES",
-           "MAX_ENTRY_DIGITS", "MAX_SCALE_DIGITS", "MAX_DPS", "MAX_DIMENSION", "MAX_HEADS", "PlanCost", "plan_cost",
+           "MAX_ENTRY_DIGITS", "MAX_SCALE_DIGITS", "MAX_JSON_OBJECTS", "MAX_DPS", "MAX_DIMENSION", "MAX_HEADS", "PlanCost", "plan_cost",
            "plan_size_problem", "check_plan_size", "check_dimension", "check_heads",
            "model_entries", "check_model_size", "entry_digits", "check_entry_text", "readable_int",
            "check_dps", "OUTPUT_VALUE_BYTES", "OUTPUTS_REAL_QUERY_FACTOR", "OUTPUTS_MODULAR_PRIMES",

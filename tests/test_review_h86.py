@@ -91,3 +91,23 @@ def test_a_model_entry_given_as_a_huge_number_is_refused_before_any_query():
     with pytest.raises(ModelError, match="constant entry 1: more than 4000 digits"):
         MultiHeadAttention([([[1]], [1])], constant=10 ** 5000)
     assert MultiHeadAttention([([[10 ** 3999]], [1])]).heads[0].W[0][0] == 10 ** 3999
+
+
+@pytest.mark.parametrize("text, match", [
+    ('{"d":1,"heads":[{"W":[[1]],"W":[[2]],"v":[1]}]}', "key 'W' is given twice"),
+    ('{"format":"exactlearn.mha/3","d":1,"outputs":1,"bias":false,"constant":[5],'
+     '"heads":[{"W":[[1]],"v":[[1]],"u":[0]}]}', '"bias": false, but the constant is not zero'),
+    ('{"format":"exactlearn.mha/3","d":1,"outputs":1,"bias":false,"constant":[0],'
+     '"heads":[{"W":[[1]],"v":[[1]],"u":[3]}]}', '"bias": false, but head 1\'s u is not zero'),
+    ("[" + ",".join(["{}"] * 40000) + "]", "more than 32768 JSON objects"),
+])
+def test_model_files_that_say_two_things_or_hold_too_many_objects_are_refused(
+        tmp_path, capsys, text, match):
+    """helper-86: a key given twice was read as its last value (W = [[2]] learned), a vector
+    file with "bias": false and a nonzero u or constant was taken and failed after queries,
+    and 2.6 million empty objects took 733 MB before "missing key 'd'"."""
+    path = tmp_path / "m.json"
+    path.write_text(text)
+    assert main(["learn", "--model", str(path), "--heads", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and match in err, err

@@ -277,7 +277,13 @@ class MultiHeadAttention:
         bias = obj.get("bias", True)
         if bias not in (True, False):
             raise ModelError(f"model file: bias must be true or false, got {bias!r}")
-        return cls(obj["heads"], d=d, constant=obj["constant"], bias=bias, outputs=m)
+        model = cls(obj["heads"], d=d, constant=obj["constant"], bias=bias, outputs=m)
+        if not bias and (any(model.constant) or any(h.biased for h in model.heads)):
+            where = next((f"head {k + 1}'s u" for k, h in enumerate(model.heads) if h.biased),
+                         "the constant")
+            raise ModelError(f"model file: \"bias\": false, but {where} is not zero "
+                             f"(write \"bias\": true, or zeros)")
+        return model
 
     @classmethod
     def from_file(cls, path) -> "MultiHeadAttention":
