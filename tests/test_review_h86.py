@@ -111,3 +111,26 @@ def test_model_files_that_say_two_things_or_hold_too_many_objects_are_refused(
     assert main(["learn", "--model", str(path), "--heads", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and match in err, err
+
+
+@pytest.mark.parametrize("case", ["vector", "no heads", "write", "dps"])
+def test_demo_refuses_before_any_output(tmp_path, capsys, case):
+    """helper-86: each printed part of the walk-through (or the MiniLM layer's description)
+    and then refused, in API wording for the vector file ("pass outputs=3")."""
+    path = tmp_path / "m.json"
+    if case == "vector":
+        assert main(["random-model", "--d", "2", "--heads", "2", "--seed", "1", "--outputs", "3",
+                     "--out", str(path)]) == 0
+        argv, says = ["demo", "--model", str(path)], "has 3 outputs (exactlearn.mha/3)"
+    elif case == "no heads":
+        path.write_text('{"d": 2, "heads": []}')
+        argv, says = ["demo", "--model", str(path)], "the model file has no heads"
+    elif case == "write":
+        argv = ["demo", "--minilm", "--write", str(tmp_path / "none" / "x.json")]
+        says = "no directory"
+    else:
+        argv, says = ["demo", "--minilm", "--dps", "0"], "--dps must be >= 20, got 0"
+    capsys.readouterr()
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and says in err, (out, err)

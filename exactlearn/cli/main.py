@@ -241,6 +241,12 @@ def _cmd_random_model(args) -> int:
 def _cmd_demo(args) -> int:
     from exactlearn.demo.walkthrough import run_demo
     model = MultiHeadAttention.from_json(load_json(args.model)) if args.model else None
+    if model is not None and model.outputs is not None:
+        raise BadInput(f"demo walks through a scalar model (exactlearn.mha/1 or /2); this file "
+                       f"has {model.outputs} outputs (exactlearn.mha/3): learn it with "
+                       f"exactlearn learn --model {args.model}")
+    if model is not None and not model.H and not args.heads:
+        raise BadInput("the model file has no heads: the walk-through needs one at least")
     if not args.minilm:                    # the walk-through's plan: refused before any output
         from exactlearn.demo.walkthrough import DEFAULT_MODEL
         shown = model or DEFAULT_MODEL

@@ -288,11 +288,16 @@ def run_demo_extra(args, model, bad_input) -> int | None:
         for dest, default in (("layer", 0), ("dprime", 3), ("subspace_seed", 0), ("dps", 100)):
             if getattr(args, dest) is None:
                 setattr(args, dest, default)
-        if not 0 <= args.layer < 6 or args.dprime < 1 or args.dps < 20:
-            raise bad_input("--layer must be 0..5, --dprime >= 1 and --dps >= 20")
+        for bad, says in ((not 0 <= args.layer < 6, f"--layer must be 0..5, got {args.layer}"),
+                          (args.dprime < 1, f"--dprime must be >= 1, got {args.dprime}"),
+                          (args.dps < 20, f"--dps must be >= 20, got {args.dps}")):
+            if bad:
+                raise bad_input(says)
         from exactlearn.limits import check_dps, check_plan_size
         check_dps(args.dps)
         check_plan_size(args.dprime, 12)           # the layer's 12 heads in d' dimensions
+        if args.write:
+            _check_writable(args.write, bad_input)   # before the layer is built and printed
         try:
             return run_minilm_demo(layer=args.layer, dprime=args.dprime, seed=args.subspace_seed,
                                    dps=args.dps, learn_seed=args.seed, write=args.write)
@@ -301,3 +306,16 @@ def run_demo_extra(args, model, bad_input) -> int | None:
         except OSError as exc:
             raise bad_input(f"cannot write {args.write}: {exc.strerror}") from None
     return None
+
+
+def _check_writable(path, bad_input) -> None:
+    """``--write FILE``: its folder exists and is writable, and FILE, if there, is a writable
+    file (one line, exit 2, before any output)."""
+    import os
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise bad_input(f"cannot write {path}: it is a directory")
+    if not os.path.isdir(folder):
+        raise bad_input(f"cannot write {path}: no directory {folder}")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise bad_input(f"cannot write {path}: permission denied")
