@@ -16,6 +16,7 @@ from exactlearn.pipeline.confirmation import check_design_rank
 from exactlearn.pipeline.crt import (DEFAULT_MAX_PRIMES, MAX_LOG2_BOUNDED, analysis_primes,
                                      draw_confirmation_field, log2_wrong_bound,
                                      reconstruct_bounded, reconstruct_heads)
+from exactlearn.limits import readable_int
 from exactlearn.progress import current as progress_now
 
 
@@ -99,10 +100,12 @@ class _Primes:
             progress_now().at(prime=len(runs) + 1, detail="analysis")      # progress=
             if bounded and 3 * K.D * bounded["B"] * bounded["worst"] >= p - 1:
                 raise self.failing(ExactnessError(
-                    f"with the declared height bound B = {bounded['B']} the plan's exponents "
-                    f"D e^T W x may reach {K.D * bounded['B'] * bounded['worst']}, which the "
-                    f"analysis prime {p.bit_length()} bits cannot keep apart (3 |D e^T W x| < "
-                    f"p - 1 is needed); use a smaller --range / --e-range"))
+                    f"with the declared height bound B = {readable_int(bounded['B'])} the "
+                    f"plan's exponents D e^T W x may reach "
+                    f"{readable_int(K.D * bounded['B'] * bounded['worst'])}, which the analysis "
+                    f"prime of {p.bit_length()} bits cannot keep apart (3 |D e^T W x| < p - 1 "
+                    f"is needed); use a smaller height bound (--max-height) or range (--range "
+                    f"/ --e-range)"))
             Kr = ResidueModular(p, K.omega if p == K.p else None, K.D)
             try:
                 heads, n, asked = run_prime(Kr)
