@@ -69,7 +69,7 @@ def test_a_torch_readout_that_requires_grad_is_taken():
     (lambda: __import__("exactlearn").Rational(via_modular="no"), "via_modular must be True or False"),
     (lambda: __import__("exactlearn").Rational(base=10 ** 10000), "more than 4000 digits: about 2"),
     (lambda: __import__("exactlearn").Real(scale=10 ** 20000), "more than 16000 digits: about 2"),
-    (lambda: __import__("exactlearn").Modular(p=10 ** 5000 + 1), "more than 4000 digits: about 2"),
+    (lambda: __import__("exactlearn").Modular(p=10 ** 5000 + 1), "the prime p has more than 4000 digits"),
 ])
 def test_field_arguments_are_checked_in_one_line(make, match):
     """helper-86: Rational(base=2.5) became base 2, max_bits=-1 was taken and failed after a
@@ -134,3 +134,26 @@ def test_demo_refuses_before_any_output(tmp_path, capsys, case):
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and says in err, (out, err)
+
+
+def test_wrong_types_get_one_line_messages_before_any_query():
+    """helper-86: AttributeError / IndexError from inside, and a two-line TypeError from
+    random for a numpy seed (numpy ints were taken for d, heads and verify already)."""
+    from exactlearn import MultiHeadAttention, Oracle, Rational, learn
+    from exactlearn.errors import ModelError
+    model = MultiHeadAttention([([[1, 0], [0, 1]], [1, 2])])
+    for field, says in ((Rational, "the class Rational: call it, Rational()"), (5, "a int")):
+        with pytest.raises(ValueError, match=says.replace("(", r"\(").replace(")", r"\)")):
+            learn(Oracle(model, Rational()), d=2, heads=1, field=field)
+    for args, says in (((model, "rational"), "field object"), (("m.json", Rational()), "from_file")):
+        with pytest.raises(TypeError, match=says):
+            Oracle(*args)
+    with pytest.raises(ModelError, match="heads must be a list of heads"):
+        MultiHeadAttention("abc")
+    box = Oracle(model, Rational())
+    with pytest.raises(ValueError, match="seed must be an integer"):
+        learn(box, d=2, heads=1, seed=[1])
+    assert box.queries == 0
+    a = learn(Oracle(model, Rational()), d=2, heads=1, seed=np.int64(3))
+    b = learn(Oracle(model, Rational()), d=2, heads=1, seed=3)
+    assert a.certified and a.heads == b.heads and a.queries == b.queries

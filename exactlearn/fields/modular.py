@@ -131,7 +131,7 @@ class Modular(Field):
             raise ValueError(f"p must be an integer prime, got {p!r}")
         if omega is not None and (isinstance(omega, bool) or not isinstance(omega, (int, _MPZ))):
             raise ValueError(f"omega must be an integer primitive root or None, got {omega!r}")
-        p = integer_arg(p, "p", 3)           # its size before any primality test
+        p = integer_arg(p, "the prime p", 3)     # its size before any primality test
         omega, factors, ctx, polyctx = _setup(p, None if omega is None else int(omega))
         self.factors = dict(factors)
         self._arithmetic(p, omega, ctx, polyctx)

@@ -72,6 +72,9 @@ class MultiHeadAttention:
 
     def __init__(self, heads: Sequence, d: int | None = None, constant=None, bias: bool | None = None,
                  outputs: int | None = None):
+        if isinstance(heads, (str, bytes, dict)) or not hasattr(heads, "__iter__"):
+            raise ModelError(f"heads must be a list of heads (pairs (W, v) or triples (W, v, u)), "
+                             f"got a {type(heads).__name__}")
         heads = list(heads)
         if outputs is not None and (isinstance(outputs, bool) or not isinstance(outputs, int)
                                     or outputs <= 0):
@@ -80,9 +83,12 @@ class MultiHeadAttention:
             if not heads:
                 raise ModelError("a model without heads needs an explicit d")
             first = heads[0]
-            v = first.v if isinstance(first, Head) else (first["v"] if isinstance(first, dict) and "v" in first
-                                                          else first[1])
-            d = len(v[0]) if outputs is not None and is_matrix(v) else len(v)
+            try:
+                v = first.v if isinstance(first, Head) else (
+                    first["v"] if isinstance(first, dict) and "v" in first else first[1])
+                d = len(v[0]) if outputs is not None and is_matrix(v) else len(v)
+            except (TypeError, IndexError, KeyError):
+                raise ModelError("head 1: expected a pair (W, v) or a triple (W, v, u)") from None
         if isinstance(d, bool) or not isinstance(d, int) or d <= 0:
             raise ModelError(f"d must be a positive integer, got {d!r}")
         self.d = d

@@ -97,6 +97,14 @@ class Oracle(CountingOracle):
     """
 
     def __init__(self, model: MultiHeadAttention, field: Field, *, like: "Oracle | None" = None):
+        if not isinstance(model, MultiHeadAttention):
+            raise TypeError(f"Oracle takes a MultiHeadAttention (MultiHeadAttention.from_file("
+                            f"path) for a model file), got {type(model).__name__}")
+        if not isinstance(field, Field):
+            raise TypeError(f"Oracle takes a field object (Rational(), Modular(), Real(), ...), "
+                            f"got {type(field).__name__ if not isinstance(field, type) else field.__name__}")
+        if like is not None and not isinstance(like, Oracle):
+            raise TypeError(f"like= takes another Oracle, got {type(like).__name__}")
         if field.scale is None:
             field = field.with_scale(model.scale())
         model.check_scale(field)

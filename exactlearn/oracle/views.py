@@ -11,6 +11,11 @@ from exactlearn.oracle.adapt import box_name, checked_batch, non_finite
 def resolve_field(oracle, field: Field | None) -> tuple:
     """The learner's field (scale filled in) and whether outputs need converting."""
     ofield = getattr(oracle, "field", None)
+    if field is not None and not isinstance(field, Field):
+        what = (f"the class {field.__name__}: call it, {field.__name__}()"
+                if isinstance(field, type) else f"a {type(field).__name__}")
+        raise ValueError(f"field must be a field object (Rational(), Modular(), Real(), ...) or "
+                         f"a field's name, got {what}")
     if field is None:
         if ofield is None:
             raise ValueError("learn() needs field= for a black box without a .field")
