@@ -44,11 +44,13 @@ input (one line on stderr), including an unreachable scheduler.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
+
+from exactlearn.cli.parser import OneLineParser
+from exactlearn.limits import MAX_LOCAL_WORKERS
 
 from .claim import INCONCLUSIVE, REFUTED, discover, run_claims
 from .executors import ExecutorError, make_executor
@@ -58,11 +60,13 @@ class BadInput(Exception):
     pass
 
 
-class _Parser(argparse.ArgumentParser):
-    def __init__(self, *a, **kw):
-        from exactlearn.cli.main import HelpFormatter      # every option shows its default
-        kw.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*a, **kw)
+#: Largest --scale (the full campaigns' repetitions times K)
+MAX_SCALE = 1000
+
+
+class _Parser(OneLineParser):
+    """exactlearn's parser (every option shows its default; one given twice is refused),
+    raising this command's BadInput."""
 
     def error(self, message):
         raise BadInput(message)
@@ -88,7 +92,7 @@ def build_parser():
                    help="seconds to wait for the scheduler and a worker (needs --scheduler; "
                         "default 10)")
     p.add_argument("--scale", type=int, default=1, metavar="K",
-                   help="multiply full-run repetitions by K (claims that use ctx.size; not with "
+                   help="multiply full-run repetitions by K, 1..1000 (claims that use ctx.size; not with "
                         "--quick or --tiny)")
     p.add_argument("--plots", metavar="DIR",
                    help="write PNG figures into DIR (needs matplotlib; default: none, or "
@@ -241,14 +245,21 @@ def _main(argv=None) -> int:
             raise BadInput("--workers must be >= 1")
         if args.workers is not None and args.scheduler:
             raise BadInput("give --workers (local processes) or --scheduler (Dask), not both")
-        if args.scale < 1:
-            raise BadInput("--scale must be >= 1")
+        if args.workers is not None and args.workers > MAX_LOCAL_WORKERS:
+            raise BadInput(f"--workers {args.workers} is more than {MAX_LOCAL_WORKERS} local "
+                           f"processes (MAX_LOCAL_WORKERS)")
+        if not 1 <= args.scale <= MAX_SCALE:
+            raise BadInput(f"--scale must be 1..{MAX_SCALE}, got {args.scale}")
+        for opt, value in (("--plots", args.plots), ("--report", args.report)):
+            if value is not None and not value.strip():
+                raise BadInput(f"{opt} needs a name, got {value!r}")
         if args.scheduler_timeout is not None and not args.scheduler:
             raise BadInput("--scheduler-timeout applies to --scheduler only")
         if args.scheduler_timeout is None:
             args.scheduler_timeout = 10.0
-        if args.scheduler_timeout <= 0:
-            raise BadInput("--scheduler-timeout must be > 0")
+        if not 0 < args.scheduler_timeout <= 3600:          # nan and inf too
+            raise BadInput(f"--scheduler-timeout must be a number of seconds in (0, 3600], "
+                           f"got {args.scheduler_timeout}")
         if args.scale != 1 and (args.quick or args.tiny):
             raise BadInput("--scale multiplies the full campaigns; it does not apply to "
                            + ("--quick" if args.quick else "--tiny"))

@@ -157,3 +157,21 @@ def test_wrong_types_get_one_line_messages_before_any_query():
     a = learn(Oracle(model, Rational()), d=2, heads=1, seed=np.int64(3))
     b = learn(Oracle(model, Rational()), d=2, heads=1, seed=3)
     assert a.certified and a.heads == b.heads and a.queries == b.queries
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--seed", "1", "--seed", "2", "--list"], "given twice"),
+    (["--plots", "", "--tiny"], "--plots needs a name"),
+    (["--report", " ", "--tiny"], "--report needs a name"),
+    (["--scheduler", "tcp://127.0.0.1:1", "--scheduler-timeout", "nan"], "(0, 3600]"),
+    (["--workers", "1000000", "--tiny"], "MAX_LOCAL_WORKERS"),
+    (["--scale", "1000000000000"], "--scale must be 1..1000"),
+])
+def test_proofs_check_options_are_checked_before_any_campaign(capsys, argv, says):
+    """helper-86: each was accepted (an option given twice kept its last value, the empty
+    names wrote nowhere, a nan timeout reached Dask as "KeyError: 'Invalid time unit'",
+    a million workers and a 10^12 scale ran)."""
+    from proofs_check.cli import main as proofs_main
+    assert proofs_main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and says in err, err

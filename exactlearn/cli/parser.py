@@ -30,7 +30,10 @@ class _Once(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (:class:`BadInput`, exit 2) and whose
+    options that take a value are refused when given twice (``proofs-check`` uses it too)."""
+
     def __init__(self, *a, **kw):
         kw.setdefault("formatter_class", HelpFormatter)
         super().__init__(*a, **kw)
@@ -90,8 +93,9 @@ def _positive(what):
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``exactlearn learn | random-model | demo`` (docs: reference/cli.md)."""
-    p = _Parser(prog="exactlearn", description="Learn multi-head attention exactly from value queries.")
-    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    p = OneLineParser(prog="exactlearn",
+                      description="Learn multi-head attention exactly from value queries.")
+    sub = p.add_subparsers(dest="command", parser_class=OneLineParser)
     sub.required = True
 
     _learn_options(sub)
