@@ -49,6 +49,7 @@ import sys
 import time
 from pathlib import Path
 
+from exactlearn.cli.numbers import integer_option
 from exactlearn.cli.parser import OneLineParser
 from exactlearn.limits import MAX_LOCAL_WORKERS
 
@@ -82,8 +83,8 @@ def build_parser():
     p.add_argument("--only", nargs="+", metavar="ID",
                    help="run only these claim ids (see --list; default: every claim)")
     p.add_argument("--list", action="store_true", help="list the claim ids and exit")
-    p.add_argument("--seed", type=int, default=0, help="base seed of every campaign")
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--seed", type=integer_option("--seed"), default=0, help="base seed of every campaign")
+    p.add_argument("--workers", type=integer_option("--workers"), default=None,
                    help="local worker processes (default 1: this process)")
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                    help="run the trials on this Dask scheduler (needs the 'dask' extra; "
@@ -91,7 +92,7 @@ def build_parser():
     p.add_argument("--scheduler-timeout", type=float, default=None, metavar="S",
                    help="seconds to wait for the scheduler and a worker (needs --scheduler; "
                         "default 10)")
-    p.add_argument("--scale", type=int, default=1, metavar="K",
+    p.add_argument("--scale", type=integer_option("--scale"), default=1, metavar="K",
                    help="multiply full-run repetitions by K, 1..1000 (claims that use ctx.size; not with "
                         "--quick or --tiny)")
     p.add_argument("--plots", metavar="DIR",

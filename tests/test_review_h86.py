@@ -175,3 +175,19 @@ def test_proofs_check_options_are_checked_before_any_campaign(capsys, argv, says
     assert proofs_main(argv) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and says in err, err
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["random-model", "--d", "\u0663", "--heads", "1"], "--d must be an integer in ASCII digits"),
+    (["random-model", "--d", "2_0", "--heads", "1"], "--d must be an integer in ASCII digits"),
+    (["random-model", "--d", "2", "--heads", "1", "--merge"], "--merge needs --heads 2 or more"),
+    (["random-model", "--d", "2", "--heads", "1", "--cancel"], "--cancel needs --heads 2 or more"),
+    (["demo", "--minilm", "--layer", "\uff11"], "--layer must be an integer in ASCII digits"),
+])
+def test_integer_options_read_ascii_digits_and_random_model_flags_need_two_heads(
+        capsys, argv, says):
+    """helper-86: argparse's int() took Arabic-Indic digits and 2_0 (model files refuse
+    them), and --merge / --cancel with one head were silently ignored."""
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and says in err, err

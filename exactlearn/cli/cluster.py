@@ -14,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import logging
 
+from exactlearn.cli.numbers import integer_option
 from exactlearn.errors import ClusterError
 
 
 def add_learn_options(lp) -> None:
     """The cluster options of ``exactlearn learn`` (additive: the serial run is the default)."""
     g = lp.add_mutually_exclusive_group()
-    g.add_argument("--workers", type=int, default=None, metavar="N",
+    g.add_argument("--workers", type=integer_option("--workers"), default=None, metavar="N",
                    help="spread the configurations over N local Dask worker processes "
                         "(paper plan, modular field; same result and counts as serial, "
                         "a dead worker's recomputed answers counted too; default: serial)")

@@ -219,6 +219,10 @@ def _cmd_random_model(args) -> int:
         if args.neurons is not None:
             raise BadInput("--neurons applies to --transformer only")
         limits.check_model_size(args.d, args.heads)     # before anything is drawn
+        for opt, given in (("--merge", args.merge), ("--cancel", args.cancel)):
+            if given and args.heads < 2:        # random_model() ignores it there
+                raise BadInput(f"{opt} needs --heads 2 or more (two heads share a W or "
+                               f"cancel), got --heads {args.heads}")
         if args.outputs is not None:
             limits.check_outputs_size(args.d, args.heads, args.outputs)
         obj = random_model(args.d, args.heads, seed, args.merge, args.cancel,

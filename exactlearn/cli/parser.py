@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from exactlearn import limits
+from exactlearn.cli.numbers import integer_option
 from exactlearn.errors import ModelError
 
 FIELD_NAMES = ("rational", "modular", "real", "symbolic")
@@ -62,25 +63,7 @@ class HelpFormatter(argparse.HelpFormatter):
         return text + " (default: %(default)s)"
 
 
-def _int_at_least(what, low, high=None, limit=None):
-    """argparse type: an integer >= low (and <= high, the limit named ``limit`` of
-    :mod:`exactlearn.limits`), with a one-line message naming the option."""
-    def conv(text):
-        if len(text.strip().lstrip("+-")) > limits.MAX_ENTRY_DIGITS:   # never convert it
-            raise argparse.ArgumentTypeError(f"{what} must be an integer of at most "
-                                             f"{limits.MAX_ENTRY_DIGITS} digits (MAX_ENTRY_DIGITS), "
-                                             f"got {len(text)} characters")
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
-        if n < low:
-            raise argparse.ArgumentTypeError(f"{what} must be >= {low}, got {n}")
-        if high is not None and n > high:
-            raise argparse.ArgumentTypeError(f"{what} must be <= {high} ({limit}; "
-                                             f"docs/reference/cli.md, \"Limits\"), got {n}")
-        return n
-    return conv
+_int_at_least = integer_option
 
 
 def _heads_option(what):
@@ -113,7 +96,7 @@ def _learn_options(sub) -> None:
     g = lp.add_mutually_exclusive_group(required=True)
     g.add_argument("--heads", type=_heads_option("--heads"), help="number of heads H (required: this or --max-heads)")
     g.add_argument("--max-heads", type=_heads_option("--max-heads"), help="upper bound H0 on the heads (required: this or --heads)")
-    lp.add_argument("--seed", type=int, default=None,
+    lp.add_argument("--seed", type=integer_option("--seed"), default=None,
                     help="random seed of the query draw (default: a fresh one, printed as "
                          "\"seed\" in the JSON and in the summary)")
     lp.add_argument("--range", type=_positive("--range"), default=None, dest="range",
@@ -184,7 +167,7 @@ def _random_model_options(sub) -> None:
                     required=True, help="token dimension d")
     rp.add_argument("--heads", type=_heads_option("--heads"), required=True,
                     help="number of heads H")
-    rp.add_argument("--seed", type=int, default=None,
+    rp.add_argument("--seed", type=integer_option("--seed"), default=None,
                     help="seed of the draw (default: a fresh one, written as \"seed\" in the file)")
     rp.add_argument("--merge", action="store_true",
                     help="some heads share W (merged in canonical form; attention only)")
@@ -213,7 +196,8 @@ def _demo_options(sub) -> None:
     dp.add_argument("--model", default=None, help="model file (default: a built-in d=2, H=2 model)")
     dp.add_argument("--heads", type=_heads_option("--heads"), default=None,
                     help="head bound H (default: the model's number of heads)")
-    dp.add_argument("--seed", type=int, default=1, help="seed of the query draw")
+    dp.add_argument("--seed", type=integer_option("--seed"), default=1,
+                    help="seed of the query draw")
     dp.add_argument("--range", type=_positive("--range"), default=4, dest="range",
                     help="query entries in [-R, R]")
     dp.add_argument("--plot", default=None, metavar="FILE.png",

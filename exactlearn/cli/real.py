@@ -22,6 +22,8 @@ import json
 import re
 import sys
 
+from exactlearn.cli.numbers import integer_option
+
 #: What ``--tokens`` may name: ``learn(tokens=)``'s kinds (:data:`exactlearn.oracle.TOKEN_KINDS`).
 TOKEN_CHOICES = ("exact", "float", "float64", "float32")
 
@@ -52,7 +54,7 @@ def add_learn_options(lp) -> None:
                          "type by numpy (float: Python floats, evaluated in float64); float "
                          "tokens need --field real and --plan stable (the default with them) and, without "
                          "--declared-noise or --noise-rel, --declared-noise auto")
-    lp.add_argument("--noise-seed", type=int, default=None,
+    lp.add_argument("--noise-seed", type=integer_option("--noise-seed"), default=None,
                     help="seed of the noise (default: --seed)")
     lp.add_argument("--query-scale", default=None, metavar="S",
                     help="real field: scale the unit query tokens by S (default: a probe "
@@ -251,12 +253,12 @@ def add_demo_options(dp) -> None:
     dp.add_argument("--minilm", action="store_true",
                     help="learn the 12 heads of an all-MiniLM-L6-v2 layer in a random subspace "
                          "(needs the 'minilm' extra)")
-    dp.add_argument("--layer", type=int, default=None, help="MiniLM layer 0..5 (default 0)")
-    dp.add_argument("--dprime", type=int, default=None,
+    dp.add_argument("--layer", type=integer_option("--layer"), default=None, help="MiniLM layer 0..5 (default 0)")
+    dp.add_argument("--dprime", type=integer_option("--dprime"), default=None,
                     help="MiniLM subspace dimension d' (default 3)")
-    dp.add_argument("--subspace-seed", type=int, default=None,
+    dp.add_argument("--subspace-seed", type=integer_option("--subspace-seed"), default=None,
                     help="seed of the MiniLM subspace (default 0)")
-    dp.add_argument("--dps", type=int, default=None,
+    dp.add_argument("--dps", type=integer_option("--dps"), default=None,
                     help="digits of the real field (MiniLM; default 100)")
     dp.add_argument("--write", default=None, metavar="FILE",
                     help="write the MiniLM subspace model (exactlearn.mha/1, decimal strings; "
