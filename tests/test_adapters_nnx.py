@@ -213,3 +213,17 @@ def test_the_box_keeps_the_parameters_it_was_made_with():
 def test_a_complex_or_zero_readout_is_refused(readout, match):
     with pytest.raises(ModelError, match=match):
         fa.black_box(layer(), readout=np.array(readout))
+
+
+def test_a_float64_refusal_names_jax_x64_mode_when_it_is_off():
+    """helper-85: without x64 mode a layer built with param_dtype=float64 holds float32
+    parameters; the refusal of float64 tokens said only "call learn(..., tokens='float32')"."""
+    jax.config.update("jax_enable_x64", False)
+    try:
+        mod = nnx.MultiHeadAttention(2, 4, param_dtype=jnp.float64, decode=False,
+                                     rngs=nnx.Rngs(0))
+        box = fa.black_box(mod, readout=np.ones(4))
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    with pytest.raises(ModelError, match="x64 mode is off"):
+        box(np.zeros((2, 4)))

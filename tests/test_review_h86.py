@@ -191,3 +191,18 @@ def test_integer_options_read_ascii_digits_and_random_model_flags_need_two_heads
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and says in err, err
+
+
+def test_a_float_layer_learned_without_noise_says_how_to_declare_it():
+    """helper-85: a float64 torch layer learned with no noise= failed after 6,990 queries on
+    "the pencil start needs the polish ..." without a word on noise=."""
+    torch = pytest.importorskip("torch")
+    from exactlearn import learn
+    from exactlearn.adapters import torch as ta
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(4, 2, bias=False, batch_first=True,
+                                      dtype=torch.float64).eval()
+    res = learn(ta.black_box(mha, readout=np.array([1.0, -0.5, 0.25, 2.0])), d=4, heads=2,
+                field="real", tokens="float64", seed=0, retries=0)
+    assert not res.certified and "no noise= was declared" in res.error
+    assert "noise='auto'" in res.error

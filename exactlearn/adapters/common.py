@@ -156,7 +156,7 @@ def token_dtypes(module_dtype, dtype) -> tuple:
     return td, md
 
 
-def as_module_tokens(X, d: int, token_dtype, module_dtype) -> np.ndarray:
+def as_module_tokens(X, d: int, token_dtype, module_dtype, hint: str = "") -> np.ndarray:
     """One query as a 2-D array of the module's dtype.  Tokens of another dtype than the box
     takes are refused (no silent casting); a conversion the user asked for (``dtype=``) that
     would round an entry is refused too."""
@@ -164,10 +164,10 @@ def as_module_tokens(X, d: int, token_dtype, module_dtype) -> np.ndarray:
     if X.ndim != 2 or X.shape[1] != d or X.shape[0] == 0:
         raise ModelError(f"a query must be a 2-D array of tokens of dimension {d}, got shape {X.shape}")
     if X.dtype != token_dtype:
-        hint = (f", or build the box with dtype='{X.dtype}' to convert (exactly) to the layer's "
+        more = (f", or build the box with dtype='{X.dtype}' to convert (exactly) to the layer's "
                 f"{module_dtype}" if X.dtype in FLOAT_DTYPES else "")
         raise ModelError(f"the box takes {token_dtype} tokens, got {X.dtype}: call "
-                         f"learn(..., tokens='{token_dtype}'){hint}")
+                         f"learn(..., tokens='{token_dtype}'){more}{hint}")
     if token_dtype == module_dtype:
         return X
     Y = X.astype(module_dtype)
@@ -189,7 +189,7 @@ class LayerBox:
     """
 
     def __init__(self, forward, d: int, m: int, readout, token_dtype, module_dtype,
-                 chunk: int = 1024, name: str = "layer"):
+                 chunk: int = 1024, name: str = "layer", hint: str = ""):
         self._forward = forward
         self.d = d
         self.m = m
@@ -198,6 +198,7 @@ class LayerBox:
         self.module_dtype = module_dtype
         self.chunk = int(chunk)
         self.__name__ = name
+        self.hint = hint            # appended to a refusal of the tokens' dtype
 
     def _answer(self, out_row):
         if self.readout is None:
@@ -205,11 +206,12 @@ class LayerBox:
         return np.float64(np.dot(np.asarray(out_row, dtype=np.float64), self.readout))
 
     def __call__(self, X):
-        Y = as_module_tokens(X, self.d, self.token_dtype, self.module_dtype)
+        Y = as_module_tokens(X, self.d, self.token_dtype, self.module_dtype, self.hint)
         return self._answer(np.asarray(self._forward(Y[None]))[0])
 
     def batch(self, queries) -> list:
-        arrays = [as_module_tokens(X, self.d, self.token_dtype, self.module_dtype) for X in queries]
+        arrays = [as_module_tokens(X, self.d, self.token_dtype, self.module_dtype, self.hint)
+                  for X in queries]
         groups: dict = {}
         for i, Y in enumerate(arrays):
             groups.setdefault(Y.shape[0], []).append(i)

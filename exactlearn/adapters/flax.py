@@ -233,8 +233,11 @@ def black_box(module, params=None, readout=None, dtype=None) -> LayerBox:
             raise ModelError(f"the layer answered in {out.dtype}, not its {md}")
         return out[:B]
 
+    hint = ("" if jax.config.jax_enable_x64 else
+            " (JAX's x64 mode is off, so a layer built with param_dtype=float64 holds float32 "
+            "parameters: call jax.config.update('jax_enable_x64', True) before making them)")
     return LayerBox(forward, d, m, readout, td, md,
-                    name=f"flax {name}(d={d}, heads={module.num_heads})")
+                    name=f"flax {name}(d={d}, heads={module.num_heads})", hint=hint)
 
 
 def _linen_runner(jax, module, variables):

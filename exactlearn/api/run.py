@@ -202,7 +202,8 @@ class Run:
             return True
         except ExactLearnError as exc:            # every failure says what it is
             self._failed(exc, alone_note(self.view, str(exc)) + bound_hint(
-                exc, self.H, exact_count=self.heads_given and K.name == "real"))
+                exc, self.H, exact_count=self.heads_given and K.name == "real")
+                + undeclared_noise_hint(K, self.a))
             return False
         finally:
             self.attempt_log.append({"queries": 0 if ask is None else ask.queries,
@@ -323,6 +324,17 @@ def _halvings(exc, e_range, R) -> int:
         while R >> (n + 1) >= 2 and worst > 16 * limit * 2 ** (power * n):
             n += 1
     return min(n, max(1, R.bit_length() - 2))
+
+
+def undeclared_noise_hint(K, a: dict) -> str:
+    """A float box over the real field with no ``noise=`` declared is taken to err by its
+    field's rounding alone, which a computed layer exceeds: a failure says how to declare it."""
+    if K.is_exact or a["tokens"] in ("exact", None) or a["noise"] is not None \
+            or a["noise_rel"] is not None:
+        return ""
+    return (" [no noise= was declared, so the box was taken to err by the field's rounding "
+            "alone; a float layer errs by more: give noise= (a bound on its error) or "
+            "noise='auto' to measure it]")
 
 
 def bound_hint(exc, H, exact_count: bool = False) -> str:
