@@ -136,7 +136,7 @@ class OneLayerTransformer:
             raise ModelError("ffn: u must be a list")
         if len(u) != len(B):
             raise ModelError(f"ffn: B has {len(B)} rows but u has {len(u)} entries")
-        self.B = tuple(exact_vector(b, self.m, f"ffn: B row {j}") for j, b in enumerate(B))
+        self.B = tuple(exact_vector(b, self.m, f"ffn: B row {j + 1}") for j, b in enumerate(B))
         self.u = exact_vector(u, len(B), "ffn: u")
 
     # ---- structure --------------------------------------------------------------

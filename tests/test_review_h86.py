@@ -206,3 +206,16 @@ def test_a_float_layer_learned_without_noise_says_how_to_declare_it():
                 field="real", tokens="float64", seed=0, retries=0)
     assert not res.certified and "no noise= was declared" in res.error
     assert "noise='auto'" in res.error
+
+
+def test_a_transformer_file_numbers_its_b_rows_from_one(tmp_path, capsys):
+    """helper-86: "ffn: B row 0 ..." while every other message numbers from 1."""
+    path = tmp_path / "t.json"
+    assert main(["random-model", "--transformer", "--d", "2", "--heads", "1", "--seed", "1",
+                 "--out", str(path)]) == 0
+    obj = json.loads(path.read_text())
+    obj["ffn"]["B"][0] = obj["ffn"]["B"][0][:1]
+    path.write_text(json.dumps(obj))
+    capsys.readouterr()
+    assert main(["learn", "--model", str(path), "--heads", "1"]) == 2
+    assert "ffn: B row 1 " in capsys.readouterr().err
