@@ -154,9 +154,11 @@ class OneLayerTransformer:
         return tuple(tuple(tuple(sum((O[k][c] * b[k] for k in range(self.m)), as_mpq(0))
                                  for c in range(self.d)) for _, O in self.heads) for b in self.B)
 
-    def scale(self) -> int:
-        """lcm of the W denominators: the D of docs: howto/field-and-range.md#number-systems-fields."""
-        return lcm_of_denominators(x for W, _ in self.heads for row in W for x in row)
+    def scale(self, max_digits: int | None = None) -> int:
+        """lcm of the W denominators: the D of docs: howto/field-and-range.md#number-systems-fields
+        (``max_digits`` as :meth:`exactlearn.model.MultiHeadAttention.scale`)."""
+        return lcm_of_denominators((x for W, _ in self.heads for row in W for x in row),
+                                   max_digits)
 
     def __eq__(self, other):
         return (isinstance(other, OneLayerTransformer) and self.d == other.d and self.m == other.m

@@ -65,10 +65,10 @@ def test_a_torch_readout_that_requires_grad_is_taken():
 @pytest.mark.parametrize("make, match", [
     (lambda: __import__("exactlearn").Rational(base=2.5), "the base must be an integer >= 2, got 2.5"),
     (lambda: __import__("exactlearn").Rational(max_bits=-1), "max_bits must be an integer >= 1"),
-    (lambda: __import__("exactlearn").Rational(scale="2"), "scale D must be an integer >= 1, got '2'"),
+    (lambda: __import__("exactlearn").Rational(scale="2x"), "scale D must be an integer >= 1, got '2x'"),
     (lambda: __import__("exactlearn").Rational(via_modular="no"), "via_modular must be True or False"),
     (lambda: __import__("exactlearn").Rational(base=10 ** 10000), "more than 4000 digits: about 2"),
-    (lambda: __import__("exactlearn").Real(scale=10 ** 20000), "more than 16000 digits: about 2"),
+    (lambda: __import__("exactlearn").Rational(scale=10 ** 20000), "more than 16000 digits: about 2"),
     (lambda: __import__("exactlearn").Modular(p=10 ** 5000 + 1), "the prime p has more than 4000 digits"),
 ])
 def test_field_arguments_are_checked_in_one_line(make, match):
@@ -219,3 +219,28 @@ def test_a_transformer_file_numbers_its_b_rows_from_one(tmp_path, capsys):
     capsys.readouterr()
     assert main(["learn", "--model", str(path), "--heads", "1"]) == 2
     assert "ffn: B row 1 " in capsys.readouterr().err
+
+
+def test_what_the_stricter_checks_must_still_take():
+    """helper-88's review of the checks above: each of these worked at 25921fd and broke
+    (Rational(base=np.int64(3)) crashed in gmpy2.log2, the real field and v denominators hit
+    the exact fields' scale limit, a list of tensors that require grad raised torch's error)."""
+    from fractions import Fraction
+    from gmpy2 import mpq
+    from exactlearn import MultiHeadAttention, Modular, Oracle, Rational, Real, learn
+    assert Rational(base=np.int64(3)).base == 3 and Modular(p=np.int64(101)).p == 101
+    assert Rational(scale=6.0).scale == Rational(scale=Fraction(6)).scale == 6
+    assert Rational(scale="6").scale == 6 and Rational(via_modular=np.bool_(False)).via_modular is False
+    ps = [10 ** 1199 + j for j in range(16)]     # nearly coprime: an lcm of ~19,000 digits
+    wide = MultiHeadAttention([([[mpq(1, ps[0]), mpq(1, ps[1])], [mpq(1, ps[2]), 0]], [1, 2])]
+                              + [([[mpq(1, q), 0], [0, 0]], [1, 0]) for q in ps[3:]])
+    assert Oracle(wide, Real(dps=30))([(1, 2), (3, 4)]) is not None   # D of ~19,000 digits
+    tall_v = MultiHeadAttention([([[0, 0], [0, 0]], [mpq(1, q) for q in ps[:2]])] * 8)
+    assert Oracle(tall_v, Rational())([(1, 1)]) is not None           # v's denominators
+    box = Oracle(MultiHeadAttention([([[1, 0], [0, 1]], [1, 2])]), Rational())
+    assert learn(box, d=2, heads=1, seed=bytearray(b"x")).certified
+    torch = pytest.importorskip("torch")
+    from exactlearn.adapters.common import readout_vector
+    w = torch.nn.Linear(2, 1).weight[0]
+    assert readout_vector([w[0], w[1]], 2).tolist() == w.detach().double().tolist()
+    assert readout_vector(torch.ones(2, dtype=torch.bfloat16), 2).tolist() == [1.0, 1.0]

@@ -92,14 +92,18 @@ def readout_vector(readout, m: int) -> np.ndarray | None:
     a wrong length, a complex or non-finite entry, or a zero readout is bad input."""
     if readout is None:
         return None
-    if hasattr(readout, "detach"):              # a torch tensor (one that requires grad too)
-        readout = readout.detach().cpu().numpy()
-    if np.iscomplexobj(readout):
-        raise ModelError(f"readout must be a vector of {m} real numbers, got complex entries")
     try:
-        r = np.array(readout, dtype=np.float64)
-    except (TypeError, ValueError, RuntimeError):
+        if hasattr(readout, "detach"):          # a torch tensor (one that requires grad too)
+            readout = readout.detach().cpu().double().numpy()
+        elif isinstance(readout, (list, tuple)):
+            readout = [x.detach().cpu().double().numpy() if hasattr(x, "detach") else x
+                       for x in readout]
+        complex_ = np.iscomplexobj(readout)
+        r = None if complex_ else np.array(readout, dtype=np.float64)
+    except (TypeError, ValueError, RuntimeError, AttributeError):
         raise ModelError(f"readout must be a vector of {m} numbers") from None
+    if complex_:
+        raise ModelError(f"readout must be a vector of {m} real numbers, got complex entries")
     if r.shape != (m,):
         raise ModelError(f"readout must be a vector of length {m} (the layer's output size), "
                          f"got shape {r.shape}")

@@ -263,8 +263,9 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         "noise_rel": noise_rel, "tokens": tokens, "executor": executor,
         "max_height": max_height, "bias": bias, "outputs": outputs})
     d, heads, max_heads, seed = (plain_int(x) for x in (d, heads, max_heads, seed))  # numpy ints
-    if seed is not None and not isinstance(seed, (int, float, str, bytes)):
-        raise ValueError(f"seed must be an integer (or None), got a {type(seed).__name__}")
+    if seed is not None and not isinstance(seed, (int, float, str, bytes, bytearray)):
+        raise ValueError(f"seed must be an integer (or a float, str or bytes, as random.Random "
+                         f"takes), got a {type(seed).__name__}")
     for key in ("rank", "retries", "verify", "max_primes", "outputs"):
         a[key] = plain_int(a[key])
     checked = check_arguments(oracle, d, heads, max_heads, field, a, options)

@@ -156,8 +156,8 @@ class Field:
     rational_interpolate = None
 
     def __init__(self, scale: int | None = None):
-        if scale is not None:
-            scale = integer_arg(scale, "scale D", 1, MAX_SCALE_DIGITS)
+        if scale is not None:       # an exact field's D: within MAX_SCALE_DIGITS
+            scale = integer_arg(scale, "scale D", 1, MAX_SCALE_DIGITS if self.is_exact else None)
         self.scale = scale
 
     # -- identity ---------------------------------------------------------
@@ -286,39 +286,52 @@ class Field:
         return format_rational(a)
 
 
-#: :data:`~exactlearn.limits.MAX_SCALE_DIGITS` in bits (a bound above the digits' bits)
-_SCALE_BITS = int(MAX_SCALE_DIGITS * 3.3219280948873626) + 1
-
-
-def integer_arg(x, name: str, low: int, digits: int = MAX_ENTRY_DIGITS) -> int:
-    """A field's integer argument: an integer (``__index__``, not a bool, never a float or
-    a string rounded or read), at least ``low``, of at most ``digits`` digits; otherwise a
-    one-line ValueError naming ``name`` (the value shown by its size when too long to print).
+def integer_arg(x, name: str, low: int, digits: int | None = MAX_ENTRY_DIGITS) -> int:
+    """A field's integer argument: an integer (``__index__``, not a bool; an integral float
+    or a string of ASCII digits is read, anything else never rounded), at least ``low``, of at most ``digits`` digits (None: any);
+    otherwise a one-line ValueError naming ``name`` (the value shown by its size when too
+    long to print).
 
     >>> integer_arg(7, "p", 3)
     7
+    >>> integer_arg(6.0, "p", 3), integer_arg("6", "p", 3)
+    (6, 6)
     >>> integer_arg(2.5, "the base", 2)
     Traceback (most recent call last):
     ...
     ValueError: the base must be an integer >= 2, got 2.5
     """
+    if isinstance(x, float) and x.is_integer():
+        x = int(x)                      # 6.0 is 6 (as int() read it before)
+    elif getattr(x, "denominator", None) == 1 and not hasattr(x, "__index__"):
+        x = int(x.numerator)            # Fraction(6), mpq(6, 1)
+    elif isinstance(x, str) and re.fullmatch(r"\s*[+-]?[0-9]{1,4000}\s*", x):
+        x = int(x)                      # "6", in ASCII digits
     if isinstance(x, bool) or not hasattr(x, "__index__"):
         shown = repr(x) if len(repr(x)) <= 40 else repr(x)[:40] + "..."
         raise ValueError(f"{name} must be an integer >= {low}, got {shown}")
     n = int(x.__index__())
-    if n.bit_length() > 3.33 * digits and mpz(abs(n)).num_digits(10) > digits:
+    if digits is not None and n.bit_length() > 3.33 * digits \
+            and mpz(abs(n)).num_digits(10) > digits:
         raise ValueError(f"{name} has more than {digits} digits: {readable_int(n)}")
     if n < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {readable_int(n)}")
     return n
 
 
-def lcm_of_denominators(values) -> int:
-    """lcm of the denominators of some exact rationals (1 for none).  Past
-    :data:`~exactlearn.limits.MAX_SCALE_DIGITS` digits it raises
-    :class:`~exactlearn.errors.ExactnessError` as soon as it gets there (the lcm of many
-    coprime denominators grows with every entry: minutes and gigabytes, docs:
-    reference/cli.md#limits).
+def scale_limit(field) -> int | None:
+    """The most digits of ``field``'s scale D when the model gives it: an exact field's is
+    :data:`~exactlearn.limits.MAX_SCALE_DIGITS` (beyond it no exponential is realised), the
+    real field's unbounded (it needs no exact scale)."""
+    return MAX_SCALE_DIGITS if field.is_exact else None
+
+
+def lcm_of_denominators(values, max_digits: int | None = None) -> int:
+    """lcm of the denominators of some exact rationals (1 for none).  With ``max_digits``
+    (an exact field's scale: :data:`~exactlearn.limits.MAX_SCALE_DIGITS`) it raises
+    :class:`~exactlearn.errors.ExactnessError` as soon as the lcm gets past that many digits
+    (the lcm of many coprime denominators grows with every entry: minutes and gigabytes,
+    docs: reference/cli.md#limits).
 
     >>> lcm_of_denominators([mpq(1, 4), mpq(5, 6), 3])
     12
@@ -326,9 +339,10 @@ def lcm_of_denominators(values) -> int:
     out = mpz(1)
     for v in values:
         out = gmpy2.lcm(out, as_mpq(v).denominator)
-        if out.bit_length() > _SCALE_BITS and out.num_digits(10) > MAX_SCALE_DIGITS:
+        if max_digits is not None and out.bit_length() > 3.33 * max_digits \
+                and out.num_digits(10) > max_digits:
             raise ExactnessError(f"the common denominator of the W (and u) entries has more "
-                                 f"than {MAX_SCALE_DIGITS} digits (MAX_SCALE_DIGITS): no exact "
+                                 f"than {max_digits} digits (MAX_SCALE_DIGITS): no exact "
                                  f"field realises the model's exponentials at that scale")
     return int(out)
 

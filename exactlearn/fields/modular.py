@@ -58,6 +58,7 @@ mpq(22,7)
 from __future__ import annotations
 
 import functools
+import numbers
 
 import flint
 import gmpy2
@@ -127,9 +128,10 @@ class Modular(Field):
     def __init__(self, p: int = DEFAULT_P, omega: int | None = None,
                  scale: int | None = None):
         super().__init__(scale)
-        if isinstance(p, bool) or not isinstance(p, (int, _MPZ)):
+        if isinstance(p, bool) or not isinstance(p, (numbers.Integral, _MPZ)):    # numpy's too
             raise ValueError(f"p must be an integer prime, got {p!r}")
-        if omega is not None and (isinstance(omega, bool) or not isinstance(omega, (int, _MPZ))):
+        if omega is not None and (isinstance(omega, bool)
+                                  or not isinstance(omega, (numbers.Integral, _MPZ))):
             raise ValueError(f"omega must be an integer primitive root or None, got {omega!r}")
         p = integer_arg(p, "the prime p", 3)     # its size before any primality test
         omega, factors, ctx, polyctx = _setup(p, None if omega is None else int(omega))

@@ -49,12 +49,12 @@ class Rational(Field):
     def __init__(self, base: int = 2, scale: int | None = None, max_bits: int = DEFAULT_MAX_BITS,
                  via_modular: bool = True):
         super().__init__(scale)
-        if not isinstance(via_modular, bool):
+        if via_modular not in (True, False):        # numpy's bools and 0 / 1 too
             raise ValueError(f"via_modular must be True or False, got {via_modular!r}")
-        self.via_modular = via_modular
+        self.via_modular = bool(via_modular)
         self.base = integer_arg(base, "the base", 2)
         self.max_bits = integer_arg(max_bits, "max_bits", 1)
-        self._log2b = gmpy2.log2(base)
+        self._log2b = gmpy2.log2(self.base)
 
     def _key(self):
         return ("Rational", self.base, self.scale, self.max_bits, self.via_modular)

@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from exactlearn.errors import ExactnessError, ModelError
-from exactlearn.fields.base import Field, as_mpq, format_rational, lcm_of_denominators
+from exactlearn.fields.base import (Field, as_mpq, format_rational, lcm_of_denominators,
+                                    scale_limit)
 from exactlearn.io import check_format, dump_json, exact_matrix, exact_vector, load_json
-from exactlearn.limits import check_model_size, check_outputs_size
+from exactlearn.limits import check_model_size, check_outputs_size, readable_int
 from exactlearn.model.evaluate import evaluator
 from exactlearn.model.heads import Head, canonicalize, exponent_entries, is_matrix
 
@@ -150,19 +151,22 @@ class MultiHeadAttention:
             return canonicalize(self.heads, self.constant, True)
         return canonicalize(self.heads)
 
-    def scale(self) -> int:
+    def scale(self, max_digits: int | None = None) -> int:
         """lcm of the denominators of the *raw* heads' W entries: the D of docs: howto/field-and-range.md#number-systems-fields.
 
         Taken from the heads as written, so that the oracle evaluates the model
         it was given -- every raw head, cancelling or merging ones included --
         and never a substitute for it (docs: howto/field-and-range.md#number-systems-fields).  A canonical head's
-        W is a raw head's W, so D also realises the canonical form.
+        W is a raw head's W, so D also realises the canonical form.  ``max_digits``: refuse
+        (:class:`~exactlearn.errors.ExactnessError`) as soon as D gets longer (an exact field's
+        :func:`~exactlearn.fields.base.scale_limit`).
 
         >>> MultiHeadAttention([([["1/3", 0], [0, 1]], [1, 1]), ([["1/3", 0], [0, 1]], [-1, -1]),
         ...                     ([["1/2", 0], [0, 0]], [1, 0])]).scale()
         6
         """
-        return lcm_of_denominators(x for h in self.heads for x in exponent_entries(h))
+        return lcm_of_denominators((x for h in self.heads for x in exponent_entries(h)),
+                                   max_digits)
 
     def __eq__(self, other):
         return (isinstance(other, MultiHeadAttention) and self.d == other.d and self.heads == other.heads
@@ -181,7 +185,7 @@ class MultiHeadAttention:
         denominators (:meth:`check_scale`), or :class:`ExactnessError` is raised.
         """
         if field.scale is None:
-            field = field.with_scale(self.scale())
+            field = field.with_scale(self.scale(scale_limit(field)))
         self.check_scale(field)
         return evaluator(self.heads, self.d, field, self.constant, self.outputs)(tokens)
 
@@ -200,7 +204,7 @@ class MultiHeadAttention:
                     raise ExactnessError(
                         f"the {field.name} field's scale D = {D} does not clear the W (and u) denominators "
                         f"of head {idx + 1} (they need a multiple of {need}); leave the scale on "
-                        f"auto (D = {self.scale()}) or choose a multiple of it")
+                        f"auto (D = {readable_int(self.scale())}) or choose a multiple of it")
 
     # ---- files -----------------------------------------------------------------------
     def to_json(self) -> dict:

@@ -8,7 +8,7 @@ import time
 import flint
 
 from exactlearn.errors import ExactnessError
-from exactlearn.fields.base import Field
+from exactlearn.fields.base import Field, scale_limit
 from exactlearn.limits import readable_int
 from exactlearn.model import MultiHeadAttention, evaluator
 from exactlearn.transformer_model import OneLayerTransformer, TransformerEvaluator, require_ordered
@@ -106,7 +106,7 @@ class Oracle(CountingOracle):
         if like is not None and not isinstance(like, Oracle):
             raise TypeError(f"like= takes another Oracle, got {type(like).__name__}")
         if field.scale is None:
-            field = field.with_scale(model.scale())
+            field = field.with_scale(model.scale(scale_limit(field)))
         model.check_scale(field)
         self.model = model
         self._heads = model.heads
@@ -245,7 +245,7 @@ class TransformerOracle(CountingOracle):
     def __init__(self, model: OneLayerTransformer, field: Field):
         require_ordered(field)
         if field.scale is None:
-            field = field.with_scale(model.scale())
+            field = field.with_scale(model.scale(scale_limit(field)))
         self.model = model
         super().__init__(model.d, field, TransformerEvaluator(model, field))
 
