@@ -4,7 +4,8 @@
 By default it builds layers as they ship -- ``torch.nn.MultiheadAttention(d, H,
 bias=True, batch_first=True)`` with torch's default init, a BERT-style self-attention of four
 ``nn.Linear`` maps (query, key, value, output) with default init, and
-``flax.linen.MultiHeadDotProductAttention`` with flax's default init -- and gives every bias
+``flax.linen.MultiHeadDotProductAttention`` with flax's default init (``--kinds nnx``: a
+``flax.nnx.MultiHeadAttention`` the same way) -- and gives every bias
 random values N(0, s^2), s = 0.1, 0.5, 1.0 for seeds 0, 1, 2 (mod 3) (torch and flax start them
 at 0).  It wraps each with its adapter, learns it with ``learn(box, d=d, heads=H,
 field="real", tokens=dtype, noise="auto", bias=True, seed=seed, retries=2)`` read out by a
@@ -120,6 +121,25 @@ def flax_mha(d, H, seed, dtype):
                                  bo=n(p["out"]["bias"]))
 
 
+def nnx_mha(d, H, seed, dtype):
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    from flax import nnx
+    dt = getattr(jnp, dtype)
+    layer = nnx.MultiHeadAttention(num_heads=H, in_features=d, param_dtype=dt, dtype=dt,
+                                   decode=False, rngs=nnx.Rngs(seed))
+    rng = np.random.default_rng(seed)
+    for lin in (layer.query, layer.key, layer.value, layer.out):     # flax starts them at 0
+        lin.bias[...] = jnp.asarray(rng.normal(0.0, bias_std(seed), lin.bias[...].shape), dt)
+    n = lambda a: np.asarray(a[...], dtype=np.float64)  # noqa: E731
+    return layer, dict(Wq=n(layer.query.kernel).reshape(d, -1).T,
+                       Wk=n(layer.key.kernel).reshape(d, -1).T,
+                       Wv=n(layer.value.kernel).reshape(d, -1).T,
+                       bq=n(layer.query.bias).reshape(-1), bv=n(layer.value.bias).reshape(-1),
+                       Wo=n(layer.out.kernel).reshape(-1, d).T, bo=n(layer.out.bias))
+
+
 def my_params(w, H, r):
     """(W (H,d,d), u (H,d), v (H,m,d) or (H,d), c) from q = Wq x + bq etc., as the issue states."""
     d = w["Wq"].shape[1]
@@ -176,6 +196,10 @@ def run_one(kind, dtype, out, d, H, seed, retries):
         lins = (m.query, m.key, m.value, m.dense)
         box = ta.black_box_linear(*lins, m.heads, readout=r)
         th = ta.true_heads_linear(*lins, m.heads, readout=r)
+    elif kind == "nnx":
+        from exactlearn.adapters import flax as fa
+        layer, w = nnx_mha(d, H, seed, dtype)
+        box, th = fa.black_box(layer, readout=r), fa.true_heads(layer, readout=r)
     else:
         from exactlearn.adapters import flax as fa
         (layer, params), w = flax_mha(d, H, seed, dtype)
