@@ -22,3 +22,19 @@ def evaluate(t, X):
 
 def random_tokens(rng, d, lengths=(1, 2, 5, 9)):
     return [rng.normal(0.0, 1.0, (n, d)) for n in lengths]
+
+
+class Counting:
+    """A box that counts what it answers (``answered``: one per call, the batch's length per
+    batch), to compare with ``learn()``'s ``res.queries``."""
+
+    def __init__(self, box):
+        self.box, self.answered = box, 0
+
+    def __call__(self, X):
+        self.answered += 1
+        return self.box(X)
+
+    def batch(self, queries):
+        self.answered += len(queries)
+        return self.box.batch(queries)

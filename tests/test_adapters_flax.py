@@ -21,7 +21,7 @@ from exactlearn.adapters import flax as fa                        # noqa: E402
 from exactlearn.errors import ModelError                          # noqa: E402
 from exactlearn.strategies.real.learn import max_parameter_error  # noqa: E402
 
-from adapter_truth import evaluate, random_tokens                  # noqa: E402
+from adapter_truth import Counting, evaluate, random_tokens        # noqa: E402
 
 
 def layer(d, H, seed, bias=True, dtype=jnp.float64, std=0.5, **kw):
@@ -85,23 +85,14 @@ def test_learns_a_float64_flax_layer_through_the_adapter():
     mod, var = layer(4, 2, 3, bias=False, std=0.4)
     r = np.array([0.5, 1.0, -1.5, 0.75])
     box = fa.black_box(mod, var, readout=r)
-    answered = []
+    counting = Counting(box)
 
-    class Counting:
-        def __call__(self, X):
-            answered.append(1)
-            return box(X)
-
-        def batch(self, queries):
-            answered.append(len(queries))
-            return box.batch(queries)
-
-    res = learn(Counting(), d=4, heads=2, field="real", tokens="float64", seed=0, retries=2,
+    res = learn(counting, d=4, heads=2, field="real", tokens="float64", seed=0, retries=2,
                 noise=2e-12, noise_rel=2e-13)
     assert res.certified, res.error
     err, _ = max_parameter_error(res.heads, fa.true_heads(mod, var, readout=r).heads(), res.field)
     assert err <= res.error_bound and err <= 1e-9
-    assert res.queries == sum(answered)
+    assert res.queries == counting.answered
 
 
 @pytest.mark.slow

@@ -25,6 +25,8 @@ from exactlearn.errors import ModelError                          # noqa: E402
 from exactlearn.model import Head, canonicalize                   # noqa: E402
 from exactlearn.strategies.real.learn import max_parameter_error  # noqa: E402
 
+from adapter_truth import Counting                                   # noqa: E402
+
 
 def layer(d=4, H=2, kv=None, bias=True, dtype=jnp.float64, seed=0, **kw):
     mod = nnx.MultiHeadAttention(num_heads=H, in_features=d, num_kv_heads=kv, use_bias=bias,
@@ -98,23 +100,14 @@ def test_learns_a_float64_nnx_layer_with_biases(kv):
     mod = layer(4, 2, kv=kv, seed=3)
     r = np.array([0.5, 1.0, -1.5, 0.75])
     box = fa.black_box(mod, readout=r)
-    answered = []
+    counting = Counting(box)
 
-    class Counting:
-        def __call__(self, X):
-            answered.append(1)
-            return box(X)
-
-        def batch(self, queries):
-            answered.append(len(queries))
-            return box.batch(queries)
-
-    res = learn(Counting(), d=4, heads=2, field="real", tokens="float64", noise="auto",
+    res = learn(counting, d=4, heads=2, field="real", tokens="float64", noise="auto",
                 bias=True, seed=0, retries=2)
     assert res.certified, res.error
     err, _ = max_parameter_error(res.heads, own_heads(mod, r), res.field)
     assert err <= res.error_bound and err <= 1e-12
-    assert res.queries == sum(answered)
+    assert res.queries == counting.answered
 
 
 def test_refused_nnx_layers():

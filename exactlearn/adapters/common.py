@@ -138,6 +138,34 @@ def canonical_parameters(Q, bq, K, bk, V, bv, O, bo, readout=None, scale=None) -
     return TrueHeads(W, u, np.einsum("m,hmd->hd", r, OV), np.asarray(r @ const), r)
 
 
+def refuse_outside_class(module, name: str, products, attention_fn) -> None:
+    """The checks a flax attention layer (linen or NNX, ``name`` its class) shares: fields
+    ``products`` that replace its products, ``normalize_qk``, ``decode`` and an
+    ``attention_fn`` other than flax's each get a one-line ModelError."""
+    custom = [f for f in products if getattr(module, f, None) is not None]
+    if custom:
+        raise ModelError(f"{name} with a custom {custom[0]} is not supported: it computes "
+                         f"with other weights than its kernels")
+    if module.normalize_qk:
+        raise ModelError(f"{name} with normalize_qk=True is outside the model class")
+    if module.decode:
+        raise ModelError(f"{name} with decode=True is not a self-attention of the tokens")
+    if module.attention_fn is not attention_fn:
+        raise ModelError(f"{name} with a custom attention_fn is not supported")
+
+
+def layer_dtype(leaves, compute_dtype):
+    """The one dtype of a layer's parameter arrays ``leaves`` and its ``compute_dtype`` (None:
+    the parameters'); a one-line ModelError when they mix."""
+    dtypes = {np.dtype(leaf.dtype) for leaf in leaves}
+    if compute_dtype is not None:
+        dtypes.add(np.dtype(compute_dtype))
+    if len(dtypes) != 1:
+        raise ModelError(f"the layer mixes dtypes {sorted(map(str, dtypes))}: give it one "
+                         f"(dtype= and param_dtype= equal)")
+    return dtypes.pop()
+
+
 def token_dtypes(module_dtype, dtype) -> tuple:
     """(the dtype the box takes, the module's dtype).  ``dtype=None`` takes the module's own;
     another float dtype is converted to the module's, exactly or not at all (see

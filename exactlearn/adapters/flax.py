@@ -22,7 +22,8 @@ import functools
 import numpy as np
 
 from exactlearn.adapters import nnx as _nnx
-from exactlearn.adapters.common import LayerBox, TrueHeads, canonical_parameters, token_dtypes
+from exactlearn.adapters.common import (LayerBox, TrueHeads, canonical_parameters, layer_dtype,
+                                       refuse_outside_class, token_dtypes)
 from exactlearn.errors import ModelError
 
 
@@ -78,27 +79,13 @@ def _check(module, params):
         raise ModelError(f"{type(module).__name__} overrides MultiHeadDotProductAttention's "
                          f"call or apply: build a MultiHeadDotProductAttention with its "
                          f"parameters")
-    custom = [name for name in CUSTOM_PRODUCTS if getattr(module, name, None) is not None]
-    if custom:
-        raise ModelError(f"MultiHeadDotProductAttention with a custom {custom[0]} is not "
-                         f"supported: it computes with other weights than its kernels")
     if module.deterministic is not None and not module.deterministic and module.dropout_rate > 0:
         raise ModelError("MultiHeadDotProductAttention built with deterministic=False and "
                          "dropout_rate > 0 is a noisy box: build it with deterministic=True")
-    if module.normalize_qk:
-        raise ModelError("MultiHeadDotProductAttention with normalize_qk=True is outside the model class")
-    if module.decode:
-        raise ModelError("MultiHeadDotProductAttention with decode=True is not a self-attention of the tokens")
-    if module.attention_fn is not nn.dot_product_attention:
-        raise ModelError("MultiHeadDotProductAttention with a custom attention_fn is not supported")
+    refuse_outside_class(module, "MultiHeadDotProductAttention", CUSTOM_PRODUCTS,
+                         nn.dot_product_attention)
     p = _params(params)
-    dtypes = {np.dtype(leaf.dtype) for leaf in jax.tree_util.tree_leaves(p)}
-    if module.dtype is not None:
-        dtypes = {np.dtype(module.dtype)} | dtypes
-    if len(dtypes) != 1:
-        raise ModelError(f"the layer mixes dtypes {sorted(map(str, dtypes))}: give it one "
-                         f"(dtype= and param_dtype= equal)")
-    return jax, p, dtypes.pop()
+    return jax, p, layer_dtype(jax.tree_util.tree_leaves(p), module.dtype)
 
 
 def _blocks(p):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from exactlearn.adapters.common import layer_dtype, refuse_outside_class
 from exactlearn.errors import ModelError
 
 #: NNX MultiHeadAttention fields that replace its products: the layer then computes with
@@ -49,31 +50,17 @@ def check(module, params):
     if type(module).__call__ is not nnx.MultiHeadAttention.__call__:
         raise ModelError(f"{name} overrides MultiHeadAttention's call: build a "
                          f"MultiHeadAttention with its parameters")
-    custom = [f for f in CUSTOM_PRODUCTS if getattr(module, f, None) is not None]
-    if custom:
-        raise ModelError(f"MultiHeadAttention with a custom {custom[0]} is not supported: it "
-                         f"computes with other weights than its kernels")
     if any(getattr(module, f, fdt.promote_dtype) is not fdt.promote_dtype
            for f in ("qkv_promote_dtype", "out_promote_dtype")):
         raise ModelError("MultiHeadAttention with a custom promote_dtype is not supported")
-    if module.normalize_qk:
-        raise ModelError("MultiHeadAttention with normalize_qk=True is outside the model class")
-    if module.decode:
-        raise ModelError("MultiHeadAttention with decode=True is not a self-attention of the tokens")
-    if module.attention_fn is not attention.dot_product_attention:
-        raise ModelError("MultiHeadAttention with a custom attention_fn is not supported")
+    refuse_outside_class(module, "MultiHeadAttention", CUSTOM_PRODUCTS,
+                         attention.dot_product_attention)
     _check_maps(module, nnx, fdt)
     if module.in_kv_features != module.in_features:
         raise ModelError(f"MultiHeadAttention with in_kv_features={module.in_kv_features} != "
                          f"in_features={module.in_features} is not a self-attention of the tokens")
-    leaves = [leaf for leaf in jax.tree_util.tree_leaves(nnx.state(module, nnx.Param))]
-    dtypes = {np.dtype(leaf.dtype) for leaf in leaves}
-    if module.dtype is not None:
-        dtypes = {np.dtype(module.dtype)} | dtypes
-    if len(dtypes) != 1:
-        raise ModelError(f"the layer mixes dtypes {sorted(map(str, dtypes))}: give it one "
-                         f"(dtype= and param_dtype= equal)")
-    return jax, nnx, dtypes.pop()
+    leaves = jax.tree_util.tree_leaves(nnx.state(module, nnx.Param))
+    return jax, nnx, layer_dtype(leaves, module.dtype)
 
 
 def _check_maps(module, nnx, fdt) -> None:
