@@ -16,9 +16,7 @@ import json
 from exactlearn.errors import ModelError
 from exactlearn.fields.base import as_mpq
 from exactlearn.limits import (MAX_ENTRY_DIGITS, MAX_JSON_OBJECTS, MAX_JSON_VALUES,
-                               MAX_MODEL_FILE_BYTES)
-
-_ENTRY_BITS = int(MAX_ENTRY_DIGITS * 3.3219280948873626)   # below MAX_ENTRY_DIGITS digits
+                               MAX_MODEL_FILE_BYTES, more_digits_than)
 
 
 def dump_json(obj, path) -> None:
@@ -148,8 +146,8 @@ def exact_vector(v, n: int, what: str) -> tuple:
             q = as_mpq(x)
         except ValueError as exc:
             raise ModelError(f"{what} entry {k + 1}: {exc}") from None
-        if max(q.numerator.bit_length(), q.denominator.bit_length()) > _ENTRY_BITS and \
-                max(q.numerator.num_digits(10), q.denominator.num_digits(10)) > MAX_ENTRY_DIGITS:
+        if more_digits_than(q.numerator, MAX_ENTRY_DIGITS) or \
+                more_digits_than(q.denominator, MAX_ENTRY_DIGITS):
             raise ModelError(f"{what} entry {k + 1}: more than {MAX_ENTRY_DIGITS} digits "
                              f"(MAX_ENTRY_DIGITS)")          # a number, as text would be
         out.append(q)

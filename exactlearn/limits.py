@@ -35,6 +35,8 @@ integers of more than 4300 digits, and a decimal exponent builds its power of te
 
 from __future__ import annotations
 
+import functools
+
 import operator
 from dataclasses import dataclass
 
@@ -334,6 +336,22 @@ def check_entry_text(text: str) -> None:
                          f"(MAX_ENTRY_DIGITS)")
 
 
+def more_digits_than(n, digits: int) -> bool:
+    """Whether the integer ``n`` has more than ``digits`` decimal digits, without printing it
+    (its bit length first; near the bound, exactly against 10^digits).
+
+    >>> more_digits_than(10 ** 4000, 4000), more_digits_than(10 ** 4000 - 1, 4000)
+    (True, False)
+    """
+    n = abs(int(n))
+    return n.bit_length() > 3.32 * digits and n >= _power_of_ten(digits)
+
+
+@functools.lru_cache(maxsize=8)
+def _power_of_ten(digits: int) -> int:
+    return 10 ** digits
+
+
 def readable_int(n: int) -> str:
     """An integer for a message: its digits, or its size in bits when it has too many digits
     to print (Python refuses to print more than 4300).
@@ -378,7 +396,7 @@ def check_dps(dps: int, what: str = "--dps") -> None:
 
 __all__ = ["MAX_PLAN_QUERIES", "MAX_PLAN_TOKENS", "MAX_PLAN_BYTES", "PLAN_BYTES_PER_QUERY",
            "PLAN_BYTES_PER_D3", "MAX_MODEL_ENTRIES", "MAX_MODEL_FILE_BYTES", "MAX_JSON_VALUES",
-           "MAX_ENTRY_DIGITS", "MAX_SCALE_DIGITS", "MAX_JSON_OBJECTS", "MAX_DPS", "MAX_DIMENSION", "MAX_HEADS", "PlanCost", "plan_cost",
+           "MAX_ENTRY_DIGITS", "MAX_SCALE_DIGITS", "MAX_JSON_OBJECTS", "more_digits_than", "MAX_DPS", "MAX_DIMENSION", "MAX_HEADS", "PlanCost", "plan_cost",
            "plan_size_problem", "check_plan_size", "check_dimension", "check_heads",
            "model_entries", "check_model_size", "entry_digits", "check_entry_text", "readable_int",
            "check_dps", "OUTPUT_VALUE_BYTES", "OUTPUTS_REAL_QUERY_FACTOR", "OUTPUTS_MODULAR_PRIMES",

@@ -85,12 +85,17 @@ def test_a_model_entry_given_as_a_huge_number_is_refused_before_any_query():
     from exactlearn import MultiHeadAttention
     from exactlearn.errors import ModelError
     from fractions import Fraction
+    from gmpy2 import mpq
     for x in (10 ** 5000, Fraction(1, 10 ** 5000)):
         with pytest.raises(ModelError, match="W row 1 entry 1: more than 4000 digits"):
             MultiHeadAttention([([[x]], [1])])
     with pytest.raises(ModelError, match="constant entry 1: more than 4000 digits"):
         MultiHeadAttention([([[1]], [1])], constant=10 ** 5000)
     assert MultiHeadAttention([([[10 ** 3999]], [1])]).heads[0].W[0][0] == 10 ** 3999
+    largest = 10 ** 4000 - 1                        # 4,000 digits exactly: taken
+    assert MultiHeadAttention([([[1]], [mpq(1, largest)])]).heads[0].v[0] == mpq(1, largest)
+    with pytest.raises(ModelError, match="more than 4000 digits"):
+        MultiHeadAttention([([[1]], [mpq(1, largest + 1)])])
 
 
 @pytest.mark.parametrize("text, match", [

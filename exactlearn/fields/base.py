@@ -52,7 +52,8 @@ from gmpy2 import mpq, mpz
 
 from exactlearn.algebra.cauchy import cauchy_flint
 from exactlearn.errors import ExactnessError, FieldError, NotExponential, NotOrdered, NotSplit
-from exactlearn.limits import MAX_ENTRY_DIGITS, MAX_SCALE_DIGITS, check_entry_text, readable_int
+from exactlearn.limits import (MAX_ENTRY_DIGITS, MAX_SCALE_DIGITS, check_entry_text,
+                               more_digits_than, readable_int)
 
 
 #: Largest |exponent| accepted in a decimal string such as "1e-30" (a bigger one
@@ -288,9 +289,9 @@ class Field:
 
 def integer_arg(x, name: str, low: int, digits: int | None = MAX_ENTRY_DIGITS) -> int:
     """A field's integer argument: an integer (``__index__``, not a bool; an integral float
-    or a string of ASCII digits is read, anything else never rounded), at least ``low``, of at most ``digits`` digits (None: any);
-    otherwise a one-line ValueError naming ``name`` (the value shown by its size when too
-    long to print).
+    or a string of ASCII digits is read, anything else never rounded), at least ``low``, of
+    at most ``digits`` digits (None: any); otherwise a one-line ValueError naming ``name``
+    (the value shown by its size when too long to print).
 
     >>> integer_arg(7, "p", 3)
     7
@@ -305,14 +306,14 @@ def integer_arg(x, name: str, low: int, digits: int | None = MAX_ENTRY_DIGITS) -
         x = int(x)                      # 6.0 is 6 (as int() read it before)
     elif getattr(x, "denominator", None) == 1 and not hasattr(x, "__index__"):
         x = int(x.numerator)            # Fraction(6), mpq(6, 1)
-    elif isinstance(x, str) and re.fullmatch(r"\s*[+-]?[0-9]{1,4000}\s*", x):
+    elif (isinstance(x, str) and len(x) <= 2 * MAX_ENTRY_DIGITS
+          and re.fullmatch(r"\s*[+-]?[0-9]+\s*", x)):
         x = int(x)                      # "6", in ASCII digits
     if isinstance(x, bool) or not hasattr(x, "__index__"):
         shown = repr(x) if len(repr(x)) <= 40 else repr(x)[:40] + "..."
         raise ValueError(f"{name} must be an integer >= {low}, got {shown}")
     n = int(x.__index__())
-    if digits is not None and n.bit_length() > 3.33 * digits \
-            and mpz(abs(n)).num_digits(10) > digits:
+    if digits is not None and more_digits_than(n, digits):
         raise ValueError(f"{name} has more than {digits} digits: {readable_int(n)}")
     if n < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {readable_int(n)}")
@@ -339,8 +340,7 @@ def lcm_of_denominators(values, max_digits: int | None = None) -> int:
     out = mpz(1)
     for v in values:
         out = gmpy2.lcm(out, as_mpq(v).denominator)
-        if max_digits is not None and out.bit_length() > 3.33 * max_digits \
-                and out.num_digits(10) > max_digits:
+        if max_digits is not None and more_digits_than(out, max_digits):
             raise ExactnessError(f"the common denominator of the W (and u) entries has more "
                                  f"than {max_digits} digits (MAX_SCALE_DIGITS): no exact "
                                  f"field realises the model's exponentials at that scale")
