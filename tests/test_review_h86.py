@@ -132,7 +132,7 @@ def test_demo_refuses_before_any_output(tmp_path, capsys, case):
         argv, says = ["demo", "--model", str(path)], "the model file has no heads"
     elif case == "write":
         argv = ["demo", "--minilm", "--write", str(tmp_path / "none" / "x.json")]
-        says = "no directory"
+        says = "is not a writable folder"
     else:
         argv, says = ["demo", "--minilm", "--dps", "0"], "--dps must be >= 20, got 0"
     capsys.readouterr()

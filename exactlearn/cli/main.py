@@ -273,8 +273,8 @@ def _cmd_demo(args) -> int:
 
 def _check_writable(path: str, option: str) -> None:
     import os
-    if not path.strip():
-        raise BadInput(f"{option} needs a file name, got {path!r}")
+    from exactlearn.cli.paths import check_output_file
+    check_output_file(path, option, BadInput)
     ext = os.path.splitext(path)[1][1:].lower()
     if ext:                             # a format matplotlib writes (none given: png)
         try:
@@ -286,11 +286,6 @@ def _check_writable(path: str, option: str) -> None:
             if ext not in formats:
                 raise BadInput(f"cannot write {option} {path}: .{ext} is not a figure format "
                                f"(one of {', '.join(sorted(formats))})")
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise BadInput(f"cannot write {option} {path}: it is a folder")
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise BadInput(f"cannot write {option} {path}: {folder} is not a writable folder")
 
 
 def main(argv=None) -> int:

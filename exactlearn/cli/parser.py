@@ -63,15 +63,14 @@ class HelpFormatter(argparse.HelpFormatter):
         return text + " (default: %(default)s)"
 
 
-_int_at_least = integer_option
 
 
 def _heads_option(what):
-    return _int_at_least(what, 1, limits.MAX_HEADS, "MAX_HEADS")
+    return integer_option(what, 1, limits.MAX_HEADS, "MAX_HEADS")
 
 
 def _positive(what):
-    return _int_at_least(what, 1)
+    return integer_option(what, 1)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,12 +103,12 @@ def _learn_options(sub) -> None:
                          "modular 2^32, symbolic 8, real 1000)")
     lp.add_argument("--e-range", type=_positive("--e-range"), default=None,
                     help="separate range for the directions e (default: --range)")
-    lp.add_argument("--retries", type=_int_at_least("--retries", 0, limits.MAX_RETRIES, "MAX_RETRIES"),
+    lp.add_argument("--retries", type=integer_option("--retries", 0, limits.MAX_RETRIES, "MAX_RETRIES"),
                     default=None,
                     help="redraw up to N times after a detected degenerate draw (default: "
                          "exactlearn.limits.DEFAULT_RETRIES: 3 over the symbolic field, 2 for a "
                          "Transformer file, else 0)")
-    lp.add_argument("--verify", type=_int_at_least("--verify", 0, limits.MAX_VERIFY_QUERIES,
+    lp.add_argument("--verify", type=integer_option("--verify", 0, limits.MAX_VERIFY_QUERIES,
                                                    "MAX_VERIFY_QUERIES"), default=None,
                     help="N extra fresh random queries comparing the result with the oracle, "
                          "counted in queries (default: 0; a Transformer file: the certificate's "
@@ -124,12 +123,12 @@ def _learn_options(sub) -> None:
 
 
 def _learn_field_options(lp) -> None:
-    lp.add_argument("--dps", type=_int_at_least("--dps", 1, limits.MAX_DPS, "MAX_DPS"),
+    lp.add_argument("--dps", type=integer_option("--dps", 1, limits.MAX_DPS, "MAX_DPS"),
                     default=None, help="real field: decimal digits (default 50)")
     lp.add_argument("--prime", type=_positive("--prime"), default=None,
                     help="modular field: the first prime p (default 7*2^120+1; further primes "
                          "are c*2^120+1)")
-    lp.add_argument("--max-primes", type=_int_at_least("--max-primes", 2), default=None,
+    lp.add_argument("--max-primes", type=integer_option("--max-primes", 2), default=None,
                     help="modular field: most primes combined for tall rationals (default 12)")
     lp.add_argument("--max-height", type=_positive("--max-height"), default=None,
                     help="modular field, paper plan: a declared bound B on the numerators and "
@@ -155,7 +154,7 @@ def _learn_field_options(lp) -> None:
 
 def _outputs_option(parser, help_text: str) -> None:
     """``--outputs M`` (1 to MAX_OUTPUTS), for ``learn`` and ``random-model``."""
-    parser.add_argument("--outputs", type=_int_at_least("--outputs", 1, limits.MAX_OUTPUTS,
+    parser.add_argument("--outputs", type=integer_option("--outputs", 1, limits.MAX_OUTPUTS,
                                                         "MAX_OUTPUTS"),
                         default=None, metavar="M", help=help_text)
 
@@ -163,7 +162,7 @@ def _outputs_option(parser, help_text: str) -> None:
 def _random_model_options(sub) -> None:
     rp = sub.add_parser("random-model", help="write a random model file (attention or, with "
                                              "--transformer, a one-layer Transformer)")
-    rp.add_argument("--d", type=_int_at_least("--d", 1, limits.MAX_DIMENSION, "MAX_DIMENSION"),
+    rp.add_argument("--d", type=integer_option("--d", 1, limits.MAX_DIMENSION, "MAX_DIMENSION"),
                     required=True, help="token dimension d")
     rp.add_argument("--heads", type=_heads_option("--heads"), required=True,
                     help="number of heads H")

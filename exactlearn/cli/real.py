@@ -23,6 +23,7 @@ import re
 import sys
 
 from exactlearn.cli.numbers import integer_option
+from exactlearn.cli.paths import check_output_file
 
 #: What ``--tokens`` may name: ``learn(tokens=)``'s kinds (:data:`exactlearn.oracle.TOKEN_KINDS`).
 TOKEN_CHOICES = ("exact", "float", "float64", "float32")
@@ -299,7 +300,7 @@ def run_demo_extra(args, model, bad_input) -> int | None:
         check_dps(args.dps)
         check_plan_size(args.dprime, 12)           # the layer's 12 heads in d' dimensions
         if args.write:
-            _check_writable(args.write, bad_input)   # before the layer is built and printed
+            check_output_file(args.write, "--write", bad_input)   # before the layer is built
         try:
             return run_minilm_demo(layer=args.layer, dprime=args.dprime, seed=args.subspace_seed,
                                    dps=args.dps, learn_seed=args.seed, write=args.write)
@@ -309,15 +310,3 @@ def run_demo_extra(args, model, bad_input) -> int | None:
             raise bad_input(f"cannot write {args.write}: {exc.strerror}") from None
     return None
 
-
-def _check_writable(path, bad_input) -> None:
-    """``--write FILE``: its folder exists and is writable, and FILE, if there, is a writable
-    file (one line, exit 2, before any output)."""
-    import os
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise bad_input(f"cannot write {path}: it is a directory")
-    if not os.path.isdir(folder):
-        raise bad_input(f"cannot write {path}: no directory {folder}")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise bad_input(f"cannot write {path}: permission denied")
