@@ -35,7 +35,6 @@ integers of more than 4300 digits, and a decimal exponent builds its power of te
 
 from __future__ import annotations
 
-import functools
 
 import operator
 from dataclasses import dataclass
@@ -343,13 +342,8 @@ def more_digits_than(n, digits: int) -> bool:
     >>> more_digits_than(10 ** 4000, 4000), more_digits_than(10 ** 4000 - 1, 4000)
     (True, False)
     """
-    n = abs(int(n))
-    return n.bit_length() > 3.32 * digits and n >= _power_of_ten(digits)
-
-
-@functools.lru_cache(maxsize=8)
-def _power_of_ten(digits: int) -> int:
-    return 10 ** digits
+    n = abs(int(n))                     # 10^digits is formed only for numbers near it
+    return n.bit_length() > 3.32 * digits and n >= 10 ** digits
 
 
 def readable_int(n: int) -> str:

@@ -68,6 +68,7 @@ def test_a_torch_readout_that_requires_grad_is_taken():
     (lambda: __import__("exactlearn").Rational(scale="2x"), "scale D must be an integer >= 1, got '2x'"),
     (lambda: __import__("exactlearn").Rational(via_modular="no"), "via_modular must be True or False"),
     (lambda: __import__("exactlearn").Rational(base=10 ** 10000), "more than 4000 digits: about 2"),
+    (lambda: __import__("exactlearn").Rational(scale="1" * 4400), "scale D has more than 4000 digits"),
     (lambda: __import__("exactlearn").Rational(scale=10 ** 20000), "more than 16000 digits: about 2"),
     (lambda: __import__("exactlearn").Modular(p=10 ** 5000 + 1), "the prime p has more than 4000 digits"),
 ])
@@ -118,7 +119,7 @@ def test_model_files_that_say_two_things_or_hold_too_many_objects_are_refused(
     assert err.count("\n") == 1 and match in err, err
 
 
-@pytest.mark.parametrize("case", ["vector", "no heads", "write", "dps"])
+@pytest.mark.parametrize("case", ["vector", "no heads", "write", "empty write", "dps"])
 def test_demo_refuses_before_any_output(tmp_path, capsys, case):
     """helper-86: each printed part of the walk-through (or the MiniLM layer's description)
     and then refused, in API wording for the vector file ("pass outputs=3")."""
@@ -130,6 +131,8 @@ def test_demo_refuses_before_any_output(tmp_path, capsys, case):
     elif case == "no heads":
         path.write_text('{"d": 2, "heads": []}')
         argv, says = ["demo", "--model", str(path)], "the model file has no heads"
+    elif case == "empty write":
+        argv, says = ["demo", "--minilm", "--write", ""], "--write needs a file name"
     elif case == "write":
         argv = ["demo", "--minilm", "--write", str(tmp_path / "none" / "x.json")]
         says = "is not a writable folder"

@@ -299,7 +299,7 @@ def run_demo_extra(args, model, bad_input) -> int | None:
         from exactlearn.limits import check_dps, check_plan_size
         check_dps(args.dps)
         check_plan_size(args.dprime, 12)           # the layer's 12 heads in d' dimensions
-        if args.write:
+        if args.write is not None:
             check_output_file(args.write, "--write", bad_input)   # before the layer is built
         try:
             return run_minilm_demo(layer=args.layer, dprime=args.dprime, seed=args.subspace_seed,

@@ -306,8 +306,9 @@ def integer_arg(x, name: str, low: int, digits: int | None = MAX_ENTRY_DIGITS) -
         x = int(x)                      # 6.0 is 6 (as int() read it before)
     elif getattr(x, "denominator", None) == 1 and not hasattr(x, "__index__"):
         x = int(x.numerator)            # Fraction(6), mpq(6, 1)
-    elif (isinstance(x, str) and len(x) <= 2 * MAX_ENTRY_DIGITS
-          and re.fullmatch(r"\s*[+-]?[0-9]+\s*", x)):
+    elif isinstance(x, str) and re.fullmatch(r"[+-]?[0-9]+", x.strip()):
+        if len(x.strip().lstrip("+-")) > MAX_ENTRY_DIGITS:     # text's limit, before int()
+            raise ValueError(f"{name} has more than {MAX_ENTRY_DIGITS} digits (MAX_ENTRY_DIGITS)")
         x = int(x)                      # "6", in ASCII digits
     if isinstance(x, bool) or not hasattr(x, "__index__"):
         shown = repr(x) if len(repr(x)) <= 40 else repr(x)[:40] + "..."
