@@ -128,8 +128,7 @@ def test_a_bad_answer_during_verify_fails_the_run_and_is_counted(bad):
 
 
 @pytest.mark.parametrize("flags, named", [
-    (["--field", "real", "--plan", "stable", "--snap"], "--snap"),
-    (["--field", "real", "--verify", "2"], "--verify over --field real")])
+    (["--field", "real", "--plan", "stable", "--snap"], "--snap")])
 def test_outputs_with_an_option_the_vector_step_lacks_names_the_flag(tmp_path, capsys, flags, named):
     """On the command line the refusal names the flag, not the learn() keyword (snap=,
     verify=), like the other options --outputs does not take yet; exit status 2.  Without
@@ -199,3 +198,52 @@ def test_a_vector_box_learned_without_outputs_is_bad_input_naming_outputs(kind, 
     assert res.error.startswith("bad input: the black box VectorBox answered 3 values per "
                                 "query, not one: learn a box of m outputs with outputs=3")
     assert res.attempts == 1 and res.queries == box.asked == 1
+
+
+def _float_box(shift_after=None, output=1, by=0.0):
+    """MODEL's 3 outputs as float64 answers (exact, then rounded); after ``shift_after``
+    queries, output ``output`` (0-based) is moved by ``by``."""
+    asked, oracle = [], Oracle(MODEL, Real(dps=30))
+
+    def box(tokens):
+        asked.append(1)
+        ys = [float(y) for y in oracle([tuple(Fraction(float(a)) for a in t) for t in tokens])]
+        if shift_after is not None and len(asked) > shift_after:
+            ys[output] += by
+        return ys
+    return box, asked
+
+
+def test_verify_over_the_real_field_checks_every_output():
+    """verify=N with outputs=m over the real field (it was refused): N fresh queries, each
+    output compared within its tolerance, counted in verify_queries and queries."""
+    box, asked = _float_box()
+    res = learn(box, d=2, heads=2, field="real", tokens="float64", noise=1e-12, seed=0, outputs=3, verify=6)
+    assert res.status == "certified" and res.verified is True, res.error
+    assert res.verify_queries == 6 and res.queries == len(asked)
+
+
+def test_verify_over_the_real_field_fails_on_one_wrong_output():
+    """A box that answers the plan as MODEL and then moves output 2 by 1e-3 on every fresh
+    query (far beyond eta = 1e-12 and the certified bounds): the verification fails, naming
+    the output; no heads are returned."""
+    box, asked = _float_box()
+    plan = learn(box, d=2, heads=2, field="real", tokens="float64", noise=1e-12, seed=0, outputs=3).queries
+    box, asked = _float_box(shift_after=plan, output=1, by=1e-3)
+    res = learn(box, d=2, heads=2, field="real", tokens="float64", noise=1e-12, seed=0, outputs=3, verify=6)
+    assert res.status == "failed" and res.verified is False and res.heads == ()
+    assert "output 2 of 3" in res.error, res.error
+    assert res.verify_queries == 1 and res.queries == len(asked) == plan + 1
+
+
+def test_cli_verify_over_the_real_field_with_outputs(tmp_path, capsys):
+    """``--verify`` with a vector model over ``--field real`` runs (it was refused) and
+    reports the fresh queries in the JSON."""
+    import json
+    from exactlearn.cli.main import main
+    path = tmp_path / "m.json"
+    MODEL.dump(str(path))
+    assert main(["learn", "--model", str(path), "--heads", "2", "--field", "real",
+                 "--verify", "3", "--json", "--seed", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "certified" and out["verified"] is True and out["verify_queries"] == 3

@@ -51,12 +51,15 @@ def test_an_unknown_model_format_names_every_format_the_command_reads(tmp_path, 
         assert f"'exactlearn.{fmt}'" in line, line
 
 
-@pytest.mark.parametrize("target", ["missing/x.png", "."])
+@pytest.mark.parametrize("target", ["missing/x.png", ".", "nodir/"])
 def test_demo_plot_to_an_unwritable_path_exits_2_before_the_walk_through(target, tmp_path,
                                                                         capsys):
-    path = tmp_path / target
-    assert main(["demo", "--plot", str(path)]) == 2
-    assert "cannot write --plot" in _one_line_error(capsys)
+    """A missing folder, a folder, and a name ending in a slash (a folder's name that
+    ``abspath`` would drop: it printed the whole walk-through, then failed)."""
+    path = str(tmp_path / target) + ("/" if target.endswith("/") else "")
+    assert main(["demo", "--plot", path]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "cannot write --plot" in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_rank_beyond_d_is_refused_before_any_query():

@@ -200,8 +200,10 @@ def learn(oracle, d: int, heads: int | None = None, max_heads: int | None = None
         exact fields, within its tolerance over the real field).  A box that does not answer
         m values is bad input (``BadBlackBox``, naming the box).  With ``noise_rel`` the plan
         runs on one output drawn at random (r a unit vector e_k), whose error bound then is
-        its own.  Not with ``noise="auto"``, ``snap``, ``executor``, ``max_height``, a box
-        fixed to one prime, nor ``verify`` over the real field (ValueError).  A model's
+        its own; ``noise="auto"`` measures one envelope for all outputs, and ``verify``
+        compares every output of each fresh query (within its tolerance over the real
+        field).  Not with ``snap``, ``executor``, ``max_height`` or a box fixed to one
+        prime (ValueError).  A model's
         :class:`~exactlearn.oracle.Oracle` of m outputs needs ``outputs=m`` (ValueError).
     options : RealOptions, ModularOptions, EfficientOptions or a tuple of them, optional
         The field- and plan-specific options grouped in typed objects

@@ -198,7 +198,7 @@ def _check_vector(oracle, a, K, d, H) -> None:
         raise ValueError(f"the black box is a model in d={own}; learn() was given d={d}")
     if a["outputs"] is not None:
         check_outputs(a["outputs"], K, oracle, a["noise"], a["noise_rel"], a["snap"],
-                      a["executor"], a["max_height"], a["verify"])
+                      a["executor"], a["max_height"])
         return
     m = model_box.outputs if isinstance(model_box, Oracle) else None
     if m is not None:

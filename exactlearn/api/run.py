@@ -233,8 +233,11 @@ class Run:
             current().at(attempt=self.attempts)         # after the primes: no prime
             current().phase("verify", n)
             if self.view is not None:
+                real = None if self.K.is_exact else (self.options.state.outcome, self.noise,
+                                                     self.options.noise_rel)
                 verified, self.error = verify_outputs(verify_box, self.view, self.recovered,
-                                                      self.d, self.H, self.K, self.rng, self.R, n)
+                                                      self.d, self.H, self.K, self.rng, self.R, n,
+                                                      real)
             else:
                 verified, self.error = self.strategy.verify(
                     verify_box, self.recovered, self.d, self.H, self.K, self.convert, self.rng,

@@ -12,7 +12,7 @@ from exactlearn.errors import BadBlackBox
 from exactlearn.limits import readable_int
 
 
-def check_outputs(outputs, K, oracle, noise, noise_rel, snap, executor, max_height, verify) -> None:
+def check_outputs(outputs, K, oracle, noise, noise_rel, snap, executor, max_height) -> None:
     """``outputs=m``: a positive int, and only where the vector step is written (one line)."""
     if isinstance(outputs, bool) or not isinstance(outputs, int) or outputs < 1:
         raise ValueError(f"outputs must be a positive integer, got {outputs!r}")
@@ -21,8 +21,7 @@ def check_outputs(outputs, K, oracle, noise, noise_rel, snap, executor, max_heig
         raise ValueError(f"outputs = {readable_int(outputs)} is past MAX_OUTPUTS = "
                          f"{readable_int(MAX_OUTPUTS)}")
     for given, what in ((executor is not None, "executor="), (max_height is not None, "max_height="),
-                        (snap, "snap=True"),
-                        (verify and not K.is_exact, "verify= over the real field")):
+                        (snap, "snap=True")):
         if given:
             raise ValueError(f"outputs= is not supported yet with {what} (docs: "
                              f"explanation/biases.md#vector-outputs)")
@@ -95,12 +94,22 @@ def outputs_step(recovered, view, K, d, bias, multimodular, options, noise) -> t
     return learn_outputs(recovered, d, view.records, K, view.m, bias)
 
 
-def verify_outputs(verify_box, view, heads, d, H, K, rng, R, n) -> tuple:
-    """``verify=N`` for vector outputs (exact fields): N fresh random queries, every output
-    compared with ``==``."""
+def verify_outputs(verify_box, view, heads, d, H, K, rng, R, n, real=None) -> tuple:
+    """``verify=N`` for vector outputs: N fresh random queries, every output compared with
+    ``==`` (exact fields) or, over the real field, within its tolerance (``real``: the
+    outcome, the declared noise and noise_rel;
+    :func:`~exactlearn.strategies.real.outputs.verify_outputs_real`)."""
     from exactlearn.model import VectorEvaluator
     from exactlearn.errors import DegenerateDraw, FieldError
     m = view.m
+    if not K.is_exact:
+        from exactlearn.strategies.real.outputs import verify_outputs_real
+        outcome, noise, noise_rel = real
+        try:
+            return verify_outputs_real(verify_box, view.records, heads, outcome, K, m, noise,
+                                       noise_rel, rng, R, n)
+        except (FieldError, ValueError, TypeError, DegenerateDraw, BadBlackBox) as exc:
+            return False, f"verification failed: a fresh random query could not be compared ({exc})"
     constant = getattr(heads, "constant", 0)
     if not isinstance(constant, tuple):
         constant = tuple(0 for _ in range(m))

@@ -186,9 +186,7 @@ def _outputs_of(args, model):
     for given, opt in ((getattr(args, "workers", None) is not None or getattr(args, "scheduler", None),
                         "--workers / --scheduler"),
                        (getattr(args, "max_height", None) is not None, "--max-height"),
-                       (getattr(args, "snap", False), "--snap"),
-                       (bool(getattr(args, "verify", None)) and args.field == "real",
-                        "--verify over --field real")):
+                       (getattr(args, "snap", False), "--snap")):
         if given:
             given = ("--outputs" if args.outputs is not None       # or read from the file
                      else f"a vector model (exactlearn.mha/3, {m} outputs)")
