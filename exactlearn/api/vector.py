@@ -106,7 +106,7 @@ def verify_outputs(verify_box, view, heads, d, H, K, rng, R, n, real=None) -> tu
         from exactlearn.strategies.real.outputs import verify_outputs_real
         outcome, noise, noise_rel = real
         try:
-            return verify_outputs_real(verify_box, view.records, heads, outcome, K, m, noise,
+            return verify_outputs_real(verify_box, view.records, heads, d, outcome, K, m, noise,
                                        noise_rel, rng, R, n)
         except (FieldError, ValueError, TypeError, DegenerateDraw, BadBlackBox) as exc:
             return False, f"verification failed: a fresh random query could not be compared ({exc})"

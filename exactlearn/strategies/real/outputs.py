@@ -351,8 +351,8 @@ def _output_tests(F, Y, Vhat, Bv, E, Ee, G, RND, floor, H, note, used) -> tuple:
     return excess, worst
 
 
-def verify_outputs_real(box, records, heads, outcome, K, m: int, noise, noise_rel, rng, R,
-                        n: int) -> tuple:
+def verify_outputs_real(box, records, heads, d: int, outcome, K, m: int, noise, noise_rel, rng,
+                        R, n: int) -> tuple:
     """``verify=n`` with ``outputs=m`` over the real field (docs:
     explanation/biases.md#vector-outputs): ``n`` fresh random queries (length 1 to ``2H + 1``,
     entries ``sigma`` times integers in ``[-R, R]``, as for a scalar box), asked of ``box``
@@ -369,7 +369,7 @@ def verify_outputs_real(box, records, heads, outcome, K, m: int, noise, noise_re
     Bcs = getattr(outcome, "constant_bounds", None) or [0] * m
     for _ in range(n):
         length = rng.randint(1, 2 * H + 1)
-        tokens = [tuple(outcome.sigma * rng.randint(-R, R) for _ in range(len(heads[0].W)))
+        tokens = [tuple(outcome.sigma * rng.randint(-R, R) for _ in range(d))
                   for _ in range(length)]
         box(tokens)
         ys = records[-1][1]
