@@ -98,12 +98,12 @@ def verify_outputs(verify_box, view, heads, d, H, K, rng, R, n, real=None) -> tu
     """``verify=N`` for vector outputs: N fresh random queries, every output compared with
     ``==`` (exact fields) or, over the real field, within its tolerance (``real``: the
     outcome, the declared noise and noise_rel;
-    :func:`~exactlearn.strategies.real.outputs.verify_outputs_real`)."""
+    :func:`~exactlearn.strategies.real.outputs_verify.verify_outputs_real`)."""
     from exactlearn.model import VectorEvaluator
     from exactlearn.errors import DegenerateDraw, FieldError
     m = view.m
     if not K.is_exact:
-        from exactlearn.strategies.real.outputs import verify_outputs_real
+        from exactlearn.strategies.real.outputs_verify import verify_outputs_real
         outcome, noise, noise_rel = real
         try:
             return verify_outputs_real(verify_box, view.records, heads, d, outcome, K, m, noise,

@@ -49,9 +49,8 @@ from exactlearn.noise import noise_bound
 from exactlearn.progress import current
 from exactlearn.strategies.real.certificate import SAFETY
 from exactlearn.strategies.real.features import QueryArrays
-from exactlearn.strategies.real.evaluate import evaluate_with_bounds
 from exactlearn.strategies.real.lsq import EPS
-from exactlearn.strategies.real.sensitivity import LO, rounding
+from exactlearn.strategies.real.sensitivity import LO
 
 
 def draw_unit(m: int, rng) -> list:
@@ -350,37 +349,3 @@ def _output_tests(F, Y, Vhat, Bv, E, Ee, G, RND, floor, H, note, used) -> tuple:
             f"by {abs(R[q, k]):.3g} > tolerance {tol[q, k]:.3g}{note}")
     return excess, worst
 
-
-def verify_outputs_real(box, records, heads, d: int, outcome, K, m: int, noise, noise_rel, rng,
-                        R, n: int) -> tuple:
-    """``verify=n`` with ``outputs=m`` over the real field (docs:
-    explanation/biases.md#vector-outputs): ``n`` fresh random queries (length 1 to ``2H + 1``,
-    entries ``sigma`` times integers in ``[-R, R]``, as for a scalar box), asked of ``box``
-    (which records ``(tokens, answers)`` in ``records``); every output ``j`` must be within
-    ``eta_j + noise_rel |y_j|`` plus the first-order effect of the certified W, u, v and
-    constant bounds plus rounding of the value its readouts give.  Returns ``(True, None)``
-    or ``(False, message)``."""
-    H = len(heads)
-    etas = [LO.convert(e) for e in output_etas(K, noise, m)]
-    rel = LO.zero if noise_rel is None else LO.convert(noise_bound(K, noise_rel, "noise_rel"))
-    constant = getattr(heads, "constant", 0)
-    consts = constant if isinstance(constant, tuple) else (0,) * m
-    biased = any(h.biased for h in heads)
-    Bcs = getattr(outcome, "constant_bounds", None) or [0] * m
-    for _ in range(n):
-        length = rng.randint(1, 2 * H + 1)
-        tokens = [tuple(outcome.sigma * rng.randint(-R, R) for _ in range(d))
-                  for _ in range(length)]
-        box(tokens)
-        ys = records[-1][1]
-        for j in range(m):
-            row = [Head(h.W, h.v[j], h.u) for h in heads]
-            f, grad, size = evaluate_with_bounds(
-                row, tokens, K, outcome.W_bounds, [b[j] for b in outcome.v_bounds],
-                outcome.u_bounds if biased else None, consts[j], Bcs[j])
-            y = LO.convert(abs(ys[j]))
-            tol = etas[j] + rel * y + grad + 2 * rounding(K, max(size, y))
-            if LO.convert(abs(f - ys[j])) > tol:
-                return False, (f"verification failed: a fresh random query disagrees with the "
-                               f"certified heads on output {j + 1} of {m} beyond the tolerance")
-    return True, None
