@@ -33,7 +33,7 @@ from exactlearn.pipeline.heap import paused_gc
 from exactlearn.pipeline.interpolate import (interpolate_many, poles, poles_among, poles_expected,
                                              poles_paired)
 from exactlearn.pipeline.match import label_basis
-from exactlearn.pipeline.plan import across_direction
+from exactlearn.pipeline.plan import FamilyQueries, across_direction
 from exactlearn.pipeline.solve import solve_heads, solve_heads_bias
 from exactlearn.progress import current
 
@@ -49,6 +49,9 @@ def ask_plan(plan, ask) -> tuple:
     current().phase(current().asking, len(queries))      # progress=: "ask" or "confirm"
     if many is not None:
         ys = many(plan.tokens_of(queries))
+        if type(queries) is FamilyQueries and queries.per:     # in order: slices, no Query
+            per = queries.per
+            return ys[0], {n: ys[1 + n * per:1 + (n + 1) * per] for n in range(queries.configs)}
     else:
         ys = map(ask, plan.tokens_of(queries))
     for q, y in zip(queries, ys):

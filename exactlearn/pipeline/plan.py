@@ -222,6 +222,12 @@ class Plan:
         >>> asked == [plan.tokens(q) for q in plan.queries]
         True
         """
+        if type(queries) is FamilyQueries and queries.configs <= len(self.configs):
+            yield [self.configs[0].x]               # the plan's own: no Query object per query
+            for c in self.configs[:queries.configs]:
+                a, x = c.summed(), [c.x]
+                yield from ([a] * k + x for k in range(1, queries.per + 1))
+            return
         last, a = None, None
         for q in queries:
             c = self.configs[q.config]
