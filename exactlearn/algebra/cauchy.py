@@ -79,13 +79,13 @@ def cauchy_from_interpolant(L, r0, xs, H, make_poly) -> tuple:
 def _inverse_vandermonde(p: int, n: int):
     ctx = flint.fmpz_mod_ctx(p)
     V = flint.fmpz_mod_mat(n, n, [ctx(k) ** j for k in range(n) for j in range(n)], ctx)
-    return V.inv()
+    return V.inv().transpose()              # transposed: one family's coefficients per row
 
 
 def interpolants_mod_p(ys_list, ctx, polyctx) -> list:
     """The interpolating polynomials (degree < n) through ``(k, ys[k])``, k = 0..n-1, of
     every sample list in ``ys_list``, over F_p: one product of the inverse Vandermonde
-    matrix of the nodes 0..n-1 (cached per p and n) with the n x m matrix of samples, in C.
+    matrix of the nodes 0..n-1 (cached per p and n, transposed) with the samples, in C.
 
     The interpolating polynomial is unique, so each equals Newton's of :func:`cauchy_flint`.
 
@@ -97,10 +97,9 @@ def interpolants_mod_p(ys_list, ctx, polyctx) -> list:
     if not ys_list:
         return []
     n, m = len(ys_list[0]), len(ys_list)
-    Vinv = _inverse_vandermonde(int(ctx.modulus()), n)
-    Y = flint.fmpz_mod_mat(n, m, [ys[k] for k in range(n) for ys in ys_list], ctx)
-    C = Vinv * Y
-    return [polyctx([C[i, c] for i in range(n)]) for c in range(m)]
+    VinvT = _inverse_vandermonde(int(ctx.modulus()), n)
+    C = (flint.fmpz_mod_mat(m, n, [y for ys in ys_list for y in ys], ctx) * VinvT).entries()
+    return [polyctx(C[c * n:(c + 1) * n]) for c in range(m)]     # (Vinv Y)^T, row by row
 
 
 def sum_of_fractions(fracs, one):

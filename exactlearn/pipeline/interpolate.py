@@ -122,7 +122,10 @@ def interpolate_many(ks, ys_list, H, K) -> list:
     out = []
     for L in interpolants_mod_p([[ctx(y) for y in ys] for ys in ys_list], ctx, ring):
         P, Q = cauchy_from_interpolant(L, r0, xs, H, ring)
-        out.append(_normalise(P.coeffs(), Q.coeffs(), K, trimmed=True))
+        if Q.is_zero() or Q.constant_coefficient() == 0:       # _normalise's error
+            _normalise(P.coeffs(), Q.coeffs(), K, trimmed=True)
+        inv = 1 / Q.constant_coefficient()         # _normalise's scaling, in C: the same P/Q
+        out.append(RationalFunction((P * inv).coeffs(), (Q * inv).coeffs()))
     return out
 
 
