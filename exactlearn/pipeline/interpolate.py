@@ -334,25 +334,29 @@ def poles_paired(rf_b: RationalFunction, rf_w: RationalFunction, alphas, K):
         return None
     ring = rings[1]
     Qb, Qw = ring(rf_b.Q), ring(rf_w.Q)
+    if any(K.is_zero(alpha) for alpha in alphas):
+        return None
     ks = []
-    for alpha in alphas:
-        if K.is_zero(alpha):
-            return None
-        inv = K.one / alpha
-        G = Qb.gcd(Qw.compose(ring([0, inv])))       # Q_w(k / alpha)
-        if G.degree() != 1:
-            return None
-        g0, g1 = G.coeffs()
-        k = -g0 / g1
-        ks.append(k)
-        if Qb.degree() > 1:          # deflate both: the later gcds have lower degrees
-            Qb = Qb.exact_division(ring([-k, 1]))
+    for inv in _batch_inverse(alphas, K):
+        if Qb.degree() == 1:         # its root k, common with Q_w(k / alpha) (a linear gcd) or not
+            c0, c1 = Qb.coeffs()
+            k = -c0 / c1
+            if Qw(k * inv) != 0:
+                return None
+        else:
+            G = Qb.gcd(Qw.compose(ring([0, inv])))   # Q_w(k / alpha); monic (python-flint)
+            if G.degree() != 1:
+                return None
+            g0, g1 = G.coeffs()
+            k = -g0 if g1 == 1 else -g0 / g1
+            Qb = Qb.exact_division(ring([-k, 1]))   # deflate both: the later gcds have lower degrees
             Qw = Qw.exact_division(ring([-k * inv, 1]))
+        ks.append(k)
     if len(set(ks)) != m or any(K.is_zero(k) for k in ks):
         return None
+    rhos = [-x for x in _batch_inverse(ks, K)]                 # rho_g = -1/k_g
     order = sorted(range(m), key=lambda g: int(ks[g]))          # poles() sorts by residue
-    basis = _with_coefficients(rf_b, [-K.one / ks[g] for g in order], K, ps=[ks[g] for g in order])
-    at = {g: t for t, g in enumerate(order)}
+    basis = _with_coefficients(rf_b, [rhos[g] for g in order], K, ps=[ks[g] for g in order])
     # alpha_g * gamma_g, in the order of the candidates (alpha index, then gamma index)
-    joint = [-alphas[g] / ks[g] for g in sorted(range(m), key=lambda g: (g, at[g]))]
+    joint = [alphas[g] * rhos[g] for g in range(m)]
     return basis, (joint if len(set(joint)) == m else None)
