@@ -97,7 +97,7 @@ class Recorder:
         ([mpq(1,1), mpq(2,1)], 2, 2, 2)
         """
         clock = time.perf_counter
-        oracle, record = self.oracle, self._record
+        oracle, record, root = self.oracle, self._record, self._root()
         out = []
         n, longest, seconds = 0, 0, 0.0
         tracker = self._progress()          # with progress: counts go up every tracker.step
@@ -110,7 +110,7 @@ class Recorder:
                 except (BadBlackBox, DegenerateDraw) as exc:   # answered, not as it should be
                     if getattr(exc, "answered", 0):
                         n, longest = n + 1, max(longest, len(tokens))
-                    _number(exc, self._root().queries + n - sent)
+                    _number(exc, root.queries + n - sent)
                     raise
                 except BaseException as exc:
                     mark_box_failure(exc, box_name(oracle))
@@ -120,7 +120,7 @@ class Recorder:
                 n += 1
                 if len(tokens) > longest:
                     longest = len(tokens)
-                out.append(record(tokens, y, self._root().queries + n - sent))
+                out.append(record(tokens, y, root.queries + n - sent))
                 if n == flush_at:           # the same sums, added in parts
                     self._count_many(n - sent, longest, seconds)
                     sent, seconds, flush_at = n, 0.0, n + tracker.step
