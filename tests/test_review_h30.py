@@ -17,6 +17,11 @@ from exactlearn.strategies.real.learn import max_parameter_error
 from float_layers import NumpyAttention
 
 np.zeros(1) @ np.zeros(1)            # numpy's BLAS loaded before threadpoolctl looks
+# scipy's own OpenBLAS too (the learner imports scipy on first use): a BLAS library loaded
+# after a threadpool_limits block was entered is not under its limit, so run alone this file
+# saw scipy's default 2 threads inside threadpool_limits(1) -- passing in the whole suite,
+# where an earlier test had loaded scipy
+import scipy.optimize  # noqa: E402,F401
 
 
 def _blas_threads():
