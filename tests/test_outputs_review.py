@@ -247,3 +247,59 @@ def test_cli_verify_over_the_real_field_with_outputs(tmp_path, capsys):
                  "--verify", "3", "--json", "--seed", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "certified" and out["verified"] is True and out["verify_queries"] == 3
+
+
+def _swap_box(s, outputs):
+    """MODEL's heads as float64 answers; after ``after[0]`` queries, every W times ``s`` (the
+    readouts unchanged): a box right on the plan and wrong, by a factor, on fresh queries.
+    ``outputs=False``: the scalar box of output 1."""
+    wrong = MultiHeadAttention([([[Fraction(s) * a for a in row] for row in W], V)
+                                for W, V in [(h.W, h.v) for h in MODEL.heads]], outputs=3)
+    right, bad, asked, after = Oracle(MODEL, Real(dps=30)), Oracle(wrong, Real(dps=30)), [], [None]
+
+    def box(tokens):
+        asked.append(1)
+        o = right if after[0] is None or len(asked) <= after[0] else bad
+        ys = [float(y) for y in o([tuple(Fraction(float(a)) for a in t) for t in tokens])]
+        return ys if outputs else ys[0]
+    return box, asked, after
+
+
+@pytest.mark.parametrize("outputs", [True, False])
+@pytest.mark.parametrize("s", ["1.01", "2"])
+def test_real_verify_queries_are_at_the_plans_scale_and_see_a_scaled_w(outputs, s):
+    """The real field's fresh queries were drawn at the query range R = 1000 times sigma: every
+    softmax saturated and a box whose W was off by any positive factor (1.001 to 10) passed
+    verify=20, scalar or vector (helper-93).  Drawn at the plan's scale (verify_tokens), a W
+    off by 1 % fails on the first fresh query."""
+    kw = dict(d=2, heads=2, field="real", tokens="float64", noise=1e-12, seed=0)
+    if outputs:
+        kw["outputs"] = 3
+    box, asked, after = _swap_box(1, outputs)
+    plan = learn(box, **kw).queries
+    box, asked, after = _swap_box(s, outputs)
+    after[0] = plan
+    res = learn(box, verify=20, **kw)
+    assert res.status == "failed" and res.verified is False, res.error
+    assert "verification failed" in res.error and res.queries == len(asked) == plan + 1
+
+
+def test_real_verify_tokens_are_dyadic_and_near_the_plans_scale():
+    """verify_tokens: 1 to 2H + 1 tokens of d entries, dyadic (exact in float32), of norm about
+    sigma (at most 2 sigma sqrt(3) ... here checked: every entry within sigma, and the mean
+    norm within a factor 2 of sigma)."""
+    import random
+    from gmpy2 import mpq
+    from exactlearn.strategies.real.certificate import verify_tokens
+    rng, sigma = random.Random(1), mpq(3, 4)
+    norms = []
+    for d in (2, 8, 16, 64):
+        for _ in range(50):
+            q = verify_tokens(rng, d, 3, sigma)
+            assert 1 <= len(q) <= 7 and all(len(t) == d for t in q)
+            for t in q:
+                assert all(abs(a) <= sigma and float(a) == a and np.float32(float(a)) == float(a)
+                           for a in t)
+                norms.append(float(sum(a * a for a in t)) ** 0.5 / float(sigma))
+        assert 0.5 < sum(norms) / len(norms) < 2, (d, sum(norms) / len(norms))
+        norms.clear()

@@ -34,9 +34,12 @@ the rounding of the final solves (:mod:`~exactlearn.strategies.real.solve`).
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field as dc_field
 
 import numpy as np
+from gmpy2 import mpq
 
 from exactlearn.errors import NoisierThanDeclared, ResidualsBeyondNoise
 from exactlearn.strategies.real.evaluate import evaluate_with_bounds, evaluate_with_gradient
@@ -328,14 +331,32 @@ def _refit(heads, obs, K, etas):
     return s, Js, rr
 
 
+#: a fresh verification token's entries are ``sigma`` times multiples of ``2^-VERIFY_BITS``
+VERIFY_BITS = 10
+
+
+def verify_tokens(rng, d: int, H: int, sigma) -> list:
+    """One fresh verification query at the plan's own scale (docs:
+    explanation/real-field.md): 1 to ``2H + 1`` tokens, each entry ``sigma s k / 2^10`` with
+    ``k`` uniform in ``[-2^10, 2^10]`` and ``s = 2^-floor(log2 sqrt(d / 3))`` (about
+    ``sqrt(3 / d)``), so that a token's norm is about ``sigma`` like the plan's (its scores
+    then of the order of 1, where every entry of W moves the answer).  Entries are dyadic: exact in
+    float32 and float64.  (The query range R, thousands of times larger, saturated every
+    softmax: a box whose W was off by any positive factor passed.)"""
+    shift = VERIFY_BITS + max(0, int(math.floor(math.log2(math.sqrt(d / 3)))))
+    step = sigma * mpq(1, 2 ** shift)
+    top = 2 ** VERIFY_BITS
+    length = rng.randint(1, 2 * H + 1)
+    return [tuple(step * rng.randint(-top, top) for _ in range(d)) for _ in range(length)]
+
+
 def verify_real(oracle, outcome, heads, d, H, K, convert, rng, R, n) -> tuple:
-    """``n`` fresh random queries (length 1..2H+1, entries in ``sigma [-R, R]``) compared with
-    the heads within the certificate's tolerance."""
-    sigma = outcome.sigma
+    """``n`` fresh random queries (:func:`verify_tokens`, at the plan's scale ``sigma``; the
+    query range ``R`` is not used) compared with the heads within the certificate's
+    tolerance."""
     eta = LO.convert(outcome.eta)
     for _ in range(n):
-        length = rng.randint(1, 2 * H + 1)
-        tokens = [tuple(sigma * rng.randint(-R, R) for _ in range(d)) for _ in range(length)]
+        tokens = verify_tokens(rng, d, H, outcome.sigma)
         y = oracle(tokens)
         if convert:                     # a float box's answer is its exact binary value
             y = K.from_output(y)

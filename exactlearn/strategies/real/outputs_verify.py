@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from exactlearn.model import Head
 from exactlearn.noise import noise_bound
+from exactlearn.strategies.real.certificate import verify_tokens
 from exactlearn.strategies.real.evaluate import evaluate_with_bounds
 from exactlearn.strategies.real.outputs import output_etas
 from exactlearn.strategies.real.sensitivity import LO, rounding
@@ -14,8 +15,9 @@ from exactlearn.strategies.real.sensitivity import LO, rounding
 def verify_outputs_real(box, records, heads, d: int, outcome, K, m: int, noise, noise_rel, rng,
                         R, n: int) -> tuple:
     """``verify=n`` with ``outputs=m`` over the real field (docs:
-    explanation/biases.md#vector-outputs): ``n`` fresh random queries (length 1 to ``2H + 1``,
-    entries ``sigma`` times integers in ``[-R, R]``, as for a scalar box), asked of ``box``
+    explanation/biases.md#vector-outputs): ``n`` fresh random queries at the plan's scale
+    (:func:`~exactlearn.strategies.real.certificate.verify_tokens`, as for a scalar box; the
+    query range ``R`` is not used), asked of ``box``
     (which records ``(tokens, answers)`` in ``records``); every output ``j`` must be within
     ``eta_j + noise_rel |y_j|`` plus the first-order effect of the certified W, u, v and
     constant bounds plus rounding of the value its readouts give.  Returns ``(True, None)``
@@ -28,9 +30,7 @@ def verify_outputs_real(box, records, heads, d: int, outcome, K, m: int, noise, 
     biased = any(h.biased for h in heads)
     Bcs = getattr(outcome, "constant_bounds", None) or [0] * m
     for _ in range(n):
-        length = rng.randint(1, 2 * H + 1)
-        tokens = [tuple(outcome.sigma * rng.randint(-R, R) for _ in range(d))
-                  for _ in range(length)]
+        tokens = verify_tokens(rng, d, H, outcome.sigma)
         box(tokens)
         ys = records[-1][1]
         for j in range(m):
