@@ -12,7 +12,9 @@ followed by ``m`` copies of ``x`` has the value
     f_m = A + sum_h (v_h . e) rho_h / (rho_h + m),   A = sum_h v_h . x,  rho_h = exp(q_h . e),
 
 so its first coefficient in ``u = 1/m`` is ``N(e) = sum_h (v_h . e) exp(q_h . e)``.  It is
-extrapolated from ``m`` in ``COPIES`` (``rho_h / m`` small; the ``(x)`` query gives ``A``).
+extrapolated from the three ``m`` in ``COPIES`` (``rho_h / m`` small; the ``(x)`` query gives
+``A``); the extrapolation leaves ``sum_h (v_h . e) g(rho_h)`` with ``g(rho) - rho`` of order
+``rho^4 / (256 * 512 * 1024)``, which the refinement below models exactly.
 On the sums ``e = alpha_i + alpha_j + g`` of a set of small vectors ``alpha``
 (``2H + ALPHA_MARGIN`` points of the lattice ``delta Z^d``: :func:`lattice`),
 
@@ -25,16 +27,18 @@ each head's two-dimensional invariant subspace (a Jordan block: ``rho_h(g)`` twi
 subspaces come from a random combination of the shifts ``g_k = delta e_k`` (the heads'
 eigenvalues then differ in all ``d`` coordinates at once), and on each of them
 ``trace(T_{g_k}) / 2 = exp(delta q_h[k])`` gives ``q_h`` coordinate by coordinate.  Levenberg--Marquardt
-on ``N`` itself then refines ``(q_h, v_h)``.  This is multidimensional ESPRIT: two heads
+on the extrapolated values themselves (``g`` modelled: :func:`_refine`) then refines ``(q_h, v_h)``.  This is multidimensional ESPRIT: two heads
 close in one direction are told apart by the others.  The shifts are the lattice's own steps,
 so most shifted sums are sums already asked: each distinct point is asked once, 976 points
 for the 3,159 sums and shifted sums at d = 8, H = 12 (random ``alpha`` asked all 3,159).
 
 Over ``d + 1`` final tokens (at most ``d + 5`` asked), the heads are matched by ``v_h`` (the same for every ``x``), and
-``W_h`` is the least-squares solution of ``W_h x = q_h(x)``.  A final token whose pencil has no
-clear rank ``2H``, or whose refined fit leaves residuals is asked again at a smaller
-``e`` (``rho_h / m`` too large) or a larger one (the rank drowned in noise), then dropped; one
-whose eigenvalue pairs stay ambiguous is dropped at once; fewer than
+``W_h`` is the least-squares solution of ``W_h x = q_h(x)``.  Only the refined residual judges a
+final token's pencil: one with no clear rank gap at ``2H`` (the extrapolation's error shows) is
+fitted all the same, and asked again at a smaller ``e`` (``rho_h / m`` too large) only when that
+fit leaves residuals; one whose value ``2H`` drowns in noise is asked again at a larger ``e``;
+after ``TRIES`` scales it is dropped; one whose eigenvalue pairs stay ambiguous (and whose fit
+from the closest pairs fails) is dropped at once; fewer than
 ``d`` usable tokens is a :class:`~exactlearn.errors.DegenerateDraw`.  The start is only a
 start: the polish, its noise test and the certificate decide (docs "The real field").
 
@@ -61,7 +65,7 @@ from exactlearn.errors import DegenerateDraw
 from exactlearn.strategies.real.lsq import last, solve
 from exactlearn.strategies.real.ratio import GRID, dyadic
 
-COPIES = (256, 384, 512, 1024)        # m of the extrapolation; the longest query has 1025 tokens
+COPIES = (256, 512, 1024)             # m of the extrapolation (its error modelled); 1025 tokens at most
 FINE_COPIES = (256, 384, 512, 768, 1024)   # m with the random vectors (the lattice failed)
 ALPHA_MARGIN = 2                      # vectors alpha beyond 2H (the rank of each matrix)
 LATTICE_STEP = 0.7                    # delta, the lattice's step, over the norm of e asked for
@@ -72,7 +76,7 @@ SHRINK = 1.6                          # e scaled down by this when a token fails
 TRIES = 3                             # scales of e tried per final token
 MIXES = 6                             # random combinations of the shifts tried
 SMALL_SINGULAR = 1e-9                 # value 2H below this times the largest: e too small
-RANK_GAP = 1e-3                       # singular value 2H + 1 below this times value 2H
+RANK_GAP = 1e-3                       # value 2H + 1 below this times value 2H: e small enough
 FIT_LIMIT = 1e-7                      # refined fit: max residual / max |N| at most this
 MATCH_LIMIT = 1e-3                    # v_h of two tokens agree within this (relative)
 
@@ -85,26 +89,30 @@ def _extrapolate_weights(copies) -> np.ndarray:
     return np.linalg.inv(V)[0] / us
 
 
-def _refine(pts, vals, Q, v, steps=100):
+def _refine(pts, vals, Q, v, copies, steps=100):
     """Levenberg--Marquardt (:func:`~exactlearn.strategies.real.lsq.solve`, at most ``steps``
-    evaluations) on ``N(e) = sum_h (v_h . e) exp(q_h . e)``: ``(Q, v, max relative residual)``."""
+    evaluations) on the extrapolated values themselves, ``sum_h (v_h . e) g(rho_h)`` with
+    ``g(rho) = sum_m w_m rho / (rho + m)`` (``w``: :func:`_extrapolate_weights` of ``copies``;
+    ``g(rho) = rho`` up to ``rho^(len(copies) + 1)`` times the product of the ``1/m``), so the
+    extrapolation's error is modelled, not fitted away: ``(Q, v, max relative residual)``."""
     H, d = Q.shape
     scale = float(np.abs(vals).max()) or 1.0
+    w, ms = _extrapolate_weights(copies), np.array(copies, dtype=float)
 
     @last
     def parts(theta):
-        rho = np.exp(pts @ theta[:H * d].reshape(H, d).T)          # n x H
-        c = pts @ theta[H * d:].reshape(H, d).T                     # n x H
-        return rho, c
+        rho = np.exp(pts @ theta[:H * d].reshape(H, d).T)[:, :, None]   # n x H x 1
+        c = pts @ theta[H * d:].reshape(H, d).T                         # n x H
+        return (rho / (rho + ms)) @ w, (rho * ms / (rho + ms) ** 2) @ w, c
 
     def residual(theta):
-        rho, c = parts(theta)
-        return ((rho * c).sum(axis=1) - vals) / scale
+        g, _, c = parts(theta)
+        return ((g * c).sum(axis=1) - vals) / scale
 
     def jacobian(theta):
-        rho, c = parts(theta)
-        return np.concatenate([((rho * c)[:, :, None] * pts[:, None, :]).reshape(len(pts), -1),
-                               (rho[:, :, None] * pts[:, None, :]).reshape(len(pts), -1)],
+        g, dg, c = parts(theta)
+        return np.concatenate([((dg * c)[:, :, None] * pts[:, None, :]).reshape(len(pts), -1),
+                               (g[:, :, None] * pts[:, None, :]).reshape(len(pts), -1)],
                               axis=1) / scale
 
     theta = solve(residual, jacobian, np.concatenate([Q.ravel(), v.ravel()]), max_nfev=steps).x
@@ -113,8 +121,8 @@ def _refine(pts, vals, Q, v, steps=100):
 
 
 def _pairs(lam):
-    """The eigenvalues paired (each head's Jordan block), closest first; ``None`` when a pair
-    is not clearly closer than its members are to any other eigenvalue."""
+    """``(pairs, clear)``: the eigenvalues paired (each head's Jordan block), closest first,
+    and whether every pair is clearly closer than its members are to any other eigenvalue."""
     n = len(lam)
     dist = np.abs(lam[:, None] - lam[None, :]) + np.diag(np.full(n, np.inf))
     left, pairs = list(range(n)), []
@@ -127,8 +135,8 @@ def _pairs(lam):
     for a, b in pairs:
         others = [k for k in range(n) if k not in (a, b)]
         if others and dist[a, b] > 0.5 * min(dist[a, others].min(), dist[b, others].min()):
-            return None
-    return pairs
+            return pairs, False
+    return pairs, True
 
 
 class _Token:
@@ -187,13 +195,13 @@ def _per_token(ask, x, alphas, step: int, H, rng, copies=COPIES):
             f = np.array(ys[1:]).reshape(-1, len(copies))
             vals = np.zeros(len(points))
             vals[asked] = (f - ys[0]) @ _extrapolate_weights(copies)    # one per point
-            return _pencil(vals, points / 2.0 ** GRID, vals[where.ravel()], n, iu,
+            return _pencil(vals, points / 2.0 ** GRID, vals[where.ravel()], n, iu, copies,
                            step / 2.0 ** GRID, H, rng)
     except (np.linalg.LinAlgError, ValueError) as exc:
         return "drop", f"the pencil's linear algebra failed ({exc})"
 
 
-def _pencil(vals, pts, full, n, iu, delta, H, rng):
+def _pencil(vals, pts, full, n, iu, copies, delta, H, rng):
     """:func:`_per_token` once its queries are answered: ``vals`` at the distinct points
     ``pts``, ``full`` per shift and per pair ``i <= j``."""
     d = pts.shape[1]
@@ -205,20 +213,29 @@ def _pencil(vals, pts, full, n, iu, delta, H, rng):
         Ms.append(M + np.triu(M, 1).T)
     U, S, Vt = np.linalg.svd(Ms[0])
     r = 2 * H
-    if not (S[r - 1] > 0 and S[r] < RANK_GAP * S[r - 1]):
-        small = S[r - 1] < SMALL_SINGULAR * S[0]
-        return ("grow" if small else "shrink",
-                f"no clear rank {r} (singular values {S[r - 1] / S[0]:.2g}, {S[r] / S[0]:.2g})")
+    if not S[r - 1] > SMALL_SINGULAR * S[0]:
+        return "grow", f"no clear rank {r} (singular values {S[r - 1] / S[0]:.2g}, {S[r] / S[0]:.2g})"
     Ur, Vr, Sr = U[:, :r], Vt[:r].T, S[:r]
     T = [Ur.T @ M @ Vr / Sr for M in Ms[1:]]
     for _ in range(MIXES):             # the random combination: another when two pairs crowd
-        mix = rng.normal(size=d)
-        lam, Y = np.linalg.eig(sum(c * Tk for c, Tk in zip(mix, T)))
-        pairs = _pairs(lam)
-        if pairs is not None:
+        lam, Y = np.linalg.eig(sum(c * Tk for c, Tk in zip(rng.normal(size=d), T)))
+        pairs, clear = _pairs(lam)
+        if clear:
             break
-    else:
-        return "drop", "two heads' eigenvalues crowd in every combination tried"
+    got = _fit(T, Y, pairs, pts, vals, copies, delta, H)
+    if isinstance(got[0], str) and not S[r] < RANK_GAP * S[r - 1]:    # e too large
+        return ("shrink", f"no clear rank {r} (singular values {S[r - 1] / S[0]:.2g}, "
+                f"{S[r] / S[0]:.2g}) and {got[1]}")
+    if isinstance(got[0], str) and not clear:    # crowded pairs: another final token
+        return "drop", "two heads' eigenvalues crowd in every combination tried, " + got[1]
+    return got
+
+
+def _fit(T, Y, pairs, pts, vals, copies, delta, H):
+    """The heads of :func:`_pencil` from the eigenvalue ``pairs`` of ``T``'s combination
+    (eigenvectors ``Y``), refined on ``vals``: ``(Q, v, residual)`` or ``("shrink", why)``.
+    Only the refined residual decides: the pairs may be ambiguous, the rank gap unclear."""
+    d = pts.shape[1]
     Yi = np.linalg.inv(Y)
     Q = np.zeros((H, d))
     for h, (a, b) in enumerate(pairs):
@@ -231,7 +248,7 @@ def _pencil(vals, pts, full, n, iu, delta, H, rng):
     rho = np.exp(pts @ Q.T)
     Phi = (rho[:, :, None] * pts[:, None, :]).reshape(len(pts), -1)
     v = np.linalg.lstsq(Phi, vals, rcond=None)[0].reshape(H, d)
-    Q, v, res = _refine(pts, vals, Q, v)
+    Q, v, res = _refine(pts, vals, Q, v, copies)
     if not (np.all(np.isfinite(Q)) and np.all(np.isfinite(v)) and res <= FIT_LIMIT):
         return "shrink", f"the refined fit leaves a relative residual {res:.2g}"
     return Q, v, res
