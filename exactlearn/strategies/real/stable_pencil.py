@@ -32,7 +32,7 @@ close in one direction are told apart by the others.  The shifts are the lattice
 so most shifted sums are sums already asked: each distinct point is asked once, 976 points
 for the 3,159 sums and shifted sums at d = 8, H = 12 (random ``alpha`` asked all 3,159).
 
-Over ``d + 1`` final tokens (at most ``d + 5`` asked), the heads are matched by ``v_h`` (the same for every ``x``), and
+Over ``d`` final tokens (``SPARE_TOKENS = 0``; at most ``d + 4`` asked), the heads are matched by ``v_h`` (the same for every ``x``), and
 ``W_h`` is the least-squares solution of ``W_h x = q_h(x)``.  Only the refined residual judges a
 final token's pencil: one with no clear rank gap at ``2H`` (the extrapolation's error shows) is
 fitted all the same, and asked again at a smaller ``e`` (``rho_h / m`` too large) only when that
@@ -44,7 +44,7 @@ start: the polish, its noise test and the certificate decide (docs "The real fie
 
 With biases (docs/explanation/biases.md) ``q_h = W_h x + u_h``: nothing changes per final
 token, and ``[W_h | u_h]`` is the least-squares solution of ``[W_h | u_h] (x; 1) = q_h(x)``
-over at least ``d + 1`` used tokens (``bias=True``; ``d + 2`` are aimed at, at most ``d + 5``
+over at least ``d + 1`` used tokens (``bias=True``; ``d + 1`` are aimed at, at most ``d + 5``
 asked).
 
 Every token is on the dyadic grid ``2^-GRID`` with at most 24 significant bits, so a float32
@@ -69,7 +69,7 @@ COPIES = (256, 512, 1024)             # m of the extrapolation (its error modell
 FINE_COPIES = (256, 384, 512, 768, 1024)   # m with the random vectors (the lattice failed)
 ALPHA_MARGIN = 2                      # vectors alpha beyond 2H (the rank of each matrix)
 LATTICE_STEP = 0.7                    # delta, the lattice's step, over the norm of e asked for
-SPARE_TOKENS = 1                      # final tokens used beyond d
+SPARE_TOKENS = 0                      # final tokens used beyond d (d, or d + 1 with biases)
 EXTRA_TOKENS = 4                      # final tokens asked at most beyond d
 FIRST_TOKENS = 2                      # when none of the first this many resolves, stop
 SHRINK = 1.6                          # e scaled down by this when a token fails
