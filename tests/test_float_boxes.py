@@ -482,9 +482,10 @@ def test_the_polish_after_the_targeted_families_uses_them():
 
 def test_the_pencil_reads_every_head_off_a_float_box():
     """stable_pencil.pencil_heads on d=4, H=3: each head's (W_h, v_h) within 1e-7 of the
-    box's own weights (compared apart: the nearest true head), every query counted.  (1.3e-8
-    with the four extrapolation nodes m = 256, 384, 512, 1024, below 1e-8 with five: a start
-    for the polish, which converges from 1e-6 away, docs/explanation/limits.md.)"""
+    box's own weights (compared apart: the nearest true head), every query counted.  (1.7e-10
+    with the three extrapolation nodes m = 256, 512, 1024 and their error modelled in the
+    refinement; 1.3e-8 with four nodes and the old refinement, 1.4e-6 with three: a start for
+    the polish, which converges from 1e-6 away, docs/explanation/limits.md.)"""
     from exactlearn.strategies.real.stable_pencil import pencil_heads
     box = NumpyAttention.from_seed(4, 3, 0)
     adapter = TokenAdapter(box, "float64")
