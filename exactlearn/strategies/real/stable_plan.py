@@ -51,7 +51,7 @@ SUPPLEMENT_PER_ENTRY = 3
 #: largest error 6.7e-14 at 0c23c81, 1.90 to 2.39 times the paper's count (case means)
 LEAN_WEAK_ROUNDS = 0
 PENCIL_MIN_HEADS = 2     # the pencil start (step 3b) when the families fail, from this many heads
-PENCIL_SCALES = (mpq(1, 2), mpq(1), mpq(2))   # the plan's families after it, around sigma
+PENCIL_SCALES = (mpq(1),)   # the plan's families after it, around sigma
 #: a box whose declared eta exceeds this times its outputs is coarser than float64 (a float32
 #: box declares ~1e-6, a float64 one ~1e-15): its families' bounds follow their scatter
 COARSE = 2.0 ** -32
