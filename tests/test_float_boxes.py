@@ -620,7 +620,8 @@ def test_a_retry_after_a_failed_pencil_start_asks_other_tokens(monkeypatch):
 def test_the_pencil_starts_at_once_when_most_probe_families_fail(monkeypatch):
     """Fewer than half of the probe's families resolved (MiniLM layer 3: 1 of 3): the pencil
     start before any family is fitted; not with half or more, nor where the pencil may not
-    follow; a failed early pencil start leaves the families to run (None)."""
+    follow, nor where d >= 2H (a 12 x 6 layer took 27,718 queries from it instead of about
+    8,000); a failed early pencil start leaves the families to run (None)."""
     from types import SimpleNamespace
 
     from exactlearn.strategies.real import stable_routes
@@ -634,6 +635,7 @@ def test_the_pencil_starts_at_once_when_most_probe_families_fail(monkeypatch):
                                            [{"scale": "4", "families": got}], None, 0, ok,
                                            False, None)
     assert start(2) is None and start(1, ok=False) is None and start(1, H=1) is None
+    assert start(1, H=4) is None        # d >= 2H (8 x 4, the float64 grid): the families
     assert not whys and start(1) == "route" and "1 of the probe's 3 families" in whys[0]
 
     def refused(*args):

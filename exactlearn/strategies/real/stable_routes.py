@@ -232,13 +232,17 @@ def crowded_start(plan0, K, asker, nz, nodes, H, tries, rec, start, pencil_ok, b
     """The pencil start's :class:`Route` at once, before any family is fitted, when fewer than
     half of the probe's families resolved at the scale it chose (``tries``) and the pencil
     start may follow (``pencil_ok``: the heads given, no query scale; ``H >= PENCIL_MIN_HEADS``;
-    a box at float64 rounding): the heads' exponents crowd.  None otherwise, or when the
-    pencil start fails: the families then run as before, and their verdict leads.  MiniLM
-    layer 3 in d' = 8 (12 heads): 1 of 3 probe families resolved at scale 4, then 121 of 127
-    configurations failed at every scale after 20,707 queries."""
+    a box at float64 rounding) and the heads outnumber half the dimension (``2H > d``): the
+    heads' exponents crowd.  None otherwise, or when the pencil start fails: the families then
+    run as before, and their verdict leads.  MiniLM layer 3 in d' = 8 (12 heads): 1 of 3 probe
+    families resolved at scale 4, then 121 of 127 configurations failed at every scale after
+    20,707 queries.  Not where ``d >= 2H`` (the whole float64 grid): a 12 x 6 layer whose probe
+    resolved 1 of 3 families (``bench_float.py --cases 12x6 --first-seed 5 --seeds 1``) took
+    27,718 queries and 40 s from the pencil, error 1.6e-13, against 7,301 to 8,931 and at most
+    3.3e-14 through the families."""
     fams = min(plan0.d, max(3, -(-6 // H)))     # the probe's (stable_probe.probe_scale)
     got = tries[-1].get("families", fams) if tries else fams
-    if not (2 * got < fams and pencil_ok and H >= PENCIL_MIN_HEADS
+    if not (2 * got < fams and pencil_ok and H >= PENCIL_MIN_HEADS and 2 * H > plan0.d
             and declared_level(nz, rec, start) <= COARSE):
         return None
     why = (f"only {got} of the probe's {fams} families resolved at scale {tries[-1]['scale']}: "
