@@ -122,18 +122,21 @@ def interpolate_many(ks, ys_list, H, K) -> list:
     out = []
     for L in interpolants_mod_p([[ctx(y) for y in ys] for ys in ys_list], ctx, ring):
         P, Q = cauchy_from_interpolant(L, r0, xs, H, ring)
-        if Q.is_zero() or Q.constant_coefficient() == 0:       # _normalise's error
-            _normalise(P.coeffs(), Q.coeffs(), K, trimmed=True)
+        if Q.is_zero() or Q.constant_coefficient() == 0:
+            raise InterpolationError(_POLE_AT_ZERO)
         inv = 1 / Q.constant_coefficient()         # _normalise's scaling, in C: the same P/Q
         out.append(RationalFunction((P * inv).coeffs(), (Q * inv).coeffs()))
     return out
+
+
+_POLE_AT_ZERO = "Q(0) = 0: a pole at k = 0 cannot come from attention"
 
 
 def _normalise(P, Q, K, trimmed=False) -> RationalFunction:
     if not trimmed:
         P, Q = polys.trim(P, K), polys.trim(Q, K)
     if not Q or K.is_zero(Q[0]):
-        raise InterpolationError("Q(0) = 0: a pole at k = 0 cannot come from attention")
+        raise InterpolationError(_POLE_AT_ZERO)
     inv = K.one / Q[0]
     if trimmed:
         return RationalFunction([c * inv for c in P], [c * inv for c in Q])

@@ -361,11 +361,18 @@ def verify_real(oracle, outcome, heads, d, H, K, convert, rng, R, n) -> tuple:
         if convert:                     # a float box's answer is its exact binary value
             y = K.from_output(y)
         biased = outcome.u_bounds is not None
-        f, grad, size = evaluate_with_bounds(heads, tokens, K, outcome.W_bounds, outcome.v_bounds,
-                                             outcome.u_bounds, outcome.constant if biased else 0,
-                                             outcome.c_bound)
-        tol = eta + grad + 2 * rounding(K, max(size, LO.convert(abs(y))))
-        if LO.convert(abs(f - y)) > tol:
+        if not within_tolerance(heads, tokens, y, K, eta, outcome.W_bounds, outcome.v_bounds,
+                                outcome.u_bounds, outcome.constant if biased else 0,
+                                outcome.c_bound):
             return False, ("verification failed: a fresh random query disagrees with the "
                            "certified heads beyond the tolerance")
     return True, None
+
+
+def within_tolerance(heads, tokens, y, K, eta, BW, Bv, Bu, constant, Bc) -> bool:
+    """One fresh answer ``y`` against the heads: ``|f - y|`` at most ``eta`` plus the
+    first-order effect of the parameter bounds (``BW``, ``Bv``, ``Bu``, ``Bc``:
+    :func:`~exactlearn.strategies.real.evaluate.evaluate_with_bounds`) plus twice the rounding
+    of terms of the larger of their size and ``|y|``."""
+    f, grad, size = evaluate_with_bounds(heads, tokens, K, BW, Bv, Bu, constant, Bc)
+    return LO.convert(abs(f - y)) <= eta + grad + 2 * rounding(K, max(size, LO.convert(abs(y))))

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from exactlearn.model import Head
 from exactlearn.noise import noise_bound
-from exactlearn.strategies.real.certificate import verify_tokens
-from exactlearn.strategies.real.evaluate import evaluate_with_bounds
+from exactlearn.strategies.real.certificate import verify_tokens, within_tolerance
 from exactlearn.strategies.real.outputs import output_etas
-from exactlearn.strategies.real.sensitivity import LO, rounding
+from exactlearn.strategies.real.sensitivity import LO
 
 
 def verify_outputs_real(box, records, heads, d: int, outcome, K, m: int, noise, noise_rel, rng,
@@ -27,20 +26,19 @@ def verify_outputs_real(box, records, heads, d: int, outcome, K, m: int, noise, 
     rel = LO.zero if noise_rel is None else LO.convert(noise_bound(K, noise_rel, "noise_rel"))
     constant = getattr(heads, "constant", 0)
     consts = constant if isinstance(constant, tuple) else (0,) * m
-    biased = any(h.biased for h in heads)
+    Bu = outcome.u_bounds if any(h.biased for h in heads) else None
     Bcs = getattr(outcome, "constant_bounds", None) or [0] * m
+    # output j as a scalar model: each head's readout row j, its bounds, its constant
+    rows = [([Head(h.W, h.v[j], h.u) for h in heads], [b[j] for b in outcome.v_bounds])
+            for j in range(m)]
     for _ in range(n):
         tokens = verify_tokens(rng, d, H, outcome.sigma)
         box(tokens)
         ys = records[-1][1]
-        for j in range(m):
-            row = [Head(h.W, h.v[j], h.u) for h in heads]
-            f, grad, size = evaluate_with_bounds(
-                row, tokens, K, outcome.W_bounds, [b[j] for b in outcome.v_bounds],
-                outcome.u_bounds if biased else None, consts[j], Bcs[j])
-            y = LO.convert(abs(ys[j]))
-            tol = etas[j] + rel * y + grad + 2 * rounding(K, max(size, y))
-            if LO.convert(abs(f - ys[j])) > tol:
+        for j, (row, Bv) in enumerate(rows):
+            eta = etas[j] + rel * LO.convert(abs(ys[j]))
+            if not within_tolerance(row, tokens, ys[j], K, eta, outcome.W_bounds, Bv, Bu,
+                                    consts[j], Bcs[j]):
                 return False, (f"verification failed: a fresh random query disagrees with the "
                                f"certified heads on output {j + 1} of {m} beyond the tolerance")
     return True, None

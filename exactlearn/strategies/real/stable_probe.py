@@ -56,11 +56,17 @@ def ask_family(c, f, asker, noise, nodes, H) -> tuple:
     return ys, [noise.of(y, size, norm) for y in ys], np.array([q for _, q in part])
 
 
+def probe_families(d: int, H: int) -> int:
+    """How many basis families the probe asks at each scale: ``ceil(6 / H)``, at least 3 and
+    at most d."""
+    return min(d, max(3, -(-6 // H)))
+
+
 def probe_scale(plan0, K, asker, noise, nodes, H, m_fixed):
     """``(sigma, m, probe detail)`` from the probe families at the scales tried."""
     tries = []
     d = plan0.d
-    fams = [plan0.configs[plan0.index("basis", i, i)] for i in range(min(d, max(3, -(-6 // H))))]
+    fams = [plan0.configs[plan0.index("basis", i, i)] for i in range(probe_families(d, H))]
     ts = [node_t(k, mm) for k, mm in nodes]
     first = None                       # the first family's samples at the first scale
     for s0 in PROBE_SCALES:

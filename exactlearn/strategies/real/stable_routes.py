@@ -31,7 +31,7 @@ from exactlearn.strategies.real.stable_plan import (COARSE, LEAN_WEAK_ROUNDS,
                                                     ROOTS_TRIED, SUPPLEMENT_ROUNDS,
                                                     STABLE_UNEQUAL_FACTOR, stable_bias_plan,
                                                     stable_count)
-from exactlearn.strategies.real.stable_probe import ask_family, sigma_for
+from exactlearn.strategies.real.stable_probe import ask_family, probe_families, sigma_for
 from exactlearn.strategies.real.stable_solve import (bias_frame, rows_bias, rows_of,
                                                      solve_bias_heads, solve_stable_heads)
 from exactlearn.strategies.real.stable_supplement import supplement
@@ -240,7 +240,7 @@ def crowded_start(plan0, K, asker, nz, nodes, H, tries, rec, start, pencil_ok, b
     resolved 1 of 3 families (``bench_float.py --cases 12x6 --first-seed 5 --seeds 1``) took
     27,718 queries and 40 s from the pencil, error 1.6e-13, against 7,301 to 8,931 and at most
     3.3e-14 through the families."""
-    fams = min(plan0.d, max(3, -(-6 // H)))     # the probe's (stable_probe.probe_scale)
+    fams = probe_families(plan0.d, H)
     got = tries[-1].get("families", fams) if tries else fams
     if not (2 * got < fams and pencil_ok and H >= PENCIL_MIN_HEADS and 2 * H > plan0.d
             and declared_level(nz, rec, start) <= COARSE):
