@@ -617,33 +617,6 @@ def test_a_retry_after_a_failed_pencil_start_asks_other_tokens(monkeypatch):
     assert len(seeds) == 4 and len(set(seeds)) == 4, seeds
 
 
-def test_the_pencil_starts_at_once_when_most_probe_families_fail(monkeypatch):
-    """Fewer than half of the probe's families resolved (MiniLM layer 3: 1 of 3): the pencil
-    start before any family is fitted; not with half or more, nor where the pencil may not
-    follow, nor where d >= 2H (a 12 x 6 layer took 27,718 queries from it instead of about
-    8,000); a failed early pencil start leaves the families to run (None)."""
-    from types import SimpleNamespace
-
-    from exactlearn.strategies.real import stable_routes
-
-    whys = []
-    monkeypatch.setattr(stable_routes, "pencil_route", lambda *a: whys.append(a[-2]) or "route")
-    monkeypatch.setattr(stable_routes, "declared_level", lambda nz, rec, start: 1e-16)
-
-    def start(got, ok=True, H=12):
-        return stable_routes.crowded_start(SimpleNamespace(d=8), None, None, None, None, H,
-                                           [{"scale": "4", "families": got}], None, 0, ok,
-                                           False, None)
-    assert start(2) is None and start(1, ok=False) is None and start(1, H=1) is None
-    assert start(1, H=4) is None        # d >= 2H (8 x 4, the float64 grid): the families
-    assert not whys and start(1) == "route" and "1 of the probe's 3 families" in whys[0]
-
-    def refused(*args):
-        raise DegenerateDraw("pencil refused (test)")
-    monkeypatch.setattr(stable_routes, "pencil_route", refused)
-    assert start(1) is None
-
-
 def test_the_probe_keeps_the_dense_nodes_when_its_single_tokens_answer_zero():
     """sum_h v_h = 0: every single-token output is 0, so those two answers cannot show a box
     declared at float64 rounding; a float32 box declared at 2e-5 gets the dense probe, as a

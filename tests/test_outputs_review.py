@@ -303,3 +303,26 @@ def test_real_verify_tokens_are_dyadic_and_near_the_plans_scale():
                 norms.append(float(sum(a * a for a in t)) ** 0.5 / float(sigma))
         assert 0.5 < sum(norms) / len(norms) < 2, (d, sum(norms) / len(norms))
         norms.clear()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), "abc", None, [1.0, 2.0]])
+def test_a_bad_scalar_answer_during_real_verify_fails_the_run_and_is_counted(bad):
+    """A float box right on the plan that answers a fresh query with nan, a string, None or a
+    list: the run fails, the answer counted in verify_queries; learn() raised a bare ValueError
+    before, losing the counts (helper-95; the vector path already failed cleanly)."""
+    oracle, asked, after = Oracle(MultiHeadAttention([([[1, 0], [0, -1]], [1, 2])]),
+                                  Real(dps=30)), [], [None]
+
+    def box(tokens):
+        asked.append(1)
+        if after[0] is not None and len(asked) > after[0]:
+            return bad
+        return float(oracle([tuple(Fraction(float(a)) for a in t) for t in tokens]))
+    kw = dict(d=2, heads=1, field="real", tokens="float64", noise=1e-12, seed=0)
+    plan = learn(box, **kw).queries
+    asked.clear()
+    after[0] = plan
+    res = learn(box, verify=3, **kw)
+    assert res.status == "failed" and res.verified is False and res.heads == ()
+    assert "could not be compared" in res.error, res.error
+    assert res.queries == len(asked) == plan + 1 and res.verify_queries == 1

@@ -51,12 +51,13 @@ def test_an_unknown_model_format_names_every_format_the_command_reads(tmp_path, 
         assert f"'exactlearn.{fmt}'" in line, line
 
 
-@pytest.mark.parametrize("target", ["missing/x.png", ".", "nodir/"])
+@pytest.mark.parametrize("target", ["missing/x.png", ".", "nodir/", "nodir/.", "nodir/..",
+                                    "x.png/."])
 def test_demo_plot_to_an_unwritable_path_exits_2_before_the_walk_through(target, tmp_path,
                                                                         capsys):
-    """A missing folder, a folder, and a name ending in a slash (a folder's name that
-    ``abspath`` would drop: it printed the whole walk-through, then failed)."""
-    path = str(tmp_path / target) + ("/" if target.endswith("/") else "")
+    """A missing folder, a folder, and a folder's name ending in "/", "/." or "/.." (which
+    ``abspath`` drops: it printed the whole walk-through, then failed; helper-95)."""
+    path = f"{tmp_path}/{target}"          # as typed: pathlib would drop a trailing "/" or "."
     assert main(["demo", "--plot", path]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "cannot write --plot" in err and len(err.strip().splitlines()) == 1

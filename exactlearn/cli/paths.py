@@ -15,7 +15,8 @@ def check_output_file(path: str, option: str, bad_input) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise bad_input(f"cannot write {option} {path}: it is a folder")
-    if path.endswith(("/", os.sep)):            # abspath drops the slash: a folder's name
+    if path.endswith(("/", os.sep)) or os.path.basename(path) in (".", ".."):
+        # abspath drops the slash, the "." and the "..": a folder's name, never a file's
         raise bad_input(f"cannot write {option} {path}: it names a folder, not a file")
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise bad_input(f"cannot write {option} {path}: {folder} is not a writable folder")

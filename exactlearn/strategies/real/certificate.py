@@ -41,7 +41,7 @@ from dataclasses import dataclass, field as dc_field
 import numpy as np
 from gmpy2 import mpq
 
-from exactlearn.errors import NoisierThanDeclared, ResidualsBeyondNoise
+from exactlearn.errors import FieldError, NoisierThanDeclared, ResidualsBeyondNoise
 from exactlearn.strategies.real.evaluate import evaluate_with_bounds, evaluate_with_gradient
 from exactlearn.strategies.real.lsq import refine
 from exactlearn.strategies.real.sensitivity import LO, rounding
@@ -358,8 +358,12 @@ def verify_real(oracle, outcome, heads, d, H, K, convert, rng, R, n) -> tuple:
     for _ in range(n):
         tokens = verify_tokens(rng, d, H, outcome.sigma)
         y = oracle(tokens)
-        if convert:                     # a float box's answer is its exact binary value
-            y = K.from_output(y)
+        try:
+            if convert:                 # a float box's answer is its exact binary value
+                y = K.from_output(y)
+        except (ValueError, TypeError, FieldError) as exc:   # nan, a string, a list: as for a
+            return False, (f"verification failed: a fresh random query could not be "  # vector
+                           f"compared ({exc})")
         biased = outcome.u_bounds is not None
         if not within_tolerance(heads, tokens, y, K, eta, outcome.W_bounds, outcome.v_bounds,
                                 outcome.u_bounds, outcome.constant if biased else 0,

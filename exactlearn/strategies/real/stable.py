@@ -131,7 +131,7 @@ from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_MIN_HEADS, ST
 from exactlearn.strategies.real.stable_polish import polish
 from exactlearn.strategies.real.stable_probe import probe_scale
 from exactlearn.strategies.real.stable_report import run_account
-from exactlearn.strategies.real.stable_routes import crowded_start, pencil_route, probe_nodes
+from exactlearn.strategies.real.stable_routes import pencil_route, probe_nodes
 from exactlearn.strategies.real.stable_routes import per_family as _per_family  # tests force it
 
 
@@ -224,9 +224,10 @@ def _outcome(est, head_b, detail, sigma, n_probe, eta, etas, bias) -> tuple:
 
 def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, query_scale,
                      heads_exact, bias, remeasure=None, plan_log=None) -> tuple:
-    """Steps 2 to 4, or the pencil start (step 3b) when the probe or the families fail:
+    """Steps 2 to 4, or the pencil start (step 3b) when the families fail:
     ``(route, sigma, m, probe detail, probe queries, scaled)``; ``probe_log[-1]`` kept up to
-    date; ``scaled``: None, or (``remeasure``: run_stable's doc) eta, eta_rel at sigma, by scale."""
+    date; ``scaled``: None, or with ``remeasure`` (run_stable's doc) the eta and eta_rel at
+    sigma and the account of eta per scale."""
     tries, n_probe, scaled = [], None, None
     try:
         if query_scale is None:
@@ -248,9 +249,8 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
                            if s == sigma),
                       [{"scale": str(s), "max_token_norm": f"{n:.6g}", "eta": f"{e:.6g}",
                         "eta_rel": f"{r:.6g}"} for s, n, e, r in table])
-        route = crowded_start(plan0, K, asker, nz, nodes, H, tries, rec, start, heads_exact
-                              and query_scale is None, bias, plan_log) or _per_family(
-            plan0, sigma, K, asker, nz, nodes, m, H, rec, start, heads_exact, plan_log)
+        route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, heads_exact,
+                            plan_log)
     except (DegenerateDraw, InterpolationError, MatchError, SingularMatrix) as exc:
         # crowded exponents in every family (many heads for d): the pencil start (step 3b)
         if not heads_exact or H < PENCIL_MIN_HEADS or query_scale is not None:
@@ -270,7 +270,7 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
         except LearningFailure as exc2:     # the box's nan twice: said once, in one line
             raise (exc if {type(exc), type(exc2)} == {NonFiniteAnswer} else type(exc)(
                 f"{exc}; the pencil start failed too: {str(exc2)[:400]}")) from None
-    sigma, m = (route.sigma, H) if route.far else (sigma, m)
+        sigma, m = route.sigma, H
     probe_log[-1] = n_probe
     return route, sigma, m, tries, n_probe, scaled
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from gmpy2 import mpq
 
-from exactlearn.errors import DegenerateDraw, LearningFailure
+from exactlearn.errors import DegenerateDraw
 from exactlearn.model import Head
 from exactlearn.pipeline.match import WithinBounds
 from exactlearn.pipeline.plan import paper_plan
@@ -27,11 +27,11 @@ from exactlearn.strategies.real.stable_families import (LEAN_RESCUE, family_pole
 from exactlearn.strategies.real.stable_messages import declared_level, precision_failure
 from exactlearn.strategies.real.stable_pencil import pencil_heads
 from exactlearn.strategies.real.stable_plan import (COARSE, LEAN_WEAK_ROUNDS,
-                                                    PENCIL_MIN_HEADS, PENCIL_SCALES,
+                                                    PENCIL_SCALES,
                                                     ROOTS_TRIED, SUPPLEMENT_ROUNDS,
                                                     STABLE_UNEQUAL_FACTOR, stable_bias_plan,
                                                     stable_count)
-from exactlearn.strategies.real.stable_probe import ask_family, probe_families, sigma_for
+from exactlearn.strategies.real.stable_probe import ask_family, sigma_for
 from exactlearn.strategies.real.stable_solve import (bias_frame, rows_bias, rows_of,
                                                      solve_bias_heads, solve_stable_heads)
 from exactlearn.strategies.real.stable_supplement import supplement
@@ -226,31 +226,3 @@ def pencil_route(plan0, K, asker, nz, nodes, H, why, bias=False):
     info["why"] = str(why)[:200]
     return Route(splan, heads, None, None, None, {}, {}, {}, {}, 0, 0.0, constant=constant,
                  sigma=sigma, pencil=info, plan_start=plan_start)
-
-
-def crowded_start(plan0, K, asker, nz, nodes, H, tries, rec, start, pencil_ok, bias, plan_log):
-    """The pencil start's :class:`Route` at once, before any family is fitted, when fewer than
-    half of the probe's families resolved at the scale it chose (``tries``) and the pencil
-    start may follow (``pencil_ok``: the heads given, no query scale; ``H >= PENCIL_MIN_HEADS``;
-    a box at float64 rounding) and the heads outnumber half the dimension (``2H > d``): the
-    heads' exponents crowd.  None otherwise, or when the pencil start fails: the families then
-    run as before, and their verdict leads.  MiniLM layer 3 in d' = 8 (12 heads): 1 of 3 probe
-    families resolved at scale 4, then 121 of 127 configurations failed at every scale after
-    20,707 queries.  Not where ``d >= 2H`` (the whole float64 grid): a 12 x 6 layer whose probe
-    resolved 1 of 3 families (``bench_float.py --cases 12x6 --first-seed 5 --seeds 1``) took
-    27,718 queries and 40 s from the pencil, error 1.6e-13, against 7,301 to 8,931 and at most
-    3.3e-14 through the families."""
-    fams = probe_families(plan0.d, H)
-    got = tries[-1].get("families", fams) if tries else fams
-    if not (2 * got < fams and pencil_ok and H >= PENCIL_MIN_HEADS and 2 * H > plan0.d
-            and declared_level(nz, rec, start) <= COARSE):
-        return None
-    why = (f"only {got} of the probe's {fams} families resolved at scale {tries[-1]['scale']}: "
-           f"the heads' exponents crowd")
-    try:
-        route = pencil_route(plan0, K, asker, nz, nodes, H, why, bias)
-    except LearningFailure:
-        return None
-    if plan_log is not None:            # the pencil asks the plan at the dense nodes
-        plan_log.append(stable_count(plan0.d, H, bias))
-    return route
