@@ -88,8 +88,9 @@ def _certify_plan(heads, plan, y_shared, values, K, configs, evaluator) -> int:
                 _check(ev, c.tokens(k), y, K)
             n += len(values[idx])
         return n
+    known = {} if _derivable(ev, plan, K) else None
     for t in range(0, len(idxs), _CHUNK):
-        n += _certify_families(ev, plan, idxs[t:t + _CHUNK], values, K, ring)
+        n += _certify_families(ev, plan, idxs[t:t + _CHUNK], values, K, ring, known)
     return n
 
 
@@ -97,15 +98,16 @@ def _certify_plan(heads, plan, y_shared, values, K, configs, evaluator) -> int:
 _CHUNK = 256
 
 
-def _certify_families(ev, plan, idxs, values, K, ring) -> int:
+def _certify_families(ev, plan, idxs, values, K, ring, known=None) -> int:
     """:func:`certify_plan` over F_p for the configurations ``idxs``, in order: every
     family's ``N`` and ``D`` (:func:`~exactlearn.algebra.cauchy.sum_of_fractions`) are
     evaluated at all its k by two ``fmpz_mod_mat`` products (coefficients times a
     Vandermonde matrix), then ``N(k) == f_observed D(k)``, ``D(k) != 0`` is checked
     value by value; a family without ``family`` terms, and any failing value, go
-    query by query (:func:`_check`), in the order of the serial loop."""
+    query by query (:func:`_check`), in the order of the serial loop.  ``known``: the
+    basis families met so far (:func:`_families`)."""
     try:                                            # batched per final token
-        fams = ev.families([(plan.configs[idx].summed(), plan.configs[idx].x) for idx in idxs])
+        fams = _families(ev, plan, idxs, known)
     except (ExactLearnError, ArithmeticError):      # then pair by pair, as before
         fams = []
         for idx in idxs:
@@ -152,6 +154,62 @@ def _certify_families(ev, plan, idxs, values, K, ring) -> int:
             _check(ev, c.tokens(k), ys[k - 1], K)   # the query-by-query verdict
         n += len(ys)
     return n
+
+
+def _derivable(ev, plan, K) -> bool:
+    """Whether :func:`_families` may form a within family (x_i, e_1 + e_j) from the basis
+    families (x_i, e_1) and (x_i, e_j): heads without biases on the integer path of an
+    F_p field, and every within exponent ``D (e_1 + e_j)^T W_h x_i`` provably inside the
+    field's range (``|.| <= max|e_1 + e_j| max|x_i| sum|D W_h|`` below ``max_exponent``),
+    so ``K.power`` of it would neither raise nor differ from the product of the two."""
+    ints = ev.integer_weights()
+    mx = getattr(K, "max_exponent", False)
+    if plan.bias or ints is None or mx is False or not ints[0]:
+        return False
+    if mx is None:                                  # no range: power(n) for any n
+        return True
+    dw = max(sum(abs(int(v)) for v in M.entries()) for M in ints[0])
+    xs = max((abs(v) for x in plan.X for v in x), default=0)
+    es = 2 * max((abs(v) for e in plan.E for v in e), default=0)
+    return dw * xs * es < mx
+
+
+def _families(ev, plan, idxs, known) -> list:
+    """``ev.families`` of the configurations ``idxs`` -- a within configuration's from its
+    basis configurations' when they are in ``known`` (a dict, or None: never): with
+    ``e = e_1 + e_j``, ``w_h = w_h(e_1) w_h(e_j)`` (T to a sum of exponents),
+    ``A_h = v_h.(x + e) = A_h(e_1) + A_h(e_j) - B_h`` and the same ``B_h``: the same field
+    elements as :meth:`~exactlearn.model.HeadEvaluator.families` computes (docs:
+    explanation/performance.md), without a power per head.  Raises as ``ev.families``
+    on the others."""
+    cs = plan.configs
+    if known is None:
+        return ev.families([(cs[idx].summed(), cs[idx].x) for idx in idxs])
+    pend = [r for r, idx in enumerate(idxs) if cs[idx].kind != "within" or cs[idx].j == 0]
+    fams = [None] * len(idxs)
+    for r, fam in zip(pend, ev.families([(cs[idxs[r]].summed(), cs[idxs[r]].x) for r in pend])):
+        fams[r] = fam
+        c = cs[idxs[r]]
+        if c.kind == "basis" and fam is not None:
+            known[(c.i, c.j)] = fam
+    late = []
+    for r, idx in enumerate(idxs):
+        c = cs[idx]
+        if c.kind != "within" or c.j == 0:
+            continue
+        f1, fj = known.get((c.i, 0)), known.get((c.i, c.j))
+        if (f1 is None or fj is None or c.x != plan.X[c.i]
+                or c.e != tuple(map(operator.add, plan.E[0], plan.E[c.j]))):
+            late.append(r)
+            continue
+        fams[r] = [(w1 * wj, A1 + Aj - B, B) for (w1, A1, B), (wj, Aj, _) in zip(f1, fj)]
+    for r, fam in zip(late, ev.families([(cs[idxs[r]].summed(), cs[idxs[r]].x) for r in late])):
+        fams[r] = fam
+    if idxs:                                        # keep the last final token's group only
+        last = cs[idxs[-1]].i
+        for key in [key for key in known if key[0] != last]:
+            del known[key]
+    return fams
 
 
 def _family_fraction(fam, const, ring, one) -> tuple:
