@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 from exactlearn.pipeline.certify import verify_fresh
 from exactlearn.pipeline.plan import paper_count
-from exactlearn.strategies.efficient.learn import run_efficient
-from exactlearn.strategies.efficient.plan import draw_efficient_plan
+
+# the plan's modules (.plan, .learn and what they import) are imported where they run: a
+# paper-plan run imports this package for EfficientDetail only (exactlearn.api.result)
 
 #: The strategy runs over exact fields only.
 EXACT = True
@@ -42,6 +43,7 @@ def plan_count(name, d, H, bias=False, drawn=None) -> int:
 
 def draw_plan(d, H, rng, R, e_range=None, rank=None):
     """A random efficient plan; ``rank=r`` promises heads of rank <= r (a CUR skeleton)."""
+    from exactlearn.strategies.efficient.plan import draw_efficient_plan
     return draw_efficient_plan(d, H, rng, R, e_range, rank)
 
 
@@ -55,6 +57,7 @@ def run(plan, ask, K, trace, options) -> tuple:
     """Ask and analyse ``plan`` in K and certify every observation: ``(heads, n_certified)``."""
     if plan.lean and K.name not in LEAN_FIELDS:
         plan.unlean()
+    from exactlearn.strategies.efficient.learn import run_efficient
     return run_efficient(plan, ask, K, lambda: ask.observations, trace,
                          attempts=options.attempts)
 
