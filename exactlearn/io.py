@@ -141,7 +141,12 @@ def exact_vector(v, n: int, what: str) -> tuple:
     if not isinstance(v, (list, tuple)) or len(v) != n:
         raise ModelError(f"{what} must be a vector of length {n}")
     out = []
+    read = _READ
     for k, x in enumerate(v):
+        q = read.get(x) if type(x) is str else None
+        if q is not None:                   # a short text already read and checked
+            out.append(q)
+            continue
         try:
             q = as_mpq(x)
         except ValueError as exc:
@@ -150,8 +155,16 @@ def exact_vector(v, n: int, what: str) -> tuple:
                 more_digits_than(q.denominator, MAX_ENTRY_DIGITS):
             raise ModelError(f"{what} entry {k + 1}: more than {MAX_ENTRY_DIGITS} digits "
                              f"(MAX_ENTRY_DIGITS)")          # a number, as text would be
+        if type(x) is str and len(x) <= 40 and len(read) < 4096:
+            read[x] = q
         out.append(q)
     return tuple(out)
+
+
+#: Short entry texts :func:`exact_vector` has read (``mpq`` is immutable, and reading a text
+#: is a function of the text alone): a model file repeats few distinct entries, and reading
+#: each of a d = 32 file's 17,000 anew took about 0.05 s of the CLI's start.
+_READ: dict = {}
 
 
 def exact_matrix(A, rows: int, cols: int, what: str) -> tuple:
