@@ -158,13 +158,14 @@ def _certify_families(ev, plan, idxs, values, K, ring, known=None) -> int:
 
 def _derivable(ev, plan, K) -> bool:
     """Whether :func:`_families` may form a within family (x_i, e_1 + e_j) from the basis
-    families (x_i, e_1) and (x_i, e_j): heads without biases on the integer path of an
-    F_p field, and every within exponent ``D (e_1 + e_j)^T W_h x_i`` provably inside the
-    field's range (``|.| <= max|e_1 + e_j| max|x_i| sum|D W_h|`` below ``max_exponent``),
-    so ``K.power`` of it would neither raise nor differ from the product of the two."""
+    families (x_i, e_1) and (x_i, e_j): a plan without biases, heads without u_h on the
+    integer path of an F_p field, and every within exponent ``D (e_1 + e_j)^T W_h x_i``
+    provably inside the field's range (``|.| <= max|e_1 + e_j| max|x_i| sum|D W_h|``
+    below ``max_exponent``), so ``K.power`` of it would neither raise nor differ from the
+    product of the two."""
     ints = ev.integer_weights()
     mx = getattr(K, "max_exponent", False)
-    if plan.bias or ints is None or mx is False or not ints[0]:
+    if plan.bias or ints is None or mx is False or not ints[0] or any(map(any, ints[1])):
         return False
     if mx is None:                                  # no range: power(n) for any n
         return True
@@ -181,7 +182,20 @@ def _families(ev, plan, idxs, known) -> list:
     ``A_h = v_h.(x + e) = A_h(e_1) + A_h(e_j) - B_h`` and the same ``B_h``: the same field
     elements as :meth:`~exactlearn.model.HeadEvaluator.families` computes (docs:
     explanation/performance.md), without a power per head.  Raises as ``ev.families``
-    on the others."""
+    on the others.
+
+    >>> import random
+    >>> from exactlearn.fields import Modular
+    >>> from exactlearn.model import Head
+    >>> from exactlearn.pipeline.plan import draw_paper_plan
+    >>> plan, K = draw_paper_plan(3, 2, random.Random(0), 2**32), Modular()
+    >>> ev = HeadEvaluator([Head(((1, 0, 2), (0, -1, 1), (3, 0, 0)), (1, 2, 3)),
+    ...                     Head(((0, 1, 0), (2, 0, -1), (1, 1, 1)), (-1, 0, 2))], 3, K)
+    >>> idxs, known = list(range(len(plan.configs))), {}
+    >>> got = [f for t in range(0, 17, 4) for f in _families(ev, plan, idxs[t:t + 4], known)]
+    >>> _derivable(ev, plan, K), got == ev.families([(c.summed(), c.x) for c in plan.configs])
+    (True, True)
+    """
     cs = plan.configs
     if known is None:
         return ev.families([(cs[idx].summed(), cs[idx].x) for idx in idxs])
