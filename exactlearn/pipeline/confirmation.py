@@ -13,6 +13,7 @@ from gmpy2 import mpq
 from exactlearn.errors import ExactLearnError, PrimesDisagree, SingularMatrix
 from exactlearn.model import Head, HeadEvaluator, HeadSet
 from exactlearn.pipeline.certify import certify, certify_plan
+from exactlearn.pipeline.interpolate import batch_inverse
 
 
 def solve_v_plan(W_set, plan, y_shared, values, Kc, certify_all=True) -> tuple:
@@ -206,9 +207,11 @@ def check_design_rank_plan(heads, plan, K) -> None:
             if fam is None:
                 raise ArithmeticError("no integer path")
             rows = [K.one] + [K.zero] * m
-            for k in range(1, 2 * plan.H + 1):
+            kws = [k * w for k in range(1, 2 * plan.H + 1) for w, _, _ in fam]
+            ts = [kw * z for kw, z in zip(kws, batch_inverse([kw + 1 for kw in kws], K))]
+            for k in range(2 * plan.H):             # k w / (k w + 1), one inversion a family
                 rows.append(K.one)
-                rows.extend(k * w / (k * w + 1) for w, _, _ in fam)
+                rows.extend(ts[k * m:(k + 1) * m])
             if flint.fmpz_mod_mat(2 * plan.H + 1, m + 1, rows, ctx).rank() != m + 1:
                 raise ArithmeticError("not decided by the first group")
         return

@@ -170,8 +170,8 @@ def _with_coefficients(rf: RationalFunction, rhos, K, ps=None) -> list:
         Pf, dQf = rings[1](rf.P), rings[1](rf.Q).derivative()
         try:
             if ps is None:
-                ps = [-x for x in _batch_inverse(rhos, K)]
-            inv_dq = _batch_inverse(_at(dQf, ps), K)
+                ps = [-x for x in batch_inverse(rhos, K)]
+            inv_dq = batch_inverse(_at(dQf, ps), K)
         except ZeroDivisionError:
             inv_dq = None                  # a zero: the element-wise path raises as before
         if inv_dq is not None:
@@ -204,9 +204,15 @@ def _at(f, points) -> list:
     return [f(x) for x in points]
 
 
-def _batch_inverse(xs, K) -> list:
+def batch_inverse(xs, K) -> list:
     """``[1/x for x in xs]`` with one inversion (Montgomery's trick); ZeroDivisionError
-    when some x is 0."""
+    when some x is 0.
+
+    >>> from exactlearn.fields import Modular
+    >>> K = Modular(p=97)
+    >>> batch_inverse([K(2), K(5), K(96)], K) == [1 / K(2), 1 / K(5), 1 / K(96)]
+    True
+    """
     if not xs:
         return []
     pre = [xs[0]]
@@ -249,7 +255,7 @@ def poles_expected(rf: RationalFunction, rhos, K, ordered: bool = True):
             cands.append(rho)
     if len(cands) < m:
         return None
-    ps = [-x for x in _batch_inverse(cands, K)]
+    ps = [-x for x in batch_inverse(cands, K)]
     found = [(p, rho) for p, rho, v in zip(ps, cands, _at(rings[1](rf.Q), ps)) if v == 0]
     if len(found) != m:
         return None
@@ -340,7 +346,7 @@ def poles_paired(rf_b: RationalFunction, rf_w: RationalFunction, alphas, K):
     if any(K.is_zero(alpha) for alpha in alphas):
         return None
     ks = []
-    for inv in _batch_inverse(alphas, K):
+    for inv in batch_inverse(alphas, K):
         if Qb.degree() == 1:         # its root k, common with Q_w(k / alpha) (a linear gcd) or not
             c0, c1 = Qb.coeffs()
             k = -c0 / c1
@@ -357,7 +363,7 @@ def poles_paired(rf_b: RationalFunction, rf_w: RationalFunction, alphas, K):
         ks.append(k)
     if len(set(ks)) != m or any(K.is_zero(k) for k in ks):
         return None
-    rhos = [-x for x in _batch_inverse(ks, K)]                 # rho_g = -1/k_g
+    rhos = [-x for x in batch_inverse(ks, K)]                 # rho_g = -1/k_g
     order = sorted(range(m), key=lambda g: int(ks[g]))          # poles() sorts by residue
     basis = _with_coefficients(rf_b, [rhos[g] for g in order], K, ps=[ks[g] for g in order])
     # alpha_g * gamma_g, in the order of the candidates (alpha index, then gamma index)
