@@ -203,7 +203,7 @@ class Run:
         except ExactLearnError as exc:            # every failure says what it is
             self._failed(exc, alone_note(self.view, str(exc)) + bound_hint(
                 exc, self.H, exact_count=self.heads_given and K.name == "real")
-                + undeclared_noise_hint(K, self.a))
+                + undeclared_noise_hint(K, self.a) + coarse_answer_hint(self.oracle, K, self.a))
             return False
         finally:
             self.attempt_log.append({"queries": 0 if ask is None else ask.queries,
@@ -338,6 +338,28 @@ def undeclared_noise_hint(K, a: dict) -> str:
     return (" [no noise= was declared, so the box was taken to err by the field's rounding "
             "alone; a float layer errs by more: give noise= (a bound on its error) or "
             "noise='auto' to measure it]")
+
+
+def coarse_answer_hint(oracle, K, a: dict) -> str:
+    """A float box whose answers are typed float32 (or coarser: a float32 torch tensor, a JAX
+    array without x64) rounds them to about 6e-8 of their size; a declared eta below that
+    fails at every scale without saying why: say so."""
+    from exactlearn.oracle import OutputsView, TokenAdapter
+    box = oracle.box if isinstance(oracle, OutputsView) else oracle
+    dtype = box.coarse if isinstance(box, TokenAdapter) else None
+    if K.is_exact or dtype is None or a["noise"] == "auto":
+        return ""
+    try:
+        declared = [float(x) for x in (a["noise"] if isinstance(a["noise"], (list, tuple))
+                                       else [a["noise"] or 0])] + [float(a["noise_rel"] or 0)]
+    except (TypeError, ValueError):
+        return ""
+    if max(declared) >= 2.0 ** -24:
+        return ""
+    return (f" [the black box answered {dtype} values: their rounding alone, about "
+            f"{2.0 ** -24:.1e} of their size or more, exceeds the declared noise; give "
+            f"noise='auto' (or a noise above that rounding), or answer in float64 (JAX: "
+            f"jax.config.update('jax_enable_x64', True) before the layer is made)]")
 
 
 def bound_hint(exc, H, exact_count: bool = False) -> str:

@@ -39,9 +39,11 @@ class TokenAdapter:
         self.noise = getattr(box, "noise", None)
         self._cache: dict = {}
         self._arrays: dict = {}
+        self.coarse = None                  # "float32", ...: the first answer's coarse dtype
+        self._typed = False
         if hasattr(box, "batch"):           # one value per query, checked (BadBlackBox)
-            self.batch = lambda queries: checked_batch(
-                box, box.batch, [self._convert(q) for q in queries])
+            self.batch = lambda queries: self._typed_answer(checked_batch(
+                box, box.batch, [self._convert(q) for q in queries]))
 
     def _row(self, t):
         row = self._cache.get(t)
@@ -90,7 +92,15 @@ class TokenAdapter:
         return out
 
     def __call__(self, tokens):
-        return self.box(self._convert(tokens))
+        return self._typed_answer(self.box(self._convert(tokens)))
+
+    def _typed_answer(self, y):
+        """``y`` as it is; the first answer's coarse dtype is kept in ``coarse``
+        (:func:`coarse_dtype`), for a failure to name it."""
+        if not self._typed:
+            self._typed = True
+            self.coarse = coarse_dtype(y[0] if isinstance(y, list) and y else y)
+        return y
 
 
 
@@ -129,6 +139,21 @@ def token_runs(tokens) -> list:
             prev_key = key
         prev = t
     return [(t, n) for t, n in runs]
+
+
+def coarse_dtype(y) -> str | None:
+    """``"float32"``, ``"float16"`` or ``"bfloat16"`` when an answer (a numpy, torch or JAX
+    scalar or array, or a list of them) is typed as that float, else None: such a box rounds
+    its answers to about 2^-24 of their size or worse, whatever its tokens.
+
+    >>> import numpy as np
+    >>> coarse_dtype(np.float32(1)), coarse_dtype([np.zeros(2, np.float16)]), coarse_dtype(1.0)
+    ('float32', 'float16', None)
+    """
+    if isinstance(y, (list, tuple)) and y:
+        y = y[0]
+    name = str(getattr(y, "dtype", "")).rsplit(".", 1)[-1]
+    return name if name in ("float32", "float16", "bfloat16") else None
 
 
 def box_name(box) -> str:

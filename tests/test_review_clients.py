@@ -1,0 +1,63 @@
+"""Pinned from a third-party client review (5 Dec 2026): boxes written by hand, as a client
+who never read about exactlearn.adapters writes them.  Each test failed before its fix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from exactlearn import learn
+
+W = np.array([[[0.3, -0.2], [0.1, 0.4]]])
+V = np.array([[1.0, -0.5], [0.25, 0.75]])          # 2 outputs of one head
+
+
+def _outputs(X):
+    s = X @ W @ X[-1]
+    a = np.exp(s - s.max(axis=1, keepdims=True))
+    a /= a.sum(axis=1, keepdims=True)
+    return V @ (a[0] @ X)                           # (2,), float64
+
+
+HINT = "the black box answered float32 values"
+
+
+def test_a_box_answering_float32_with_a_float64_noise_names_the_float32():
+    """A box that answers ``np.float32`` (a float32 torch tensor, a JAX array without x64)
+    under a declared float64 eta failed "outputs noisier than the declared eta" with a note
+    about the head count only (a flax layer made without x64 took 14,336 queries and 60 s to
+    fail so at d = 4, H = 2): the failure now names the answers' dtype and the way out."""
+    def box(X):
+        return np.float32(_outputs(X)[0])
+    res = learn(box, d=2, heads=1, field="real", tokens="float64", noise=1e-15,
+                noise_rel=1e-16, seed=0)
+    assert res.status == "failed" and HINT in res.error and "noise='auto'" in res.error
+    assert "jax_enable_x64" in res.error
+
+
+def test_a_float32_batch_and_a_float32_vector_are_named_too():
+    class Box:
+        def __call__(self, X):
+            return np.float32(_outputs(X)[0])
+
+        def batch(self, queries):                   # one float32 array, as a jitted model
+            return np.array([_outputs(X)[0] for X in queries], dtype=np.float32)
+    res = learn(Box(), d=2, heads=1, field="real", tokens="float64", noise=1e-15,
+                noise_rel=1e-16, seed=0)
+    assert res.status == "failed" and HINT in res.error
+    res = learn(lambda X: _outputs(X).astype(np.float32), d=2, heads=1, field="real",
+                tokens="float64", noise=1e-15, noise_rel=1e-16, outputs=2, seed=0)
+    assert res.status == "failed" and HINT in res.error
+
+
+@pytest.mark.parametrize("answer", [lambda y: float(y), lambda y: np.float64(y)])
+def test_float64_answers_and_a_coarse_declared_noise_get_no_float32_note(answer):
+    """The note is for typed float32 answers under an eta below float32's rounding only: a
+    float64 answer rounded to float32 is not seen (its type says float64), and a float32
+    answer under an eta above that rounding is not blamed on its type."""
+    res = learn(lambda X: answer(np.float32(_outputs(X)[0])), d=2, heads=1, field="real",
+                tokens="float64", noise=1e-15, noise_rel=1e-16, seed=0)
+    assert res.status == "failed" and HINT not in res.error
+    res = learn(lambda X: np.float32(_outputs(X)[0]), d=2, heads=1, field="real",
+                tokens="float64", noise=1e-6, noise_rel=1e-6, seed=0)
+    assert HINT not in (res.error or "")
