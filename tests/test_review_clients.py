@@ -51,13 +51,21 @@ def test_a_float32_batch_and_a_float32_vector_are_named_too():
 
 
 @pytest.mark.parametrize("answer", [lambda y: float(y), lambda y: np.float64(y)])
-def test_float64_answers_and_a_coarse_declared_noise_get_no_float32_note(answer):
-    """The note is for typed float32 answers under an eta below float32's rounding only: a
-    float64 answer rounded to float32 is not seen (its type says float64), and a float32
-    answer under an eta above that rounding is not blamed on its type."""
+def test_a_float32_answer_passed_as_a_float64_is_named_by_its_values(answer):
+    """``float(layer(X))`` of a float32 layer is a Python float: its type says float64, but
+    its first answers are all float32 numbers, which float64 arithmetic gives by chance about
+    once in 2^29 answers."""
     res = learn(lambda X: answer(np.float32(_outputs(X)[0])), d=2, heads=1, field="real",
                 tokens="float64", noise=1e-15, noise_rel=1e-16, seed=0)
-    assert res.status == "failed" and HINT not in res.error
+    assert res.status == "failed" and "values that are all float32 numbers" in res.error
+
+
+def test_float64_answers_and_a_coarse_declared_noise_get_no_float32_note():
+    """No note for float64 answers (a box noisier than declared for another reason), nor for
+    float32 answers under an eta above float32's rounding."""
+    res = learn(lambda X: _outputs(X)[0] + 1e-9 * np.sin(1e3 * X.sum()), d=2, heads=1,
+                field="real", tokens="float64", noise=1e-15, noise_rel=1e-16, seed=0)
+    assert res.status == "failed" and "float32" not in res.error, res.error
     res = learn(lambda X: np.float32(_outputs(X)[0]), d=2, heads=1, field="real",
                 tokens="float64", noise=1e-6, noise_rel=1e-6, seed=0)
-    assert HINT not in (res.error or "")
+    assert "float32" not in (res.error or "")

@@ -356,7 +356,7 @@ def coarse_answer_hint(oracle, K, a: dict) -> str:
         return ""
     if max(declared) >= 2.0 ** -24:
         return ""
-    return (f" [the black box answered {dtype} values: their rounding alone, about "
+    return (f" [the black box answered {dtype}: their rounding alone, about "
             f"{2.0 ** -24:.1e} of their size or more, exceeds the declared noise; give "
             f"noise='auto' (or a noise above that rounding), or answer in float64 (JAX: "
             f"jax.config.update('jax_enable_x64', True) before the layer is made)]")

@@ -39,10 +39,10 @@ class TokenAdapter:
         self.noise = getattr(box, "noise", None)
         self._cache: dict = {}
         self._arrays: dict = {}
-        self.coarse = None                  # "float32", ...: the first answer's coarse dtype
-        self._typed = False
+        self.coarse = None                  # "float32 values", ...: coarse answers, named
+        self._typed = 0                     # answers looked at (the first FIRST_ANSWERS)
         if hasattr(box, "batch"):           # one value per query, checked (BadBlackBox)
-            self.batch = lambda queries: self._typed_answer(checked_batch(
+            self.batch = lambda queries: self._typed_answers(checked_batch(
                 box, box.batch, [self._convert(q) for q in queries]))
 
     def _row(self, t):
@@ -92,15 +92,26 @@ class TokenAdapter:
         return out
 
     def __call__(self, tokens):
-        return self._typed_answer(self.box(self._convert(tokens)))
-
-    def _typed_answer(self, y):
-        """``y`` as it is; the first answer's coarse dtype is kept in ``coarse``
-        (:func:`coarse_dtype`), for a failure to name it."""
-        if not self._typed:
-            self._typed = True
-            self.coarse = coarse_dtype(y[0] if isinstance(y, list) and y else y)
+        y = self.box(self._convert(tokens))
+        if self._typed < FIRST_ANSWERS:
+            self._typed_answers([y])
         return y
+
+    def _typed_answers(self, ys: list) -> list:
+        """``ys`` as they are.  Among the first ``FIRST_ANSWERS`` answers, one typed float32
+        (or coarser), or all of them float32 numbers in value (a float32 layer's answer
+        passed through ``float()``), sets ``coarse`` for a failure to name it."""
+        for y in ys[:max(0, FIRST_ANSWERS - self._typed)]:
+            self._typed += 1
+            dtype = coarse_dtype(y)
+            if dtype is not None:
+                self.coarse = f"{dtype} values"
+            elif self.coarse is None and not float32_valued(y):
+                self._typed = FIRST_ANSWERS     # a float64 number: nothing more to look at
+            elif self._typed == FIRST_ANSWERS and self.coarse is None:
+                self.coarse = (f"values that are all float32 numbers (its first "
+                               f"{FIRST_ANSWERS} answers)")
+        return ys
 
 
 
@@ -139,6 +150,29 @@ def token_runs(tokens) -> list:
             prev_key = key
         prev = t
     return [(t, n) for t, n in runs]
+
+
+#: How many first answers :class:`TokenAdapter` looks at for a coarse float type.
+FIRST_ANSWERS = 8
+
+
+def float32_valued(y) -> bool:
+    """True when an answer (a number, or a sequence or array of them) holds a nonzero value
+    and every value is exactly a float32 number: float64 arithmetic lands there by chance
+    about once in 2^29 answers, a float32 layer's answer always.
+
+    >>> import numpy as np
+    >>> float32_valued(float(np.float32(0.1))), float32_valued(0.1), float32_valued([0.0, 0.5])
+    (True, False, True)
+    """
+    import numpy as np
+    try:
+        vals = np.asarray(y.tolist() if callable(getattr(y, "tolist", None)) else y,
+                          dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        return False
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(vals.size and np.any(vals != 0) and np.all(vals.astype(np.float32) == vals))
 
 
 def coarse_dtype(y) -> str | None:
