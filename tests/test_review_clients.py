@@ -69,3 +69,23 @@ def test_float64_answers_and_a_coarse_declared_noise_get_no_float32_note():
     res = learn(lambda X: np.float32(_outputs(X)[0]), d=2, heads=1, field="real",
                 tokens="float64", noise=1e-6, noise_rel=1e-6, seed=0)
     assert "float32" not in (res.error or "")
+
+
+def test_a_float_box_learned_with_the_fewest_arguments_is_told_about_tokens_and_noise():
+    """``learn(box, d=, heads=, field="real")``, the fewest arguments the docs allow, sends a
+    hand-written float box exact rationals under no declared noise: it failed "outputs
+    noisier than the declared eta ... 1e31 times its first-order bound" with a note about the
+    head count only; it now names tokens='float64' and noise=.  A box with a field of its
+    own (an exactlearn Oracle) is not told."""
+    res = learn(lambda X: float(_outputs(np.asarray(X, dtype=float))[0]), d=2, heads=1,
+                field="real", seed=0)
+    assert res.status == "failed" and "tokens='float64'" in res.error, res.error
+    assert "noise='auto'" in res.error
+    from exactlearn.api.run import undeclared_noise_hint
+    from exactlearn.fields import Real
+
+    class OwnField:
+        field = Real(dps=30)
+    a = {"tokens": "exact", "noise": None, "noise_rel": None}
+    assert undeclared_noise_hint(Real(dps=30), a, OwnField()) == ""
+    assert "tokens='float64'" in undeclared_noise_hint(Real(dps=30), a, lambda X: 0.0)

@@ -203,7 +203,8 @@ class Run:
         except ExactLearnError as exc:            # every failure says what it is
             self._failed(exc, alone_note(self.view, str(exc)) + bound_hint(
                 exc, self.H, exact_count=self.heads_given and K.name == "real")
-                + undeclared_noise_hint(K, self.a) + coarse_answer_hint(self.oracle, K, self.a))
+                + undeclared_noise_hint(K, self.a, self.oracle)
+                + coarse_answer_hint(self.oracle, K, self.a))
             return False
         finally:
             self.attempt_log.append({"queries": 0 if ask is None else ask.queries,
@@ -329,12 +330,22 @@ def _halvings(exc, e_range, R) -> int:
     return min(n, max(1, R.bit_length() - 2))
 
 
-def undeclared_noise_hint(K, a: dict) -> str:
+def undeclared_noise_hint(K, a: dict, oracle=None) -> str:
     """A float box over the real field with no ``noise=`` declared is taken to err by its
-    field's rounding alone, which a computed layer exceeds: a failure says how to declare it."""
-    if K.is_exact or a["tokens"] in ("exact", None) or a["noise"] is not None \
-            or a["noise_rel"] is not None:
+    field's rounding alone, which a computed layer exceeds: a failure says how to declare it.
+    A plain callable (no ``field`` of its own) sent the default exact tokens is told about
+    ``tokens=`` too."""
+    if K.is_exact or a["noise"] is not None or a["noise_rel"] is not None:
         return ""
+    if a["tokens"] in ("exact", None):
+        from exactlearn.oracle import OutputsView
+        box = oracle.box if isinstance(oracle, OutputsView) else oracle
+        if oracle is None or getattr(box, "field", None) is not None:
+            return ""
+        return (" [tokens= was not given, so the box was sent exact rationals (tuples of "
+                "gmpy2.mpq), and no noise= was declared: a float layer takes "
+                "tokens='float64' (the stable plan) with noise= (a bound on its error) or "
+                "noise='auto' to measure it]")
     return (" [no noise= was declared, so the box was taken to err by the field's rounding "
             "alone; a float layer errs by more: give noise= (a bound on its error) or "
             "noise='auto' to measure it]")
