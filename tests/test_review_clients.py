@@ -89,3 +89,24 @@ def test_a_float_box_learned_with_the_fewest_arguments_is_told_about_tokens_and_
     a = {"tokens": "exact", "noise": None, "noise_rel": None}
     assert undeclared_noise_hint(Real(dps=30), a, OwnField()) == ""
     assert "tokens='float64'" in undeclared_noise_hint(Real(dps=30), a, lambda X: 0.0)
+
+
+def test_an_answer_whose_dtype_or_values_cannot_be_read_is_not_the_runs_failure():
+    """The float32 note reads the first answers' ``dtype`` and values; an answer whose
+    ``dtype`` or ``tolist`` raises is still read as its number (``.item()``)."""
+    class Odd:
+        def __init__(self, y):
+            self.y = y
+
+        @property
+        def dtype(self):
+            raise RuntimeError("no dtype here")
+
+        def tolist(self):
+            raise RuntimeError("no list here")
+
+        def item(self):
+            return self.y
+    res = learn(lambda X: Odd(float(_outputs(X)[0])), d=2, heads=1, field="real",
+                tokens="float64", noise=1e-13, noise_rel=1e-14, seed=0)
+    assert res.status == "certified", res.error

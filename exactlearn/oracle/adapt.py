@@ -103,7 +103,10 @@ class TokenAdapter:
         passed through ``float()``), sets ``coarse`` for a failure to name it."""
         for y in ys[:max(0, FIRST_ANSWERS - self._typed)]:
             self._typed += 1
-            dtype = coarse_dtype(y)
+            try:                            # a note only: never the run's failure
+                dtype = coarse_dtype(y)
+            except Exception:               # noqa: BLE001 (an answer's own dtype property)
+                dtype = None
             if dtype is not None:
                 self.coarse = f"{dtype} values"
             elif self.coarse is None and not float32_valued(y):
@@ -169,7 +172,7 @@ def float32_valued(y) -> bool:
     try:
         vals = np.asarray(y.tolist() if callable(getattr(y, "tolist", None)) else y,
                           dtype=np.float64).ravel()
-    except (TypeError, ValueError):
+    except Exception:                   # noqa: BLE001 (an answer's own tolist or __array__)
         return False
     with np.errstate(over="ignore", invalid="ignore"):
         return bool(vals.size and np.any(vals != 0) and np.all(vals.astype(np.float32) == vals))
