@@ -204,8 +204,8 @@ def _families(ev, plan, idxs, known) -> list:
     for r, fam in zip(pend, ev.families([(cs[idxs[r]].summed(), cs[idxs[r]].x) for r in pend])):
         fams[r] = fam
         c = cs[idxs[r]]
-        if c.kind == "basis" and fam is not None:
-            known[(c.i, c.j)] = fam
+        if c.kind == "basis" and fam is not None and c.x == plan.X[c.i] and c.e == plan.E[c.j]:
+            known[(c.i, c.j)] = fam             # only (x_i, e_j) itself (a plan built by hand)
     late = []
     for r, idx in enumerate(idxs):
         c = cs[idx]
