@@ -89,3 +89,22 @@ def _fit_all_noise(monkeypatch, n, failing, noise):
 
     monkeypatch.setattr(sf, "resolve_family", resolve)
     return sf.fit_all(plan, None, _Asker(), noise, [(0, 1), (1, 0)], 4, 4)
+
+
+def test_a_box_declared_near_coarse_fits_on_and_keeps_its_verdict(tmp_path, capsys):
+    """helper-98: a float32 model file under --declared-noise 8e-10 (just above COARSE of its
+    outputs) stopped its families once a quarter had failed; the observations left out moved
+    the declared level below COARSE and the failure lost its verdict.  Within NEAR_COARSE of
+    COARSE the families are all fitted, as before the stop: 2,260 queries, the verdict leads."""
+    import json
+
+    from exactlearn.cli import main
+    path = str(tmp_path / "m.json")
+    assert main(["random-model", "--d", "4", "--heads", "2", "--seed", "5", "--out", path]) == 0
+    capsys.readouterr()
+    rc = main(["learn", "--model", path, "--heads", "2", "--tokens", "float32",
+               "--declared-noise", "8e-10", "--field", "real", "--seed", "3", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 1 and out["queries"] == 2260
+    assert "the box's rounding likely exceeds the declared eta" in out["error"]
+    assert "31 of 31 configurations" in out["error"]
