@@ -21,17 +21,23 @@ class _Noise:                        # a float32 box's eta: 1e-4 of its outputs 
         return 1e-4
 
 
-def _fit_all(monkeypatch, n, failing):
+def _fit_all(monkeypatch, n, failing, noise=None, tried=None):
+    """fit_all over ``n`` configurations of which those with ``failing(j)`` (or ``j <
+    failing``) fail, at a coarse box's eta unless ``noise`` is given; ``tried`` gets the
+    configurations fitted."""
     configs = [SimpleNamespace(x=(1,), a=(2,), kind="basis", i=0, j=k) for k in range(n)]
     plan = SimpleNamespace(configs=configs, bias=False)
+    fails = failing if callable(failing) else (lambda j: j < failing)
 
     def resolve(c, *args, **kw):
-        if c.j < failing:
+        if tried is not None:
+            tried.append(c.j)
+        if fails(c.j):
             raise DegenerateDraw(f"configuration {c.j}: crowded")
         return object(), [c.j], 1
 
     monkeypatch.setattr(sf, "resolve_family", resolve)
-    return sf.fit_all(plan, None, _Asker(), _Noise(), [(0, 1), (1, 0)], 4, 4)
+    return sf.fit_all(plan, None, _Asker(), noise or _Noise(), [(0, 1), (1, 0)], 4, 4)
 
 
 def test_a_coarse_box_fits_on_while_up_to_three_quarters_of_its_families_fail(monkeypatch):
@@ -56,39 +62,16 @@ def test_a_float64_box_stops_once_more_than_a_quarter_fail(monkeypatch):
     configurations are unresolved, so fitting the rest (each failure asked at four more
     scales) only spent queries: MiniLM layer 3 (d' = 8) asked 48,517 before its pencil start,
     36,916 once it stopped here.  Before, only a coarse box stopped (all 20 were tried)."""
-    configs = [SimpleNamespace(x=(1,), a=(2,), kind="basis", i=0, j=k) for k in range(20)]
-    plan = SimpleNamespace(configs=configs, bias=False)
-    tried = []
-
-    def resolve(c, *args, **kw):
-        tried.append(c.j)
-        if c.j % 2 == 0:                 # half fail, from the first on
-            raise DegenerateDraw(f"configuration {c.j}: crowded")
-        return object(), [c.j], 1
-
-    monkeypatch.setattr(sf, "resolve_family", resolve)
-    fits, ids, rescued, bad, stopped, share = sf.fit_all(plan, None, _Asker(), _Float64Noise(),
-                                                         [(0, 1), (1, 0)], 4, 4)
+    tried = []                           # half fail, from the first on
+    fits, ids, rescued, bad, stopped, share = _fit_all(monkeypatch, 20, lambda j: j % 2 == 0,
+                                                       _Float64Noise(), tried)
     assert share == 0.25 and len(bad) == 6 > share * 20
     assert stopped == 11 and tried == list(range(11))
 
 
 def test_a_float64_box_fits_every_family_while_a_quarter_or_fewer_fail(monkeypatch):
-    fits, ids, rescued, bad, stopped, share = _fit_all_noise(monkeypatch, 20, 5, _Float64Noise())
+    fits, ids, rescued, bad, stopped, share = _fit_all(monkeypatch, 20, 5, _Float64Noise())
     assert stopped is None and len(bad) == 5 and len(fits) == 15
-
-
-def _fit_all_noise(monkeypatch, n, failing, noise):
-    configs = [SimpleNamespace(x=(1,), a=(2,), kind="basis", i=0, j=k) for k in range(n)]
-    plan = SimpleNamespace(configs=configs, bias=False)
-
-    def resolve(c, *args, **kw):
-        if c.j < failing:
-            raise DegenerateDraw(f"configuration {c.j}: crowded")
-        return object(), [c.j], 1
-
-    monkeypatch.setattr(sf, "resolve_family", resolve)
-    return sf.fit_all(plan, None, _Asker(), noise, [(0, 1), (1, 0)], 4, 4)
 
 
 def test_a_box_declared_near_coarse_fits_on_and_keeps_its_verdict(tmp_path, capsys):

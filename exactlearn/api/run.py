@@ -338,9 +338,7 @@ def undeclared_noise_hint(K, a: dict, oracle=None) -> str:
     if K.is_exact or a["noise"] is not None or a["noise_rel"] is not None:
         return ""
     if a["tokens"] in ("exact", None):
-        from exactlearn.oracle import OutputsView
-        box = oracle.box if isinstance(oracle, OutputsView) else oracle
-        if oracle is None or getattr(box, "field", None) is not None:
+        if oracle is None or getattr(_user_box(oracle), "field", None) is not None:
             return ""
         return (" [tokens= was not given, so the box was sent exact rationals (tuples of "
                 "gmpy2.mpq), and no noise= was declared: a float layer takes "
@@ -351,12 +349,19 @@ def undeclared_noise_hint(K, a: dict, oracle=None) -> str:
             "noise='auto' to measure it]")
 
 
+def _user_box(oracle):
+    """The box the user gave (its :class:`~exactlearn.oracle.TokenAdapter` when tokens were
+    converted), out of an outputs= view."""
+    from exactlearn.oracle import OutputsView
+    return oracle.box if isinstance(oracle, OutputsView) else oracle
+
+
 def coarse_answer_hint(oracle, K, a: dict) -> str:
     """A float box whose answers are typed float32 (or coarser: a float32 torch tensor, a JAX
     array without x64) rounds them to about 6e-8 of their size; a declared eta below that
     fails at every scale without saying why: say so."""
-    from exactlearn.oracle import OutputsView, TokenAdapter
-    box = oracle.box if isinstance(oracle, OutputsView) else oracle
+    from exactlearn.oracle import TokenAdapter
+    box = _user_box(oracle)
     dtype = box.coarse if isinstance(box, TokenAdapter) else None
     if K.is_exact or dtype is None or a["noise"] == "auto":
         return ""
