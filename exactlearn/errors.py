@@ -89,6 +89,23 @@ def mark_box_failure(exc: BaseException, box: str) -> None:
             pass
 
 
+def clip(text, width: int) -> str:
+    """``text`` on one line, at most ``width`` characters: cut at a word boundary with an
+    ellipsis (:func:`textwrap.shorten`), mid-word only when its first word alone is longer.
+
+    >>> clip("the probe failed at every scale", 20)
+    'the probe failed …'
+    >>> clip("x" * 30, 10), clip("short", 10)
+    ('xxxxxxxxx…', 'short')
+    """
+    import textwrap
+    text = " ".join(str(text).split())
+    if len(text) <= width:
+        return text
+    cut = textwrap.shorten(text, width, placeholder=" …")
+    return cut if cut != "…" else text[:width - 1] + "…"
+
+
 def box_failure(exc: BaseException) -> str | None:
     """The one-line reason of an exception the black box raised (:func:`mark_box_failure`),
     else None.
@@ -109,12 +126,12 @@ def box_failure(exc: BaseException) -> str | None:
         return None
     n = getattr(exc, "exactlearn_queries", None)
     b = getattr(exc, "exactlearn_batch", None)
-    where = f"query {n + 1}" if b is None else \
-        f"its batch() of {b} quer{'y' if b == 1 else 'ies'} from query {n + 1} (none returned)"
-    at = "" if n is None else f" at {where} ({n} quer{'y' if n == 1 else 'ies'} answered " \
-                              f"before it, counted)"
-    text = " ".join(str(exc).split())
-    text = text if len(text) <= 300 else text[:297] + "..."
+    at = ""
+    if n is not None:
+        where = f"query {n + 1}" if b is None else \
+            f"its batch() of {b} quer{'y' if b == 1 else 'ies'} from query {n + 1} (none returned)"
+        at = f" at {where} ({n} quer{'y' if n == 1 else 'ies'} answered before it, counted)"
+    text = clip(exc, 300)
     return f"the black box {box} raised {type(exc).__name__}{at}" + (f": {text}" if text else "")
 
 

@@ -31,3 +31,15 @@ def test_cli_names_the_head_bound(tmp_path, capsys):
     assert main(["learn", "--model", str(path), "--heads", "1", "--seed", "1"]) == 1
     assert "raise --heads / --max-heads" in capsys.readouterr().out
     assert main(["learn", "--model", str(path), "--heads", "2", "--seed", "1"]) == 0
+
+
+def test_long_reasons_are_cut_at_a_word_with_an_ellipsis():
+    """A box's long error (and the real field's probe, pencil and family texts, all through
+    :func:`exactlearn.errors.clip`) used to be cut mid-word with no mark: "... at the decla"."""
+    from exactlearn.errors import box_failure, clip, mark_box_failure
+    exc = RuntimeError("the declared noise " * 40)
+    mark_box_failure(exc, "layer")
+    text = box_failure(exc).split(": ", 1)[1]
+    assert len(text) <= 300 and text.endswith(" …"), text
+    assert text[:-2].split()[-1] in ("the", "declared", "noise"), text      # a whole word
+    assert clip("one two three", 12) == "one two …" and clip("one two", 12) == "one two"

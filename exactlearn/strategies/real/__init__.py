@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from exactlearn.errors import DegenerateDraw, LearningFailure, ResidualsBeyondNoise
+from exactlearn.errors import DegenerateDraw, LearningFailure, ResidualsBeyondNoise, clip
 from exactlearn.pipeline.plan import draw_paper_plan
 
 # the learner's modules (numpy, mpmath, scipy) are imported where they run, so that
@@ -121,7 +121,7 @@ def run(plan, ask, K, trace, options) -> tuple:
         try:
             heads, n, options.state.outcome = _run_once(plan, ask, K, options, fit_heads)
             if tried:                   # the counts refuted before this one, and why
-                options.state.outcome.detail["head_counts_refuted"] = [t[:300] for t in tried]
+                options.state.outcome.detail["head_counts_refuted"] = [clip(t, 300) for t in tried]
             if not options.heads_given and len(heads) < plan.H:     # what the bound can't show
                 options.state.outcome.detail["head_bound_caveat"] = (
                     f"{_plural(len(heads))} certified under a bound of {plan.H}: the error bound "

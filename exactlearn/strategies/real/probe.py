@@ -41,7 +41,7 @@ from gmpy2 import mpq
 
 from exactlearn.algebra import linalg
 from exactlearn.errors import (DegenerateDraw, FieldError, ModelError, NoisierThanDeclared,
-                               NonFiniteAnswer)
+                               NonFiniteAnswer, clip)
 from exactlearn.fields.rational import QQ
 from exactlearn.pipeline.plan import paper_plan
 from exactlearn.strategies.real.fit import fit_family_with_sensitivities
@@ -124,7 +124,7 @@ def probe_scale(plan, ask, K, S, H, eta, Yguess):
                                    # a box refusing the tokens (bad input) refuses every scale
         except (FieldError, ArithmeticError, ValueError) as exc:
             first = first or exc
-            tries.append({"scale": str(sigma0), "failed": str(exc)[:120]})
+            tries.append({"scale": str(sigma0), "failed": clip(exc, 120)})
             sigma0 /= 4
             continue
         rms = ctx.sqrt(ctx.fsum(s * s for s in ss) / len(ss)) if ss else None

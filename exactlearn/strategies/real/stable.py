@@ -109,7 +109,7 @@ import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import (DegenerateDraw, InterpolationError, LearningFailure, MatchError,
-                               NonFiniteAnswer, SingularMatrix)
+                               NonFiniteAnswer, SingularMatrix, clip)
 from exactlearn.fields.rational import QQ
 from exactlearn.model import HeadSet
 from exactlearn.noise import noise_bound
@@ -269,7 +269,7 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
             route = pencil_route(plan0, K, asker, nz, nodes, H, exc, bias)
         except LearningFailure as exc2:     # the box's nan twice: said once, in one line
             raise (exc if {type(exc), type(exc2)} == {NonFiniteAnswer} else type(exc)(
-                f"{exc}; the pencil start failed too: {str(exc2)[:400]}")) from None
+                f"{exc}; the pencil start failed too: {clip(exc2, 400)}")) from None
         sigma, m = route.sigma, H
     probe_log[-1] = n_probe
     return route, sigma, m, tries, n_probe, scaled
@@ -319,7 +319,7 @@ def _polished_estimate(est, route, K, rec, start, etas_all, bias, ask, size, m) 
     polished, n_target, etas_all, obs = _polish_step(est.heads, K, rec, start, etas_all, route,
                                                      bias, ask, size)
     if route.far and polished is None:
-        raise DegenerateDraw(f"the pencil start ({route.pencil['why'][:80]}...) did not "
+        raise DegenerateDraw(f"the pencil start ({clip(route.pencil['why'], 80)}) did not "
                              f"converge to a well-determined fit of all {len(obs)} observations")
     pol = None
     if polished is not None:

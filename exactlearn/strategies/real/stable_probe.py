@@ -23,7 +23,7 @@ import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import (DegenerateDraw, FieldError, InterpolationError, LearningFailure,
-                               NoisierThanDeclared)
+                               NoisierThanDeclared, clip)
 from exactlearn.strategies.real.ratio import family_tokens, fit_ratio_family, node_t
 from exactlearn.strategies.real.stable_plan import COARSE, token_norm
 
@@ -96,7 +96,7 @@ def probe_scale(plan0, K, asker, noise, nodes, H, m_fixed):
         if not logs:
             if all(isinstance(e, NoisierThanDeclared) for e in failed) and s0 == PROBE_SCALES[-1]:
                 raise failed[0]
-            tries.append({"scale": str(s0), "failed": str(failed[0])[:120]})
+            tries.append({"scale": str(s0), "failed": clip(failed[0], 120)})
             continue
         rms = math.sqrt(sum(x * x for x in logs) / len(logs)) / float(s0) ** 2
         tries.append({"scale": str(s0), "families": len(fams) - len(failed), "poles": len(logs),

@@ -4,6 +4,7 @@ the certificate's ratios, the route's families, the probe, the plan's own count.
 """
 from __future__ import annotations
 
+from exactlearn.errors import clip
 from exactlearn.strategies.real.analysis import EQUAL_FACTOR
 from exactlearn.strategies.real.ratio import MAX_COPIES, ratio_nodes
 from exactlearn.strategies.real.stable_plan import STABLE_UNEQUAL_FACTOR, stable_count
@@ -37,7 +38,7 @@ def run_account(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries,
         f"probe's rms log rho to about {STABLE_TARGET}", "probe": tries,
         "probe_queries": n_probe,
         "stable_plan_queries": stable_count(d, H, bias, lean=len(nodes) < len(ratio_nodes(H))),
-        "unresolved_configurations": {name(n): str(e)[:160] for n, e in route.bad.items()},
+        "unresolved_configurations": {name(n): clip(e, 160) for n, e in route.bad.items()},
         "unlabelled_configurations": [name(n) for n in fits
                                       if n not in index and n < len(splan.configs)],
         "supplementary_families": route.supplementary,

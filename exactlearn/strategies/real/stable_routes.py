@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from gmpy2 import mpq
 
-from exactlearn.errors import DegenerateDraw
+from exactlearn.errors import DegenerateDraw, clip
 from exactlearn.model import Head
 from exactlearn.pipeline.match import WithinBounds
 from exactlearn.pipeline.plan import paper_plan
@@ -223,6 +223,6 @@ def pencil_route(plan0, K, asker, nz, nodes, H, why, bias=False):
     else:
         heads = [Head(tuple(tuple(mpf(float(a)) for a in row) for row in W),
                       tuple(mpf(float(a)) for a in v)) for W, v in start]
-    info["why"] = str(why)[:200]
+    info["why"] = clip(why, 200)
     return Route(splan, heads, None, None, None, {}, {}, {}, {}, 0, 0.0, constant=constant,
                  sigma=sigma, pencil=info, plan_start=plan_start)
