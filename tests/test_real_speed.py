@@ -83,3 +83,33 @@ def test_a_linear_refinement_converges_at_its_floor_once_it_contracts():
                      floor=1e-15, linear=True)
     assert out.converged and out.steps <= 6
     assert abs(out.theta[0] - target) <= 2 * out.size
+
+
+def test_the_plans_families_are_formed_and_looked_up_once(monkeypatch):
+    """fit_all asks every configuration at scale 1 in one batch and fits each from that batch's
+    answers: no query of it is formed and looked up again (before, each family's were, once
+    more per configuration: a second ``query_key`` per query)."""
+    import exactlearn.strategies.real.stable_routes as routes
+    from exactlearn.pipeline.ask import AskOnce, query_key
+    asked, inside = [], [False]           # the keys of each call of ask within fit_all
+    ask, fit_all = AskOnce.ask, routes.fit_all
+
+    def counted(self, queries):
+        if inside[0]:
+            asked.append({query_key(q) for q in queries})
+        return ask(self, queries)
+
+    def watched(*args, **kwargs):
+        inside[0] = True
+        try:
+            return fit_all(*args, **kwargs)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(AskOnce, "ask", counted)
+    monkeypatch.setattr(routes, "fit_all", watched)
+    res = learn(NumpyAttention.from_seed(6, 3, 0), d=6, heads=3, field=Real(dps=30),
+                tokens="float64", plan="stable", noise=5e-14, noise_rel=1e-15, seed=0)
+    assert res.status == "certified"
+    first, later = asked[0], set().union(*asked[1:])  # later: the rescues (other scales)
+    assert len(first) > 100 and not first & later

@@ -93,11 +93,12 @@ def fit_all(plan, K, asker, noise, nodes, m, H, rescue=None):
     # observation) could flip with the observations a stop leaves out: fit on there
     stops = coarse or level <= COARSE / NEAR_COARSE
     fits, ids, rescued, bad = {}, {}, {}, {}
+    per = len(nodes)
     for n, c in enumerate(plan.configs):
         try:
             fits[n], ids[n], f = resolve_family(c, K, asker, noise, nodes, m, H,
                                                 scales=(mpq(1),) + (rescue or RESCUE),
-                                                bias=plan.bias)
+                                                bias=plan.bias, asked=got[n * per:(n + 1) * per])
         except LearningFailure as exc:
             bad[n] = exc
             last = n + 1 == len(plan.configs)
@@ -109,17 +110,20 @@ def fit_all(plan, K, asker, noise, nodes, m, H, rescue=None):
     return fits, ids, rescued, bad, None, share
 
 
-def resolve_family(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE, bias=False):
+def resolve_family(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE, bias=False,
+                   asked=None):
     """``(fit at scale 1, observation indices, scale asked)`` of one configuration, at the
     first of ``scales`` (1, 1/2, 2, 1/4, 4) whose fit succeeds within STABLE_LINEAR_LIMIT
     (COARSE_LINEAR_LIMIT for a coarse box, its bounds following its scatter:
     :func:`_scatter_fit`); raises the first failure when none does.  With ``bias`` only the
-    c-values go back to scale 1 (:func:`_normalised_c`)."""
+    c-values go back to scale 1 (:func:`_normalised_c`).  ``asked``: the answers at scale 1,
+    already asked (:func:`fit_all`'s first batch), taken as they are
+    (:func:`~exactlearn.strategies.real.stable_probe.ask_family`)."""
     ts = [node_t(k, mm) for k, mm in nodes]
     what = f"configuration {c.kind}{(c.i + 1, c.j + 1)}"
     first = None
     for f in scales:
-        ys, etas, ids = ask_family(c, f, asker, noise, nodes, H)
+        ys, etas, ids = ask_family(c, f, asker, noise, nodes, H, asked if f == 1 else None)
         label = what if f == 1 else f"{what} at scale {f}"
         coarse = _coarse(ys, etas)
         try:

@@ -43,13 +43,17 @@ def sigma_for(rms: float) -> mpq:
     return min(cands, key=lambda s: abs(math.log(float(s) / want)))
 
 
-def ask_family(c, f, asker, noise, nodes, H) -> tuple:
+def ask_family(c, f, asker, noise, nodes, H, asked=None) -> tuple:
     """Configuration ``c`` asked with its tokens scaled by ``f`` at every node:
     ``(values, their error bounds eta_q, observation indices)``; ``asker`` asks each query
-    once, ``noise`` gives ``eta_q`` (the stable plan's)."""
+    once, ``noise`` gives ``eta_q`` (the stable plan's).  ``asked``: what ``asker.ask``
+    answered for these queries already (``(value, observation index)`` per node, in order:
+    the plan's first batch, :func:`~exactlearn.strategies.real.stable_families.fit_all`),
+    taken as it is instead of forming and looking up the queries again."""
     x = tuple(f * a for a in c.x)
     a = tuple(f * b for b in c.a)
-    part = asker.ask([family_tokens(x, a, k, mm) for k, mm in nodes])
+    part = asked if asked is not None else asker.ask([family_tokens(x, a, k, mm)
+                                                      for k, mm in nodes])
     ys = [y for y, _ in part]
     size = H * max(abs(float(y)) for y in ys)
     norm = max(token_norm(x), token_norm(a))      # eta by the tokens' scale (noise="auto")
