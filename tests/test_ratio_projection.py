@@ -9,6 +9,7 @@ from gmpy2 import mpq
 
 from exactlearn.fields.real import Real
 from exactlearn.strategies.real import ratio
+from exactlearn.strategies.real.loewner import poly_of_zeros
 from exactlearn.strategies.real.ratio import (COARSE_EVALUATIONS, fit_ratio_family, node_t,
                                               ratio_nodes)
 
@@ -81,3 +82,22 @@ def test_the_start_search_stops_after_patience_far_starts_in_a_row(monkeypatch):
     assert _search(monkeypatch, [far, far, 5.0] + [far] * 20) == (3 + P, 2)
     assert _search(monkeypatch, [far, 0.5] + [far] * 20) == (2, 1)
     assert _search(monkeypatch, [far] * (P - 1) + [0.5] + [far] * 20) == (P, P - 1)
+
+
+def test_the_loewner_starts_polynomials_are_numpys_bit_for_bit():
+    """``loewner.poly_of_zeros`` (the start's basis polynomials, without ``np.poly``'s checks) is
+    ``np.poly`` bit for bit, and their sum ``np.polyadd``'s: the starts, hence every fit, are
+    unchanged (zeros in [0, 1], as ``z = t / (1 + t)``, and anywhere, repeated ones too)."""
+    rng = np.random.default_rng(3)
+    for n in range(1, 9):
+        for _ in range(200):
+            zeros = list(rng.uniform(0, 1, n) if n % 2 else rng.normal(0, 30, n))
+            zeros[-1] = zeros[0] if n > 2 else zeros[-1]
+            assert poly_of_zeros(zeros).tobytes() == np.poly(zeros).tobytes()
+            wts = rng.normal(size=2)
+            old = np.polyadd(np.polyadd(np.zeros(1), wts[0] * np.poly(zeros)),
+                             wts[1] * np.poly(zeros[::-1]))
+            new = np.zeros(n + 1)
+            new += wts[0] * poly_of_zeros(zeros)
+            new += wts[1] * poly_of_zeros(zeros[::-1])
+            assert new.tobytes() == old.tobytes()

@@ -18,7 +18,8 @@ at float64 accuracy.  :func:`ratio_nodes` spreads ``t`` geometrically over
 
 :func:`fit_ratio_family` fits ``theta = (A, log rho_1..m, c_1..m)`` by weighted least
 squares (weights ``1/eta_q``): a Loewner (AAA-style) start in ``z = t/(1+t)``, where
-``f`` is rational of type ``(m, m)`` on ``[0, 1]``; Levenberg-Marquardt in float64
+``f`` is rational of type ``(m, m)`` on ``[0, 1]``
+(:func:`~exactlearn.strategies.real.loewner.loewner_start`); Levenberg-Marquardt in float64
 (:func:`~exactlearn.strategies.real.lsq.solve`, MINPACK through scipy) on the ``m`` values
 ``log rho`` alone, ``A`` and ``c`` by linear least squares at each (variable projection,
 :class:`_Projected`); then
@@ -53,6 +54,7 @@ import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import DegenerateDraw, InterpolationError
+from exactlearn.strategies.real.loewner import loewner_start
 from exactlearn.strategies.real.lsq import (EPS, Mpfr, field_precision, from_mpfr, refine,
                                             solve, to_mpfr)
 from exactlearn.strategies.real.sensitivity import LO, NOISE_FACTOR, check_noise, rounding
@@ -162,31 +164,6 @@ def _model(theta, zs, m):
     return f, J
 
 
-def _start(zs, ys, w, m, shift=0):
-    """log rho from a Loewner least-squares fit in z = t/(1+t) (AAA with m+1 supports)."""
-    z = np.where(np.isfinite(zs), zs / (1 + np.where(np.isfinite(zs), zs, 0)), 1.0)
-    n = len(z)
-    sup = sorted({min(n - 1, int(round(j * (n - 1) / m)) + (shift if 0 < j < m else 0))
-                  for j in range(m + 1)})
-    test = np.array([i for i in range(n) if i not in sup], dtype=np.intp)
-    js = np.array(sup, dtype=np.intp)
-    L = (ys[test][:, None] - ys[js][None, :]) / (z[test][:, None] - z[js][None, :])
-    L = L * w[test][:, None]
-    _, _, Vt = np.linalg.svd(L)
-    wts = Vt[-1]
-    poly = np.zeros(1)
-    for jj, j in enumerate(sup):
-        basis = np.poly([z[i] for i in sup if i != j])
-        poly = np.polyadd(poly, wts[jj] * basis)
-    roots = np.roots(poly)
-    roots = roots[np.abs(roots.imag) <= 1e-6 * np.maximum(1, np.abs(roots))].real
-    rho = 1 - 1 / roots[np.abs(roots) > 0]
-    rho = rho[rho > 0]
-    if len(rho) != m:
-        return None
-    return np.sort(np.log(rho))
-
-
 class _Projected:
     """Variable projection (Golub--Pereyra, with Kaufman's Jacobian) of the weighted residuals
     ``(f - y) w``: for fixed ``log rho`` the model is linear in ``(A, c)``, whose weighted
@@ -263,7 +240,7 @@ def _starts(zs, yf, w, m):
     random ones (deterministic: seeded by the number of samples)."""
     for shift in range(3):
         try:
-            s0 = _start(zs, yf, w, m, shift)
+            s0 = loewner_start(zs, yf, w, m, shift)
         except (np.linalg.LinAlgError, ValueError):
             s0 = None
         if s0 is not None:
