@@ -185,6 +185,8 @@ class _Projected:
         self.t, self.wf, self.yw, self.m = zs[fin][:, None], w[fin][:, None], ys * w, m
         self.B = np.zeros((len(zs), m + 1))
         self.B[:, 0] = w
+        # the columns of the heads at the finite nodes, written in place where they are a view
+        self.Bh = self.B[self.fin, 1:] if isinstance(self.fin, slice) else None
         self.D = np.zeros((len(zs), m))
         self.key = None
         from scipy.linalg.lapack import dgeqrf, dorgqr, dtrtrs   # scipy on first use (lsq.solve)
@@ -195,9 +197,13 @@ class _Projected:
         if key != self.key:
             m, fin, t = self.m, self.fin, self.t
             dgeqrf, dorgqr, dtrtrs = self.lapack
-            trho = t * np.exp(ls)[None, :]
-            inv = 1 / (1 + trho)
-            self.B[fin, 1:] = inv * self.wf
+            trho = t * np.exp(ls)
+            inv = np.add(trho, 1.0)
+            np.divide(1.0, inv, out=inv)               # 1 / (1 + t rho), no temporary
+            if self.Bh is not None:
+                np.multiply(inv, self.wf, out=self.Bh)
+            else:
+                self.B[fin, 1:] = inv * self.wf
             qr, tau, _, _ = dgeqrf(self.B)
             Q = dorgqr(qr, tau)[0]
             qy = Q.T @ self.yw
