@@ -176,7 +176,10 @@ def test_a_declared_noise_over_an_exact_field_is_refused_not_ignored(noise):
 
 def test_a_declared_noise_of_zero_over_an_exact_field_is_allowed():
     from exactlearn.generate import random_model
-    assert learn(Oracle(random_model(2, 1, seed=1), Rational()), d=2, heads=1, noise=0).certified
+    # seeded: unseeded, about 1 draw in 20 is degenerate for this head (its W has a zero row),
+    # an explicit failure that made the test flaky (helper-99: 14 of 300 on 5d58b20)
+    assert learn(Oracle(random_model(2, 1, seed=1), Rational()), d=2, heads=1, noise=0,
+                 seed=1).certified
 
 
 @pytest.mark.parametrize("extra", [["--plan", "paper"], ["--field", "real", "--plan", "paper"],
