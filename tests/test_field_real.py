@@ -407,7 +407,8 @@ def test_learner_over_the_real_field_matches_the_exact_heads():
     K = Real(dps=60)
     res = learn(Oracle(m, K), d=2, heads=2, seed=3, query_range=3)
     assert res.certified, res.error
-    assert res.queries == 4 * 2 * 4 - 2 * 2 + 1 + res.probe_queries   # + the scaling probe
+    # the paper's 4Hd^2 - 2H + 1, its 2d - 2 single tokens (x) computed from V, the probe
+    assert res.queries == 4 * 2 * 4 - 2 * 2 + 1 + 2 + res.probe_queries
     for got, want in zip(sorted(res.heads, key=lambda h: h.v), sorted(m.canonical_heads(), key=lambda h: h.v)):
         for a, b in zip([x for r in got.W for x in r] + list(got.v),
                         [x for r in want.W for x in r] + list(want.v)):

@@ -35,7 +35,9 @@ def test_real_agrees_with_the_exact_fields_within_its_bound(d, H, seed):
     K = Real(dps=60)
     res = learn(Oracle(m, K), d=d, heads=H, seed=seed)
     assert res.certified, res.error
-    assert res.queries == res.plan_queries + res.probe_queries == 4 * H * d * d - 2 * H + 1 + res.probe_queries
+    # the paper's 4Hd^2 - 2H + 1 and the 2d - 2 single tokens (x) it computes from V
+    assert res.queries == res.plan_queries + res.probe_queries \
+        == 4 * H * d * d - 2 * H + 1 + 2 * (d - 1) + res.probe_queries
     assert res.probe_queries <= -(-6 // H) * (2 * H + 1)       # ceil(6/H) probe families
     err, _ = max_parameter_error(res.heads, exact.heads, K)
     assert err <= res.error_bound < K("1e-35")
@@ -109,10 +111,26 @@ def test_snap_returns_the_exact_heads_and_certifies_them():
 
 
 def test_snap_refuses_when_no_rational_of_bounded_height_fits():
-    m = MultiHeadAttention([([["0.1234567890123456789012345678901"]], ["0.987654321987654321987"])])
+    m = MultiHeadAttention([([["0.2718281828459045235360287471352662497757"]],
+                             ["0.987654321987654321987"])])
     K = Real(dps=60)
     res = learn(Oracle(m, K), d=1, heads=1, seed=1, snap=True)
     assert res.certified and res.snap["status"] == "not snapped"
+    assert "W[1][1]" in res.snap["reason"]
+
+
+def test_a_wrong_snap_fails_its_certificate():
+    """W of height 10^31 above the height bound floor(1/sqrt(2B)) ~ 2e28: the one rational of
+    bounded height within its bound B is not W, and the snapped model misses an observation
+    beyond the noise alone -- "failed" (the error bound still covers the real heads)."""
+    m = MultiHeadAttention([([["0.1234567890123456789012345678901"]], ["0.987654321987654321987"])])
+    K = Real(dps=60)
+    res = learn(Oracle(m, K), d=1, heads=1, seed=1, snap=True)
+    assert res.certified and res.snap["status"] == "failed"
+    assert MultiHeadAttention(res.snap["heads"], d=1).canonical_heads() != m.canonical_heads()
+    assert float(res.snap["max_residual_over_tolerance"]) > 1
+    err, _ = max_parameter_error(res.heads, m.canonical_heads(), K)
+    assert err <= res.error_bound
 
 
 def test_simplest_rational_and_height_bound():

@@ -29,8 +29,9 @@ from exactlearn import MultiHeadAttention, Oracle, learn
 from exactlearn.cli.main import main, random_model
 from exactlearn.fields import Modular, Rational, Symbolic
 from exactlearn.fields.real import Real
-from exactlearn.strategies.real.learn import (NoisierThanDeclared, Sens, fit_family_with_sensitivities,
-                                              max_parameter_error, sens_context)
+from exactlearn.errors import NoisierThanDeclared
+from exactlearn.strategies.real.learn import max_parameter_error
+from exactlearn.strategies.real.ratio import fit_ratio_family, node_t
 from exactlearn.model import Head
 from exactlearn.noise import NoisyOracle
 
@@ -169,25 +170,25 @@ def test_float_noise_is_accepted_or_refused_clearly():
     K = Real(dps=40)
     res = learn(Oracle(m, K), d=2, heads=2, seed=3, noise=1e-15)
     assert res.certified, res.error
-    assert res.real_detail["eta"].startswith("1.0e-15")
+    assert float(res.real_detail["eta"]) == 1e-15 and res.detail.eta == K(mpq(1e-15))
     for bad in (float("nan"), float("inf"), -1e-15):
         with pytest.raises(ValueError, match="noise"):
             learn(Oracle(m, K), d=2, heads=2, seed=3, noise=bad)
 
 
 def test_least_squares_family_fit_checks_its_residual():
-    """A family fitted with m = 1 < H = 2 poles (k = 0 computed): the Loewner start sees only
-    k = 1..3, so a sample k = 4 off by 1e-12 >> eta = 1e-20 is caught by the residual."""
+    """A family at the paper's nodes k = 0..4 fitted with m = 1 < 2 heads (least squares in
+    the field's precision, strategies/real/fit.py): the Loewner start sees only k = 0..2, so a
+    sample k = 4 off by 1e-12 >> eta = 1e-20 is caught by the residual."""
     K = Real(dps=40)
-    S = sens_context(K)
+    ts = [node_t(k, 1) for k in range(5)]
     ys = [K(3) + K(2) / (1 + k * K("1.5")) for k in range(5)]
-    etas = {q: K("1e-20") for q in range(5)}
-    sens = [Sens.unit(S, q) for q in range(5)]
-    fit = fit_family_with_sensitivities(K, 2, ys, sens, etas, computed0=True, m=1)
-    assert len(fit.rhos) == 1 and abs(fit.rhos[0] - K("1.5")) < K("1e-30")
+    fit = fit_ratio_family(K, ts, ys, [1e-20] * 5, 1)
+    assert len(fit.logs) == 1 and abs(K.ctx.exp(fit.logs[0]) - K("1.5")) < K("1e-30")
+    assert fit.worst_residual < 1
     ys[4] += K("1e-12")
     with pytest.raises(NoisierThanDeclared, match=NOISIER):
-        fit_family_with_sensitivities(K, 2, ys, sens, etas, computed0=True, m=1)
+        fit_ratio_family(K, ts, ys, [1e-20] * 5, 1)
 
 
 # -- the probe -----------------------------------------------------------------------------
@@ -216,7 +217,10 @@ def test_probe_queries_counted_on_a_run_failing_after_the_plan():
     res = learn(box, d=2, heads=2, field=Real(dps=30), seed=0, noise="1e-10")
     assert res.status == "failed" and NOISIER in res.error      # after the whole plan was asked
     assert res.probe_queries > 0
-    assert box.calls == res.queries == paper_count(2, 2) + res.probe_queries
+    # the paper's 4Hd^2 - 2H + 1 and the 2d - 2 single tokens (x) it computes from V, the
+    # probe, and the families that failed asked again at other scales (rescues): every call
+    assert res.plan_queries == paper_count(2, 2) + 2
+    assert box.calls == res.queries > res.plan_queries + res.probe_queries
 
 
 # -- proofs-check: no false warning --------------------------------------------------------

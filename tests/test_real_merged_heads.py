@@ -138,16 +138,20 @@ def test_a_single_head_under_a_head_bound_is_still_certified():
 
 
 def test_a_model_of_too_few_heads_fails_the_residual_test_with_its_count():
-    """The residual test itself: with one head fitted where two are, the escalation refits
-    with two; its failure names both counts (ResidualsBeyondNoise carries the count)."""
+    """With one head fitted where two are, the escalation refits with two, and its failure
+    names both counts (ResidualsBeyondNoise carries the count); or the probe already counts
+    two heads (its family's samples do not fit one within eta: the paper plan in the one
+    pipeline), and the failure names the count fitted.  Never one head certified."""
     model = MultiHeadAttention([(W1, ["1", "2"]),
                                 ([[str(1 + Fraction(3, 100)), "1/2"], ["-1/4", "3/4"]], ["1", "2"])])
     K = Real(dps=50)
     inner = Oracle(model, K)
     res = learn(NoisyOracle(inner, 1e-10, seed=0), d=2, max_heads=2, field=K, seed=0)
-    assert_not_merged(res, model.canonical_heads(), K)
-    if not res.certified:
-        assert "with 1 head" in res.error and "exactly 2 heads" in res.error
+    if res.certified:
+        assert_not_merged(res, model.canonical_heads(), K)
+    else:
+        assert ("with 1 head" in res.error and "exactly 2 heads" in res.error) or (
+            "more heads than 2" in res.error and "could not be resolved" in res.error), res.error
     assert res.queries == inner.queries
 
 

@@ -4,9 +4,10 @@
   once each (one call of the box's ``batch``), reuses earlier answers with their observation
   indices, and enters ``around`` at every call of the box -- the counts checked against an
   independent counting box.  The stable plan asks through it (its own ``Asker`` is gone).
-* The two plans' thresholds have distinct names with their values unchanged
-  (``PAPER_*`` 1e-3, 1e5, 1; ``STABLE_*`` 1e-2, 1e2, 3); the old names of
-  :mod:`exactlearn.strategies.real.learn` still work, with a ``DeprecationWarning``; no name of
+* One pipeline for both plans: the paper plan (``plan="paper"``) is
+  :func:`~exactlearn.strategies.real.stable.run_stable` at the paper's nodes ``k = 0 .. 2H``,
+  whose families are fitted in the field's precision; the thresholds are the pipeline's
+  (``STABLE_*`` 1e-2, 1e2, 3; the paper plan's probe target ``PAPER_TARGET`` 1); no name of
   these is defined twice in ``exactlearn/strategies/real``, nor ``EPS``.
 * The noise tests are one function for both plans: a sum of squares above 1 fails first, the
   Chebyshev bound is formed only after it passes.
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import pathlib
-import warnings
 from contextlib import contextmanager
 
 import numpy as np
@@ -98,32 +98,38 @@ def test_no_threshold_defined_twice_under_one_name(name):
     assert len(_definitions(name)) <= 1, _definitions(name)
 
 
-def test_the_two_plans_thresholds_keep_their_values():
-    from exactlearn.strategies.real import analysis, lsq, outputs, probe, stable_normal
+def test_the_pipelines_thresholds_keep_their_values():
+    from exactlearn.strategies.real import lsq, outputs, stable_normal
     from exactlearn.strategies.real import stable_plan, stable_probe
-    assert (analysis.PAPER_LINEAR_LIMIT, analysis.PAPER_UNEQUAL_FACTOR, probe.PAPER_TARGET) \
-        == (1e-3, 10 ** 5, 1)
     assert (stable_plan.STABLE_LINEAR_LIMIT, stable_plan.STABLE_UNEQUAL_FACTOR,
-            stable_probe.STABLE_TARGET) == (1e-2, 10 ** 2, 3.0)
+            stable_plan.EQUAL_FACTOR, stable_probe.STABLE_TARGET, stable_plan.PAPER_TARGET) \
+        == (1e-2, 10 ** 2, 10, 3.0, 1.0)
     assert lsq.EPS == 2.0 ** -52 and outputs.EPS is lsq.EPS
     assert not hasattr(stable_normal, "EPS")
 
 
-@pytest.mark.parametrize("old,new,value", [("LINEAR_LIMIT", "PAPER_LINEAR_LIMIT", 1e-3),
-                                           ("UNEQUAL_FACTOR", "PAPER_UNEQUAL_FACTOR", 10 ** 5),
-                                           ("TARGET", "PAPER_TARGET", 1)])
-def test_old_names_of_the_paper_thresholds_warn(old, new, value):
-    from exactlearn.strategies.real import learn
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        got = getattr(learn, old)
-    assert got == value == getattr(learn, new)
-    assert [w.category for w in caught] == [DeprecationWarning] and new in str(caught[0].message)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert getattr(learn, new) == value          # the new name: no warning
-    with pytest.raises(AttributeError):
-        learn.NO_SUCH_NAME
+def test_the_paper_plan_is_the_one_pipeline_at_the_papers_nodes(monkeypatch):
+    """plan="paper" runs run_stable with nodes (k, 1), k = 0..2H (q_k = (a^k, x)); the separate
+    paper pipeline and its modules are gone, and learn.py keeps max_parameter_error."""
+    from exactlearn import MultiHeadAttention, Oracle, learn
+    from exactlearn.fields.real import Real
+    from exactlearn.strategies.real import learn as learn_module, stable
+    seen = []
+    run = stable.run_stable
+
+    def spy(*args, **kw):
+        seen.append(kw.get("nodes"))
+        return run(*args, **kw)
+
+    monkeypatch.setattr(stable, "run_stable", spy)
+    model = MultiHeadAttention([([[1, "1/2"], [0, -1]], [1, 2]), ([[0, 1], ["-1/2", 0]], [-1, 1])])
+    res = learn(Oracle(model, Real(dps=40)), d=2, heads=2, seed=3, plan="paper")
+    assert res.certified and res.plan == "paper"
+    assert seen == [[(0, 1), (1, 1), (2, 1), (3, 1), (4, 1)]]
+    assert res.real_detail["plan"].startswith("paper: q_k = (a^k, x)")
+    for gone in ("analysis", "solve", "probe"):
+        assert not (REAL / f"{gone}.py").exists()
+    assert learn_module.__all__ == ["max_parameter_error"]
 
 
 def test_noise_tests_one_function_sum_of_squares_first():

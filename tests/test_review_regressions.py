@@ -22,7 +22,12 @@ def test_real_field_never_certifies_near_merged_heads_as_one():
     W2 = [[x * (1 + mpq(1, 10 ** 6)) for x in r] for r in W1]
     model = MultiHeadAttention([(W1, [1, 2]), (W2, [2, 4])])
     res = learn(NoisyOracle(Oracle(model, Real(dps=50)), "1e-12", seed=0), d=2, heads=2, seed=0)
-    assert res.status == "failed" and "1 of the 2 heads given were resolved" in res.error
+    # explicit, never one head: the paper's own pipeline resolved one ("1 of the 2 heads given
+    # were resolved"); at the paper's nodes in the one pipeline the probe's families do not
+    # fit two real poles at any scale
+    assert res.status == "failed" and res.heads == ()
+    assert ("1 of the 2 heads given were resolved" in res.error
+            or "the scale probe failed at every scale tried" in res.error), res.error
 
 
 def test_verify_queries_counts_the_queries_actually_asked():

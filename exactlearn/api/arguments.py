@@ -136,7 +136,7 @@ def _check_real(a, K, plan) -> bool:
         noise_bound(K, noise_rel, "noise_rel")
     if plan == "paper" and a["tokens"] not in ("exact", None) and not K.is_exact:
         raise ValueError(f"tokens={a['tokens']!r} needs plan='stable' (the default with float "
-                         f"tokens): the paper plan's tokens are not exactly float numbers")
+                         f"tokens): the paper plan runs over exact tokens")
     if isinstance(noise, (list, tuple)) and a["outputs"] is not None:   # one eta per output
         if K.is_exact:
             raise ValueError("noise as a list (one eta per output) needs outputs=m over the real "

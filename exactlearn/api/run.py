@@ -26,8 +26,8 @@ from exactlearn.strategies.real import RealDetail
 
 #: Default half-width R of the random integer query entries, per field name.
 #: Rational: bit sizes grow like |D e^T W x| (see docs: howto/field-and-range.md#choosing-the-range).
-#: Symbolic: degrees in T grow the same way.  Real: the integers only seed exactly
-#: orthogonal X and E (exactlearn.strategies.real.learn.orthogonal_plan).
+#: Symbolic: degrees in T grow the same way.  Real: the integers only seed the near-orthogonal
+#: dyadic X and E (exactlearn.strategies.real.stable_plan.dyadic_basis).
 DEFAULT_RANGES = {"rational": 30, "modular": 2 ** 32, "symbolic": 8, "real": 1000}
 
 

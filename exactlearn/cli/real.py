@@ -223,7 +223,8 @@ def summary_lines(res, model) -> list:
     lines = []
     if res.probe_queries:
         lines.append(f"probe queries: {res.probe_queries} (included in queries; the "
-                     f"{'stable plan' if res.plan == 'stable' else 'paper'} count is {res.plan_queries})")
+                     f"{'stable plan' if res.plan == 'stable' else 'paper plan'} count is "
+                     f"{res.plan_queries})")
     if res.noise_estimated is not None:
         est = res.noise_estimated
         at = (f" at the plan's scale {est['query_scale']} (each of the {len(est['by_scale'])} "

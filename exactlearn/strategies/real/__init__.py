@@ -1,10 +1,14 @@
-"""The paper's plan over the real field: scaled queries, error propagation, a tolerance
-certificate and an a-posteriori error bound (docs: explanation/real-field.md;
-the paper's approximate-oracle conditions, arXiv:2608.03294).
+"""The real field's learner: scaled queries, error propagation, a tolerance certificate and
+an a-posteriori error bound (docs: explanation/real-field.md; the paper's approximate-oracle
+conditions, arXiv:2608.03294).
 
-:mod:`~exactlearn.strategies.real.learn` does the work (its docstring names the module
-of each step: probe, sensitivity, fit, analysis, solve, evaluate, certificate, snap);
-this module is the strategy interface :func:`exactlearn.api.learn` drives.
+One pipeline, :func:`~exactlearn.strategies.real.stable.run_stable` (its docstring names the
+module of each step: probe, families, labels, solve, polish, certificate); the plans are its
+choices of nodes -- ``plan="stable"`` the ratio nodes, ``plan="paper"`` the paper's
+``k = 0 .. 2H`` (:func:`~exactlearn.strategies.real.stable_plan.paper_nodes`) -- and
+``snap=True`` (the paper plan's) snaps its certified heads
+(:mod:`~exactlearn.strategies.real.snap`).  This module is the strategy interface
+:func:`exactlearn.api.learn` drives.
 """
 
 from __future__ import annotations
@@ -86,18 +90,17 @@ def draw_plan(d, H, rng, R, e_range=None, rank=None):
 
 def plan_count(name, d, H, bias=False, drawn=None) -> int:
     """The plan's own count (probe excluded): the stable plan's (with ``bias``, the stable plan
-    for biases', docs/explanation/biases.md), or the paper's."""
-    from exactlearn.pipeline.plan import paper_count
-    if name == "stable":
-        from exactlearn.strategies.real.stable import stable_count
-        return stable_count(d, H, bias)
-    return paper_count(d, H)
+    for biases', docs/explanation/biases.md), or the paper plan's nodes': its
+    ``4Hd^2 - 2H + 1`` and the ``2d - 2`` single tokens ``(x)`` the paper computes from V
+    (:func:`~exactlearn.strategies.real.stable_plan.stable_count`)."""
+    from exactlearn.strategies.real.stable_plan import paper_nodes, stable_count
+    return stable_count(d, H, bias, nodes=None if name == "stable" else paper_nodes(H))
 
 
 def run(plan, ask, K, trace, options) -> tuple:
     """Probe, scale, ask and analyse ``plan`` over the real field: ``(heads, n_certified)``;
     ``options.plan`` is ``"stable"`` (:mod:`~exactlearn.strategies.real.stable`, the
-    default over this field) or ``"paper"`` (:mod:`~exactlearn.strategies.real.learn`).
+    default over this field) or ``"paper"`` (the same pipeline at the paper's nodes).
 
     **Head-count escalation** (a head bound ``max_heads``): the count the families show comes
     first; when the certified model's residuals exceed what the declared eta allows
@@ -160,19 +163,23 @@ def _plural(n) -> str:
 
 
 def _run_once(plan, ask, K, options, fit_heads):
-    from exactlearn.strategies.real.learn import run_real
+    """One attempt of the one pipeline at the plan's nodes; ``snap=True`` snaps its heads."""
     from exactlearn.strategies.real.lsq import one_blas_thread
     from exactlearn.strategies.real.stable import run_stable
-    if options.plan == "stable":
-        with one_blas_thread():        # the box keeps its threads (lsq.box_blas_threads)
-            return run_stable(plan, ask, K, noise=options.noise, noise_rel=options.noise_rel,
-                              query_scale=options.query_scale, heads_exact=options.heads_given,
-                              probe_log=options.state.probes, fit_heads=fit_heads,
-                              bias=getattr(options, "bias", False),
-                              remeasure=getattr(options, "remeasure", None),
-                              plan_log=options.state.planned)
-    return run_real(plan, ask, K, noise=options.noise, query_scale=options.query_scale,
-                    snap=options.snap, probe_log=options.state.probes, fit_heads=fit_heads)
+    from exactlearn.strategies.real.stable_plan import paper_nodes
+    start = len(ask.observations)
+    with one_blas_thread():            # the box keeps its threads (lsq.box_blas_threads)
+        heads, n, out = run_stable(
+            plan, ask, K, noise=options.noise, noise_rel=options.noise_rel,
+            query_scale=options.query_scale, heads_exact=options.heads_given,
+            probe_log=options.state.probes, fit_heads=fit_heads,
+            bias=getattr(options, "bias", False), remeasure=getattr(options, "remeasure", None),
+            plan_log=options.state.planned,
+            nodes=None if options.plan == "stable" else paper_nodes(plan.H))
+    if options.snap:
+        from exactlearn.strategies.real.snap import snap_heads
+        out.snap = snap_heads(heads, out, K, ask.observations[start:], start)
+    return heads, n, out
 
 
 def _history(tried, resolved=None):
@@ -186,7 +193,7 @@ def _history(tried, resolved=None):
 
 def verify(oracle, heads, d, H, K, convert, rng, R, n, state) -> tuple:
     """``n`` fresh queries compared within the certificate's tolerance."""
-    from exactlearn.strategies.real.learn import verify_real
+    from exactlearn.strategies.real.certificate import verify_real
     return verify_real(oracle, state.outcome, heads, d, H, K, convert, rng, R, n)
 
 

@@ -1,91 +1,91 @@
-"""One query family over the real field: a Loewner start, a Gauss-Newton refinement and the
-first-order sensitivities of its poles (docs: explanation/real-field.md).
+"""A query family's fit, :class:`RatioFit` (what every step after the fit reads), and the
+paper's nodes ``t = 0, 1, ..., n - 1`` fitted in the field's precision (docs:
+explanation/real-field.md, "The paper plan's nodes"; arXiv:2608.03294, approximate oracles).
 
-Along ``q_k = (a^k, x)`` the outputs are ``f(k) = A + sum_h c_h / (1 + k rho_h)`` (the query
-family of arXiv:2608.03294).  The Loewner fit (:meth:`~exactlearn.fields.real.Real.rational_interpolate`
-through :func:`~exactlearn.pipeline.interpolate.cauchy_interpolate`, its ``noise`` set
-to ``max eta_k / max|y|``) and the roots give a start; Newton / Gauss-Newton on
-``theta = (A, rho_1..rho_m, c_1..c_m)`` refines it at ``60 + 8n`` extra bits
-(:func:`~exactlearn.strategies.real.lsq.refine`, the Jacobian's pseudo-inverse recomputed in
-the field's context at every step).  The
-estimator interpolates (m = H) or is the least-squares fit (m < H), so to first order
-``d theta = J^+ d y`` with the Jacobian
-``J[k] = (1, -c_h k / (1 + k rho_h)^2, 1 / (1 + k rho_h))``: ``S_theta = J^+ S_y``
-(:mod:`~exactlearn.strategies.real.sensitivity`).  This is the conditioning of
-interpolation and root finding together.
+The paper plan asks each configuration at ``q_k = (a^k, x)``, ``k = 0 .. 2H``: the ratio
+family's nodes ``(k, 1)`` (:func:`~exactlearn.strategies.real.ratio.family_tokens`), with as
+many samples as unknowns ``(A, rho_1..m, c_1..m)`` when ``m = H``.  There the float64
+least squares of :func:`~exactlearn.strategies.real.ratio.fit_ratio_family` loses the poles
+from ``H = 3`` on (about five digits per head) and its float64 pseudo-inverse no longer
+contracts its refinement from ``H = 6``; so on these nodes the family is fitted in the
+field's precision, as the paper interpolates: a Loewner start through the first ``2m + 1``
+samples (:func:`~exactlearn.pipeline.interpolate.cauchy_interpolate`, its pole count decided at
+the field's rounding: exactly ``m`` poles, else the family fails), then Newton / Gauss-Newton
+on every sample at ``60 + 8n`` extra bits with the Jacobian's inverse (``n = 2m + 1``) or
+pseudo-inverse recomputed at every step (:func:`~exactlearn.strategies.real.lsq.refine`).  Its
+sensitivity ``G = J^+`` (rows ``A, log rho, c``) is rounded to float64 only once computed --
+bounds need a few digits -- and gives the fit's bounds ``|G| eta``; with more samples than
+unknowns every residual is checked against ``|J G - I| eta``
+(:func:`~exactlearn.strategies.real.sensitivity.check_noise`).  The result is the
+:class:`RatioFit` every step after the fit reads.
+
+With ``2m + 1`` samples a family interpolates: no residual of its own shows a box noisier
+than declared.  What the observations fix more than once is the limit ``A = V.a`` of every
+family (``V = sum_h v_h``, d unknowns for ``2d^2 - 1`` limits): :func:`limits_test` fits V to
+them by weighted least squares and checks each residual against its first-order bound, as
+the paper's analysis did (a miss beyond ``NOISE_FACTOR`` bounds is
+:class:`~exactlearn.errors.ResidualsBeyondNoise`: a box noisier than declared, or more heads
+than were fitted).
 
 >>> from exactlearn.fields.real import Real
->>> from exactlearn.strategies.real.sensitivity import LO, Sens, sens_context
 >>> K = Real(dps=40)
->>> S = sens_context(K)
 >>> ys = [K(3) + K(2) / (1 + k * K("1.5")) for k in range(3)]
->>> fit = fit_family_with_sensitivities(K, 1, ys, [Sens.unit(S, q) for q in range(3)],
-...                                     {q: LO.mpf("1e-30") for q in range(3)})
->>> K.format(fit.rhos[0]), K.format(fit.cs[0]), K.format(fit.A)
+>>> fit = fit_paper_family(K, ys, [1e-30] * 3, 1)
+>>> K.format(K.ctx.exp(fit.logs[0])), K.format(fit.cs[0]), K.format(fit.A)
 ('1.5', '2.0', '3.0')
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
 
-from exactlearn.errors import DegenerateDraw, InterpolationError
+import numpy as np
+
+from exactlearn.errors import DegenerateDraw, FieldError, InterpolationError, ResidualsBeyondNoise
 from exactlearn.pipeline.interpolate import cauchy_interpolate, poles
 from exactlearn.strategies.real.lsq import refine
-from exactlearn.strategies.real.sensitivity import LO, Sens, check_noise, combine, rounding
+from exactlearn.strategies.real.sensitivity import LO, NOISE_FACTOR, check_noise, rounding
+from exactlearn.strategies.real.stable_solve import wls_sparse
 
 
 @dataclass
-class Fit:
-    """A fitted family ``f(k) = A + sum_h c_h / (1 + k rho_h)`` with first-order sensitivities."""
+class RatioFit:
+    """A fitted family: values in the field's context, sensitivities in float64."""
 
     A: object
-    rhos: list
-    cs: list
-    sA: Sens
-    srho: list
-    sc: list
-    poles: list = dc_field(default_factory=list)     # [(rho, c)]
-
-    def bounds(self, etas):
-        """First-order bounds ``(B_A, [B_rho], [B_c])`` for the observation bounds ``etas``."""
-        return self.sA.bound(etas), [s.bound(etas) for s in self.srho], [s.bound(etas) for s in self.sc]
+    logs: list                 # log rho_h
+    cs: list                   # c_h
+    G: np.ndarray              # (2m + 1) x n: d theta = G d y (rows A, log rho, c)
+    bounds: np.ndarray         # first-order bounds of theta
+    worst_residual: float      # largest |residual| / its bound
+    kappa: float = 1.0         # bounds at kappa x the etas given (stable_families._scatter_fit)
 
 
-def fit_family_with_sensitivities(K, H, ys, ssens, etas, computed0=False, m=None,
-                                  exact_poles=None) -> Fit:
-    """Fit ``ys`` (k = 0..2H) and propagate the sample sensitivities ``ssens`` (module doc).
+def on_paper_nodes(ts) -> bool:
+    """The nodes are the paper's, ``t = 0, 1, ..., n - 1`` (all finite, consecutive from 0).
 
-    The sensitivities are kept in the context of ``ssens``
-    (:func:`~exactlearn.strategies.real.sensitivity.sens_context`).
-    ``computed0``: ``ys[0]`` is the computed ``V.x``, not an observation.  Its error
-    (``V`` comes from extrapolated limits) is far above the observations' and would
-    swamp the pole-count decisions of the Loewner start, so the start is taken from the
-    observed samples alone: all ``2H + 1`` points with the observations' noise when the
-    group of ``x_1`` showed ``m = H`` poles (the interpolant is unique and its dependence
-    on ``ys[0]`` is in the sensitivities), or ``m`` poles through the observed samples
-    ``k = 1 .. 2m + 1`` when ``m < H``.  The refinement then uses every sample.  With fewer
-    unknowns than samples (``m < H``) the fit is least squares and its residual is checked
-    against the samples' bounds (:func:`~exactlearn.strategies.real.sensitivity.check_noise`).
-    ``exact_poles``: fit exactly that many poles (at most H; the head-count escalation of
-    :func:`exactlearn.strategies.real.run`): the start interpolates the first ``2 poles + 1``
-    observed samples with the pole count decided at the field's rounding, not the noise, and a
-    family that still shows fewer poles fails.
+    >>> from gmpy2 import mpq
+    >>> on_paper_nodes([mpq(0), mpq(1), mpq(2)]), on_paper_nodes([mpq(0), mpq(1, 2), None])
+    (True, False)
     """
-    ctx = K.ctx
-    S = ssens[0].ctx
-    n = 2 * H + 1
+    return all(t is not None and t == k for k, t in enumerate(ts))
+
+
+def fit_paper_family(K, ys, etas, m, what="a family") -> RatioFit:
+    """Fit ``m`` heads to ``ys`` sampled at ``t = 0 .. n - 1`` with bounds ``etas`` (floats;
+    module doc).  Raises :class:`~exactlearn.errors.InterpolationError` when the samples show
+    no ``m`` real positive poles or the refinement does not converge,
+    :class:`~exactlearn.errors.NoisierThanDeclared` when a residual exceeds its bound."""
+    ctx, n = K.ctx, len(ys)
+    eta = np.asarray(etas, dtype=float)
+    if n < 2 * m + 1:
+        raise InterpolationError(f"{what}: {n} samples cannot fit {m} heads")
     ymax = max(abs(y) for y in ys)
     if ymax == 0:
         raise DegenerateDraw("a query family returned only zeros")
-    rf, Kc = _loewner_start(K, H, ys, [s.bound(etas) for s in ssens], ymax, computed0, m,
-                            exact_poles)
-    pl = poles(rf, Kc)
-    m = len(pl)
-    theta = [rf.limit(Kc)] + [r for r, _ in pl] + [c for _, c in pl]
-    extra = 60 + 8 * n
-    goal = ctx.ldexp(1, -(K.prec + 8))
-    with ctx.extraprec(extra):
+    theta = _start(K, ys, m, what)
+    goal = ctx.ldexp(1, -(K.prec + 8))          # K.prec is the context's: read it before extraprec
+    with ctx.extraprec(60 + 8 * n):
         yv = [ctx.mpf(y) for y in ys]
 
         def step(th):
@@ -94,33 +94,81 @@ def fit_family_with_sensitivities(K, H, ys, ssens, etas, computed0=False, m=None
 
         out = refine(ctx, step, theta, goal=goal, steps=12)
         theta = out.theta
-        if not out.converged:
-            raise InterpolationError(f"the refinement of a fitted family with {m} poles did not "
-                                     f"converge: its samples do not fit {m} poles (a pole hidden "
-                                     f"in the group of x_1, e.g. v_h.e = 0, or an output error "
-                                     f"larger than stated)")
-        if any(t <= 0 for t in theta[1:m + 1]):
-            raise InterpolationError("a fitted rho is not positive")
+        if not out.converged or any(not t > 0 for t in theta[1:m + 1]):
+            raise InterpolationError(f"{what}: the refinement of its fit with {m} heads did "
+                                     f"not converge to positive rho")
         J, res = _jacobian(ctx, theta, m, n, yv)
         Jp = _pinv(ctx, J, m, n)
-        rows = [[S.convert(Jp[i, k]) for k in range(n)] for i in range(2 * m + 1)]
-        if n > 2 * m + 1:      # least squares: the residual (J J^+ - I) eps is seen
-            proj = J * Jp
-            rrows = [[S.convert(proj[k, l] - (k == l)) for l in range(n)] for k in range(n)]
-            resid = [res[k] for k in range(n)]
-    theta = [+t for t in theta]
-    sens = [combine(S, zip(rows[i], ssens)) for i in range(2 * m + 1)]
-    if n > 2 * m + 1:
+        G = np.array([[float(Jp[i, k] / (theta[i] if 0 < i <= m else 1)) for k in range(n)]
+                      for i in range(2 * m + 1)])         # rows A, log rho (d rho / rho), c
+        R = (np.array([[float(x) for x in (J * Jp)[k, :]] for k in range(n)]) - np.eye(n)
+             if n > 2 * m + 1 else None)
+        resid = [float(res[k]) for k in range(n)]
+        logs = [ctx.log(t) for t in theta[1:m + 1]]
+    worst = 0.0
+    if R is not None:                   # least squares: the residual (J J^+ - I) eps is seen
+        rbound = np.abs(R) @ eta
         slack = rounding(K, 64 * ymax)
         for k in range(n):
-            check_noise(resid[k], combine(S, zip(rrows[k], ssens)).bound(etas), slack,
-                        f"a family fitted with {m} of at most {H} poles misses its sample k = {k}")
-    rhos, cs = theta[1:m + 1], theta[m + 1:]
-    return Fit(theta[0], rhos, cs, sens[0], sens[1:m + 1], sens[m + 1:],
-               [(r, c) for r, c in zip(rhos, cs)])
+            check_noise(resid[k], LO.convert(float(rbound[k])), slack,
+                        f"{what} fitted with {m} heads misses its sample {k}")
+        worst = float(np.max(np.abs(resid) / np.maximum(rbound, 1e-300)))
+    bounds = np.abs(G) @ eta + 2 * float(out.size)        # + the refinement's last step
+    return RatioFit(+theta[0], [+x for x in logs], [+c for c in theta[m + 1:]], G, bounds, worst)
+
+
+def limits_test(configs, fits, ids, K, etas, n_obs, m) -> None:
+    """The limits ``A = V.a`` of the fitted families (``fits[n]`` of ``configs[n]``, its
+    observations ``ids[n]``, ``m`` heads fitted) against one V (module doc); ``etas`` bounds
+    every observation (``n_obs`` of them).  Raises
+    :class:`~exactlearn.errors.ResidualsBeyondNoise` (with ``m``: under a head bound the
+    learner then fits more heads)."""
+    used = sorted(fits)
+    d = len(configs[used[0]].a) if used else 0
+    if len(used) <= d:
+        return                          # nothing fixed twice
+    A = np.array([[float(a) for a in configs[n].a] for n in used])
+    design = [[(i, configs[n].a[i]) for i in range(d)] for n in used]
+    meas = [fits[n].A for n in used]
+    V, S, size = wls_sparse(K, design, d, meas, [fits[n].bounds[0] for n in used],
+                            [(ids[n], fits[n].G[0]) for n in used], n_obs,
+                            map_rows=lambda G: np.eye(len(used)) - A @ G)   # residual rows
+    bound = S.bounds(etas)
+    for r, n in enumerate(used):
+        c = configs[n]
+        terms = [K(a) * v for a, v in zip(c.a, V)]
+        miss = LO.convert(abs(meas[r] - K.ctx.fsum(terms)))
+        top = max([abs(meas[r])] + [abs(t) for t in terms])
+        b = LO.convert(float(bound[r]))
+        if miss > NOISE_FACTOR * b + rounding(K, 64 * len(terms) * top) + LO.convert(size):
+            raise ResidualsBeyondNoise(
+                f"outputs noisier than the declared eta (or a black box outside the model class, "
+                f"or more heads than {m}): the limit A = V.a of configuration "
+                f"{c.kind}{(c.i + 1, c.j + 1)} misses the V that every family's limit fixes by "
+                f"{LO.nstr(miss, 3)}, {LO.nstr(miss / b, 3) if b else 'far above'} times its "
+                f"first-order bound {LO.nstr(b, 3)} from eta (outputs within eta of the model "
+                f"class stay within {NOISE_FACTOR})", heads=m)
+
+
+def _start(K, ys, m, what) -> list:
+    """``(A, rho_1..m, c_1..m)`` of the rational function through the first ``2m + 1``
+    samples (pole count decided at the field's rounding), or InterpolationError."""
+    Kf = K.with_tolerance(K.tol, K.sep, noise=K(LO.ldexp(1, -K.prec)))
+    try:
+        rf = cauchy_interpolate([Kf(k) for k in range(2 * m + 1)], ys[:2 * m + 1], m, Kf)
+        if rf.n_poles != m:
+            raise InterpolationError(f"{what}: its samples show {rf.n_poles} poles, not {m}")
+        pl = poles(rf, Kf)
+        return [rf.limit(Kf)] + [r for r, _ in pl] + [c for _, c in pl]
+    except (FieldError, ArithmeticError, ValueError, ZeroDivisionError) as exc:
+        if isinstance(exc, InterpolationError):
+            raise
+        raise InterpolationError(f"{what}: no {m} real poles through its samples ({exc})") \
+            from None
 
 
 def _jacobian(ctx, theta, m, n, ys):
+    """The Jacobian in ``(A, rho, c)`` and the residuals ``f(k) - y_k``, ``k = 0 .. n - 1``."""
     A, rhos, cs = theta[0], theta[1:m + 1], theta[m + 1:]
     J = ctx.matrix(n, 2 * m + 1)
     r = ctx.matrix(n, 1)
@@ -147,27 +195,3 @@ def _pinv(ctx, J, m, n):
         for k in range(n):
             out[i, k] = ctx.fsum(Vt[t, i] * U[k, t] / S[t] for t in range(p))
     return out
-
-
-def _loewner_start(K, H, ys, eta_k, ymax, computed0, m, exact_poles) -> tuple:
-    """The Loewner start of :func:`fit_family_with_sensitivities` (its doc): ``(rational
-    function, the field with the samples' noise as its tolerance)``."""
-    noise = max(eta_k[1:] if computed0 else eta_k) / LO.convert(ymax)
-    noise = min(max(noise, LO.ldexp(1, -K.prec)), LO.mpf("1e-3"))
-    Kc = K.with_tolerance(K.tol, K.sep, noise=K(noise))
-    if exact_poles is not None:
-        Kf = K.with_tolerance(K.tol, K.sep, noise=K(LO.ldexp(1, -K.prec)))
-        lo, top = (1 if computed0 else 0), 2 * exact_poles + 1
-        if lo + top > len(ys):          # review helper-74 F3: was a bare ValueError
-            raise InterpolationError(f"a family's {len(ys) - lo} observed samples cannot fit "
-                                     f"exactly {exact_poles} heads (2 x {exact_poles} + 1 needed)")
-        rf = cauchy_interpolate([Kf(k) for k in range(lo, lo + top)], ys[lo:lo + top],
-                                exact_poles, Kf)
-        if rf.n_poles != exact_poles:
-            raise DegenerateDraw(f"a family's samples show {rf.n_poles} poles, not the "
-                                 f"{exact_poles} fitted")
-    elif computed0 and m is not None and m < H:
-        rf = cauchy_interpolate([Kc(k) for k in range(1, 2 * m + 2)], ys[1:2 * m + 2], m, Kc)
-    else:
-        rf = cauchy_interpolate([Kc(k) for k in range(2 * H + 1)], ys, H, Kc)
-    return rf, Kc

@@ -47,13 +47,13 @@ a few digits).  The residual of every sample is checked against its first-order 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import gmpy2
 import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import DegenerateDraw, InterpolationError
+from exactlearn.strategies.real.fit import RatioFit, fit_paper_family, on_paper_nodes
 from exactlearn.strategies.real.loewner import loewner_start
 from exactlearn.strategies.real.lsq import (EPS, Mpfr, field_precision, from_mpfr, refine,
                                             solve, to_mpfr)
@@ -132,19 +132,6 @@ def node_t(k: int, m: int):
 def family_tokens(x, a, k: int, m: int) -> list:
     """``k`` copies of ``a`` then ``m`` copies of ``x``; ``(1, 0)`` is the token ``a`` alone."""
     return [a] * k + [x] * m
-
-
-@dataclass
-class RatioFit:
-    """A fitted family: values in the field's context, sensitivities in float64."""
-
-    A: object
-    logs: list                 # log rho_h
-    cs: list                   # c_h
-    G: np.ndarray              # (2m + 1) x n: d theta = G d y (rows A, log rho, c)
-    bounds: np.ndarray         # first-order bounds of theta
-    worst_residual: float      # largest |residual| / its bound
-    kappa: float = 1.0         # bounds at kappa x the etas given (stable_families._scatter_fit)
 
 
 def _model(theta, zs, m):
@@ -286,7 +273,11 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family", evaluations=LSQ_EVA
     Levenberg--Marquardt fit (COARSE_EVALUATIONS for a coarse box's families), ``patience``
     the search over starts (:func:`_best_fit`; None for a coarse box's families).  Raises
     :class:`~exactlearn.errors.InterpolationError` when no fit converges,
-    :class:`~exactlearn.errors.NoisierThanDeclared` when a residual exceeds its bound."""
+    :class:`~exactlearn.errors.NoisierThanDeclared` when a residual exceeds its bound.  On the
+    paper's nodes ``t = 0 .. n - 1`` the fit is in the field's precision
+    (:mod:`~exactlearn.strategies.real.fit`)."""
+    if on_paper_nodes(ts):
+        return fit_paper_family(K, ys, etas, m, what)
     zs = np.array([np.inf if t is None else float(t) for t in ts])
     yf = np.array([float(y) for y in ys])
     eta = np.asarray(etas, dtype=float)

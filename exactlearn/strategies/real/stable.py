@@ -1,11 +1,18 @@
-"""The stable plan: learning a finite-precision black box (a float64 or float32 attention
-layer) over the real field (docs "The real field", "The stable plan for float black
-boxes"; the approximate-oracle conditions of arXiv:2608.03294).
+"""The real field's one pipeline, and its stable plan for finite-precision black boxes (float64
+or float32 attention layers; docs "The real field", "The stable plan for float black boxes";
+the approximate-oracle conditions of arXiv:2608.03294).
 
 The paper's plan samples each family at ``k = 0 .. 2H``: exact for exact oracles, but at
 float64 accuracy its interpolation loses the poles from H = 3 on, and every family must
 resolve.  The stable plan keeps the paper's 2d^2 - 1 configurations and changes how each
-is sampled, labelled and solved:
+is sampled, labelled and solved.
+
+**Plans** are choices of nodes (``nodes`` of :func:`run_stable`): the stable plan's
+:func:`~exactlearn.strategies.real.ratio.ratio_nodes`, or ``plan="paper"``'s ``q_k = (a^k, x)``,
+``k = 0 .. 2H`` (:func:`~exactlearn.strategies.real.stable_plan.paper_nodes`), fitted in the
+field's precision (:mod:`~exactlearn.strategies.real.fit`), probed to an rms ``log rho`` of PAPER_TARGET = 1 from ``ceil(6/H)``
+families, with no lean nodes, no pencil start and no supplements for weak entries (only for
+undetermined ones); every other step is the same:
 
 1. **Tokens** (:func:`~exactlearn.strategies.real.stable_plan.dyadic_basis`): X and E are the
    Cayley-orthogonal matrices of the draw rounded to the dyadic grid ``2^-20`` and scaled by
@@ -116,7 +123,7 @@ from exactlearn.noise import noise_bound
 from exactlearn.pipeline.ask import AskOnce
 from exactlearn.pipeline.plan import paper_plan
 from exactlearn.progress import current
-from exactlearn.strategies.real.certificate import SAFETY, RealOutcome
+from exactlearn.strategies.real.certificate import SAFETY
 from exactlearn.strategies.real import stable_ask_more as more
 from exactlearn.strategies.real.lsq import box_blas_threads
 from exactlearn.strategies.real.ratio import ratio_nodes
@@ -125,18 +132,20 @@ from exactlearn.strategies.real.stable_checks import (Estimate, certify_estimate
                                                      resolution_test)
 from exactlearn.strategies.real.stable_families import plan_pairs, rel_bound
 from exactlearn.strategies.real.stable_messages import coarseness, declared_level
-from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_MIN_HEADS, STABLE_LINEAR_LIMIT,
-                                                    Noise, bias_tokens, dyadic_basis, query_norm,
-                                                    stable_bias_plan, stable_count)
+from exactlearn.strategies.real.stable_plan import (COARSE, PAPER_TARGET, PENCIL_MIN_HEADS,
+                                                    STABLE_LINEAR_LIMIT, Noise, bias_tokens,
+                                                    dyadic_basis, paper_probe_families,
+                                                    query_norm, stable_bias_plan, stable_count)
 from exactlearn.strategies.real.stable_polish import polish
 from exactlearn.strategies.real.stable_probe import probe_scale
-from exactlearn.strategies.real.stable_report import run_account
-from exactlearn.strategies.real.stable_routes import pencil_route, probe_nodes
+from exactlearn.strategies.real.stable_report import outcome, run_account
+from exactlearn.strategies.real.stable_routes import pencil_route, probe_nodes, probe_reused
 from exactlearn.strategies.real.stable_routes import per_family as _per_family  # tests force it
 
 
 def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
-               probe_log=None, fit_heads=None, bias=False, remeasure=None, plan_log=None):
+               probe_log=None, fit_heads=None, bias=False, remeasure=None, plan_log=None,
+               nodes=None):
     """Probe, scale, ask, fit, label, solve and certify (module doc).  Returns
     ``(heads, certified observations, RealOutcome)``.  ``fit_heads``: fit exactly that many heads
     (at most ``plan.H``; the escalation of :func:`exactlearn.strategies.real.run`), where
@@ -144,7 +153,9 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     :class:`~exactlearn.model.HeadSet` with their u and the constant c.  ``remeasure``
     (``noise="auto"``), once sigma is chosen: ``remeasure(plan_pairs(...), sigma)`` gives eta per
     scale of the plan (``[(scale, largest token norm, eta, eta_rel)]``), which replaces the eta
-    measured before the probe for every query since (``Noise.by_scale``)."""
+    measured before the probe for every query since (``Noise.by_scale``).  ``nodes``: the plan's
+    ``(k, m)`` (the paper plan's :func:`~exactlearn.strategies.real.stable_plan.paper_nodes`),
+    asked as given (module doc, "Plans"); None: the stable plan's."""
     H, d = plan.H, plan.d
     eta = K(0) if noise is None else noise_bound(K, noise)
     eta_rel = K(0) if noise_rel is None else noise_bound(K, noise_rel, "noise_rel")
@@ -153,7 +164,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         nz.eta = float(rounding(K, 1))      # an exact box: its field's rounding only
     start = len(rec.observations)
     asker = AskOnce(rec, around=box_blas_threads)     # the box keeps its BLAS threads
-    nodes = ratio_nodes(H)
+    fixed = nodes is not None           # the paper plan's nodes: no lean nodes, no pencil
+    nodes = list(nodes) if fixed else ratio_nodes(H)
     X0, E0 = dyadic_basis(plan.X), dyadic_basis(plan.E)
     plan0 = stable_bias_plan(bias_tokens(X0), E0, H) if bias else paper_plan(X0, E0, H)
     probe_log = [] if probe_log is None else probe_log
@@ -161,7 +173,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     m = fit_heads if fit_heads is not None else H if heads_exact else None
     route, sigma, m, tries, n_probe, scaled = _probe_and_route(
         plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, query_scale, heads_exact, bias,
-        remeasure, plan_log)
+        remeasure, plan_log, fixed)
     if scaled is not None:              # eta on the plan's own scales: the eta at sigma reported
         eta, eta_rel = scaled[0]
     fits, index, nodes = route.fits, route.index, route.nodes or nodes  # its own
@@ -201,40 +213,26 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
                          eta_rel=eta_rel, d=d, H=H, bias=bias, n_target=n_target,
                          scale_etas=None if scaled is None else scaled[1])
     etas = {q: LO.convert(float(etas_all[q])) for q in range(start, len(rec.observations))}
-    heads, out = _outcome(est, head_b, detail, sigma, n_probe, eta, etas, bias)
+    heads, out = outcome(est, head_b, detail, sigma, n_probe, eta, etas, bias)
     return heads, len(obs), out
 
 
-def _outcome(est, head_b, detail, sigma, n_probe, eta, etas, bias) -> tuple:
-    """``(heads, RealOutcome)`` of the certified estimate ``est`` (with biases the heads a
-    :class:`~exactlearn.model.HeadSet` with the constant, and its u and c bounds set)."""
-    heads, BW, Bv, Bu, Bc, const = est.heads, est.BW, est.Bv, est.Bu, est.Bc, est.constant
-    err = max(head_b + ([Bc] if bias else []), default=0.0)
-    out = RealOutcome(sigma=sigma, probe_queries=n_probe, error_bound=LO.convert(err),
-                      head_bounds=[LO.convert(b) for b in head_b], eta=eta, detail=detail,
-                      W_bounds=[[[LO.convert(x) for x in row] for row in bw] for bw in BW],
-                      v_bounds=[[LO.convert(x) for x in bv] for bv in Bv], etas=etas)
-    if not bias:
-        return tuple(heads), out
-    out.u_bounds = [[LO.convert(x) for x in bu] for bu in Bu]
-    out.c_bound = LO.convert(Bc)
-    out.constant = const
-    return HeadSet(heads, constant=const, bias=True), out
-
-
 def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, query_scale,
-                     heads_exact, bias, remeasure=None, plan_log=None) -> tuple:
+                     heads_exact, bias, remeasure=None, plan_log=None, fixed=False) -> tuple:
     """Steps 2 to 4, or the pencil start (step 3b) when the families fail:
     ``(route, sigma, m, probe detail, probe queries, scaled)``; ``probe_log[-1]`` kept up to
     date; ``scaled``: None, or with ``remeasure`` (run_stable's doc) the eta and eta_rel at
-    sigma and the account of eta per scale."""
+    sigma and the account of eta per scale.  ``fixed``: the paper plan's nodes (its probe,
+    no lean nodes, no pencil start)."""
     tries, n_probe, scaled = [], None, None
+    lean_ok = heads_exact and not fixed
+    how = dict(target=PAPER_TARGET, families=paper_probe_families(plan0.d, H)) if fixed else {}
     try:
         if query_scale is None:
             current().stage("probe")
             try:
                 sigma, m, tries = probe_scale(plan0, K, asker, nz, probe_nodes(
-                    plan0, asker, nz, nodes, H, rec, start, heads_exact), H, m)
+                    plan0, asker, nz, nodes, H, rec, start, lean_ok), H, m, **how)
             finally:
                 probe_log[-1] = len(rec.observations) - start
         else:
@@ -249,11 +247,13 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
                            if s == sigma),
                       [{"scale": str(s), "max_token_norm": f"{n:.6g}", "eta": f"{e:.6g}",
                         "eta_rel": f"{r:.6g}"} for s, n, e, r in table])
-        route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, heads_exact,
-                            plan_log)
+        route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok,
+                            plan_log, paper=fixed)
+        if fixed:                       # the paper plan's: queries = plan count + probe
+            n_probe -= probe_reused(route.splan, nodes, asker, start, start + n_probe)
     except (DegenerateDraw, InterpolationError, MatchError, SingularMatrix) as exc:
         # crowded exponents in every family (many heads for d): the pencil start (step 3b)
-        if not heads_exact or H < PENCIL_MIN_HEADS or query_scale is not None:
+        if not heads_exact or H < PENCIL_MIN_HEADS or query_scale is not None or fixed:
             raise
         if declared_level(nz, rec, start) > COARSE:   # its extrapolation in 1/m needs float64
             where = "" if "the declared eta " in str(exc) else coarseness(nz, rec, start)

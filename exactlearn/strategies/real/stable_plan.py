@@ -1,9 +1,10 @@
 """The stable plan's constants, its configurations and how it asks
 (:mod:`~exactlearn.strategies.real.stable`, steps 1 and 3b; docs/explanation/real-field.md,
 "The stable plan for float black boxes"): the query count (:func:`stable_count`), the dyadic
-tokens (:func:`dyadic_basis`), the plan for biases (:func:`bias_tokens`,
-:func:`stable_bias_plan`) and the per-observation eta (:class:`Noise`).  The plan asks each
-query once through :class:`~exactlearn.pipeline.ask.AskOnce`, as the paper plan does.
+tokens (:func:`dyadic_basis`, of the Cayley matrices :func:`cayley`), the paper plan's nodes
+and probe (:func:`paper_nodes`, :func:`paper_probe_families`), the plan for biases
+(:func:`bias_tokens`, :func:`stable_bias_plan`) and the per-observation eta (:class:`Noise`).
+Every query is asked once, through :class:`~exactlearn.pipeline.ask.AskOnce`.
 """
 from __future__ import annotations
 
@@ -11,24 +12,28 @@ import math
 
 from gmpy2 import mpq
 
-from exactlearn.algebra.linalg import is_invertible
+from exactlearn.algebra.linalg import identity, inverse, is_invertible, matmul
 from exactlearn.errors import DegenerateDraw
 from exactlearn.fields.rational import QQ
 from exactlearn.pipeline.plan import (Config, Plan, across_direction, final_token_configs,
                                       within_directions)
-from exactlearn.strategies.real.probe import cayley
 from exactlearn.strategies.real.ratio import dyadic, ratio_nodes
 from exactlearn.strategies.real.sensitivity import rounding
 
 
 #: first-order validity: a family's relative bounds at most this (second-order terms are
 #: then below 1e-2 of the first-order ones, inside the certificate's SAFETY factor 2); the
-#: paper plan, at high precision, asks for 1e-3
-#: (:data:`~exactlearn.strategies.real.analysis.PAPER_LINEAR_LIMIT`)
+#: same on the paper's nodes
 STABLE_LINEAR_LIMIT = 1e-2
-#: matching: equal within EQUAL_FACTOR (10) first-order bounds, unequal beyond this many (the
-#: paper plan: :data:`~exactlearn.strategies.real.analysis.PAPER_UNEQUAL_FACTOR`, 1e5)
+#: matching: equal within EQUAL_FACTOR first-order bounds, unequal beyond
+#: STABLE_UNEQUAL_FACTOR (undecided between: a failure), on either plan's nodes
+EQUAL_FACTOR = 10
 STABLE_UNEQUAL_FACTOR = 10 ** 2
+#: the paper plan's scale probe: rms log rho of about PAPER_TARGET (the stable plan's:
+#: :data:`~exactlearn.strategies.real.stable_probe.STABLE_TARGET`, 3), from enough basis
+#: families to see PROBE_SAMPLES exponents (:func:`paper_probe_families`)
+PAPER_TARGET = 1.0
+PROBE_SAMPLES = 6
 #: the run fails when more than this share of the configurations cannot be resolved
 MAX_UNRESOLVED = 0.25
 #: the same for a coarse box (module doc): its families only label and start the polish, which
@@ -62,24 +67,58 @@ SCATTER_MIN = 1e-3       # kappa at least this
 COARSE_LINEAR_LIMIT = 1e-1
 
 
-def stable_count(d: int, H: int, bias: bool = False, lean: bool = False) -> int:
-    """Queries of the stable plan (probe excluded): every configuration at its finite
-    nodes, one ``(a)`` per configuration, one ``(x)`` per distinct final token:
-    ``(2d^2 - 1)(n_t + 1) + 2d - 1``, and with ``bias`` ``(2d^2 + 2d - 1)(n_t + 1) + 2d + 1``
-    (``n_t = len(ratio_nodes(H, lean=lean)) - 2`` finite nodes, at most ``4H + 4``, and
-    ``3H + 1`` for the ``lean`` plan of a box declared at float64 rounding).
+def stable_count(d: int, H: int, bias: bool = False, lean: bool = False, nodes=None) -> int:
+    """Queries of the plan (probe excluded): every configuration at every node but ``(0, 1)``,
+    one ``(x)`` per distinct final token.  The stable plan's nodes (``nodes`` None): its
+    finite nodes and one ``(a)`` per configuration, ``(2d^2 - 1)(n_t + 1) + 2d - 1``, and with
+    ``bias`` ``(2d^2 + 2d - 1)(n_t + 1) + 2d + 1`` (``n_t = len(ratio_nodes(H, lean=lean)) - 2``
+    finite nodes, at most ``4H + 4``, and ``3H + 1`` for the ``lean`` plan of a box declared
+    at float64 rounding); the paper's (:func:`paper_nodes`) ``2H (2d^2 - 1) + 2d - 1``.
 
     >>> stable_count(2, 1), stable_count(4, 2), stable_count(2, 1, bias=True)
     (66, 410, 104)
     >>> stable_count(4, 2, lean=True), stable_count(16, 4, lean=True)
     (255, 7185)
+    >>> stable_count(4, 2, nodes=paper_nodes(2)), 4 * 2 * 4 ** 2 - 2 * 2 + 1
+    (131, 125)
     """
-    n_t = len(ratio_nodes(H, lean=lean)) - 2
-    if bias:
-        configs = 2 * d * d + 2 * d - 1
-        return configs * n_t + configs + (2 * d + 1)
-    configs = 2 * d * d - 1
-    return configs * n_t + configs + (2 * d - 1)
+    n = len(ratio_nodes(H, lean=lean) if nodes is None else nodes) - 1    # but (0, 1)
+    configs = 2 * d * d + 2 * d - 1 if bias else 2 * d * d - 1
+    return configs * n + (2 * d + 1 if bias else 2 * d - 1)
+
+
+def paper_nodes(H: int) -> list:
+    """The paper plan's nodes: ``q_k = (a^k, x)``, ``k = 0 .. 2H``, the ratio family's
+    ``(k, 1)`` (:func:`~exactlearn.strategies.real.ratio.family_tokens`).
+
+    >>> paper_nodes(1)
+    [(0, 1), (1, 1), (2, 1)]
+    """
+    return [(k, 1) for k in range(2 * H + 1)]
+
+
+def paper_probe_families(d: int, H: int) -> int:
+    """The paper plan's probe: ``ceil(PROBE_SAMPLES / H)`` basis families, at most d."""
+    return min(d, -(-PROBE_SAMPLES // H))
+
+
+def cayley(A):
+    """The exactly orthogonal rational matrix ``(I - S)(I + S)^-1`` of the normalised skew
+    part ``S = (A - A^T) / max|A|`` of an integer matrix (``I + S`` is invertible: S has
+    imaginary spectrum).  The normalisation keeps the rotation angles spread: a large skew
+    part would give a rotation close to ``-I``, whatever the draw.
+
+    >>> Q = cayley([[3, 1], [-2, 5]])
+    >>> [[sum(Q[k][i] * Q[k][j] for k in range(2)) for j in range(2)] for i in range(2)]
+    [[mpq(1,1), mpq(0,1)], [mpq(0,1), mpq(1,1)]]
+    """
+    d = len(A)
+    top = max(1, max(abs(int(a)) for row in A for a in row))
+    S = [[QQ(A[i][j] - A[j][i]) / top for j in range(d)] for i in range(d)]
+    I = identity(d, QQ)
+    minus = [[I[i][j] - S[i][j] for j in range(d)] for i in range(d)]
+    plus = [[I[i][j] + S[i][j] for j in range(d)] for i in range(d)]
+    return matmul(minus, inverse(plus, QQ), QQ)
 
 
 BIAS_GRID = 19           # the plan for biases' final tokens: on 2^-19, so midpoints are on 2^-20

@@ -28,16 +28,16 @@ from exactlearn.strategies.real.ratio import family_tokens, fit_ratio_family, no
 from exactlearn.strategies.real.stable_plan import COARSE, token_norm
 
 #: rms log rho the scale aims at (the paper plan's:
-#: :data:`~exactlearn.strategies.real.probe.PAPER_TARGET`, 1)
+#: :data:`~exactlearn.strategies.real.stable_plan.PAPER_TARGET`, 1)
 STABLE_TARGET = 3.0
 PROBE_SCALES = (mpq(1), mpq(4), mpq(1, 4), mpq(16), mpq(1, 16))
 MAX_PROBE_LOG = 40.0     # |log rho| beyond this is e^40 past the nodes: not a measurement
 
 
-def sigma_for(rms: float) -> mpq:
-    """The scale with ``sigma^2 rms`` closest to STABLE_TARGET among ``2^k`` and
+def sigma_for(rms: float, target: float = STABLE_TARGET) -> mpq:
+    """The scale with ``sigma^2 rms`` closest to ``target`` among ``2^k`` and
     ``3 * 2^(k-1)``."""
-    want = math.sqrt(STABLE_TARGET / rms) if 0 < rms < math.inf else 1.0
+    want = math.sqrt(target / rms) if 0 < rms < math.inf else 1.0
     want = min(max(want, 2.0 ** -8), 2.0 ** 8)          # the candidates' range
     cands = [mpq(2) ** k for k in range(-8, 9)] + [mpq(3, 2) * mpq(2) ** k for k in range(-8, 8)]
     return min(cands, key=lambda s: abs(math.log(float(s) / want)))
@@ -66,11 +66,14 @@ def probe_families(d: int, H: int) -> int:
     return min(d, max(3, -(-6 // H)))
 
 
-def probe_scale(plan0, K, asker, noise, nodes, H, m_fixed):
-    """``(sigma, m, probe detail)`` from the probe families at the scales tried."""
+def probe_scale(plan0, K, asker, noise, nodes, H, m_fixed, target=STABLE_TARGET, families=None):
+    """``(sigma, m, probe detail)`` from the probe families at the scales tried; ``target``
+    and ``families`` (None: :func:`probe_families`) are the plan's (the paper plan's:
+    :func:`~exactlearn.strategies.real.stable_plan.paper_probe_families`)."""
     tries = []
     d = plan0.d
-    fams = [plan0.configs[plan0.index("basis", i, i)] for i in range(probe_families(d, H))]
+    fams = [plan0.configs[plan0.index("basis", i, i)]
+            for i in range(probe_families(d, H) if families is None else families)]
     ts = [node_t(k, mm) for k, mm in nodes]
     first = None                       # the first family's samples at the first scale
     for s0 in PROBE_SCALES:
@@ -105,7 +108,7 @@ def probe_scale(plan0, K, asker, noise, nodes, H, m_fixed):
         rms = math.sqrt(sum(x * x for x in logs) / len(logs)) / float(s0) ** 2
         tries.append({"scale": str(s0), "families": len(fams) - len(failed), "poles": len(logs),
                       "rms_exponent": f"{rms * float(s0) ** 2:.4g}"})
-        return sigma_for(rms), m, tries
+        return sigma_for(rms, target), m, tries
     raise DegenerateDraw(f"the scale probe failed at every scale tried "
                          f"({', '.join(t['scale'] for t in tries)}): its families never fit "
                          f"{H if m_fixed else 'at most ' + str(H)} heads within the declared "

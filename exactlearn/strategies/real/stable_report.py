@@ -1,13 +1,18 @@
-"""The stable plan's account of a run, ``real_detail`` of its result
+"""The stable pipeline's account of a run, ``real_detail`` of its result
 (:mod:`~exactlearn.strategies.real.stable`; docs/reference/json.md): the certified estimate,
-the certificate's ratios, the route's families, the probe, the plan's own count.
+the certificate's ratios, the route's families, the probe, the plan's own count; and the
+run's :class:`~exactlearn.strategies.real.certificate.RealOutcome` (:func:`outcome`).
 """
 from __future__ import annotations
 
 from exactlearn.errors import clip
-from exactlearn.strategies.real.analysis import EQUAL_FACTOR
-from exactlearn.strategies.real.ratio import MAX_COPIES, ratio_nodes
-from exactlearn.strategies.real.stable_plan import STABLE_UNEQUAL_FACTOR, stable_count
+from exactlearn.model import HeadSet
+from exactlearn.strategies.real.certificate import RealOutcome
+from exactlearn.strategies.real.ratio import MAX_COPIES
+from exactlearn.strategies.real.sensitivity import LO
+from exactlearn.strategies.real.stable_plan import (EQUAL_FACTOR, PAPER_TARGET,
+                                                    STABLE_UNEQUAL_FACTOR, paper_nodes,
+                                                    stable_count)
 from exactlearn.strategies.real.stable_probe import STABLE_TARGET
 
 
@@ -19,9 +24,11 @@ def run_account(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries,
     splan, fits, index, far = route.splan, route.fits, route.index, route.far
     worst_ratio, resid_ratio = ratios
     name = lambda n: f"{splan.configs[n].kind}{(splan.configs[n].i + 1, splan.configs[n].j + 1)}"
+    paper = list(nodes) == paper_nodes(H)
     detail = {
-        "plan": "stable: ratio families t = k/m geometric on [1/%d, %d], %d finite nodes, "
-                "weighted least squares" % (MAX_COPIES, MAX_COPIES, len(nodes) - 2),
+        "plan": ("paper: q_k = (a^k, x), k = 0 .. 2H, fitted in the field's precision" if paper
+                 else "stable: ratio families t = k/m geometric on [1/%d, %d], %d finite nodes, "
+                 "weighted least squares" % (MAX_COPIES, MAX_COPIES, len(nodes) - 2)),
         "certificate": "within tolerance (noise + propagated parameter uncertainty); not exact",
         "certified_observations": n_cert,
         "max_residual_over_tolerance": f"{worst_ratio:.3g}",
@@ -35,9 +42,9 @@ def run_account(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries,
         "max_abs_exponent":
             f"{max((abs(float(x)) for f in fits.values() for x in f.logs), default=0.0):.4g}",
         "query_scale": str(sigma), "scale_rule": "dyadic near-orthogonal X, E; sigma^2 brings the "
-        f"probe's rms log rho to about {STABLE_TARGET}", "probe": tries,
-        "probe_queries": n_probe,
-        "stable_plan_queries": stable_count(d, H, bias, lean=len(nodes) < len(ratio_nodes(H))),
+        f"probe's rms log rho to about {PAPER_TARGET if paper else STABLE_TARGET}",
+        "probe": tries, "probe_queries": n_probe,
+        "stable_plan_queries": stable_count(d, H, bias, nodes=nodes),
         "unresolved_configurations": {name(n): clip(e, 160) for n, e in route.bad.items()},
         "unlabelled_configurations": [name(n) for n in fits
                                       if n not in index and n < len(splan.configs)],
@@ -59,3 +66,20 @@ def run_account(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries,
         detail["pencil"] = route.pencil
         detail["max_relative_pole_error_bound"] = "n/a (pencil start: no family fitted)"
     return detail
+
+
+def outcome(est, head_b, detail, sigma, n_probe, eta, etas, bias) -> tuple:
+    """``(heads, RealOutcome)`` of the certified estimate ``est`` (with biases the heads a
+    :class:`~exactlearn.model.HeadSet` with the constant, and its u and c bounds set)."""
+    heads, BW, Bv, Bu, Bc, const = est.heads, est.BW, est.Bv, est.Bu, est.Bc, est.constant
+    err = max(head_b + ([Bc] if bias else []), default=0.0)
+    out = RealOutcome(sigma=sigma, probe_queries=n_probe, error_bound=LO.convert(err),
+                      head_bounds=[LO.convert(b) for b in head_b], eta=eta, detail=detail,
+                      W_bounds=[[[LO.convert(x) for x in row] for row in bw] for bw in BW],
+                      v_bounds=[[LO.convert(x) for x in bv] for bv in Bv], etas=etas)
+    if not bias:
+        return tuple(heads), out
+    out.u_bounds = [[LO.convert(x) for x in bu] for bu in Bu]
+    out.c_bound = LO.convert(Bc)
+    out.constant = const
+    return HeadSet(heads, constant=const, bias=True), out

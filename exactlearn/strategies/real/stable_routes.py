@@ -3,7 +3,8 @@ docs/explanation/real-field.md): the families fitted, labelled, supplemented and
 (:func:`per_family`, steps 3--5: at the lean nodes of
 :func:`~exactlearn.strategies.real.ratio.ratio_nodes` when the probe's outputs show a box
 declared at float64 rounding), or, when they fail with several heads, the pencil start
-(:func:`pencil_route`, step 3b).  Each returns a :class:`Route` that
+(:func:`pencil_route`, step 3b); the probe queries the plan asks again
+(:func:`probe_reused`).  Each returns a :class:`Route` that
 :func:`~exactlearn.strategies.real.stable.run_stable` bounds, polishes and certifies.
 """
 from __future__ import annotations
@@ -14,19 +15,20 @@ from dataclasses import dataclass
 import numpy as np
 from gmpy2 import mpq
 
-from exactlearn.errors import DegenerateDraw, clip
+from exactlearn.errors import DegenerateDraw, ResidualsBeyondNoise, clip
 from exactlearn.model import Head
+from exactlearn.pipeline.ask import query_key
 from exactlearn.pipeline.match import WithinBounds
 from exactlearn.pipeline.plan import paper_plan
 from exactlearn.progress import current
-from exactlearn.strategies.real.analysis import EQUAL_FACTOR
+from exactlearn.strategies.real.fit import limits_test
 from exactlearn.strategies.real.labels import label_families
 from exactlearn.strategies.real.ratio import family_tokens, ratio_nodes
 from exactlearn.strategies.real.stable_families import (LEAN_RESCUE, family_poles, fit_all,
                                                         rel_bound)
 from exactlearn.strategies.real.stable_messages import declared_level, precision_failure
 from exactlearn.strategies.real.stable_pencil import pencil_heads
-from exactlearn.strategies.real.stable_plan import (COARSE, LEAN_WEAK_ROUNDS,
+from exactlearn.strategies.real.stable_plan import (COARSE, EQUAL_FACTOR, LEAN_WEAK_ROUNDS,
                                                     PENCIL_SCALES,
                                                     ROOTS_TRIED, SUPPLEMENT_ROUNDS,
                                                     STABLE_UNEQUAL_FACTOR, stable_bias_plan,
@@ -78,12 +80,18 @@ class Route:
 
 
 def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True,
-               plan_log=None):
+               plan_log=None, paper=False):
     """Steps 3--5 up to the solve (module doc): the plan at scale ``sigma``, its families fitted,
     labelled, supplemented and solved.  Raises when too many families do not resolve.
     ``lean_ok``: the lean nodes may be used (not with a head bound, whose resolution test
-    needs the observations of ``nodes``).  ``plan_log``: a list that gets the plan's own count
-    at the nodes chosen, before any family is asked (a failed run's ``plan_queries``)."""
+    needs the observations of ``nodes``, nor on the paper plan's nodes).  ``plan_log``: a list
+    that gets the plan's own count at the nodes chosen, before any family is asked (a failed
+    run's ``plan_queries``).  ``paper``: ``nodes`` are the paper plan's (its families
+    interpolate): their limits are tested together
+    (:func:`~exactlearn.strategies.real.fit.limits_test`), no supplements are asked for weak
+    entries (only for undetermined ones), and families that fail with fewer heads than the
+    bound (``m < H``) fail the route as :class:`~exactlearn.errors.ResidualsBeyondNoise`, so
+    that the learner fits more heads (:func:`exactlearn.strategies.real.run`)."""
     d = plan0.d
     X = [tuple(sigma * a for a in x) for x in plan0.X]
     E = [tuple(sigma * a for a in e) for e in plan0.E]
@@ -93,21 +101,20 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     if lean:                            # the probe's outputs show a box at float64 rounding
         nodes = ratio_nodes(H, lean=True)
     weak = ({"weak_limit": LEAN_WEAK_ROUNDS, "rescue": LEAN_RESCUE} if lean
-            else {"weak_limit": SUPPLEMENT_ROUNDS})
-    planned = stable_count(d, H, bias, lean=lean)
+            else {"weak_limit": 0 if paper else SUPPLEMENT_ROUNDS})
+    planned = stable_count(d, H, bias, nodes=nodes)
     if plan_log is not None:
         plan_log.append(planned)
     current().phase("ask", planned)     # progress=: the families
     fits, ids, rescued, bad, stopped, share = fit_all(splan, K, asker, nz, nodes, m, H,
                                                       weak.get("rescue"))
     if len(bad) > share * len(splan.configs) or not fits:
-        first = bad[min(bad)]
-        some = (f"of the first {stopped} (fitting stopped there: more than "
-                f"{share:.0%} of all had failed) " if stopped else "")
-        lead, why = precision_failure(bad, nz, rec, start, H)    # the verdict leads, if any
-        guess = "" if lead else f" (a box noisier than declared, or more heads than {H})"
-        raise type(first)(f"{lead}{len(bad)} {some}of {len(splan.configs)} configurations could "
-                          f"not be resolved at any scale{guess}{why}; the first: {first}")
+        raise _unresolved(bad, stopped, share, len(splan.configs), nz, rec, start, H,
+                          m if paper and m < H else None)
+    if paper:                           # no family has a residual of its own: their limits
+        size = H * max(abs(float(y)) for _, y in rec.observations[start:])
+        limits_test(splan.configs, fits, ids, K, [0.0] * start + [
+            nz.of(y, size) for _, y in rec.observations[start:]], len(rec.observations), m)
     # first-order validity, then labelling with per-relation bounds
     worst_rel = max((rel_bound(f, m) / f.kappa for f in fits.values()), default=0.0)   # at eta
     poles_of = {n: family_poles(K, f, m) for n, f in fits.items()}
@@ -135,6 +142,22 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
         splan, frame, rows, fits, ids, index, K, m, len(rec.observations), scales, tokens_a)
     return Route(splan, heads, SW, Sv, rounds, fits, bad, rescued, index, n_supp, worst_rel,
                  nodes=nodes, constant=c, Sc=Sc, c_round=c_round, lean=lean)
+
+
+def _unresolved(bad, stopped, share, n, nz, rec, start, H, fewer):
+    """The route's failure when too many of its ``n`` configurations are unresolved (``bad``):
+    the first failure's type, or with ``fewer`` (the paper plan's nodes, fewer heads fitted
+    than the bound) :class:`~exactlearn.errors.ResidualsBeyondNoise` with that count, so that
+    the learner fits more heads (:func:`exactlearn.strategies.real.run`)."""
+    first = bad[min(bad)]
+    some = (f"of the first {stopped} (fitting stopped there: more than "
+            f"{share:.0%} of all had failed) " if stopped else "")
+    lead, why = precision_failure(bad, nz, rec, start, H)    # the verdict leads, if any
+    guess = "" if lead else (f" (a box noisier than declared, or more heads than "
+                             f"{H if fewer is None else fewer})")
+    text = (f"{lead}{len(bad)} {some}of {n} configurations could not be resolved at any "
+            f"scale{guess}{why}; the first: {first}")
+    return type(first)(text) if fewer is None else ResidualsBeyondNoise(text, heads=fewer)
 
 
 def _labelled(splan, fits, poles_of, bad, rescued, relation, loose, m) -> dict:
@@ -172,6 +195,14 @@ def probe_nodes(plan0, asker, nz, nodes, H, rec, start, lean_ok) -> list:
     if not any(float(y) != 0 for _, y in rec.observations[start:]):
         return nodes                    # no output to judge the declared eta by (sum_h v_h = 0)
     return ratio_nodes(H, lean=True) if declared_level(nz, rec, start) <= COARSE else nodes
+
+
+def probe_reused(splan, nodes, asker, first, end) -> int:
+    """How many probe observations (indices ``first`` to ``end - 1``) the plan ``splan`` asks
+    again at ``nodes`` -- at ``sigma = 1`` the paper plan's probe families are its own basis
+    families -- each once: plan queries, not probe ones (queries = plan count + probe)."""
+    keys = {query_key(family_tokens(c.x, c.a, k, mm)) for c in splan.configs for k, mm in nodes}
+    return sum(1 for key in keys if first <= asker.seen.get(key, (None, -1))[1] < end)
 
 
 def drawn_seed(plan) -> int:
