@@ -21,6 +21,49 @@ from exactlearn.model import is_matrix
 
 __all__ = ["max_parameter_error"]
 
+#: names this module re-exported when it drove the paper plan's own pipeline: where they live now
+_MOVED = {"verify_real": "certificate", "RealOutcome": "certificate", "SAFETY": "certificate",
+          "cayley": "stable_plan", "EQUAL_FACTOR": "stable_plan", "PAPER_TARGET": "stable_plan",
+          "LO": "sensitivity", "rounding": "sensitivity", "NOISE_FACTOR": "sensitivity",
+          "check_noise": "sensitivity", "evaluate_with_bounds": "evaluate",
+          "NoisierThanDeclared": "errors", "CertificateError": "errors"}
+#: names of that pipeline's own steps, removed with it (docs/explanation/real-field.md)
+_REMOVED = ("run_real", "orthogonal_plan", "scaled_plan", "scale_for", "probe_families",
+            "probe_scale", "Sens", "sens_context", "Fit", "fit_family_with_sensitivities",
+            "label_real", "PROBE_TRIES", "PROBE_SAMPLES", "PAPER_LINEAR_LIMIT",
+            "PAPER_UNEQUAL_FACTOR", "LINEAR_LIMIT", "UNEQUAL_FACTOR", "TARGET")
+
+
+def __getattr__(name):
+    """The old names of :data:`_MOVED` from their new modules, with a ``DeprecationWarning``;
+    those of :data:`_REMOVED` raise an ``AttributeError`` that says why.
+
+    >>> import warnings
+    >>> from exactlearn.strategies.real import learn
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     learn.SAFETY, caught[0].category.__name__
+    (2, 'DeprecationWarning')
+    >>> learn.run_real
+    Traceback (most recent call last):
+    AttributeError: exactlearn.strategies.real.learn.run_real was a step of the paper plan's own pipeline over the real field, removed: plan="paper" runs exactlearn.strategies.real.stable.run_stable at the paper's nodes (docs/explanation/real-field.md)
+    """
+    import warnings
+    if name in _MOVED:
+        from exactlearn import errors
+        from exactlearn.strategies.real import certificate, evaluate, sensitivity, stable_plan
+        home = {"certificate": certificate, "stable_plan": stable_plan, "errors": errors,
+                "sensitivity": sensitivity, "evaluate": evaluate}[_MOVED[name]]
+        warnings.warn(f"exactlearn.strategies.real.learn.{name} is deprecated: use "
+                      f"{home.__name__}.{name}", DeprecationWarning, stacklevel=2)
+        return getattr(home, name)
+    if name in _REMOVED:
+        raise AttributeError(f"{__name__}.{name} was a step of the paper plan's own pipeline over "
+                             f"the real field, removed: plan=\"paper\" runs "
+                             f"exactlearn.strategies.real.stable.run_stable at the paper's nodes "
+                             f"(docs/explanation/real-field.md)")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def max_parameter_error(recovered, truth, K) -> tuple:
     """(largest |entry difference| over W, v and u, and the constants, pairing) between
