@@ -92,13 +92,18 @@ def fit_paper_family(K, ys, etas, m, what="a family") -> RatioFit:
             J, r = _jacobian(ctx, th, m, n, yv)
             return list(_pinv(ctx, J, m, n) * r)
 
-        out = refine(ctx, step, theta, goal=goal, steps=12)
-        theta = out.theta
-        if not out.converged or any(not t > 0 for t in theta[1:m + 1]):
-            raise InterpolationError(f"{what}: the refinement of its fit with {m} heads did "
-                                     f"not converge to positive rho")
-        J, res = _jacobian(ctx, theta, m, n, yv)
-        Jp = _pinv(ctx, J, m, n)
+        try:                            # a singular Jacobian (c_h -> 0, rho_h -> rho_g)
+            out = refine(ctx, step, theta, goal=goal, steps=12)
+            theta = out.theta
+            if not out.converged or any(not t > 0 for t in theta[1:m + 1]):
+                raise InterpolationError(f"{what}: the refinement of its fit with {m} heads did "
+                                         f"not converge to positive rho")
+            J, res = _jacobian(ctx, theta, m, n, yv)
+            Jp = _pinv(ctx, J, m, n)
+        except ZeroDivisionError:
+            raise InterpolationError(f"{what}: the samples do not determine {m} heads (a "
+                                     f"singular Jacobian: two heads' rho meet, or a c_h is 0)") \
+                from None
         G = np.array([[float(Jp[i, k] / (theta[i] if 0 < i <= m else 1)) for k in range(n)]
                       for i in range(2 * m + 1)])         # rows A, log rho (d rho / rho), c
         R = (np.array([[float(x) for x in (J * Jp)[k, :]] for k in range(n)]) - np.eye(n)
@@ -118,33 +123,42 @@ def fit_paper_family(K, ys, etas, m, what="a family") -> RatioFit:
 
 
 def limits_test(configs, fits, ids, K, etas, n_obs, m) -> None:
-    """The limits ``A = V.a`` of the fitted families (``fits[n]`` of ``configs[n]``, its
-    observations ``ids[n]``, ``m`` heads fitted) against one V (module doc); ``etas`` bounds
-    every observation (``n_obs`` of them).  Raises
-    :class:`~exactlearn.errors.ResidualsBeyondNoise` (with ``m``: under a head bound the
-    learner then fits more heads)."""
+    """The limits ``A = V.a`` and the single-token values ``A + sum_h c_h = f((x)) = V.x`` of
+    the fitted families (``fits[n]`` of ``configs[n]``, its observations ``ids[n]``, ``m``
+    heads fitted) against one V (module doc); ``etas`` bounds every observation (``n_obs`` of
+    them).  Raises :class:`~exactlearn.errors.ResidualsBeyondNoise` (with ``m``: under a head
+    bound the learner then fits more heads).  At d = 1 the one family's two rows are all
+    that fixes V twice (its 2m + 1 samples interpolate)."""
     used = sorted(fits)
     d = len(configs[used[0]].a) if used else 0
-    if len(used) <= d:
+    rows = []                           # (configuration, which, tokens, value, sensitivity)
+    for n in used:
+        f, c = fits[n], configs[n]
+        rows.append((n, "the limit A = V.a", c.a, f.A, f.G[0]))
+        rows.append((n, "the single-token value A + sum c = V.x", c.x,
+                     f.A + K.ctx.fsum(f.cs), f.G[0] + f.G[m + 1:].sum(axis=0)))
+    if len(rows) <= d:
         return                          # nothing fixed twice
-    A = np.array([[float(a) for a in configs[n].a] for n in used])
-    design = [[(i, configs[n].a[i]) for i in range(d)] for n in used]
-    meas = [fits[n].A for n in used]
-    V, S, size = wls_sparse(K, design, d, meas, [fits[n].bounds[0] for n in used],
-                            [(ids[n], fits[n].G[0]) for n in used], n_obs,
-                            map_rows=lambda G: np.eye(len(used)) - A @ G)   # residual rows
+    A = np.array([[float(a) for a in tok] for _, _, tok, _, _ in rows])
+    design = [[(i, tok[i]) for i in range(d)] for _, _, tok, _, _ in rows]
+    meas = [val for _, _, _, val, _ in rows]
+    eta = np.asarray(etas, dtype=float)
+    weights = [float(np.abs(g) @ eta[ids[n]]) for n, _, _, _, g in rows]    # each row's bound
+    V, S, size = wls_sparse(K, design, d, meas, weights, [(ids[n], g) for n, _, _, _, g in rows],
+                            n_obs,
+                            map_rows=lambda G: np.eye(len(rows)) - A @ G)   # residual rows
     bound = S.bounds(etas)
-    for r, n in enumerate(used):
+    for r, (n, which, tok, val, _) in enumerate(rows):
         c = configs[n]
-        terms = [K(a) * v for a, v in zip(c.a, V)]
-        miss = LO.convert(abs(meas[r] - K.ctx.fsum(terms)))
-        top = max([abs(meas[r])] + [abs(t) for t in terms])
+        terms = [K(a) * v for a, v in zip(tok, V)]
+        miss = LO.convert(abs(val - K.ctx.fsum(terms)))
+        top = max([abs(val)] + [abs(t) for t in terms])
         b = LO.convert(float(bound[r]))
         if miss > NOISE_FACTOR * b + rounding(K, 64 * len(terms) * top) + LO.convert(size):
             raise ResidualsBeyondNoise(
                 f"outputs noisier than the declared eta (or a black box outside the model class, "
-                f"or more heads than {m}): the limit A = V.a of configuration "
-                f"{c.kind}{(c.i + 1, c.j + 1)} misses the V that every family's limit fixes by "
+                f"or more heads than {m}): {which} of configuration "
+                f"{c.kind}{(c.i + 1, c.j + 1)} misses the V that every family fixes by "
                 f"{LO.nstr(miss, 3)}, {LO.nstr(miss / b, 3) if b else 'far above'} times its "
                 f"first-order bound {LO.nstr(b, 3)} from eta (outputs within eta of the model "
                 f"class stay within {NOISE_FACTOR})", heads=m)
