@@ -42,3 +42,17 @@ def test_singular_jacobian_in_paper_fit_is_a_failure_not_an_exception():
         assert err <= res.error_bound
     else:
         assert res.error
+
+
+def test_snap_of_an_unsnappable_first_readout_is_not_snapped_not_a_typeerror():
+    # pre-existing: snap_heads built Head(W, v) with v[0] None, whose u default is v[0] * 0
+    from gmpy2 import mpq
+
+    from exactlearn import MultiHeadAttention
+    from exactlearn.model import Head
+    K = Real(dps=40)
+    m = MultiHeadAttention([Head(((mpq(1), mpq(1, 2)), (mpq(-1, 2), mpq(3, 2))),
+                                 (mpq(10 ** 30 + 1, 3 * 10 ** 30 + 7), mpq(2)))])
+    res = learn(Oracle(m, K), 2, heads=1, field=K, seed=1, snap=True)
+    assert res.status == "certified"
+    assert res.snap["status"] == "not snapped" and "head 1 v[1]" in res.snap["reason"]

@@ -77,7 +77,7 @@ def snap_heads(heads, outcome, K, observations, start, height=None) -> dict:
             if q is None:
                 failed.append(f"head {h + 1} v[{r + 1}]")
             v.append(q)
-        snapped.append(Head(tuple(W), tuple(v)))
+        snapped.append((tuple(W), tuple(v)))     # a Head once every entry snapped
     info = {"height_bound": "floor(1/sqrt(2B)) per entry, B its error bound"
             + (f", at most {int(height)}" if height is not None else "")}
     if failed:
@@ -85,6 +85,7 @@ def snap_heads(heads, outcome, K, observations, start, height=None) -> dict:
                      "reason": f"no rational of bounded height within the error bound for "
                                f"{len(failed)} entries (e.g. {failed[0]})"})
         return info
+    snapped = [Head(W, v) for W, v in snapped]
     worst = LO.zero
     ok = True
     for i, (tokens, y) in enumerate(observations):
