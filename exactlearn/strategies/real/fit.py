@@ -21,8 +21,8 @@ unknowns every residual is checked against ``|J G - I| eta``
 
 With ``2m + 1`` samples a family interpolates: no residual of its own shows a box noisier
 than declared.  What the observations fix more than once is the limit ``A = V.a`` of every
-family (``V = sum_h v_h``, d unknowns for ``2d^2 - 1`` limits): :func:`limits_test` fits V to
-them by weighted least squares and checks each residual against its first-order bound, as
+family (``V = sum_h v_h``, d unknowns for ``2d^2 - 1`` limits) and its single-token value
+``A + sum_h c_h = V.x``: :func:`limits_test` fits V to both by weighted least squares and checks each residual against its first-order bound, as
 the paper's analysis did (a miss beyond ``NOISE_FACTOR`` bounds is
 :class:`~exactlearn.errors.ResidualsBeyondNoise`: a box noisier than declared, or more heads
 than were fitted).
