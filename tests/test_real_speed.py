@@ -91,23 +91,16 @@ def test_the_plans_families_are_formed_and_looked_up_once(monkeypatch):
     more per configuration: a second ``query_key`` per query)."""
     import exactlearn.strategies.real.stable_routes as routes
     from exactlearn.pipeline.ask import AskOnce, query_key
-    asked, inside = [], [False]           # the keys of each call of ask within fit_all
-    ask, fit_all = AskOnce.ask, routes.fit_all
+    from spies import while_inside
+    asked, ask = [], AskOnce.ask          # the keys of each call of ask within fit_all
 
     def counted(self, queries):
         if inside[0]:
             asked.append({query_key(q) for q in queries})
         return ask(self, queries)
 
-    def watched(*args, **kwargs):
-        inside[0] = True
-        try:
-            return fit_all(*args, **kwargs)
-        finally:
-            inside[0] = False
-
     monkeypatch.setattr(AskOnce, "ask", counted)
-    monkeypatch.setattr(routes, "fit_all", watched)
+    inside = while_inside(monkeypatch, routes, "fit_all")
     res = learn(NumpyAttention.from_seed(6, 3, 0), d=6, heads=3, field=Real(dps=30),
                 tokens="float64", plan="stable", noise=5e-14, noise_rel=1e-15, seed=0)
     assert res.status == "certified"

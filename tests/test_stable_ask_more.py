@@ -314,7 +314,8 @@ def test_gauss_newton_stops_at_float64s_floor(monkeypatch):
     steps only moved the cost's rounding.  The run stays certified within 1e-13."""
     import exactlearn.strategies.real.stable_polish as sp
 
-    runs, inside, real_ne, real_gn = [], [False], sp.normal_equations, sp._gauss_newton
+    from spies import while_inside
+    runs, real_ne = [], sp.normal_equations
 
     def ne(*a, **k):
         out = real_ne(*a, **k)
@@ -322,16 +323,8 @@ def test_gauss_newton_stops_at_float64s_floor(monkeypatch):
             runs[-1].append(out[3])
         return out
 
-    def gn(*a, **k):
-        runs.append([])
-        inside[0] = True
-        try:
-            return real_gn(*a, **k)
-        finally:
-            inside[0] = False
-
     monkeypatch.setattr(sp, "normal_equations", ne)
-    monkeypatch.setattr(sp, "_gauss_newton", gn)
+    inside = while_inside(monkeypatch, sp, "_gauss_newton", before=lambda: runs.append([]))
     box = NumpyAttention.from_seed(8, 4, 1)
     res = _learn(box, 8, 4, 1)
     assert res.certified, res.error
