@@ -182,8 +182,9 @@ def _gauss_newton(fam, W, V, c, far, warm=False, defer=False, named=True):
             spare.append(A1)            # not taken: its array serves the next point
             return False                                # no further decrease: keep the last
         if kept:                        # the last point's arrays alone are read (A, scaled by
-            spare.append(kept[-1][3])   # its step, is reused: 152 MB of page faults each at
-            kept[-1] = (None,) * 6 + kept[-1][-1:]      # d = 32, H = 4 with biases)
+            if kept[-1][3] is not None:             # its step, is reused: 152 MB of page
+                spare.append(kept[-1][3])           # faults each at d = 32, H = 4 with biases)
+            kept[-1] = (None,) * 6 + kept[-1][-1:]
         kept.append((W1, V1, c1, A1, b1, parts1, cost1))
         # settled: a decrease <= 1e-6 of the cost, or float64's floor (residuals within rounding)
         return cost is None or (cost - cost1 > 1e-6 * cost and beyond1 > 0)
@@ -195,6 +196,8 @@ def _gauss_newton(fam, W, V, c, far, warm=False, defer=False, named=True):
         first = len(kept) == 1          # deferred: its weak directions alone, no solve
         factors[len(kept) - 1] = scaled = Scaled(kept[-1][3], name_weak=first and named,
                                                  solve=not (defer and first), overwrite_a=True)
+        spare.append(kept[-1][3])       # A, scaled in place, is read no more (its factor is):
+        kept[-1] = kept[-1][:3] + (None,) + kept[-1][4:]    # the next point's, not a fresh one
         delta, _, weak = scaled.solved(kept[-1][4], inverse=False)
         if len(kept) == 1:
             weak0.append(Weak([_direction(u, H, d, shape[2]) for u in weak]))
