@@ -101,3 +101,22 @@ def test_the_loewner_starts_polynomials_are_numpys_bit_for_bit():
             new += wts[0] * poly_of_zeros(zeros)
             new += wts[1] * poly_of_zeros(zeros[::-1])
             assert new.tobytes() == old.tobytes()
+
+
+def test_the_residuals_head_by_head_are_the_residuals_sample_by_sample():
+    """``ratio._residuals`` (head by head, then each sample's ``fsum``) gives the values of
+    ``A + fsum_h c_h / (1 + t rho_h) - y`` sample by sample, bit for bit (t = oo: ``A - y``)."""
+    import gmpy2
+    rng = np.random.default_rng(7)
+    with gmpy2.context(precision=130):
+        for m in (1, 3, 6):
+            ts = [None if i == 0 else gmpy2.mpfr(mpq(i, 3)) for i in range(2 * m + 3)] + [None]
+            ys = [gmpy2.mpfr(float(y)) for y in rng.normal(size=len(ts))]
+            th = [gmpy2.mpfr(float(x)) for x in rng.normal(size=2 * m + 1)]
+            A, ls, cs = th[0], th[1:m + 1], th[m + 1:]
+            rho = [gmpy2.exp(x) for x in ls]
+            want = [(A if t is None else A + gmpy2.fsum([c / (1 + t * r) for c, r in zip(cs, rho)]))
+                    - y for t, y in zip(ts, ys)]
+            got = ratio._residuals(th, ts, ys, m)
+            assert [x.as_integer_ratio() for x in got] == [x.as_integer_ratio() for x in want]
+

@@ -359,12 +359,11 @@ def _check_residuals(K, res, rbound, yf, cs, m, what) -> float:
 def _residuals(th, ts, ys, m):
     """``f(t) - y`` at every sample, in gmpy2 at the field's precision (:func:`field_precision`
     entered by the caller; ``ts``, ``ys`` as mpfr, ``None`` for t = oo; ``th`` in mpmath or
-    as mpfr)."""
+    as mpfr).  Head by head over the finite samples, then each sample's correctly rounded sum
+    (``gmpy2.fsum``): the same operations as sample by sample, in fewer Python loops."""
     th = [x if isinstance(x, MPFR) else to_mpfr(x) for x in th]
     A, ls, cs = th[0], th[1:m + 1], th[m + 1:]
-    rho = [gmpy2.exp(x) for x in ls]
-    out = []
-    for t, y in zip(ts, ys):
-        f = A if t is None else A + gmpy2.fsum([c / (1 + t * r) for c, r in zip(cs, rho)])
-        out.append(f - y)
-    return out
+    fin = [t for t in ts if t is not None]
+    terms = [[c / (1 + t * r) for t in fin] for c, r in zip(cs, map(gmpy2.exp, ls))]
+    sums = iter([A + gmpy2.fsum(col) for col in zip(*terms)] if m else [A] * len(fin))
+    return [(A if t is None else next(sums)) - y for t, y in zip(ts, ys)]
