@@ -9,7 +9,7 @@ from gmpy2 import mpq
 
 from exactlearn.fields.real import Real
 from exactlearn.strategies.real import ratio
-from exactlearn.strategies.real.loewner import poly_of_zeros
+from exactlearn.strategies.real.loewner import poly_of_zeros, polys_of_zeros
 from exactlearn.strategies.real.ratio import (COARSE_EVALUATIONS, fit_ratio_family, node_t,
                                               ratio_nodes)
 
@@ -101,6 +101,23 @@ def test_the_loewner_starts_polynomials_are_numpys_bit_for_bit():
             new += wts[0] * poly_of_zeros(zeros)
             new += wts[1] * poly_of_zeros(zeros[::-1])
             assert new.tobytes() == old.tobytes()
+
+
+def test_the_basis_polynomials_at_once_are_poly_of_zeros_bit_for_bit():
+    """``loewner.polys_of_zeros`` (every basis polynomial of a start in one array operation per
+    zero) is :func:`poly_of_zeros` of each row byte for byte, signed zeros included (the node
+    ``t = 0`` is ``z = 0``: np.convolve's sums start from +0.0)."""
+    rng = np.random.default_rng(5)
+    for n in range(0, 9):
+        for trial in range(150):
+            Z = rng.uniform(0, 1, (n + 1, n)) if trial % 2 else rng.normal(0, 30, (n + 1, n))
+            if n and trial % 3 == 0:
+                Z[:, 0] = 0.0
+            if n > 1 and trial % 5 == 0:
+                Z[:, 1] = -0.0
+            got = polys_of_zeros(Z)
+            for j in range(n + 1):
+                assert got[j].tobytes() == poly_of_zeros(list(Z[j])).tobytes()
 
 
 def test_the_residuals_head_by_head_are_the_residuals_sample_by_sample():

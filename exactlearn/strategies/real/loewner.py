@@ -28,9 +28,11 @@ def loewner_start(zs, ys, w, m, shift=0):
     L = L * w[test][:, None]
     _, _, Vt = np.linalg.svd(L)
     wts = Vt[-1]
+    k = len(sup)                        # support j's basis polynomial: the others' zeros
+    basis = polys_of_zeros(np.broadcast_to(z[js], (k, k))[~np.eye(k, dtype=bool)].reshape(k, -1))
     poly = np.zeros(len(sup))
-    for jj, j in enumerate(sup):
-        poly += wts[jj] * poly_of_zeros([z[i] for i in sup if i != j])
+    for jj in range(k):
+        poly += wts[jj] * basis[jj]
     roots = np.roots(poly)
     roots = roots[np.abs(roots.imag) <= 1e-6 * np.maximum(1, np.abs(roots))].real
     rho = 1 - 1 / roots[np.abs(roots) > 0]
@@ -49,3 +51,23 @@ def poly_of_zeros(zeros):
     for zero in zeros:
         a = np.convolve(a, np.array([1, -zero], dtype=float))
     return a
+
+
+def polys_of_zeros(Z):
+    """:func:`poly_of_zeros` of every row of ``Z`` (k x n float64 zeros) at once, bit for bit
+    (k x (n + 1)): each convolution with ``(1, -zero)`` is the same products and sums, one
+    array operation for all rows (the Loewner start's ``m + 1`` basis polynomials; the start
+    takes 15 % less time at 16 x 6, its 2,280 starts at seed 0 captured and timed apart).
+
+    >>> Z = np.array([[0.25, 0.5], [0.0, 2.0]])
+    >>> all(polys_of_zeros(Z)[j].tobytes() == poly_of_zeros(list(Z[j])).tobytes() for j in range(2))
+    True
+    """
+    k, n = Z.shape
+    A = np.zeros((k, n + 1))
+    A[:, 0] = 1.0
+    for s in range(n):                  # A[:, :s + 2] <- A[:, :s + 1] convolved with (1, -z_s)
+        neg = -Z[:, s:s + 1]            # np.convolve's sums start from +0.0 (signed zeros too)
+        A[:, s + 1] = 0.0 + A[:, s] * neg[:, 0]
+        A[:, 1:s + 1] = (0.0 + A[:, 0:s] * neg) + A[:, 1:s + 1]
+    return A
