@@ -183,12 +183,12 @@ def test_least_squares_family_fit_checks_its_residual():
     K = Real(dps=40)
     ts = [node_t(k, 1) for k in range(5)]
     ys = [K(3) + K(2) / (1 + k * K("1.5")) for k in range(5)]
-    fit = fit_ratio_family(K, ts, ys, [1e-20] * 5, 1)
+    fit = fit_ratio_family(K, ts, ys, [1e-20] * 5, 1, paper=True)
     assert len(fit.logs) == 1 and abs(K.ctx.exp(fit.logs[0]) - K("1.5")) < K("1e-30")
     assert fit.worst_residual < 1
     ys[4] += K("1e-12")
     with pytest.raises(NoisierThanDeclared, match=NOISIER):
-        fit_ratio_family(K, ts, ys, [1e-20] * 5, 1)
+        fit_ratio_family(K, ts, ys, [1e-20] * 5, 1, paper=True)
 
 
 # -- the probe -----------------------------------------------------------------------------

@@ -109,7 +109,7 @@ def test_the_pipelines_thresholds_keep_their_values():
 
 
 def test_the_paper_plan_is_the_one_pipeline_at_the_papers_nodes(monkeypatch):
-    """plan="paper" runs run_stable with nodes (k, 1), k = 0..2H (q_k = (a^k, x)); the separate
+    """plan="paper" runs run_stable with paper=True: nodes (k, 1), k = 0..2H (q_k = (a^k, x)); the
     paper pipeline and its modules are gone, and learn.py keeps max_parameter_error."""
     from exactlearn import MultiHeadAttention, Oracle, learn
     from exactlearn.fields.real import Real
@@ -118,14 +118,15 @@ def test_the_paper_plan_is_the_one_pipeline_at_the_papers_nodes(monkeypatch):
     run = stable.run_stable
 
     def spy(*args, **kw):
-        seen.append(kw.get("nodes"))
+        seen.append(kw.get("paper"))
         return run(*args, **kw)
 
     monkeypatch.setattr(stable, "run_stable", spy)
     model = MultiHeadAttention([([[1, "1/2"], [0, -1]], [1, 2]), ([[0, 1], ["-1/2", 0]], [-1, 1])])
     res = learn(Oracle(model, Real(dps=40)), d=2, heads=2, seed=3, plan="paper")
     assert res.certified and res.plan == "paper"
-    assert seen == [[(0, 1), (1, 1), (2, 1), (3, 1), (4, 1)]]
+    assert seen == [True] and res.max_length == 5          # (a^4, x): k = 2H = 4 at most
+    assert res.real_detail["stable_plan_queries"] == 7 * 4 + 3      # (2d^2 - 1) 2H + 2d - 1
     assert res.real_detail["plan"].startswith("paper: q_k = (a^k, x)")
     for gone in ("analysis", "solve", "probe"):
         assert not (REAL / f"{gone}.py").exists()

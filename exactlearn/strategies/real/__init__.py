@@ -166,7 +166,6 @@ def _run_once(plan, ask, K, options, fit_heads):
     """One attempt of the one pipeline at the plan's nodes; ``snap=True`` snaps its heads."""
     from exactlearn.strategies.real.lsq import one_blas_thread
     from exactlearn.strategies.real.stable import run_stable
-    from exactlearn.strategies.real.stable_plan import paper_nodes
     start = len(ask.observations)
     with one_blas_thread():            # the box keeps its threads (lsq.box_blas_threads)
         heads, n, out = run_stable(
@@ -174,8 +173,7 @@ def _run_once(plan, ask, K, options, fit_heads):
             query_scale=options.query_scale, heads_exact=options.heads_given,
             probe_log=options.state.probes, fit_heads=fit_heads,
             bias=getattr(options, "bias", False), remeasure=getattr(options, "remeasure", None),
-            plan_log=options.state.planned,
-            nodes=None if options.plan == "stable" else paper_nodes(plan.H))
+            plan_log=options.state.planned, paper=options.plan != "stable")
     if options.snap:
         from exactlearn.strategies.real.snap import snap_heads
         out.snap = snap_heads(heads, out, K, ask.observations[start:], start)

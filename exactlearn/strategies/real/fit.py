@@ -61,16 +61,6 @@ class RatioFit:
     kappa: float = 1.0         # bounds at kappa x the etas given (stable_families._scatter_fit)
 
 
-def on_paper_nodes(ts) -> bool:
-    """The nodes are the paper's, ``t = 0, 1, ..., n - 1`` (all finite, consecutive from 0).
-
-    >>> from gmpy2 import mpq
-    >>> on_paper_nodes([mpq(0), mpq(1), mpq(2)]), on_paper_nodes([mpq(0), mpq(1, 2), None])
-    (True, False)
-    """
-    return all(t is not None and t == k for k, t in enumerate(ts))
-
-
 def fit_paper_family(K, ys, etas, m, what="a family") -> RatioFit:
     """Fit ``m`` heads to ``ys`` sampled at ``t = 0 .. n - 1`` with bounds ``etas`` (floats;
     module doc).  Raises :class:`~exactlearn.errors.InterpolationError` when the samples show

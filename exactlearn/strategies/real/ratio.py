@@ -53,7 +53,7 @@ import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import DegenerateDraw, InterpolationError
-from exactlearn.strategies.real.fit import RatioFit, fit_paper_family, on_paper_nodes
+from exactlearn.strategies.real.fit import RatioFit, fit_paper_family
 from exactlearn.strategies.real.loewner import loewner_start
 from exactlearn.strategies.real.lsq import (EPS, Mpfr, field_precision, from_mpfr, refine,
                                             solve, to_mpfr)
@@ -267,16 +267,16 @@ def _best_fit(zs, yf, w, m, evaluations=LSQ_EVALUATIONS, patience=PATIENCE):
 
 
 def fit_ratio_family(K, ts, ys, etas, m, *, what="a family", evaluations=LSQ_EVALUATIONS,
-                     patience=PATIENCE) -> RatioFit:
+                     patience=PATIENCE, paper=False) -> RatioFit:
     """Fit ``m`` heads to the samples ``ys`` at ``ts`` (exact rationals, ``None`` = oo)
     with bounds ``etas`` (floats); module doc.  ``evaluations`` caps each start's
     Levenberg--Marquardt fit (COARSE_EVALUATIONS for a coarse box's families), ``patience``
     the search over starts (:func:`_best_fit`; None for a coarse box's families).  Raises
     :class:`~exactlearn.errors.InterpolationError` when no fit converges,
-    :class:`~exactlearn.errors.NoisierThanDeclared` when a residual exceeds its bound.  On the
-    paper's nodes ``t = 0 .. n - 1`` the fit is in the field's precision
-    (:mod:`~exactlearn.strategies.real.fit`)."""
-    if on_paper_nodes(ts):
+    :class:`~exactlearn.errors.NoisierThanDeclared` when a residual exceeds its bound.
+    ``paper``: the paper plan's nodes ``t = 0 .. n - 1``, fitted in the field's precision
+    (:func:`~exactlearn.strategies.real.fit.fit_paper_family`, no float64 search to bound)."""
+    if paper:
         return fit_paper_family(K, ys, etas, m, what)
     zs = np.array([np.inf if t is None else float(t) for t in ts])
     yf = np.array([float(y) for y in ys])

@@ -7,12 +7,14 @@ float64 accuracy its interpolation loses the poles from H = 3 on, and every fami
 resolve.  The stable plan keeps the paper's 2d^2 - 1 configurations and changes how each
 is sampled, labelled and solved.
 
-**Plans** are choices of nodes (``nodes`` of :func:`run_stable`): the stable plan's
-:func:`~exactlearn.strategies.real.ratio.ratio_nodes`, or ``plan="paper"``'s ``q_k = (a^k, x)``,
-``k = 0 .. 2H`` (:func:`~exactlearn.strategies.real.stable_plan.paper_nodes`), fitted in the
-field's precision (:mod:`~exactlearn.strategies.real.fit`), probed to an rms ``log rho`` of PAPER_TARGET = 1 from ``ceil(6/H)``
-families, with no lean nodes, no pencil start and no supplements for weak entries (only for
-undetermined ones); every other step is the same:
+**Plans** are choices of nodes (``paper`` of :func:`run_stable`, decided there once): the
+stable plan's :func:`~exactlearn.strategies.real.ratio.ratio_nodes`, or ``plan="paper"``'s
+``q_k = (a^k, x)``, ``k = 0 .. 2H`` (:func:`~exactlearn.strategies.real.stable_plan.paper_nodes`),
+fitted in the field's precision (:mod:`~exactlearn.strategies.real.fit`), probed to an rms
+``log rho`` of PAPER_TARGET = 1 from ``ceil(6/H)`` families
+(:func:`~exactlearn.strategies.real.stable_probe.probe_families`), with no lean nodes, no
+pencil start and no supplements for weak entries (only for undetermined ones); every other
+step is the same:
 
 1. **Tokens** (:func:`~exactlearn.strategies.real.stable_plan.dyadic_basis`): X and E are the
    Cayley-orthogonal matrices of the draw rounded to the dyadic grid ``2^-20`` and scaled by
@@ -132,10 +134,10 @@ from exactlearn.strategies.real.stable_checks import (Estimate, certify_estimate
                                                      resolution_test)
 from exactlearn.strategies.real.stable_families import plan_pairs, rel_bound
 from exactlearn.strategies.real.stable_messages import coarseness, declared_level
-from exactlearn.strategies.real.stable_plan import (COARSE, PAPER_TARGET, PENCIL_MIN_HEADS,
+from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_MIN_HEADS,
                                                     STABLE_LINEAR_LIMIT, Noise, bias_tokens,
-                                                    dyadic_basis, paper_probe_families,
-                                                    query_norm, stable_bias_plan, stable_count)
+                                                    dyadic_basis, paper_nodes, query_norm,
+                                                    stable_bias_plan, stable_count)
 from exactlearn.strategies.real.stable_polish import polish
 from exactlearn.strategies.real.stable_probe import probe_scale
 from exactlearn.strategies.real.stable_report import outcome, run_account
@@ -145,7 +147,7 @@ from exactlearn.strategies.real.stable_routes import per_family as _per_family  
 
 def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, heads_exact=True,
                probe_log=None, fit_heads=None, bias=False, remeasure=None, plan_log=None,
-               nodes=None):
+               paper=False):
     """Probe, scale, ask, fit, label, solve and certify (module doc).  Returns
     ``(heads, certified observations, RealOutcome)``.  ``fit_heads``: fit exactly that many heads
     (at most ``plan.H``; the escalation of :func:`exactlearn.strategies.real.run`), where
@@ -153,9 +155,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     :class:`~exactlearn.model.HeadSet` with their u and the constant c.  ``remeasure``
     (``noise="auto"``), once sigma is chosen: ``remeasure(plan_pairs(...), sigma)`` gives eta per
     scale of the plan (``[(scale, largest token norm, eta, eta_rel)]``), which replaces the eta
-    measured before the probe for every query since (``Noise.by_scale``).  ``nodes``: the plan's
-    ``(k, m)`` (the paper plan's :func:`~exactlearn.strategies.real.stable_plan.paper_nodes`),
-    asked as given (module doc, "Plans"); None: the stable plan's."""
+    measured before the probe for every query since (``Noise.by_scale``).  ``paper``: the paper
+    plan (module doc, "Plans"), decided here once and handed to every step that differs."""
     H, d = plan.H, plan.d
     eta = K(0) if noise is None else noise_bound(K, noise)
     eta_rel = K(0) if noise_rel is None else noise_bound(K, noise_rel, "noise_rel")
@@ -164,8 +165,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         nz.eta = float(rounding(K, 1))      # an exact box: its field's rounding only
     start = len(rec.observations)
     asker = AskOnce(rec, around=box_blas_threads)     # the box keeps its BLAS threads
-    fixed = nodes is not None           # the paper plan's nodes: no lean nodes, no pencil
-    nodes = list(nodes) if fixed else ratio_nodes(H)
+    nodes = paper_nodes(H) if paper else ratio_nodes(H)
     X0, E0 = dyadic_basis(plan.X), dyadic_basis(plan.E)
     plan0 = stable_bias_plan(bias_tokens(X0), E0, H) if bias else paper_plan(X0, E0, H)
     probe_log = [] if probe_log is None else probe_log
@@ -173,7 +173,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     m = fit_heads if fit_heads is not None else H if heads_exact else None
     route, sigma, m, tries, n_probe, scaled = _probe_and_route(
         plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, query_scale, heads_exact, bias,
-        remeasure, plan_log, fixed)
+        remeasure, plan_log, paper)
     if scaled is not None:              # eta on the plan's own scales: the eta at sigma reported
         eta, eta_rel = scaled[0]
     fits, index, nodes = route.fits, route.index, route.nodes or nodes  # its own
@@ -209,8 +209,8 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
         resolution = resolution_test(HeadSet(heads, constant=const, bias=True) if bias else heads,
                                      rec, start, etas_all, H, bias)
     detail = run_account(route, est, head_b, len(obs), (worst_ratio, resid_ratio), resolution,
-                         sigma=sigma, tries=tries, n_probe=n_probe, nodes=nodes, eta=eta,
-                         eta_rel=eta_rel, d=d, H=H, bias=bias, n_target=n_target,
+                         sigma=sigma, tries=tries, n_probe=n_probe, nodes=nodes, paper=paper,
+                         eta=eta, eta_rel=eta_rel, d=d, H=H, bias=bias, n_target=n_target,
                          scale_etas=None if scaled is None else scaled[1])
     etas = {q: LO.convert(float(etas_all[q])) for q in range(start, len(rec.observations))}
     heads, out = outcome(est, head_b, detail, sigma, n_probe, eta, etas, bias)
@@ -218,21 +218,20 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
 
 
 def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, query_scale,
-                     heads_exact, bias, remeasure=None, plan_log=None, fixed=False) -> tuple:
+                     heads_exact, bias, remeasure=None, plan_log=None, paper=False) -> tuple:
     """Steps 2 to 4, or the pencil start (step 3b) when the families fail:
     ``(route, sigma, m, probe detail, probe queries, scaled)``; ``probe_log[-1]`` kept up to
     date; ``scaled``: None, or with ``remeasure`` (run_stable's doc) the eta and eta_rel at
-    sigma and the account of eta per scale.  ``fixed``: the paper plan's nodes (its probe,
-    no lean nodes, no pencil start)."""
+    sigma and the account of eta per scale.  ``paper``: the paper plan (its probe, no lean
+    nodes, no pencil start)."""
     tries, n_probe, scaled = [], None, None
-    lean_ok = heads_exact and not fixed
-    how = dict(target=PAPER_TARGET, families=paper_probe_families(plan0.d, H)) if fixed else {}
+    lean_ok = heads_exact and not paper
     try:
         if query_scale is None:
             current().stage("probe")
             try:
                 sigma, m, tries = probe_scale(plan0, K, asker, nz, probe_nodes(
-                    plan0, asker, nz, nodes, H, rec, start, lean_ok), H, m, **how)
+                    plan0, asker, nz, nodes, H, rec, start, lean_ok), H, m, paper=paper)
             finally:
                 probe_log[-1] = len(rec.observations) - start
         else:
@@ -248,12 +247,12 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
                       [{"scale": str(s), "max_token_norm": f"{n:.6g}", "eta": f"{e:.6g}",
                         "eta_rel": f"{r:.6g}"} for s, n, e, r in table])
         route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok,
-                            plan_log, paper=fixed)
-        if fixed:                       # the paper plan's: queries = plan count + probe
+                            plan_log, paper=paper)
+        if paper:                       # the paper plan's: queries = plan count + probe
             n_probe -= probe_reused(route.splan, nodes, asker, start, start + n_probe)
     except (DegenerateDraw, InterpolationError, MatchError, SingularMatrix) as exc:
         # crowded exponents in every family (many heads for d): the pencil start (step 3b)
-        if not heads_exact or H < PENCIL_MIN_HEADS or query_scale is not None or fixed:
+        if not heads_exact or H < PENCIL_MIN_HEADS or query_scale is not None or paper:
             raise
         if declared_level(nz, rec, start) > COARSE:   # its extrapolation in 1/m needs float64
             where = "" if "the declared eta " in str(exc) else coarseness(nz, rec, start)

@@ -68,7 +68,7 @@ def _normalised_c(fit, f, m):
     return fit
 
 
-def fit_all(plan, K, asker, noise, nodes, m, H, rescue=None):
+def fit_all(plan, K, asker, noise, nodes, m, H, rescue=None, paper=False):
     """Ask and fit every configuration: ``(fits, ids, rescued, bad, stopped)``; ``ids[n]`` are the
     observation indices of the fit.  A configuration whose fit fails, or whose first-order
     relative bound exceeds STABLE_LINEAR_LIMIT (poles crowded or beyond the nodes), is asked again
@@ -82,7 +82,8 @@ def fit_all(plan, K, asker, noise, nodes, m, H, rescue=None):
     the configurations left were asked for a route already failed -- MiniLM layer 3 (d' = 8,
     12 heads) asked 48,517 queries before its pencil start certified, 36,916 now -- unless its
     declared eta lies within NEAR_COARSE below COARSE (the first batch's median level).
-    ``rescue``: the scales tried after 1 (None: RESCUE; the lean plan's LEAN_RESCUE)."""
+    ``rescue``: the scales tried after 1 (None: RESCUE; the lean plan's LEAN_RESCUE);
+    ``paper``: the paper plan's nodes (:func:`resolve_family`)."""
     got = asker.ask([q for c in plan.configs for q in
                      (family_tokens(c.x, c.a, k, mm) for k, mm in nodes)])      # one batch
     ys = [abs(float(y)) for y, _ in got if float(y) != 0]
@@ -98,7 +99,8 @@ def fit_all(plan, K, asker, noise, nodes, m, H, rescue=None):
         try:
             fits[n], ids[n], f = resolve_family(c, K, asker, noise, nodes, m, H,
                                                 scales=(mpq(1),) + (rescue or RESCUE),
-                                                bias=plan.bias, asked=got[n * per:(n + 1) * per])
+                                                bias=plan.bias, asked=got[n * per:(n + 1) * per],
+                                                paper=paper)
         except LearningFailure as exc:
             bad[n] = exc
             last = n + 1 == len(plan.configs)
@@ -111,14 +113,15 @@ def fit_all(plan, K, asker, noise, nodes, m, H, rescue=None):
 
 
 def resolve_family(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE, bias=False,
-                   asked=None):
+                   asked=None, paper=False):
     """``(fit at scale 1, observation indices, scale asked)`` of one configuration, at the
     first of ``scales`` (1, 1/2, 2, 1/4, 4) whose fit succeeds within STABLE_LINEAR_LIMIT
     (COARSE_LINEAR_LIMIT for a coarse box, its bounds following its scatter:
     :func:`_scatter_fit`); raises the first failure when none does.  With ``bias`` only the
     c-values go back to scale 1 (:func:`_normalised_c`).  ``asked``: the answers at scale 1,
     already asked (:func:`fit_all`'s first batch), taken as they are
-    (:func:`~exactlearn.strategies.real.stable_probe.ask_family`)."""
+    (:func:`~exactlearn.strategies.real.stable_probe.ask_family`).  ``paper``: the paper plan's
+    nodes, fitted in the field's precision (``fit_ratio_family``'s ``paper``)."""
     ts = [node_t(k, mm) for k, mm in nodes]
     what = f"configuration {c.kind}{(c.i + 1, c.j + 1)}"
     first = None
@@ -129,7 +132,7 @@ def resolve_family(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE, b
         try:
             fit = fit_ratio_family(K, ts, ys, etas, m, what=label,
                                    evaluations=COARSE_EVALUATIONS if coarse else LSQ_EVALUATIONS,
-                                   patience=None if coarse else PATIENCE)
+                                   patience=None if coarse else PATIENCE, paper=paper)
         except (InterpolationError, NoisierThanDeclared, DegenerateDraw) as exc:
             first = first or exc
             continue

@@ -2,7 +2,7 @@
 (:mod:`~exactlearn.strategies.real.stable`, steps 1 and 3b; docs/explanation/real-field.md,
 "The stable plan for float black boxes"): the query count (:func:`stable_count`), the dyadic
 tokens (:func:`dyadic_basis`, of the Cayley matrices :func:`cayley`), the paper plan's nodes
-and probe (:func:`paper_nodes`, :func:`paper_probe_families`), the plan for biases
+(:func:`paper_nodes`), the plan for biases
 (:func:`bias_tokens`, :func:`stable_bias_plan`) and the per-observation eta (:class:`Noise`).
 Every query is asked once, through :class:`~exactlearn.pipeline.ask.AskOnce`.
 """
@@ -31,7 +31,8 @@ EQUAL_FACTOR = 10
 STABLE_UNEQUAL_FACTOR = 10 ** 2
 #: the paper plan's scale probe: rms log rho of about PAPER_TARGET (the stable plan's:
 #: :data:`~exactlearn.strategies.real.stable_probe.STABLE_TARGET`, 3), from enough basis
-#: families to see PROBE_SAMPLES exponents (:func:`paper_probe_families`)
+#: families to see PROBE_SAMPLES exponents
+#: (:func:`~exactlearn.strategies.real.stable_probe.probe_families`)
 PAPER_TARGET = 1.0
 PROBE_SAMPLES = 6
 #: the run fails when more than this share of the configurations cannot be resolved
@@ -95,11 +96,6 @@ def paper_nodes(H: int) -> list:
     [(0, 1), (1, 1), (2, 1)]
     """
     return [(k, 1) for k in range(2 * H + 1)]
-
-
-def paper_probe_families(d: int, H: int) -> int:
-    """The paper plan's probe: ``ceil(PROBE_SAMPLES / H)`` basis families, at most d."""
-    return min(d, -(-PROBE_SAMPLES // H))
 
 
 def cayley(A):

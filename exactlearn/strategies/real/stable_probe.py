@@ -2,12 +2,14 @@
 boxes", step 2).
 
 The basis families ``(x_i, e_i)`` of the unit (dyadic, near-orthogonal) plan --
-``max(3, ceil(6/H))`` of them -- are asked as ratio families
+:func:`probe_families` of them -- are asked as ratio families
 (:mod:`~exactlearn.strategies.real.ratio`) at scale 1, then 4, 1/4, 16, 1/16 until at least
 one fits; a family that does not fit is passed over, and so is an exponent whose first-order
 bound exceeds ``max(1, |log rho|)`` (:func:`measured`).  ``log rho`` scales with ``sigma^2``,
 so :func:`sigma_for` picks the ``sigma`` (a power of two or 3/2 of one: the tokens stay
-dyadic) that brings their rms to about ``STABLE_TARGET = 3``.  With a head bound
+dyadic) that brings their rms to about ``STABLE_TARGET = 3`` (the paper plan's: PAPER_TARGET = 1).
+The paper plan's probe (``paper=True``) asks its own nodes and fits them in the field's
+precision (:func:`~exactlearn.strategies.real.fit.fit_paper_family`).  With a head bound
 (``max_heads``) the first probe family also fixes the number of heads (:func:`count_heads`).
 Every probe query is counted (``probe_queries``) and certified with the rest.
 
@@ -25,7 +27,7 @@ from gmpy2 import mpq
 from exactlearn.errors import (DegenerateDraw, FieldError, InterpolationError, LearningFailure,
                                NoisierThanDeclared, clip)
 from exactlearn.strategies.real.ratio import family_tokens, fit_ratio_family, node_t
-from exactlearn.strategies.real.stable_plan import COARSE, token_norm
+from exactlearn.strategies.real.stable_plan import COARSE, PAPER_TARGET, PROBE_SAMPLES, token_norm
 
 #: rms log rho the scale aims at (the paper plan's:
 #: :data:`~exactlearn.strategies.real.stable_plan.PAPER_TARGET`, 1)
@@ -60,20 +62,24 @@ def ask_family(c, f, asker, noise, nodes, H, asked=None) -> tuple:
     return ys, [noise.of(y, size, norm) for y in ys], np.array([q for _, q in part])
 
 
-def probe_families(d: int, H: int) -> int:
-    """How many basis families the probe asks at each scale: ``ceil(6 / H)``, at least 3 and
-    at most d."""
-    return min(d, max(3, -(-6 // H)))
+def probe_families(d: int, H: int, paper: bool = False) -> int:
+    """How many basis families the probe asks at each scale: enough to see ``PROBE_SAMPLES``
+    exponents, ``ceil(6 / H)``, at most d, and at least 3 but on the paper plan's nodes.
+
+    >>> probe_families(8, 4), probe_families(8, 4, paper=True), probe_families(2, 1)
+    (3, 2, 2)
+    """
+    return min(d, max(1 if paper else 3, -(-PROBE_SAMPLES // H)))
 
 
-def probe_scale(plan0, K, asker, noise, nodes, H, m_fixed, target=STABLE_TARGET, families=None):
-    """``(sigma, m, probe detail)`` from the probe families at the scales tried; ``target``
-    and ``families`` (None: :func:`probe_families`) are the plan's (the paper plan's:
-    :func:`~exactlearn.strategies.real.stable_plan.paper_probe_families`)."""
+def probe_scale(plan0, K, asker, noise, nodes, H, m_fixed, paper=False):
+    """``(sigma, m, probe detail)`` from the probe families at the scales tried, towards the
+    plan's rms ``log rho`` (``paper``: the paper plan's PAPER_TARGET, its family count and
+    its fit)."""
     tries = []
-    d = plan0.d
+    target = PAPER_TARGET if paper else STABLE_TARGET
     fams = [plan0.configs[plan0.index("basis", i, i)]
-            for i in range(probe_families(d, H) if families is None else families)]
+            for i in range(probe_families(plan0.d, H, paper))]
     ts = [node_t(k, mm) for k, mm in nodes]
     first = None                       # the first family's samples at the first scale
     for s0 in PROBE_SCALES:
@@ -83,8 +89,8 @@ def probe_scale(plan0, K, asker, noise, nodes, H, m_fixed, target=STABLE_TARGET,
             first = first or (ys, etas)
             try:
                 if m is None:
-                    m = count_heads(K, ts, ys, etas, H)
-                fit = fit_ratio_family(K, ts, ys, etas, m, what="a probe family")
+                    m = count_heads(K, ts, ys, etas, H, paper)
+                fit = fit_ratio_family(K, ts, ys, etas, m, what="a probe family", paper=paper)
             except (FieldError, LearningFailure, ArithmeticError, ValueError,
                     np.linalg.LinAlgError) as exc:
                 failed.append(exc)
@@ -112,11 +118,11 @@ def probe_scale(plan0, K, asker, noise, nodes, H, m_fixed, target=STABLE_TARGET,
     raise DegenerateDraw(f"the scale probe failed at every scale tried "
                          f"({', '.join(t['scale'] for t in tries)}): its families never fit "
                          f"{H if m_fixed else 'at most ' + str(H)} heads within the declared "
-                         f"noise{_fewer(K, ts, first, m_fixed)}; first failure: "
+                         f"noise{_fewer(K, ts, first, m_fixed, paper)}; first failure: "
                          f"{tries[0]['failed']}")
 
 
-def _fewer(K, ts, first, m_fixed) -> str:
+def _fewer(K, ts, first, m_fixed, paper) -> str:
     """With ``heads=H`` exact: whether the first probe family's samples fit fewer heads within
     the declared noise (no query asked), said in the message -- a layer with a pruned, zero or
     tied head has fewer canonical heads (review, helper-71: 10,149 queries and a message that
@@ -128,7 +134,7 @@ def _fewer(K, ts, first, m_fixed) -> str:
     if float(np.median(etas)) > COARSE * max(abs(float(y)) for y in ys):
         return ""                       # a coarse (float32) eta: fewer heads fit whatever it holds
     try:
-        m = count_heads(K, ts, *first, m_fixed - 1)
+        m = count_heads(K, ts, *first, m_fixed - 1, paper)
     except (FieldError, LearningFailure, ArithmeticError, ValueError, np.linalg.LinAlgError):
         return ""
     return (f", but a family's samples fit {m} head{'s' * (m > 1)} within it: the box may have "
@@ -147,11 +153,11 @@ def measured(logs, bounds) -> list:
     return [x for x, b in zip(logs, bounds) if float(b) <= max(1.0, abs(x))]
 
 
-def count_heads(K, ts, ys, etas, H):
+def count_heads(K, ts, ys, etas, H, paper=False):
     """The fewest heads m <= H whose least-squares fit keeps every residual within its bound."""
     for m in range(1, H + 1):
         try:
-            fit_ratio_family(K, ts, ys, etas, m)
+            fit_ratio_family(K, ts, ys, etas, m, paper=paper)
             return m
         except (NoisierThanDeclared, InterpolationError, ValueError, np.linalg.LinAlgError):
             if m == H:

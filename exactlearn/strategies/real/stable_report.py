@@ -11,20 +11,18 @@ from exactlearn.strategies.real.certificate import RealOutcome
 from exactlearn.strategies.real.ratio import MAX_COPIES
 from exactlearn.strategies.real.sensitivity import LO
 from exactlearn.strategies.real.stable_plan import (EQUAL_FACTOR, PAPER_TARGET,
-                                                    STABLE_UNEQUAL_FACTOR, paper_nodes,
-                                                    stable_count)
+                                                    STABLE_UNEQUAL_FACTOR, stable_count)
 from exactlearn.strategies.real.stable_probe import STABLE_TARGET
 
 
-def run_account(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries, n_probe, nodes, eta,
-            eta_rel, d, H, bias, n_target, scale_etas=None) -> dict:
+def run_account(route, est, head_b, n_cert, ratios, resolution, *, sigma, tries, n_probe, nodes,
+                paper, eta, eta_rel, d, H, bias, n_target, scale_etas=None) -> dict:
     """The run's account (``real_detail``): the certified estimate ``est`` (its per-head
     bounds ``head_b``) on ``n_cert`` observations, the certificate's two ratios, the route's
-    families and the probe."""
+    families and the probe; ``paper``: the paper plan's (its ``nodes``)."""
     splan, fits, index, far = route.splan, route.fits, route.index, route.far
     worst_ratio, resid_ratio = ratios
     name = lambda n: f"{splan.configs[n].kind}{(splan.configs[n].i + 1, splan.configs[n].j + 1)}"
-    paper = list(nodes) == paper_nodes(H)
     detail = {
         "plan": ("paper: q_k = (a^k, x), k = 0 .. 2H, fitted in the field's precision" if paper
                  else "stable: ratio families t = k/m geometric on [1/%d, %d], %d finite nodes, "

@@ -107,7 +107,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
         plan_log.append(planned)
     current().phase("ask", planned)     # progress=: the families
     fits, ids, rescued, bad, stopped, share = fit_all(splan, K, asker, nz, nodes, m, H,
-                                                      weak.get("rescue"))
+                                                      weak.get("rescue"), paper)
     if len(bad) > share * len(splan.configs) or not fits:
         raise _unresolved(bad, stopped, share, len(splan.configs), nz, rec, start, H,
                           m if paper and m < H else None)
@@ -125,7 +125,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     if not bias:
         rows = [rows_of(c) for c in configs]
         n_supp = supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz,
-                             nodes, m, H, relation, equal_only=loose, **weak)
+                             nodes, m, H, relation, equal_only=loose, paper=paper, **weak)
         heads, SW, Sv, rounds = solve_stable_heads(splan, rows, fits, ids, index, K, m,
                                                    len(rec.observations))
         return Route(splan, heads, SW, Sv, rounds, fits, bad, rescued, index, n_supp, worst_rel,
@@ -136,7 +136,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
                       scales[n], K) for n, c in enumerate(configs)]
     n_supp = supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz, nodes,
                          m, H, relation, frame=frame, scales=scales, equal_only=loose,
-                         **weak)
+                         paper=paper, **weak)
     tokens_a = {n: tuple(scales[n] * a for a in configs[n].a) for n in index}
     heads, c, SW, Sv, Sc, rounds, c_round = solve_bias_heads(
         splan, frame, rows, fits, ids, index, K, m, len(rec.observations), scales, tokens_a)

@@ -22,7 +22,7 @@ from exactlearn.strategies.real.stable_solve import rows_bias, rows_of, undeterm
 
 def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
                relation, frame=None, scales=None, equal_only=False, weak_limit=SUPPLEMENT_ROUNDS,
-               rescue=None):
+               rescue=None, paper=False):
     """Supplementary families for the entries of M (and c) that the labelled families leave
     undetermined -- ``(x_i, e_j - e_k)`` for the k whose basis family at x_i is labelled; for
     a coarse box (``equal_only``) then the other k, ``(x_i, e_j + e_k)`` and ``(x_i + x_k, e_j)``
@@ -39,7 +39,8 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
     :data:`~exactlearn.strategies.real.stable_plan.LEAN_WEAK_ROUNDS`, 0 since the polish asks for
     them, :mod:`~exactlearn.strategies.real.stable_ask_more`; a new family that fails
     is re-asked at the scales ``rescue``, None for
-    :data:`~exactlearn.strategies.real.stable_families.RESCUE`).  Returns
+    :data:`~exactlearn.strategies.real.stable_families.RESCUE`; ``paper``: the paper plan's
+    nodes, as :func:`~exactlearn.strategies.real.stable_families.fit_all`'s).  Returns
     how many were asked.  With biases (``frame``,
     :func:`~exactlearn.strategies.real.stable_solve.bias_frame`) the unknowns are ``M~`` (d x (d +
     1)), each new family's rows come from its tokens as asked
@@ -87,7 +88,7 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
                    (family_tokens(tuple((f or 1) * a for a in c.x),
                                   tuple((f or 1) * b for b in c.a), kk, mm) for kk, mm in nodes)])
         asked += len(new)
-        _fit_and_label(new, K, asker, noise, nodes, m, H, (rescue or RESCUE, frame is not None),
+        _fit_and_label(new, K, asker, noise, nodes, m, H, (rescue or RESCUE, frame is not None, paper),
                        (refs, relation, equal_only), pending, add)
         if equal_only:
             _blind_directions(splan, configs, index, poles_of, pending, synth, relation,
@@ -98,15 +99,16 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
 def _fit_and_label(new, K, asker, noise, nodes, m, H, how, labelling, pending, add):
     """Each new family of :func:`supplement` (``(config, o, scale)``) fitted
     (:func:`~exactlearn.strategies.real.stable_families.resolve_family`; scale None: 1 and
-    then the rescue scales of ``how = (rescue, bias)``, as for the plan's families) and
+    then the rescue scales of ``how = (rescue, bias, paper)``, as for the plan's families) and
     labelled by its predicted c-values (``labelling = (refs, relation, equal_only)``): ``add``
     takes a labelled one, ``pending`` one no reference labels yet; one that fails is passed
     over."""
-    (rescue, bias), (refs, relation, equal_only) = how, labelling
+    (rescue, bias, paper), (refs, relation, equal_only) = how, labelling
     for c, k, f in new:
         try:
             fit, q, f_used = resolve_family(c, K, asker, noise, nodes, m, H,
-                                            scales=(f,) if f else (mpq(1),) + rescue, bias=bias)
+                                            scales=(f,) if f else (mpq(1),) + rescue, bias=bias,
+                                            paper=paper)
         except LearningFailure:
             continue
         pl = family_poles(K, fit, m)
