@@ -16,16 +16,12 @@ pseudo-inverse recomputed at every step (:func:`~exactlearn.strategies.real.lsq.
 sensitivity ``G = J^+`` (rows ``A, log rho, c``) is rounded to float64 only once computed --
 bounds need a few digits -- and gives the fit's bounds ``|G| eta``; with more samples than
 unknowns every residual is checked against ``|J G - I| eta``
-(:func:`~exactlearn.strategies.real.sensitivity.check_noise`).  The result is the
+(:func:`~exactlearn.strategies.real.sensitivity.check_residuals`).  The result is the
 :class:`RatioFit` every step after the fit reads.
 
 With ``2m + 1`` samples a family interpolates: no residual of its own shows a box noisier
-than declared.  What the observations fix more than once is the limit ``A = V.a`` of every
-family (``V = sum_h v_h``, d unknowns for ``2d^2 - 1`` limits) and its single-token value
-``A + sum_h c_h = V.x``: :func:`limits_test` fits V to both by weighted least squares and checks each residual against its first-order bound, as
-the paper's analysis did (a miss beyond ``NOISE_FACTOR`` bounds is
-:class:`~exactlearn.errors.ResidualsBeyondNoise`: a box noisier than declared, or more heads
-than were fitted).
+than declared; what the observations fix more than once is tested across the families
+(:func:`~exactlearn.strategies.real.stable_routes.limits_test`).
 
 >>> from exactlearn.fields.real import Real
 >>> K = Real(dps=40)
@@ -41,11 +37,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from exactlearn.errors import DegenerateDraw, FieldError, InterpolationError, ResidualsBeyondNoise
+from exactlearn.errors import DegenerateDraw, FieldError, InterpolationError
 from exactlearn.pipeline.interpolate import cauchy_interpolate, poles
 from exactlearn.strategies.real.lsq import refine
-from exactlearn.strategies.real.sensitivity import LO, NOISE_FACTOR, check_noise, rounding
-from exactlearn.strategies.real.stable_solve import wls_sparse
+from exactlearn.strategies.real.sensitivity import LO, check_residuals
 
 
 @dataclass
@@ -100,58 +95,12 @@ def fit_paper_family(K, ys, etas, m, what="a family") -> RatioFit:
              if n > 2 * m + 1 else None)
         resid = [float(res[k]) for k in range(n)]
         logs = [ctx.log(t) for t in theta[1:m + 1]]
-    worst = 0.0
-    if R is not None:                   # least squares: the residual (J J^+ - I) eps is seen
-        rbound = np.abs(R) @ eta
-        slack = rounding(K, 64 * ymax)
-        for k in range(n):
-            check_noise(resid[k], LO.convert(float(rbound[k])), slack,
-                        f"{what} fitted with {m} heads misses its sample {k}")
-        worst = float(np.max(np.abs(resid) / np.maximum(rbound, 1e-300)))
+    worst = 0.0                         # least squares: the residual (J J^+ - I) eps is seen
+    if R is not None:
+        worst = check_residuals(K, resid, np.abs(R) @ eta, ys, theta[m + 1:],
+                                f"{what} fitted with {m} heads")
     bounds = np.abs(G) @ eta + 2 * float(out.size)        # + the refinement's last step
     return RatioFit(+theta[0], [+x for x in logs], [+c for c in theta[m + 1:]], G, bounds, worst)
-
-
-def limits_test(configs, fits, ids, K, etas, n_obs, m) -> None:
-    """The limits ``A = V.a`` and the single-token values ``A + sum_h c_h = f((x)) = V.x`` of
-    the fitted families (``fits[n]`` of ``configs[n]``, its observations ``ids[n]``, ``m``
-    heads fitted) against one V (module doc); ``etas`` bounds every observation (``n_obs`` of
-    them).  Raises :class:`~exactlearn.errors.ResidualsBeyondNoise` (with ``m``: under a head
-    bound the learner then fits more heads).  At d = 1 the one family's two rows are all
-    that fixes V twice (its 2m + 1 samples interpolate)."""
-    used = sorted(fits)
-    d = len(configs[used[0]].a) if used else 0
-    rows = []                           # (configuration, which, tokens, value, sensitivity)
-    for n in used:
-        f, c = fits[n], configs[n]
-        rows.append((n, "the limit A = V.a", c.a, f.A, f.G[0]))
-        rows.append((n, "the single-token value A + sum c = V.x", c.x,
-                     f.A + K.ctx.fsum(f.cs), f.G[0] + f.G[m + 1:].sum(axis=0)))
-    if len(rows) <= d:
-        return                          # nothing fixed twice
-    A = np.array([[float(a) for a in tok] for _, _, tok, _, _ in rows])
-    design = [[(i, tok[i]) for i in range(d)] for _, _, tok, _, _ in rows]
-    meas = [val for _, _, _, val, _ in rows]
-    eta = np.asarray(etas, dtype=float)
-    weights = [float(np.abs(g) @ eta[ids[n]]) for n, _, _, _, g in rows]    # each row's bound
-    V, S, size = wls_sparse(K, design, d, meas, weights, [(ids[n], g) for n, _, _, _, g in rows],
-                            n_obs,
-                            map_rows=lambda G: np.eye(len(rows)) - A @ G)   # residual rows
-    bound = S.bounds(etas)
-    for r, (n, which, tok, val, _) in enumerate(rows):
-        c = configs[n]
-        terms = [K(a) * v for a, v in zip(tok, V)]
-        miss = LO.convert(abs(val - K.ctx.fsum(terms)))
-        top = max([abs(val)] + [abs(t) for t in terms])
-        b = LO.convert(float(bound[r]))
-        if miss > NOISE_FACTOR * b + rounding(K, 64 * len(terms) * top) + LO.convert(size):
-            raise ResidualsBeyondNoise(
-                f"outputs noisier than the declared eta (or a black box outside the model class, "
-                f"or more heads than {m}): {which} of configuration "
-                f"{c.kind}{(c.i + 1, c.j + 1)} misses the V that every family fixes by "
-                f"{LO.nstr(miss, 3)}, {LO.nstr(miss / b, 3) if b else 'far above'} times its "
-                f"first-order bound {LO.nstr(b, 3)} from eta (outputs within eta of the model "
-                f"class stay within {NOISE_FACTOR})", heads=m)
 
 
 def _start(K, ys, m, what) -> list:

@@ -31,7 +31,7 @@ rounding -- at most ``(n + 2) eps |G| |r|`` -- is added to the bounds.  To first
 ``d theta = G d y``: ``G`` *is* the sensitivity (a dense float64 matrix; bounds need only
 a few digits).  The residual of every sample is checked against its first-order bound
 ``|(J G - I)| eta`` (a box noisier than declared fails,
-:func:`~exactlearn.strategies.real.sensitivity.check_noise`).
+:func:`~exactlearn.strategies.real.sensitivity.check_residuals`).
 
 >>> from fractions import Fraction
 >>> from exactlearn.fields.real import Real
@@ -57,7 +57,7 @@ from exactlearn.strategies.real.fit import RatioFit, fit_paper_family
 from exactlearn.strategies.real.loewner import loewner_start
 from exactlearn.strategies.real.lsq import (EPS, Mpfr, field_precision, from_mpfr, refine,
                                             solve, to_mpfr)
-from exactlearn.strategies.real.sensitivity import LO, NOISE_FACTOR, check_noise, rounding
+from exactlearn.strategies.real.sensitivity import check_residuals
 
 MPFR = type(gmpy2.mpfr(0))
 
@@ -302,7 +302,8 @@ def fit_ratio_family(K, ts, ys, etas, m, *, what="a family", evaluations=LSQ_EVA
     th, size, res = _refine(K, ts, ys, theta, G, eta, m, what)
     with np.errstate(all="ignore"):
         R = J @ G - np.eye(len(zs))
-    worst = _check_residuals(K, res, np.abs(R) @ eta, yf, theta[m + 1:], m, what)
+    worst = check_residuals(K, res, np.abs(R) @ eta, yf, theta[m + 1:],
+                            f"{what} fitted with {m} heads")
     bounds = np.abs(G) @ eta + 2 * float(size)       # + the refinement's rounding floor
     return RatioFit(+th[0], [+x for x in th[1:m + 1]], [+x for x in th[m + 1:]], G, bounds, worst)
 
@@ -337,23 +338,6 @@ def _refine(K, ts, ys, theta, G, eta, m, what):
         res = np.array([float(r) for r in _residuals(out.theta, tk, yk, m)])
         th = [from_mpfr(ctx, x) for x in out.theta]
     return th, float(out.size) + slack[0], res
-
-
-def _check_residuals(K, res, rbound, yf, cs, m, what) -> float:
-    """Every sample's residual against its first-order bound ``rbound`` plus its rounding
-    (:func:`~exactlearn.strategies.real.sensitivity.check_noise`); the largest ratio
-    ``|residual| / bound``.  A residual clearly inside its allowance in float64 passes as
-    it would in :data:`~exactlearn.strategies.real.sensitivity.LO`; the others are checked
-    there, in order."""
-    r = np.abs(res)
-    Y = 64 * (np.abs(yf) + float(np.sum(np.abs(cs))))
-    slack = np.ldexp(64 * 8 * Y, -K.prec)                       # rounding(K, Y) in float64
-    allow = NOISE_FACTOR * rbound + slack
-    for q in np.flatnonzero(~(r <= allow * (1 - 1e-9))):
-        check_noise(float(r[q]), LO.convert(float(rbound[q])),
-                    LO.convert(float(rounding(K, float(Y[q])))),
-                    f"{what} fitted with {m} heads misses its sample {q}")
-    return float(np.max(r / np.maximum(rbound, 1e-300)))
 
 
 def _residuals(th, ts, ys, m):

@@ -136,8 +136,8 @@ from exactlearn.strategies.real.stable_families import plan_pairs, rel_bound
 from exactlearn.strategies.real.stable_messages import coarseness, declared_level
 from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_MIN_HEADS,
                                                     STABLE_LINEAR_LIMIT, Noise, bias_tokens,
-                                                    dyadic_basis, paper_nodes, query_norm,
-                                                    stable_bias_plan, stable_count)
+                                                    dyadic_basis, paper_nodes, stable_bias_plan,
+                                                    stable_count)
 from exactlearn.strategies.real.stable_polish import polish
 from exactlearn.strategies.real.stable_probe import probe_scale
 from exactlearn.strategies.real.stable_report import outcome, run_account
@@ -180,7 +180,7 @@ def run_stable(plan, rec, K, *, noise=None, noise_rel=None, query_scale=None, he
     obs = rec.observations[start:]
     n_obs = len(rec.observations)
     size = H * max(abs(float(y)) for _, y in obs)
-    etas_all = _etas(rec, nz, size, np.zeros(start), start)
+    etas_all = nz.extend(rec, size, np.zeros(start))
     # a family whose bounds follow its scatter (_scatter_fit) may exceed STABLE_LINEAR_LIMIT at
     # the declared eta: the solve's first-order bounds then do not hold, and only the polish's can
     loose = max((rel_bound(fits[n], m) / fits[n].kappa for n in index if n in fits),
@@ -274,16 +274,6 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
     return route, sigma, m, tries, n_probe, scaled
 
 
-def _etas(rec, nz, size, etas, first):
-    """``etas`` extended to every observation: eta_q (``nz``, at ``size``) from ``first`` on."""
-    out = np.concatenate([etas, np.zeros(len(rec.observations) - len(etas))])
-    norms: dict = {}                    # eta by each query's token scale (noise="auto")
-    for q in range(first, len(out)):
-        toks, y = rec.observations[q]
-        out[q] = nz.of(y, size, query_norm(toks, norms) if nz.table else None)
-    return out
-
-
 def _solve_bounds(route, m, d, bias, etas_all, n_obs, loose) -> Estimate:
     """The route's heads and their bounds, ``SAFETY`` times first order plus rounding
     (infinite where only the polish can bound: the pencil route, or ``loose`` families)."""
@@ -342,7 +332,7 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
     if weak is not None and weak.directions:   # directions few observations see: ask for them
         n_target = more.target_families(weak, route.splan, heads, *ask)
         if n_target:
-            etas_all = _etas(rec, ask[1], size, etas_all, len(etas_all))
+            etas_all = ask[1].extend(rec, size, etas_all)
             # from the solve's heads again, not the polished (at float64's floor: polish's doc)
             again = polish(polished.heads if route.far and polished.solved else heads, K, rec,
                            start, etas_all, far=lm_from, bias=bias, named=False)
@@ -372,7 +362,7 @@ def _ask_more(polished, heads, K, rec, start, etas_all, route, bias, ask, size) 
         if not n:
             break
         asked += n
-        etas_all = _etas(rec, ask[1], size, etas_all, len(etas_all))
+        etas_all = ask[1].extend(rec, size, etas_all)
         if r + 1 == more.POLISH_ROUNDS:
             break                       # no round left to read its bounds: the warm polish next
         now = polish(polished.heads, K, rec, start, etas_all, bias=bias, iterate=False)

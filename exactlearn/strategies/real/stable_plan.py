@@ -3,13 +3,15 @@
 "The stable plan for float black boxes"): the query count (:func:`stable_count`), the dyadic
 tokens (:func:`dyadic_basis`, of the Cayley matrices :func:`cayley`), the paper plan's nodes
 (:func:`paper_nodes`), the plan for biases
-(:func:`bias_tokens`, :func:`stable_bias_plan`) and the per-observation eta (:class:`Noise`).
+(:func:`bias_tokens`, :func:`stable_bias_plan`) and the per-observation eta (:class:`Noise`,
+every observation's: :meth:`Noise.extend`).
 Every query is asked once, through :class:`~exactlearn.pipeline.ask.AskOnce`.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.algebra.linalg import identity, inverse, is_invertible, matmul
@@ -223,6 +225,17 @@ class Noise:
                 return max(e + r * a for e, r in lines) + self.unit * float(size)
         return (max(e + r * a for e, r in lines) * (norm / limit) ** 3
                 + self.unit * float(size))
+
+    def extend(self, rec, size, etas):
+        """``etas`` (an array) extended to every observation of ``rec``: eta_q at ``size``, by
+        each query's token scale when eta was measured per scale."""
+        first = len(etas)
+        out = np.concatenate([etas, np.zeros(len(rec.observations) - first)])
+        norms: dict = {}
+        for q in range(first, len(out)):
+            toks, y = rec.observations[q]
+            out[q] = self.of(y, size, query_norm(toks, norms) if self.table else None)
+        return out
 
 
 def token_norm(t) -> float:

@@ -21,7 +21,6 @@ from exactlearn.pipeline.ask import query_key
 from exactlearn.pipeline.match import WithinBounds
 from exactlearn.pipeline.plan import paper_plan
 from exactlearn.progress import current
-from exactlearn.strategies.real.fit import limits_test
 from exactlearn.strategies.real.labels import label_families
 from exactlearn.strategies.real.ratio import family_tokens, ratio_nodes
 from exactlearn.strategies.real.stable_families import (LEAN_RESCUE, family_poles, fit_all,
@@ -34,8 +33,10 @@ from exactlearn.strategies.real.stable_plan import (COARSE, EQUAL_FACTOR, LEAN_W
                                                     STABLE_UNEQUAL_FACTOR, stable_bias_plan,
                                                     stable_count)
 from exactlearn.strategies.real.stable_probe import ask_family, sigma_for
+from exactlearn.strategies.real.sensitivity import LO, check_noise, rounding
 from exactlearn.strategies.real.stable_solve import (bias_frame, rows_bias, rows_of,
-                                                     solve_bias_heads, solve_stable_heads)
+                                                     solve_bias_heads, solve_stable_heads,
+                                                     wls_sparse)
 from exactlearn.strategies.real.stable_supplement import supplement
 
 
@@ -88,7 +89,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     that gets the plan's own count at the nodes chosen, before any family is asked (a failed
     run's ``plan_queries``).  ``paper``: ``nodes`` are the paper plan's (its families
     interpolate): their limits are tested together
-    (:func:`~exactlearn.strategies.real.fit.limits_test`), no supplements are asked for weak
+    (:func:`limits_test`), no supplements are asked for weak
     entries (only for undetermined ones), and families that fail with fewer heads than the
     bound (``m < H``) fail the route as :class:`~exactlearn.errors.ResidualsBeyondNoise`, so
     that the learner fits more heads (:func:`exactlearn.strategies.real.run`)."""
@@ -113,8 +114,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
                           m if paper and m < H else None)
     if paper:                           # no family has a residual of its own: their limits
         size = H * max(abs(float(y)) for _, y in rec.observations[start:])
-        limits_test(splan.configs, fits, ids, K, [0.0] * start + [
-            nz.of(y, size) for _, y in rec.observations[start:]], len(rec.observations), m)
+        limits_test(splan.configs, fits, ids, K, nz.extend(rec, size, np.zeros(start)), m)
     # first-order validity, then labelling with per-relation bounds
     worst_rel = max((rel_bound(f, m) / f.kappa for f in fits.values()), default=0.0)   # at eta
     poles_of = {n: family_poles(K, f, m) for n, f in fits.items()}
@@ -142,6 +142,42 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
         splan, frame, rows, fits, ids, index, K, m, len(rec.observations), scales, tokens_a)
     return Route(splan, heads, SW, Sv, rounds, fits, bad, rescued, index, n_supp, worst_rel,
                  nodes=nodes, constant=c, Sc=Sc, c_round=c_round, lean=lean)
+
+
+def limits_test(configs, fits, ids, K, etas, m) -> None:
+    """The paper plan's families interpolate their 2m + 1 samples (``m`` heads fitted): what
+    the observations fix more than once is V, through every family's limit ``A = V.a`` and its
+    single-token value ``A + sum_h c_h = f((x)) = V.x`` (``fits[n]`` of ``configs[n]``, its
+    observations ``ids[n]``).  V is fitted to both by weighted least squares, and each residual
+    checked against its first-order bound from ``etas`` (every observation's), as the paper's
+    analysis did: a miss beyond ``NOISE_FACTOR`` bounds is
+    :class:`~exactlearn.errors.ResidualsBeyondNoise` with ``m`` (a box noisier than declared,
+    or more heads than fitted: under a head bound the learner then fits more).  At d = 1 the
+    one family's two rows are all that fixes V twice."""
+    used = sorted(fits)
+    d = len(configs[used[0]].a) if used else 0
+    rows = []                           # (configuration, which, tokens, value, sensitivity)
+    for n in used:
+        f, c = fits[n], configs[n]
+        rows.append((n, "the limit A = V.a", c.a, f.A, f.G[0]))
+        rows.append((n, "the single-token value A + sum c = V.x", c.x,
+                     f.A + K.ctx.fsum(f.cs), f.G[0] + f.G[m + 1:].sum(axis=0)))
+    if len(rows) <= d:
+        return                          # nothing fixed twice
+    A = np.array([[float(a) for a in tok] for _, _, tok, _, _ in rows])
+    weights = [float(np.abs(g) @ etas[ids[n]]) for n, _, _, _, g in rows]    # each row's bound
+    V, S, size = wls_sparse(K, [[(i, tok[i]) for i in range(d)] for _, _, tok, _, _ in rows], d,
+                            [val for _, _, _, val, _ in rows], weights,
+                            [(ids[n], g) for n, _, _, _, g in rows], len(etas),
+                            map_rows=lambda G: np.eye(len(rows)) - A @ G)   # residual rows
+    bound = S.bounds(etas)
+    for r, (n, which, tok, val, _) in enumerate(rows):
+        c, terms = configs[n], [K(a) * v for a, v in zip(tok, V)]
+        top = max([abs(val)] + [abs(t) for t in terms])
+        check_noise(val - K.ctx.fsum(terms), LO.convert(float(bound[r])),
+                    rounding(K, 64 * len(terms) * top) + LO.convert(size),
+                    f"{which} of configuration {c.kind}{(c.i + 1, c.j + 1)} misses the V that "
+                    f"every family fixes", heads=m)
 
 
 def _unresolved(bad, stopped, share, n, nz, rec, start, H, fewer):
