@@ -158,7 +158,8 @@ def test_counts_name_the_stable_plan(d, H, seed):
     res = learn_box(box, d, H, seed)
     det = res.real_detail
     # a float64 box with the number of heads given: the lean plan's nodes (3H + 1)
-    assert res.plan_queries == stable_count(d, H, lean=True) == det["stable_plan_queries"]
+    lean = stable_count(d, H, nodes=ratio_nodes(H, lean=True))
+    assert res.plan_queries == lean == det["stable_plan_queries"]
     assert f"{len(ratio_nodes(H, lean=True)) - 2} finite nodes" in det["plan"]
     assert res.queries == len(asked) == len(set(asked))   # every answer counted, none asked twice
     extra = res.queries - res.plan_queries - res.probe_queries
@@ -196,7 +197,8 @@ def test_a_failed_run_names_the_plan_it_asked():
     res = learn(noisy, d=4, heads=2, field=Real(), plan="stable", seed=0, noise=0,
                 noise_rel=size, retries=0)
     assert not res.certified and res.error.startswith("certificate")
-    assert res.plan_queries == stable_count(4, 2, lean=True) < stable_count(4, 2)
+    assert res.plan_queries == stable_count(4, 2, nodes=ratio_nodes(2, lean=True)) \
+        < stable_count(4, 2)
     assert res.queries > res.plan_queries
 
 
@@ -593,7 +595,8 @@ def test_a_pencil_run_after_the_lean_plan_names_the_pencils_plan(monkeypatch, pe
         assert res.real_detail["start"] == "pencil"
     else:
         assert "the pencil start failed too" in res.error
-    assert res.plan_queries == stable_count(4, 2) > stable_count(4, 2, lean=True)
+    assert res.plan_queries == stable_count(4, 2) \
+        > stable_count(4, 2, nodes=ratio_nodes(2, lean=True))
 
 
 def test_a_retry_after_a_failed_pencil_start_asks_other_tokens(monkeypatch):

@@ -19,6 +19,7 @@ from exactlearn.floatbox import FloatAttention
 from exactlearn.generate import random_model
 from exactlearn.model import MultiHeadAttention
 from exactlearn.strategies.real.learn import max_parameter_error
+from exactlearn.strategies.real.ratio import ratio_nodes
 from exactlearn.strategies.real.stable import stable_count
 
 from boxes import Counting
@@ -44,7 +45,8 @@ def test_a_biased_float64_box_is_certified_with_u_and_c(d, H, seed):
     assert abs(float(res.constant) - float(model.constant)) <= float(res.error_bound)
     assert res.queries == box.answered                       # every answered query counted
     # a float64 box with the number of heads given: the lean plan's nodes (3H + 1)
-    assert res.plan_queries == stable_count(d, H, bias=True, lean=True) < stable_count(d, H, True)
+    lean = stable_count(d, H, True, ratio_nodes(H, lean=True))
+    assert res.plan_queries == lean < stable_count(d, H, True)
     assert res.real_detail["stable_plan_queries"] == res.plan_queries
     out = res.to_json()
     assert "constant" in out and all("u" in h for h in out["heads"])

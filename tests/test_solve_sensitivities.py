@@ -51,12 +51,50 @@ def test_an_observation_no_measurement_reads_adds_nothing():
     assert got.bounds(etas).tolist() == [9.0]
 
 
+def _field_gradient(heads, tokens, K, bias=False):
+    """The signed gradient of the output at ``tokens`` by central differences in the field's
+    precision (the value from ``evaluate.evaluate_with_bounds``; no gradient formula shared
+    with the code under test): per head the rows of ``[W | u]`` (each row's last entry the
+    query bias, with ``bias``), then v; with ``bias`` last the constant (derivative 1)."""
+    from exactlearn.model import Head
+    from exactlearn.strategies.real.evaluate import evaluate_with_bounds
+    step = K.ctx.ldexp(1, -(2 * K.prec) // 5)
+    grad = []
+    for h in heads:
+        d = len(h.v)
+        dc = d + 1 if bias else d
+        x = [K(a) for r in range(d) for a in list(h.W[r]) + ([h.u[r]] if bias else [])]
+        x += [K(a) for a in h.v]
+
+        def f(y):
+            W = tuple(tuple(y[r * dc + c] for c in range(d)) for r in range(d))
+            u = tuple(y[r * dc + d] for r in range(d)) if bias else None
+            return evaluate_with_bounds([Head(W, tuple(y[d * dc:]), u)], tokens, K)[0]
+
+        for i in range(len(x)):
+            up, down = list(x), list(x)
+            up[i] += step
+            down[i] -= step
+            grad.append(float((f(up) - f(down)) / (2 * step)))
+    return grad + ([1.0] if bias else [])
+
+
+def _residual_bounds(J, G, eta_hat, rows):
+    """The dense first-order residual bound (certificate.py, "The residual test"): ``b_q`` of
+    ``sum_p ((J G)_qp - [p = q]) eps_p`` over ``|eps_p| <= eta_hat_p`` plus the float64
+    rounding of forming it, and ``T_q = sum_i |J_qi| sum_p |G_ip| eta_hat_p``."""
+    n, P = J.shape
+    M = J @ G
+    M[np.arange(n), rows] -= 1.0
+    T = np.abs(J) @ (np.abs(G) @ eta_hat)
+    return np.abs(M) @ eta_hat + 4 * (P + G.shape[1] + 2) * 2.0 ** -52 * (T + eta_hat[rows]), T
+
+
 def _dense_allowance(al, q):
     """The allowance as formed before the sensitivities were kept factored: the P x N matrix G
     of every parameter's sensitivity to every observation since ``start``, then
-    ``certificate.residual_bounds`` of the observation's gradient."""
-    from exactlearn.strategies.real.certificate import SAFETY, SECOND_ORDER, residual_bounds
-    from exactlearn.strategies.real.evaluate import evaluate_with_gradient
+    :func:`_residual_bounds` of the observation's gradient."""
+    from exactlearn.strategies.real.certificate import SAFETY, SECOND_ORDER
     start, N = al.start, len(al.etas)
     rows, rnd = [], []
     for h in al.order:
@@ -71,10 +109,8 @@ def _dense_allowance(al, q):
         part = row[start:start + N]
         G[i, :len(part)] = part
     tokens = al.rec.observations[q][0]
-    _, g, _ = (evaluate_with_gradient(al.heads, tokens, al.K) if al.constant is None else
-               evaluate_with_gradient(al.heads, tokens, al.K, True, al.constant))
-    g = np.array(g, dtype=float)
-    b, T = residual_bounds(g[None, :], G, al.etas / al.unit, [q - start])
+    g = np.array(_field_gradient(al.heads, tokens, al.K, al.constant is not None))
+    b, T = _residual_bounds(g[None, :], G, al.etas / al.unit, [q - start])
     return al.unit * float(SAFETY * b[0] + SECOND_ORDER * T[0]) + float(np.abs(g) @ np.array(rnd))
 
 
@@ -125,12 +161,11 @@ def test_the_solves_residual_allowance_is_the_dense_one(monkeypatch, bias, cache
 
 @pytest.mark.parametrize("bias", [False, True])
 def test_the_float64_gradient_is_the_fields(bias):
-    """``stable_checks._gradient`` (float64, the allowance's) against
-    ``evaluate.evaluate_with_gradient`` in the field's precision, on queries with repeated
-    tokens and scores far apart (the softmax's shift)."""
+    """``stable_checks._gradient`` (float64, the allowance's) against central differences in
+    the field's precision (:func:`_field_gradient`), on queries with repeated tokens and scores
+    far apart (the softmax's shift)."""
     from exactlearn.fields.real import Real
     from exactlearn.generate import random_model
-    from exactlearn.strategies.real.evaluate import evaluate_with_gradient
     from exactlearn.strategies.real.stable_checks import _gradient
     from exactlearn.strategies.real.stable_normal import head_arrays
     K = Real(dps=30)
@@ -141,8 +176,7 @@ def test_the_float64_gradient_is_the_fields(bias):
     for _ in range(5):
         toks = [tuple(Fraction(int(t), 4) for t in rng.integers(-40, 41, 3)) for _ in range(3)]
         seq = [toks[0]] * 7 + [toks[1]] * 2 + [toks[2]] * 3
-        _, want, _ = (evaluate_with_gradient(heads, seq, K) if not bias else
-                      evaluate_with_gradient(heads, seq, K, True, heads.constant))
+        want = _field_gradient(heads, seq, K, bias)
         got, dW, dv, xt = _gradient(W, V, seq, bias)
         want = np.array(want)
         assert got.shape == want.shape

@@ -15,6 +15,7 @@ import exactlearn.strategies.real.stable_ask_more as more
 from exactlearn import learn
 from exactlearn.fields.real import Real
 from exactlearn.strategies.real.learn import max_parameter_error
+from exactlearn.strategies.real.ratio import ratio_nodes
 from exactlearn.strategies.real.stable_plan import stable_count
 
 from float_layers import NumpyAttention
@@ -60,7 +61,7 @@ def test_a_run_without_weak_entries_asks_nothing_more():
     det = res.real_detail
     assert det["targeted_families"] == det["supplementary_families"] == 0
     assert res.queries == res.plan_queries + res.probe_queries == box.calls
-    assert res.plan_queries == stable_count(4, 2, lean=True)
+    assert res.plan_queries == stable_count(4, 2, nodes=ratio_nodes(2, lean=True))
 
 
 def test_weak_families_rank_the_families_of_the_weakest_entry():

@@ -8,11 +8,12 @@ effect of the parameter uncertainty (the pipeline's certificate,
 :mod:`~exactlearn.strategies.real.stable_certificate`).  The result says
 ``"certificate": "within tolerance"`` (the learner's JSON ``"exact": false``).  This module
 holds what that certificate and the pipeline's noise tests share: the run's
-:class:`RealOutcome`, the reported bounds' ``SAFETY`` factor, the residual bounds
-(:func:`residual_bounds`) and the noise test (:func:`beyond_noise`), and the fresh-query
+:class:`RealOutcome`, the reported bounds' ``SAFETY`` factor, the residual test's
+``SECOND_ORDER`` and the noise test (:func:`beyond_noise`), and the fresh-query
 verification (:func:`verify_real`).
 
-**The residual test** (:func:`residual_bounds`).  That tolerance lets each observation move
+**The residual test** (formed one observation at a time by
+:class:`~exactlearn.strategies.real.stable_checks.SolveAllowance`).  That tolerance lets each observation move
 by the parameter bounds entry by entry, so a model of too few heads -- two heads closer than
 one configuration resolves, fitted as one with bounds to match -- can pass it.  So the
 certified model's residuals must also stay within what the declared eta allows: to first
@@ -38,7 +39,6 @@ import math
 
 from dataclasses import dataclass, field as dc_field
 
-import numpy as np
 from gmpy2 import mpq
 
 from exactlearn.errors import FieldError, ResidualsBeyondNoise
@@ -71,33 +71,6 @@ class RealOutcome:
     u_bounds: list | None = dc_field(default=None, repr=False)    # [head][entry]
     constant: object = None
     c_bound: object = 0
-
-
-def residual_bounds(J, G, eta_hat, rows=None):
-    """``(b, T)`` for the observations ``rows`` (default: all; ``J`` has their gradients):
-    ``b_q``, the first-order worst case of the residual ``sum_p ((J G)_qp - [p = q]) eps_p``
-    over output errors ``|eps_p| <= eta_hat_p`` (module doc), with the float64 rounding of
-    forming it added; and ``T_q = sum_i |J_qi| sum_p |G_ip| eta_hat_p``, the entry-by-entry
-    effect of the first-order parameter bounds.
-
-    ``J`` is n x P (the model's gradient at each observation of ``rows``), ``G`` P x N (each
-    parameter's sensitivity to each observation), ``eta_hat`` the N observation bounds (in any
-    common unit: the results are in that unit).  The work is ``n N P``.
-
-    >>> J = np.array([[1.0], [1.0]]); G = np.array([[0.5, 0.5]])     # the mean of two outputs
-    >>> b, T = residual_bounds(J, G, np.array([1.0, 1.0]))
-    >>> [round(float(x), 9) for x in b], [round(float(x), 9) for x in T]
-    ([1.0, 1.0], [1.0, 1.0])
-    """
-    n, P = J.shape
-    N = G.shape[1]
-    rows = np.arange(n) if rows is None else np.asarray(rows)
-    M = J @ G
-    M[np.arange(n), rows] -= 1.0
-    b = np.abs(M) @ eta_hat
-    T = np.abs(J) @ (np.abs(G) @ eta_hat)
-    # each entry of J G is a sum of P products, each |M| @ eta_hat a sum of N terms
-    return b + 4 * (P + N + 2) * 2.0 ** -52 * (T + eta_hat[rows]), T
 
 
 def beyond_noise(m, N, excess, chebyshev, fit):

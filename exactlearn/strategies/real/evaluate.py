@@ -92,32 +92,3 @@ def evaluate_with_bounds(heads, tokens, K, BW=None, Bv=None, Bu=None, constant=0
     if BW is not None and Bc:
         grad += Bc
     return total, grad, size
-
-
-def evaluate_with_gradient(heads, tokens, K, bias=False, constant=0) -> tuple:
-    """``(f, gradient, size of the terms)`` for one query: the *signed* partial derivatives
-    of f, as floats, in the order of the parameters of
-    :func:`~exactlearn.strategies.real.certificate.residual_bounds` -- per head the rows of
-    W, then v (the formulas of :func:`evaluate_with_bounds`).  With ``bias``
-    (docs/explanation/biases.md) per head the rows of ``[W | u]`` (each row's last entry the
-    query bias), then v, and last the additive ``constant`` (derivative 1).
-
-    >>> from exactlearn.fields.real import Real
-    >>> from exactlearn.model import Head
-    >>> f, g, _ = evaluate_with_gradient([Head(((0,),), (2,))], [(1,), (3,)], Real(dps=30))
-    >>> [round(x, 6) for x in g]                 # df/dW = p1 p2 (u1 - u2)(x1 - x2) x_n, df/dv
-    [6.0, 2.0]
-    """
-    xn, terms = _per_head(heads, tokens, K, True)
-    total, size, grad = K.zero, LO.zero, []
-    xt = list(xn) + ([K.one] if bias else [])
-    for fh, size_h, dv, dW in terms:
-        total += fh
-        size += size_h
-        d = len(dv)
-        grad += [float(dW[r] * xt[c]) for r in range(d) for c in range(len(xt))]
-        grad += [float(x) for x in dv]
-    if bias:
-        total += K(constant)
-        grad.append(1.0)
-    return total, grad, size

@@ -116,7 +116,7 @@ END_CACHE_BYTES = 64 * 2 ** 20
 
 class SolveAllowance:
     """The first-order residual bound of :mod:`~exactlearn.strategies.real.certificate`
-    (:func:`~exactlearn.strategies.real.certificate.residual_bounds`) for the solve's heads,
+    ("The residual test") for the solve's heads,
     one observation at a time, from their sensitivities ``route.SW, route.Sv`` as they are kept
     (:class:`~exactlearn.strategies.real.stable_solve.Sensitivities`, ``S = TG S_meas``): the
     row ``g S`` of an observation (``g`` its gradient) is ``(g TG) S_meas``, and ``|S| eta`` is
@@ -125,11 +125,11 @@ class SolveAllowance:
     the factored product is bounded with ``|g| |TG| |S_meas| eta`` in place of ``|g| |S| eta``.
     The gradient ``g`` is float64's (:func:`_gradient`; it enters the bound linearly, so its
     relative error of order 1e-15 moves the allowance by as little): the field's precision
-    (:func:`~exactlearn.strategies.real.evaluate.evaluate_with_gradient`) cost 15 ms a call at
-    d = 32, H = 4, where 4,784 observations asked for one.  ``g TG`` of a head's ``[W | u]``
-    rows is ``dW . (TG contracted with xt)``, that contraction formed once per final token.
+    (:func:`~exactlearn.strategies.real.evaluate.evaluate_with_bounds`' formulas) cost 15 ms
+    a call at d = 32, H = 4, where 4,784 observations asked for one.  ``g TG`` of a head's
+    ``[W | u]`` rows is ``dW . (TG contracted with xt)``, that contraction formed once per final token.
     ``constant``: the plan for biases' c (its rows ``[W | u]``, v, and last c: the order of
-    :func:`~exactlearn.strategies.real.evaluate.evaluate_with_gradient` with ``bias``)."""
+    :func:`_gradient` with ``bias``)."""
 
     def __init__(self, heads, route, K, rec, start, etas_all, d, constant=None):
         self.heads, self.route, self.K, self.rec, self.start, self.d = heads, route, K, rec, start, d
@@ -200,8 +200,8 @@ class SolveAllowance:
 
 
 def _gradient(W, V, tokens, bias) -> tuple:
-    """The gradient of the output at ``tokens`` in float64, in the order of
-    :func:`~exactlearn.strategies.real.evaluate.evaluate_with_gradient` (its formulas; the
+    """The gradient of the output at ``tokens`` in float64, per head the rows of ``[W | u]``
+    then v (the formulas of :func:`~exactlearn.strategies.real.evaluate.evaluate_with_bounds`; the
     softmax shifted by its largest score): ``(g, dW, dv, xt)``, ``W`` the heads' ``[W | u]``
     (H x d x dc), ``df/dW_h[r][c] = dW[h][r] xt[c]``, ``xt = (x_n; 1)`` with biases."""
     pairs, final = distinct_tokens(tokens)

@@ -70,22 +70,23 @@ SCATTER_MIN = 1e-3       # kappa at least this
 COARSE_LINEAR_LIMIT = 1e-1
 
 
-def stable_count(d: int, H: int, bias: bool = False, lean: bool = False, nodes=None) -> int:
+def stable_count(d: int, H: int, bias: bool = False, nodes=None) -> int:
     """Queries of the plan (probe excluded): every configuration at every node but ``(0, 1)``,
-    one ``(x)`` per distinct final token.  The stable plan's nodes (``nodes`` None): its
-    finite nodes and one ``(a)`` per configuration, ``(2d^2 - 1)(n_t + 1) + 2d - 1``, and with
-    ``bias`` ``(2d^2 + 2d - 1)(n_t + 1) + 2d + 1`` (``n_t = len(ratio_nodes(H, lean=lean)) - 2``
-    finite nodes, at most ``4H + 4``, and ``3H + 1`` for the ``lean`` plan of a box declared
-    at float64 rounding); the paper's (:func:`paper_nodes`) ``2H (2d^2 - 1) + 2d - 1``.
+    one ``(x)`` per distinct final token.  The stable plan's ``nodes`` (None:
+    :func:`~exactlearn.strategies.real.ratio.ratio_nodes`, ``n_t`` finite nodes, at most
+    ``4H + 4``; its lean nodes, ``ratio_nodes(H, lean=True)``, ``3H + 1``) and one ``(a)`` per
+    configuration: ``(2d^2 - 1)(n_t + 1) + 2d - 1``, and with ``bias``
+    ``(2d^2 + 2d - 1)(n_t + 1) + 2d + 1``; the paper's (:func:`paper_nodes`)
+    ``2H (2d^2 - 1) + 2d - 1``.
 
     >>> stable_count(2, 1), stable_count(4, 2), stable_count(2, 1, bias=True)
     (66, 410, 104)
-    >>> stable_count(4, 2, lean=True), stable_count(16, 4, lean=True)
-    (255, 7185)
-    >>> stable_count(4, 2, nodes=paper_nodes(2)), 4 * 2 * 4 ** 2 - 2 * 2 + 1
-    (131, 125)
+    >>> stable_count(4, 2, nodes=ratio_nodes(2, lean=True))
+    255
+    >>> stable_count(4, 2, nodes=paper_nodes(2))
+    131
     """
-    n = len(ratio_nodes(H, lean=lean) if nodes is None else nodes) - 1    # but (0, 1)
+    n = len(ratio_nodes(H) if nodes is None else nodes) - 1    # but (0, 1)
     configs = 2 * d * d + 2 * d - 1 if bias else 2 * d * d - 1
     return configs * n + (2 * d + 1 if bias else 2 * d - 1)
 
