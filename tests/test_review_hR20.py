@@ -46,6 +46,21 @@ def test_singular_jacobian_in_paper_fit_is_a_failure_not_an_exception():
         assert res.error
 
 
+@pytest.mark.parametrize("n", [5, 7])
+def test_a_singular_jacobian_in_the_paper_fit_is_an_interpolation_error(monkeypatch, n):
+    """Two heads started at the same (rho, c): the Newton step's LU solve (n = 2m + 1) or its
+    normal equations' Cholesky (n > 2m + 1) meets a singular Jacobian, which the fit reports
+    as an InterpolationError, never mpmath's ZeroDivisionError or ValueError."""
+    from exactlearn.errors import InterpolationError
+    from exactlearn.strategies.real import fit
+    K = Real(dps=30)
+    ys = [K(3) + K(2) / (1 + k * K("1.5")) + K(1) / (1 + k * K("0.5")) for k in range(n)]
+    monkeypatch.setattr(fit, "_start", lambda K, ys, m, what: [K(3), K("1.5"), K("1.5"), K(1),
+                                                               K(1)])
+    with pytest.raises(InterpolationError, match="singular Jacobian"):
+        fit.fit_paper_family(K, ys, [1e-25] * n, 2)
+
+
 def test_snap_of_an_unsnappable_first_readout_is_not_snapped_not_a_typeerror():
     # pre-existing: snap_heads built Head(W, v) with v[0] None, whose u default is v[0] * 0
     from gmpy2 import mpq

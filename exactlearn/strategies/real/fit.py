@@ -11,8 +11,9 @@ contracts its refinement from ``H = 6``; so on these nodes the family is fitted 
 field's precision, as the paper interpolates: a Loewner start through the first ``2m + 1``
 samples (:func:`~exactlearn.pipeline.interpolate.cauchy_interpolate`, its pole count decided at
 the field's rounding: exactly ``m`` poles, else the family fails), then Newton / Gauss-Newton
-on every sample at ``60 + 8n`` extra bits with the Jacobian's inverse (``n = 2m + 1``) or
-pseudo-inverse recomputed at every step (:func:`~exactlearn.strategies.real.lsq.refine`).  Its
+on every sample at ``60 + 8n`` extra bits, each step an LU solve of ``J x = r`` (of the
+normal equations when ``n > 2m + 1``; :func:`~exactlearn.strategies.real.lsq.refine`), a
+singular Jacobian an :class:`~exactlearn.errors.InterpolationError`.  Its
 sensitivity ``G = J^+`` (rows ``A, log rho, c``) is rounded to float64 only once computed --
 bounds need a few digits -- and gives the fit's bounds ``|G| eta``; with more samples than
 unknowns every residual is checked against ``|J G - I| eta``
@@ -73,9 +74,9 @@ def fit_paper_family(K, ys, etas, m, what="a family") -> RatioFit:
     with ctx.extraprec(60 + 8 * n):
         yv = [ctx.mpf(y) for y in ys]
 
-        def step(th):
+        def step(th):                   # Newton / Gauss-Newton (normal equations): J x = r
             J, r = _jacobian(ctx, th, m, n, yv)
-            return list(_pinv(ctx, J, m, n) * r)
+            return list(ctx.lu_solve(J, r))
 
         try:                            # a singular Jacobian (c_h -> 0, rho_h -> rho_g)
             out = refine(ctx, step, theta, goal=goal, steps=12)
@@ -85,7 +86,7 @@ def fit_paper_family(K, ys, etas, m, what="a family") -> RatioFit:
                                          f"not converge to positive rho")
             J, res = _jacobian(ctx, theta, m, n, yv)
             Jp = _pinv(ctx, J, m, n)
-        except ZeroDivisionError:
+        except (ZeroDivisionError, ValueError):     # LU's, or Cholesky's not positive-definite
             raise InterpolationError(f"{what}: the samples do not determine {m} heads (a "
                                      f"singular Jacobian: two heads' rho meet, or a c_h is 0)") \
                 from None
@@ -138,13 +139,7 @@ def _jacobian(ctx, theta, m, n, ys):
 
 
 def _pinv(ctx, J, m, n):
-    """``J^-1`` (square) or the Moore-Penrose inverse ``J^+`` (more samples than unknowns)."""
-    p = 2 * m + 1
-    if p == n:
-        return ctx.inverse(J)
-    U, S, Vt = ctx.svd_r(J, full_matrices=False)
-    out = ctx.matrix(p, n)
-    for i in range(p):
-        for k in range(n):
-            out[i, k] = ctx.fsum(Vt[t, i] * U[k, t] / S[t] for t in range(p))
-    return out
+    """``J^-1`` (square) or ``J^+ = (J^T J)^-1 J^T`` (more samples than unknowns: the squared
+    condition costs bits that the refinement's extra precision holds and the bounds, a few
+    digits, never miss)."""
+    return ctx.inverse(J) if n == 2 * m + 1 else ctx.inverse(J.T * J) * J.T
