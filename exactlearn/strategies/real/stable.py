@@ -141,7 +141,7 @@ from exactlearn.strategies.real.stable_plan import (COARSE, PENCIL_MIN_HEADS,
 from exactlearn.strategies.real.stable_polish import polish
 from exactlearn.strategies.real.stable_probe import probe_scale
 from exactlearn.strategies.real.stable_report import outcome, run_account
-from exactlearn.strategies.real.stable_routes import pencil_route, probe_nodes, probe_reused
+from exactlearn.strategies.real.stable_routes import pencil_route, probe_nodes
 from exactlearn.strategies.real.stable_routes import per_family as _per_family  # tests force it
 
 
@@ -249,7 +249,7 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
         route = _per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok,
                             plan_log, paper=paper)
         if paper:                       # the paper plan's: queries = plan count + probe
-            n_probe -= probe_reused(route.splan, nodes, asker, start, start + n_probe)
+            n_probe -= route.reused
     except (DegenerateDraw, InterpolationError, MatchError, SingularMatrix) as exc:
         # crowded exponents in every family (many heads for d): the pencil start (step 3b)
         if not heads_exact or H < PENCIL_MIN_HEADS or query_scale is not None or paper:

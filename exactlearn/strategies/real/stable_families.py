@@ -68,7 +68,7 @@ def _normalised_c(fit, f, m):
     return fit
 
 
-def fit_all(plan, K, asker, noise, nodes, m, H, rescue=None, paper=False):
+def fit_all(plan, K, asker, noise, nodes, m, H, rescue=None, paper=False, got=None):
     """Ask and fit every configuration: ``(fits, ids, rescued, bad, stopped)``; ``ids[n]`` are the
     observation indices of the fit.  A configuration whose fit fails, or whose first-order
     relative bound exceeds STABLE_LINEAR_LIMIT (poles crowded or beyond the nodes), is asked again
@@ -83,9 +83,11 @@ def fit_all(plan, K, asker, noise, nodes, m, H, rescue=None, paper=False):
     12 heads) asked 48,517 queries before its pencil start certified, 36,916 now -- unless its
     declared eta lies within NEAR_COARSE below COARSE (the first batch's median level).
     ``rescue``: the scales tried after 1 (None: RESCUE; the lean plan's LEAN_RESCUE);
-    ``paper``: the paper plan's nodes (:func:`resolve_family`)."""
-    got = asker.ask([q for c in plan.configs for q in
-                     (family_tokens(c.x, c.a, k, mm) for k, mm in nodes)])      # one batch
+    ``paper``: the paper plan's nodes (:func:`resolve_family`); ``got``: the answers of the
+    plan's queries at ``nodes``, in order, when the caller asked them (None: asked here)."""
+    if got is None:
+        got = asker.ask([q for c in plan.configs for q in
+                         (family_tokens(c.x, c.a, k, mm) for k, mm in nodes)])  # one batch
     ys = [abs(float(y)) for y, _ in got if float(y) != 0]
     level = float(np.median([noise.of(y, 0) / y for y in ys])) if ys else 0.0
     coarse = level > COARSE

@@ -3,8 +3,7 @@ docs/explanation/real-field.md): the families fitted, labelled, supplemented and
 (:func:`per_family`, steps 3--5: at the lean nodes of
 :func:`~exactlearn.strategies.real.ratio.ratio_nodes` when the probe's outputs show a box
 declared at float64 rounding), or, when they fail with several heads, the pencil start
-(:func:`pencil_route`, step 3b); the probe queries the plan asks again
-(:func:`probe_reused`).  Each returns a :class:`Route` that
+(:func:`pencil_route`, step 3b).  Each returns a :class:`Route` that
 :func:`~exactlearn.strategies.real.stable.run_stable` bounds, polishes and certifies.
 """
 from __future__ import annotations
@@ -17,7 +16,6 @@ from gmpy2 import mpq
 
 from exactlearn.errors import DegenerateDraw, ResidualsBeyondNoise, clip
 from exactlearn.model import Head
-from exactlearn.pipeline.ask import query_key
 from exactlearn.pipeline.match import WithinBounds
 from exactlearn.pipeline.plan import paper_plan
 from exactlearn.progress import current
@@ -52,7 +50,9 @@ class Route:
     sensitivities ``Sc`` and rounding ``c_round``; from the pencil start (:func:`pencil_route`)
     its ``sigma``, its account ``pencil`` and the first observation of the plan's families
     (``plan_start``); ``lean``: the lean nodes were asked, so the polish asks for its weak
-    entries (:mod:`~exactlearn.strategies.real.stable_ask_more`)."""
+    entries (:mod:`~exactlearn.strategies.real.stable_ask_more`); ``reused``: the plan's
+    queries the probe had asked (at ``sigma`` = its scale, the paper plan's probe families
+    are its own basis families)."""
 
     splan: object
     heads: list
@@ -73,6 +73,7 @@ class Route:
     pencil: dict | None = None
     plan_start: int | None = None
     lean: bool = False
+    reused: int = 0
 
     @property
     def far(self) -> bool:
@@ -82,7 +83,8 @@ class Route:
 
 def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True,
                plan_log=None, paper=False):
-    """Steps 3--5 up to the solve (module doc): the plan at scale ``sigma``, its families fitted,
+    """Steps 3--5 up to the solve (module doc): the plan at scale ``sigma`` asked in one batch
+    (``Route.reused``: how many of its queries the probe had asked), its families fitted,
     labelled, supplemented and solved.  Raises when too many families do not resolve.
     ``lean_ok``: the lean nodes may be used (not with a head bound, whose resolution test
     needs the observations of ``nodes``, nor on the paper plan's nodes).  ``plan_log``: a list
@@ -107,8 +109,11 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     if plan_log is not None:
         plan_log.append(planned)
     current().phase("ask", planned)     # progress=: the families
+    probed = len(rec.observations)      # the probe's observations end here
+    got = asker.ask([family_tokens(c.x, c.a, k, mm) for c in splan.configs for k, mm in nodes])
+    reused = len({q for _, q in got if q < probed})
     fits, ids, rescued, bad, stopped, share = fit_all(splan, K, asker, nz, nodes, m, H,
-                                                      weak.get("rescue"), paper)
+                                                      weak.get("rescue"), paper, got)
     if len(bad) > share * len(splan.configs) or not fits:
         raise _unresolved(bad, stopped, share, len(splan.configs), nz, rec, start, H,
                           m if paper and m < H else None)
@@ -129,7 +134,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
         heads, SW, Sv, rounds = solve_stable_heads(splan, rows, fits, ids, index, K, m,
                                                    len(rec.observations))
         return Route(splan, heads, SW, Sv, rounds, fits, bad, rescued, index, n_supp, worst_rel,
-                     nodes=nodes, lean=lean)
+                     nodes=nodes, lean=lean, reused=reused)
     frame = bias_frame(splan.X, splan.E)
     scales = {n: mpq(rescued[n]) if n in rescued else mpq(1) for n in range(len(configs))}
     rows = [rows_bias(frame, tuple(scales[n] * a for a in c.x), tuple(scales[n] * b for b in c.e),
@@ -141,7 +146,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     heads, c, SW, Sv, Sc, rounds, c_round = solve_bias_heads(
         splan, frame, rows, fits, ids, index, K, m, len(rec.observations), scales, tokens_a)
     return Route(splan, heads, SW, Sv, rounds, fits, bad, rescued, index, n_supp, worst_rel,
-                 nodes=nodes, constant=c, Sc=Sc, c_round=c_round, lean=lean)
+                 nodes=nodes, constant=c, Sc=Sc, c_round=c_round, lean=lean, reused=reused)
 
 
 def limits_test(configs, fits, ids, K, etas, m) -> None:
@@ -231,14 +236,6 @@ def probe_nodes(plan0, asker, nz, nodes, H, rec, start, lean_ok) -> list:
     if not any(float(y) != 0 for _, y in rec.observations[start:]):
         return nodes                    # no output to judge the declared eta by (sum_h v_h = 0)
     return ratio_nodes(H, lean=True) if declared_level(nz, rec, start) <= COARSE else nodes
-
-
-def probe_reused(splan, nodes, asker, first, end) -> int:
-    """How many probe observations (indices ``first`` to ``end - 1``) the plan ``splan`` asks
-    again at ``nodes`` -- at ``sigma = 1`` the paper plan's probe families are its own basis
-    families -- each once: plan queries, not probe ones (queries = plan count + probe)."""
-    keys = {query_key(family_tokens(c.x, c.a, k, mm)) for c in splan.configs for k, mm in nodes}
-    return sum(1 for key in keys if first <= asker.seen.get(key, (None, -1))[1] < end)
 
 
 def drawn_seed(plan) -> int:
