@@ -127,7 +127,8 @@ class SolveAllowance:
     relative error of order 1e-15 moves the allowance by as little): the field's precision
     (:func:`~exactlearn.strategies.real.evaluate.evaluate_with_bounds`' formulas) cost 15 ms
     a call at d = 32, H = 4, where 4,784 observations asked for one.  ``g TG`` of a head's
-    ``[W | u]`` rows is ``dW . (TG contracted with xt)``, that contraction formed once per final token.
+    ``[W | u]`` rows is ``dW . (TG contracted with xt)``, that contraction formed once per
+    final token.
     ``constant``: the plan for biases' c (its rows ``[W | u]``, v, and last c: the order of
     :func:`_gradient` with ``bias``)."""
 
