@@ -13,9 +13,10 @@ holds what that certificate and the pipeline's noise tests share: the run's
 verification (:func:`verify_real`).
 
 **The residual test** (formed one observation at a time by
-:class:`~exactlearn.strategies.real.stable_checks.SolveAllowance`).  That tolerance lets each observation move
-by the parameter bounds entry by entry, so a model of too few heads -- two heads closer than
-one configuration resolves, fitted as one with bounds to match -- can pass it.  So the
+:class:`~exactlearn.strategies.real.stable_checks.SolveAllowance`).  That tolerance lets each
+observation move by the parameter bounds entry by entry, so a model of too few heads -- two
+heads closer than one configuration resolves, fitted as one with bounds to match -- can pass
+it.  So the
 certified model's residuals must also stay within what the declared eta allows: to first
 order the residual ``f(q) - y_q = sum_p ((J S)_qp - [p = q]) eps_p`` (``J`` the model's
 gradient at q, ``S`` the parameters' sensitivities) is a linear functional of the output
