@@ -13,8 +13,9 @@ stable plan's :func:`~exactlearn.strategies.real.ratio.ratio_nodes`, or ``plan="
 fitted in the field's precision (:mod:`~exactlearn.strategies.real.fit`), probed to an rms
 ``log rho`` of PAPER_TARGET = 1 from ``ceil(6/H)`` families
 (:func:`~exactlearn.strategies.real.stable_probe.probe_families`), with no lean nodes, no
-pencil start and no supplements for weak entries (only for undetermined ones); every other
-step is the same:
+pencil start and no supplements for weak entries (only for undetermined ones), its families'
+limits tested together (at d = 1 with the family at a second scale:
+:func:`~exactlearn.strategies.real.stable_routes.scale_test`); every other step is the same:
 
 1. **Tokens** (:func:`~exactlearn.strategies.real.stable_plan.dyadic_basis`): X and E are the
    Cayley-orthogonal matrices of the draw rounded to the dyadic grid ``2^-20`` and scaled by

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from gmpy2 import mpq
 
-from exactlearn.errors import DegenerateDraw, ResidualsBeyondNoise, clip
+from exactlearn.errors import DegenerateDraw, LearningFailure, ResidualsBeyondNoise, clip
 from exactlearn.model import Head
 from exactlearn.pipeline.match import WithinBounds
 from exactlearn.pipeline.plan import paper_plan
@@ -22,7 +22,7 @@ from exactlearn.progress import current
 from exactlearn.strategies.real.labels import label_families
 from exactlearn.strategies.real.ratio import family_tokens, ratio_nodes
 from exactlearn.strategies.real.stable_families import (LEAN_RESCUE, family_poles, fit_all,
-                                                        rel_bound)
+                                                        rel_bound, resolve_family)
 from exactlearn.strategies.real.stable_messages import declared_level, precision_failure
 from exactlearn.strategies.real.stable_pencil import pencil_heads
 from exactlearn.strategies.real.stable_plan import (COARSE, EQUAL_FACTOR, LEAN_WEAK_ROUNDS,
@@ -117,9 +117,12 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     if len(bad) > share * len(splan.configs) or not fits:
         raise _unresolved(bad, stopped, share, len(splan.configs), nz, rec, start, H,
                           m if paper and m < H else None)
+    checks = 0                          # families asked by the scale test
     if paper:                           # no family has a residual of its own: their limits
         size = H * max(abs(float(y)) for _, y in rec.observations[start:])
         limits_test(splan.configs, fits, ids, K, nz.extend(rec, size, np.zeros(start)), m)
+        if d == 1:                      # and one limit to spare: the family at another scale
+            checks = scale_test(splan.configs[0], fits[0], K, asker, nz, nodes, m, H)
     # first-order validity, then labelling with per-relation bounds
     worst_rel = max((rel_bound(f, m) / f.kappa for f in fits.values()), default=0.0)   # at eta
     poles_of = {n: family_poles(K, f, m) for n, f in fits.items()}
@@ -129,8 +132,9 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     configs = list(splan.configs)
     if not bias:
         rows = [rows_of(c) for c in configs]
-        n_supp = supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz,
-                             nodes, m, H, relation, equal_only=loose, paper=paper, **weak)
+        n_supp = checks + supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker,
+                                     nz, nodes, m, H, relation, equal_only=loose, paper=paper,
+                                     **weak)
         heads, SW, Sv, rounds = solve_stable_heads(splan, rows, fits, ids, index, K, m,
                                                    len(rec.observations))
         return Route(splan, heads, SW, Sv, rounds, fits, bad, rescued, index, n_supp, worst_rel,
@@ -183,6 +187,34 @@ def limits_test(configs, fits, ids, K, etas, m) -> None:
                     rounding(K, 64 * len(terms) * top) + LO.convert(size),
                     f"{which} of configuration {c.kind}{(c.i + 1, c.j + 1)} misses the V that "
                     f"every family fixes", heads=m)
+
+
+SECOND_SCALES = (mpq(2), mpq(1, 2))
+
+
+def scale_test(c, fit, K, asker, nz, nodes, m, H) -> int:
+    """The paper plan at d = 1: its one configuration ``c`` interpolates, and the limits test
+    has one row to spare, so ``c`` is asked again at the first of SECOND_SCALES that resolves
+    (a supplementary family), and its fit taken back to scale 1 must match ``fit`` entry by
+    entry (poles by size) within NOISE_FACTOR times their two first-order bounds, else
+    :class:`~exactlearn.errors.ResidualsBeyondNoise` with ``m``.  Returns the families asked
+    (docs/explanation/real-field.md, "A box noisier than its declared eta")."""
+    try:
+        other, _, f = resolve_family(c, K, asker, nz, nodes, m, H, scales=SECOND_SCALES,
+                                     paper=True)
+    except LearningFailure:
+        return len(SECOND_SCALES)       # no second scale resolves: the certificate decides
+
+    def entries(g):
+        order = sorted(range(m), key=lambda h: g.logs[h])
+        return ([(g.A, g.bounds[0])] + [(g.logs[h], g.bounds[1 + h]) for h in order]
+                + [(g.cs[h], g.bounds[1 + m + h]) for h in order])
+    names = ["A"] + [f"log rho_{h + 1}" for h in range(m)] + [f"c_{h + 1}" for h in range(m)]
+    for name, (a, ba), (b, bb) in zip(names, entries(fit), entries(other)):
+        check_noise(a - b, LO.convert(float(ba) + float(bb)), rounding(K, 64 * (abs(a) + abs(b))),
+                    f"{name} of the configuration asked at scale {f} misses its fit at scale 1",
+                    heads=m)
+    return SECOND_SCALES.index(f) + 1
 
 
 def _unresolved(bad, stopped, share, n, nz, rec, start, H, fewer):
