@@ -86,13 +86,14 @@ def test_a_linear_refinement_converges_at_its_floor_once_it_contracts():
 
 
 def test_the_plans_families_are_formed_and_looked_up_once(monkeypatch):
-    """fit_all asks every configuration at scale 1 in one batch and fits each from that batch's
-    answers: no query of it is formed and looked up again (before, each family's were, once
-    more per configuration: a second ``query_key`` per query)."""
-    import exactlearn.strategies.real.stable_routes as routes
+    """per_family asks every configuration at scale 1 in one batch, and fit_all fits each from
+    that batch's answers: no query of it is formed and looked up again (before, each family's
+    were, once more per configuration: a second ``query_key`` per query; and the paper plan's
+    count of the probe queries it reuses formed every key once more)."""
+    import exactlearn.strategies.real.stable as stable
     from exactlearn.pipeline.ask import AskOnce, query_key
     from spies import while_inside
-    asked, ask = [], AskOnce.ask          # the keys of each call of ask within fit_all
+    asked, ask = [], AskOnce.ask          # the keys of each call of ask within per_family
 
     def counted(self, queries):
         if inside[0]:
@@ -100,9 +101,9 @@ def test_the_plans_families_are_formed_and_looked_up_once(monkeypatch):
         return ask(self, queries)
 
     monkeypatch.setattr(AskOnce, "ask", counted)
-    inside = while_inside(monkeypatch, routes, "fit_all")
+    inside = while_inside(monkeypatch, stable, "_per_family")
     res = learn(NumpyAttention.from_seed(6, 3, 0), d=6, heads=3, field=Real(dps=30),
                 tokens="float64", plan="stable", noise=5e-14, noise_rel=1e-15, seed=0)
     assert res.status == "certified"
-    first, later = asked[0], set().union(*asked[1:])  # later: the rescues (other scales)
+    first, later = asked[0], set().union(*asked[1:])  # later: rescues, supplementary families
     assert len(first) > 100 and not first & later
