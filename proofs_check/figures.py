@@ -308,7 +308,8 @@ def draw_queries(path, claim_series, timing_rows) -> Figure:
     caption = ("Lines: the paper's count 4Hd²−2H+1 for each H and the prior work's d²+d "
                "(arXiv:2601.16873, one head). Hollow circles: queries counted in certified runs "
                "of the paper plan, per run of the plan (the modular field asks it once per prime, "
-               "and the real field's scaling probe is left out)" + ("; filled markers: other plans reported by claims" if has_eff
+               "and the real field's scaling probe is left out; its single tokens, 2d − 2, and at d = 1 "
+               "its scale family, 2H + 1, are counted)" + ("; filled markers: other plans reported by claims" if has_eff
                                       else "; no claim reported efficient-plan counts in this run") + ".")
     return Figure("queries_vs_d", title.replace("\n", " "), path, caption, sources)
 

@@ -11,7 +11,7 @@ contracts its refinement from ``H = 6``; so on these nodes the family is fitted 
 field's precision, as the paper interpolates: a Loewner start through the first ``2m + 1``
 samples (:func:`~exactlearn.pipeline.interpolate.cauchy_interpolate`, its pole count decided at
 the field's rounding: exactly ``m`` poles, else the family fails), then Newton / Gauss-Newton
-on every sample at ``60 + 8n`` extra bits, each step an LU solve of ``J x = r`` (of the
+on every sample at ``60 + 8n`` extra bits, each step mpmath's ``lu_solve`` of ``J x = r`` (an LU solve; a Cholesky solve of the
 normal equations when ``n > 2m + 1``; :func:`~exactlearn.strategies.real.lsq.refine`), a
 singular Jacobian an :class:`~exactlearn.errors.InterpolationError`.  Its
 sensitivity ``G = J^+`` (rows ``A, log rho, c``) is rounded to float64 only once computed --

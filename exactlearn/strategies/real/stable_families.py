@@ -145,7 +145,7 @@ def resolve_family(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE, b
         norm = _normalised_c if bias else _normalised
         fit = fit if f == 1 else norm(fit, f, m)
         if kappa < 1 and rel_bound(fit, m) > STABLE_LINEAR_LIMIT:
-            tight = _scatter_fit(K, ts, ys, etas, m, kappa, label)
+            tight = _scatter_fit(K, ts, ys, etas, m, kappa, label, paper)
             if tight is not None:
                 fit = tight if f == 1 else norm(tight, f, m)
         limit = COARSE_LINEAR_LIMIT if coarse else STABLE_LINEAR_LIMIT
@@ -183,7 +183,7 @@ def _scatter(ts, ys, etas, m, fit) -> float:
     return max(kappa, SCATTER_MIN) if kappa < 1 else 1.0
 
 
-def _scatter_fit(K, ts, ys, etas, m, kappa, what):
+def _scatter_fit(K, ts, ys, etas, m, kappa, what, paper=False):
     """The family refitted with its bounds scaled to the scatter its residuals show
     (``kappa eta_q``, :func:`_scatter`), or None (module doc, "Coarse boxes").
 
@@ -194,10 +194,11 @@ def _scatter_fit(K, ts, ys, etas, m, kappa, what):
     declared eta; only its bounds shrink by ``kappa``.  The fit keeps ``kappa``
     (``RatioFit.kappa``): its bounds at the declared eta are ``1 / kappa`` times larger, and
     the solve's bounds are certified only when those are within STABLE_LINEAR_LIMIT too (else only
-    the polish of every observation, at the declared eta, can certify)."""
+    the polish of every observation, at the declared eta, can certify).  ``paper``: the paper
+    plan's nodes, refitted in the field's precision as first fitted (:func:`resolve_family`)."""
     try:
         out = fit_ratio_family(K, ts, ys, [kappa * e for e in etas], m, what=what,
-                               evaluations=COARSE_EVALUATIONS, patience=None)
+                               evaluations=COARSE_EVALUATIONS, patience=None, paper=paper)
     except (InterpolationError, NoisierThanDeclared, DegenerateDraw, np.linalg.LinAlgError,
             ValueError):
         return None
