@@ -59,20 +59,77 @@ def cauchy_from_interpolant(L, r0, xs, H, make_poly) -> tuple:
     """The second half of :func:`cauchy_flint`: from the interpolating polynomial ``L``
     of the samples and ``r0 = prod (k - x_i)``, the extended Euclidean algorithm stopped
     at degree <= H, and the check that the result interpolates every node."""
+    r1, t1 = euclid_stopped(L, r0, H, make_poly)
+    if t1.degree() > H:
+        raise InterpolationError(f"no rational function of type ({H},{H}) fits the samples")
+    values = (t1.multipoint_evaluate(list(xs)) if isinstance(t1, flint.fmpz_mod_poly)
+              else [t1(x) for x in xs])
+    check_nodes(xs, values, H)
+    return r1, t1
+
+
+def euclid_stopped(L, r0, H, make_poly) -> tuple:
+    """``(r, t)``: the extended Euclidean algorithm on ``r0`` and ``L`` stopped at the first
+    remainder ``r`` of degree <= H, with its cofactor ``t`` (``r = t L mod r0``)."""
     r1, t0, t1 = L, make_poly([]), make_poly([1])
     while r1.degree() > H:
         q, r = divmod(r0, r1)
         r0, r1 = r1, r
         t0, t1 = t1, t0 - q * t1
-    if t1.degree() > H:
-        raise InterpolationError(f"no rational function of type ({H},{H}) fits the samples")
-    values = (t1.multipoint_evaluate(list(xs)) if isinstance(t1, flint.fmpz_mod_poly)
-              else [t1(x) for x in xs])
+    return r1, t1
+
+
+def check_nodes(xs, values, H) -> None:
+    """InterpolationError at the first node whose value of Q (``values``) is 0: there
+    P/Q does not interpolate the samples."""
     for x, v in zip(xs, values):
         if v == 0:
             raise InterpolationError("samples are not those of a rational function of type "
                                      f"({H},{H}) (unattainable point at k = {x})")
-    return r1, t1
+
+
+POLE_AT_ZERO = "Q(0) = 0: a pole at k = 0 cannot come from attention"
+
+#: Families per batched node check of :func:`normalised_fits` (bounds its memory).
+NODE_CHUNK = 256
+
+
+def normalised_fits(Ls, r0, xs, H, ring, ctx) -> list:
+    """``[(P, Q)]`` (coefficient lists, Q(0) = 1) of :func:`cauchy_from_interpolant` for the
+    interpolants ``Ls`` over F_p (nodes ``xs`` = 0..2H, ``r0`` their product), the first
+    failure raised as it raises, then Q(0) = 0 (:data:`POLE_AT_ZERO`).  The node checks of
+    :data:`NODE_CHUNK` families come from one ``fmpz_mod_mat`` product with the nodes'
+    powers (the normalised Q has the cofactor's zeros); a family with a zero is checked by
+    :func:`check_nodes` as before, so the failure and its message are the same."""
+    w, n = H + 1, len(xs)
+    V = flint.fmpz_mod_mat(w, n, [ctx(k) ** i for i in range(w) for k in range(n)], ctx)
+    out = []
+    for t in range(0, len(Ls), NODE_CHUNK):
+        fits = []               # (P, Q) normalised, or (None, the cofactor): too tall, or Q(0) = 0
+        for L in Ls[t:t + NODE_CHUNK]:
+            P, Q = euclid_stopped(L, r0, H, ring)
+            c0 = Q.constant_coefficient()
+            if Q.degree() > H or c0 == 0:
+                fits.append((None, Q))
+            else:
+                inv = 1 / c0            # the normalisation, in C
+                fits.append(((P * inv).coeffs(), (Q * inv).coeffs()))
+        good = [Q for P, Q in fits if P is not None]
+        values = [] if not good else (flint.fmpz_mod_mat(
+            len(good), w, [c for Q in good for c in Q + [0] * (w - len(Q))], ctx) * V).entries()
+        at = 0
+        for P, Q in fits:
+            if P is None:
+                if Q.degree() > H:
+                    raise InterpolationError(f"no rational function of type ({H},{H}) fits "
+                                             f"the samples")
+                check_nodes(xs, Q.multipoint_evaluate(xs), H)      # Q(0) = 0: raises at k = 0
+                raise InterpolationError(POLE_AT_ZERO)
+            if 0 in values[at:at + n]:
+                check_nodes(xs, values[at:at + n], H)
+            at += n
+            out.append((P, Q))
+    return out
 
 
 @functools.lru_cache(maxsize=16)

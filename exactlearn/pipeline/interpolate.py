@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import flint
 
 from exactlearn.algebra.cauchy import (cauchy_flint, cauchy_from_interpolant,  # noqa: F401
-                                       interpolants_mod_p, node_polynomial)
+                                       POLE_AT_ZERO, interpolants_mod_p, node_polynomial,
+                                       normalised_fits)
 from exactlearn.errors import InterpolationError
 
 from exactlearn.algebra import polys
@@ -119,17 +120,11 @@ def interpolate_many(ks, ys_list, H, K) -> list:
     ctx, ring = rings
     xs = [ctx(k) for k in ks]
     r0 = node_polynomial(xs, ring)
-    out = []
-    for L in interpolants_mod_p([[ctx(y) for y in ys] for ys in ys_list], ctx, ring):
-        P, Q = cauchy_from_interpolant(L, r0, xs, H, ring)
-        if Q.is_zero() or Q.constant_coefficient() == 0:
-            raise InterpolationError(_POLE_AT_ZERO)
-        inv = 1 / Q.constant_coefficient()         # _normalise's scaling, in C: the same P/Q
-        out.append(RationalFunction((P * inv).coeffs(), (Q * inv).coeffs()))
-    return out
+    Ls = interpolants_mod_p([[ctx(y) for y in ys] for ys in ys_list], ctx, ring)
+    return [RationalFunction(P, Q) for P, Q in normalised_fits(Ls, r0, xs, H, ring, ctx)]
 
 
-_POLE_AT_ZERO = "Q(0) = 0: a pole at k = 0 cannot come from attention"
+_POLE_AT_ZERO = POLE_AT_ZERO
 
 
 def _normalise(P, Q, K, trimmed=False) -> RationalFunction:
