@@ -24,7 +24,8 @@ from exactlearn.fields import (ConfirmationModular, FieldError, Modular, Modular
                                ResidueModular)
 from exactlearn.fields.base import ExactnessError, NotExponential, NotSplit
 from exactlearn.fields.modular import (DEFAULT_P, BadReduction, DiscreteLog, ReconstructionError,
-                                       crt_reconstruct, rational_reconstruct, reconstruction_bound)
+                                       crt_reconstruct, discrete_log, rational_reconstruct,
+                                       reconstruction_bound)
 
 from field_table import poly_from_roots
 
@@ -415,3 +416,21 @@ def test_crt_reconstruct_errors():
         crt_reconstruct([], [])
     with pytest.raises(ValueError, match="coprime"):
         crt_reconstruct([1, 2], [97, 97])
+
+
+def test_a_checked_log_fills_the_power_cache_with_the_same_element():
+    """Performance (docs/explanation/performance.md): Modular.log keeps omega^n = a for power(n) only when the log tested omega^n == a
+    (symmetric_checked); power(n) then returns the element it would compute."""
+    K = Modular()
+    rng = random.Random(5)
+    for n in [rng.randrange(-2 ** 70, 2 ** 70) for _ in range(50)] + [1, -1, 2 ** 100]:
+        a = K._omega_el ** n if n >= 0 else K._omega_inv ** -n
+        assert K.log(a) == mpq(n, K.D)
+        got, checked = discrete_log(K.p, K.omega).symmetric_checked(int(a), K.omega)
+        assert got == n and checked
+        assert K.power(n) == a and Modular().power(n) == a
+    dl = DiscreteLog(97, 5, {2: 5, 3: 1})
+    assert dl.symmetric_checked(pow(5, 3, 97), 5) == (3, False)      # lifted, unchecked
+    K97 = Modular(p=97)
+    K97.log(K97(pow(int(K97.omega), 3, 97)))                       # any entry is omega^n
+    assert K97._exp_cache == {} or all(K97._omega_el ** n == v for n, v in K97._exp_cache.items())

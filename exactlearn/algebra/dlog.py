@@ -311,7 +311,11 @@ class DiscreteLog:
         return int(x % self.order)
 
     def symmetric(self, a, omega) -> int:
-        """The log of ``a`` lifted to (-(p-1)/2, (p-1)/2] -- ``self(a)``, minus p - 1 past
+        """:meth:`symmetric_checked`'s log."""
+        return self.symmetric_checked(a, omega)[0]
+
+    def symmetric_checked(self, a, omega) -> tuple:
+        """``(n, checked)``: the log of ``a`` lifted to (-(p-1)/2, (p-1)/2] -- ``self(a)``, minus p - 1 past
         the middle -- found early when it is small: after each of the first windows of the
         largest prime-power part q^e of p - 1 (at most 2^SMALL_BITS), the digits x found
         so far (x = log mod q^pos) give the one candidate n = x or x - q^pos with
@@ -320,8 +324,12 @@ class DiscreteLog:
         When q^e spans several windows it is solved whole by divide and conquer
         (:class:`_SplitPrimePowerLog`) and the one candidate with |n| < q^e / 2 is tested
         (for p - 1 = 7 * 2^120 a log below 2^119 then needs no part modulo 7).
+        ``checked``: True when ``omega^n == a`` was tested (the early and the tested
+        candidates), False for a log lifted from the parts unchecked.
 
         >>> dl = DiscreteLog(97, 5, {2: 5, 3: 1})
+        >>> dl.symmetric_checked(pow(5, 3, 97), 5)[0]
+        3
         >>> [dl.symmetric(pow(5, n % 96, 97), 5) for n in (3, -2, 47, -47, 48)]
         [3, -2, 47, -47, 48]
         >>> split = DiscreteLog(97, 5, {2: 5, 3: 1}, table_bits=2)     # 2^5 in windows of 2 bits
@@ -345,15 +353,15 @@ class DiscreteLog:
                 low = solve.low(gmpy2.powmod(a, m * solve.q ** (solve.e - small), P), small)
                 n = low if 2 * low < qk else low - qk
                 if gmpy2.powmod(omega if n >= 0 else inv, abs(n), P) == a:
-                    return int(n)
+                    return int(n), True
                 self._small_first = False       # the logs are taller: whole from now on
             got = solve(gmpy2.powmod(a, m, P))
             n = got if 2 * got < qe else got - qe
             if 2 * abs(n) < qe and gmpy2.powmod(omega if n >= 0 else inv, abs(n), P) == a:
                 if small and 4 * abs(n) < solve.q ** small:
                     self._small_first = True    # small again: the low digits first
-                return int(n)
-            return self._lift(got * crt, big, a)
+                return int(n), True
+            return self._lift(got * crt, big, a), False
         big = max(range(len(self._parts)), key=lambda t: N // self._parts[t][0])
         m, solve, crt = self._parts[big]
 
@@ -366,8 +374,8 @@ class DiscreteLog:
             return None
         got = solve(gmpy2.powmod(a, m, P), probe)
         if isinstance(got, _Found):
-            return int(got)
-        return self._lift(got * crt, big, a)
+            return int(got), True
+        return self._lift(got * crt, big, a), False
 
     def _lift(self, x, big, a) -> int:
         """The log from part ``big``'s term ``x`` and the other parts, lifted to

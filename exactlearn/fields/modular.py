@@ -255,7 +255,8 @@ class Modular(Field):
         so does an ``n`` with ``|n| > max_exponent`` when that bound is given
         (a root that is not the exponential of a score in the plan's range).
         """
-        x = int(self(a))
+        el = self(a)
+        x = int(el)
         if x == 0:
             raise NotExponential("0 is not an exponential in F_p")
         if self._known_logs is None and self.expected_exponents:
@@ -264,7 +265,10 @@ class Modular(Field):
             self._known_logs = {int(om ** n if n >= 0 else inv ** -n): n for n in ns if -half < n <= half}
         n = self._known_logs.get(x) if self._known_logs else None
         if n is None:                       # lifted to (-(p-1)/2, (p-1)/2]
-            n = discrete_log(self.p, self.omega).symmetric(x, self.omega)
+            n, checked = discrete_log(self.p, self.omega).symmetric_checked(x, self.omega)
+            cache = self._exp_cache
+            if checked and len(cache) < 1 << 16:   # omega^n == a was tested: power(n) is a
+                cache[n] = el                # (the certificate's weights T^n, a lookup)
         if max_exponent is not None and abs(n) > max_exponent:
             raise NotExponential(
                 f"log of {x} is {n}/{self.D}: |D*s| exceeds the bound {max_exponent}, so it "
