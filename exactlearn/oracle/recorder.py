@@ -98,6 +98,7 @@ class Recorder:
         """
         clock = time.perf_counter
         oracle, record, root = self.oracle, self._record, self._root()
+        conv = self._converter()
         out = []
         n, longest, seconds = 0, 0, 0.0
         tracker = self._progress()          # with progress: counts go up every tracker.step
@@ -120,13 +121,28 @@ class Recorder:
                 n += 1
                 if len(tokens) > longest:
                     longest = len(tokens)
-                out.append(record(tokens, y, root.queries + n - sent))
+                if conv is None:
+                    out.append(record(tokens, y, root.queries + n - sent))
+                else:                       # _record's conversion, inline; its errors there
+                    try:
+                        out.append(conv(y))
+                    except (ValueError, TypeError, FieldError):
+                        out.append(record(tokens, y, root.queries + n - sent))
                 if n == flush_at:           # the same sums, added in parts
                     self._count_many(n - sent, longest, seconds)
                     sent, seconds, flush_at = n, 0.0, n + tracker.step
         finally:
             self._count_many(n - sent, longest, seconds)
         return out
+
+    def _converter(self):
+        """What :meth:`_record` does to an answer that converts, when that is all it does
+        (``convert``, nothing kept): ``K.from_output`` -- an exact field's ``K(y)`` -- else None."""
+        if not self.convert or self.keep:
+            return None
+        if type(self.K).from_output is Field.from_output:
+            return self.K
+        return self.K.from_output
 
     def _root(self) -> "Recorder":
         rec = self
