@@ -120,7 +120,9 @@ def interpolate_many(ks, ys_list, H, K) -> list:
     ctx, ring = rings
     xs = [ctx(k) for k in ks]
     r0 = node_polynomial(xs, ring)
-    Ls = interpolants_mod_p([[ctx(y) for y in ys] for ys in ys_list], ctx, ring)
+    if not all(type(y) is flint.fmpz_mod for ys in ys_list for y in ys):   # else as they are
+        ys_list = [[ctx(y) for y in ys] for ys in ys_list]
+    Ls = interpolants_mod_p(ys_list, ctx, ring)
     return [RationalFunction(P, Q) for P, Q in normalised_fits(Ls, r0, xs, H, ring, ctx)]
 
 
