@@ -419,8 +419,9 @@ def test_crt_reconstruct_errors():
 
 
 def test_a_checked_log_fills_the_power_cache_with_the_same_element():
-    """Performance (docs/explanation/performance.md): Modular.log keeps omega^n = a for power(n) only when the log tested omega^n == a
-    (symmetric_checked); power(n) then returns the element it would compute."""
+    """Performance (docs/explanation/performance.md): Modular.log keeps omega^n = a for
+    power(n) only when the log tested omega^n == a (symmetric_checked); power(n) then returns
+    the element it would compute."""
     K = Modular()
     rng = random.Random(5)
     for n in [rng.randrange(-2 ** 70, 2 ** 70) for _ in range(50)] + [1, -1, 2 ** 100]:

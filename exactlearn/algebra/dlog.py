@@ -315,11 +315,11 @@ class DiscreteLog:
         return self.symmetric_checked(a, omega)[0]
 
     def symmetric_checked(self, a, omega) -> tuple:
-        """``(n, checked)``: the log of ``a`` lifted to (-(p-1)/2, (p-1)/2] -- ``self(a)``, minus p - 1 past
-        the middle -- found early when it is small: after each of the first windows of the
-        largest prime-power part q^e of p - 1 (at most 2^SMALL_BITS), the digits x found
-        so far (x = log mod q^pos) give the one candidate n = x or x - q^pos with
-        |n| < q^pos / 2, and ``omega^n == a`` is tested; a hit *is* the log (two logs in
+        """``(n, checked)``: the log of ``a`` lifted to (-(p-1)/2, (p-1)/2] -- ``self(a)``,
+        minus p - 1 past the middle -- found early when it is small: after each of the first
+        windows of the largest prime-power part q^e of p - 1 (at most 2^SMALL_BITS), the
+        digits x found so far (x = log mod q^pos) give the one candidate n = x or x - q^pos
+        with |n| < q^pos / 2, and ``omega^n == a`` is tested; a hit *is* the log (two logs in
         that range would differ by less than p - 1).  Otherwise the full Pohlig--Hellman.
         When q^e spans several windows it is solved whole by divide and conquer
         (:class:`_SplitPrimePowerLog`) and the one candidate with |n| < q^e / 2 is tested

@@ -181,7 +181,7 @@ def label_heads(plan, poles, relation, cells=None, *, across=across_direction,
         label(i, j)
     if not by_c:                      # a free consistency check
         _check_c(out, relation)
-    del label       # its cycle (label, its cell) held every pole until a collection: 0.1 s at d = 32
+    del label       # its cycle (label, its cell) held every pole until a collection (0.1 s)
     return out
 
 
