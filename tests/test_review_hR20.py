@@ -13,6 +13,7 @@
 """
 import pytest
 
+from boxes import CallableBox
 from exactlearn import NoisyOracle, Oracle, learn
 from exactlearn.fields.real import Real
 from exactlearn.generate import random_model
@@ -90,14 +91,24 @@ def test_a_box_far_noisier_than_declared_at_d1_is_not_certified():
     assert "asked at scale 2 misses its fit at scale 1" in res.error
 
 
+class _Counted(CallableBox):
+    """The box with the calls it answered counted apart from learn()'s own count."""
+    answered = 0
+
+    def __call__(self, tokens):
+        self.answered += 1
+        return super().__call__(tokens)
+
+
 def test_the_d1_paper_plan_asks_its_family_at_a_second_scale():
     """An exact box at d = 1: certified, and the family at the second scale counted as a
     supplementary family (queries = plan + probe + 2H + 1)."""
     K = Real(dps=40)
     m = random_model(1, 2, seed=3, entries=3, den=2)
-    res = learn(Oracle(m, K), 1, heads=2, field=K, seed=3, plan="paper")
+    box = _Counted(Oracle(m, K))
+    res = learn(box, 1, heads=2, field=K, seed=3, plan="paper")
     assert res.certified, res.error
     assert res.real_detail["supplementary_families"] == 1
-    assert res.queries == res.plan_queries + res.probe_queries + 5
+    assert box.answered == res.queries == res.plan_queries + res.probe_queries + 5
     err, _ = max_parameter_error(res.heads, m.canonical_heads(), K)
     assert err <= res.error_bound
