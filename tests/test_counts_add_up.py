@@ -72,16 +72,31 @@ def test_demo_says_the_draws_were_refused_not_degenerate(capsys):
 
 # -- real field: the final attempt's probe is the final attempt's ----------------------------
 def test_real_field_extra_queries_are_the_earlier_attempts():
-    """Two heads learned with heads=1 over the real field: every attempt probes, asks the
-    plan and fails.  ``extra_queries`` is what the box had answered when the final draw
-    was checked; before the fix the final attempt's probe was counted as a redraw."""
+    """Two heads learned with heads=3 over the real field: every attempt probes and fails
+    (the probe's families never fit three heads), and is redrawn.  ``extra_queries`` is
+    what the box had answered when the final draw was checked; before the fix the final
+    attempt's probe was counted as a redraw."""
     two = MultiHeadAttention([([[1, "1/2"], ["-1/4", "3/4"]], [1, 2]), ([[0, 1], [1, 0]], [-1, 1])])
     box = Box(Oracle(two, Real(dps=30)))
-    res = learn(box, d=2, heads=1, retries=2, seed=0, plan="paper")
+    res = learn(box, d=2, heads=3, retries=2, seed=0, plan="paper")
     assert res.status == "failed" and res.attempts == 3 == len(box.marks)
     assert res.queries == box.calls
     assert res.extra_queries == box.marks[-1] > 0
     assert res.probe_queries > 0
+
+
+def test_real_field_noisier_than_declared_is_not_redrawn_and_counted():
+    """The same two heads learned with heads=1: the first attempt probes, asks the plan and
+    finds the observations beyond the declared eta for one head.  That verdict is final
+    (another draw cannot make it hold): one attempt, every answered call counted."""
+    from exactlearn.errors import NoisierThanDeclared
+    two = MultiHeadAttention([([[1, "1/2"], ["-1/4", "3/4"]], [1, 2]), ([[0, 1], [1, 0]], [-1, 1])])
+    box = Box(Oracle(two, Real(dps=30)))
+    res = learn(box, d=2, heads=1, retries=2, seed=0, plan="paper")
+    assert res.status == "failed" and res.attempts == 1 == len(box.marks)
+    assert isinstance(res.failure, NoisierThanDeclared) and "not retried (2 retries left)" in res.error
+    assert res.queries == box.calls > res.probe_queries > 0
+    assert res.extra_queries == 0
 
 
 # -- a batch of the wrong length --------------------------------------------------------------

@@ -81,7 +81,7 @@ def test_a_float_box_learned_with_the_fewest_arguments_is_told_about_tokens_and_
                 field="real", seed=0)
     assert res.status == "failed" and "tokens='float64'" in res.error, res.error
     assert "noise='auto'" in res.error
-    from exactlearn.api.run import undeclared_noise_hint
+    from exactlearn.api.hints import undeclared_noise_hint
     from exactlearn.fields import Real
 
     class OwnField:

@@ -262,7 +262,7 @@ ROUTES = {
     "bad-batch": ("real", 2, 1, dict(plan="stable", tokens="float64", noise=5e-14,
                                       noise_rel=1e-15, retries=2)),
     "redraws": ("rational", 2, 2, dict(query_range=2, retries=12, verify=3)),
-    "real-redraws": ("real", 2, 1, dict(plan="paper", retries=2)),
+    "real-redraws": ("real", 2, 3, dict(plan="paper", retries=2)),
     "refused": ("rational", 2, 2, dict(query_range=10 ** 30, retries=2)),
 }
 
@@ -285,7 +285,9 @@ def route_trial(args) -> dict:
     if route in ("real-stable-batch", "bad-batch"):
         box = CountedBlackBox(FloatAttention(model, extra=1 if route == "bad-batch" else 0))
         kw = dict(kw, field=K)
-    elif route == "real-redraws":       # more canonical heads than the bound: every attempt fails
+    elif route == "real-redraws":       # fewer canonical heads than heads= (the exact count over
+        # the real field): every attempt's probe fails and is redrawn (heads=1 would fail as
+        # noisier than declared, a verdict that is final: one attempt)
         two = MultiHeadAttention([(h.W, h.v) for h in
                                   random_model(rng, d, 2, "plain").heads])
         box = CountedBlackBox(Oracle(two, K))
