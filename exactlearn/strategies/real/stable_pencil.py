@@ -38,7 +38,8 @@ final token's pencil: one with no clear rank gap at ``2H`` (the extrapolation's 
 fitted all the same, and asked again at a smaller ``e`` (``rho_h / m`` too large) only when that
 fit leaves residuals; one whose value ``2H`` drowns in noise is asked again at a larger ``e``;
 after ``TRIES`` scales it is dropped; one whose eigenvalue pairs stay ambiguous (and whose fit
-from the closest pairs fails) is dropped at once; fewer than
+from the closest pairs fails) is dropped at once.  A failed fit is tried again from the ``v_h``
+of a resolved token (those before the first resolved one once it is: no query); fewer than
 ``d`` usable tokens is a :class:`~exactlearn.errors.DegenerateDraw`.  The start is only a
 start: the polish, its noise test and the certificate decide (docs "The real field").
 
@@ -146,7 +147,7 @@ class _Token:
         self.x = x
         self.Q = self.v = None
         self.residual = np.inf
-        self.note = ""
+        self.retries = []               # fits of failed pencils to try from a resolved v
 
 
 def lattice(d: int, n: int) -> np.ndarray:
@@ -172,7 +173,7 @@ def lattice(d: int, n: int) -> np.ndarray:
     return np.array(pts[:n])
 
 
-def _per_token(ask, x, alphas, step: int, H, rng, copies=COPIES):
+def _per_token(ask, x, alphas, step: int, H, rng, copies=COPIES, v_ref=None):
     """``(Q, v, residual)`` from the pencil at the final token ``x`` (module doc), or
     ``("shrink" | "grow" | "drop", why not)``: the scale of ``e`` to try next, or another
     final token (two heads' ``q_h`` nearly alike at this one).  ``alphas`` (``n x d``) and the
@@ -196,14 +197,16 @@ def _per_token(ask, x, alphas, step: int, H, rng, copies=COPIES):
             vals = np.zeros(len(points))
             vals[asked] = (f - ys[0]) @ _extrapolate_weights(copies)    # one per point
             return _pencil(vals, points / 2.0 ** GRID, vals[where.ravel()], n, iu, copies,
-                           step / 2.0 ** GRID, H, rng)
+                           step / 2.0 ** GRID, H, rng, v_ref)
     except (np.linalg.LinAlgError, ValueError) as exc:
         return "drop", f"the pencil's linear algebra failed ({exc})"
 
 
-def _pencil(vals, pts, full, n, iu, copies, delta, H, rng):
+def _pencil(vals, pts, full, n, iu, copies, delta, H, rng, v_ref=None):
     """:func:`_per_token` once its queries are answered: ``vals`` at the distinct points
-    ``pts``, ``full`` per shift and per pair ``i <= j``."""
+    ``pts``, ``full`` per shift and per pair ``i <= j``.  A failure without ``v_ref`` (no
+    token resolved yet) carries a third item: its fit from a ``v`` (:func:`_fit`), which
+    :func:`pencil_heads` tries once the first token has resolved."""
     d = pts.shape[1]
     per = len(iu[0])
     Ms = []
@@ -222,19 +225,26 @@ def _pencil(vals, pts, full, n, iu, copies, delta, H, rng):
         pairs, clear = _pairs(lam)
         if clear:
             break
-    got = _fit(T, Y, pairs, pts, vals, copies, delta, H)
-    if isinstance(got[0], str) and not S[r] < RANK_GAP * S[r - 1]:    # e too large
-        return ("shrink", f"no clear rank {r} (singular values {S[r - 1] / S[0]:.2g}, "
-                f"{S[r] / S[0]:.2g}) and {got[1]}")
-    if isinstance(got[0], str) and not clear:    # crowded pairs: another final token
-        return "drop", "two heads' eigenvalues crowd in every combination tried, " + got[1]
-    return got
+    got = _fit(T, Y, pairs, pts, vals, copies, delta, H, v_ref)
+    if not isinstance(got[0], str):
+        return got
+    kind, why = got
+    if not S[r] < RANK_GAP * S[r - 1]:     # e too large
+        kind, why = "shrink", (f"no clear rank {r} (singular values {S[r - 1] / S[0]:.2g}, "
+                               f"{S[r] / S[0]:.2g}) and {why}")
+    elif not clear:                        # crowded pairs: another final token
+        kind, why = "drop", "two heads' eigenvalues crowd in every combination tried, " + why
+    if v_ref is not None:
+        return kind, why
+    return kind, why, lambda v: _fit(T, Y, pairs, pts, vals, copies, delta, H, v)
 
 
-def _fit(T, Y, pairs, pts, vals, copies, delta, H):
+def _fit(T, Y, pairs, pts, vals, copies, delta, H, v_ref=None):
     """The heads of :func:`_pencil` from the eigenvalue ``pairs`` of ``T``'s combination
     (eigenvectors ``Y``), refined on ``vals``: ``(Q, v, residual)`` or ``("shrink", why)``.
-    Only the refined residual decides: the pairs may be ambiguous, the rank gap unclear."""
+    Only the refined residual decides: the pairs may be ambiguous, the rank gap unclear.
+    When it fails, ``v_ref`` (a resolved token's ``v``, the same at every final token) is a
+    second start, with the exponents of the heads whose least-squares ``v`` lie nearest."""
     d = pts.shape[1]
     Yi = np.linalg.inv(Y)
     Q = np.zeros((H, d))
@@ -248,10 +258,30 @@ def _fit(T, Y, pairs, pts, vals, copies, delta, H):
     rho = np.exp(pts @ Q.T)
     Phi = (rho[:, :, None] * pts[:, None, :]).reshape(len(pts), -1)
     v = np.linalg.lstsq(Phi, vals, rcond=None)[0].reshape(H, d)
-    Q, v, res = _refine(pts, vals, Q, v, copies)
-    if not (np.all(np.isfinite(Q)) and np.all(np.isfinite(v)) and res <= FIT_LIMIT):
-        return "shrink", f"the refined fit leaves a relative residual {res:.2g}"
-    return Q, v, res
+    got = _refine(pts, vals, Q, v, copies)
+    if not _fits(*got) and v_ref is not None:     # from the first token's v, matched by v
+        got = _refine(pts, vals, Q[_nearest(v_ref, v)], v_ref, copies)
+    if not _fits(*got):
+        return "shrink", f"the refined fit leaves a relative residual {got[2]:.2g}"
+    return got
+
+
+def _fits(Q, v, res) -> bool:
+    """A refined fit (:func:`_refine`) is a token's heads: finite, residual within FIT_LIMIT."""
+    return bool(np.all(np.isfinite(Q)) and np.all(np.isfinite(v)) and res <= FIT_LIMIT)
+
+
+def _nearest(v_ref, v) -> list:
+    """For each head of ``v_ref`` the head of ``v`` nearest it, each used once, closest first."""
+    C = np.linalg.norm(v_ref[:, None, :] - v[None, :, :], axis=2)
+    C = C / np.maximum(np.linalg.norm(v_ref, axis=1), 1e-300)[:, None]
+    C[~np.isfinite(C)] = np.inf
+    order = [-1] * len(v_ref)
+    for flat in np.argsort(C, axis=None, kind="stable"):
+        i, j = divmod(int(flat), C.shape[1])
+        if order[i] < 0 and j not in order:
+            order[i] = j
+    return order
 
 
 class _Design:
@@ -278,7 +308,7 @@ class _Design:
         step = max(1, int(round(ra / np.sqrt(self.grid.shape[1]) * g)))
         return np.rint(self.unit * ra * g).astype(np.int64), step
 
-    def resolve(self, ask, tok, name: str, ra: float, rng, notes: dict) -> float:
+    def resolve(self, ask, tok, name: str, ra: float, rng, notes: dict, v_ref=None) -> float:
         """Sets ``tok.Q, tok.v, tok.residual`` when a pencil at ``tok.x`` resolves, at up to
         ``TRIES`` scales of ``e`` per kind of ``alpha``; returns the scale to start the next
         token at.  Eigenvalue pairs that crowd drop the token (two heads' ``q_h`` nearly
@@ -289,16 +319,33 @@ class _Design:
             r = ra
             for _ in range(TRIES):
                 got = _per_token(ask, tok.x, *self.alphas(kind, r), self.H, rng,
-                                 COPIES if kind == "lattice" else FINE_COPIES)
+                                 COPIES if kind == "lattice" else FINE_COPIES, v_ref)
                 if not isinstance(got[0], str):
                     tok.Q, tok.v, tok.residual = got
                     self.kinds = self.kinds[self.kinds.index(kind):]
                     return r
                 notes[f"{name} {kind} at {r:.3g}"] = got[1]
+                tok.retries.extend(got[2:])     # its fit from a v resolved later
                 if got[0] == "drop":    # two heads nearly alike at this x: another x
                     return ra
                 r = r / SHRINK if got[0] == "shrink" else r * SHRINK
         return ra
+
+
+def _match(tok, used, tokens, notes) -> None:
+    """Appends ``tok`` to ``used`` with its heads in the order of ``used[0]``'s, matched by
+    ``v`` (the same at every final token) within ``MATCH_LIMIT``; else a note."""
+    ref, H = used[0], len(used[0].v)
+    vnorm = np.linalg.norm(ref.v, axis=1)
+    C = np.linalg.norm(ref.v[:, None, :] - tok.v[None, :, :], axis=2) / vnorm[:, None]
+    order = np.argmin(C, axis=1)
+    best = C[np.arange(H), order]
+    if len(set(order.tolist())) < H or best.max() > MATCH_LIMIT:
+        notes[f"x{tokens.index(tok) + 1} match"] = (f"its v differ from x{tokens.index(ref) + 1}'s "
+                                                    f"by {best.max():.2g}")
+        return
+    tok.Q, tok.v = tok.Q[order], tok.v[order]
+    used.append(tok)
 
 
 def pencil_heads(ask, d: int, H: int, x_norm: float, e_norm: float, seed: int = 0,
@@ -319,22 +366,22 @@ def pencil_heads(ask, d: int, H: int, x_norm: float, e_norm: float, seed: int = 
         n = len(tokens)
         tok = _Token(dyadic(rng.normal(size=d) * x_norm / np.sqrt(d)))
         tokens.append(tok)
-        good_ra = design.resolve(ask, tok, f"x{n + 1}", good_ra, rng, notes)
+        good_ra = design.resolve(ask, tok, f"x{n + 1}", good_ra, rng, notes,
+                                 used[0].v if used else None)
         if tok.Q is None:
             continue
-        if not used:
-            used.append(tok)
+        if used:
+            _match(tok, used, tokens, notes)
             continue
-        ref = used[0]
-        vnorm = np.linalg.norm(ref.v, axis=1)
-        C = np.linalg.norm(ref.v[:, None, :] - tok.v[None, :, :], axis=2) / vnorm[:, None]
-        order = np.argmin(C, axis=1)
-        best = C[np.arange(H), order]
-        if len(set(order.tolist())) < H or best.max() > MATCH_LIMIT:
-            notes[f"x{n + 1} match"] = f"its v differ from x{tokens.index(ref) + 1}'s by {best.max():.2g}"
-            continue
-        tok.Q, tok.v = tok.Q[order], tok.v[order]
-        used.append(tok)
+        used.append(tok)                # the first resolved: the tokens before it again
+        for early in tokens[:-1]:       # from its v (their answers kept: no query)
+            for retry in early.retries:
+                got = retry(tok.v)
+                if not isinstance(got[0], str):
+                    early.Q, early.v, early.residual = got
+                    notes[f"x{tokens.index(early) + 1} again"] = "resolved from the v of the first"
+                    _match(early, used, tokens, notes)
+                    break
     if len(used) < need:
         raise DegenerateDraw(f"the pencil start resolved and matched the heads of {len(used)} of "
                              f"{len(tokens)} final tokens (at least {need} needed): {notes}")
