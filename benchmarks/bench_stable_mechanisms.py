@@ -3,28 +3,23 @@ issue 23 section 3): ``benchmarks/bench_float.py`` with the lean plan's dials se
 
 ``--nodes P E`` draws ``P H + E`` ratio nodes for a box declared at float64 rounding
 (:data:`exactlearn.strategies.real.ratio.LEAN_NODES_PER_HEAD` and ``LEAN_NODES_EXTRA``;
-``4 4`` is the plan before the lean one), ``--weak-rounds K`` allows K rounds of
-weak-entry supplements (:data:`exactlearn.strategies.real.stable_plan.LEAN_WEAK_ROUNDS`;
-5, the rounds of every supplement, is the plan before; each round asks up to three
-``(x_i, e_j - e_k)`` and the basis family at scales 1/2 and 2 for at most a tenth of M's
-entries: the dials ``--weak-kinds``, ``--weak-per-entry``, ``--weak-tenth`` and
-``--weak-order`` of the rows at 1929c24 and 58d5e77 were removed with the lean plan's own
-weak-round settings: those rows run at their commits); ``--rescue-scales`` are the scales a family that fails is
-asked at again (:data:`exactlearn.strategies.real.stable_families.LEAN_RESCUE`; ``1/2 2 1/4
-4`` is the plan before); ``--polish-rounds``, ``--polish-factor`` and ``--polish-families``
+``4 4`` is the plan before the lean one); ``--rescue-scales`` are the scales a family that
+fails is asked at again (:data:`exactlearn.strategies.real.stable_families.RESCUE`; ``1/2 2 1/4
+4`` is the plan before 6 Dec 2026); the weak-entry supplements the lean plan asked before the
+polish (``--weak-rounds``, last at cd4802c) are removed: the polish asks for its weak entries on
+every route; ``--polish-rounds``, ``--polish-factor`` and ``--polish-families``
 set the families the polish asks for its weak entries
-(:mod:`exactlearn.strategies.real.stable_ask_more`; ``--polish-rounds 0``: none; with
-``--weak-rounds 3`` the plan before them).  The remaining arguments go to bench_float.py, whose
+(:mod:`exactlearn.strategies.real.stable_ask_more`; ``--polish-rounds 0``: none).  The remaining arguments go to bench_float.py, whose
 rows print the queries and where they went (probe, supplementary and targeted families,
 rescued configurations) beside each run's error and bound:
 
     python benchmarks/bench_stable_mechanisms.py --polish-rounds 0 -- --grid --seeds 6
-    python benchmarks/bench_stable_mechanisms.py --weak-rounds 3 --polish-rounds 0 -- --grid --seeds 6
-    python benchmarks/bench_stable_mechanisms.py --nodes 4 4 --weak-rounds 5 -- --grid --seeds 6
+    python benchmarks/bench_stable_mechanisms.py --rescue-scales 1/2 2 1/4 4 -- --grid --seeds 6
+    python benchmarks/bench_stable_mechanisms.py --nodes 4 4 -- --grid --seeds 6
 
-The first is the lean plan with nothing asked after the polish, the second the lean plan as
-it was before the polish asked (ba4c185), the last about the stable plan before the lean plan
-(docs/howto/float-black-box.md, "Fewer queries").
+The first is the lean plan with nothing asked after the polish, the second with the rescues
+at 1/4 and 4 that it asked until 6 Dec 2026, the last the stable plan's nodes before the lean
+plan (docs/howto/float-black-box.md, "Fewer queries").
 """
 from __future__ import annotations
 
@@ -39,16 +34,16 @@ from gmpy2 import mpq
 
 import exactlearn.strategies.real.ratio as ratio
 import exactlearn.strategies.real.stable_ask_more as more
-import exactlearn.strategies.real.stable_routes as routes
+import exactlearn.strategies.real.stable_families as families
+import exactlearn.strategies.real.stable_supplement as supplement
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", nargs=2, type=int, metavar=("PER_HEAD", "EXTRA"),
                     default=[ratio.LEAN_NODES_PER_HEAD, ratio.LEAN_NODES_EXTRA])
-    ap.add_argument("--weak-rounds", type=int, default=routes.LEAN_WEAK_ROUNDS)
     ap.add_argument("--rescue-scales", nargs="+", type=Fraction, metavar="F",
-                    default=[Fraction(str(f)) for f in routes.LEAN_RESCUE])
+                    default=[Fraction(str(f)) for f in families.RESCUE])
     ap.add_argument("--polish-rounds", type=int, default=more.POLISH_ROUNDS,
                     help="rounds of families the polish asks for its weak entries "
                          "(stable_ask_more.POLISH_ROUNDS; 0: none)")
@@ -62,13 +57,14 @@ def main(argv=None):
     ap.add_argument("rest", nargs=argparse.REMAINDER, help="-- then bench_float.py's arguments")
     args = ap.parse_args(argv)
     ratio.LEAN_NODES_PER_HEAD, ratio.LEAN_NODES_EXTRA = args.nodes
-    routes.LEAN_WEAK_ROUNDS = args.weak_rounds      # per_family reads them from its own module
     more.POLISH_ROUNDS, more.POLISH_BOUND_FACTOR = args.polish_rounds, args.polish_factor
     more.POLISH_FAMILIES = args.polish_families
-    routes.LEAN_RESCUE = tuple(mpq(f.numerator, f.denominator) for f in args.rescue_scales)
+    # fit_all reads RESCUE from its module at each call, supplement from its own import
+    families.RESCUE = supplement.RESCUE = tuple(mpq(f.numerator, f.denominator)
+                                                for f in args.rescue_scales)
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
-    print(f"# lean plan: {args.nodes[0]}H + {args.nodes[1]} nodes, at most {args.weak_rounds} "
-          f"weak-entry rounds before the polish, a failed family re-asked at {' '.join(map(str, args.rescue_scales))}; the polish asks about "
+    print(f"# lean plan: {args.nodes[0]}H + {args.nodes[1]} nodes, "
+          f"a failed family re-asked at {' '.join(map(str, args.rescue_scales))}; the polish asks about "
           f"{args.polish_families} families a round for W entries above {args.polish_factor:g} "
           f"times the median bound, at most {args.polish_rounds} rounds", flush=True)
     sys.argv = ["bench_float.py"] + rest

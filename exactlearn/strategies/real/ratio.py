@@ -67,9 +67,9 @@ GRID = 20
 NODES_PER_HEAD, NODES_EXTRA = 4, 4
 #: the same for the plan of a box declared at float64 rounding (not coarse): ``3H + 1``.
 #: ``python benchmarks/bench_float.py --grid --seeds 6`` (docs/howto/float-black-box.md,
-#: "Fewer queries"): 84 of 84 certified with these and at most LEAN_WEAK_ROUNDS rounds of
-#: weak-entry supplements (LEAN_WEAK_KINDS), errors within 1e-13, 2.7 to 3.7 times the
-#: paper's count instead of 4.3 to 6.0
+#: "Fewer queries"): 84 of 84 certified with these and at most three rounds of weak-entry
+#: supplements (since removed: the polish asks for its weak entries), errors within 1e-13, 2.7
+#: to 3.7 times the paper's count instead of 4.3 to 6.0
 LEAN_NODES_PER_HEAD, LEAN_NODES_EXTRA = 3, 1
 #: the longest query: t = k/m ranges over [1/L, L], queries have at most L + 1 tokens
 MAX_COPIES = 256

@@ -12,8 +12,8 @@ stable plan's :func:`~exactlearn.strategies.real.ratio.ratio_nodes`, or ``plan="
 ``q_k = (a^k, x)``, ``k = 0 .. 2H`` (:func:`~exactlearn.strategies.real.stable_plan.paper_nodes`),
 fitted in the field's precision (:mod:`~exactlearn.strategies.real.fit`), probed to an rms
 ``log rho`` of PAPER_TARGET = 1 from ``ceil(6/H)`` families
-(:func:`~exactlearn.strategies.real.stable_probe.probe_families`), with no lean nodes, no
-pencil start and no supplements for weak entries (only for undetermined ones), its families'
+(:func:`~exactlearn.strategies.real.stable_probe.probe_families`), with no lean nodes and no
+pencil start, its families'
 limits tested together (at d = 1 with the family at a second scale:
 :func:`~exactlearn.strategies.real.stable_routes.scale_test`); every other step is the same:
 
@@ -27,10 +27,10 @@ limits tested together (at d = 1 with the family at a second scale:
 3. **Families** (:mod:`~exactlearn.strategies.real.ratio`): ``t = k/m`` geometric on
    ``[1/256, 256]`` plus the single tokens ``(x)`` and ``(a)``, weighted least squares,
    residuals checked.  A family that does not resolve (fit fails, or a relative
-   first-order bound above ``STABLE_LINEAR_LIMIT``) is asked again scaled by 1/2, 2, 1/4, 4; one
+   first-order bound above ``STABLE_LINEAR_LIMIT``) is asked again scaled by 1/2, then 2; one
    that still does not is left out (more than ``MAX_UNRESOLVED`` of them fail the run).
 4. **Labelling** (:mod:`~exactlearn.strategies.real.labels`): ties both ways and predicted
-   c-values; entries left undetermined or weakly determined get supplementary families
+   c-values; entries left undetermined get supplementary families
    ``(x_i, e_j - e_k)`` (:func:`~exactlearn.strategies.real.stable_supplement.supplement`).
 3b. **The pencil start** (:mod:`~exactlearn.strategies.real.stable_pencil`): when the probe
    or too many families fail with ``H`` given (``H >= PENCIL_MIN_HEADS``: many heads whose
@@ -40,8 +40,9 @@ limits tested together (at d = 1 with the family at a second scale:
    (Levenberg--Marquardt first) must fit every observation; nothing is certified without it.
 5. **Solve** (:mod:`~exactlearn.strategies.real.stable_solve`), **polish**
    (:mod:`~exactlearn.strategies.real.stable_polish`: every head fitted to every observation
-   at once, kept when its bound is smaller; its residuals also test the declared noise; with
-   the lean nodes it asks for its weak entries, :mod:`~exactlearn.strategies.real.stable_ask_more`)
+   at once, kept when its bound is smaller; its residuals also test the declared noise; on
+   every route but the pencil start's it asks for its weak entries,
+   :mod:`~exactlearn.strategies.real.stable_ask_more`)
    and **certificate**
    (:mod:`~exactlearn.strategies.real.stable_certificate`): every observation is
    recomputed from the heads within ``eta + eta_rel |y|`` plus the effect of the parameter
@@ -341,7 +342,7 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
                 polished = again
     if polished.resume is not None:     # deferred, and still wanted: fitted now
         polished = polished.resume()
-    if route.lean and not route.far and polished.solved:
+    if not route.far and polished.solved:   # every route but the pencil start's
         polished, n_more, etas_all = _ask_more(polished, heads, K, rec, start, etas_all, route,
                                                bias, ask, size)
         n_target += n_more

@@ -1,7 +1,7 @@
 """The stable plan's families and their rescues (:mod:`~exactlearn.strategies.real.stable`,
 step 3; docs/explanation/real-field.md): every configuration asked and fitted
 (:func:`fit_all`), one configuration at the first scale whose fit resolves
-(:func:`resolve_family`: rescued at 1/2, 2, 1/4, 4, taken back to scale 1), a coarse family's
+(:func:`resolve_family`: rescued at 1/2 or 2, taken back to scale 1), a coarse family's
 bounds at the scatter its residuals show (:func:`_scatter_fit`, "Coarse boxes"), and a fit's
 poles for the labelling (:func:`family_poles`).
 """
@@ -24,15 +24,17 @@ from exactlearn.strategies.real.stable_plan import (COARSE, COARSE_LINEAR_LIMIT,
 from exactlearn.strategies.real.stable_probe import ask_family
 
 
-RESCUE = (mpq(1, 2), mpq(2), mpq(1, 4), mpq(4))   # a family that fails is re-asked scaled
-RESCALE = (mpq(1, 2), mpq(2))                      # a weak entry's basis family, again
-#: the lean plan's rescue (a box at float64 rounding).  ``python
-#: benchmarks/bench_stable_mechanisms.py --trace-rescues --rescue-scales 1/2 2 1/4 4 -- --grid
-#: --seeds 6`` at cc5852c: no family resolved at 1/4 or 4 (1,085 at 1/2 or 2; 438 failed at
-#: every scale, asked five times each); yet without those two scales (``--rescue-scales 1/2
-#: 2``: 454,991 queries instead of 472,680) d = 12, H = 6, seed 0 erred by 1.1e-13 instead of
-#: 2.1e-14 -- a failed family's observations still inform the polish -- so they stay
-LEAN_RESCUE = RESCUE
+#: a family that fails is re-asked scaled by these (exact dyadic tokens), on every route.
+#: ``python benchmarks/bench_stable_mechanisms.py --trace-rescues --rescue-scales 1/2 2 1/4 4
+#: -- --grid --seeds 6`` at cc5852c: no family resolved at 1/4 or 4 (1,085 at 1/2 or 2; 438
+#: failed at every scale, asked five times each); helper-106's count on the grid, 2,065
+#: re-asks: 313 resolved at 1/2, 290 at 2, none at 1/4 or 4.  Without them: the measurement
+#: in docs/howto/float-black-box.md, "Fewer queries" (the grid, float32, H > d)
+RESCUE = (mpq(1, 2), mpq(2))
+#: the scales around sigma where ``noise="auto"`` measures eta (:func:`plan_pairs`): the rescues'
+#: and 1/4, 4, where the polish's targeted families often ask
+#: (:func:`~exactlearn.strategies.real.stable_ask_more.target_families`)
+MEASURED = (mpq(1), mpq(1, 2), mpq(2), mpq(1, 4), mpq(4))
 #: a box declared within this factor below COARSE fits every family even once its route has
 #: failed (:func:`fit_all`): helper-98 found a float32 box declared at eta 8e-10 whose stop
 #: left out enough observations to move the declared level (declared_level) from 2.5e-10 to
@@ -68,11 +70,11 @@ def _normalised_c(fit, f, m):
     return fit
 
 
-def fit_all(plan, K, asker, noise, nodes, m, H, rescue=None, paper=False, got=None):
+def fit_all(plan, K, asker, noise, nodes, m, H, paper=False, got=None):
     """Ask and fit every configuration: ``(fits, ids, rescued, bad, stopped)``; ``ids[n]`` are the
     observation indices of the fit.  A configuration whose fit fails, or whose first-order
     relative bound exceeds STABLE_LINEAR_LIMIT (poles crowded or beyond the nodes), is asked again
-    with x and e scaled by 1/2, 2, 1/4, 4 (exact dyadic tokens) and its fit taken back to
+    with x and e scaled by RESCUE, 1/2 then 2 (exact dyadic tokens) and its fit taken back to
     scale 1 (``log rho`` scales by f^2, ``c`` by f); every query asked stays an observation
     that the certificate must reproduce.  The fitting stops once more than ``share`` of the
     configurations have failed, the route's failure then certain (``stopped``: how many were
@@ -82,7 +84,6 @@ def fit_all(plan, K, asker, noise, nodes, m, H, rescue=None, paper=False, got=No
     the configurations left were asked for a route already failed -- MiniLM layer 3 (d' = 8,
     12 heads) asked 48,517 queries before its pencil start certified, 36,916 now -- unless its
     declared eta lies within NEAR_COARSE below COARSE (the first batch's median level).
-    ``rescue``: the scales tried after 1 (None: RESCUE; the lean plan's LEAN_RESCUE);
     ``paper``: the paper plan's nodes (:func:`resolve_family`); ``got``: the answers of the
     plan's queries at ``nodes``, in order, when the caller asked them (None: asked here)."""
     if got is None:
@@ -100,7 +101,7 @@ def fit_all(plan, K, asker, noise, nodes, m, H, rescue=None, paper=False, got=No
     for n, c in enumerate(plan.configs):
         try:
             fits[n], ids[n], f = resolve_family(c, K, asker, noise, nodes, m, H,
-                                                scales=(mpq(1),) + (rescue or RESCUE),
+                                                scales=(mpq(1),) + RESCUE,
                                                 bias=plan.bias, asked=got[n * per:(n + 1) * per],
                                                 paper=paper)
         except LearningFailure as exc:
@@ -117,7 +118,7 @@ def fit_all(plan, K, asker, noise, nodes, m, H, rescue=None, paper=False, got=No
 def resolve_family(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE, bias=False,
                    asked=None, paper=False):
     """``(fit at scale 1, observation indices, scale asked)`` of one configuration, at the
-    first of ``scales`` (1, 1/2, 2, 1/4, 4) whose fit succeeds within STABLE_LINEAR_LIMIT
+    first of ``scales`` (1 and RESCUE: 1, 1/2, 2) whose fit succeeds within STABLE_LINEAR_LIMIT
     (COARSE_LINEAR_LIMIT for a coarse box, its bounds following its scatter:
     :func:`_scatter_fit`); raises the first failure when none does.  With ``bias`` only the
     c-values go back to scale 1 (:func:`_normalised_c`).  ``asked``: the answers at scale 1,
@@ -227,7 +228,7 @@ def plan_pairs(plan0, sigma, tries, bias, H) -> dict:
     """The stable plan's own tokens at every scale it asks, for measuring eta there
     (``noise="auto"``; docs/explanation/real-field.md#eta-measured-from-the-box):
     ``{scale: [(x, e) of every configuration]}``, the probe's unit plan at each probe scale
-    tried, and the plan at ``sigma`` times 1 and the rescues' 1/2, 2, 1/4, 4 (exact scales:
+    tried, and the plan at ``sigma`` times MEASURED, 1, 1/2, 2, 1/4, 4 (exact scales:
     every token stays dyadic)."""
     pairs: dict = {}
 
@@ -240,6 +241,6 @@ def plan_pairs(plan0, sigma, tries, bias, H) -> dict:
     X = [tuple(sigma * a for a in x) for x in plan0.X]
     E = [tuple(sigma * a for a in e) for e in plan0.E]
     splan = stable_bias_plan(X, E, H) if bias else paper_plan(X, E, H)
-    for f in (mpq(1),) + RESCUE:
+    for f in MEASURED:
         add(splan, f, sigma)
     return pairs

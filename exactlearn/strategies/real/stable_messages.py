@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from exactlearn.errors import NoisierThanDeclared
+from exactlearn.strategies.real.stable_families import NEAR_COARSE
 from exactlearn.strategies.real.stable_plan import COARSE, query_norm
 
 
@@ -39,7 +40,10 @@ def coarseness(nz, rec, start) -> str:
 
 def precision_failure(bad, nz, rec, start, H) -> tuple:
     """What a coarse box's unresolved families say about its precision (module doc, "Coarse
-    boxes"): ``(verdict, detail)``, both ``""`` for a box declared at float64 rounding.  The
+    boxes"): ``(verdict, detail)``, both ``""`` for a box declared at float64 rounding (its
+    level more than ``NEAR_COARSE`` below COARSE: one within it is on the edge, its level
+    moved by which observations were asked -- a float32 box declared at 8e-10 fell below COARSE
+    once no family was rescued at 1/4 or 4 any more, tests/test_coarse_unresolved.py).  The
     detail: how coarse the declared eta is against the outputs, how many families missed a
     sample by more than it or did not converge, and how many fitted H heads within it but
     could not resolve them.  The verdict, which the failure leads with: when half of them
@@ -47,7 +51,7 @@ def precision_failure(bad, nz, rec, start, H) -> tuple:
     (declare a larger ``noise=``, or ``noise='auto'``); else the box's precision is the limit
     (evaluate the layer in float64)."""
     level = declared_level(nz, rec, start)
-    if not level > COARSE:
+    if not level > COARSE / NEAR_COARSE:
         return "", ""
     miss = sum(1 for e in bad.values() if isinstance(e, NoisierThanDeclared))
     crowd = sum(1 for e in bad.values() if "relative first-order error bound" in str(e))

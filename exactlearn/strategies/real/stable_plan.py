@@ -49,15 +49,6 @@ COARSE_MAX_UNRESOLVED = 0.75
 ROOTS_TRIED = 4          # basis families of x_1 tried as the root of the labelling
 SUPPLEMENT_ROUNDS = 5    # rounds of supplementary families for undetermined entries
 SUPPLEMENT_PER_ENTRY = 3
-#: a box declared at float64 rounding: at most this many of those rounds for entries that are
-#: determined but weak (:func:`~exactlearn.strategies.real.stable_solve.weak_entries`), with
-#: its lean nodes (:func:`~exactlearn.strategies.real.ratio.ratio_nodes`); measured on
-#: ``python benchmarks/bench_float.py --grid --seeds 6`` with 3H + 1 nodes: largest error
-#: 3.8e-14 with five rounds (4.4 times the paper's count at 12 x 6), 3.0e-13 with one
-#: (docs/howto/float-black-box.md, "Fewer queries").  0 since the polish chooses the families
-#: for the weak entries itself (:mod:`~exactlearn.strategies.real.stable_ask_more`): 84 of 84,
-#: largest error 6.7e-14 at 0c23c81, 1.90 to 2.39 times the paper's count (case means)
-LEAN_WEAK_ROUNDS = 0
 PENCIL_MIN_HEADS = 2     # the pencil start (step 3b) when the families fail, from this many heads
 PENCIL_SCALES = (mpq(1),)   # the plan's families after it, around sigma
 #: a box whose declared eta exceeds this times its outputs is coarser than float64 (a float32

@@ -21,15 +21,13 @@ from exactlearn.pipeline.plan import paper_plan
 from exactlearn.progress import current
 from exactlearn.strategies.real.labels import label_families
 from exactlearn.strategies.real.ratio import family_tokens, ratio_nodes
-from exactlearn.strategies.real.stable_families import (LEAN_RESCUE, family_poles, fit_all,
-                                                        rel_bound, resolve_family)
+from exactlearn.strategies.real.stable_families import (family_poles, fit_all, rel_bound,
+                                                        resolve_family)
 from exactlearn.strategies.real.stable_messages import declared_level, precision_failure
 from exactlearn.strategies.real.stable_pencil import pencil_heads
-from exactlearn.strategies.real.stable_plan import (COARSE, EQUAL_FACTOR, LEAN_WEAK_ROUNDS,
-                                                    PENCIL_SCALES,
-                                                    ROOTS_TRIED, SUPPLEMENT_ROUNDS,
-                                                    STABLE_UNEQUAL_FACTOR, stable_bias_plan,
-                                                    stable_count)
+from exactlearn.strategies.real.stable_plan import (COARSE, EQUAL_FACTOR, PENCIL_SCALES,
+                                                    ROOTS_TRIED, STABLE_UNEQUAL_FACTOR,
+                                                    stable_bias_plan, stable_count)
 from exactlearn.strategies.real.stable_probe import ask_family, sigma_for
 from exactlearn.strategies.real.sensitivity import LO, check_noise, rounding
 from exactlearn.strategies.real.stable_solve import (bias_frame, rows_bias, rows_of,
@@ -49,8 +47,7 @@ class Route:
     the ratio ``nodes`` asked (None: the dense ones); with biases the ``constant``, its
     sensitivities ``Sc`` and rounding ``c_round``; from the pencil start (:func:`pencil_route`)
     its ``sigma``, its account ``pencil`` and the first observation of the plan's families
-    (``plan_start``); ``lean``: the lean nodes were asked, so the polish asks for its weak
-    entries (:mod:`~exactlearn.strategies.real.stable_ask_more`); ``reused``: the plan's
+    (``plan_start``); ``reused``: the plan's
     queries the probe had asked (at ``sigma`` = its scale, the paper plan's probe families
     are its own basis families)."""
 
@@ -72,7 +69,6 @@ class Route:
     sigma: object = None
     pencil: dict | None = None
     plan_start: int | None = None
-    lean: bool = False
     reused: int = 0
 
     @property
@@ -91,8 +87,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     that gets the plan's own count at the nodes chosen, before any family is asked (a failed
     run's ``plan_queries``).  ``paper``: ``nodes`` are the paper plan's (its families
     interpolate): their limits are tested together
-    (:func:`limits_test`), no supplements are asked for weak
-    entries (only for undetermined ones), and families that fail with fewer heads than the
+    (:func:`limits_test`), and families that fail with fewer heads than the
     bound (``m < H``) fail the route as :class:`~exactlearn.errors.ResidualsBeyondNoise`, so
     that the learner fits more heads (:func:`exactlearn.strategies.real.run`)."""
     d = plan0.d
@@ -103,8 +98,6 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     lean = lean_ok and len(rec.observations) > start and declared_level(nz, rec, start) <= COARSE
     if lean:                            # the probe's outputs show a box at float64 rounding
         nodes = ratio_nodes(H, lean=True)
-    weak = ({"weak_limit": LEAN_WEAK_ROUNDS, "rescue": LEAN_RESCUE} if lean
-            else {"weak_limit": 0 if paper else SUPPLEMENT_ROUNDS})
     planned = stable_count(d, H, bias, nodes=nodes)
     if plan_log is not None:
         plan_log.append(planned)
@@ -112,8 +105,8 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     probed = len(rec.observations)      # the probe's observations end here
     got = asker.ask([family_tokens(c.x, c.a, k, mm) for c in splan.configs for k, mm in nodes])
     reused = len({q for _, q in got if q < probed})
-    fits, ids, rescued, bad, stopped, share = fit_all(splan, K, asker, nz, nodes, m, H,
-                                                      weak.get("rescue"), paper, got)
+    fits, ids, rescued, bad, stopped, share = fit_all(splan, K, asker, nz, nodes, m, H, paper,
+                                                      got)
     if len(bad) > share * len(splan.configs) or not fits:
         raise _unresolved(bad, stopped, share, len(splan.configs), nz, rec, start, H,
                           m if paper and m < H else None)
@@ -133,24 +126,23 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     if not bias:
         rows = [rows_of(c) for c in configs]
         n_supp = checks + supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker,
-                                     nz, nodes, m, H, relation, equal_only=loose, paper=paper,
-                                     **weak)
+                                     nz, nodes, m, H, relation, equal_only=loose, paper=paper)
         heads, SW, Sv, rounds = solve_stable_heads(splan, rows, fits, ids, index, K, m,
                                                    len(rec.observations))
         return Route(splan, heads, SW, Sv, rounds, fits, bad, rescued, index, n_supp, worst_rel,
-                     nodes=nodes, lean=lean, reused=reused)
+                     nodes=nodes, reused=reused)
     frame = bias_frame(splan.X, splan.E)
     scales = {n: mpq(rescued[n]) if n in rescued else mpq(1) for n in range(len(configs))}
     rows = [rows_bias(frame, tuple(scales[n] * a for a in c.x), tuple(scales[n] * b for b in c.e),
                       scales[n], K) for n, c in enumerate(configs)]
     n_supp = supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, nz, nodes,
                          m, H, relation, frame=frame, scales=scales, equal_only=loose,
-                         paper=paper, **weak)
+                         paper=paper)
     tokens_a = {n: tuple(scales[n] * a for a in configs[n].a) for n in index}
     heads, c, SW, Sv, Sc, rounds, c_round = solve_bias_heads(
         splan, frame, rows, fits, ids, index, K, m, len(rec.observations), scales, tokens_a)
     return Route(splan, heads, SW, Sv, rounds, fits, bad, rescued, index, n_supp, worst_rel,
-                 nodes=nodes, constant=c, Sc=Sc, c_round=c_round, lean=lean, reused=reused)
+                 nodes=nodes, constant=c, Sc=Sc, c_round=c_round, reused=reused)
 
 
 def limits_test(configs, fits, ids, K, etas, m) -> None:

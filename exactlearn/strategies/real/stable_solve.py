@@ -8,8 +8,8 @@ likewise (:func:`rows_of`).  Per head, a weighted least-squares fit (:func:`wls_
 a float64 left inverse G, values by iterative refinement in the field's precision
 (:func:`~exactlearn.strategies.real.lsq.refine`: residuals in the field, corrections in
 float64, their rounding in the bound), float64 sensitivities ``G S``) gives M and y; then ``W = E^-T M X^-1``, ``v = -E^-T y``
-(:func:`solve_stable_heads`).  :func:`undetermined` and :func:`weak_entries` tell the plan
-where supplementary families are needed.
+(:func:`solve_stable_heads`).  :func:`undetermined` tells the plan where supplementary
+families are needed.
 
 >>> from exactlearn.pipeline.plan import Config
 >>> rows_of(Config("within", 2, 1, (0,), (0,)))
@@ -39,7 +39,6 @@ from exactlearn.fields.rational import QQ
 from exactlearn.model import Head
 from exactlearn.strategies.real.lsq import EPS, Mpfr, field_precision, from_mpfr, refine, to_mpfr
 
-WEAK = 10                # an entry whose bound proxy exceeds 10 x the median gets supplements
 WEIGHT_RANGE = 1e9       # the least squares' bounds span at most this factor
 
 
@@ -129,34 +128,6 @@ def undetermined(design, p) -> list:
     rank = int(np.sum(sv > 1e-9 * sv[0])) if len(sv) else 0
     null = Vt[rank:]
     return [u for u in range(p) if null.size and np.abs(null[:, u]).max() > 1e-6]
-
-
-def weak_entries(rows, fits, index, m, d, dc=None, tenth=10) -> list:
-    """Entries of M that some head has only poorly determined: a least-squares proxy of its
-    bound (``sqrt diag (A^T B^-2 A)^-1``) above WEAK times the median over every head and
-    entry, the worst tenth of the entries at most (1/``tenth``).  ``dc``: M's columns (d + 1 with biases,
-    ``M~``)."""
-    dc = d if dc is None else dc
-    used = sorted(index)
-    A = np.zeros((len(used), d * dc))
-    for r, n in enumerate(used):
-        for (j, i), co in rows[n][0]:
-            A[r, j * dc + i] = co
-    proxies = []
-    for h in range(m):
-        b = np.array([fits[n].bounds[1 + index[n][h]] for n in used])
-        b = np.minimum(b, WEIGHT_RANGE * b.min())
-        Aw = A / b[:, None]
-        try:                   # diag of pinv(N), N = Aw^T Aw symmetric: through its eigenpairs
-            lam, V = np.linalg.eigh(Aw.T @ Aw)
-        except np.linalg.LinAlgError:
-            return []
-        keep = np.abs(lam) > 1e-15 * np.abs(lam).max()
-        proxies.append(np.sqrt((V[:, keep] ** 2) @ (1 / np.abs(lam[keep]))))
-    proxies = np.array(proxies)
-    worst = proxies.max(axis=0) / np.median(proxies)      # against every head's median
-    weak = [u for u in np.argsort(-worst) if worst[u] > WEAK]
-    return weak[:max(1, d * dc // tenth)]
 
 
 def wls_sparse(K, design, p, meas, bounds, sens_rows, n_obs, map_rows=None):

@@ -1,6 +1,6 @@
 """The stable plan's supplementary and targeted families
 (:mod:`~exactlearn.strategies.real.stable`, step 4; docs/explanation/real-field.md): families
-for the entries the labelled ones leave undetermined or weak (:func:`supplement`), the
+for the entries the labelled ones leave undetermined (:func:`supplement`), the
 c-values of directions whose every basis family failed (:func:`_blind_directions`, "Coarse
 boxes").  The families the polish asks for are in
 :mod:`~exactlearn.strategies.real.stable_ask_more`.
@@ -14,31 +14,24 @@ from exactlearn.pipeline.plan import Config
 from exactlearn.strategies.real.labels import (directions, known_part, label_by_c,
                                                label_by_c_pair, references)
 from exactlearn.strategies.real.ratio import family_tokens
-from exactlearn.strategies.real.stable_families import (RESCALE, RESCUE, family_poles,
-                                                        resolve_family)
+from exactlearn.strategies.real.stable_families import RESCUE, family_poles, resolve_family
 from exactlearn.strategies.real.stable_plan import SUPPLEMENT_PER_ENTRY, SUPPLEMENT_ROUNDS
-from exactlearn.strategies.real.stable_solve import rows_bias, rows_of, undetermined, weak_entries
+from exactlearn.strategies.real.stable_solve import rows_bias, undetermined
 
 
 def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise, nodes, m, H,
-               relation, frame=None, scales=None, equal_only=False, weak_limit=SUPPLEMENT_ROUNDS,
-               rescue=None, paper=False):
+               relation, frame=None, scales=None, equal_only=False, paper=False):
     """Supplementary families for the entries of M (and c) that the labelled families leave
     undetermined -- ``(x_i, e_j - e_k)`` for the k whose basis family at x_i is labelled; for
     a coarse box (``equal_only``) then the other k, ``(x_i, e_j + e_k)`` and ``(x_i + x_k, e_j)``
-    (:func:`_extra`), at most SUPPLEMENT_PER_ENTRY an entry a round -- or, once every
-    entry is determined, determine only
-    poorly for some head (:func:`~exactlearn.strategies.real.stable_solve.weak_entries`) --
-    those (at most a tenth of the entries a round) and the basis family ``(x_i, e_j)`` again at
-    scales 1/2 and 2.  Each is labelled by
+    (:func:`_extra`), at most SUPPLEMENT_PER_ENTRY an entry a round.  Each is labelled by
     its predicted c-values; for a coarse box one of a direction that no labelled family
     references yet is kept, and labelled once a pair gives that direction its c-values
     (:func:`_blind_directions`);
-    up to SUPPLEMENT_ROUNDS rounds, new ones each round (at most ``weak_limit`` of them for
-    weak entries: the lean plan's
-    :data:`~exactlearn.strategies.real.stable_plan.LEAN_WEAK_ROUNDS`, 0 since the polish asks for
-    them, :mod:`~exactlearn.strategies.real.stable_ask_more`; a new family that fails
-    is re-asked at the scales ``rescue``, None for
+    up to SUPPLEMENT_ROUNDS rounds, new ones each round, until every entry is determined
+    (entries determined only poorly: the polish asks for them,
+    :mod:`~exactlearn.strategies.real.stable_ask_more`); a new family that fails
+    is re-asked at the scales
     :data:`~exactlearn.strategies.real.stable_families.RESCUE`; ``paper``: the paper plan's
     nodes, as :func:`~exactlearn.strategies.real.stable_families.fit_all`'s).  Returns
     how many were asked.  With biases (``frame``,
@@ -55,40 +48,30 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
     def add(c, k, f_used, fit, q, pl, lab):
         n = len(configs)
         configs.append(c)
-        if frame is None:               # k: None, or _extra's
-            rows.append(rows_of(c) if k is None else _extra_rows(c, k))
+        if frame is None:               # k: _extra's
+            rows.append(_extra_rows(c, k))
         else:
             scales[n] = f_used
             rows.append(rows_bias(frame, tuple(f_used * a for a in c.x),
                                   tuple(f_used * b for b in c.e), f_used, K))
         fits[n], ids[n], poles_of[n], index[n] = fit, q, pl, lab
 
-    weak_rounds = 0
     for _ in range(SUPPLEMENT_ROUNDS):
         used = sorted(index)
         missW = undetermined([[(j * dc + i, co) for (j, i), co in rows[n][0]] for n in used],
                              d * dc)
         missv = undetermined([rows[n][1] for n in used], d)
-        weak = not missW and not missv
-        if weak:
-            weak_rounds += 1
-            if weak_rounds > weak_limit:
-                break
-            missW = weak_entries(rows, fits, index, m, d, dc, tenth=10)
-            if not missW:
-                break
+        if not missW and not missv:
+            break
         refs = {**synth, **references(configs, index, poles_of)}
         want = [divmod(u, dc) for u in missW] + [(j, 0) for j in missv]
-        kinds = ("scale", "e") if weak else ("e",)
-        new = _new_families(splan, want, refs, index, tried, kinds, SUPPLEMENT_PER_ENTRY,
-                            equal_only)
+        new = _new_families(splan, want, refs, index, tried, SUPPLEMENT_PER_ENTRY, equal_only)
         if not new:
             break
-        asker.ask([q for c, _, f in new for q in
-                   (family_tokens(tuple((f or 1) * a for a in c.x),
-                                  tuple((f or 1) * b for b in c.a), kk, mm) for kk, mm in nodes)])
+        asker.ask([q for c, _ in new for q in
+                   (family_tokens(c.x, c.a, kk, mm) for kk, mm in nodes)])
         asked += len(new)
-        _fit_and_label(new, K, asker, noise, nodes, m, H, (rescue or RESCUE, frame is not None, paper),
+        _fit_and_label(new, K, asker, noise, nodes, m, H, (RESCUE, frame is not None, paper),
                        (refs, relation, equal_only), pending, add)
         if equal_only:
             _blind_directions(splan, configs, index, poles_of, pending, synth, relation,
@@ -97,22 +80,21 @@ def supplement(splan, configs, rows, fits, ids, index, poles_of, K, asker, noise
 
 
 def _fit_and_label(new, K, asker, noise, nodes, m, H, how, labelling, pending, add):
-    """Each new family of :func:`supplement` (``(config, o, scale)``) fitted
-    (:func:`~exactlearn.strategies.real.stable_families.resolve_family`; scale None: 1 and
-    then the rescue scales of ``how = (rescue, bias, paper)``, as for the plan's families) and
+    """Each new family of :func:`supplement` (``(config, o)``) fitted
+    (:func:`~exactlearn.strategies.real.stable_families.resolve_family`: at 1 and then the
+    rescue scales of ``how = (rescue, bias, paper)``, as for the plan's families) and
     labelled by its predicted c-values (``labelling = (refs, relation, equal_only)``): ``add``
     takes a labelled one, ``pending`` one no reference labels yet; one that fails is passed
     over."""
     (rescue, bias, paper), (refs, relation, equal_only) = how, labelling
-    for c, k, f in new:
+    for c, k in new:
         try:
             fit, q, f_used = resolve_family(c, K, asker, noise, nodes, m, H,
-                                            scales=(f,) if f else (mpq(1),) + rescue, bias=bias,
-                                            paper=paper)
+                                            scales=(mpq(1),) + rescue, bias=bias, paper=paper)
         except LearningFailure:
             continue
         pl = family_poles(K, fit, m)
-        dirs = [(c.j, 1)] + ([] if k is None or k[0] == "x" else [k[1:]])
+        dirs = [(c.j, 1)] + ([] if k[0] == "x" else [k[1:]])
         lab = label_by_c(pl, dirs, refs, relation, equal_only)
         if lab is None:                 # kept: a direction without a reference may label it
             pending.append((c, k, f_used, fit, q, pl, dirs))
@@ -120,20 +102,14 @@ def _fit_and_label(new, K, asker, noise, nodes, m, H, how, labelling, pending, a
         add(c, k, f_used, fit, q, pl, lab)
 
 
-def _new_families(splan, want, refs, index, tried, kinds, per_entry, equal_only) -> list:
-    """The families of one round for the entries ``want`` (``(j, i)`` of M), as ``(config, o,
-    scale)``, none of them in ``tried`` (which gets them): with ``"scale"`` in ``kinds`` the
-    basis family ``(x_i, e_j)`` again at the scales RESCALE (a head out of the nodes' range,
-    or crowded, is seen anew); with ``"e"`` up to ``per_entry`` of ``(x_i, e_j - e_k)``, the k
-    whose basis family at x_i is labelled first, and for a coarse box (``equal_only``) the other
-    k, ``(x_i, e_j + e_k)`` and ``(x_i + x_k, e_j)`` (:func:`_extra`)."""
+def _new_families(splan, want, refs, index, tried, per_entry, equal_only) -> list:
+    """The families of one round for the entries ``want`` (``(j, i)`` of M), as ``(config,
+    o)``, none of them in ``tried`` (which gets them): up to ``per_entry`` of ``(x_i, e_j -
+    e_k)``, the k whose basis family at x_i is labelled first, and for a coarse box
+    (``equal_only``) the other k, ``(x_i, e_j + e_k)`` and ``(x_i + x_k, e_j)``
+    (:func:`_extra`)."""
     new = []
-    for j, i in (want if "scale" in kinds else ()):
-        for f in RESCALE:
-            if ("scale", i, j, f) not in tried:
-                tried.add(("scale", i, j, f))
-                new.append((splan.configs[splan.index("basis", i, j)], None, f))
-    for j, i in (want if "e" in kinds else ()):
+    for j, i in want:
         ks = sorted(sorted(k for k in refs if k != j),
                     key=lambda k: splan.index("basis", i, k) not in index)
         if not equal_only:              # a box at float64 rounding: labelled k only
@@ -144,7 +120,7 @@ def _new_families(splan, want, refs, index, tried, kinds, per_entry, equal_only)
         opts = [o for o in opts if (i, j) + o not in tried]
         for o in opts[:per_entry]:
             tried.add((i, j) + o)
-            new.append((_extra(splan, i, j, o), o, None))
+            new.append((_extra(splan, i, j, o), o))
     return new
 
 
