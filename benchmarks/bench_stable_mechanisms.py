@@ -51,6 +51,13 @@ def main(argv=None):
                     help="a W entry is weak above this many times the median bound")
     ap.add_argument("--polish-families", type=int, default=more.POLISH_FAMILIES,
                     help="families (token pairs) the polish asks about a round")
+    ap.add_argument("--query-budget", type=float, default=more.QUERY_BUDGET,
+                    help="the polish's families stop at this many times the paper's count "
+                         "(stable_ask_more.QUERY_BUDGET; 0: no budget)")
+    ap.add_argument("--target-scales", nargs="+", type=Fraction, metavar="F",
+                    default=[Fraction(str(f)) for f in more.TARGET_SCALES],
+                    help="an undetermined direction's family at these times its scale "
+                         "(stable_ask_more.TARGET_SCALES)")
     ap.add_argument("--trace-rescues", action="store_true",
                     help="print, at the end, how many families of each kind resolved at each "
                          "scale (or failed at all)")
@@ -59,6 +66,8 @@ def main(argv=None):
     ratio.LEAN_NODES_PER_HEAD, ratio.LEAN_NODES_EXTRA = args.nodes
     more.POLISH_ROUNDS, more.POLISH_BOUND_FACTOR = args.polish_rounds, args.polish_factor
     more.POLISH_FAMILIES = args.polish_families
+    more.QUERY_BUDGET = args.query_budget or float("inf")
+    more.TARGET_SCALES = tuple(mpq(f.numerator, f.denominator) for f in args.target_scales)
     # fit_all reads RESCUE from its module at each call, supplement from its own import
     families.RESCUE = supplement.RESCUE = tuple(mpq(f.numerator, f.denominator)
                                                 for f in args.rescue_scales)
@@ -66,7 +75,10 @@ def main(argv=None):
     print(f"# lean plan: {args.nodes[0]}H + {args.nodes[1]} nodes, "
           f"a failed family re-asked at {' '.join(map(str, args.rescue_scales))}; the polish asks about "
           f"{args.polish_families} families a round for W entries above {args.polish_factor:g} "
-          f"times the median bound, at most {args.polish_rounds} rounds", flush=True)
+          f"times the median bound, at most {args.polish_rounds} rounds; undetermined "
+          f"directions at {' '.join(map(str, args.target_scales))} times their scale; the "
+          f"polish's families up to {args.query_budget or 'any'} times the paper's count",
+          flush=True)
     sys.argv = ["bench_float.py"] + rest
     tally = _trace_rescues() if args.trace_rescues else None
     try:

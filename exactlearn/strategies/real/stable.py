@@ -330,9 +330,11 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
     # next fails (unlike before, also where that fit would fail: float-black-box.md, Five more)
     polished = polish(heads, K, rec, start, etas_all, far=lm_from, bias=bias, defer=not route.far)
     n_target = 0
+    # the families asked below stop at the query budget, but the pencil start's (it needs them)
+    limit = None if route.far else start + more.query_budget(route.splan.d, ask[3], bias)
     weak = polished.weak
     if weak is not None and weak.directions:   # directions few observations see: ask for them
-        n_target = more.target_families(weak, route.splan, heads, *ask)
+        n_target = more.target_families(weak, route.splan, heads, *ask, limit=limit)
         if n_target:
             etas_all = ask[1].extend(rec, size, etas_all)
             # from the solve's heads again, not the polished (at float64's floor: polish's doc)
@@ -344,12 +346,12 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
         polished = polished.resume()
     if not route.far and polished.solved:   # every route but the pencil start's
         polished, n_more, etas_all = _ask_more(polished, heads, K, rec, start, etas_all, route,
-                                               bias, ask, size)
+                                               bias, ask, size, limit)
         n_target += n_more
     return (polished if polished.solved else None), n_target, etas_all, rec.observations[start:]
 
 
-def _ask_more(polished, heads, K, rec, start, etas_all, route, bias, ask, size) -> tuple:
+def _ask_more(polished, heads, K, rec, start, etas_all, route, bias, ask, size, limit) -> tuple:
     """Up to ``POLISH_ROUNDS`` rounds: the families the polish's covariance asks for
     (:mod:`~exactlearn.strategies.real.stable_ask_more`), each round judged by the bounds at the
     polished heads with the new observations (``iterate=False``: no step), then the polish again
@@ -360,7 +362,8 @@ def _ask_more(polished, heads, K, rec, start, etas_all, route, bias, ask, size) 
     now = polished
     for r in range(more.POLISH_ROUNDS):
         weak, now = more.weak_families(now), None   # its A^-1 (143 MB at 32 x 4) goes now
-        n = more.ask_families_again(weak, route.splan, polished.heads, *ask, tried) if weak else 0
+        n = (more.ask_families_again(weak, route.splan, polished.heads, *ask, tried, limit)
+             if weak else 0)
         if not n:
             break
         asked += n

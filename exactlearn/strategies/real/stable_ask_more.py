@@ -31,7 +31,7 @@ import math
 import numpy as np
 from gmpy2 import mpq
 
-from exactlearn.pipeline.plan import Config
+from exactlearn.pipeline.plan import Config, bias_count, paper_count
 from exactlearn.strategies.real.ratio import MAX_COPIES
 from exactlearn.strategies.real.stable_normal import head_arrays
 from exactlearn.strategies.real.stable_polish import sensitivity_rows
@@ -46,6 +46,28 @@ POLISH_ENTRIES = 3
 POLISH_FAMILIES = 2
 #: rounds of asking and polishing again
 POLISH_ROUNDS = 4
+#: an undetermined direction's basis family is asked at these times the scale f that brings
+#: its exponent to about 1 (:func:`target_families`): at f only since 6 Dec 2026 -- at f/2,
+#: f and 2f, and within the budget, two float64 grid runs erred by 7.1e-13 and 1.1e-13 (the
+#: rounds below had no room left), by 1.6e-14 and 1.4e-14 at f only (``python
+#: benchmarks/bench_stable_mechanisms.py --target-scales 1/2 1 2 -- --grid --seeds 6``)
+TARGET_SCALES = (mpq(1),)
+#: the families of this module stop before one that would bring the attempt's queries past
+#: this many times the paper plan's count (:func:`query_budget`; issue 23 section 3)
+QUERY_BUDGET = 2.5
+
+
+def query_budget(d, H, bias) -> float:
+    """The queries an attempt may reach with the families of this module: ``QUERY_BUDGET``
+    times the paper plan's count (:func:`~exactlearn.pipeline.plan.paper_count`, with biases
+    :func:`~exactlearn.pipeline.plan.bias_count`)."""
+    return QUERY_BUDGET * (bias_count(d, H) if bias else paper_count(d, H))
+
+
+def _room(asker, nodes, limit) -> bool:
+    """Whether one more family (``nodes`` queries at most) keeps the observations within
+    ``limit`` (None: no limit)."""
+    return limit is None or len(asker.rec.observations) + len(nodes) <= limit
 
 
 def weak_families(polished) -> list:
@@ -75,12 +97,12 @@ def weak_families(polished) -> list:
     return [r[1:] for r in out]
 
 
-def ask_families_again(weak, splan, heads, asker, noise, nodes, H, tried) -> int:
+def ask_families_again(weak, splan, heads, asker, noise, nodes, H, tried, limit=None) -> int:
     """For the first ``POLISH_FAMILIES`` of ``weak`` (:func:`weak_families`) not in ``tried``:
     the family ``(x, e - e_k)`` that sets head h's predicted exponent farthest from the other
     heads' within the nodes' range, with a visible ``c_h`` (:func:`_best_e`), and the family
     itself at scale 1/2 when head h's exponent lies near the nodes' ends or 2 when it is
-    small.  How many families were asked."""
+    small.  None past ``limit`` observations (:func:`_room`).  How many families were asked."""
     Ws, vs, _ = head_arrays(heads, splan.bias)
     Em = np.array([[float(a) for a in e] for e in splan.E])
     asked, done = 0, 0
@@ -95,13 +117,13 @@ def ask_families_again(weak, splan, heads, asker, noise, nodes, H, tried) -> int
         xa = np.array([float(t) for t in x] + ([1.0] if splan.bias else []))
         ef = np.array([float(t) for t in e])
         k = _best_e(Ws, vs, h, xa, ef, Em)
-        if k is not None:
+        if k is not None and _room(asker, nodes, limit):
             e2 = tuple(p - q for p, q in zip(e, splan.E[k]))
             ask_family(Config("extra", 0, 0, x, e2), 1, asker, noise, nodes, H)
             asked += 1
         z = abs(float(ef @ Ws[h] @ xa))
         f = mpq(1, 2) if z > 2 else mpq(2) if z < 0.5 else None
-        if f is not None:
+        if f is not None and _room(asker, nodes, limit):
             ask_family(Config("extra", 0, 0, x, e), f, asker, noise, nodes, H)
             asked += 1
     return asked
@@ -127,13 +149,14 @@ def _best_e(Ws, vs, h, xa, e, Em):
     return arg
 
 
-def target_families(weak, splan, heads, asker, noise, nodes, H):
+def target_families(weak, splan, heads, asker, noise, nodes, H, limit=None):
     """Families for the directions the polish found undetermined
     (:class:`~exactlearn.strategies.real.stable_polish.Weak`): per
     direction (at most d), the basis family ``(x_i, e_j)`` of the entry of ``M = E^T U X``
     it weighs most, asked with its tokens scaled by the power of two ``f`` that brings that
-    head's ``f^2 e_j^T W x_i`` to about 1 (a step beyond the nodes comes back between them),
-    and by ``f/2``, ``2f``.  Returns how many families were asked; every query is counted
+    head's ``f^2 e_j^T W x_i`` to about 1 (a step beyond the nodes comes back between them;
+    ``TARGET_SCALES``: at f only), none past ``limit`` observations
+    (:func:`_room`).  Returns how many families were asked; every query is counted
     and certified with the rest."""
     d = splan.d
     Xm = np.array([[float(a) for a in x] for x in splan.X]).T       # columns x_i
@@ -153,8 +176,8 @@ def target_families(weak, splan, heads, asker, noise, nodes, H):
         seen.add((i, j))
         f = mpq(2) ** int(round(-np.log2(z) / 2))
         c = splan.configs[splan.index("basis", i, j)]
-        for g in (f / 2, f, 2 * f):
-            if g != 1:
+        for g in (f * t for t in TARGET_SCALES):
+            if g != 1 and _room(asker, nodes, limit):
                 ask_family(c, g, asker, noise, nodes, H)
                 asked += 1
     return asked
