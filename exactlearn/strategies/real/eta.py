@@ -73,7 +73,7 @@ from exactlearn.strategies.real.stable_plan import token_norm
 #: the declared eta is this multiple of the measured envelope of the spreads
 SAFETY = 30
 #: token scales measured (tokens of norm about 1 times these): the stable plan's sigma for
-#: weights of order one, and its rescues at 1/4 and 4 times it
+#: weights of order one, and 1/4 and 4 times it (where the polish's targeted families often ask)
 SCALES = (mpq(1, 2), mpq(2), mpq(8))
 DRAWS = 2            # random (x, e) per scale and length
 #: at most this many scales measured again once the stable plan's scale is chosen

@@ -330,8 +330,9 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
     # next fails (unlike before, also where that fit would fail: float-black-box.md, Five more)
     polished = polish(heads, K, rec, start, etas_all, far=lm_from, bias=bias, defer=not route.far)
     n_target = 0
-    # the families asked below stop at the query budget, but the pencil start's (it needs them)
-    limit = None if route.far else start + more.query_budget(route.splan.d, ask[3], bias)
+    # the lean plan's families below stop at the query budget (a coarse box's, a head bound's
+    # and the pencil start's need theirs: the float32 grid erred up to 2.1e-4 within it)
+    limit = start + more.query_budget(route.splan.d, ask[3], bias) if route.lean else None
     weak = polished.weak
     if weak is not None and weak.directions:   # directions few observations see: ask for them
         n_target = more.target_families(weak, route.splan, heads, *ask, limit=limit)

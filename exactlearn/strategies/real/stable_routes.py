@@ -47,7 +47,9 @@ class Route:
     the ratio ``nodes`` asked (None: the dense ones); with biases the ``constant``, its
     sensitivities ``Sc`` and rounding ``c_round``; from the pencil start (:func:`pencil_route`)
     its ``sigma``, its account ``pencil`` and the first observation of the plan's families
-    (``plan_start``); ``reused``: the plan's
+    (``plan_start``); ``lean``: the lean nodes were asked (a box declared at float64
+    rounding, the heads given), so the polish's families keep to the query budget
+    (:func:`~exactlearn.strategies.real.stable_ask_more.query_budget`); ``reused``: the plan's
     queries the probe had asked (at ``sigma`` = its scale, the paper plan's probe families
     are its own basis families)."""
 
@@ -69,6 +71,7 @@ class Route:
     sigma: object = None
     pencil: dict | None = None
     plan_start: int | None = None
+    lean: bool = False
     reused: int = 0
 
     @property
@@ -130,7 +133,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
         heads, SW, Sv, rounds = solve_stable_heads(splan, rows, fits, ids, index, K, m,
                                                    len(rec.observations))
         return Route(splan, heads, SW, Sv, rounds, fits, bad, rescued, index, n_supp, worst_rel,
-                     nodes=nodes, reused=reused)
+                     nodes=nodes, lean=lean, reused=reused)
     frame = bias_frame(splan.X, splan.E)
     scales = {n: mpq(rescued[n]) if n in rescued else mpq(1) for n in range(len(configs))}
     rows = [rows_bias(frame, tuple(scales[n] * a for a in c.x), tuple(scales[n] * b for b in c.e),
@@ -142,7 +145,7 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     heads, c, SW, Sv, Sc, rounds, c_round = solve_bias_heads(
         splan, frame, rows, fits, ids, index, K, m, len(rec.observations), scales, tokens_a)
     return Route(splan, heads, SW, Sv, rounds, fits, bad, rescued, index, n_supp, worst_rel,
-                 nodes=nodes, constant=c, Sc=Sc, c_round=c_round, reused=reused)
+                 nodes=nodes, constant=c, Sc=Sc, c_round=c_round, lean=lean, reused=reused)
 
 
 def limits_test(configs, fits, ids, K, etas, m) -> None:
