@@ -22,7 +22,8 @@ every observation, up to ``POLISH_ROUNDS`` rounds.  No labelling: the polish fit
 observations, and the certificate recomputes every one of them; every query is counted
 (``targeted_families``).  This replaced the lean plan's weak-entry supplements before the
 polish, which chose by a proxy (the families' own bounds) and asked 0.8 to 1.4 times the
-paper's count more.
+paper's count more.  On the lean plan's route every family here keeps within ``QUERY_BUDGET``
+times the paper's count (docs/howto/float-black-box.md, "The query budget").
 """
 from __future__ import annotations
 
