@@ -60,3 +60,20 @@ def test_retries_do_not_certify_a_box_far_noisier_than_declared_at_d1():
     if res.certified:
         err, _ = max_parameter_error(res.heads, m.canonical_heads(), K)
         assert err <= res.error_bound, (float(err), float(res.error_bound))
+
+
+def test_a_head_bound_still_redraws_after_a_refit_reported_as_noise():
+    """helper-112's review: with ``max_heads=`` the escalation reports a failed refit at more
+    heads (here the resolution test on a one-head layer's first draw) as noise.  That verdict
+    depends on the draw, so it is not final: the second draw certifies, within its bound of the
+    layer's own weights, every answered call counted (it failed at once when it was final)."""
+    from float_layers import NumpyAttention
+    from test_float_boxes import truth
+    from exactlearn.strategies.real.learn import max_parameter_error
+    layer = NumpyAttention.from_seed(4, 1, 2)
+    res = learn(layer, d=4, max_heads=2, field=Real(dps=30), tokens="float64", noise=5e-14,
+                noise_rel=1e-15, seed=2, retries=2)
+    assert res.certified and res.attempts == 2, res.error
+    assert res.queries == layer.calls
+    err, _ = max_parameter_error(res.heads, truth(layer), res.field)
+    assert err <= res.error_bound

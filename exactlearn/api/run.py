@@ -216,11 +216,13 @@ class Run:
         cannot make the declared eta hold, it only gives the noise tests another chance to
         miss (a box 100 times noisier than declared was certified beyond its bound on a
         later attempt; docs: reference/api.md#retries).  With ``noise="auto"`` eta is
-        measured again, and with ``outputs=m`` the readout is part of the draw (a head can
-        read zero in it), so there the attempts go on.  Returns the note for the failure
-        ("" when retries go on)."""
-        if (self.auto or self.view is not None or not isinstance(exc, NoisierThanDeclared)
-                or getattr(exc, "resolved", False) or self.attempts > self.retries):
+        measured again, with ``outputs=m`` the readout is part of the draw (a head can read
+        zero in it), and with a head bound (``max_heads=``) the escalation reports a failed
+        refit at more heads -- a crowded or degenerate draw too -- as noise: there the
+        attempts go on.  Returns the note for the failure ("" when retries go on)."""
+        if (self.auto or self.view is not None or not self.heads_given
+                or not isinstance(exc, NoisierThanDeclared) or getattr(exc, "resolved", False)
+                or self.attempts > self.retries):
             return ""
         return (f" [not retried ({self.retries - self.attempts + 1} retries left): another draw "
                 f"cannot make the declared eta hold]")

@@ -331,8 +331,9 @@ def _polish_step(heads, K, rec, start, etas_all, route, bias, ask, size) -> tupl
     polished = polish(heads, K, rec, start, etas_all, far=lm_from, bias=bias, defer=not route.far)
     n_target = 0
     # the lean plan's families below stop at the query budget (a coarse box's, a head bound's
-    # and the pencil start's need theirs: the float32 grid erred up to 2.1e-4 within it)
-    limit = start + more.query_budget(route.splan.d, ask[3], bias) if route.lean else None
+    # and the pencil start's need theirs: the float32 grid erred up to 2.1e-4 within it), and
+    # so do they where the plan alone exceeds it (H = 1, H > d: up to 126x the error without)
+    limit = more.budget_limit(route, start, len(rec.observations), bias, ask[3])
     weak = polished.weak
     if weak is not None and weak.directions:   # directions few observations see: ask for them
         n_target = more.target_families(weak, route.splan, heads, *ask, limit=limit)

@@ -69,6 +69,19 @@ def query_budget(d, H, bias) -> float:
     return QUERY_BUDGET * (bias_count(d, H) if bias else paper_count(d, H))
 
 
+def budget_limit(route, start, now, bias, H):
+    """The observations the families of this module may bring an attempt (begun at
+    observation ``start``, at ``now``) to: ``start`` plus :func:`query_budget` on the lean
+    plan's route, where the plan and probe alone stayed within it; None (no limit) elsewhere.
+    Where the plan alone exceeds the budget (H = 1 at 2.7 to 3.3 times the paper's count,
+    H > d, d = 2) a budget would leave the polish nothing to ask, and its error grew up to
+    126 times (docs/howto/float-black-box.md, "The query budget")."""
+    if not route.lean:
+        return None
+    budget = query_budget(route.splan.d, H, bias)
+    return start + budget if now - start < budget else None
+
+
 def _room(asker, nodes, limit) -> bool:
     """Whether one more family (``nodes`` queries at most) keeps the observations within
     ``limit`` (None: no limit)."""
