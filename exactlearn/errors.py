@@ -257,12 +257,16 @@ class ResidualsBeyondNoise(NoisierThanDeclared):
     """Real field: the certified model, ``heads`` canonical heads, misses an observation by more
     than the declared eta allows -- a box noisier than declared, or more heads than were
     fitted (two heads merged).  ``resolved``: the model is within the declared eta, but the
-    observations resolve more heads than it has (the stable plan's resolution test)."""
+    observations resolve more heads than it has (the stable plan's resolution test).
+    ``draw``: a head bound's escalation whose tries failed for reasons of the draw too (a
+    resolution, a crowded or degenerate refit), so another draw may certify (docs:
+    reference/api.md#retries)."""
 
-    def __init__(self, message, heads=None, resolved=False):
+    def __init__(self, message, heads=None, resolved=False, draw=False):
         super().__init__(message)
         self.heads = heads
         self.resolved = resolved
+        self.draw = draw
 
 
 class PrimesDisagree(LearningFailure):

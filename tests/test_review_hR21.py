@@ -77,3 +77,19 @@ def test_a_head_bound_still_redraws_after_a_refit_reported_as_noise():
     assert res.queries == layer.calls
     err, _ = max_parameter_error(res.heads, truth(layer), res.field)
     assert err <= res.error_bound
+
+
+def test_a_head_bound_does_not_reopen_the_retries_gap():
+    """helper-113's review: the d = 1 box 100 times noisier than declared with ``max_heads=3``
+    instead of ``heads=3`` was certified on the fourth attempt 3.6 times beyond its bound
+    while every head bound's verdict was redrawn.  Its escalation failed on noise alone at
+    every count, so the verdict is final there too."""
+    from exactlearn import NoisyOracle
+    from exactlearn.errors import NoisierThanDeclared
+    K = Real(dps=40)
+    m = random_model(1, 3, seed=2)
+    box = NoisyOracle(Oracle(m, K), "1e-20", seed=2)
+    res = learn(box, 1, max_heads=3, field=K, seed=2, plan="paper", noise="1e-22", retries=3)
+    assert not res.certified and res.attempts == 1
+    assert isinstance(res.failure, NoisierThanDeclared) and not res.failure.draw
+    assert "not retried" in res.error

@@ -217,11 +217,11 @@ class Run:
         miss (a box 100 times noisier than declared was certified beyond its bound on a
         later attempt; docs: reference/api.md#retries).  With ``noise="auto"`` eta is
         measured again, with ``outputs=m`` the readout is part of the draw (a head can read
-        zero in it), and with a head bound (``max_heads=``) the escalation reports a failed
-        refit at more heads -- a crowded or degenerate draw too -- as noise: there the
-        attempts go on.  Returns the note for the failure ("" when retries go on)."""
-        if (self.auto or self.view is not None or not self.heads_given
-                or not isinstance(exc, NoisierThanDeclared) or getattr(exc, "resolved", False)
+        zero in it), and where a head bound's escalation failed for reasons of the draw too
+        (``draw``: a resolution, a crowded or degenerate refit at more heads) the attempts go
+        on.  Returns the note for the failure ("" when retries go on)."""
+        if (self.auto or self.view is not None or not isinstance(exc, NoisierThanDeclared)
+                or getattr(exc, "resolved", False) or getattr(exc, "draw", False)
                 or self.attempts > self.retries):
             return ""
         return (f" [not retried ({self.retries - self.attempts + 1} retries left): another draw "

@@ -139,16 +139,19 @@ def run(plan, ask, K, trace, options) -> tuple:
             tried.append(f"with {_plural(m) if m is not None else 'the heads found'}: {exc}")
             if options.heads_given or m is None or m >= plan.H:
                 if len(tried) > 1:
-                    raise ResidualsBeyondNoise(_history(tried, resolved), heads=m) from None
+                    raise ResidualsBeyondNoise(_history(tried, resolved), heads=m,
+                                               draw=resolved is not None) from None
                 raise
             fit_heads = max(m, fit_heads or 0) + 1
             if fit_heads > plan.H:      # the count the bound allows was fitted, and merged
-                raise ResidualsBeyondNoise(_history(tried, resolved), heads=m) from None
+                raise ResidualsBeyondNoise(_history(tried, resolved), heads=m,
+                                           draw=resolved is not None) from None
         except LearningFailure as exc:
             if not tried:
                 raise
             tried.append(f"refitting with exactly {_plural(fit_heads)}: {exc.kind}: {exc}")
-            raise ResidualsBeyondNoise(_history(tried, resolved), heads=fit_heads) from None
+            raise ResidualsBeyondNoise(_history(tried, resolved), heads=fit_heads,
+                                       draw=True) from None
     if options.heads_given and len(heads) < plan.H:
         raise DegenerateDraw(
             f"{len(heads)} of the {plan.H} heads given were resolved: over the real field "
