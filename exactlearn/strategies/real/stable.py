@@ -1,114 +1,25 @@
-"""The real field's one pipeline, and its stable plan for finite-precision black boxes (float64
-or float32 attention layers; docs "The real field", "The stable plan for float black boxes";
-the approximate-oracle conditions of arXiv:2608.03294).
+"""The real field's one pipeline (the approximate-oracle conditions of arXiv:2608.03294;
+docs: explanation/real-field.md#the-stable-plan-for-float-black-boxes,
+docs: explanation/real-field.md#the-paper-plans-nodes,
+docs: explanation/biases.md#over-the-real-field).
 
-The paper's plan samples each family at ``k = 0 .. 2H``: exact for exact oracles, but at
-float64 accuracy its interpolation loses the poles from H = 3 on, and every family must
-resolve.  The stable plan keeps the paper's 2d^2 - 1 configurations and changes how each
-is sampled, labelled and solved.
-
-**Plans** are choices of nodes (``paper`` of :func:`run_stable`, decided there once): the
-stable plan's :func:`~exactlearn.strategies.real.ratio.ratio_nodes`, or ``plan="paper"``'s
-``q_k = (a^k, x)``, ``k = 0 .. 2H`` (:func:`~exactlearn.strategies.real.stable_plan.paper_nodes`),
-fitted in the field's precision (:mod:`~exactlearn.strategies.real.fit`), probed to an rms
-``log rho`` of PAPER_TARGET = 1 from ``ceil(6/H)`` families
-(:func:`~exactlearn.strategies.real.stable_probe.probe_families`), with no lean nodes and no
-pencil start, its families'
-limits tested together (at d = 1 with the family at a second scale:
-:func:`~exactlearn.strategies.real.stable_routes.scale_test`); every other step is the same:
-
-1. **Tokens** (:func:`~exactlearn.strategies.real.stable_plan.dyadic_basis`): X and E are the
-   Cayley-orthogonal matrices of the draw rounded to the dyadic grid ``2^-20`` and scaled by
-   ``sigma``, a power of two or 3/2 of one: every token entry has at most 23 significant bits,
-   exactly a float32 and a float64, so a float box evaluates the very query the learner
-   analyses. The solve uses the exact inverses of the (nearly orthogonal) X and E.
-2. **Scale** (:mod:`~exactlearn.strategies.real.stable_probe`): ``sigma^2`` brings the rms
-   of ``log rho`` of a probe to about 3.
-3. **Families** (:mod:`~exactlearn.strategies.real.ratio`): ``t = k/m`` geometric on
-   ``[1/256, 256]`` plus the single tokens ``(x)`` and ``(a)``, weighted least squares,
-   residuals checked.  A family that does not resolve (fit fails, or a relative
-   first-order bound above ``STABLE_LINEAR_LIMIT``) is asked again scaled by 1/2, then 2; one
-   that still does not is left out (more than ``MAX_UNRESOLVED`` of them fail the run).
-4. **Labelling** (:mod:`~exactlearn.strategies.real.labels`): ties both ways and predicted
-   c-values; entries left undetermined get supplementary families
-   ``(x_i, e_j - e_k)`` (:func:`~exactlearn.strategies.real.stable_supplement.supplement`).
-3b. **The pencil start** (:mod:`~exactlearn.strategies.real.stable_pencil`): when the probe
-   or too many families fail with ``H`` given (``H >= PENCIL_MIN_HEADS``: many heads whose
-   exponents crowd in every family, e.g. twelve MiniLM heads in d' = 8), the heads are read
-   off a matrix pencil per final token instead, the configurations are asked at
-   ``PENCIL_SCALES`` times the ``sigma`` their exponents suggest, and the polish
-   (Levenberg--Marquardt first) must fit every observation; nothing is certified without it.
-5. **Solve** (:mod:`~exactlearn.strategies.real.stable_solve`), **polish**
-   (:mod:`~exactlearn.strategies.real.stable_polish`: every head fitted to every observation
-   at once, kept when its bound is smaller; its residuals also test the declared noise; on
-   every route but the pencil start's it asks for its weak entries,
-   :mod:`~exactlearn.strategies.real.stable_ask_more`)
-   and **certificate**
-   (:mod:`~exactlearn.strategies.real.stable_certificate`): every observation is
-   recomputed from the heads within ``eta + eta_rel |y|`` plus the effect of the parameter
-   bounds; each entry's bound is ``SAFETY = 2`` times its first-order bound plus rounding.
-
-**Coarse boxes** (a declared eta above ``COARSE = 2^-32`` of the outputs: float32, or
-noisier).  A float32 box rounds each token's scores once, to about ``2^-24 |s|``, and every
-query of a family repeats the same two tokens: that rounding moves the family's ``log rho``
-and ``c`` (the fit absorbs it) but scatters no residual, while the eta that must cover every
-observation at once (the polish, the certificate) has to include it -- for the layers of
-tests/float_layers.py about a hundred times what the family's residuals show.  So a coarse
-family whose bounds exceed STABLE_LINEAR_LIMIT is given bounds at ``kappa`` times its eta, ``kappa``
-``SCATTER_MARGIN = 4`` times the rms of its weighted residuals per degree of freedom
-(:func:`~exactlearn.strategies.real.stable_families._scatter_fit`; the estimate is unchanged), and
-labels within ``COARSE_LINEAR_LIMIT``.
-Those bounds only label and start; when a labelled family's bound at the declared eta exceeds
-STABLE_LINEAR_LIMIT the solve's bounds are not used, and only the polish of every observation at
-the declared eta can certify (else the run fails).  A failure of too many families says how
-coarse the eta is and whether its families missed a sample (the box noisier than declared)
-or could not resolve H heads at that precision
-(:func:`~exactlearn.strategies.real.stable_messages.precision_failure`); each fit may
-take COARSE_EVALUATIONS; the labelling passes undecided c-values over (``equal_only`` of
-:func:`~exactlearn.strategies.real.labels.label_families`); the fits stop once more than
-COARSE_MAX_UNRESOLVED have failed, and the pencil start is not tried (its
-extrapolation in 1/m cannot separate heads at float32 precision).  The supplement
-(:func:`~exactlearn.strategies.real.stable_supplement.supplement`) also asks ``(x_i, e_j + e_k)``
-and ``(x_i + x_k, e_j)`` (every family at
-one final token along e_j can crowd), and a direction whose every basis family failed gets
-its c-values from a pair of its families
-(:func:`~exactlearn.strategies.real.stable_supplement._blind_directions`).  Boxes declared at
-float64 rounding run exactly as before.
-
-Query count: ``(2d^2 - 1) n_t + (2d^2 - 1) + (2d - 1)``
-(:func:`~exactlearn.strategies.real.stable_plan.stable_count`, ``n_t``
-the finite nodes), plus the probe, rescues and supplementary families, all counted; the
-pencil start adds about ``(d + 1) (d + 1) (2H + 2)(2H + 3) / 2 * 5`` queries of up to 1025 tokens.
-
-**Biases** (``bias=True``, docs/explanation/biases.md, "Over the real field"): the scores gain
-``u_h^T x_i`` and the output a constant c.  The ratio families keep their form, with
-``log rho = e^T (W x + u)`` and ``A = c + V.a``.  The plan
-(:func:`~exactlearn.strategies.real.stable_plan.stable_bias_plan`) takes
-d + 1 final tokens x_0..x_d (:func:`~exactlearn.strategies.real.stable_plan.bias_tokens`: the
-vertices of a regular simplex centred
-at 0, on the grid ``2^-19``) and the d directions: ``(d + 1) d`` basis, ``(d + 1)(d - 1)``
-within and d across families ``((x_0 + x_i)/2, e_j(i))`` (the midpoint: its rho squared is
-the product of ``(x_0, e_j)``'s and ``(x_i, e_j)``'s), ``2d^2 + 2d - 1`` configurations.  The
-solve recovers ``[W | u]`` and v per head and c from the families' limits
-(:func:`~exactlearn.strategies.real.stable_solve.solve_bias_heads`); the polish fits u and c
-with the rest; the certificate recomputes every observation with u and c and their bounds.
-``log rho`` is not homogeneous in a family's scale with u, so a family asked at another scale
-(a rescue) enters the solve with its own row, and the labelling's ties only with families at
-its scale (:func:`~exactlearn.strategies.real.labels.label_families`).  Count:
-:func:`~exactlearn.strategies.real.stable_plan.stable_count` with ``bias`` (``2d + 1`` distinct
-final tokens).  The pencil start
-(step 3b) reads ``[W | u]`` off ``d + 1`` final tokens and c off the query ``(x_0)``.
-
-**Modules.** This module is the driver (:func:`run_stable`: probe, route, bounds, polish,
-certificate, detail); the steps live in
-:mod:`~exactlearn.strategies.real.stable_plan` (the constants, the count, the tokens, the plan
-for biases), :mod:`~exactlearn.strategies.real.stable_families` (the families and
-their rescues), :mod:`~exactlearn.strategies.real.stable_supplement` (the supplementary and
-targeted families), :mod:`~exactlearn.strategies.real.stable_messages` (how coarse the declared
-eta is, in the failures), :mod:`~exactlearn.strategies.real.stable_routes` (the families' route
-and the pencil start) and :mod:`~exactlearn.strategies.real.stable_checks` (the noise tests,
-the certificate of the :class:`~exactlearn.strategies.real.stable_checks.Estimate`, the solve's
-residual allowance and the resolution test); every query is asked once, through
+The plans are choices of nodes, decided once in :func:`run_stable`: the stable plan's
+:func:`~exactlearn.strategies.real.ratio.ratio_nodes`, or ``plan="paper"``'s ``k = 0 .. 2H``
+(:func:`~exactlearn.strategies.real.stable_plan.paper_nodes`, fitted in the field's precision
+by :mod:`~exactlearn.strategies.real.fit`).  Every other step is the same, each in its module:
+tokens and count (:mod:`~exactlearn.strategies.real.stable_plan`), scale
+(:mod:`~exactlearn.strategies.real.stable_probe`), families and their rescues
+(:mod:`~exactlearn.strategies.real.stable_families`, :mod:`~exactlearn.strategies.real.ratio`),
+labels (:mod:`~exactlearn.strategies.real.labels`), supplementary and targeted families
+(:mod:`~exactlearn.strategies.real.stable_supplement`,
+:mod:`~exactlearn.strategies.real.stable_ask_more`), the families' route and the pencil start
+(:mod:`~exactlearn.strategies.real.stable_routes`, :mod:`~exactlearn.strategies.real.stable_pencil`),
+solve (:mod:`~exactlearn.strategies.real.stable_solve`), polish
+(:mod:`~exactlearn.strategies.real.stable_polish`), noise tests and certificate
+(:mod:`~exactlearn.strategies.real.stable_checks`,
+:mod:`~exactlearn.strategies.real.stable_certificate`), failures' wording
+(:mod:`~exactlearn.strategies.real.stable_messages`) and the run's account
+(:mod:`~exactlearn.strategies.real.stable_report`).  Every query is asked once, through
 :class:`~exactlearn.pipeline.ask.AskOnce`.  :func:`run_stable` runs the steps in order:
 :func:`_probe_and_route`, :func:`_solve_bounds`, :func:`_polish_step` (with the targeted
 families), then :func:`~exactlearn.strategies.real.stable_checks.noise_tests` and
