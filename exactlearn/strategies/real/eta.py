@@ -1,54 +1,19 @@
-"""eta measured from the box: the spread of a float box's outputs under permutations of the
-non-final tokens (docs: howto/float-black-box.md,
-explanation/real-field.md#eta-measured-from-the-box).
+"""eta measured from the box (docs: explanation/real-field.md#eta-measured-from-the-box;
+docs: howto/float-black-box.md#measure-eta-from-the-box).
 
-Attention without positions is invariant under permutations of the non-final tokens: the
-final token attends, and every other token enters the softmax sums as a member of a
-multiset.  So ``f(X)`` and ``f(pi X)`` are the same number, and a float box that answers
-them differently shows its own rounding.  :func:`measure_noise` asks the query shapes of the
-stable plan (:mod:`~exactlearn.strategies.real.stable`): ``k`` copies of ``a = x + e``
-followed by ``m`` copies of ``x`` (final token ``x``), at every ``(k, m)`` of
-:func:`~exactlearn.strategies.real.ratio.ratio_nodes` with at least two non-final tokens (so
-lengths up to the longest, ``MAX_COPIES + 1``), at several token scales, each query in its
-own order and in ``permutations`` random orders of its non-final tokens (the a's mixed
-among the x's: the summation order changes).  Every token entry is a dyadic rational of at
-most 23 significant bits, exact in float32 and float64, so the box evaluates the very
-queries asked.
-
-For each group (one query and its reorderings) the spread is ``max y - min y``.  The
-envelope ``abs + rel |y|`` is the one of least mean height that lies on or above every
-group's spread (a two-variable linear program, solved over the vertices of the upper hull).
-The declared eta is ``SAFETY`` (30) times that envelope: ``noise = SAFETY * abs``,
-``noise_rel = SAFETY * rel``, the stable plan's ``eta + eta_rel |y|``.
-
-On the plan's own scales (:func:`measure_plan_noise`, ``learn(noise="auto")``).  The
-measurement above, at fixed token norms, serves the stable plan's scale probe; once the probe
-has chosen the plan's scale sigma, every attempt measures again the same way on the plan's own
-tokens at every scale it asks (the probe's, and sigma times 1, 1/2, 2, 1/4, 4), each scale
-with an envelope of its own, and a query's eta is its tokens' scale's
-(:class:`~exactlearn.strategies.real.stable_plan.Noise`).  A float32 layer's score rounding
-grows with the square of the token norm: at d = 16, H = 4 the plan's queries erred by 1.31
-times the eta of the fixed norms, 0.38 times the eta of their own scales
-(docs/howto/float-black-box.md#float32-layers).
-
-Grid steps (``steps=True``; ``tokens="float32"``).  A float32 box rounds each token's
-scores ``x_i^T W_h x_n`` once, to about ``2^-24 |s|``, and with scores of tens that rounding
-is larger than the sums' (the layers of tests/float_layers.py at d = 6, H = 3 erred by up to
-3e-5 at |y| ~ 1, a hundred times their permutation spread).  No reordering changes it.  A
-step of the grid, ``a +- delta`` (each entry of ``delta`` one grid step ``2^-20`` times the
-scale, random sign), moves the true value by ``+-`` the same first-order amount and rounds
-the scores of ``a`` anew, so ``|y(a + delta) + y(a - delta) - 2 y(a)| / 2`` is rounding plus
-a second-order term of order ``|f''| d 2^-40`` (below float32 rounding); each such
-second difference is one more spread for the envelope.  Two queries per query measured.
-
-What this cannot see: rounding that is the same in every order (an error in the weights, a
-final rounding to a coarser type, noise keyed on the multiset of tokens).  That is why the
-safety multiple is there, and why the learner keeps its own noise tests: a box noisier than
-the measured eta fails the certificate explicitly (its residuals exceed their bound), it is
-never certified with a bound that fails to cover.  With float tokens (``tokens="float64"``,
-``"float"``, ``"float32"``) each envelope term is at least the type's unit roundoff
-(``FLOOR``): a box that sorts its tokens first answers every order alike, and a measured
-eta of 0 for answers that are floats would fail every such box.
+Attention without positions is invariant under permutations of the non-final tokens, so a
+float box that answers ``f(X)`` and ``f(pi X)`` differently shows its own rounding.
+:func:`measure_noise` asks the plan's query shapes (``k`` copies of ``a = x + e``, ``m`` of
+``x``, every node of :func:`~exactlearn.strategies.real.ratio.ratio_nodes` with two or more
+non-final tokens) at several token scales, each in its own order and ``permutations`` random
+ones; with ``steps=True`` (``tokens="float32"``) also at ``a +- delta`` (one grid step, random
+signs), whose second difference ``|y(a + delta) + y(a - delta) - 2 y(a)| / 2`` is the scores'
+rounding.  Each group's spread (``max y - min y``) lies under the envelope ``abs + rel |y|`` of
+least mean height (over the vertices of the upper hull), and the declared eta is ``SAFETY``
+times it; with float tokens each term is at least the type's unit roundoff (``FLOOR``).
+:func:`measure_plan_noise` measures again on the plan's own tokens, one envelope per scale
+(:class:`~exactlearn.strategies.real.stable_plan.Noise`).  Rounding that every order shares is
+invisible here: the safety multiple and the learner's own noise tests cover it.
 
 >>> from exactlearn.fields import Real
 >>> from exactlearn.oracle import Recorder

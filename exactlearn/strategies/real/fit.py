@@ -1,27 +1,16 @@
 """A query family's fit, :class:`RatioFit` (what every step after the fit reads), and the
-paper's nodes ``t = 0, 1, ..., n - 1`` fitted in the field's precision (docs:
-explanation/real-field.md, "The paper plan's nodes"; arXiv:2608.03294, approximate oracles).
+paper's nodes ``t = 0, 1, ..., n - 1`` fitted in the field's precision
+(docs: explanation/real-field.md#the-paper-plans-nodes; arXiv:2608.03294).
 
-The paper plan asks each configuration at ``q_k = (a^k, x)``, ``k = 0 .. 2H``: the ratio
-family's nodes ``(k, 1)`` (:func:`~exactlearn.strategies.real.ratio.family_tokens`), with as
-many samples as unknowns ``(A, rho_1..m, c_1..m)`` when ``m = H``.  There the float64
-least squares of :func:`~exactlearn.strategies.real.ratio.fit_ratio_family` loses the poles
-from ``H = 3`` on (about five digits per head) and its float64 pseudo-inverse no longer
-contracts its refinement from ``H = 6``; so on these nodes the family is fitted in the
-field's precision, as the paper interpolates: a Loewner start through the first ``2m + 1``
-samples (:func:`~exactlearn.pipeline.interpolate.cauchy_interpolate`, its pole count decided at
-the field's rounding: exactly ``m`` poles, else the family fails), then Newton / Gauss-Newton
-on every sample at ``60 + 8n`` extra bits, each step mpmath's ``lu_solve`` of ``J x = r`` (an LU solve; a Cholesky solve of the
-normal equations when ``n > 2m + 1``; :func:`~exactlearn.strategies.real.lsq.refine`), a
-singular Jacobian an :class:`~exactlearn.errors.InterpolationError`.  Its
-sensitivity ``G = J^+`` (rows ``A, log rho, c``) is rounded to float64 only once computed --
-bounds need a few digits -- and gives the fit's bounds ``|G| eta``; with more samples than
-unknowns every residual is checked against ``|J G - I| eta``
-(:func:`~exactlearn.strategies.real.sensitivity.check_residuals`).  The result is the
-:class:`RatioFit` every step after the fit reads.
-
-With ``2m + 1`` samples a family interpolates: no residual of its own shows a box noisier
-than declared; what the observations fix more than once is tested across the families
+:func:`fit_paper_family`: a Loewner start through the first ``2m + 1`` samples
+(:func:`~exactlearn.pipeline.interpolate.cauchy_interpolate`, exactly ``m`` poles at the
+field's rounding, else the family fails), then Newton / Gauss--Newton on every sample at
+``60 + 8n`` extra bits (:func:`~exactlearn.strategies.real.lsq.refine`, mpmath's ``lu_solve``),
+a singular Jacobian an :class:`~exactlearn.errors.InterpolationError`.  Its sensitivity
+``G = J^+`` (rows ``A, log rho, c``), rounded to float64 once computed, gives the bounds
+``|G| eta``; with more samples than unknowns every residual is checked against
+``|J G - I| eta`` (:func:`~exactlearn.strategies.real.sensitivity.check_residuals`).  With
+``2m + 1`` samples a family interpolates: the noise test is across the families
 (:func:`~exactlearn.strategies.real.stable_routes.limits_test`).
 
 >>> from exactlearn.fields.real import Real

@@ -1,30 +1,14 @@
 """The real field's one nonlinear least-squares driver and its one refinement in the field's
-precision (docs/explanation/real-field.md, "The stable plan for float black boxes").
+precision (docs: explanation/real-field.md#the-stable-plan-for-float-black-boxes, step 1).
 
-Every float64 fit of the real learner -- a ratio family's poles
-(:mod:`~exactlearn.strategies.real.ratio`), the pencil's refined heads
-(:mod:`~exactlearn.strategies.real.stable_pencil`) and the polish from a far start
-(:mod:`~exactlearn.strategies.real.stable_polish`) -- is a call of :func:`solve`, which is
-``scipy.optimize.least_squares`` (MINPACK's Levenberg--Marquardt ``"lm"``, or the trust-region
-reflective ``"trf"`` where there are fewer residuals than parameters) with the analytic
-Jacobian; ``"lm"`` calls the same MINPACK routine through ``scipy.optimize.leastsq``, with
-least_squares' settings (the same iterates) and less Python per evaluation (:func:`_lmder`).
-Its result is scipy's ``OptimizeResult``: a caller branches on ``status``
-(``> 0``: a tolerance was met; ``0``: ``max_nfev`` evaluations spent; ``-1``: improper input)
-and reads ``x``, ``cost`` (half the sum of squared residuals) and ``nfev``.  The
-tolerances default to float64's epsilon: the fits run until float64 can no longer decrease
-the cost, since the field's precision is reached afterwards from there.
-
-Where the field is more precise than float64 the values are finished by :func:`refine`, the
-one iteration that runs in the field's own precision (mpmath, or gmpy2 at the same precision:
-:func:`to_mpfr`, :func:`field_precision`): ``theta <- theta - step(theta)``,
-with ``step`` a (Gauss--)Newton correction -- a float64 pseudo-inverse kept fixed (a
-contraction: ``G J = I + O(eps)``) or the Jacobian's pseudo-inverse recomputed in the
-context.  The certificate's least-squares refit
-(:mod:`~exactlearn.strategies.real.certificate`: float64 steps, parameters in the field) and the
-polish's Gauss--Newton (:mod:`~exactlearn.strategies.real.stable_polish`, in a context of
-float64's 53 bits) are its steps too: a step returning zeros ends the iteration there
-(``goal = 0``), which is how they stop on their cost.
+Every float64 fit (a ratio family's poles, the pencil's heads, the polish from a far start) is
+a call of :func:`solve`: ``scipy.optimize.least_squares`` (``"lm"``, MINPACK, through
+``scipy.optimize.leastsq`` with least_squares' settings: :func:`_lmder`; ``"trf"`` with fewer
+residuals than parameters), the analytic Jacobian, tolerances at float64's epsilon; the caller
+reads scipy's ``status``, ``x``, ``cost`` and ``nfev``.  :func:`refine` is the one iteration in
+the field's own precision (mpmath, or gmpy2 at the same precision: :func:`to_mpfr`,
+:func:`field_precision`): ``theta <- theta - step(theta)``, a step of zeros ending it (how the
+polish's Gauss--Newton, in a context of 53 bits, stops on its cost).
 
 >>> import numpy as np
 >>> got = solve(lambda th: np.array([th[0] - 3.0, 2 * (th[0] - 3.0)]),

@@ -1,39 +1,22 @@
 """Vector outputs over the real field: every output's readout from the recorded answers, by
 weighted least squares, with first-order bounds (docs: explanation/biases.md#vector-outputs).
 
-The stable (or paper) plan runs on the scalar view ``r . y`` (r a random unit vector; the
-view's eta is ``sum_j |r_j| eta_j``) and certifies heads W_h with entrywise bounds.  Given
-them every output is linear in its readouts: for a query X,
-``y_j(X) = sum_h V_h[j] . a_h(X)``, ``a_h(X) = sum_i softmax_i(x_i^T W_h x_n) x_i``, the
-features the same for every output.  :func:`learn_outputs_real` computes the features of
-every recorded answer (in float64, with a bound on their rounding), solves the weighted least squares
-``min sum_q ((y_{j,q} - F_q v_j) / eta_q)^2`` for all m outputs at once (one
-pseudo-inverse P, m right-hand sides), and bounds each entry.  Exactly,
-``v_hat - v = P (noise + (F(W) - F(W_hat)) v)``, so
+The plan runs on the scalar view ``r . y`` and certifies the heads; given them every output is
+linear in its readouts, ``y_j(X) = sum_h V_h[j] . a_h(X)`` with the same features
+``a_h(X) = sum_i softmax_i(x_i^T W_h x_n) x_i`` for every output
+(:class:`~exactlearn.strategies.real.features.QueryArrays`, float64 with a bound on their
+rounding).  :func:`learn_outputs_real` solves the weighted least squares for all m outputs at
+once (one pseudo-inverse ``P``) and bounds each entry from ``v_hat - v = P (noise + (F(W) -
+F(W_hat)) v)``:
 
     |v_hat - v|_i <= sum_q |P_iq| eta_q + sum_k |sum_q P_iq J_qk| B_k + |P| S + rounding,
 
-``P`` with the weights ``1 / eta_q`` folded in, ``J_qk`` the derivative of answer q in the
-W or u entry k at ``v_hat`` (``d(V . a_h)/dW_h[r, c] = Cov_p(v . x, x_r) x_n[c]``, ``d/du_h[r]``
-the same without ``x_n[c]``), ``B_k`` its bound, and ``S`` the rest: the derivative's
-change from ``v_hat`` to ``v`` and the Taylor remainder, bounded over the whole W and u box
-(:func:`_remainder`; they grow with ``Delta_q``, how far the box lets query q's scores move).
-The effects of one W entry on different answers are summed before the absolute value is
-taken, so that they may cancel.  The readouts are fitted to the answers whose ``Delta_q``
-is small (:func:`_pinned`: the cuts 0.05, 0.2, 1, then every answer, in turn), and the
-bound, ``SAFETY`` times the first two terms plus rounding, raised until it covers ``S`` too,
-is then rigorous given the W and u bounds ("readout_bound": "rigorous ...").  When it
-closes for none of them (wide W bounds and large tokens: first order does not describe the
-box), every answer is fitted and the bound is the first-order ``SAFETY * sum_q |P_iq|
-(eta_q + g_q) + rounding`` (``g_q`` the W bounds' effect on answer q, absolute values), and
-the result says so ("readout_bound": "first order ...").  The features are computed in float64 (:class:`~exactlearn.strategies.real.features.QueryArrays`) with a stated
-bound on their rounding, part of "rounding".
-Then each output's weighted least-squares
-residuals, a projection of the output errors, must have 2-norm at most sqrt(N) plus the W
-bounds' effect (:class:`~exactlearn.errors.ResidualsBeyondNoise` otherwise: a box noisier than
-declared in that output), and every recorded answer of every output must be within its
-tolerance -- eta_q plus the first-order effect of the W and v bounds plus rounding -- or the
-run fails (:class:`~exactlearn.errors.NoisierThanDeclared`).
+``S`` the derivative's change and the Taylor remainder over the W and u box
+(:func:`_remainder`), the answers fitted those whose scores the box moves least
+(:func:`_pinned`), the bound "rigorous" when it covers ``S``, else "first order" over every
+answer.  Then each output's residuals and every recorded answer are tested
+(:func:`_output_tests`: :class:`~exactlearn.errors.ResidualsBeyondNoise`,
+:class:`~exactlearn.errors.NoisierThanDeclared`).
 """
 
 from __future__ import annotations

@@ -1,37 +1,20 @@
-"""Ratio families and their least-squares fit: the finite-precision plan's sampling
-(docs "The real field", "The stable plan for float black boxes"; arXiv:2608.03294, approximate
-oracles).
+"""Ratio families and their least-squares fit
+(docs: explanation/real-field.md#the-stable-plan-for-float-black-boxes, step 1;
+arXiv:2608.03294, approximate oracles).
 
-A query of ``k`` copies of ``a = x + e`` followed by ``m`` copies of ``x`` (final token
-``x``) has the value
+A query of ``k`` copies of ``a = x + e`` followed by ``m`` copies of ``x`` has the value
 
     f(t) = A + sum_h c_h / (1 + t rho_h),   t = k / m,   A = V.a,   c_h = -v_h.e,
 
-the same function as the paper's family ``q_k`` (``m = 1``), now at any positive
-rational ``t``.  The single-token queries ``(x)`` and ``(a)`` are its values at
-``t = 0`` and ``t = oo``.  In ``u = log t`` every head is a logistic step of height
-``c_h`` centred at ``-log rho_h``; the paper's samples ``t = 0, 1, ..., 2H`` see only
-the steps left of ``log 2H``, which is why that interpolation loses ~5 digits per head
-at float64 accuracy.  :func:`ratio_nodes` spreads ``t`` geometrically over
-``[1/L, L]`` (``k = 1`` below 1, ``m = 1`` above), with both ends, and oversamples
-(``4H + 4`` nodes drawn for ``H`` heads, fewer when two round to the same k/m).
-
-:func:`fit_ratio_family` fits ``theta = (A, log rho_1..m, c_1..m)`` by weighted least
-squares (weights ``1/eta_q``): a Loewner (AAA-style) start in ``z = t/(1+t)``, where
-``f`` is rational of type ``(m, m)`` on ``[0, 1]``
-(:func:`~exactlearn.strategies.real.loewner.loewner_start`); Levenberg-Marquardt in float64
-(:func:`~exactlearn.strategies.real.lsq.solve`, MINPACK through scipy) on the ``m`` values
-``log rho`` alone, ``A`` and ``c`` by linear least squares at each (variable projection,
-:class:`_Projected`); then
-Gauss-Newton steps (:func:`~exactlearn.strategies.real.lsq.refine`) with the float64 weighted
-pseudo-inverse ``G``, so the values carry the field's precision: each residual is computed
-in the field's precision (gmpy2 at the context's precision,
-:func:`~exactlearn.strategies.real.lsq.to_mpfr`), the correction ``G r`` in float64, whose
-rounding -- at most ``(n + 2) eps |G| |r|`` -- is added to the bounds.  To first order
-``d theta = G d y``: ``G`` *is* the sensitivity (a dense float64 matrix; bounds need only
-a few digits).  The residual of every sample is checked against its first-order bound
-``|(J G - I)| eta`` (a box noisier than declared fails,
-:func:`~exactlearn.strategies.real.sensitivity.check_residuals`).
+the paper's family at any positive rational ``t`` (``(x)``: ``t = 0``; ``(a)``: ``t = oo``).
+:func:`ratio_nodes` spreads ``t`` geometrically over ``[1/L, L]``.  :func:`fit_ratio_family`
+fits ``theta = (A, log rho_1..m, c_1..m)`` with weights ``1/eta_q``: a Loewner start in
+``z = t/(1+t)`` (:func:`~exactlearn.strategies.real.loewner.loewner_start`),
+Levenberg--Marquardt on ``log rho`` alone (variable projection, :class:`_Projected`), then
+Gauss--Newton in the field's precision with the float64 weighted pseudo-inverse ``G``
+(:func:`_refine`: residuals in gmpy2, the correction ``G r`` in float64, its rounding added to
+the bounds).  ``G`` is the sensitivity (``d theta = G d y``), and every residual is checked
+against ``|J G - I| eta`` (:func:`~exactlearn.strategies.real.sensitivity.check_residuals`).
 
 >>> from fractions import Fraction
 >>> from exactlearn.fields.real import Real

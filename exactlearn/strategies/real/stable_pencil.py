@@ -1,55 +1,24 @@
-"""The stable plan's start for many heads: a matrix pencil per final token (docs "The real
-field", "The stable plan for float black boxes", step 3b).
+"""The start for many heads: a matrix pencil per final token
+(docs: explanation/real-field.md#the-stable-plan-for-float-black-boxes, step 3b).
 
-When the heads' exponents crowd in every family, as for the twelve heads of a MiniLM layer
-in d' = 8, no fit of a single family separates them (docs "Known limits"), but the global
-fit of the polish (:mod:`~exactlearn.strategies.real.stable_polish`) is well posed once it
-starts close enough.  This module finds that start without fitting any family's poles.
-
-Fix a final token ``x`` and write ``q_h = W_h x``.  The query of one copy of ``a = x + e``
-followed by ``m`` copies of ``x`` has the value
-
-    f_m = A + sum_h (v_h . e) rho_h / (rho_h + m),   A = sum_h v_h . x,  rho_h = exp(q_h . e),
-
-so its first coefficient in ``u = 1/m`` is ``N(e) = sum_h (v_h . e) exp(q_h . e)``.  It is
-extrapolated from the three ``m`` in ``COPIES`` (``rho_h / m`` small; the ``(x)`` query gives
-``A``); the extrapolation leaves ``sum_h (v_h . e) g(rho_h)`` with ``g(rho) - rho`` of order
-``rho^4 / (256 * 512 * 1024)``, which the refinement below models exactly.
-On the sums ``e = alpha_i + alpha_j + g`` of a set of small vectors ``alpha``
-(``2H + ALPHA_MARGIN`` points of the lattice ``delta Z^d``: :func:`lattice`),
+For a final token ``x``, ``q_h = W_h x`` (``+ u_h`` with biases), one copy of ``a = x + e``
+then ``m`` copies of ``x`` give ``f_m = A + sum_h (v_h . e) rho_h / (rho_h + m)``, whose
+coefficient of ``1/m``, ``N(e) = sum_h (v_h . e) exp(q_h . e)``, is extrapolated from the
+``m`` in ``COPIES`` (the extrapolation's error ``sum_h (v_h . e) g(rho_h)`` modelled exactly
+by :func:`_refine`).  On the sums ``e = alpha_i + alpha_j + g`` of ``2H + ALPHA_MARGIN``
+lattice points (:func:`lattice`),
 
     N(alpha_i + alpha_j + g) = sum_h rho_h(g) Phi_h(alpha_i)^T C_h(g) Phi_h(alpha_j),
     Phi_h(alpha) = (rho_h(alpha), (v_h . alpha) rho_h(alpha)),  C_h(g) = [[v_h . g, 1], [1, 0]],
 
-a matrix of rank ``2H`` for every shift ``g``.  With ``N_0`` (``g = 0``) reduced to its
-``2H`` leading singular vectors, ``T_g = U^T N_g V S^-1`` has the eigenvalue ``rho_h(g)`` on
-each head's two-dimensional invariant subspace (a Jordan block: ``rho_h(g)`` twice).  The
-subspaces come from a random combination of the shifts ``g_k = delta e_k`` (the heads'
-eigenvalues then differ in all ``d`` coordinates at once), and on each of them
-``trace(T_{g_k}) / 2 = exp(delta q_h[k])`` gives ``q_h`` coordinate by coordinate.  Levenberg--Marquardt
-on the extrapolated values themselves (``g`` modelled: :func:`_refine`) then refines ``(q_h, v_h)``.  This is multidimensional ESPRIT: two heads
-close in one direction are told apart by the others.  The shifts are the lattice's own steps,
-so most shifted sums are sums already asked: each distinct point is asked once, 976 points
-for the 3,159 sums and shifted sums at d = 8, H = 12 (random ``alpha`` asked all 3,159).
-
-Over ``d`` final tokens (``SPARE_TOKENS = 0``; at most ``d + 4`` asked), the heads are matched by ``v_h`` (the same for every ``x``), and
-``W_h`` is the least-squares solution of ``W_h x = q_h(x)``.  Only the refined residual judges a
-final token's pencil: one with no clear rank gap at ``2H`` (the extrapolation's error shows) is
-fitted all the same, and asked again at a smaller ``e`` (``rho_h / m`` too large) only when that
-fit leaves residuals; one whose value ``2H`` drowns in noise is asked again at a larger ``e``;
-after ``TRIES`` scales it is dropped; one whose eigenvalue pairs stay ambiguous (and whose fit
-from the closest pairs fails) is dropped at once.  A failed fit is tried again from the ``v_h``
-of a resolved token (those before the first resolved one once it is: no query); fewer than
-``d`` usable tokens is a :class:`~exactlearn.errors.DegenerateDraw`.  The start is only a
-start: the polish, its noise test and the certificate decide (docs "The real field").
-
-With biases (docs/explanation/biases.md) ``q_h = W_h x + u_h``: nothing changes per final
-token, and ``[W_h | u_h]`` is the least-squares solution of ``[W_h | u_h] (x; 1) = q_h(x)``
-over at least ``d + 1`` used tokens (``bias=True``; ``d + 1`` are aimed at, at most ``d + 5``
-asked).
-
-Every token is on the dyadic grid ``2^-GRID`` with at most 24 significant bits, so a float32
-or float64 box evaluates exactly the query asked; every query is counted and certified.
+of rank ``2H`` for every shift ``g``: reduced to ``N_0``'s ``2H`` leading singular vectors,
+``T_g = U^T N_g V S^-1`` has ``rho_h(g)`` twice on head h's invariant subspace; a random
+combination of the shifts ``g_k = delta e_k`` separates the subspaces and
+``trace(T_{g_k}) / 2 = exp(delta q_h[k])`` gives ``q_h`` (multidimensional ESPRIT).  Over the
+final tokens the heads are matched by ``v_h`` and ``W_h`` (``[W_h | u_h]``) solves
+``W_h x = q_h(x)`` by least squares; the retries of a token (``TRIES`` scales of ``e``) and
+when it is dropped are the docs page's.  The start is only a start: the polish, its noise test
+and the certificate decide.  Tokens are on the grid ``2^-GRID`` (exact in float32 and float64).
 
 >>> np.round(_extrapolate_weights((256, 512)), 6).tolist()
 [-256.0, 1024.0]

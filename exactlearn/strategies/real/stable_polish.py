@@ -1,50 +1,26 @@
-"""The stable plan's polish: one weighted least-squares fit of every head to every observation
-(docs "The real field", "The stable plan for float black boxes", step 5).
+"""The polish: one weighted least-squares fit of every head to every observation
+(docs: explanation/real-field.md#the-stable-plan-for-float-black-boxes, step 5;
+docs: explanation/biases.md#over-the-real-field).
 
-The solve (:mod:`~exactlearn.strategies.real.stable_solve`) combines per-family fits, each
-of which estimates its own ``2H + 1`` parameters from its own ``4H + 6`` queries; a head whose
-poles sit close to another's in many families is then poorly determined.  The polish fits the
-``H (d^2 + d)`` parameters of the model itself to all the observations at once (Gauss--Newton
-from the solve's heads, weights ``1 / eta_q^2``): the families' shared parameters tie them
-together, so the estimate is the model's weighted least-squares one.
-
-Every query is ``k`` copies of ``a`` and ``m`` of the final token ``x`` (module doc of
-:mod:`~exactlearn.strategies.real.stable_certificate`), so with ``z_h = (a - x)^T W_h x``,
-``p_h = k e^z / (k e^z + m)`` and ``u = v_h . token``
+Every query is ``k`` copies of ``a`` and ``m`` of the final token ``x``, so with
+``z_h = (a - x)^T W_h x``, ``p_h = k e^z / (k e^z + m)`` and ``u = v_h . token``
 
     f = sum_h u_x + p_h (u_a - u_x),   df/dz_h = p_h (1 - p_h) (u_a - u_x),
     df/dv_h = (1 - p_h) x + p_h a,
 
-and ``W_h`` enters a family ``(a, x)`` only through ``z_h``: the normal equations are
-assembled per family (``D_f = vec((a - x) x^T)``), at ``F (H + Hd)^2`` work for ``F``
-families instead of ``N (H d^2)^2`` for ``N`` queries.
-
-The first-order bound of each parameter is ``sum_q |S_pq| eta_q`` with the estimator's
-sensitivity ``S = A^-1 J^T Sigma^-1`` at the solution (exact data gives the true heads, so
-the estimate moves by ``S`` times the output errors, to first order), plus the float64
-rounding of the residuals propagated the same way, the rounding of the parameters and twice
-the last Gauss--Newton step.  :func:`polish` returns a :class:`Polished` without heads when
-the normal matrix is too ill-conditioned for float64 (``COND_LIMIT``; at the solve's heads it
-names the undetermined directions instead, its ``weak``), too large (more than
-``MAX_PARAMETERS`` unknowns, e.g. d = 32 with H = 5) or the iteration does not settle; the plan
-then keeps the solve's heads (from the pencil start it has none: the run fails).
-
-:func:`polish` also reports the estimate's weighted residual sum of squares over the number of
-observations (:func:`_excess`): at most 1 when the outputs are within their ``eta_q``
-(first order: the estimate fits no worse than the true heads), so a larger value is
-:class:`~exactlearn.errors.NoisierThanDeclared` -- a box about twice as noisy as declared
-fails here, whatever the propagated tolerances of the certificate allow.
-
-**Biases** (docs/explanation/biases.md): with ``constant`` given, each head's query bias u
-joins W as a last column -- ``z_h = (a - x)^T [W_h | u_h] (x; 1)``, so ``D_f = vec((a - x)
-(x; 1)^T)`` -- and the constant c is one more parameter whose derivative is 1 in every
-observation (a column of ones beside the v block): ``H (d^2 + 2d) + 1`` unknowns.
-
-**Modules.** This module is the polish (:func:`polish`; the residuals' allowance of its fit,
-:class:`~exactlearn.strategies.real.stable_checks.Hat`, lives with the checks that read it);
-the model's values and normal equations are in :mod:`~exactlearn.strategies.real.stable_normal`,
-the minimax bound in :mod:`~exactlearn.strategies.real.stable_minimax` and the resolution
-test's statistics in :mod:`~exactlearn.strategies.real.stable_split`.
+and ``W_h`` enters only through ``z_h``: the normal equations are assembled per family
+(``D_f = vec((a - x) x^T)``; with biases ``[W_h | u_h]`` and ``(x; 1)``, and the constant one
+more parameter; :mod:`~exactlearn.strategies.real.stable_normal`).  Each parameter's
+first-order bound is ``sum_q |S_pq| eta_q``, ``S = A^-1 J^T Sigma^-1``, plus the residuals'
+float64 rounding propagated the same way, the parameters' rounding and twice the last
+Gauss--Newton step.  :func:`polish` returns a :class:`Polished` without heads when the normal
+matrix is too ill-conditioned (``COND_LIMIT``; at the solve's heads it names the weak
+directions), too large (``MAX_PARAMETERS``) or the iteration does not settle; its weighted
+residual sum of squares over N (:func:`_excess`) above 1 is
+:class:`~exactlearn.errors.NoisierThanDeclared`.  The residuals' allowance
+(:class:`~exactlearn.strategies.real.stable_checks.Hat`), the minimax bound
+(:mod:`~exactlearn.strategies.real.stable_minimax`) and the resolution test's statistics
+(:mod:`~exactlearn.strategies.real.stable_split`) live beside it.
 """
 
 from __future__ import annotations
