@@ -1,37 +1,16 @@
 """The real field's certificate: within tolerance, never exact (docs: explanation/real-field.md,
-"Certificate"; docs: explanation/algorithm.md#what-a-failure-means).
+the residual test; docs: explanation/algorithm.md#what-a-failure-means).
 
-Every observation is recomputed from the recovered heads
-(:func:`~exactlearn.strategies.real.evaluate.evaluate_with_bounds`) and must agree
-within ``eta_q + sum |df/dW| B_W + sum |df/dv| B_v + rounding`` -- the noise plus the
-effect of the parameter uncertainty (the pipeline's certificate,
-:mod:`~exactlearn.strategies.real.stable_certificate`).  The result says
-``"certificate": "within tolerance"`` (the learner's JSON ``"exact": false``).  This module
-holds what that certificate and the pipeline's noise tests share: the run's
-:class:`RealOutcome`, the reported bounds' ``SAFETY`` factor, the residual test's
-``SECOND_ORDER`` and the noise test (:func:`beyond_noise`), and the fresh-query
-verification (:func:`verify_real`).
-
-**The residual test** (formed one observation at a time by
-:class:`~exactlearn.strategies.real.stable_checks.SolveAllowance`).  That tolerance lets each
-observation move by the parameter bounds entry by entry, so a model of too few heads -- two
-heads closer than one configuration resolves, fitted as one with bounds to match -- can pass
-it.  So the
-certified model's residuals must also stay within what the declared eta allows: to first
-order the residual ``f(q) - y_q = sum_p ((J S)_qp - [p = q]) eps_p`` (``J`` the model's
-gradient at q, ``S`` the parameters' sensitivities) is a linear functional of the output
-errors, and its worst case ``b_q = sum_p |(J S)_qp - [p = q]| eta_p`` keeps the cancellations
-between parameters.  A residual beyond ``SAFETY b_q``, plus ``SECOND_ORDER`` of the
-entry-by-entry effect, the solves' rounding and the evaluation's, is
-:class:`~exactlearn.errors.ResidualsBeyondNoise`: a box noisier than declared, or more heads
-than were fitted -- with a head bound the learner then fits more heads
-(:func:`exactlearn.strategies.real.run`).
-
-The reported bound of each parameter is ``SAFETY B + r = 2 B + r``: ``B`` its first-order
-bound, the factor 2 covering second-order terms (below ``1e-2`` of the first-order ones,
-since a family fails when a relative first-order bound exceeds STABLE_LINEAR_LIMIT), and
-``r`` the rounding of the final solves.  ``error_bound`` is the largest over all heads and
-entries.
+What the pipeline's certificate (:mod:`~exactlearn.strategies.real.stable_certificate`) and
+its noise tests share: the run's :class:`RealOutcome`; the reported bound of each parameter,
+``SAFETY B + r`` (``B`` its first-order bound, the factor 2 covering second-order terms, below
+``1e-2`` of the first-order ones since a family fails beyond STABLE_LINEAR_LIMIT; ``r`` the
+final solves' rounding); the residual test's ``SECOND_ORDER`` (a residual beyond ``SAFETY
+b_q``, ``b_q = sum_p |(J S)_qp - [p = q]| eta_p``, plus ``SECOND_ORDER`` of the entry-by-entry
+effect and the rounding, is :class:`~exactlearn.errors.ResidualsBeyondNoise`; formed by
+:class:`~exactlearn.strategies.real.stable_checks.SolveAllowance`); the noise test of a fit of
+every observation (:func:`beyond_noise`); and the fresh-query verification
+(:func:`verify_real`).
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
-"""Evaluating recovered heads over the real field *with* their error bounds (docs: explanation/real-field.md,
-"Certificate").
-
-The certificate, ``verify`` and the snapped model's certificate all recompute an
-observation from real heads and compare it with the black box's value within a
-tolerance.  That tolerance needs more than the value f that
-:class:`exactlearn.model.HeadEvaluator` computes:
-
-* the first-order effect of the parameter bounds, ``sum |df/dW| B_W + sum |df/dv| B_v``,
-  which needs each head's softmax weights ``p_i`` and values ``u_i = v_h.x_i``;
-* the size of the terms, ``Y = sum_h sum_i p_i |u_i|``, which sets the rounding
-  allowance (:func:`~exactlearn.strategies.real.sensitivity.rounding`).
-
-So the real field keeps this one evaluator of its own.  It works in the field's own
-context with correctly rounded sums (``ctx.fsum``), which the rounding allowance
-assumes; :class:`~exactlearn.model.HeadEvaluator` serves the exact fields (and their
-integer fast path) and returns f alone.  Both group equal tokens the same way
-(:func:`exactlearn.model.distinct_tokens`).
+"""Evaluating recovered heads over the real field *with* their error bounds: the value, the
+first-order effect of the parameter bounds and the size of the terms (which sets the rounding
+allowance, :func:`~exactlearn.strategies.real.sensitivity.rounding`), in the field's context
+with correctly rounded sums (docs: explanation/real-field.md#the-stable-plan-for-float-black-boxes).
+:class:`~exactlearn.model.HeadEvaluator` serves the exact fields and returns f alone; both
+group equal tokens alike (:func:`exactlearn.model.distinct_tokens`).
 
 >>> from exactlearn.fields.real import Real
 >>> from exactlearn.model import Head

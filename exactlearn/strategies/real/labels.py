@@ -1,40 +1,18 @@
-"""Labelling the stable plan's configurations by head when some families are missing
-(docs "The real field", "The stable plan for float black boxes").
+"""Labelling the configurations by head when some families are missing
+(docs: explanation/real-field.md#the-stable-plan-for-float-black-boxes, step 3 and coarse boxes;
+docs: explanation/biases.md#over-the-real-field).
 
-The paper's traversal (:func:`exactlearn.pipeline.match.label_heads`) needs every family:
-one family that a float box cannot resolve (two heads' exponents crowd in it) stops the
-run.  The stable plan has redundancy to spare, and this traversal uses it:
-
-* **Ties**, in either direction.  ``within(i, j)`` ties ``(x_i, e_1)`` and ``(x_i, e_j)``
-  (rho multiply, c add); ``across(i)`` ties ``(x_1, e_j(i))`` and ``(x_i, e_j(i))`` (rho
-  multiply, c equal).  When one side is labelled and the other side and the joint family
-  are present, :func:`~exactlearn.pipeline.match.tie` labels both.
-* **c-values.**  ``c_h(x, e) = -v_h.e`` does not depend on x and adds over the directions
-  of e: any family whose directions e_j have a labelled basis family ``(x_k, e_j)`` is
-  labelled by the predicted c-values, when each head's is decided equal to exactly one pole's
-  and unequal to the others' (the efficient plan's rule, docs: explanation/efficient-plan.md,
-  extended to sums).
-* **c-sums.**  Where ties and c-values label nothing more, a family of ``e_k + e_u`` with
-  ``e_k`` labelled labels, together with a family of ``e_u`` at any final token and scale,
-  by c alone (:func:`label_by_c_sum`): the ties of a float32 box often fail, its rounding
-  moving each family's exponents (docs/explanation/real-field.md, "Coarse boxes").
-* **Joint families** whose two sides are labelled are labelled by the same relations (a
-  joint that fits no labelling is left out of the solve; its queries are still certified).
-
-Every decision is a :class:`~exactlearn.pipeline.match.WithinBounds` relation: equal within
-its own first-order bounds times ``equal``, unequal beyond ``unequal``, undecided between --
-and an undecided relation never labels: the family stays unlabelled (except, for a coarse
-box, ``equal_only`` c-values: :func:`by_equal_c`).  Labels found by
-different routes must agree (c-values of one direction across final tokens), else
-:class:`~exactlearn.errors.MatchError`.  What is left unlabelled is reported; the solve then
-needs the labelled families to determine every parameter (a rank check).
-
-With biases (docs/explanation/biases.md, the real field's plan) ``across(i)`` is the midpoint
-``((x_0 + x_i)/2, e_j(i))``: its rho *squared* is the product of ``(x_0, e_j)``'s and
-``(x_i, e_j)``'s (``square_joint``).  ``log rho = f e^T (W f x + u)`` is not homogeneous in a
-family's scale f, but it is still linear in e and affine in x at one f: a tie holds between
-three families asked at the same scale (``scales``), and a family asked at another scale than
-its partners takes part in the c-values only.
+Unlike the paper's traversal (:func:`exactlearn.pipeline.match.label_heads`), which needs every
+family, this one uses the plan's redundancy: **ties** in either direction (``within(i, j)``:
+rho multiply, c add; ``across(i)``: rho multiply, c equal; :func:`~exactlearn.pipeline.match.tie`);
+**c-values** (``c_h(x, e) = -v_h.e`` is free of x and adds over e: :func:`label_by_c`);
+**c-sums** where those label nothing more (:func:`label_by_c_sum`, :func:`label_by_c_pair`);
+and **joint families** whose two sides are labelled.  Every decision is a
+:class:`~exactlearn.pipeline.match.WithinBounds` relation, and an undecided one never labels
+(except a coarse box's ``equal_only`` c-values: :func:`by_equal_c`); labels found by different
+routes must agree, else :class:`~exactlearn.errors.MatchError`.  With biases ``across(i)`` is
+the midpoint ``((x_0 + x_i)/2, e_j(i))`` (``square_joint``), and a tie holds only between
+families asked at the same scale (``scales``).
 """
 
 from __future__ import annotations

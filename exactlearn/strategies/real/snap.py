@@ -1,24 +1,14 @@
-"""Snapping real results to exact rationals of bounded height, certified against the oracle.
+"""Snapping real results to exact rationals of bounded height, certified against the oracle
+(docs: explanation/real-field.md).
 
-A real run returns each parameter ``x`` with an a-posteriori bound ``B`` on its error
-(:mod:`exactlearn.strategies.real.certificate`; docs: explanation/real-field.md,
-"Noise").  :func:`simplest_rational` finds the rational with the
-smallest denominator in ``[x - B, x + B]`` (continued fractions on the exact binary
-endpoints: the Stern-Brocot "simplest rational between two numbers"), and accepts it
-only if its denominator is at most the *height bound*
-
-    Q = floor(1 / sqrt(2 B))       (or a smaller ``height=`` given by the caller).
-
-Two distinct rationals with denominators <= Q differ by at least ``1/Q^2 >= 2B``, so at
-most one of them lies within B of x: the snapped value is the only candidate of height
-<= Q, not a guess among several.  :func:`snap_heads` snaps every entry of every head and
-then certifies the *snapped model*: every observation is recomputed from the exact
-rationals (evaluated at the field's precision by the real field's one evaluator,
-:func:`~exactlearn.strategies.real.evaluate.evaluate_with_bounds`) and must agree with
-the black box within the noise ``eta_q`` plus rounding alone -- no parameter
-uncertainty is allowed for, so a wrong snap fails.  Over an exact field there is
-nothing to snap: the heads are exact and their certificate is exact equality
-(:func:`exactlearn.api.learn` reports that).
+:func:`simplest_rational` finds the rational of smallest denominator in ``[x - B, x + B]``
+(``B`` the parameter's certified bound; continued fractions on the exact binary endpoints) and
+accepts it only within the height bound ``Q = floor(1 / sqrt(2 B))`` (or a smaller
+``height=``): two rationals of height at most Q differ by at least ``1/Q^2 >= 2B``, so the
+snapped value is the only candidate.  :func:`snap_heads` snaps every entry and certifies the
+snapped model: every observation recomputed from the rationals
+(:func:`~exactlearn.strategies.real.evaluate.evaluate_with_bounds`) must agree within
+``eta_q`` plus rounding alone, so a wrong snap fails.
 
 >>> from gmpy2 import mpq
 >>> simplest_rational(mpq(3333, 10000), mpq(3334, 10000))

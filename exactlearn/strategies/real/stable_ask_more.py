@@ -1,29 +1,16 @@
-"""The stable plan's families chosen by the polish: one ``ask_more``, for the directions it
-cannot determine (:func:`target_families`) and the entries it determines poorly
-(:func:`weak_families`, :func:`ask_families_again`)
-(docs/howto/float-black-box.md, "Fewer queries"; :mod:`~exactlearn.strategies.real.stable`,
-step 5).
+"""The families chosen by the polish: one ``ask_more``, for the directions it cannot determine
+(:func:`target_families`) and the entries it determines poorly (:func:`weak_families`,
+:func:`ask_families_again`) (docs: howto/float-black-box.md#the-polish-asks-for-its-weak-entries;
+docs: howto/float-black-box.md#the-query-budget).
 
-The polish fits every head to every observation at once; its inverse normal matrix ``A^-1``
-gives each parameter's first-order bound ``sum_q |S_pq| eta_q`` (``S = A^-1 J^T Sigma^-1``).
-An entry of W whose bound stands ``POLISH_BOUND_FACTOR`` times above the median entry's is
-where the plan's families left a head crowded (two heads' exponents close) or hidden (its
-``c_h = -v_h . e`` small), and where the largest errors sit: on the float64 grid without
-this step the entry of W with the largest error had the largest bound in most runs, and the
-runs above 1e-13 had their largest bound several times the median (``python
-benchmarks/bench_weak_entries.py --polish-rounds 0``; docs/howto/float-black-box.md).
-
-:func:`weak_families` ranks the families (token pairs ``(a, x)``) by their share in the
-bounds of the ``POLISH_ENTRIES`` weakest entries; :func:`ask_families_again` asks, for each
-of the first ``POLISH_FAMILIES``, a family ``(x, e - e_k)`` chosen from the polished heads'
-predicted exponents to set the weak head apart and visible, and the family again at scale
-1/2 (an exponent near the nodes' ends) or 2 (a small one).  The polish then runs again on
-every observation, up to ``POLISH_ROUNDS`` rounds.  No labelling: the polish fits the raw
-observations, and the certificate recomputes every one of them; every query is counted
-(``targeted_families``).  This replaced the lean plan's weak-entry supplements before the
-polish, which chose by a proxy (the families' own bounds) and asked 0.8 to 1.4 times the
-paper's count more.  On the lean plan's route every family here keeps within ``QUERY_BUDGET``
-times the paper's count (docs/howto/float-black-box.md, "The query budget").
+An entry of W whose first-order bound stands ``POLISH_BOUND_FACTOR`` times above the median
+entry's names the families whose observations weigh most in it: :func:`weak_families` ranks
+the families by their share in the bounds of the ``POLISH_ENTRIES`` weakest entries;
+:func:`ask_families_again` asks, for each of the first ``POLISH_FAMILIES``, a family
+``(x, e - e_k)`` chosen from the polished heads' predicted exponents, and the family again at
+scale 1/2 or 2; the polish then runs again, up to ``POLISH_ROUNDS`` rounds.  No labelling: the
+polish and the certificate use the raw observations; every query is counted
+(``targeted_families``), within ``QUERY_BUDGET`` times the paper's count on the lean route.
 """
 from __future__ import annotations
 

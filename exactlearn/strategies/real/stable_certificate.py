@@ -1,30 +1,19 @@
-"""The stable plan's certificate: every observation recomputed from the recovered heads
-(docs "The real field", "The stable plan for
-float black boxes").
+"""The certificate: every observation recomputed from the recovered heads
+(docs: explanation/real-field.md#the-stable-plan-for-float-black-boxes;
+docs: explanation/biases.md#over-the-real-field).
 
-Every query of the stable plan -- probe, rescues and supplementary families included -- is
-``k`` copies of a token ``a`` followed by ``m >= 1`` copies of the final token ``x`` (or ``a``
-alone), so each head's value is ``f_h = (k rho u_a + m u_x) / (k rho + m)`` with
-``rho = exp((a - x)^T W x)``, ``u = v.token``, computed once per distinct ``(a, x)`` (``W x`` once
-per final token), in the field's precision -- gmpy2 at the context's precision, each dot
-product rounded once as mpmath's ``fdot`` -- and each observation's value likewise; the
-tolerances, a bound needing a few digits, for all observations at once in float64.  The
-tolerance is ``eta_q`` plus the first-order effect of the parameter bounds
-(``df_h/dv = p_a a + p_x x``; ``df_h/dW_rc = p_a p_x (u_a - u_x) e_r x_c``) plus rounding;
-a miss is :class:`~exactlearn.errors.NoisierThanDeclared`.  With ``allowance`` each residual
-must moreover stay within what the declared noise allows, whatever the parameter bounds:
-``eta_q`` plus the rounding of the evaluation -- or, where it is larger, the estimate's own
-first-order bound on that residual, ``allowance(q)`` (for the polish's least-squares heads
-:class:`~exactlearn.strategies.real.stable_checks.Hat`: their residuals are the output
-errors less their projection on the model).  A miss is
-:class:`~exactlearn.errors.ResidualsBeyondNoise` (a box noisier than declared, or more heads
-than were fitted).  The general evaluator
-(:mod:`~exactlearn.strategies.real.evaluate`) gives the same numbers on these queries,
-at d^2 work per query instead of H.
-
-With biases (docs/explanation/biases.md) ``rho = exp((a - x)^T (W x + b))`` with the head's
-query bias ``b``, its bound adds ``p_a p_x |u_a - u_x| |a - x|^T B_b``, and the additive
-constant c and its bound are added to every value and tolerance.
+Every query is ``k`` copies of a token ``a`` then ``m >= 1`` copies of the final token ``x``
+(or ``a`` alone), so each head's value is ``f_h = (k rho u_a + m u_x) / (k rho + m)``,
+``rho = exp((a - x)^T (W x + b))``, ``u = v.token``: computed once per distinct ``(a, x)`` in
+the field's precision (gmpy2, each dot product rounded once as mpmath's ``fdot``), the
+tolerances in float64.  The tolerance is ``eta_q`` plus the first-order effect of the
+parameter bounds (``df_h/dv = p_a a + p_x x``; ``df_h/dW_rc = p_a p_x (u_a - u_x) e_r x_c``;
+with biases ``p_a p_x |u_a - u_x| |a - x|^T B_b`` and the constant's bound) plus rounding; a
+miss is :class:`~exactlearn.errors.NoisierThanDeclared`.  With ``allowance`` each residual must
+also stay within ``eta_q`` plus rounding, or the estimate's own first-order bound on it
+(:class:`~exactlearn.strategies.real.stable_checks.Hat` for the polish's heads); a miss is
+:class:`~exactlearn.errors.ResidualsBeyondNoise`.  The general evaluator
+(:mod:`~exactlearn.strategies.real.evaluate`) gives the same numbers at d^2 work per query.
 """
 
 from __future__ import annotations
