@@ -264,3 +264,19 @@ def refine(ctx, step, theta, *, goal, steps, floor=None, linear=False) -> Refine
                 return Refined(theta, size, it + 1, False)
         prev = size
     return Refined(theta, size, steps, False)
+
+
+def fixed_step(G, residuals, slack):
+    """A step for :func:`refine` with a fixed float64 pseudo-inverse ``G`` (a contraction:
+    ``G J = I + O(eps)``): ``residuals(theta)`` in the field's precision, the correction
+    ``G r`` in float64, whose rounding -- at most ``(n + 2) eps |G| |r|``, its own and r's to
+    float64 -- goes to ``slack[0]`` (for the caller's bounds).  A diverging step gives nan (not
+    converged)."""
+    gabs, n = np.abs(G), G.shape[1]
+
+    def step(theta):
+        rf = np.array([float(r) for r in residuals(theta)])
+        with np.errstate(all="ignore"):
+            slack[0] = float(np.max(gabs @ np.abs(rf))) * (n + 2) * EPS
+            return [gmpy2.mpfr(float(x)) for x in G @ rf]
+    return step

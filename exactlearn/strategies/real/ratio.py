@@ -38,8 +38,8 @@ from gmpy2 import mpq
 from exactlearn.errors import DegenerateDraw, InterpolationError
 from exactlearn.strategies.real.fit import RatioFit, fit_paper_family
 from exactlearn.strategies.real.loewner import loewner_start
-from exactlearn.strategies.real.lsq import (EPS, Mpfr, field_precision, from_mpfr, refine,
-                                            solve, to_mpfr)
+from exactlearn.strategies.real.lsq import (Mpfr, field_precision, fixed_step, from_mpfr,
+                                            refine, solve, to_mpfr)
 from exactlearn.strategies.real.sensitivity import check_residuals
 
 MPFR = type(gmpy2.mpfr(0))
@@ -297,22 +297,12 @@ def _refine(K, ts, ys, theta, G, eta, m, what):
     correction ``G r`` in float64.  ``(theta in mpmath, its last step plus the correction's
     rounding, the residuals at theta as floats)``."""
     ctx = K.ctx
-    n = len(ts)
-    gabs = np.abs(G)
     slack = [0.0]
     with ctx.extraprec(30), field_precision(ctx):
         tk = [None if t is None else gmpy2.mpfr(mpq(t)) for t in ts]   # K(t), exactly
         yk = [to_mpfr(ctx.mpf(y)) for y in ys]
-        tiny = 1e-6 * float(np.min(gabs @ eta))     # far below every parameter's bound
-
-        def step(th):
-            rf = np.array([float(r) for r in _residuals(th, tk, yk, m)])
-            with np.errstate(all="ignore"):        # a diverging step: nan, not converged
-                # G r in float64 differs from the exact product by at most (n + 2) eps |G| |r|
-                # (its rounding, and r's to float64): added to the bounds below
-                slack[0] = float(np.max(gabs @ np.abs(rf))) * (n + 2) * EPS
-                return [gmpy2.mpfr(float(x)) for x in G @ rf]
-
+        tiny = 1e-6 * float(np.min(np.abs(G) @ eta))     # far below every parameter's bound
+        step = fixed_step(G, lambda th: _residuals(th, tk, yk, m), slack)
         out = refine(Mpfr, step, [float(x) for x in theta], goal=gmpy2.mul_2exp(1, -K.prec),
                      steps=24, floor=tiny, linear=True)
         if not out.converged:

@@ -49,21 +49,16 @@ def rel_bound(fit, m):
                                          for b, c in zip(bc, fit.cs)])
 
 
-def _normalised(fit, f, m):
-    """A fit of the family (f x, f e) expressed at scale 1: log rho / f^2, c / f, A / f."""
-    scale = np.concatenate([[1 / float(f)], np.full(m, 1 / float(f) ** 2), np.full(m, 1 / float(f))])
-    fit.A = fit.A / f
-    fit.logs = [x / f ** 2 for x in fit.logs]
-    fit.cs = [c / f for c in fit.cs]
-    fit.G = fit.G * scale[:, None]
-    fit.bounds = fit.bounds * scale
-    return fit
-
-
-def _normalised_c(fit, f, m):
-    """With biases: only the c-values of a fit of ``(f x, f e)`` go back to scale 1 (``c / f``);
-    ``log rho`` and ``A`` stay as asked (not homogeneous in f; module doc)."""
-    scale = np.concatenate([[1.0], np.ones(m), np.full(m, 1 / float(f))])
+def _normalised(fit, f, m, bias=False):
+    """A fit of the family (f x, f e) expressed at scale 1: c / f, and without biases
+    log rho / f^2 and A / f (with biases those are not homogeneous in f and stay as asked:
+    module doc)."""
+    F = float(f)
+    scale = np.concatenate([[1.0 if bias else 1 / F], np.full(m, 1.0 if bias else 1 / F ** 2),
+                            np.full(m, 1 / F)])
+    if not bias:
+        fit.A = fit.A / f
+        fit.logs = [x / f ** 2 for x in fit.logs]
     fit.cs = [c / f for c in fit.cs]
     fit.G = fit.G * scale[:, None]
     fit.bounds = fit.bounds * scale
@@ -121,7 +116,7 @@ def resolve_family(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE, b
     first of ``scales`` (1 and RESCUE: 1, 1/2, 2) whose fit succeeds within STABLE_LINEAR_LIMIT
     (COARSE_LINEAR_LIMIT for a coarse box, its bounds following its scatter:
     :func:`_scatter_fit`); raises the first failure when none does.  With ``bias`` only the
-    c-values go back to scale 1 (:func:`_normalised_c`).  ``asked``: the answers at scale 1,
+    c-values go back to scale 1 (:func:`_normalised`).  ``asked``: the answers at scale 1,
     already asked (:func:`fit_all`'s first batch), taken as they are
     (:func:`~exactlearn.strategies.real.stable_probe.ask_family`).  ``paper``: the paper plan's
     nodes, fitted in the field's precision (``fit_ratio_family``'s ``paper``)."""
@@ -143,12 +138,11 @@ def resolve_family(c, K, asker, noise, nodes, m, H, scales=(mpq(1),) + RESCUE, b
             first = first or InterpolationError(f"{what}: {exc}")
             continue
         kappa = _scatter(ts, ys, etas, m, fit) if coarse else 1.0
-        norm = _normalised_c if bias else _normalised
-        fit = fit if f == 1 else norm(fit, f, m)
+        fit = fit if f == 1 else _normalised(fit, f, m, bias)
         if kappa < 1 and rel_bound(fit, m) > STABLE_LINEAR_LIMIT:
             tight = _scatter_fit(K, ts, ys, etas, m, kappa, label, paper)
             if tight is not None:
-                fit = tight if f == 1 else norm(tight, f, m)
+                fit = tight if f == 1 else _normalised(tight, f, m, bias)
         limit = COARSE_LINEAR_LIMIT if coarse else STABLE_LINEAR_LIMIT
         if rel_bound(fit, m) > limit:
             first = first or DegenerateDraw(

@@ -37,22 +37,23 @@ from exactlearn.algebra import linalg
 from exactlearn.errors import SingularMatrix
 from exactlearn.fields.rational import QQ
 from exactlearn.model import Head
-from exactlearn.strategies.real.lsq import EPS, Mpfr, field_precision, from_mpfr, refine, to_mpfr
+from exactlearn.strategies.real.lsq import (Mpfr, field_precision, fixed_step, from_mpfr, refine,
+                                            to_mpfr)
 
 WEIGHT_RANGE = 1e9       # the least squares' bounds span at most this factor
 
 
-def rows_of(c, k=None):
-    """The configuration's ``log rho`` and ``c`` as combinations of the unknowns:
-    ``([((j, i), coef)], [(j, coef)])`` with ``M[j][i] = e_j^T W x_i`` and ``y_j = c(e_j)``.
-    ``k``: a supplementary family ``(x_i, e_j - e_k)``."""
+def rows_of(c):
+    """The plan configuration's ``log rho`` and ``c`` as combinations of the unknowns:
+    ``([((j, i), coef)], [(j, coef)])`` with ``M[j][i] = e_j^T W x_i`` and ``y_j = c(e_j)``
+    (a supplementary family's: :func:`~exactlearn.strategies.real.stable_supplement._extra_rows`)."""
     if c.kind == "basis":
         return [((c.j, c.i), 1)], [(c.j, 1)]
     if c.kind == "within":
         return [((0, c.i), 1), ((c.j, c.i), 1)], [(0, 1), (c.j, 1)]
-    if c.kind == "across":
-        return [((c.j, 0), 1), ((c.j, c.i), 1)], [(c.j, 1)]
-    return [((c.j, c.i), 1), ((k, c.i), -1)], [(c.j, 1), (k, -1)]
+    if c.kind != "across":
+        raise ValueError(f"no rows for a configuration of kind {c.kind!r}")
+    return [((c.j, 0), 1), ((c.j, c.i), 1)], [(c.j, 1)]
 
 
 def bias_frame(X, E):
@@ -153,20 +154,12 @@ def wls_sparse(K, design, p, meas, bounds, sens_rows, n_obs, map_rows=None):
     except np.linalg.LinAlgError:
         raise SingularMatrix("the weighted least-squares system of a head is singular") from None
     with ctx.extraprec(30), field_precision(ctx):    # gmpy2 at 30 bits more (lsq.Mpfr)
-        gabs = np.abs(G)
         slack = [0.0]
         rows = [[(c, to_mpfr(co) if hasattr(co, "_mpf_") else gmpy2.mpfr(co)) for c, co in row]
                 for row in design]
         mk = [to_mpfr(ctx.mpf(x)) for x in meas]
-
-        def step(u):                   # G (A u - meas): G A = I + O(eps), a contraction
-            r = [gmpy2.fsum([co * u[c] for c, co in rows[n]]) - mk[n] for n in range(N)]
-            rf = np.array([float(x) for x in r])
-            # the residual in the field's precision, the correction in float64: it differs
-            # from G r by at most (N + 2) eps |G| |r| (its rounding, and r's to float64)
-            slack[0] = float(np.max(gabs @ np.abs(rf))) * (N + 2) * EPS
-            return [gmpy2.mpfr(float(x)) for x in G @ rf]
-
+        step = fixed_step(G, lambda u: [gmpy2.fsum([co * u[c] for c, co in rows[n]]) - mk[n]
+                                        for n in range(N)], slack)    # G (A u - meas)
         start = [float(x) for x in G @ np.array([float(x) for x in meas])]
         out = refine(Mpfr, step, start, goal=gmpy2.mul_2exp(1, -int(ctx.prec)), steps=16,
                      floor=math.inf)         # converged, or at the rounding floor
