@@ -74,11 +74,9 @@ def fit_all(plan, K, asker, noise, nodes, m, H, paper=False, got=None):
     that the certificate must reproduce.  The fitting stops once more than ``share`` of the
     configurations have failed, the route's failure then certain (``stopped``: how many were
     tried; None when all were); ``share``: the share of unresolved configurations that fails
-    the route (MAX_UNRESOLVED, or COARSE_MAX_UNRESOLVED for a coarse box, module doc).  A
-    float64 box stopped there too since 5 Dec 2026 (before, only a coarse one): the rescues of
-    the configurations left were asked for a route already failed -- MiniLM layer 3 (d' = 8,
-    12 heads) asked 48,517 queries before its pencil start certified, 36,916 now -- unless its
-    declared eta lies within NEAR_COARSE below COARSE (the first batch's median level).
+    the route (MAX_UNRESOLVED, or COARSE_MAX_UNRESOLVED for a coarse box; a float64 box too,
+    unless its declared eta lies within NEAR_COARSE below COARSE; "Failing fast" of
+    docs: explanation/real-field.md#the-stable-plan-for-float-black-boxes).
     ``paper``: the paper plan's nodes (:func:`resolve_family`); ``got``: the answers of the
     plan's queries at ``nodes``, in order, when the caller asked them (None: asked here)."""
     if got is None:
@@ -180,12 +178,8 @@ def _scatter(ts, ys, etas, m, fit) -> float:
 
 def _scatter_fit(K, ts, ys, etas, m, kappa, what, paper=False):
     """The family refitted with its bounds scaled to the scatter its residuals show
-    (``kappa eta_q``, :func:`_scatter`), or None (module doc, "Coarse boxes").
-
-    A float32 box rounds each token's scores once, and every query of a family repeats the
-    same two tokens: that rounding moves the family's ``log rho`` and ``c`` (which the fit
-    absorbs) but scatters no residual.  What scatters is the sums' rounding, often a hundredth
-    of the eta that must cover both.  The weights, hence the estimate, are those of the
+    (``kappa eta_q``, :func:`_scatter`), or None (docs: explanation/real-field.md, "Coarse
+    boxes").  The weights, hence the estimate, are those of the
     declared eta; only its bounds shrink by ``kappa``.  The fit keeps ``kappa``
     (``RatioFit.kappa``): its bounds at the declared eta are ``1 / kappa`` times larger, and
     the solve's bounds are certified only when those are within STABLE_LINEAR_LIMIT too (else only

@@ -134,12 +134,9 @@ def _gauss_newton(fam, W, V, c, far, warm=False, defer=False, named=True):
     ``factor``: A's :class:`~exactlearn.strategies.real.stable_scaled.Scaled` when a step formed
     it, A then None, else None); ``None`` when no step is taken from a start that is not ``far``
     (Levenberg--Marquardt's end), the matrix stops solving after the start or ``MAX_STEPS``
-    steps do not settle; the start's :class:`Weak` when its matrix does not solve.
-
-    At float64's floor of the cost (its residuals' rounding: on d = 16, H = 6, seed 2 a float64
-    cost of 195 where long double gives 96) the comparison is rounding: a start must lie above
-    it (the solve's heads, or Levenberg--Marquardt's from a far start), or its first step can
-    be refused (docs/explanation/real-field.md, step 5)."""
+    steps do not settle; the start's :class:`Weak` when its matrix does not solve.  A start
+    must lie above float64's floor of the cost, or its first step can be refused (step 5 of
+    docs: explanation/real-field.md#the-stable-plan-for-float-black-boxes)."""
     H, d = V.shape
     shape, nW = W.shape, W.size
     kept, weak0 = [], []                # the points taken: (W, V, c, A, b, parts, cost)
