@@ -81,15 +81,8 @@ class Scaled:
         third of ``eigh``'s time (9.5 s at 4,224 unknowns, d = 32, H = 4).  False, for ``eigh``
         to decide, when none is that small, the matrix is small or Lanczos fails."""
         from scipy.linalg import eigh
-        from scipy.sparse.linalg import ArpackError, eigsh
-        if len(As) < LANCZOS_MIN:
-            return False
-        try:
-            top = float(eigsh(As, k=1, which="LA", tol=0, v0=np.ones(len(As)),
-                              return_eigenvectors=False)[0])
-        except (ArpackError, ValueError):
-            return False
-        if not (np.isfinite(top) and top > 0):
+        top = _lanczos_top(As, 0)
+        if top is None or not (np.isfinite(top) and top > 0):
             return False
         ev, U = eigh(As, subset_by_value=(-np.inf, top / WEAK_COND), driver="evr",
                      check_finite=False)
@@ -163,18 +156,26 @@ def _above(As, tau) -> bool:
     ``mu / WEAK_COND``.  False (then one ``eigh`` decides) when the matrix is small, Lanczos
     does not converge or either factor fails: two Cholesky factors and a few dozen products
     instead of ``eigh``'s tridiagonal reduction (a twelfth of its time at 1,632 unknowns)."""
-    from scipy.sparse.linalg import ArpackError, eigsh
-    n = len(As)
-    if n < LANCZOS_MIN:
+    top = _lanczos_top(As, 1e-6)
+    if top is None:
         return False
-    try:
-        top = eigsh(As, k=1, which="LA", tol=1e-6, v0=np.ones(n), return_eigenvectors=False)
-    except (ArpackError, ValueError):
-        return False
-    mu = float(top[0]) * TOP_MARGIN
+    mu = top * TOP_MARGIN
     if not (np.isfinite(mu) and 0 < mu < tau * WEAK_COND):
         return False
     return _definite(_shifted(As, mu, below=True)) and _definite(_shifted(As, mu / WEAK_COND))
+
+
+def _lanczos_top(As, tol):
+    """Lanczos' estimate of the largest eigenvalue of ``As`` (``eigsh``, a fixed start, to
+    ``tol``), or None when the matrix is small (``LANCZOS_MIN``) or Lanczos fails."""
+    from scipy.sparse.linalg import ArpackError, eigsh
+    if len(As) < LANCZOS_MIN:
+        return None
+    try:
+        return float(eigsh(As, k=1, which="LA", tol=tol, v0=np.ones(len(As)),
+                           return_eigenvectors=False)[0])
+    except (ArpackError, ValueError):
+        return None
 
 
 def _shifted(As, shift, below=False):

@@ -46,7 +46,8 @@ WEIGHT_RANGE = 1e9       # the least squares' bounds span at most this factor
 def rows_of(c):
     """The plan configuration's ``log rho`` and ``c`` as combinations of the unknowns:
     ``([((j, i), coef)], [(j, coef)])`` with ``M[j][i] = e_j^T W x_i`` and ``y_j = c(e_j)``
-    (a supplementary family's: :func:`~exactlearn.strategies.real.stable_supplement._extra_rows`)."""
+    (a supplementary family's:
+    :func:`~exactlearn.strategies.real.stable_supplement._extra_rows`)."""
     if c.kind == "basis":
         return [((c.j, c.i), 1)], [(c.j, 1)]
     if c.kind == "within":
@@ -121,14 +122,20 @@ def rows_bias(frame, x, e, f, K):
 
 def undetermined(design, p) -> list:
     """The unknowns (column indices) that the rows of ``design`` do not determine."""
-    A = np.zeros((max(p, len(design)), p))     # zero rows below: the full null space in Vt
-    for r, row in enumerate(design):
-        for col, coef in row:
-            A[r, col] = coef
+    A = _dense(design, max(p, len(design)), p)     # zero rows below: the full null space in Vt
     _, sv, Vt = np.linalg.svd(A, full_matrices=False)
     rank = int(np.sum(sv > 1e-9 * sv[0])) if len(sv) else 0
     null = Vt[rank:]
     return [u for u in range(p) if null.size and np.abs(null[:, u]).max() > 1e-6]
+
+
+def _dense(design, rows, p):
+    """The ``design`` (rows of ``(unknown, coefficient)``) as a float64 ``rows x p`` matrix."""
+    A = np.zeros((rows, p))
+    for n, row in enumerate(design):
+        for col, coef in row:
+            A[n, col] = coef
+    return A
 
 
 def wls_sparse(K, design, p, meas, bounds, sens_rows, n_obs, map_rows=None):
@@ -139,10 +146,7 @@ def wls_sparse(K, design, p, meas, bounds, sens_rows, n_obs, map_rows=None):
     ``G`` (p x measurements) before the product with the observations' sparse ``S_meas``."""
     ctx = K.ctx
     N = len(design)
-    A = np.zeros((N, p))
-    for n, row in enumerate(design):
-        for col, coef in row:
-            A[n, col] = coef
+    A = _dense(design, N, p)
     b = np.asarray(bounds, dtype=float)
     # any left inverse G gives an unbiased estimator whose sensitivities G S are exact, so the
     # weights need not be optimal: capping the bounds' range at 1e9 keeps the weighted matrix's
