@@ -127,7 +127,7 @@ def run(plan, ask, K, trace, options) -> tuple:
                 options.state.outcome.detail["head_counts_refuted"] = [clip(t, 300) for t in tried]
             if not options.heads_given and len(heads) < plan.H:     # what the bound can't show
                 options.state.outcome.detail["head_bound_caveat"] = (
-                    f"{_plural(len(heads))} certified under a bound of {plan.H}: the error bound "
+                    f"{plural(len(heads))} certified under a bound of {plan.H}: the error bound "
                     f"covers the canonical heads if no two true heads are closer than these "
                     f"observations resolve at the declared eta (two such heads are reported as "
                     f"one; docs/explanation/real-field.md#the-resolution-test)")
@@ -136,7 +136,7 @@ def run(plan, ask, K, trace, options) -> tuple:
             m = exc.heads
             if exc.resolved and resolved is None:
                 resolved = m
-            tried.append(f"with {_plural(m) if m is not None else 'the heads found'}: {exc}")
+            tried.append(f"with {plural(m) if m is not None else 'the heads found'}: {exc}")
             if options.heads_given or m is None or m >= plan.H:
                 if len(tried) > 1:
                     raise ResidualsBeyondNoise(_history(tried, resolved), heads=m,
@@ -149,7 +149,7 @@ def run(plan, ask, K, trace, options) -> tuple:
         except LearningFailure as exc:
             if not tried:
                 raise
-            tried.append(f"refitting with exactly {_plural(fit_heads)}: {exc.kind}: {exc}")
+            tried.append(f"refitting with exactly {plural(fit_heads)}: {exc.kind}: {exc}")
             raise ResidualsBeyondNoise(_history(tried, resolved), heads=fit_heads,
                                        draw=True) from None
     if options.heads_given and len(heads) < plan.H:
@@ -160,9 +160,9 @@ def run(plan, ask, K, trace, options) -> tuple:
     return heads, n
 
 
-def _plural(n) -> str:
-    from exactlearn.strategies.real.stable_messages import plural    # numpy: imported here
-    return plural(n)
+def plural(m) -> str:
+    """``m`` heads, in words (the learner's messages)."""
+    return f"{m} head{'s' if m != 1 else ''}"
 
 
 def _run_once(plan, ask, K, options, fit_heads):
@@ -185,7 +185,7 @@ def _run_once(plan, ask, K, options, fit_heads):
 
 def _history(tried, resolved=None):
     if resolved is not None:            # the resolution test refuted a count within eta
-        head = (f"the observations resolve more than {_plural(resolved)}, but no larger count up "
+        head = (f"the observations resolve more than {plural(resolved)}, but no larger count up "
                 f"to the bound is certified with a covering bound; ")
     else:
         head = "no head count up to the bound fits the observations within the declared eta; "

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field as dc_field
 from gmpy2 import mpq
 
 from exactlearn.errors import FieldError, ResidualsBeyondNoise
+from exactlearn.strategies.real import plural
 from exactlearn.strategies.real.evaluate import evaluate_with_bounds
 from exactlearn.strategies.real.sensitivity import LO, rounding
-from exactlearn.strategies.real.stable_messages import plural
 
 SAFETY = 2               # reported bound = SAFETY * first-order bound + rounding
 #: the residual test's allowance for second-order terms, as a share of the entry-by-entry

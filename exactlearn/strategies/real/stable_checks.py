@@ -17,10 +17,10 @@ import numpy as np
 from exactlearn.errors import DegenerateDraw, ResidualsBeyondNoise
 from exactlearn.model import distinct_tokens
 from exactlearn.progress import current
+from exactlearn.strategies.real import plural
 from exactlearn.strategies.real.certificate import SAFETY, SECOND_ORDER, beyond_noise
 from exactlearn.strategies.real.lsq import EPS
 from exactlearn.strategies.real.stable_certificate import certify_two_token
-from exactlearn.strategies.real.stable_messages import plural
 from exactlearn.strategies.real.stable_minimax import minimax_bound
 from exactlearn.strategies.real.stable_normal import Families, head_arrays, normal_equations
 from exactlearn.strategies.real.stable_scaled import Scaled

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from exactlearn.errors import NoisierThanDeclared
+from exactlearn.strategies.real import plural
 from exactlearn.strategies.real.stable_families import NEAR_COARSE
 from exactlearn.strategies.real.stable_plan import COARSE, query_norm
 
@@ -67,9 +68,3 @@ def precision_failure(bad, nz, rec, start, H) -> tuple:
     return (f"the box's precision cannot resolve {plural(H)} (evaluate the layer in float64; "
             f"float32 layers resolved 4 heads at d <= 16, docs/howto/float-black-box.md): ",
             detail)
-
-
-def plural(m) -> str:
-    """``m`` heads, in words (both plans' messages)."""
-    return f"{m} head{'s' if m != 1 else ''}"
-
