@@ -153,7 +153,7 @@ def _probe_and_route(plan0, K, asker, nz, nodes, H, m, rec, start, probe_log, qu
                 m = H
         n_probe = len(rec.observations) - start
         if remeasure is not None:       # eta on the plan's own scales (noise="auto")
-            table = remeasure(plan_pairs(plan0, sigma, tries, bias, H), sigma)
+            table = remeasure(plan_pairs(plan0, sigma, tries, H), sigma)
             nz.by_scale([(n, e, r) for _, n, e, r in table])
             scaled = (next((noise_bound(K, e), noise_bound(K, r)) for s, _, e, r in table
                            if s == sigma),

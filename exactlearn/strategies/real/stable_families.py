@@ -14,13 +14,12 @@ from gmpy2 import mpq
 
 from exactlearn.errors import (DegenerateDraw, InterpolationError, LearningFailure,
                                NoisierThanDeclared)
-from exactlearn.pipeline.plan import paper_plan
 from exactlearn.strategies.real.ratio import (COARSE_EVALUATIONS, LSQ_EVALUATIONS, PATIENCE,
                                               family_tokens, fit_ratio_family, node_t)
 from exactlearn.strategies.real.stable_plan import (COARSE, COARSE_LINEAR_LIMIT,
                                                     COARSE_MAX_UNRESOLVED, STABLE_LINEAR_LIMIT,
                                                     MAX_UNRESOLVED, SCATTER_MARGIN, SCATTER_MIN,
-                                                    stable_bias_plan)
+                                                    scaled_plan)
 from exactlearn.strategies.real.stable_probe import ask_family
 
 
@@ -212,7 +211,7 @@ def family_poles(K, fit, m):
             for x, c, b, b2 in zip(fit.logs, fit.cs, bl, bc)]
 
 
-def plan_pairs(plan0, sigma, tries, bias, H) -> dict:
+def plan_pairs(plan0, sigma, tries, H) -> dict:
     """The stable plan's own tokens at every scale it asks, for measuring eta there
     (``noise="auto"``; docs/explanation/real-field.md#eta-measured-from-the-box):
     ``{scale: [(x, e) of every configuration]}``, the probe's unit plan at each probe scale
@@ -226,9 +225,7 @@ def plan_pairs(plan0, sigma, tries, bias, H) -> dict:
 
     for t in tries:
         add(plan0, mpq(t["scale"]), mpq(1))
-    X = [tuple(sigma * a for a in x) for x in plan0.X]
-    E = [tuple(sigma * a for a in e) for e in plan0.E]
-    splan = stable_bias_plan(X, E, H) if bias else paper_plan(X, E, H)
+    splan = scaled_plan(plan0, sigma, H)
     for f in MEASURED:
         add(splan, f, sigma)
     return pairs

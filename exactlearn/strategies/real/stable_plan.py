@@ -18,7 +18,7 @@ from exactlearn.algebra.linalg import identity, inverse, is_invertible, matmul
 from exactlearn.errors import DegenerateDraw
 from exactlearn.fields.rational import QQ
 from exactlearn.pipeline.plan import (Config, Plan, across_direction, final_token_configs,
-                                      within_directions)
+                                      paper_plan, within_directions)
 from exactlearn.strategies.real.ratio import dyadic, ratio_nodes
 from exactlearn.strategies.real.sensitivity import rounding
 
@@ -159,6 +159,13 @@ def stable_bias_plan(X, E, H: int):
         mid = tuple((QQ(a) + QQ(b)) / 2 for a, b in zip(X[0], X[i]))
         configs.append(Config("across", i, j, mid, E[j]))
     return Plan(d, H, X, E, configs, name="stable", bias=True)
+
+
+def scaled_plan(plan0, sigma, H: int):
+    """The unit plan ``plan0``'s configurations on its tokens times ``sigma``."""
+    X = [tuple(sigma * a for a in x) for x in plan0.X]
+    E = [tuple(sigma * a for a in e) for e in plan0.E]
+    return stable_bias_plan(X, E, H) if plan0.bias else paper_plan(X, E, H)
 
 
 def dyadic_basis(cols):

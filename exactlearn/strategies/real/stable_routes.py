@@ -17,7 +17,6 @@ from gmpy2 import mpq
 from exactlearn.errors import DegenerateDraw, LearningFailure, ResidualsBeyondNoise, clip
 from exactlearn.model import Head
 from exactlearn.pipeline.match import WithinBounds
-from exactlearn.pipeline.plan import paper_plan
 from exactlearn.progress import current
 from exactlearn.strategies.real.labels import label_families
 from exactlearn.strategies.real.ratio import family_tokens, ratio_nodes
@@ -27,7 +26,7 @@ from exactlearn.strategies.real.stable_messages import declared_level, precision
 from exactlearn.strategies.real.stable_pencil import pencil_heads
 from exactlearn.strategies.real.stable_plan import (COARSE, EQUAL_FACTOR, PENCIL_SCALES,
                                                     ROOTS_TRIED, STABLE_UNEQUAL_FACTOR,
-                                                    stable_bias_plan, stable_count)
+                                                    scaled_plan, stable_count)
 from exactlearn.strategies.real.stable_probe import ask_family, sigma_for
 from exactlearn.strategies.real.sensitivity import LO, check_noise, rounding
 from exactlearn.strategies.real.stable_solve import (bias_frame, rows_bias, rows_of,
@@ -94,10 +93,8 @@ def per_family(plan0, sigma, K, asker, nz, nodes, m, H, rec, start, lean_ok=True
     bound (``m < H``) fail the route as :class:`~exactlearn.errors.ResidualsBeyondNoise`, so
     that the learner fits more heads (:func:`exactlearn.strategies.real.run`)."""
     d = plan0.d
-    X = [tuple(sigma * a for a in x) for x in plan0.X]
-    E = [tuple(sigma * a for a in e) for e in plan0.E]
     bias = plan0.bias
-    splan = stable_bias_plan(X, E, H) if bias else paper_plan(X, E, H)
+    splan = scaled_plan(plan0, sigma, H)
     lean = lean_ok and len(rec.observations) > start and declared_level(nz, rec, start) <= COARSE
     if lean:                            # the probe's outputs show a box at float64 rounding
         nodes = ratio_nodes(H, lean=True)
@@ -295,9 +292,7 @@ def pencil_route(plan0, K, asker, nz, nodes, H, why, bias=False):
         logs = np.array([Em.T @ W @ Xm for W, _ in start])
     rms = float(np.sqrt(np.mean(logs ** 2)))
     sigma = sigma_for(rms)
-    X = [tuple(sigma * a for a in x) for x in plan0.X]
-    E = [tuple(sigma * a for a in e) for e in plan0.E]
-    splan = stable_bias_plan(X, E, H) if bias else paper_plan(X, E, H)
+    splan = scaled_plan(plan0, sigma, H)
     plan_start = len(asker.rec.observations)
     asker.ask([family_tokens(tuple(f * a for a in c.x), tuple(f * b for b in c.a), k, mm)
                for f in PENCIL_SCALES for c in splan.configs for k, mm in nodes])
