@@ -1,21 +1,13 @@
 """Bounds and the noise check over the real field (docs: explanation/real-field.md; the
-paper's approximate-oracle conditions, arXiv:2608.03294: outputs within eta of the truth).
+paper's approximate-oracle conditions, arXiv:2608.03294).
 
-Every observation ``y_q`` differs from the true ``f(q)`` by at most
-``eta_q = eta + u_q``: the oracle's stated noise ``eta`` plus its rounding,
-``u_q = 2^-prec * 512 * Y`` (:func:`rounding`) with ``Y`` the size of its terms.  Every
-derived quantity is bounded to first order by ``sum_q |S_z[q]| eta_q`` from its sensitivity
-to the observations (a fitted family's ``G``,
-:class:`~exactlearn.strategies.real.fit.RatioFit`, and the solve's products of them).
-
-Where the observations fix a quantity more than once, its residual is compared with
-its first-order bound (:func:`check_noise`; a fit's residuals: :func:`check_residuals`): a
-residual above ``NOISE_FACTOR B + r`` means the box is noisier than declared (docs:
-explanation/algorithm.md#what-a-failure-means).
-
-Bounds are computed in :data:`LO`, a fixed 20-digit mpmath context, used **read-only** (never
-its precision changed, no ``extraprec``): bounds need only a few digits, and one shared
-constant context keeps them comparable across a run.
+Every observation ``y_q`` differs from the true ``f(q)`` by at most ``eta_q = eta + u_q``, the
+declared noise plus its rounding ``u_q = 2^-prec * 512 * Y`` (:func:`rounding`, ``Y`` the size
+of its terms); a derived quantity is bounded to first order by ``sum_q |S_z[q]| eta_q``.  A
+quantity the observations fix more than once is checked against its first-order bound
+(:func:`check_noise`; a fit's residuals: :func:`check_residuals`;
+docs: explanation/algorithm.md#what-a-failure-means).  Bounds are computed in :data:`LO`, a fixed
+20-digit mpmath context used read-only, so that they stay comparable across a run.
 
 >>> from exactlearn.fields.real import Real
 >>> LO.nstr(rounding(Real(dps=30), 1), 3)

@@ -1,28 +1,21 @@
-"""The stable plan's solve: heads from labelled families by sparse weighted least squares
-(docs "The real field", "The stable plan for
-float black boxes", step 4).
+"""The solve: heads from labelled families by sparse weighted least squares
+(docs: explanation/real-field.md#the-stable-plan-for-float-black-boxes, step 4;
+docs: explanation/biases.md#over-the-real-field).
 
-In the coordinates ``M = E^T W X`` (``M[j][i] = e_j^T W x_i``) every family measures one
-entry of M, or a sum or difference of two, and its c-values ``y_j = c(e_j) = -v.e_j``
-likewise (:func:`rows_of`).  Per head, a weighted least-squares fit (:func:`wls_sparse`:
-a float64 left inverse G, values by iterative refinement in the field's precision
-(:func:`~exactlearn.strategies.real.lsq.refine`: residuals in the field, corrections in
-float64, their rounding in the bound), float64 sensitivities ``G S``) gives M and y; then ``W = E^-T M X^-1``, ``v = -E^-T y``
-(:func:`solve_stable_heads`).  :func:`undetermined` tells the plan where supplementary
-families are needed.
+In the coordinates ``M = E^T W X`` every family measures one entry of M, or a sum or
+difference of two, and its c-values ``y_j = c(e_j) = -v.e_j`` likewise (:func:`rows_of`; with
+biases ``M~ = E^T [W | u] X~``, ``X~ = [[x_0 .. x_d], [1 .. 1]]``, any scale:
+:func:`rows_bias`).  Per head :func:`wls_sparse` fits them (a float64 left inverse G, values
+refined in the field's precision, float64 sensitivities ``G S``); then ``W = E^-T M X^-1``,
+``v = -E^-T y`` (:func:`solve_stable_heads`; with biases :func:`solve_bias_heads`, the constant
+from the single-token limits ``A = c + V.a``).  :func:`undetermined` tells the plan where
+supplementary families are needed.
 
 >>> from exactlearn.pipeline.plan import Config
 >>> rows_of(Config("within", 2, 1, (0,), (0,)))
 ([((0, 2), 1), ((1, 2), 1)], [(0, 1), (1, 1)])
 >>> undetermined([[(0, 1)], [(0, 1), (1, 1)]], 3)
 [2]
-
-**Biases** (docs/explanation/biases.md): the unknowns are ``M~ = E^T [W | u] X~`` with
-``X~ = [[x_0 .. x_d], [1 .. 1]]`` (d + 1 affinely independent final tokens), so a family
-``(x, e)`` asked at any scale measures ``beta^T M~ alpha`` with ``e = E beta`` and
-``(x; 1) = X~ alpha`` (:func:`rows_bias`, exact rationals); ``[W | u] = E^-T M~ X~^-1``
-(:func:`solve_bias_heads`), and the constant c from the families' single-token limits
-``A = c + V.a``.
 """
 
 from __future__ import annotations
