@@ -648,3 +648,36 @@ def test_the_analysis_leaves_no_reference_cycles():
             "      sum(type(o).__name__ == 'fmpz_mod' for o in gc.garbage))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "0"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_field_logs_equal_log_by_log(seed):
+    """Modular.logs (the small logs at once, algebra.dlog_many) gives K.log's logs and leaves
+    the same remembered powers -- small and tall logs mixed, on the default prime and on a
+    small one whose logs are mostly taller than the early path -- and raises as K.log
+    raises (a zero in the list); a field whose log differs keeps its own."""
+    from exactlearn.errors import ExactLearnError
+    from exactlearn.fields.modular import ConfirmationModular, ResidueModular
+    rng = random.Random(400 + seed)
+    for p in (None, 97):
+        make = (lambda: ResidueModular()) if p is None else (lambda: ResidueModular(p=p))
+        K1, K2 = make(), make()
+        half = (K1.p - 1) // 2
+        ns = [rng.randrange(-half + 1, half + 1) if rng.random() < 0.2
+              else rng.choice([-1, 1]) * rng.randrange(min(2 ** 70, half)) for _ in range(300)]
+        els = [K1.power(n) for n in ns]
+        K1._exp_cache.clear()
+        assert K2.logs(els) == [K1.log(e) for e in els] == [mpq_(n) for n in ns]
+        assert K2._exp_cache == K1._exp_cache
+        with pytest.raises(ExactLearnError) as want:
+            K1.log(K1.zero)
+        with pytest.raises(type(want.value), match="0 is not an exponential"):
+            K2.logs(els[:3] + [K2.zero] + els[3:])
+    C = ConfirmationModular(2 ** 61 - 1, 3)
+    with pytest.raises(ExactLearnError):
+        C.logs([C(2), C(3)])
+
+
+def mpq_(n):
+    from gmpy2 import mpq
+    return mpq(n, 1)

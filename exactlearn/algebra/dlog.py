@@ -195,7 +195,7 @@ class _SplitPrimePowerLog:
         self.q = q
         self.e = e
         self.g = g
-        self._nodes: dict = {}
+        self.nodes: dict = {}        # k -> (split or None, lookup): the divide and conquer
         self._build(e)
         # the low digits a small log needs (DiscreteLog.symmetric tries them first): two
         # thirds of the windows, 80 of the 120 bits of p - 1 = 7 * 2^120 (0: none)
@@ -212,12 +212,12 @@ class _SplitPrimePowerLog:
         return self._solve(h, k)
 
     def _build(self, k) -> None:
-        if k in self._nodes:
+        if k in self.nodes:
             return
         P, q, w = self.P, self.q, self.w
         gk = gmpy2.powmod(self.g, mpz(q) ** (self.e - k), P)        # order q^k
         if k <= w:
-            self._nodes[k] = (None, _PrimePowerLog._lookup(gk, q ** k, P))
+            self.nodes[k] = (None, _PrimePowerLog._lookup(gk, q ** k, P))
             return
         n = -(-k // w)                       # windows of w digits
         k1 = w * ((n + 1) // 2)              # the low digits: half the windows (rounded up)
@@ -233,7 +233,7 @@ class _SplitPrimePowerLog:
                 row.append(row[-1] * step % P)
             tables.append(row)
             step = gmpy2.powmod(step, qw, P)
-        self._nodes[k] = ((k1, k2, mpz(q) ** k2, mpz(q) ** k1, qw, tables), None)
+        self.nodes[k] = ((k1, k2, mpz(q) ** k2, mpz(q) ** k1, qw, tables), None)
         self._build(k1)
         self._build(k2)
 
@@ -241,7 +241,7 @@ class _SplitPrimePowerLog:
         return self._solve(h, self.e)
 
     def _solve(self, h, k):
-        split, lookup = self._nodes[k]
+        split, lookup = self.nodes[k]
         if split is None:
             d = lookup(h)
             if d is None:
@@ -376,6 +376,14 @@ class DiscreteLog:
         if isinstance(got, _Found):
             return int(got), True
         return self._lift(got * crt, big, a), False
+
+    def small_part(self, omega):
+        """``(m, the split part's solver, omega^-1 mod p)`` of :meth:`symmetric_checked`'s early
+        path, or None without one (:mod:`~exactlearn.algebra.dlog_many`)."""
+        if self._split is None or not self._parts[self._split[0]][1].small_bits:
+            return None
+        inv = self._inverses.setdefault(omega, gmpy2.invert(mpz(omega), self.p))
+        return self._parts[self._split[0]][0], self._parts[self._split[0]][1], inv
 
     def _lift(self, x, big, a) -> int:
         """The log from part ``big``'s term ``x`` and the other parts, lifted to

@@ -67,6 +67,7 @@ from gmpy2 import mpq, mpz
 from exactlearn.algebra import polys
 # TABLE_BITS, SMOOTH_LIMIT, DiscreteLog, MARGIN_BITS, crt_reconstruct: re-exported (their old home)
 from exactlearn.algebra.dlog import SMOOTH_LIMIT, TABLE_BITS, DiscreteLog, factor_smooth, is_primitive_root
+from exactlearn.algebra.dlog_many import field_logs
 from exactlearn.algebra.reconstruct import (MARGIN_BITS, crt_reconstruct, rational_reconstruct,
                                             reconstruction_bound)
 from exactlearn.errors import BadReduction, ReconstructionError
@@ -274,6 +275,10 @@ class Modular(Field):
                 f"log of {x} is {n}/{self.D}: |D*s| exceeds the bound {max_exponent}, so it "
                 f"is not the exponential of a score in range")
         return mpq(n, self.D)
+
+    def logs(self, elements) -> list:
+        """``[self.log(a) for a in elements]``, small logs at once (:func:`~exactlearn.algebra.dlog_many.field_logs`)."""
+        return field_logs(self, elements, type(self).log is Modular.log and discrete_log, self._exp_cache)
 
     def know_exponents(self, exponents) -> None:
         """Remember exponents another prime's analysis found (``{configuration index: [n_h]}``,

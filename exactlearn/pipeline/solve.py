@@ -84,9 +84,14 @@ def _solved_in_chunks(plan, labelled, K, log, n, solve) -> list:
     out = []
     for t in range(0, m, per):
         logs, vs = [], []
+        keys = [(i, j) for i in range(n) for j in range(d)]
+        batch = getattr(K, "logs", None) if log is None else None     # Modular: at once
         for h in range(t, min(m, t + per)):
-            logs.append({(i, j): K.log(labelled[(i, j)][h][0]) if log is None else log(i, j, h)
-                         for i in range(n) for j in range(d)})
+            if batch is not None:
+                vals = batch([labelled[key][h][0] for key in keys])
+            else:
+                vals = [K.log(labelled[key][h][0]) if log is None else log(*key, h) for key in keys]
+            logs.append(dict(zip(keys, vals)))
             v = solve_v(plan, [labelled[(0, j)][h][1] for j in range(d)], K, Etinv_K)
             vs.append(tuple(K.to_param(x) for x in v))
         out.extend(zip(solve(logs), vs))
