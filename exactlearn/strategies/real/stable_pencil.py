@@ -116,6 +116,7 @@ class _Token:
         self.x = x
         self.Q = self.v = None
         self.residual = np.inf
+        self.refitted = False           # its heads came from a resolved token's v (_fit)
         self.retries = []               # fits of failed pencils to try from a resolved v
 
 
@@ -143,7 +144,8 @@ def lattice(d: int, n: int) -> np.ndarray:
 
 
 def _per_token(ask, x, alphas, step: int, H, rng, copies=COPIES, v_ref=None):
-    """``(Q, v, residual)`` from the pencil at the final token ``x`` (module doc), or
+    """``(Q, v, residual, refitted)`` from the pencil at the final token ``x`` (module doc; the
+    last item: whether the fit came from ``v_ref``, :func:`_fit`), or
     ``("shrink" | "grow" | "drop", why not)``: the scale of ``e`` to try next, or another
     final token (two heads' ``q_h`` nearly alike at this one).  ``alphas`` (``n x d``) and the
     shift ``step`` are integers in units of ``2^-GRID``, so the sums ``alpha_i + alpha_j + g``
@@ -210,7 +212,8 @@ def _pencil(vals, pts, full, n, iu, copies, delta, H, rng, v_ref=None):
 
 def _fit(T, Y, pairs, pts, vals, copies, delta, H, v_ref=None):
     """The heads of :func:`_pencil` from the eigenvalue ``pairs`` of ``T``'s combination
-    (eigenvectors ``Y``), refined on ``vals``: ``(Q, v, residual)`` or ``("shrink", why)``.
+    (eigenvectors ``Y``), refined on ``vals``: ``(Q, v, residual, refitted)`` or
+    ``("shrink", why)``.
     Only the refined residual decides: the pairs may be ambiguous, the rank gap unclear.
     When it fails, ``v_ref`` (a resolved token's ``v``, the same at every final token) is a
     second start, with the exponents of the heads whose least-squares ``v`` lie nearest."""
@@ -228,11 +231,13 @@ def _fit(T, Y, pairs, pts, vals, copies, delta, H, v_ref=None):
     Phi = (rho[:, :, None] * pts[:, None, :]).reshape(len(pts), -1)
     v = np.linalg.lstsq(Phi, vals, rcond=None)[0].reshape(H, d)
     got = _refine(pts, vals, Q, v, copies)
-    if not _fits(*got) and v_ref is not None:     # from the first token's v, matched by v
+    if _fits(*got):
+        return (*got, False)
+    if v_ref is not None:                         # from the first token's v, matched by v
         got = _refine(pts, vals, Q[_nearest(v_ref, v)], v_ref, copies)
-    if not _fits(*got):
-        return "shrink", f"the refined fit leaves a relative residual {got[2]:.2g}"
-    return got
+        if _fits(*got):
+            return (*got, True)
+    return "shrink", f"the refined fit leaves a relative residual {got[2]:.2g}"
 
 
 def _fits(Q, v, res) -> bool:
@@ -278,9 +283,9 @@ class _Design:
         return np.rint(self.unit * ra * g).astype(np.int64), step
 
     def resolve(self, ask, tok, name: str, ra: float, rng, notes: dict, v_ref=None) -> float:
-        """Sets ``tok.Q, tok.v, tok.residual`` when a pencil at ``tok.x`` resolves, at up to
-        ``TRIES`` scales of ``e`` per kind of ``alpha``; returns the scale to start the next
-        token at.  Eigenvalue pairs that crowd drop the token (two heads' ``q_h`` nearly
+        """Sets ``tok.Q, tok.v, tok.residual, tok.refitted`` when a pencil at ``tok.x``
+        resolves, at up to ``TRIES`` scales of ``e`` per kind of ``alpha``; returns the scale
+        to start the next token at.  Eigenvalue pairs that crowd drop the token (two heads' ``q_h`` nearly
         alike at ``x``: another ``x``).  (Trying the random vectors after pairs crowd at a
         smaller scale rescued one of the 90 forced-pencil bias cases at d <= 4 but cost
         MiniLM layer 0 two random batches, 120,093 queries instead of 68,856.)"""
@@ -290,7 +295,7 @@ class _Design:
                 got = _per_token(ask, tok.x, *self.alphas(kind, r), self.H, rng,
                                  COPIES if kind == "lattice" else FINE_COPIES, v_ref)
                 if not isinstance(got[0], str):
-                    tok.Q, tok.v, tok.residual = got
+                    tok.Q, tok.v, tok.residual, tok.refitted = got
                     self.kinds = self.kinds[self.kinds.index(kind):]
                     return r
                 notes[f"{name} {kind} at {r:.3g}"] = got[1]
@@ -347,7 +352,7 @@ def pencil_heads(ask, d: int, H: int, x_norm: float, e_norm: float, seed: int = 
             for retry in early.retries:
                 got = retry(tok.v)
                 if not isinstance(got[0], str):
-                    early.Q, early.v, early.residual = got
+                    early.Q, early.v, early.residual, early.refitted = got
                     notes[f"x{tokens.index(early) + 1} again"] = "resolved from the v of the first"
                     _match(early, used, tokens, notes)
                     break
@@ -365,5 +370,6 @@ def pencil_heads(ask, d: int, H: int, x_norm: float, e_norm: float, seed: int = 
     if bias:
         heads = [(Wt[:, :d], v, Wt[:, d]) for Wt, v in heads]
     detail = {"final_tokens": len(tokens), "used": len(used),
-              "worst_residual": f"{max(t.residual for t in used):.3g}", "dropped": notes}
+              "worst_residual": f"{max(t.residual for t in used):.3g}",
+              "refitted": sum(t.refitted for t in used), "dropped": notes}
     return heads, detail
