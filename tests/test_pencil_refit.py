@@ -75,18 +75,24 @@ def test_tokens_that_failed_first_are_refitted_from_their_answers():
     assert all(b <= 1 + len(COPIES) * (5 * n * (n + 1) // 2) for b in batches)
 
 
+def nearest(v_ref, v):
+    return _nearest(v_ref, v)[0]
+
+
 def test_nearest_assigns_each_head_once_closest_first():
     """``_nearest`` pairs each reference head with one head of ``v``, the closest pairs first
     (distances relative to the reference head's norm); a non-finite head is taken last."""
     v_ref = np.array([[1.0, 0.0], [0.0, 1.0]])
-    assert _nearest(v_ref, np.array([[0.1, 0.99], [-1.0, 0.0]])) == [1, 0]
+    assert nearest(v_ref, np.array([[0.1, 0.99], [-1.0, 0.0]])) == [1, 0]
     # both nearest v's head 0 (0.78 and 0.64 away): reference head 1, the closer, takes it
-    assert _nearest(v_ref, np.array([[0.5, 0.6], [3.0, 3.0]])) == [1, 0]
-    assert _nearest(v_ref, np.array([[0.5, 0.6], [np.nan, 0.0]])) == [1, 0]
+    assert nearest(v_ref, np.array([[0.5, 0.6], [3.0, 3.0]])) == [1, 0]
+    assert nearest(v_ref, np.array([[0.5, 0.6], [np.nan, 0.0]])) == [1, 0]
     # relative: 1.5 from (10, 0) is closer than 0.8 from (1, 0)
-    assert _nearest(np.array([[10.0, 0.0], [1.0, 0.0]]),
+    assert nearest(np.array([[10.0, 0.0], [1.0, 0.0]]),
                     np.array([[0.0, 0.0], [11.5, 0.0]])) == [1, 0]
-    assert _nearest(v_ref[:1], np.array([[0.0, 1.0], [1.0, 0.1]])) == [1]
+    assert nearest(v_ref[:1], np.array([[0.0, 1.0], [1.0, 0.1]])) == [1]
+    order, C = _nearest(np.array([[2.0, 0.0]]), np.array([[0.0, 0.0], [2.0, 1.0]]))
+    assert order == [1] and C.tolist() == [[1.0, 0.5]]
 
 
 def make(v, Q=None):

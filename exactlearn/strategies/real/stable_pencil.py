@@ -234,7 +234,7 @@ def _fit(T, Y, pairs, pts, vals, copies, delta, H, v_ref=None):
     if _fits(*got):
         return (*got, False)
     if v_ref is not None:                         # from the first token's v, matched by v
-        got = _refine(pts, vals, Q[_nearest(v_ref, v)], v_ref, copies)
+        got = _refine(pts, vals, Q[_nearest(v_ref, v)[0]], v_ref, copies)
         if _fits(*got):
             return (*got, True)
     return "shrink", f"the refined fit leaves a relative residual {got[2]:.2g}"
@@ -245,8 +245,11 @@ def _fits(Q, v, res) -> bool:
     return bool(np.all(np.isfinite(Q)) and np.all(np.isfinite(v)) and res <= FIT_LIMIT)
 
 
-def _nearest(v_ref, v) -> list:
-    """For each head of ``v_ref`` the head of ``v`` nearest it, each used once, closest first."""
+def _nearest(v_ref, v):
+    """``(order, C)``: for each head of ``v_ref`` the head of ``v`` nearest it, each used once,
+    closest first, and the distances ``C[i, j]`` of ``v_ref[i]`` and ``v[j]`` relative to
+    ``|v_ref[i]|``.  When no two heads of ``v_ref`` have the same nearest
+    (``C.argmin(axis=1)``), ``order`` is those nearest."""
     C = np.linalg.norm(v_ref[:, None, :] - v[None, :, :], axis=2)
     C = C / np.maximum(np.linalg.norm(v_ref, axis=1), 1e-300)[:, None]
     C[~np.isfinite(C)] = np.inf
@@ -255,7 +258,7 @@ def _nearest(v_ref, v) -> list:
         i, j = divmod(int(flat), C.shape[1])
         if order[i] < 0 and j not in order:
             order[i] = j
-    return order
+    return order, C
 
 
 class _Design:
@@ -308,13 +311,12 @@ class _Design:
 
 def _match(tok, used, tokens, notes) -> None:
     """Appends ``tok`` to ``used`` with its heads in the order of ``used[0]``'s, matched by
-    ``v`` (the same at every final token) within ``MATCH_LIMIT``; else a note."""
-    ref, H = used[0], len(used[0].v)
-    vnorm = np.linalg.norm(ref.v, axis=1)
-    C = np.linalg.norm(ref.v[:, None, :] - tok.v[None, :, :], axis=2) / vnorm[:, None]
-    order = np.argmin(C, axis=1)
-    best = C[np.arange(H), order]
-    if len(set(order.tolist())) < H or best.max() > MATCH_LIMIT:
+    ``v`` (the same at every final token, :func:`_nearest`) within ``MATCH_LIMIT``, no two heads
+    nearest the same one; else a note."""
+    ref = used[0]
+    order, C = _nearest(ref.v, tok.v)
+    best = C.min(axis=1)
+    if order != C.argmin(axis=1).tolist() or best.max() > MATCH_LIMIT:
         notes[f"x{tokens.index(tok) + 1} match"] = (f"its v differ from x{tokens.index(ref) + 1}'s "
                                                     f"by {best.max():.2g}")
         return
