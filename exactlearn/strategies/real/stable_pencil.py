@@ -288,8 +288,8 @@ class _Design:
     def resolve(self, ask, tok, name: str, ra: float, rng, notes: dict, v_ref=None) -> float:
         """Sets ``tok.Q, tok.v, tok.residual, tok.refitted`` when a pencil at ``tok.x``
         resolves, at up to ``TRIES`` scales of ``e`` per kind of ``alpha``; returns the scale
-        to start the next token at.  Eigenvalue pairs that crowd drop the token (two heads' ``q_h`` nearly
-        alike at ``x``: another ``x``).  (Trying the random vectors after pairs crowd at a
+        to start the next token at.  Eigenvalue pairs that crowd drop the token (two heads'
+        ``q_h`` nearly alike at ``x``: another ``x``).  (Trying the random vectors after pairs crowd at a
         smaller scale rescued one of the 90 forced-pencil bias cases at d <= 4 but cost
         MiniLM layer 0 two random batches, 120,093 queries instead of 68,856.)"""
         for kind in list(self.kinds):
