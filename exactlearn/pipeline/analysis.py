@@ -84,8 +84,7 @@ def _analyse(plan, y_shared, values, K: Field, trace) -> tuple:
     current().phase("analyse", len(configs), "configurations")     # progress=
     tick = current().advance
     # 2. the group of x_1 shares the k = 0 query; it gives V (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works)
-    joint_roots: dict = {}      # the rho of matching configurations found by poles_paired
-    rfs, poles_of, V = first_group(plan, y_shared, values, K, joint_roots)
+    rfs, poles_of, V = first_group(plan, y_shared, values, K)
     ks = [K(k) for k in range(2 * H + 1)]
 
     # 3. every other configuration takes its k = 0 value V.x by computation
@@ -99,6 +98,7 @@ def _analyse(plan, y_shared, values, K: Field, trace) -> tuple:
     # matching configuration's poles can only be products of two basis configurations' rho
     # (arXiv:2608.03294; docs: explanation/algorithm.md#how-it-works), so they are looked for among those first
     # (poles_among falls back to roots)
+    joint_roots: dict = {}
     for n, c in enumerate(configs):
         if c.kind == "basis" and n not in poles_of:
             basis_poles(plan, n, rfs, poles_of, joint_roots, K)
@@ -159,10 +159,9 @@ def finish(plan, poles_of, K) -> tuple:
     return canonicalize(solve_heads(plan, labelled, K)), labelled
 
 
-def first_group(plan, y_shared, values, K, joint_roots=None) -> tuple:
+def first_group(plan, y_shared, values, K) -> tuple:
     """The group of x_1 (it shares the k = 0 query): its fits, the poles of its basis
-    configurations, and V from them (``E^T V = (V.e_j)_j``).  Returns ``(rfs, poles_of, V)``;
-    the rho of (x_1, e_1 + e_j) that the pairing finds go into ``joint_roots`` when given."""
+    configurations, and V from them (``E^T V = (V.e_j)_j``).  Returns ``(rfs, poles_of, V)``."""
     d, H = plan.d, plan.H
     ks = [K(k) for k in range(2 * H + 1)]
     rfs: dict = {}
@@ -174,7 +173,7 @@ def first_group(plan, y_shared, values, K, joint_roots=None) -> tuple:
         got = _expected(rfs[n], n, K, True)
         if not got and j > 0 and not plan.bias:     # (x_1, e_j) paired with (x_1, e_1 + e_j)
             got = _paired(rfs[n], rfs[plan.index("within", 0, j)],
-                          poles_of[plan.index("basis", 0, 0)], K, joint_roots, plan.index("within", 0, j))
+                          poles_of[plan.index("basis", 0, 0)], K)
         poles_of[n] = got or poles(rfs[n], K)
     Et = [[K(plan.E[j][r]) for r in range(d)] for j in range(d)]      # rows e_j^T
     sums = [-_sum((c for _, c in poles_of[plan.index("basis", 0, j)]), K) for j in range(d)]
@@ -218,7 +217,7 @@ def basis_poles(plan, n, rfs, poles_of, joint_roots, K) -> None:
         alphas = [r for r, _ in poles_of[plan.index("basis", c.i, 0)]]
         got = poles_paired(rfs[n], rfs[nw], alphas, K)
     elif c.i > 0 and not plan.bias:
-        poles_of[n] = first_column(plan, c.i, rfs, poles_of, K, joint_roots) or poles(rfs[n], K)
+        poles_of[n] = first_column(plan, c.i, rfs, poles_of, K) or poles(rfs[n], K)
         return
     if got is None:
         poles_of[n] = poles(rfs[n], K)
@@ -226,7 +225,7 @@ def basis_poles(plan, n, rfs, poles_of, joint_roots, K) -> None:
         poles_of[n], joint_roots[nw] = got
 
 
-def first_column(plan, i, rfs, poles_of, K, joint_roots=None):
+def first_column(plan, i, rfs, poles_of, K):
     """The poles of (x_i, e_1), i >= 2, without root finding, or None (then the caller
     finds the roots): the across configuration (x_1 + x_i, e_j), j = j(i), has the rho
     ``rho(x_1, e_j) * rho(x_i, e_j)``, so :func:`~exactlearn.pipeline.interpolate.poles_paired`
@@ -242,24 +241,18 @@ def first_column(plan, i, rfs, poles_of, K, joint_roots=None):
         known = poles_of.get(plan.index("basis", 0, j))
         if rf_b is None or rf_a is None or not known:
             return None
-        got = _paired(rf_b, rf_a, known, K, joint_roots, plan.index("across", i, j))
+        got = _paired(rf_b, rf_a, known, K)
     if not got or j == 0:
         return got
     poles_of[nb] = got
     rf_b, rf_w = rfs.get(plan.index("basis", i, 0)), rfs.get(plan.index("within", i, j))
-    # (no joint_roots: these pairs come in the order of (x_i, e_j)'s poles, not of (x_i, e_1)'s)
     return None if rf_b is None or rf_w is None else _paired(rf_b, rf_w, got, K)
 
 
-def _paired(rf_b, rf_w, known, K, joint_roots=None, nw=None):
+def _paired(rf_b, rf_w, known, K):
     """:func:`~exactlearn.pipeline.interpolate.poles_paired`'s poles of ``rf_b`` from
-    ``rf_w``, whose rho are those of ``rf_b`` times the ``known`` poles' (one each), or None;
-    the rho of ``rf_w`` it finds go to ``joint_roots[nw]`` (when given), as
-    :func:`basis_poles` keeps them for :func:`joint_poles` -- only where ``known`` are the
-    poles :func:`joint_poles` takes first (so its list comes in the same order)."""
+    ``rf_w``, whose rho are those of ``rf_b`` times the ``known`` poles' (one each), or None."""
     got = poles_paired(rf_b, rf_w, [r for r, _ in known], K)
-    if got is not None and joint_roots is not None:
-        joint_roots[nw] = got[1]
     return None if got is None else got[0]
 
 
