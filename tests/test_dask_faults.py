@@ -129,7 +129,8 @@ def _counted(queries, answers) -> int:
     received (``answers``), at most the values the model computed (``computed``, beside it).
     The learner counts an answer once the oracle has returned it, between the two bytes, so
     the two counts differ only by a process that died in between (at most one query per
-    process: the frozen worker, woken as the cluster stops it, goes on asking until it
+    process: the frozen worker resumes later -- a diagnostic loop saw it answer up to 72
+    queries, its 40th the stop; what resumes it was not traced -- and goes on asking until it
     dies), and ``queries`` lies in between: no answer lost, none counted twice.  (Counted
     equal to received failed 1 fresh-clone CI run in 5 at 5c8faf2: 894 counted, 893
     received.)"""
