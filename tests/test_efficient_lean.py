@@ -201,6 +201,22 @@ def test_efficient_parameter_count_claim_verified_on_a_tiny_campaign():
     assert all(r["ratio"] <= 1.5 and r["certificate"] == "unique" for r in res.evidence["table"])
 
 
+def test_a_degenerate_draw_of_the_parameter_count_claim_is_redrawn_and_counted():
+    """Pinned: the full campaign's rational d = 8, H = 8, seed 0 run -- two heads' poles
+    coincide in a configuration of its first draw ("pole counts differ between
+    configurations"), an explicit failure of that draw, and made the full ``proofs-check``
+    inconclusive.  The claim now redraws (``RETRIES``): the second draw certifies the canonical
+    heads with the plan's count exactly, and the first draw's 1,054 queries are in the total
+    (``problems`` checks total == final draw + earlier draws == the oracle's count)."""
+    from proofs_check.claims.efficient_parameter_count import problems, run_trial
+    r = run_trial(("rational", 8, 8, 0))
+    assert r["status"] == "certified" and r["equal"], r
+    assert r["attempts"] == 2 and r["redraw_outcomes"] == ["failed"] and r["extra"] > 0
+    assert r["per_prime"] == [r["plan_queries"] + r["fallback_queries"]]
+    assert r["total"] == r["oracle"] == r["per_prime"][0] + r["extra"]
+    assert problems(r) == []
+
+
 def test_the_certificate_caches_no_token_of_a_configuration_never_asked(monkeypatch):
     """``enough_checks`` finds the asked configurations without caching a = x + e for the
     others (:meth:`~exactlearn.pipeline.plan.Config.asked_in`): at d = 384 a rank plan has
