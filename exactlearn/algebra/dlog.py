@@ -250,14 +250,19 @@ class _SplitPrimePowerLog:
         k1, k2, qk2, qk1, qw, tables = split
         P = self.P
         low = self._solve(gmpy2.powmod(h, qk2, P), k1)
-        x = low
-        for row in tables:
-            if not x:
-                break
-            x, d = divmod(x, qw)
-            if d:
-                h = h * row[d] % P
-        return low + qk1 * self._solve(h, k2)
+        return low + qk1 * self._solve(strip_windows(h, low, tables, qw, P), k2)
+
+
+def strip_windows(h, x, tables, qw, P):
+    """``h g_k^(-x)`` modulo ``P`` for the low digits ``x`` of a split node, window by window
+    from its ``tables`` (``tables[t][d] = g_k^(-d qw^t)``)."""
+    for row in tables:
+        if not x:
+            break
+        x, d = divmod(x, qw)
+        if d:
+            h = h * row[d] % P
+    return h
 
 
 class _Found(int):

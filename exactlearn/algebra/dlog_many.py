@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import gmpy2
 
+from .dlog import strip_windows
+
 
 def symmetric_small(dl, xs, omega) -> list:
     """Per residue x of ``xs`` (ints in [1, p)): the log n of ``dl.symmetric_checked(x, omega)``
@@ -56,15 +58,7 @@ def low_many(solve, hs, k) -> list:
     k1, k2, qk2, qk1, qw, tables = split
     P = solve.P
     lows = low_many(solve, gmpy2.powmod_base_list(hs, qk2, P), k1)
-    rest = []
-    for h, x in zip(hs, lows):          # h g_k^(-(x mod q^k1)), window by window from the tables
-        for row in tables:
-            if not x:
-                break
-            x, d = divmod(x, qw)
-            if d:
-                h = h * row[d] % P
-        rest.append(h)
+    rest = [strip_windows(h, x, tables, qw, P) for h, x in zip(hs, lows)]
     return [lo + qk1 * hi for lo, hi in zip(lows, low_many(solve, rest, k2))]
 
 
