@@ -81,11 +81,11 @@ def _solved_in_chunks(plan, labelled, K, log, n, solve) -> list:
     d, m = plan.d, len(labelled[(0, 0)])
     per = _heads_per_solve(plan) if K.param.is_rational else m
     Etinv_K = linalg.inverse([[K(plan.E[j][r]) for r in range(d)] for j in range(d)], K)
+    keys = [(i, j) for i in range(n) for j in range(d)]
+    batch = getattr(K, "logs", None) if log is None else None     # Modular: a head's logs at once
     out = []
     for t in range(0, m, per):
         logs, vs = [], []
-        keys = [(i, j) for i in range(n) for j in range(d)]
-        batch = getattr(K, "logs", None) if log is None else None     # Modular: at once
         for h in range(t, min(m, t + per)):
             if batch is not None:
                 vals = batch([labelled[key][h][0] for key in keys])
