@@ -254,8 +254,7 @@ class _SplitPrimePowerLog:
 
 
 def strip_windows(h, x, tables, qw, P):
-    """``h g_k^(-x)`` modulo ``P`` for the low digits ``x`` of a split node, window by window
-    from its ``tables`` (``tables[t][d] = g_k^(-d qw^t)``)."""
+    """``h g_k^(-x)`` mod ``P``, window by window from ``tables[t][d] = g_k^(-d qw^t)``."""
     for row in tables:
         if not x:
             break
