@@ -217,6 +217,34 @@ def test_a_degenerate_draw_of_the_parameter_count_claim_is_redrawn_and_counted()
     assert problems(r) == []
 
 
+def test_the_parameter_count_claim_flags_each_doctored_record():
+    """``problems`` on a certified run's record with one thing broken at a time: a wrong
+    answer, a total the oracle did not count, queries missing from the total, a per-prime
+    count off the plan's, a count over 1.5 H(d^2 + d) where it is held, a certificate not
+    unique (helper-121: the pinned run alone only ever showed ``problems == []``)."""
+    from proofs_check.claims.efficient_parameter_count import problems, run_trial
+    good = run_trial(("modular", 8, 2, 0))
+    assert good["status"] == "certified" and problems(good) == []
+    broken = {"equal": False, "oracle": good["oracle"] + 1, "extra": good["extra"] + 1,
+              "per_prime": [q + 1 for q in good["per_prime"]], "certificate": "several"}
+    for key, value in broken.items():
+        assert problems({**good, key: value}), key
+    over = {**good, "per_prime": [10 ** 6] * len(good["per_prime"]), "plan_queries": 10 ** 6,
+            "total": 10 ** 6 * len(good["per_prime"]), "oracle": 10 ** 6 * len(good["per_prime"])}
+    assert any("> 1.5 H(d^2+d)" in p for p in problems(over)), problems(over)
+
+
+def test_the_parameter_count_claim_seed_reaches_its_runs():
+    """``--seed N`` draws other models for the claim's runs (helper-121: it reached only the
+    control, so seeds 1 and 2 repeated seed 0's 78 runs)."""
+    from proofs_check.claim import Context, discover
+    ctx = Context(quick=True, seed=1)
+    ctx.tiny = True
+    res = discover()["efficient-parameter-count"].run(ctx)
+    assert res.status == "verified", res.evidence
+    assert {r["seed"] for r in res.evidence["table"]} == {1000}
+
+
 def test_the_certificate_caches_no_token_of_a_configuration_never_asked(monkeypatch):
     """``enough_checks`` finds the asked configurations without caching a = x + e for the
     others (:meth:`~exactlearn.pipeline.plan.Config.asked_in`): at d = 384 a rank plan has
